@@ -1,0 +1,64 @@
+// Training throughput of the C++ trainer's step (forward, backward, clip, AdamW) on random tokens, and the sgemm
+// peak measured in the same process. Prints one JSON object; `./run bench` puts it next to PyTorch eager's numbers.
+// Measures only: no assertion on time.
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tributary/model/transformer.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/runtime/flops.h"
+
+using namespace tributary;
+
+int main(int argc, char** argv) {
+  std::vector<std::string> overrides;
+  int64_t steps = 10, warmup = 2;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--steps" && i + 1 < argc) steps = std::stoll(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc) warmup = std::stoll(argv[++i]);
+    else overrides.push_back(a);
+  }
+  RunConfig config = RunConfig::load("", overrides);
+  if (config.model.vocab_size == 0) config.model.vocab_size = 257;
+  configure_threads(config.train.threads);
+  auto blas = check_blas();
+  torch::manual_seed(0);
+  Transformer model(config.model);
+  auto params = named_parameters_of(model);
+  AdamW opt(params, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+  const int64_t B = config.train.batch_size, T = config.model.context;
+  auto tokens = torch::randint(0, config.model.vocab_size, {B, T + 1}, torch::kInt64);
+  auto step = [&]() {
+    opt.zero_grad();
+    auto loss = Transformer::loss(model.forward(tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
+    loss.backward();
+    clip_grad_norm(params, 1.0);
+    opt.step(1e-3);
+    return loss.item<double>();
+  };
+  for (int64_t i = 0; i < warmup; ++i) step();
+  std::vector<double> times;
+  for (int64_t i = 0; i < steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    step();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  double median = times[times.size() / 2];
+  double peak = measure_matmul_peak(torch::kCPU);
+  double tps = double(B * T) / median;
+  double fpt = training_flops_per_token(config.model, model.num_matmul_parameters());
+  nlohmann::json out = {{"impl", "tributary-cpp"},
+                        {"tokens_per_s", tps},
+                        {"step_s_median", median},
+                        {"peak_flops", peak},
+                        {"flops_per_token", fpt},
+                        {"mfu", tps * fpt / peak},
+                        {"num_parameters", model.num_parameters()},
+                        {"threads", at::get_num_threads()},
+                        {"blas", blas.library}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}

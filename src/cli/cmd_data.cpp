@@ -1,0 +1,86 @@
+#include <chrono>
+
+#include "cli/commands.h"
+#include "tributary/core/log.h"
+#include "tributary/data/dataset.h"
+
+namespace tributary::cli {
+namespace {
+
+void add_build_options(CLI::App* cmd, DatasetBuildOptions& o) {
+  cmd->add_option("--tokenizer", o.tokenizer, "byte or sentencepiece")->check(CLI::IsMember({"byte", "sentencepiece"}));
+  cmd->add_option("--vocab-size", o.sentencepiece.vocab_size, "SentencePiece vocabulary size");
+  cmd->add_option("--sp-model-type", o.sentencepiece.model_type, "SentencePiece model: bpe or unigram")
+      ->check(CLI::IsMember({"bpe", "unigram"}));
+  cmd->add_option("--val-permille", o.val_permille, "documents per thousand in the validation split")
+      ->check(CLI::Range(1, 999));
+}
+
+}  // namespace
+
+void add_data(CLI::App& app) {
+  auto* data = app.add_subcommand("data", "build and inspect token datasets");
+  data->require_subcommand(1);
+
+  struct DefaultArgs {
+    std::string out = "data/default";
+    double mb_per_domain = 3.0;
+    DatasetBuildOptions options;
+  };
+  auto d = std::make_shared<DefaultArgs>();
+  auto* def = data->add_subcommand("build-default", "build the built-in multi-domain corpus from Debian packages");
+  def->add_option("--out", d->out, "output dataset directory");
+  def->add_option("--mb-per-domain", d->mb_per_domain, "cap on the text taken from each domain (MB)")
+      ->check(CLI::PositiveNumber);
+  add_build_options(def, d->options);
+  def->callback([d]() {
+    auto start = std::chrono::steady_clock::now();
+    Corpus corpus = build_default_corpus({.max_bytes_per_domain = static_cast<int64_t>(d->mb_per_domain * (1 << 20))});
+    log::info("built-in corpus: {} documents, {:.1f} MB in {} domains", corpus.docs.size(),
+              double(corpus.num_bytes()) / (1 << 20), corpus.domains.size());
+    build_dataset(corpus, d->out, d->options);
+    log::info("done in {:.1f} s",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
+
+  struct BuildArgs {
+    std::string input, out;
+    DatasetBuildOptions options;
+  };
+  auto b = std::make_shared<BuildArgs>();
+  auto* build = data->add_subcommand("build", "tokenize your own text: a directory of text files or a JSONL file");
+  build->add_option("input", b->input, "directory of text files, or JSONL with a \"text\" field")->required();
+  build->add_option("--out", b->out, "output dataset directory")->required();
+  add_build_options(build, b->options);
+  build->callback([b]() {
+    Corpus corpus = read_corpus(b->input);
+    log::info("read {} documents ({:.1f} MB) from '{}'", corpus.docs.size(), double(corpus.num_bytes()) / (1 << 20),
+              b->input);
+    build_dataset(corpus, b->out, b->options);
+  });
+
+  auto dir = std::make_shared<std::string>();
+  auto* inspect = data->add_subcommand("inspect", "verify a dataset's shards and print its statistics");
+  inspect->add_option("dir", *dir, "dataset directory")->required();
+  inspect->callback([dir]() {
+    Dataset ds = Dataset::open(*dir);
+    std::printf("dataset %s: tokenizer %s (vocab %lld)\n", dir->c_str(), ds.tokenizer_kind().c_str(),
+                static_cast<long long>(ds.vocab_size()));
+    for (const char* split : {"train", "val"}) {
+      auto shards = ds.load_shards(split);  // verifies checksums
+      std::vector<int64_t> per_domain(ds.domains().size(), 0);
+      for (const auto& s : shards)
+        for (const auto& doc : s.docs) per_domain.at(doc.domain) += doc.num_tokens;
+      const auto& info = ds.split(split);
+      std::printf("  %-5s %lld docs, %lld tokens, %lld bytes, %zu shard(s) verified\n", split,
+                  static_cast<long long>(info.num_docs), static_cast<long long>(info.num_tokens),
+                  static_cast<long long>(info.num_bytes), shards.size());
+      for (size_t i = 0; i < per_domain.size(); ++i)
+        std::printf("        %-12s %lld tokens\n", ds.domains()[i].c_str(), static_cast<long long>(per_domain[i]));
+    }
+    std::printf("  unigram: train entropy %.4f bits/token, val cross-entropy %.4f bits/token\n",
+                ds.unigram_train_entropy_bits(), ds.unigram_val_bits_per_token());
+  });
+}
+
+}  // namespace tributary::cli

@@ -1,0 +1,46 @@
+#include <cmath>
+
+#include "cli/commands.h"
+#include "tributary/core/log.h"
+#include "tributary/runtime/trainer.h"
+
+namespace tributary::cli {
+
+void add_train(CLI::App& app) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> overrides;
+    std::string resume_from;
+    bool resume = false;
+    bool overwrite = false;
+    bool help_config = false;
+    int64_t stop_after = 0;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("train", "train a model (single process)");
+  cmd->add_option("config", args->config, "TOML config file (keys not given keep their defaults)");
+  cmd->add_option("--set", args->overrides, "override a config key: --set optim.lr=3e-4 (repeatable)");
+  auto* resume = cmd->add_option("--resume", args->resume_from,
+                                 "continue from a checkpoint (default: the latest in train.run_dir)")
+                     ->expected(0, 1);
+  cmd->add_flag("--overwrite", args->overwrite, "start over even if train.run_dir has checkpoints");
+  cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)");
+  cmd->add_flag("--help-config", args->help_config, "list every config key with its default and exit");
+  cmd->callback([args, resume]() {
+    if (args->help_config) {
+      RunConfig defaults;
+      std::printf("%s", defaults.schema().help().c_str());
+      return;
+    }
+    RunConfig config = RunConfig::load(args->config, args->overrides);
+    TrainOptions options{.resume = resume->count() > 0, .resume_from = args->resume_from,
+                         .stop_after_step = args->stop_after, .overwrite = args->overwrite};
+    TrainSummary s = train(config, options);
+    log::info("done: {} steps, {} tokens in {:.0f} s | val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f}) | "
+              "{:.0f} tok/s | MFU {:.1f}%",
+              s.steps, s.tokens, s.elapsed_s, s.val_loss, s.val_bpb, s.unigram_bpb, s.tokens_per_s, 100 * s.mfu);
+    log::info("run directory: {} (metrics.jsonl, summary.json, checkpoints/)", s.run_dir.string());
+  });
+}
+
+}  // namespace tributary::cli

@@ -1,0 +1,31 @@
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
+  app.require_subcommand(1);
+  tributary::cli::add_train(app);
+  tributary::cli::add_eval(app);
+  tributary::cli::add_generate(app);
+  tributary::cli::add_data(app);
+  tributary::cli::add_plot(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tributary::Error& e) {
+    tributary::log::error("{}", e.what());
+    return 2;
+  } catch (const c10::Error& e) {
+    tributary::log::error("{}", e.what_without_backtrace());
+    return 3;
+  } catch (const std::exception& e) {
+    tributary::log::error("{}", e.what());
+    return 3;
+  }
+  return 0;
+}

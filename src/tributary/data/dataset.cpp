@@ -1,0 +1,194 @@
+#include "tributary/data/dataset.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tributary/core/error.h"
+#include "tributary/core/hash.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+SplitInfo split_from_json(const nlohmann::json& j) {
+  SplitInfo s;
+  s.shards = j.at("shards").get<std::vector<std::string>>();
+  s.num_tokens = j.at("num_tokens").get<int64_t>();
+  s.num_docs = j.at("num_docs").get<int64_t>();
+  s.num_bytes = j.at("num_bytes").get<int64_t>();
+  return s;
+}
+
+nlohmann::json split_to_json(const SplitInfo& s) {
+  return {{"shards", s.shards}, {"num_tokens", s.num_tokens}, {"num_docs", s.num_docs}, {"num_bytes", s.num_bytes}};
+}
+
+}  // namespace
+
+Dataset Dataset::open(const fs::path& dir) {
+  fs::path meta = dir / "dataset.json";
+  if (!fs::exists(meta))
+    fail("'{}' is not a Tributary dataset (no dataset.json); build one with `tributary data build-default --out {}`",
+         dir.string(), dir.string());
+  auto j = nlohmann::json::parse(read_file(meta), nullptr, false);
+  if (j.is_discarded()) fail("'{}' is not valid JSON; rebuild the dataset", meta.string());
+  Dataset d;
+  d.dir_ = dir;
+  try {
+    if (j.at("format").get<std::string>() != "tributary-dataset" || j.at("version").get<int>() != kFormatVersion)
+      fail("'{}' has an unsupported format/version; rebuild the dataset", meta.string());
+    d.tokenizer_kind_ = j.at("tokenizer").at("kind").get<std::string>();
+    d.vocab_size_ = j.at("tokenizer").at("vocab_size").get<int64_t>();
+    d.domains_ = j.at("domains").get<std::vector<std::string>>();
+    d.train_ = split_from_json(j.at("splits").at("train"));
+    d.val_ = split_from_json(j.at("splits").at("val"));
+    d.unigram_val_bits_ = j.at("unigram").at("val_cross_entropy_bits").get<double>();
+    d.unigram_train_entropy_bits_ = j.at("unigram").at("train_entropy_bits").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("'{}' is missing a field or has a wrong type ({}); rebuild the dataset", meta.string(), e.what());
+  }
+  return d;
+}
+
+const SplitInfo& Dataset::split(const std::string& name) const {
+  if (name == "train") return train_;
+  if (name == "val") return val_;
+  fail("unknown data split '{}' (expected train or val)", name);
+}
+
+double Dataset::bytes_per_token(const std::string& split_name) const {
+  const auto& s = split(split_name);
+  return s.num_tokens > 0 ? static_cast<double>(s.num_bytes) / static_cast<double>(s.num_tokens) : 1.0;
+}
+
+std::vector<Shard> Dataset::load_shards(const std::string& split_name) const {
+  std::vector<Shard> shards;
+  for (const auto& name : split(split_name).shards) shards.push_back(Shard::read(dir_ / name));
+  return shards;
+}
+
+std::vector<uint32_t> Dataset::load_tokens(const std::string& split_name) const {
+  std::vector<uint32_t> tokens;
+  for (const auto& name : split(split_name).shards) {
+    Shard shard = Shard::read(dir_ / name);
+    for (uint32_t t : shard.tokens)
+      if (t >= vocab_size_)
+        fail("'{}' holds token id {} but the tokenizer has only {} ids; rebuild the dataset", (dir_ / name).string(),
+             t, vocab_size_);
+    tokens.insert(tokens.end(), shard.tokens.begin(), shard.tokens.end());
+  }
+  return tokens;
+}
+
+void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetBuildOptions& options) {
+  if (corpus.docs.empty()) fail("the corpus is empty: nothing to tokenize");
+  fs::path tmp = out_dir;
+  tmp += fmt::format(".tmp-{}", ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  // Split first (by content hash), so a SentencePiece model is trained on training documents only.
+  std::vector<bool> is_val(corpus.docs.size());
+  for (size_t i = 0; i < corpus.docs.size(); ++i)
+    is_val[i] = static_cast<int64_t>(hash64(corpus.docs[i].text) % 1000) < options.val_permille;
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  nlohmann::json tok_json;
+  if (options.tokenizer == "byte") {
+    tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (options.tokenizer == "sentencepiece") {
+    std::vector<std::string_view> texts;
+    for (size_t i = 0; i < corpus.docs.size(); ++i)
+      if (!is_val[i]) texts.push_back(corpus.docs[i].text);
+    log::info("training SentencePiece ({}, vocab {})", options.sentencepiece.model_type,
+              options.sentencepiece.vocab_size);
+    train_sentencepiece(texts, tmp / "tokenizer", options.sentencepiece);
+    tokenizer = std::make_unique<SentencePieceTokenizer>(tmp / "tokenizer.model");
+    tok_json["model"] = "tokenizer.model";
+  } else {
+    fail("unknown tokenizer '{}' (expected byte or sentencepiece)", options.tokenizer);
+  }
+  tok_json["kind"] = tokenizer->kind();
+  tok_json["vocab_size"] = tokenizer->vocab_size();
+  tok_json["eot_id"] = tokenizer->eot_id();
+
+  const int64_t vocab = tokenizer->vocab_size();
+  std::vector<double> train_counts(static_cast<size_t>(vocab), 0.0);
+  std::vector<double> val_counts(static_cast<size_t>(vocab), 0.0);
+  SplitInfo infos[2];
+  Shard current[2];
+  const char* names[2] = {"train", "val"};
+  auto flush = [&](int s) {
+    if (current[s].tokens.empty()) return;
+    std::string file = fmt::format("{}-{:05d}.bin", names[s], infos[s].shards.size());
+    current[s].write(tmp / file, vocab - 1);
+    infos[s].shards.push_back(file);
+    current[s] = Shard{};
+  };
+  for (size_t i = 0; i < corpus.docs.size(); ++i) {
+    const auto& doc = corpus.docs[i];
+    int s = is_val[i] ? 1 : 0;
+    std::vector<int32_t> ids = tokenizer->encode(doc.text);
+    ids.push_back(tokenizer->eot_id());
+    Shard& shard = current[s];
+    shard.docs.push_back({shard.tokens.size(), static_cast<uint32_t>(ids.size()), doc.domain});
+    auto& counts = s == 0 ? train_counts : val_counts;
+    for (int32_t id : ids) {
+      shard.tokens.push_back(static_cast<uint32_t>(id));
+      counts[static_cast<size_t>(id)] += 1;
+    }
+    infos[s].num_tokens += static_cast<int64_t>(ids.size());
+    infos[s].num_docs += 1;
+    infos[s].num_bytes += static_cast<int64_t>(doc.text.size());
+    if (static_cast<int64_t>(shard.tokens.size()) >= options.shard_tokens) flush(s);
+  }
+  flush(0);
+  flush(1);
+  if (infos[0].num_tokens == 0 || infos[1].num_tokens == 0)
+    fail("the corpus has {} documents: too few to give both a training and a validation split (val_permille = {}); "
+         "add documents or raise the validation share",
+         corpus.docs.size(), options.val_permille);
+
+  // Unigram baseline: entropy of the training distribution, and its (add-one smoothed) cross-entropy on validation.
+  double train_total = static_cast<double>(infos[0].num_tokens), entropy = 0, cross = 0;
+  for (int64_t t = 0; t < vocab; ++t) {
+    double p = train_counts[t] / train_total;
+    if (p > 0) entropy -= p * std::log2(p);
+    double q = (train_counts[t] + 1.0) / (train_total + static_cast<double>(vocab));
+    cross -= val_counts[t] * std::log2(q);
+  }
+  cross /= static_cast<double>(infos[1].num_tokens);
+
+  nlohmann::json meta = {
+      {"format", "tributary-dataset"},
+      {"version", kFormatVersion},
+      {"tokenizer", tok_json},
+      {"domains", corpus.domains},
+      {"val_permille", options.val_permille},
+      {"splits", {{"train", split_to_json(infos[0])}, {"val", split_to_json(infos[1])}}},
+      {"unigram", {{"train_entropy_bits", entropy}, {"val_cross_entropy_bits", cross}}},
+  };
+  // dataset.json last: a directory without it is incomplete by definition.
+  write_file_atomic(tmp / "dataset.json", meta.dump(2) + "\n");
+  fsync_path(tmp);
+  if (fs::exists(out_dir)) {
+    fs::path old = out_dir;
+    old += fmt::format(".old-{}", ::getpid());
+    rename_durable(out_dir, old);
+    rename_durable(tmp, out_dir);
+    fs::remove_all(old);
+  } else {
+    if (out_dir.has_parent_path()) fs::create_directories(out_dir.parent_path());
+    rename_durable(tmp, out_dir);
+  }
+  log::info("dataset '{}': train {} docs / {} tokens, val {} docs / {} tokens, tokenizer {} (vocab {}), unigram "
+            "entropy {:.3f} bits/token",
+            out_dir.string(), infos[0].num_docs, infos[0].num_tokens, infos[1].num_docs, infos[1].num_tokens,
+            tokenizer->kind(), vocab, entropy);
+}
+
+}  // namespace tributary

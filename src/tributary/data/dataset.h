@@ -1,0 +1,62 @@
+// A tokenized dataset directory: dataset.json (tokenizer, domains, splits, statistics) plus token shards.
+// Documents go to the validation split by a hash of their text, so the split is the same whatever order or machine
+// the corpus was read on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tributary/core/fs.h"
+#include "tributary/data/corpus.h"
+#include "tributary/data/shard.h"
+#include "tributary/data/tokenizer.h"
+
+namespace tributary {
+
+struct DatasetBuildOptions {
+  std::string tokenizer = "byte";  // byte | sentencepiece
+  SentencePieceOptions sentencepiece;
+  int64_t val_permille = 20;              // documents per thousand that go to validation
+  int64_t shard_tokens = 16 << 20;        // tokens per shard file
+};
+
+struct SplitInfo {
+  std::vector<std::string> shards;
+  int64_t num_tokens = 0;
+  int64_t num_docs = 0;
+  int64_t num_bytes = 0;  // UTF-8 bytes of the documents' text (for bits per byte)
+};
+
+class Dataset {
+ public:
+  static Dataset open(const fs::path& dir);  // Error naming the directory/file when missing or corrupt
+
+  const fs::path& dir() const { return dir_; }
+  const std::string& tokenizer_kind() const { return tokenizer_kind_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  const std::vector<std::string>& domains() const { return domains_; }
+  const SplitInfo& split(const std::string& name) const;  // "train" | "val"
+  double unigram_val_bits_per_token() const { return unigram_val_bits_; }
+  double unigram_train_entropy_bits() const { return unigram_train_entropy_bits_; }
+  double bytes_per_token(const std::string& split_name) const;
+
+  // The split's shards concatenated (every document ends with end-of-text), read and checksum-verified.
+  std::vector<uint32_t> load_tokens(const std::string& split_name) const;
+  // The split's shards with their document tables (routing needs the documents).
+  std::vector<Shard> load_shards(const std::string& split_name) const;
+
+ private:
+  fs::path dir_;
+  std::string tokenizer_kind_;
+  int64_t vocab_size_ = 0;
+  std::vector<std::string> domains_;
+  SplitInfo train_, val_;
+  double unigram_val_bits_ = 0, unigram_train_entropy_bits_ = 0;
+};
+
+// Tokenizes `corpus`, splits it, writes shards and dataset.json into `out_dir` (replaced only once complete).
+void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetBuildOptions& options);
+
+}  // namespace tributary

@@ -1,0 +1,55 @@
+#include "tributary/data/loader.h"
+
+#include <numeric>
+
+#include "tributary/core/error.h"
+#include "tributary/core/rng.h"
+
+namespace tributary {
+
+BatchLoader::BatchLoader(std::shared_ptr<const std::vector<uint32_t>> tokens, LoaderOptions options,
+                         std::string split_name)
+    : tokens_(std::move(tokens)), options_(options) {
+  const int64_t n = static_cast<int64_t>(tokens_->size());
+  num_windows_ = n > options_.context ? (n - 1) / options_.context : 0;
+  windows_per_epoch_ = num_windows_ / options_.world_size;
+  if (windows_per_epoch_ < options_.batch_size)
+    fail("data split {} has {} tokens: {} windows of context {} per replica, fewer than one batch of {}; use more "
+         "data, a smaller model.context or a smaller train.batch_size",
+         split_name, n, windows_per_epoch_, options_.context, options_.batch_size);
+  start_epoch();
+}
+
+void BatchLoader::start_epoch() {
+  if (options_.shuffle) {
+    order_ = permutation(static_cast<uint64_t>(num_windows_), options_.seed * 1000003ULL + position_.epoch);
+  } else {
+    order_.resize(static_cast<size_t>(num_windows_));
+    std::iota(order_.begin(), order_.end(), 0);
+  }
+}
+
+void BatchLoader::set_position(LoaderPosition position) {
+  if (position.cursor > static_cast<uint64_t>(windows_per_epoch_))
+    fail("loader position {} is past the end of the epoch ({} windows): the checkpoint belongs to different data",
+         position.cursor, windows_per_epoch_);
+  position_ = position;
+  start_epoch();
+}
+
+void BatchLoader::next(int64_t* out) {
+  const int64_t row = options_.context + 1;
+  for (int64_t b = 0; b < options_.batch_size; ++b) {
+    if (position_.cursor >= static_cast<uint64_t>(windows_per_epoch_)) {
+      position_.epoch += 1;
+      position_.cursor = 0;
+      start_epoch();
+    }
+    uint64_t window = order_[position_.cursor * options_.world_size + options_.rank];
+    position_.cursor += 1;
+    const uint32_t* src = tokens_->data() + window * options_.context;
+    for (int64_t t = 0; t < row; ++t) out[b * row + t] = src[t];
+  }
+}
+
+}  // namespace tributary

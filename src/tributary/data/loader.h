@@ -1,0 +1,50 @@
+// Yields [B, T+1] windows of token ids from one split's token stream (inputs = [:, :T], targets = [:, 1:]).
+// Windows are the non-overlapping chunks stream[i*T, i*T+T+1); each epoch visits them in a permutation fixed by
+// (seed, epoch). The position (epoch, cursor) is part of every checkpoint, so resuming continues the exact order.
+// Replicas of a distributed run take every world-th window starting at their rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tributary {
+
+struct LoaderOptions {
+  int64_t batch_size = 16;
+  int64_t context = 256;
+  uint64_t seed = 0;
+  bool shuffle = true;  // false: windows in stream order (validation)
+  int64_t rank = 0;
+  int64_t world_size = 1;
+};
+
+struct LoaderPosition {
+  uint64_t epoch = 0;
+  uint64_t cursor = 0;  // windows of this replica already yielded in this epoch
+};
+
+class BatchLoader {
+ public:
+  // `split_name` only labels errors (e.g. "data/default val").
+  BatchLoader(std::shared_ptr<const std::vector<uint32_t>> tokens, LoaderOptions options, std::string split_name);
+
+  void next(int64_t* out);  // writes batch_size * (context + 1) ids, row-major
+  int64_t num_windows() const { return num_windows_; }
+  int64_t batch_size() const { return options_.batch_size; }
+  int64_t context() const { return options_.context; }
+  LoaderPosition position() const { return position_; }
+  void set_position(LoaderPosition position);
+
+ private:
+  void start_epoch();
+  std::shared_ptr<const std::vector<uint32_t>> tokens_;
+  LoaderOptions options_;
+  int64_t num_windows_;
+  int64_t windows_per_epoch_;  // this replica's share
+  std::vector<uint64_t> order_;
+  LoaderPosition position_;
+};
+
+}  // namespace tributary

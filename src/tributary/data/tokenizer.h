@@ -1,0 +1,64 @@
+// Tokenizers turn text into token ids and back. Byte-level is the default (vocab 256 bytes + end-of-text);
+// SentencePiece (BPE or unigram, trained with libsentencepiece) is the subword option. A dataset directory records which
+// one it was built with (dataset.json "tokenizer"), so training, eval and generate always agree.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tributary/core/fs.h"
+
+namespace tributary {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int32_t eot_id() const = 0;          // appended after every document
+  virtual std::string kind() const = 0;        // "byte" | "sentencepiece"
+};
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr int32_t kEot = 256;
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override { return 257; }
+  int32_t eot_id() const override { return kEot; }
+  std::string kind() const override { return "byte"; }
+};
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const fs::path& model_file);  // Error naming the file if it cannot be loaded
+  ~SentencePieceTokenizer() override;
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override;
+  int32_t eot_id() const override;
+  std::string kind() const override { return "sentencepiece"; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SentencePieceOptions {
+  int64_t vocab_size = 4096;
+  std::string model_type = "bpe";  // bpe | unigram
+  int64_t max_training_bytes = 8 << 20;  // sample of the corpus used to train
+};
+
+// Trains a SentencePiece model on `texts` and writes `<out_prefix>.model`.
+void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::path& out_prefix,
+                         const SentencePieceOptions& options);
+
+// The tokenizer a dataset directory was built with (reads dataset.json).
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dataset_dir);
+
+}  // namespace tributary

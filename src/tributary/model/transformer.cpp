@@ -1,0 +1,182 @@
+#include "tributary/model/transformer.h"
+
+#include <cmath>
+
+#include "tributary/core/error.h"
+
+namespace tributary {
+
+RMSNormImpl::RMSNormImpl(int64_t width, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({width}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto inv_rms = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return x * inv_rms * weight;
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& config)
+    : num_heads_(config.num_heads), head_dim_(config.head_dim()) {
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(config.width, 3 * config.width).bias(false)));
+  proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(config.width, config.width).bias(false)));
+}
+
+namespace {
+
+// Rotary embedding in the "rotate half" form: x * cos + [-x2, x1] * sin. x: (B, H, T, D); cos/sin: (T, D).
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = torch::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
+                                     const torch::Tensor& rope_sin, const torch::Tensor& mask) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, D = head_dim_;
+  auto qkv_out = qkv->forward(x).view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+  auto q = qkv_out[0], k = qkv_out[1], v = qkv_out[2];                              // (B, H, T, D)
+  if (rope_cos.defined()) {
+    q = apply_rope(q, rope_cos, rope_sin);
+    k = apply_rope(k, rope_cos, rope_sin);
+  }
+  q = q.reshape({B * H, T, D});
+  k = k.reshape({B * H, T, D});
+  v = v.reshape({B * H, T, D});
+  // Scale and causal mask fused into the score matmul: scores = mask + (q @ k^T) / sqrt(D).
+  auto scores = torch::baddbmm(mask, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/1.0 / std::sqrt(double(D)));
+  auto att = torch::softmax(scores, -1);                                       // (B*H, T, T)
+  auto y = torch::bmm(att, v).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
+  return proj->forward(y);
+}
+
+MLPImpl::MLPImpl(const ModelConfig& config) : swiglu_(config.mlp == "swiglu") {
+  const int64_t F = config.resolved_mlp_hidden();
+  fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(config.width, swiglu_ ? 2 * F : F).bias(false)));
+  proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(F, config.width).bias(false)));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  auto h = fc->forward(x);
+  if (swiglu_) {
+    auto parts = h.chunk(2, -1);  // gate, up: (B, T, F)
+    h = torch::silu(parts[0]) * parts[1];
+  } else {
+    h = torch::gelu(h);
+  }
+  return proj->forward(h);
+}
+
+BlockImpl::BlockImpl(const ModelConfig& config) {
+  attn_norm = register_module("attn_norm", std::make_shared<RMSNormImpl>(config.width, config.norm_eps));
+  attn = register_module("attn", std::make_shared<AttentionImpl>(config));
+  mlp_norm = register_module("mlp_norm", std::make_shared<RMSNormImpl>(config.width, config.norm_eps));
+  mlp = register_module("mlp", std::make_shared<MLPImpl>(config));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
+                                 const torch::Tensor& mask) {
+  auto h = x + attn->forward(attn_norm->forward(x), rope_cos, rope_sin, mask);
+  return h + mlp->forward(mlp_norm->forward(h));
+}
+
+LevelModuleImpl::LevelModuleImpl(const ModelConfig& config) {
+  auto list = register_module("blocks", std::make_shared<torch::nn::Module>());
+  for (int64_t b = 0; b < config.blocks_per_level(); ++b)
+    blocks.push_back(list->register_module(std::to_string(b), std::make_shared<BlockImpl>(config)));
+}
+
+Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path) : config_(config), path_(std::move(path)) {
+  TRIB_CHECK(config.vocab_size > 0, "(resolve model.vocab_size from the dataset before building the model)");
+  if (path_.empty()) path_.assign(static_cast<size_t>(config.num_levels), 0);
+  if (static_cast<int64_t>(path_.size()) != config.num_levels)
+    fail("path has {} entries but model.num_levels is {}", path_.size(), config.num_levels);
+  const int64_t V = config.vocab_size, C = config.width, T = config.context, D = config.head_dim();
+
+  tok_embed = register_module("embed_tok", torch::nn::Embedding(V, C));
+  if (config.positions == "learned") pos_embed = register_module("embed_pos", torch::nn::Embedding(T, C));
+  auto levels = register_module("levels", std::make_shared<torch::nn::Module>());
+  for (int64_t l = 0; l < config.num_levels; ++l) {
+    auto level = levels->register_module(std::to_string(l), std::make_shared<torch::nn::Module>());
+    auto modules = level->register_module("modules", std::make_shared<torch::nn::Module>());
+    modules_.push_back(modules->register_module(std::to_string(path_[l]), std::make_shared<LevelModuleImpl>(config)));
+  }
+  final_norm = register_module("final_norm", std::make_shared<RMSNormImpl>(C, config.norm_eps));
+  if (!config.tie_embeddings) head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(C, V).bias(false)));
+
+  if (config.positions == "rope") {
+    // inv_freq_i = theta^(-2i/D), angles (T, D/2), duplicated to (T, D) for the rotate-half form.
+    auto inv_freq = torch::pow(config.rope_theta, -torch::arange(0, D, 2, torch::kFloat64) / double(D));
+    auto angles = torch::outer(torch::arange(T, torch::kFloat64), inv_freq);
+    auto full = torch::cat({angles, angles}, -1);
+    rope_cos_ = register_buffer("rope_cos", full.cos().to(torch::kFloat32));
+    rope_sin_ = register_buffer("rope_sin", full.sin().to(torch::kFloat32));
+  }
+  causal_mask_ = register_buffer(
+      "causal_mask", torch::full({T, T}, -std::numeric_limits<float>::infinity()).triu(1));
+  reset_parameters();
+}
+
+void Transformer::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const double std = config_.init_std;
+  const double residual_std = std / std::sqrt(2.0 * double(config_.num_layers));
+  tok_embed->weight.normal_(0.0, std);
+  if (pos_embed) pos_embed->weight.normal_(0.0, std);
+  for (auto& module : modules_) {
+    for (auto& block : module->blocks) {
+      block->attn->qkv->weight.normal_(0.0, std);
+      block->attn->proj->weight.normal_(0.0, residual_std);
+      block->mlp->fc->weight.normal_(0.0, std);
+      block->mlp->proj->weight.normal_(0.0, residual_std);
+      block->attn_norm->weight.fill_(1.0);
+      block->mlp_norm->weight.fill_(1.0);
+    }
+  }
+  final_norm->weight.fill_(1.0);
+  if (head) head->weight.normal_(0.0, std);
+}
+
+torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  if (T > config_.context) fail("sequence of {} tokens is longer than model.context = {}", T, config_.context);
+  auto x = tok_embed->forward(tokens);  // (B, T, C)
+  if (pos_embed) x = x + pos_embed->weight.narrow(0, 0, T);
+  torch::Tensor cos, sin;
+  if (rope_cos_.defined()) {
+    cos = rope_cos_.narrow(0, 0, T);
+    sin = rope_sin_.narrow(0, 0, T);
+  }
+  auto mask = causal_mask_.narrow(0, 0, T).narrow(1, 0, T);
+  for (auto& module : modules_)
+    for (auto& block : module->blocks) x = block->forward(x, cos, sin, mask);
+  x = final_norm->forward(x);
+  return torch::nn::functional::linear(x, head ? head->weight : tok_embed->weight);  // (B, T, V)
+}
+
+torch::Tensor Transformer::loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+int64_t Transformer::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+int64_t Transformer::num_matmul_parameters() const {
+  int64_t n = 0;
+  for (const auto& item : named_parameters()) {
+    const auto& name = item.key();
+    if (item.value().dim() < 2) continue;                                      // norms
+    if (name.rfind("embed_pos", 0) == 0) continue;                             // added, not multiplied
+    if (name.rfind("embed_tok", 0) == 0 && !config_.tie_embeddings) continue;  // a lookup, unless it is the head too
+    n += item.value().numel();
+  }
+  return n;
+}
+
+}  // namespace tributary

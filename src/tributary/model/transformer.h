@@ -1,0 +1,100 @@
+// Decoder-only transformer built as levels of modules (ARCHITECTURE.md): level l holds one module (a run of
+// consecutive blocks) chosen by the path; a dense model is the path {0, 0, ..., 0}. Parameter names are stable keys
+// that say which module they belong to, e.g. "levels.1.modules.0.blocks.2.attn.qkv.weight", so each module can be
+// averaged, checkpointed and shipped on its own.
+//
+// Shape legend: B batch, T time (<= context), C width, H heads, D head dim (C/H), F MLP hidden, V vocab.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t width, double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., C) -> (..., C)
+  torch::Tensor weight;                           // (C)
+
+ private:
+  double eps_;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& config);
+  // x: (B, T, C); rope_cos/sin: (T, D) or undefined; mask: (T, T) additive causal mask
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
+                        const torch::Tensor& mask);
+  torch::nn::Linear qkv{nullptr};   // (3C, C)
+  torch::nn::Linear proj{nullptr};  // (C, C)
+
+ private:
+  int64_t num_heads_, head_dim_;
+};
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  torch::nn::Linear fc{nullptr};    // swiglu: (2F, C) = [gate; up], gelu: (F, C)
+  torch::nn::Linear proj{nullptr};  // (C, F)
+
+ private:
+  bool swiglu_;
+};
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
+                        const torch::Tensor& mask);
+  std::shared_ptr<RMSNormImpl> attn_norm, mlp_norm;
+  std::shared_ptr<AttentionImpl> attn;
+  std::shared_ptr<MLPImpl> mlp;
+};
+
+// One module of one level: blocks_per_level consecutive blocks.
+class LevelModuleImpl : public torch::nn::Module {
+ public:
+  explicit LevelModuleImpl(const ModelConfig& config);
+  std::vector<std::shared_ptr<BlockImpl>> blocks;
+};
+
+class Transformer : public torch::nn::Module {
+ public:
+  // path[l] = index of the module used at level l (empty: all zeros, the dense model).
+  explicit Transformer(const ModelConfig& config, std::vector<int64_t> path = {});
+
+  torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 -> logits (B, T, V)
+  // Mean next-token cross-entropy; targets (B, T) int64.
+  static torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+  // Deterministic initialisation from the current torch seed: N(0, init_std) for matrices and embeddings,
+  // scaled by 1/sqrt(2 * num_layers) for the residual output projections; norms at 1.
+  void reset_parameters();
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<int64_t>& path() const { return path_; }
+  int64_t num_parameters() const;
+  // Parameters that take part in matrix multiplies (everything except norms, and the token embedding when untied).
+  int64_t num_matmul_parameters() const;
+
+ private:
+  ModelConfig config_;
+  std::vector<int64_t> path_;
+  torch::nn::Embedding tok_embed{nullptr};  // (V, C)
+  torch::nn::Embedding pos_embed{nullptr};  // (context, C), learned positions only
+  std::vector<std::shared_ptr<LevelModuleImpl>> modules_;  // one per level, from the path
+  std::shared_ptr<RMSNormImpl> final_norm;
+  torch::nn::Linear head{nullptr};  // (V, C), untied only
+  torch::Tensor rope_cos_, rope_sin_;  // (context, D) buffers
+  torch::Tensor causal_mask_;          // (context, context) buffer: 0 on/below the diagonal, -inf above
+};
+
+}  // namespace tributary

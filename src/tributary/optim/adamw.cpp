@@ -1,0 +1,81 @@
+#include "tributary/optim/adamw.h"
+
+#include <cmath>
+
+#include "tributary/core/error.h"
+
+namespace tributary {
+
+AdamW::AdamW(NamedTensors params, AdamWOptions options) : params_(std::move(params)), options_(options) {
+  for (const auto& [name, p] : params_) {
+    exp_avg_.push_back(torch::zeros_like(p));
+    exp_avg_sq_.push_back(torch::zeros_like(p));
+    decay_.push_back(p.dim() >= 2);
+  }
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  num_steps_ += 1;
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias_correction1 = 1.0 - std::pow(b1, double(num_steps_));
+  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, double(num_steps_)));
+  const double step_size = lr / bias_correction1;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i].second;
+    const auto& g = p.grad();
+    if (!g.defined()) continue;
+    if (decay_[i] && options_.weight_decay != 0) p.mul_(1.0 - lr * options_.weight_decay);
+    exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
+    exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
+    auto denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);
+    p.addcdiv_(exp_avg_[i], denom, -step_size);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& [name, p] : params_) {
+    auto& g = p.mutable_grad();
+    if (g.defined()) g.zero_();
+  }
+}
+
+NamedTensors AdamW::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(params_[i].first + ".exp_avg", exp_avg_[i]);
+    out.emplace_back(params_[i].first + ".exp_avg_sq", exp_avg_sq_[i]);
+  }
+  return out;
+}
+
+void AdamW::load_state(const safetensors::File& file, int64_t num_steps) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (auto [suffix, target] : {std::pair{".exp_avg", &exp_avg_[i]}, std::pair{".exp_avg_sq", &exp_avg_sq_[i]}}) {
+      auto name = params_[i].first + suffix;
+      auto src = to_torch(file.at(name));
+      if (src.sizes() != target->sizes())
+        fail("'{}': optimizer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(), name);
+      target->copy_(src);
+    }
+  }
+  num_steps_ = num_steps;
+}
+
+double clip_grad_norm(const NamedTensors& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> norms;
+  for (const auto& [name, p] : params)
+    if (p.grad().defined()) norms.push_back(p.grad().norm(2));
+  if (norms.empty()) return 0.0;
+  double total = torch::stack(norms).norm(2).item<double>();
+  if (max_norm > 0 && total > max_norm) {
+    double scale = max_norm / (total + 1e-6);
+    for (const auto& [name, p] : params)
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  return total;
+}
+
+}  // namespace tributary

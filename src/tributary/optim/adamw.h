@@ -1,0 +1,46 @@
+// AdamW with decoupled weight decay, numerically identical to torch.optim.AdamW (foreach=False) of PyTorch 1.13.
+// Our own implementation (not torch::optim) so that its state is plainly named tensors: checkpointed as safetensors,
+// and later shipped, averaged or reset per module by the outer loop of DiLoCo/DiPaCo.
+// Weight decay applies to matrices and embeddings (dim >= 2), not to norm gains.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "tributary/model/tensor_io.h"
+
+namespace tributary {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(NamedTensors params, AdamWOptions options);
+
+  void step(double lr);  // uses each parameter's .grad(); parameters without a gradient are skipped
+  void zero_grad();
+
+  int64_t num_steps() const { return num_steps_; }
+  // State as named tensors: "<param>.exp_avg", "<param>.exp_avg_sq"; the step count travels in metadata.
+  NamedTensors state() const;
+  void load_state(const safetensors::File& file, int64_t num_steps);
+
+ private:
+  NamedTensors params_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<bool> decay_;
+  AdamWOptions options_;
+  int64_t num_steps_ = 0;
+};
+
+// Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before clipping.
+double clip_grad_norm(const NamedTensors& params, double max_norm);
+
+}  // namespace tributary

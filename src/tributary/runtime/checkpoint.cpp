@@ -1,0 +1,118 @@
+#include "tributary/runtime/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "tributary/core/error.h"
+#include "tributary/core/hash.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+
+std::optional<int64_t> step_of(const fs::path& dir) {
+  std::string name = dir.filename().string();
+  if (name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos) return std::nullopt;
+  try {
+    return std::stoll(name.substr(5));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  fs::path root = run_dir / "checkpoints";
+  if (!fs::is_directory(root)) return out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    auto step = step_of(e.path());
+    if (step && fs::exists(e.path() / kManifest)) out.emplace_back(*step, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& contents, int64_t keep) {
+  fs::path root = run_dir / "checkpoints";
+  fs::create_directories(root);
+  fs::path final_dir = root / fmt::format("step-{:08d}", step);
+  fs::path tmp = root / fmt::format("step-{:08d}.tmp-{}", step, ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  nlohmann::json files = nlohmann::json::object();
+  auto put = [&](const std::string& name, const std::string& bytes) {
+    write_file(tmp / name, bytes, /*sync=*/true);
+    files[name] = {{"bytes", bytes.size()}, {"xxh64", hex64(hash64(bytes))}};
+  };
+  put("model.safetensors", tensors_to_safetensors(contents.model, {{"format", "tributary-model"}}));
+  put("optim.safetensors", tensors_to_safetensors(contents.optim, {{"format", "tributary-optim"}}));
+  put("state.json", contents.state.dump(2) + "\n");
+  put("config.toml", contents.config_toml);
+  if (!contents.tokenizer_model.empty()) put("tokenizer.model", read_file(contents.tokenizer_model));
+  nlohmann::json manifest = {{"format", "tributary-checkpoint"}, {"version", 1}, {"step", step}, {"files", files}};
+  write_file(tmp / kManifest, manifest.dump(2) + "\n", /*sync=*/true);
+  fsync_path(tmp);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // re-saving the same step (e.g. after a resume)
+  rename_durable(tmp, final_dir);
+
+  auto all = complete_checkpoints(run_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i].second);
+  // Leftovers of writers that crashed mid-write.
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos &&
+        e.path().filename().string().find(fmt::format(".tmp-{}", ::getpid())) == std::string::npos)
+      fs::remove_all(e.path());
+  return final_dir;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
+  auto all = complete_checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+LoadedCheckpoint load_checkpoint(const fs::path& path) {
+  fs::path dir = path;
+  if (!fs::exists(dir / kManifest)) {
+    if (fs::is_directory(dir / "checkpoints")) {
+      auto latest = latest_checkpoint(dir);
+      if (!latest) fail("run directory '{}' has no complete checkpoint (no step-*/manifest.json)", dir.string());
+      dir = *latest;
+    } else if (fs::is_directory(dir) && step_of(dir)) {
+      fail("'{}' is an incomplete checkpoint (no manifest.json: the writer stopped mid-write); use an earlier one",
+           dir.string());
+    } else {
+      fail("'{}' is neither a checkpoint directory nor a run directory with checkpoints", dir.string());
+    }
+  }
+  auto manifest = nlohmann::json::parse(read_file(dir / kManifest), nullptr, false);
+  if (manifest.is_discarded() || manifest.value("format", "") != "tributary-checkpoint" || !manifest.contains("files"))
+    fail("'{}' is not a valid checkpoint manifest", (dir / kManifest).string());
+  std::map<std::string, std::string> contents;
+  for (auto it = manifest["files"].begin(); it != manifest["files"].end(); ++it) {
+    fs::path file = dir / it.key();
+    if (!fs::exists(file)) fail("checkpoint '{}' is missing '{}' listed in its manifest", dir.string(), it.key());
+    std::string bytes = read_file(file);
+    if (bytes.size() != it->value("bytes", size_t{0}) || hex64(hash64(bytes)) != it->value("xxh64", ""))
+      fail("checkpoint file '{}' is corrupted (size or checksum differs from manifest.json); use an earlier checkpoint",
+           file.string());
+    contents[it.key()] = std::move(bytes);
+  }
+  for (const char* required : {"model.safetensors", "optim.safetensors", "state.json", "config.toml"})
+    if (!contents.count(required)) fail("checkpoint '{}' has no {}", dir.string(), required);
+  auto state = nlohmann::json::parse(contents["state.json"], nullptr, false);
+  if (state.is_discarded()) fail("'{}' is not valid JSON", (dir / "state.json").string());
+  return LoadedCheckpoint{
+      dir,
+      safetensors::File::parse(std::move(contents["model.safetensors"]), (dir / "model.safetensors").string()),
+      safetensors::File::parse(std::move(contents["optim.safetensors"]), (dir / "optim.safetensors").string()),
+      std::move(state), contents["config.toml"]};
+}
+
+}  // namespace tributary

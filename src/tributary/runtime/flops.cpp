@@ -1,0 +1,69 @@
+#include "tributary/runtime/flops.h"
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "tributary/core/log.h"
+
+namespace tributary {
+
+double measure_matmul_peak(const torch::Device& device, int64_t n, int repeats) {
+  torch::NoGradGuard no_grad;
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+  auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts), c = torch::empty({n, n}, opts);
+  torch::mm_out(c, a, b);  // warm-up
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    if (device.is_cuda()) torch::cuda::synchronize();
+    auto start = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    if (device.is_cuda()) torch::cuda::synchronize();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s);
+  }
+  return best;
+}
+
+double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters) {
+  return 6.0 * double(num_matmul_parameters) +
+         6.0 * double(config.num_layers * config.num_heads * config.head_dim() * config.context);
+}
+
+BlasInfo blas_info() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  BlasInfo info{"", false};
+  while (std::getline(maps, line)) {
+    auto pos = line.find('/');
+    if (pos == std::string::npos) continue;
+    std::string path = line.substr(pos);
+    if (path.find("openblas") != std::string::npos || path.find("libmkl") != std::string::npos ||
+        path.find("libblis") != std::string::npos) {
+      return {path, true};
+    }
+    if (path.find("libblas.so") != std::string::npos) info.library = path;
+  }
+  return info;
+}
+
+BlasInfo check_blas() {
+  BlasInfo info = blas_info();
+  if (!info.optimized) {
+    log::warn("==================================================================================");
+    log::warn("SLOW BLAS: LibTorch is using '{}', not OpenBLAS.",
+              info.library.empty() ? std::string("an unknown BLAS") : info.library);
+    log::warn("Matrix multiplies run ~10x slower. Fix: apt-get install libopenblas0-pthread");
+    log::warn("(and `update-alternatives --config libblas.so.3-x86_64-linux-gnu` to select it).");
+    log::warn("==================================================================================");
+  }
+  return info;
+}
+
+int64_t configure_threads(int64_t threads) {
+  int64_t n = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+  at::set_num_threads(static_cast<int>(n));
+  return n;
+}
+
+}  // namespace tributary

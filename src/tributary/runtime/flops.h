@@ -1,0 +1,32 @@
+// Compute accounting: the sgemm peak of this machine measured in-process, FLOPs per token of a model, and a check
+// that LibTorch is using an optimized BLAS (Debian's reference BLAS is ~10x slower and silently so).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+// Best-of-N fp32 matmul rate (FLOP/s) on `device` with the current intra-op thread count.
+double measure_matmul_peak(const torch::Device& device, int64_t n = 1024, int repeats = 6);
+
+// Training FLOPs per token (forward + backward): 6 * matmul parameters + 6 * layers * heads * head_dim * context
+// (the attention score and value matmuls over a causal context; see shared/reference/ecosystem.md, PaLM appendix B).
+double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters);
+
+// The shared object that provides libblas.so.3 in this process ("" if none), and whether it is an optimized one.
+struct BlasInfo {
+  std::string library;
+  bool optimized;
+};
+BlasInfo blas_info();
+// Logs a loud warning when the reference BLAS is loaded. Returns the info.
+BlasInfo check_blas();
+
+// Sets intra-op threads: `threads` if > 0, else all hardware threads. Returns the count in use.
+int64_t configure_threads(int64_t threads);
+
+}  // namespace tributary

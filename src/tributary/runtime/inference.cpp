@@ -1,0 +1,84 @@
+#include "tributary/runtime/inference.h"
+
+#include "tributary/core/error.h"
+#include "tributary/runtime/checkpoint.h"
+
+namespace tributary {
+
+EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = loader.batch_size(), T = loader.context();
+  auto batch = torch::empty({B, T + 1}, torch::kInt64);  // (B, T+1) on the host
+  double total = 0;
+  for (int64_t i = 0; i < num_batches; ++i) {
+    loader.next(batch.data_ptr<int64_t>());
+    auto on_device = batch.to(device);
+    auto loss = Transformer::loss(model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
+    total += loss.item<double>();
+  }
+  return {total / double(num_batches), num_batches * B * T};
+}
+
+std::vector<int32_t> generate(Transformer& model, const std::vector<int32_t>& prompt_ids, int32_t eot_id,
+                              const GenerateOptions& options, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(options.seed);
+  std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
+  if (ids.empty()) ids.push_back(eot_id);  // an empty prompt starts a new document
+  std::vector<int32_t> out;
+  const int64_t context = model.config().context;
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
+    auto input = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kInt64).unsqueeze(0);
+    auto logits = model.forward(input.to(device)).select(1, -1).squeeze(0).to(torch::kCPU).to(torch::kFloat64);  // (V)
+    int64_t next;
+    if (options.temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      logits = logits / options.temperature;
+      if (options.top_k > 0 && options.top_k < logits.size(0)) {
+        auto kth = std::get<0>(logits.topk(options.top_k)).min();
+        logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
+      }
+      auto probs = torch::softmax(logits, 0);
+      next = at::multinomial(probs, 1, false, generator).item<int64_t>();
+    }
+    if (options.stop_at_eot && next == eot_id) break;
+    ids.push_back(next);
+    out.push_back(static_cast<int32_t>(next));
+  }
+  return out;
+}
+
+torch::Device parse_device(const std::string& spec) {
+  std::optional<torch::Device> device;
+  try {
+    device = torch::Device(spec);
+  } catch (const std::exception&) {
+    fail("train.device = '{}' is not a device (use cpu, cuda or cuda:N)", spec);
+  }
+  if (device->is_cuda() && !torch::cuda::is_available())
+    fail("train.device = '{}' but this LibTorch build has no usable CUDA device; use --set train.device=cpu", spec);
+  return *device;
+}
+
+LoadedModel load_model(const std::string& path, const torch::Device& device) {
+  auto ckpt = load_checkpoint(path);
+  LoadedModel out{RunConfig::from_toml(ckpt.config_toml, (ckpt.dir / "config.toml").string()), nullptr, nullptr,
+                  ckpt.state.value("step", int64_t{0})};
+  out.model = std::make_shared<Transformer>(out.config.model);
+  load_parameters(*out.model, ckpt.model);
+  out.model->to(device);
+  std::string kind = ckpt.state.value("tokenizer", "byte");
+  if (kind == "byte") {
+    out.tokenizer = std::make_unique<ByteTokenizer>();
+  } else {
+    out.tokenizer = std::make_unique<SentencePieceTokenizer>(ckpt.dir / "tokenizer.model");
+  }
+  if (out.tokenizer->vocab_size() > out.config.model.vocab_size)
+    fail("checkpoint '{}': tokenizer has {} ids but the model only {}", ckpt.dir.string(), out.tokenizer->vocab_size(),
+         out.config.model.vocab_size);
+  return out;
+}
+
+}  // namespace tributary

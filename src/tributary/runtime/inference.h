@@ -1,0 +1,45 @@
+// Evaluation and sampling on a trained model, and loading a model (config + weights + tokenizer) from a checkpoint.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "tributary/data/loader.h"
+#include "tributary/data/tokenizer.h"
+#include "tributary/model/transformer.h"
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+struct EvalResult {
+  double loss = 0;  // mean next-token cross-entropy (nats)
+  int64_t num_tokens = 0;
+};
+// Mean loss over `num_batches` batches of `loader` (no gradients).
+EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 200;
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 40;        // 0: full distribution
+  uint64_t seed = 0;
+  bool stop_at_eot = true;
+};
+// Samples a continuation of `prompt_ids` (the context window slides when it fills). Returns only the new ids.
+std::vector<int32_t> generate(Transformer& model, const std::vector<int32_t>& prompt_ids, int32_t eot_id,
+                              const GenerateOptions& options, const torch::Device& device);
+
+torch::Device parse_device(const std::string& spec);  // Error naming train.device when invalid or unavailable
+
+struct LoadedModel {
+  RunConfig config;
+  std::shared_ptr<Transformer> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  int64_t step = 0;
+};
+// `path`: a checkpoint directory or a run directory (its latest checkpoint).
+LoadedModel load_model(const std::string& path, const torch::Device& device);
+
+}  // namespace tributary

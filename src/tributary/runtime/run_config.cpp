@@ -1,0 +1,101 @@
+#include "tributary/runtime/run_config.h"
+
+#include "tributary/core/error.h"
+
+namespace tributary {
+
+int64_t ModelConfig::resolved_mlp_hidden() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  if (mlp == "gelu") return 4 * width;
+  int64_t h = (8 * width + 2) / 3;
+  return (h + 63) / 64 * 64;
+}
+
+RunConfig::RunConfig() { bind(); }
+RunConfig::RunConfig(const RunConfig& other) : model(other.model), data(other.data), optim(other.optim), train(other.train) {
+  bind();
+}
+RunConfig& RunConfig::operator=(const RunConfig& other) {
+  model = other.model;
+  data = other.data;
+  optim = other.optim;
+  train = other.train;
+  bind();
+  return *this;
+}
+
+void RunConfig::bind() {
+  schema_ = std::make_unique<ConfigSchema>();
+  auto& s = *schema_;
+  s.add("model.vocab_size", model.vocab_size, "vocabulary size; 0 takes the dataset tokenizer's", 0, 1 << 24);
+  s.add("model.num_layers", model.num_layers, "transformer blocks", 1, 1024);
+  s.add("model.num_levels", model.num_levels, "levels of consecutive blocks (must divide num_layers)", 1, 1024);
+  s.add("model.width", model.width, "residual width", 8, 1 << 16);
+  s.add("model.num_heads", model.num_heads, "attention heads (must divide width)", 1, 1024);
+  s.add("model.context", model.context, "sequence length T", 2, 1 << 20);
+  s.add("model.mlp", model.mlp, "MLP type", {"swiglu", "gelu"});
+  s.add("model.mlp_hidden", model.mlp_hidden, "MLP hidden width; 0 = 4*width (gelu) or 8/3*width (swiglu)", 0, 1 << 20);
+  s.add("model.positions", model.positions, "position encoding", {"rope", "learned"});
+  s.add("model.tie_embeddings", model.tie_embeddings, "share the token embedding with the output head");
+  s.add("model.rope_theta", model.rope_theta, "RoPE base", 1.0, 1e9);
+  s.add("model.norm_eps", model.norm_eps, "RMSNorm epsilon", 0.0, 1.0);
+  s.add("model.init_std", model.init_std, "std of the normal initialisation", 0.0, 10.0);
+  s.add("data.dir", data.dir, "token dataset directory (tributary data build / build-default)");
+  s.add("optim.lr", optim.lr, "peak AdamW learning rate", 0.0, 10.0);
+  s.add("optim.min_lr_ratio", optim.min_lr_ratio, "final lr as a fraction of the peak (cosine)", 0.0, 1.0);
+  s.add("optim.warmup_steps", optim.warmup_steps, "linear warm-up steps", 0);
+  s.add("optim.weight_decay", optim.weight_decay, "decoupled weight decay (matrices only)", 0.0, 10.0);
+  s.add("optim.beta1", optim.beta1, "AdamW beta1", 0.0, 0.999999);
+  s.add("optim.beta2", optim.beta2, "AdamW beta2", 0.0, 0.999999);
+  s.add("optim.eps", optim.eps, "AdamW epsilon", 0.0, 1.0);
+  s.add("optim.grad_clip", optim.grad_clip, "max global gradient norm; 0 disables", 0.0);
+  s.add("train.steps", train.steps, "optimizer steps", 1);
+  s.add("train.batch_size", train.batch_size, "sequences per micro-batch", 1);
+  s.add("train.grad_accum", train.grad_accum, "micro-batches per optimizer step", 1);
+  s.add("train.seed", train.seed, "seed for initialisation and data order", 0);
+  s.add("train.threads", train.threads, "intra-op threads; 0 = all cores", 0, 1024);
+  s.add("train.device", train.device, "torch device (cpu, cuda, cuda:1, ...)");
+  s.add("train.run_dir", train.run_dir, "where metrics.jsonl, checkpoints and plots go");
+  s.add("train.log_every", train.log_every, "steps between console/metrics lines", 1);
+  s.add("train.eval_every", train.eval_every, "steps between validations; 0 = only at the end", 0);
+  s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1);
+  s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
+  s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
+}
+
+RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
+  RunConfig config;
+  if (!file.empty()) config.schema().merge_toml_file(file);
+  for (const auto& o : overrides) config.schema().apply_override(o);
+  config.validate();
+  return config;
+}
+
+RunConfig RunConfig::from_toml(const std::string& text, const std::string& origin) {
+  RunConfig config;
+  config.schema().merge_toml(text, origin);
+  config.validate();
+  return config;
+}
+
+void RunConfig::validate() const {
+  if (model.width % model.num_heads != 0)
+    fail("model.width ({}) must be divisible by model.num_heads ({})", model.width, model.num_heads);
+  if (model.positions == "rope" && model.head_dim() % 2 != 0)
+    fail("RoPE needs an even head dimension: model.width / model.num_heads = {}; change model.num_heads or model.width",
+         model.head_dim());
+  if (model.num_layers % model.num_levels != 0)
+    fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
+         model.num_levels, model.num_layers);
+  if (optim.warmup_steps > train.steps)
+    fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
+}
+
+const std::vector<std::string>& RunConfig::resumable_keys() {
+  static const std::vector<std::string> keys = {"train.log_every", "train.eval_every", "train.eval_batches",
+                                                "train.checkpoint_every", "train.keep_checkpoints", "train.run_dir",
+                                                "train.device", "data.dir"};
+  return keys;
+}
+
+}  // namespace tributary

@@ -1,0 +1,91 @@
+// The resolved configuration of a training run: plain structs (no LibTorch) bound to a ConfigSchema so that every
+// key is documented, typed and range-checked in one place. Cross-key rules live in validate().
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tributary/core/config.h"
+
+namespace tributary {
+
+struct ModelConfig {
+  int64_t vocab_size = 0;  // 0: take it from the dataset's tokenizer
+  int64_t num_layers = 4;
+  int64_t num_levels = 1;  // blocks are grouped into this many consecutive levels (DiPaCo modules, pipeline stages)
+  int64_t width = 256;
+  int64_t num_heads = 4;
+  int64_t context = 256;
+  std::string mlp = "swiglu";     // swiglu | gelu
+  int64_t mlp_hidden = 0;         // 0: 4*width for gelu, 8/3*width rounded up to 64 for swiglu
+  std::string positions = "rope"; // rope | learned
+  bool tie_embeddings = true;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  int64_t head_dim() const { return width / num_heads; }
+  int64_t resolved_mlp_hidden() const;
+  int64_t blocks_per_level() const { return num_layers / num_levels; }
+};
+
+struct DataConfig {
+  std::string dir = "data/default";  // a directory written by `tributary data build*`
+};
+
+struct OptimConfig {
+  double lr = 2e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = 50;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+};
+
+struct TrainConfig {
+  int64_t steps = 600;
+  int64_t batch_size = 16;   // sequences per micro-batch
+  int64_t grad_accum = 1;    // micro-batches per optimizer step
+  int64_t seed = 1234;
+  int64_t threads = 0;       // intra-op threads; 0: all cores / local workers
+  std::string device = "cpu";
+  std::string run_dir = "runs/default";
+  int64_t log_every = 10;
+  int64_t eval_every = 100;  // 0: only at the end
+  int64_t eval_batches = 16;
+  int64_t checkpoint_every = 200;  // 0: only at the end
+  int64_t keep_checkpoints = 2;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainConfig train;
+
+  RunConfig();
+  RunConfig(const RunConfig& other);
+  RunConfig& operator=(const RunConfig& other);
+
+  ConfigSchema& schema() { return *schema_; }
+  const ConfigSchema& schema() const { return *schema_; }
+
+  // Defaults <- file (if not empty) <- overrides, then validate().
+  static RunConfig load(const std::string& file, const std::vector<std::string>& overrides);
+  static RunConfig from_toml(const std::string& text, const std::string& origin);
+  void validate() const;  // Error naming the key(s) on an impossible combination
+
+  std::string to_toml() const { return schema_->to_toml(); }
+
+  // Keys that may change between a checkpoint and its resume without changing the computation.
+  static const std::vector<std::string>& resumable_keys();
+
+ private:
+  void bind();
+  std::unique_ptr<ConfigSchema> schema_;
+};
+
+}  // namespace tributary

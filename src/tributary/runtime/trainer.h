@@ -1,0 +1,37 @@
+// The single-process trainer. The loop reads as a sentence:
+//   next batch -> forward -> loss -> backward (x grad_accum) -> clip -> AdamW step -> log / evaluate / checkpoint.
+// Fully deterministic for a seed and thread count; `resume` continues bit for bit from a checkpoint.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tributary/core/fs.h"
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+struct TrainOptions {
+  bool resume = false;          // continue from a checkpoint
+  std::string resume_from;      // checkpoint or run directory; empty with resume: latest in train.run_dir
+  int64_t stop_after_step = 0;  // > 0: checkpoint and stop after this step (a planned pre-emption)
+  bool overwrite = false;       // start fresh even if train.run_dir already has checkpoints
+};
+
+struct TrainSummary {
+  int64_t steps = 0;
+  int64_t tokens = 0;
+  std::vector<double> losses;  // per optimizer step (mean over micro-batches), this invocation only
+  double val_loss = 0, val_bpb = 0, val_ppl = 0;
+  double unigram_bpb = 0;       // the unigram baseline on the same validation split
+  double tokens_per_s = 0, mfu = 0, peak_flops = 0;
+  double elapsed_s = 0;
+  int64_t num_parameters = 0;
+  bool stopped_early = false;
+  fs::path run_dir, checkpoint;
+};
+
+TrainSummary train(const RunConfig& config, const TrainOptions& options);
+
+}  // namespace tributary
