@@ -11,7 +11,10 @@ namespace tributary {
 double measure_matmul_peak(const torch::Device& device, int64_t n, int repeats) {
   torch::NoGradGuard no_grad;
   auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
-  auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts), c = torch::empty({n, n}, opts);
+  // A private generator: measuring must not advance the global RNG (resume would diverge otherwise).
+  auto gen = at::detail::createCPUGenerator(42);
+  auto a = at::randn({n, n}, gen, torch::kFloat32).to(opts), b = at::randn({n, n}, gen, torch::kFloat32).to(opts);
+  auto c = torch::empty({n, n}, opts);
   torch::mm_out(c, a, b);  // warm-up
   double best = 0;
   for (int r = 0; r < repeats; ++r) {

@@ -1,0 +1,149 @@
+// End-to-end: real data (a small slice of the built-in corpus), real training, checkpoints and the CLI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "tributary/core/error.h"
+#include "tributary/core/hash.h"
+#include "tributary/data/dataset.h"
+#include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/trainer.h"
+
+using namespace tributary;
+
+namespace {
+
+fs::path work_dir() { return fs::temp_directory_path() / "trib_integration"; }
+fs::path data_dir() { return work_dir() / "data"; }
+
+class Training : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::create_directories(work_dir());
+    if (!fs::exists(data_dir() / "dataset.json"))
+      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data_dir(), {.val_permille = 50});
+  }
+
+  static RunConfig tiny(const std::string& run, std::vector<std::string> extra = {}) {
+    std::vector<std::string> o = {"model.num_layers=2", "model.width=64", "model.num_heads=4", "model.context=64",
+                                  "train.batch_size=8", "train.steps=20", "optim.warmup_steps=5", "optim.lr=3e-3",
+                                  "train.threads=1", "train.eval_every=0", "train.eval_batches=4",
+                                  "train.log_every=5", "train.checkpoint_every=0",
+                                  "data.dir=" + data_dir().string(),
+                                  "train.run_dir=" + (work_dir() / run).string()};
+    o.insert(o.end(), extra.begin(), extra.end());
+    fs::remove_all(work_dir() / run);
+    return RunConfig::load("", o);
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(Training, LearnsWellBelowUnigramEntropy) {
+  auto s = train(tiny("learn", {"train.steps=400", "train.batch_size=16", "optim.warmup_steps=20",
+                                "train.eval_batches=16"}),
+                 {});
+  ASSERT_GT(s.unigram_bpb, 4.0);
+  EXPECT_LT(s.val_bpb, 0.8 * s.unigram_bpb) << "val " << s.val_bpb << " bits/byte vs unigram " << s.unigram_bpb;
+  EXPECT_LT(s.losses.back(), s.losses.front() - 1.0);
+  EXPECT_TRUE(fs::exists(s.run_dir / "metrics.jsonl"));
+}
+
+TEST_F(Training, ResumeIsBitForBit) {
+  auto full = train(tiny("full"), {});
+  RunConfig split_config = tiny("split");
+  auto first = train(split_config, {.stop_after_step = 10});
+  ASSERT_TRUE(first.stopped_early);
+  ASSERT_EQ(first.losses.size(), 10u);
+  auto second = train(split_config, {.resume = true});
+  ASSERT_EQ(second.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(first.losses[i], full.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(second.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+  }
+  for (const char* file : {"model.safetensors", "optim.safetensors"})
+    EXPECT_EQ(hash64(read_file(full.checkpoint / file)), hash64(read_file(second.checkpoint / file)))
+        << file << " differs between the uninterrupted and the resumed run";
+  // metrics.jsonl of the resumed run has each step once.
+  std::string metrics = read_file(second.run_dir / "metrics.jsonl");
+  EXPECT_EQ(metrics.find("\"step\":10,"), metrics.rfind("\"step\":10,"));
+}
+
+TEST_F(Training, ResumeRefusesAnotherConfiguration) {
+  auto first = train(tiny("cfg"), {.stop_after_step = 5});
+  RunConfig changed = RunConfig::load("", {"model.num_layers=2", "model.width=32", "model.num_heads=4",
+                                           "model.context=64", "train.batch_size=8", "train.steps=20",
+                                           "optim.warmup_steps=5", "data.dir=" + data_dir().string(),
+                                           "train.run_dir=" + first.run_dir.string()});
+  auto msg = error_of([&] { train(changed, {.resume = true}); });
+  EXPECT_NE(msg.find("model.width"), std::string::npos) << msg;
+  msg = error_of([&] { train(tiny("cfg2"), {}); train(RunConfig::from_toml(read_file(first.run_dir / "config.toml"), "c"), {}); });
+  EXPECT_NE(msg.find("--resume"), std::string::npos) << "a run dir with checkpoints needs --resume: " << msg;
+}
+
+TEST_F(Training, CorruptOrIncompleteCheckpointsAreRefused) {
+  auto s = train(tiny("corrupt", {"train.steps=6", "optim.warmup_steps=1"}), {});
+  fs::path model = s.checkpoint / "model.safetensors";
+  std::string bytes = read_file(model);
+  bytes[bytes.size() / 2] ^= 0x10;
+  write_file(model, bytes);
+  auto msg = error_of([&] { load_checkpoint(s.run_dir); });
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("corrupted"), std::string::npos) << msg;
+  fs::remove(s.checkpoint / "manifest.json");
+  msg = error_of([&] { load_checkpoint(s.checkpoint); });
+  EXPECT_NE(msg.find("incomplete"), std::string::npos) << msg;
+  // and a run dir whose only checkpoint is incomplete has none to resume from
+  msg = error_of([&] { load_checkpoint(s.run_dir); });
+  EXPECT_NE(msg.find("no complete checkpoint"), std::string::npos) << msg;
+}
+
+TEST_F(Training, KeepsTheLastNCheckpoints) {
+  auto s = train(tiny("keep", {"train.checkpoint_every=4", "train.keep_checkpoints=2"}), {});
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(s.run_dir / "checkpoints")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000016", "step-00000020"}));
+}
+
+// The CLI: exit codes and messages users see.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string cmd = std::string(TRIBUTARY_CLI) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  int status = ::pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST_F(Training, CliRejectsBadConfigAndGenerates) {
+  auto [rc, out] = run_cli("train --set model.widht=3");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("model.widht"), std::string::npos) << out;
+  std::tie(rc, out) = run_cli("train --set optim.lr=fast");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("optim.lr"), std::string::npos) << out;
+
+  auto s = train(tiny("cli", {"train.steps=10", "optim.warmup_steps=2"}), {});
+  std::tie(rc, out) = run_cli("generate " + s.run_dir.string() + " --prompt 'In the beginning' --tokens 20 --threads 1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.rfind("In the beginning", 0), 0u) << out;
+  std::tie(rc, out) = run_cli("eval " + s.run_dir.string() + " --batches 2 --threads 1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("bits/byte"), std::string::npos) << out;
+  std::tie(rc, out) = run_cli("plot " + s.run_dir.string());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(s.run_dir / "loss.png"));
+}
+
+}  // namespace

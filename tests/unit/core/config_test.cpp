@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+
+#include "tributary/core/error.h"
+#include "tributary/runtime/run_config.h"
+
+using namespace tributary;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, DefaultsValidate) { EXPECT_NO_THROW(RunConfig().validate()); }
+
+TEST(Config, TomlAndOverridesApplyWithPrecedence) {
+  RunConfig c;
+  c.schema().merge_toml("[model]\nwidth = 128\nnum_heads = 8\n[optim]\nlr = 1\n", "test.toml");
+  c.schema().apply_override("optim.lr=3e-4");
+  c.schema().apply_override("train.run_dir=runs/x");
+  c.schema().apply_override("model.tie_embeddings=false");
+  EXPECT_EQ(c.model.width, 128);
+  EXPECT_EQ(c.model.num_heads, 8);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);  // integer in TOML accepted for a float, override wins
+  EXPECT_EQ(c.train.run_dir, "runs/x");
+  EXPECT_FALSE(c.model.tie_embeddings);
+}
+
+TEST(Config, UnknownKeyNamesKeyAndFile) {
+  auto msg = error_of([] { RunConfig().schema().merge_toml("[model]\nwidht = 3\n", "my.toml"); });
+  EXPECT_NE(msg.find("my.toml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.widht"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.width"), std::string::npos) << "should suggest the section's keys: " << msg;
+  msg = error_of([] { RunConfig().schema().apply_override("nosuch.key=1"); });
+  EXPECT_NE(msg.find("nosuch.key"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypeNamesKey) {
+  auto msg = error_of([] { RunConfig().schema().merge_toml("[optim]\nlr = \"fast\"\n", "a.toml"); });
+  EXPECT_NE(msg.find("optim.lr"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("number"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig().schema().apply_override("train.steps=1.5"); });
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("integer"), std::string::npos) << msg;
+}
+
+TEST(Config, ImpossibleValuesRejected) {
+  auto msg = error_of([] { RunConfig().schema().apply_override("train.batch_size=0"); });
+  EXPECT_NE(msg.find("train.batch_size"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig().schema().apply_override("model.mlp=relu"); });
+  EXPECT_NE(msg.find("swiglu"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig::load("", {"model.width=100", "model.num_heads=3"}); });
+  EXPECT_NE(msg.find("model.num_heads"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig::load("", {"model.num_layers=4", "model.num_levels=3"}); });
+  EXPECT_NE(msg.find("model.num_levels"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig::load("", {"train.steps=10", "optim.warmup_steps=20"}); });
+  EXPECT_NE(msg.find("optim.warmup_steps"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig().schema().merge_toml("[model\nwidth=1", "broken.toml"); });
+  EXPECT_NE(msg.find("broken.toml"), std::string::npos) << msg;
+}
+
+TEST(Config, ResolvedTomlRoundTrips) {
+  RunConfig c = RunConfig::load("", {"model.width=96", "model.num_heads=6", "optim.lr=0.00123", "data.dir=x y"});
+  RunConfig d = RunConfig::from_toml(c.to_toml(), "resolved");
+  EXPECT_TRUE(config_differences(c.schema().flatten(), d.schema().flatten()).empty());
+  EXPECT_EQ(d.data.dir, "x y");
+  EXPECT_DOUBLE_EQ(d.optim.lr, 0.00123);
+}
+
+TEST(Config, DifferencesNameKeys) {
+  RunConfig a, b;
+  b.schema().apply_override("model.width=512");
+  b.schema().apply_override("train.log_every=3");
+  auto diffs = config_differences(a.schema().flatten(), b.schema().flatten(), RunConfig::resumable_keys());
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_NE(diffs[0].find("model.width"), std::string::npos);
+}

@@ -1,0 +1,71 @@
+// The C++ model against PyTorch: logits, loss, every gradient and three AdamW steps, from
+// tests/reference/make_golden.py (run by CTest as the `golden` fixture).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "tributary/core/fs.h"
+#include "tributary/model/tensor_io.h"
+#include "tributary/model/transformer.h"
+#include "tributary/optim/adamw.h"
+
+using namespace tributary;
+
+namespace {
+
+fs::path golden_dir() {
+  const char* env = std::getenv("TRIBUTARY_GOLDEN_DIR");
+  return env ? fs::path(env) : fs::path(TRIBUTARY_BINARY_DIR) / "golden";
+}
+
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  auto diff = (got - want).abs();
+  auto bound = atol + rtol * want.abs();
+  auto worst = (diff - bound).max().item<double>();
+  EXPECT_LE(worst, 0.0) << what << ": max |diff| " << diff.max().item<double>() << " (max |want| "
+                        << want.abs().max().item<double>() << ")";
+}
+
+class Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Golden, MatchesPyTorch) {
+  fs::path dir = golden_dir() / GetParam();
+  ASSERT_TRUE(fs::exists(dir / "golden.safetensors")) << "run tests/reference/make_golden.py (ctest does) for " << dir;
+  torch::set_num_threads(1);
+  RunConfig config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
+  Transformer model(config.model);
+  auto weights = safetensors::File::load(dir / "weights.safetensors");
+  load_parameters(model, weights);
+  auto golden = safetensors::File::load(dir / "golden.safetensors");
+  auto tokens = to_torch(golden.at("tokens"));
+  const int64_t T = tokens.size(1) - 1;
+  auto inputs = tokens.narrow(1, 0, T), targets = tokens.narrow(1, 1, T);
+
+  auto logits = model.forward(inputs);
+  expect_close(logits, to_torch(golden.at("logits")), 1e-4, 1e-5, "logits");
+  auto loss = Transformer::loss(logits, targets);
+  expect_close(loss.reshape({1}), to_torch(golden.at("loss")), 1e-5, 1e-6, "loss");
+  loss.backward();
+  int checked = 0;
+  for (const auto& item : model.named_parameters()) {
+    expect_close(item.value().grad(), to_torch(golden.at("grad." + item.key())), 1e-3, 1e-5, "grad " + item.key());
+    ++checked;
+  }
+  EXPECT_EQ(static_cast<int>(golden.tensors().size()), 2 * checked + 3) << "every parameter checked";
+
+  // Three AdamW steps from the same weights.
+  load_parameters(model, weights);
+  AdamW opt(named_parameters_of(model), {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+  for (int i = 0; i < 3; ++i) {
+    opt.zero_grad();
+    Transformer::loss(model.forward(inputs), targets).backward();
+    opt.step(1e-2);
+  }
+  for (const auto& item : model.named_parameters())
+    expect_close(item.value(), to_torch(golden.at("after." + item.key())), 1e-4, 2e-5, "after AdamW " + item.key());
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Golden, ::testing::Values("swiglu_rope_tied", "gelu_learned_untied"));
+
+}  // namespace
