@@ -92,6 +92,29 @@ def make(variant, kwargs, out):
             f.write(f"{k} = {toml_value(v)}\n")
 
 
+def make_adamw(out):
+    """AdamW alone on fixed gradients: the optimizer's arithmetic without model rounding in the way."""
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(99)
+    matrix, vector = torch.randn(5, 7), torch.rand(7) + 0.5
+    grads = [(torch.randn(5, 7), torch.randn(7)) for _ in range(3)]
+    golden = {"matrix": matrix.clone(), "vector": vector.clone()}
+    for i, (gm, gv) in enumerate(grads):
+        golden[f"grad{i}.matrix"], golden[f"grad{i}.vector"] = gm, gv
+    pm, pv = nn_param(matrix), nn_param(vector)
+    opt = torch.optim.AdamW([{"params": [pm], "weight_decay": 0.1}, {"params": [pv], "weight_decay": 0.0}],
+                            lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    for gm, gv in grads:
+        pm.grad, pv.grad = gm.clone(), gv.clone()
+        opt.step()
+    golden["after.matrix"], golden["after.vector"] = pm.detach().clone(), pv.detach().clone()
+    write_safetensors(os.path.join(out, "golden.safetensors"), golden)
+
+
+def nn_param(t):
+    return torch.nn.Parameter(t.clone())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -99,6 +122,7 @@ def main():
     torch.set_num_threads(1)
     for variant, kwargs in VARIANTS.items():
         make(variant, kwargs, os.path.join(args.out, variant))
+    make_adamw(os.path.join(args.out, "adamw"))
     print(f"wrote golden values for {len(VARIANTS)} variants to {args.out}")
 
 

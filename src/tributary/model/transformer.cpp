@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
+#include "tributary/model/fused_ops.h"
 
 namespace tributary {
 
@@ -10,10 +11,7 @@ RMSNormImpl::RMSNormImpl(int64_t width, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({width}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto inv_rms = torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return x * inv_rms * weight;
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& config)
     : num_heads_(config.num_heads), head_dim_(config.head_dim()) {
@@ -21,31 +19,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& config)
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(config.width, config.width).bias(false)));
 }
 
-namespace {
-
-// Rotary embedding in the "rotate half" form: x * cos + [-x2, x1] * sin. x: (B, H, T, D); cos/sin: (T, D).
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half);
-  auto x2 = x.narrow(-1, half, half);
-  auto rotated = torch::cat({-x2, x1}, -1);
-  return x * cos + rotated * sin;
-}
-
-}  // namespace
-
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                      const torch::Tensor& rope_sin, const torch::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, D = head_dim_;
-  auto qkv_out = qkv->forward(x).view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
-  auto q = qkv_out[0], k = qkv_out[1], v = qkv_out[2];                              // (B, H, T, D)
-  if (rope_cos.defined()) {
-    q = apply_rope(q, rope_cos, rope_sin);
-    k = apply_rope(k, rope_cos, rope_sin);
-  }
-  q = q.reshape({B * H, T, D});
-  k = k.reshape({B * H, T, D});
-  v = v.reshape({B * H, T, D});
+  auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin);  // each (B*H, T, D)
   // Scale and causal mask fused into the score matmul: scores = mask + (q @ k^T) / sqrt(D).
   auto scores = torch::baddbmm(mask, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/1.0 / std::sqrt(double(D)));
   auto att = torch::softmax(scores, -1);                                       // (B*H, T, T)
@@ -62,8 +39,7 @@ MLPImpl::MLPImpl(const ModelConfig& config) : swiglu_(config.mlp == "swiglu") {
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   auto h = fc->forward(x);
   if (swiglu_) {
-    auto parts = h.chunk(2, -1);  // gate, up: (B, T, F)
-    h = torch::silu(parts[0]) * parts[1];
+    h = swiglu(h);  // silu(gate) * up: (B, T, F)
   } else {
     h = torch::gelu(h);
   }
@@ -145,14 +121,9 @@ torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
   if (T > config_.context) fail("sequence of {} tokens is longer than model.context = {}", T, config_.context);
   auto x = tok_embed->forward(tokens);  // (B, T, C)
   if (pos_embed) x = x + pos_embed->weight.narrow(0, 0, T);
-  torch::Tensor cos, sin;
-  if (rope_cos_.defined()) {
-    cos = rope_cos_.narrow(0, 0, T);
-    sin = rope_sin_.narrow(0, 0, T);
-  }
   auto mask = causal_mask_.narrow(0, 0, T).narrow(1, 0, T);
   for (auto& module : modules_)
-    for (auto& block : module->blocks) x = block->forward(x, cos, sin, mask);
+    for (auto& block : module->blocks) x = block->forward(x, rope_cos_, rope_sin_, mask);
   x = final_norm->forward(x);
   return torch::nn::functional::linear(x, head ? head->weight : tok_embed->weight);  // (B, T, V)
 }

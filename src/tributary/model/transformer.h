@@ -28,7 +28,7 @@ class RMSNormImpl : public torch::nn::Module {
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  // x: (B, T, C); rope_cos/sin: (T, D) or undefined; mask: (T, T) additive causal mask
+  // x: (B, T, C); rope_cos/sin: (>= T, D) or undefined; mask: (T, T) additive causal mask
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
                         const torch::Tensor& mask);
   torch::nn::Linear qkv{nullptr};   // (3C, C)

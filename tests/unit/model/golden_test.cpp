@@ -54,7 +54,8 @@ TEST_P(Golden, MatchesPyTorch) {
   }
   EXPECT_EQ(static_cast<int>(golden.tensors().size()), 2 * checked + 3) << "every parameter checked";
 
-  // Three AdamW steps from the same weights.
+  // Three AdamW steps from the same weights. Adam normalises each coordinate, so rounding-level gradient
+  // differences of near-zero coordinates move by up to ~lr; the exact optimizer check is AdamWMatchesPyTorch.
   load_parameters(model, weights);
   AdamW opt(named_parameters_of(model), {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   for (int i = 0; i < 3; ++i) {
@@ -63,7 +64,21 @@ TEST_P(Golden, MatchesPyTorch) {
     opt.step(1e-2);
   }
   for (const auto& item : model.named_parameters())
-    expect_close(item.value(), to_torch(golden.at("after." + item.key())), 1e-4, 2e-5, "after AdamW " + item.key());
+    expect_close(item.value(), to_torch(golden.at("after." + item.key())), 1e-3, 2e-3, "after AdamW " + item.key());
+}
+
+TEST(GoldenAdamW, MatchesPyTorchOnFixedGradients) {
+  auto golden = safetensors::File::load(golden_dir() / "adamw" / "golden.safetensors");
+  auto matrix = to_torch(golden.at("matrix")).set_requires_grad(true);
+  auto vector = to_torch(golden.at("vector")).set_requires_grad(true);
+  AdamW opt({{"matrix", matrix}, {"vector", vector}}, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+  for (int i = 0; i < 3; ++i) {
+    matrix.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".matrix"));
+    vector.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".vector"));
+    opt.step(1e-2);
+  }
+  expect_close(matrix, to_torch(golden.at("after.matrix")), 1e-6, 1e-7, "matrix (weight decay)");
+  expect_close(vector, to_torch(golden.at("after.vector")), 1e-6, 1e-7, "vector (no weight decay)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Golden, ::testing::Values("swiglu_rope_tied", "gelu_learned_untied"));

@@ -1,0 +1,284 @@
+#include "tributary/model/fused_ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <cmath>
+
+namespace tributary {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+namespace {
+
+std::atomic<bool> g_fused_enabled{true};
+
+// Splits [0, n) into one chunk per thread (at most n) so reductions add partial sums in a fixed order: results
+// are bit-identical for a given thread count, which resume-determinism relies on.
+template <typename F>
+void parallel_chunks(int64_t n, F&& body) {
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(n, at::get_num_threads()));
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) body(c, n * c / chunks, n * (c + 1) / chunks);
+  });
+}
+
+int64_t num_chunks(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>(n, at::get_num_threads())); }
+
+// ---------------------------------------------------------------------------------------------------- RMSNorm
+struct RMSNormFn : public torch::autograd::Function<RMSNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, const torch::Tensor& w_in, double eps) {
+    auto x = x_in.contiguous();
+    auto w = w_in.contiguous();
+    const int64_t C = x.size(-1), rows = x.numel() / C;
+    auto y = torch::empty_like(x);
+    auto inv = torch::empty({rows}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    float* ip = inv.data_ptr<float>();
+    const float feps = static_cast<float>(eps);
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* __restrict xr = xp + r * C;
+        float* __restrict yr = yp + r * C;
+        float ss = 0;
+        for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
+        const float s = 1.0f / std::sqrt(ss / static_cast<float>(C) + feps);
+        ip[r] = s;
+        for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * s * wp[c];
+      }
+    });
+    ctx->save_for_backward({x, w, inv});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto x = saved[0], w = saved[1], inv = saved[2];
+    auto g = grads[0].contiguous();
+    const int64_t C = x.size(-1), rows = x.numel() / C;
+    auto gx = torch::empty_like(x);
+    const int64_t chunks = num_chunks(rows);
+    auto gw_partial = torch::zeros({chunks, C}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    const float* ip = inv.data_ptr<float>();
+    const float* gp = g.data_ptr<float>();
+    float* gxp = gx.data_ptr<float>();
+    float* gwp = gw_partial.data_ptr<float>();
+    // y = x * s * w with s = (mean(x^2) + eps)^-1/2:
+    //   dL/dw_c = sum_r g_rc x_rc s_r;  dL/dx_rc = s_r (g_rc w_c - x_rc s_r^2 mean_k(g_rk w_k x_rk))
+    parallel_chunks(rows, [&](int64_t chunk, int64_t r0, int64_t r1) {
+      float* __restrict gw = gwp + chunk * C;
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* __restrict xr = xp + r * C;
+        const float* __restrict gr = gp + r * C;
+        float* __restrict gxr = gxp + r * C;
+        const float s = ip[r];
+        float dot = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          dot += gr[c] * wp[c] * xr[c];
+          gw[c] += gr[c] * xr[c] * s;
+        }
+        const float k = s * s * dot / static_cast<float>(C);
+        for (int64_t c = 0; c < C; ++c) gxr[c] = s * (gr[c] * wp[c] - xr[c] * k);
+      }
+    });
+    return {gx, gw_partial.sum(0), torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------- SwiGLU
+inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+struct SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h_in) {
+    auto h = h_in.contiguous();
+    const int64_t F2 = h.size(-1), F = F2 / 2, rows = h.numel() / F2;
+    auto out_sizes = h.sizes().vec();
+    out_sizes.back() = F;
+    auto y = torch::empty(out_sizes, h.options());
+    const float* hp = h.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* __restrict a = hp + r * F2;
+        const float* __restrict b = a + F;
+        float* __restrict yr = yp + r * F;
+        for (int64_t i = 0; i < F; ++i) yr[i] = a[i] * sigmoid(a[i]) * b[i];
+      }
+    });
+    ctx->save_for_backward({h});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto h = ctx->get_saved_variables()[0];
+    auto g = grads[0].contiguous();
+    const int64_t F2 = h.size(-1), F = F2 / 2, rows = h.numel() / F2;
+    auto gh = torch::empty_like(h);
+    const float* hp = h.data_ptr<float>();
+    const float* gp = g.data_ptr<float>();
+    float* ghp = gh.data_ptr<float>();
+    // y = silu(a) b:  dy/da = b sigma(a) (1 + a (1 - sigma(a))),  dy/db = silu(a)
+    at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* __restrict a = hp + r * F2;
+        const float* __restrict b = a + F;
+        const float* __restrict gr = gp + r * F;
+        float* __restrict ga = ghp + r * F2;
+        float* __restrict gb = ga + F;
+        for (int64_t i = 0; i < F; ++i) {
+          const float sg = sigmoid(a[i]);
+          gb[i] = gr[i] * a[i] * sg;
+          ga[i] = gr[i] * b[i] * sg * (1.0f + a[i] * (1.0f - sg));
+        }
+      }
+    });
+    return {gh};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------- heads + RoPE
+// Copies one head vector of length D, rotating it when cos is given: out = x*cos + rotate_half(x)*sin.
+inline void rope_forward(const float* __restrict x, float* __restrict out, const float* __restrict cs,
+                         const float* __restrict sn, int64_t D) {
+  const int64_t half = D / 2;
+  if (!cs) {
+    for (int64_t i = 0; i < D; ++i) out[i] = x[i];
+    return;
+  }
+  for (int64_t i = 0; i < half; ++i) out[i] = x[i] * cs[i] - x[i + half] * sn[i];
+  for (int64_t i = half; i < D; ++i) out[i] = x[i] * cs[i] + x[i - half] * sn[i];
+}
+
+// Transpose of rope_forward: gx_j = g_j cos_j + (j < D/2 ? g_{j+D/2} sin_{j+D/2} : -g_{j-D/2} sin_{j-D/2}).
+inline void rope_backward(const float* __restrict g, float* __restrict gx, const float* __restrict cs,
+                          const float* __restrict sn, int64_t D) {
+  const int64_t half = D / 2;
+  if (!cs) {
+    for (int64_t i = 0; i < D; ++i) gx[i] = g[i];
+    return;
+  }
+  for (int64_t j = 0; j < half; ++j) gx[j] = g[j] * cs[j] + g[j + half] * sn[j + half];
+  for (int64_t j = half; j < D; ++j) gx[j] = g[j] * cs[j] - g[j - half] * sn[j - half];
+}
+
+struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
+  // cos/sin: (T, D), or empty tensors (numel 0) for no rotation. Autograd Functions need defined tensor arguments.
+  static tensor_list forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t H, const torch::Tensor& cos,
+                             const torch::Tensor& sin) {
+    auto qkv = qkv_in.contiguous();
+    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
+    auto opts = qkv.options();
+    tensor_list out = {torch::empty({B * H, T, D}, opts), torch::empty({B * H, T, D}, opts),
+                       torch::empty({B * H, T, D}, opts)};
+    auto cosc = cos.contiguous();
+    auto sinc = sin.contiguous();
+    const float* src = qkv.data_ptr<float>();
+    const float* cp = cosc.numel() > 0 ? cosc.data_ptr<float>() : nullptr;
+    const float* sp = sinc.numel() > 0 ? sinc.data_ptr<float>() : nullptr;
+    float* dst[3] = {out[0].data_ptr<float>(), out[1].data_ptr<float>(), out[2].data_ptr<float>()};
+    at::parallel_for(0, B * T, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t b = i / T, t = i % T;
+        const float* row = src + i * 3 * C;
+        for (int64_t part = 0; part < 3; ++part) {
+          const bool rotate = part < 2 && cp;
+          for (int64_t h = 0; h < H; ++h) {
+            float* o = dst[part] + ((b * H + h) * T + t) * D;
+            rope_forward(row + part * C + h * D, o, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
+          }
+        }
+      }
+    });
+    ctx->save_for_backward({cosc, sinc});
+    ctx->saved_data["B"] = B;
+    ctx->saved_data["T"] = T;
+    ctx->saved_data["H"] = H;
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto cos = saved[0], sin = saved[1];
+    const int64_t B = ctx->saved_data["B"].toInt(), T = ctx->saved_data["T"].toInt(), H = ctx->saved_data["H"].toInt();
+    torch::Tensor g[3];
+    int64_t D = 0;
+    for (int p = 0; p < 3; ++p) {
+      if (grads[p].defined()) {
+        g[p] = grads[p].contiguous();
+        D = g[p].size(2);
+      }
+    }
+    const int64_t C = H * D;
+    auto gqkv = torch::zeros({B, T, 3 * C}, g[0].defined() ? g[0].options() : g[2].options());
+    const float* cp = cos.numel() > 0 ? cos.data_ptr<float>() : nullptr;
+    const float* sp = sin.numel() > 0 ? sin.data_ptr<float>() : nullptr;
+    const float* gp[3] = {g[0].defined() ? g[0].data_ptr<float>() : nullptr,
+                          g[1].defined() ? g[1].data_ptr<float>() : nullptr,
+                          g[2].defined() ? g[2].data_ptr<float>() : nullptr};
+    float* dst = gqkv.data_ptr<float>();
+    at::parallel_for(0, B * T, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t b = i / T, t = i % T;
+        float* row = dst + i * 3 * C;
+        for (int64_t part = 0; part < 3; ++part) {
+          if (!gp[part]) continue;
+          const bool rotate = part < 2 && cp;
+          for (int64_t h = 0; h < H; ++h) {
+            const float* gi = gp[part] + ((b * H + h) * T + t) * D;
+            rope_backward(gi, row + part * C + h * D, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
+          }
+        }
+      }
+    });
+    return {gqkv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_kernels_apply(const torch::Tensor& t) {
+  return g_fused_enabled.load() && t.device().is_cpu() && t.scalar_type() == torch::kFloat32;
+}
+
+void set_fused_kernels_enabled(bool enabled) { g_fused_enabled = enabled; }
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (fused_kernels_apply(x) && fused_kernels_apply(weight)) return RMSNormFn::apply(x, weight, eps);
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+}
+
+torch::Tensor swiglu(const torch::Tensor& h) {
+  if (fused_kernels_apply(h)) return SwiGLUFn::apply(h);
+  auto parts = h.chunk(2, -1);
+  return torch::silu(parts[0]) * parts[1];
+}
+
+std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t num_heads, const torch::Tensor& cos,
+                                              const torch::Tensor& sin) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = num_heads, D = C / H;
+  if (fused_kernels_apply(qkv)) {
+    auto none = torch::empty({0}, qkv.options());
+    torch::Tensor c = cos.defined() ? cos.narrow(0, 0, T) : none, s = sin.defined() ? sin.narrow(0, 0, T) : none;
+    auto out = SplitHeadsRopeFn::apply(qkv, H, c, s);
+    return {out[0], out[1], out[2]};
+  }
+  auto parts = qkv.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+  auto q = parts[0], k = parts[1], v = parts[2];
+  if (cos.defined()) {
+    auto c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);
+    auto rotate = [&](const torch::Tensor& x) {
+      auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+      return x * c + torch::cat({-x2, x1}, -1) * s;
+    };
+    q = rotate(q);
+    k = rotate(k);
+  }
+  return {q.reshape({B * H, T, D}), k.reshape({B * H, T, D}), v.reshape({B * H, T, D})};
+}
+
+}  // namespace tributary
