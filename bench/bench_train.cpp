@@ -1,6 +1,8 @@
 // Training throughput of the C++ trainer's step (forward, backward, clip, AdamW) on random tokens, and the sgemm
 // peak measured in the same process. Prints one JSON object; `./run bench` puts it next to PyTorch eager's numbers.
 // Measures only: no assertion on time.
+#include <torch/csrc/autograd/profiler_legacy.h>
+
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -44,6 +46,10 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     step();
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (const char* trace = std::getenv("TRIBUTARY_PROFILE")) {  // chrome trace of one more step, for digging
+    torch::autograd::profiler::RecordProfile guard(trace);
+    step();
   }
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];

@@ -169,7 +169,7 @@ inline void rope_backward(const float* __restrict g, float* __restrict gx, const
 struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
   // cos/sin: (T, D), or empty tensors (numel 0) for no rotation. Autograd Functions need defined tensor arguments.
   static tensor_list forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t H, const torch::Tensor& cos,
-                             const torch::Tensor& sin) {
+                             const torch::Tensor& sin, double q_scale) {
     auto qkv = qkv_in.contiguous();
     const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
     auto opts = qkv.options();
@@ -177,6 +177,7 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
                        torch::empty({B * H, T, D}, opts)};
     auto cosc = cos.contiguous();
     auto sinc = sin.contiguous();
+    const float qs = static_cast<float>(q_scale);
     const float* src = qkv.data_ptr<float>();
     const float* cp = cosc.numel() > 0 ? cosc.data_ptr<float>() : nullptr;
     const float* sp = sinc.numel() > 0 ? sinc.data_ptr<float>() : nullptr;
@@ -190,6 +191,8 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
           for (int64_t h = 0; h < H; ++h) {
             float* o = dst[part] + ((b * H + h) * T + t) * D;
             rope_forward(row + part * C + h * D, o, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
+            if (part == 0 && qs != 1.0f)
+              for (int64_t d = 0; d < D; ++d) o[d] *= qs;
           }
         }
       }
@@ -198,6 +201,7 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
     ctx->saved_data["B"] = B;
     ctx->saved_data["T"] = T;
     ctx->saved_data["H"] = H;
+    ctx->saved_data["q_scale"] = q_scale;
     return out;
   }
 
@@ -205,6 +209,7 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
     auto saved = ctx->get_saved_variables();
     auto cos = saved[0], sin = saved[1];
     const int64_t B = ctx->saved_data["B"].toInt(), T = ctx->saved_data["T"].toInt(), H = ctx->saved_data["H"].toInt();
+    const float qs = static_cast<float>(ctx->saved_data["q_scale"].toDouble());
     torch::Tensor g[3];
     int64_t D = 0;
     for (int p = 0; p < 3; ++p) {
@@ -230,12 +235,71 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
           const bool rotate = part < 2 && cp;
           for (int64_t h = 0; h < H; ++h) {
             const float* gi = gp[part] + ((b * H + h) * T + t) * D;
-            rope_backward(gi, row + part * C + h * D, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
+            float* o = row + part * C + h * D;
+            rope_backward(gi, o, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
+            if (part == 0 && qs != 1.0f)
+              for (int64_t d = 0; d < D; ++d) o[d] *= qs;
           }
         }
       }
     });
-    return {gqkv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {gqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------- causal softmax
+// Row i of each (T, T) score matrix attends to columns j <= i. Masked entries are never read and are written as 0,
+// which saves the mask pass and half of the exp work of softmax(scores + mask).
+struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& s_in) {
+    auto s = s_in.contiguous();
+    const int64_t T = s.size(-1), rows = s.numel() / T, Tq = s.size(-2);
+    auto y = torch::empty_like(s);
+    const float* sp = s.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = (r % Tq) + 1 + (T - Tq);  // visible columns of this query row
+        const float* __restrict sr = sp + r * T;
+        float* __restrict yr = yp + r * T;
+        float m = sr[0];
+        for (int64_t j = 1; j < n; ++j) m = std::max(m, sr[j]);
+        float sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          yr[j] = std::exp(sr[j] - m);
+          sum += yr[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < n; ++j) yr[j] *= inv;
+        for (int64_t j = n; j < T; ++j) yr[j] = 0.0f;
+      }
+    });
+    ctx->save_for_backward({y});
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto y = ctx->get_saved_variables()[0];
+    auto g = grads[0].contiguous();
+    const int64_t T = y.size(-1), rows = y.numel() / T, Tq = y.size(-2);
+    auto gs = torch::empty_like(y);
+    const float* yp = y.data_ptr<float>();
+    const float* gp = g.data_ptr<float>();
+    float* gsp = gs.data_ptr<float>();
+    // d softmax: gs_j = y_j (g_j - sum_k g_k y_k) over the visible columns; masked columns get 0.
+    at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = (r % Tq) + 1 + (T - Tq);
+        const float* __restrict yr = yp + r * T;
+        const float* __restrict gr = gp + r * T;
+        float* __restrict out = gsp + r * T;
+        float dot = 0;
+        for (int64_t j = 0; j < n; ++j) dot += gr[j] * yr[j];
+        for (int64_t j = 0; j < n; ++j) out[j] = yr[j] * (gr[j] - dot);
+        for (int64_t j = n; j < T; ++j) out[j] = 0.0f;
+      }
+    });
+    return {gs};
   }
 };
 
@@ -258,13 +322,20 @@ torch::Tensor swiglu(const torch::Tensor& h) {
   return torch::silu(parts[0]) * parts[1];
 }
 
+torch::Tensor causal_softmax(const torch::Tensor& scores) {
+  if (fused_kernels_apply(scores)) return CausalSoftmaxFn::apply(scores);
+  const int64_t Tq = scores.size(-2), T = scores.size(-1);
+  auto visible = torch::ones({Tq, T}, scores.options().dtype(torch::kBool)).tril(T - Tq);
+  return torch::softmax(scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity()), -1);
+}
+
 std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t num_heads, const torch::Tensor& cos,
-                                              const torch::Tensor& sin) {
+                                              const torch::Tensor& sin, double q_scale) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = num_heads, D = C / H;
   if (fused_kernels_apply(qkv)) {
     auto none = torch::empty({0}, qkv.options());
     torch::Tensor c = cos.defined() ? cos.narrow(0, 0, T) : none, s = sin.defined() ? sin.narrow(0, 0, T) : none;
-    auto out = SplitHeadsRopeFn::apply(qkv, H, c, s);
+    auto out = SplitHeadsRopeFn::apply(qkv, H, c, s, q_scale);
     return {out[0], out[1], out[2]};
   }
   auto parts = qkv.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
@@ -278,6 +349,7 @@ std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t 
     q = rotate(q);
     k = rotate(k);
   }
+  if (q_scale != 1.0) q = q * q_scale;
   return {q.reshape({B * H, T, D}), k.reshape({B * H, T, D}), v.reshape({B * H, T, D})};
 }
 

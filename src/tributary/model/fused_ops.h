@@ -22,9 +22,14 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 torch::Tensor swiglu(const torch::Tensor& h);
 
 // Splits the fused projection qkv (B, T, 3C) into per-head q, k, v of shape (B*H, T, D), contiguous, applying the
-// rotary embedding ("rotate half" form, cos/sin: (>=T, D)) to q and k when cos is defined.
+// rotary embedding ("rotate half" form, cos/sin: (>=T, D)) to q and k when cos is defined, and multiplying q by
+// q_scale (the attention's 1/sqrt(D), folded in here so the score matmul needs no extra pass).
 std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t num_heads, const torch::Tensor& cos,
-                                              const torch::Tensor& sin);
+                                              const torch::Tensor& sin, double q_scale = 1.0);
+
+// Softmax over the last dimension of scores (..., Tq, T) where query row i sees columns j <= i + (T - Tq); masked
+// entries come out 0. The causal mask and the softmax in one pass.
+torch::Tensor causal_softmax(const torch::Tensor& scores);
 
 // Whether the fused kernels may be used for this tensor (CPU, float32). Exposed for tests.
 bool fused_kernels_apply(const torch::Tensor& t);

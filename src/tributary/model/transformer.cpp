@@ -20,12 +20,11 @@ AttentionImpl::AttentionImpl(const ModelConfig& config)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
-                                     const torch::Tensor& rope_sin, const torch::Tensor& mask) {
+                                     const torch::Tensor& rope_sin) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, D = head_dim_;
-  auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin);  // each (B*H, T, D)
-  // Scale and causal mask fused into the score matmul: scores = mask + (q @ k^T) / sqrt(D).
-  auto scores = torch::baddbmm(mask, q, k.transpose(1, 2), /*beta=*/1.0, /*alpha=*/1.0 / std::sqrt(double(D)));
-  auto att = torch::softmax(scores, -1);                                       // (B*H, T, T)
+  // q comes out pre-scaled by 1/sqrt(D); the causal mask is applied inside the softmax.
+  auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin, 1.0 / std::sqrt(double(D)));  // (B*H, T, D)
+  auto att = causal_softmax(torch::bmm(q, k.transpose(1, 2)));  // (B*H, T, T)
   auto y = torch::bmm(att, v).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
   return proj->forward(y);
 }
@@ -53,9 +52,8 @@ BlockImpl::BlockImpl(const ModelConfig& config) {
   mlp = register_module("mlp", std::make_shared<MLPImpl>(config));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
-                                 const torch::Tensor& mask) {
-  auto h = x + attn->forward(attn_norm->forward(x), rope_cos, rope_sin, mask);
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin) {
+  auto h = x + attn->forward(attn_norm->forward(x), rope_cos, rope_sin);
   return h + mlp->forward(mlp_norm->forward(h));
 }
 
@@ -91,8 +89,6 @@ Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path) :
     rope_cos_ = register_buffer("rope_cos", full.cos().to(torch::kFloat32));
     rope_sin_ = register_buffer("rope_sin", full.sin().to(torch::kFloat32));
   }
-  causal_mask_ = register_buffer(
-      "causal_mask", torch::full({T, T}, -std::numeric_limits<float>::infinity()).triu(1));
   reset_parameters();
 }
 
@@ -121,9 +117,8 @@ torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
   if (T > config_.context) fail("sequence of {} tokens is longer than model.context = {}", T, config_.context);
   auto x = tok_embed->forward(tokens);  // (B, T, C)
   if (pos_embed) x = x + pos_embed->weight.narrow(0, 0, T);
-  auto mask = causal_mask_.narrow(0, 0, T).narrow(1, 0, T);
   for (auto& module : modules_)
-    for (auto& block : module->blocks) x = block->forward(x, rope_cos_, rope_sin_, mask);
+    for (auto& block : module->blocks) x = block->forward(x, rope_cos_, rope_sin_);
   x = final_norm->forward(x);
   return torch::nn::functional::linear(x, head ? head->weight : tok_embed->weight);  // (B, T, V)
 }

@@ -28,9 +28,8 @@ class RMSNormImpl : public torch::nn::Module {
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  // x: (B, T, C); rope_cos/sin: (>= T, D) or undefined; mask: (T, T) additive causal mask
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
-                        const torch::Tensor& mask);
+  // x: (B, T, C); rope_cos/sin: (>= T, D) or undefined. Attention is causal.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin);
   torch::nn::Linear qkv{nullptr};   // (3C, C)
   torch::nn::Linear proj{nullptr};  // (C, C)
 
@@ -52,8 +51,7 @@ class MLPImpl : public torch::nn::Module {
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin,
-                        const torch::Tensor& mask);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin);
   std::shared_ptr<RMSNormImpl> attn_norm, mlp_norm;
   std::shared_ptr<AttentionImpl> attn;
   std::shared_ptr<MLPImpl> mlp;
@@ -94,7 +92,6 @@ class Transformer : public torch::nn::Module {
   std::shared_ptr<RMSNormImpl> final_norm;
   torch::nn::Linear head{nullptr};  // (V, C), untied only
   torch::Tensor rope_cos_, rope_sin_;  // (context, D) buffers
-  torch::Tensor causal_mask_;          // (context, context) buffer: 0 on/below the diagonal, -inf above
 };
 
 }  // namespace tributary

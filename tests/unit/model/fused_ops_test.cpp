@@ -70,3 +70,21 @@ TEST(FusedOps, SplitHeadsWithAndWithoutRope) {
       },
       {torch::randn({B, T, 3 * H * D})}, "split_heads");
 }
+
+TEST(FusedOps, CausalSoftmax) {
+  torch::manual_seed(3);
+  compare([](const auto& in) { return std::vector<torch::Tensor>{causal_softmax(in[0])}; },
+          {torch::randn({3, 9, 9}) * 4}, "causal_softmax");
+  compare([](const auto& in) { return std::vector<torch::Tensor>{causal_softmax(in[0])}; },
+          {torch::randn({2, 4, 9}) * 4}, "causal_softmax with fewer queries than keys");
+}
+
+TEST(FusedOps, ScaledQuery) {
+  torch::manual_seed(4);
+  compare(
+      [](const auto& in) {
+        auto out = split_heads_rope(in[0], 2, torch::Tensor(), torch::Tensor(), 0.125);
+        return std::vector<torch::Tensor>{out[0], out[1], out[2]};
+      },
+      {torch::randn({2, 5, 3 * 16})}, "split_heads with q scale");
+}
