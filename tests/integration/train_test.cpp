@@ -17,6 +17,18 @@ namespace {
 fs::path work_dir() { return fs::temp_directory_path() / "trib_integration"; }
 fs::path data_dir() { return work_dir() / "data"; }
 
+// The CLI: exit codes and messages users see.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string cmd = std::string(TRIBUTARY_CLI) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  int status = ::pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
 class Training : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -77,6 +89,35 @@ TEST_F(Training, ResumeIsBitForBit) {
   EXPECT_EQ(metrics.find("\"step\":10,"), metrics.rfind("\"step\":10,"));
 }
 
+TEST_F(Training, GradientAccumulationEqualsTheLargerBatch) {
+  // The loader hands out windows in the same order whatever the micro-batch size, so 2 x 4 sequences accumulate
+  // exactly the batch of 8 (up to float summation order).
+  auto big = train(tiny("accum1", {"train.steps=6", "optim.warmup_steps=2"}), {});
+  auto accum = train(tiny("accum2", {"train.steps=6", "optim.warmup_steps=2", "train.batch_size=4",
+                                     "train.grad_accum=2"}),
+                     {});
+  ASSERT_EQ(big.losses.size(), accum.losses.size());
+  for (size_t i = 0; i < big.losses.size(); ++i) EXPECT_NEAR(big.losses[i], accum.losses[i], 1e-4) << "step " << i + 1;
+}
+
+TEST_F(Training, SentencePieceDatasetTrainsAndGenerates) {
+  fs::path spm_data = work_dir() / "spm_data";
+  if (!fs::exists(spm_data / "dataset.json"))
+    build_dataset(build_default_corpus({.max_bytes_per_domain = 100 << 10}), spm_data,
+                  {.tokenizer = "sentencepiece", .sentencepiece = {.vocab_size = 512}, .val_permille = 100});
+  Dataset ds = Dataset::open(spm_data);
+  EXPECT_EQ(ds.tokenizer_kind(), "sentencepiece");
+  EXPECT_GT(ds.bytes_per_token("val"), 1.3) << "subwords should cover several bytes each";
+  auto s = train(tiny("spm", {"train.steps=10", "optim.warmup_steps=2", "model.context=32",
+                              "data.dir=" + spm_data.string()}),
+                 {});
+  EXPECT_TRUE(std::isfinite(s.val_bpb));
+  EXPECT_TRUE(fs::exists(s.checkpoint / "tokenizer.model")) << "checkpoints carry the tokenizer";
+  auto [rc, out] = run_cli("generate " + s.run_dir.string() + " --prompt 'The Lord' --tokens 8 --threads 1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.rfind("The Lord", 0), 0u) << out;
+}
+
 TEST_F(Training, ResumeRefusesAnotherConfiguration) {
   auto first = train(tiny("cfg"), {.stop_after_step = 5});
   RunConfig changed = RunConfig::load("", {"model.num_layers=2", "model.width=32", "model.num_heads=4",
@@ -112,18 +153,6 @@ TEST_F(Training, KeepsTheLastNCheckpoints) {
   for (const auto& e : fs::directory_iterator(s.run_dir / "checkpoints")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"step-00000016", "step-00000020"}));
-}
-
-// The CLI: exit codes and messages users see.
-std::pair<int, std::string> run_cli(const std::string& args) {
-  std::string cmd = std::string(TRIBUTARY_CLI) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  int status = ::pclose(pipe);
-  return {WEXITSTATUS(status), out};
 }
 
 TEST_F(Training, CliRejectsBadConfigAndGenerates) {

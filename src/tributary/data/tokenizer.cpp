@@ -144,7 +144,8 @@ void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::p
   }
   std::string args = fmt::format(
       "--input={} --model_prefix={} --vocab_size={} --model_type={} --character_coverage=1.0 --byte_fallback=true "
-      "--max_sentence_length=65536 --split_by_whitespace=true --pad_id=-1 --unk_id=0 --bos_id=-1 --eos_id=1 "
+      "--max_sentence_length=65536 --normalization_rule_name=identity --remove_extra_whitespaces=false "
+      "--split_by_whitespace=true --pad_id=-1 --unk_id=0 --bos_id=-1 --eos_id=1 "
       "--minloglevel=2 --num_threads=2",
       sample.string(), out_prefix.string(), options.vocab_size, options.model_type);
   char err[512] = {0};
