@@ -10,5 +10,6 @@ void add_eval(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_data(CLI::App& app);
 void add_plot(CLI::App& app);
+void add_plan(CLI::App& app);
 
 }  // namespace tributary::cli

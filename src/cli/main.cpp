@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_generate(app);
   tributary::cli::add_data(app);
   tributary::cli::add_plot(app);
+  tributary::cli::add_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

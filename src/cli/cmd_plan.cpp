@@ -1,0 +1,130 @@
+#include <algorithm>
+
+#include "cli/commands.h"
+#include "tributary/core/error.h"
+#include "tributary/core/fs.h"
+#include "tributary/sched/genetic.h"
+#include "tributary/sched/placement.h"
+
+namespace tributary::cli {
+
+using namespace tributary::sched;
+
+namespace {
+
+struct Plan {
+  int d_dp, d_pp;
+  double c_dp, c_pp;
+  ScheduleResult result;
+};
+
+Plan plan_layout(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const GeneticOptions& o) {
+  CostModel model(cluster, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), d_dp, d_pp);
+  return {d_dp, d_pp, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), schedule_genetic(model, o)};
+}
+
+void print_eval(const char* name, const Evaluation& e, double reference) {
+  std::printf("  %-26s total %8.3f s = DP %7.3f + 2 x PP %7.3f   (%.2fx the plan)\n", name, e.total, e.dp, e.pp,
+              e.total / reference);
+}
+
+}  // namespace
+
+void add_plan(CLI::App& app) {
+  struct Args {
+    std::string cluster, workload = "gpt3-xl", out;
+    GeneticOptions ga;
+    int64_t shuffle_seed = -1;
+    int d_dp = 0, d_pp = 0;
+    bool search_shape = false;
+    int random_k = 5000;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("plan", "place pipeline and data-parallel work on a cluster (cost model + GA)");
+  cmd->add_option("cluster", a->cluster, "cluster JSON, or a preset: case1-datacenter-on-demand ... case5-worldwide")
+      ->required();
+  cmd->add_option("workload", a->workload, "workload JSON, or the preset gpt3-xl (default)");
+  cmd->add_option("--out", a->out, "write the placement (rank -> stage, pipeline) as JSON");
+  cmd->add_option("--shuffle-ids", a->shuffle_seed, "relabel devices randomly (seed) before scheduling");
+  cmd->add_option("--seed", a->ga.seed, "GA seed");
+  cmd->add_option("--budget", a->ga.time_budget_s, "time budget in seconds (a safety cap)");
+  cmd->add_option("--offspring", a->ga.offspring, "offspring per island");
+  cmd->add_option("--population", a->ga.population, "population size");
+  cmd->add_option("--islands", a->ga.islands, "parallel GA islands (threads)");
+  cmd->add_option("--d-dp", a->d_dp, "data-parallel degree (default: the workload's)");
+  cmd->add_option("--d-pp", a->d_pp, "pipeline degree (default: the workload's)");
+  cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
+  cmd->add_option("--random", a->random_k, "random partitions for the random baseline");
+  cmd->callback([a]() {
+    Cluster cluster = load_cluster(a->cluster);
+    std::vector<int> original;
+    if (a->shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a->shuffle_seed), &original);
+    Workload w = load_workload(a->workload);
+    int d_dp = a->d_dp > 0 ? a->d_dp : w.d_dp, d_pp = a->d_pp > 0 ? a->d_pp : w.d_pp;
+    if (d_dp == 0) {
+      d_pp = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w.num_layers, 8)));
+      d_dp = cluster.size() / d_pp;
+    }
+    std::vector<Plan> plans;
+    if (a->search_shape) {
+      for (int pp = 1; pp <= cluster.size(); ++pp) {
+        if (cluster.size() % pp != 0 || (w.num_layers > 0 && w.num_layers % pp != 0)) continue;
+        int dp = cluster.size() / pp;
+        if (dp > 64) continue;  // matching works on groups of at most 64
+        plans.push_back(plan_layout(cluster, w, dp, pp, a->ga));
+        std::printf("layout %2d x %2d: cost %.3f s (%.2f s to plan)\n", dp, pp, plans.back().result.evaluation.total,
+                    plans.back().result.seconds);
+      }
+      if (plans.empty()) fail("no D_DP x D_PP layout divides {} devices and {} layers", cluster.size(), w.num_layers);
+    } else {
+      check_layout(cluster, d_dp, d_pp);
+      plans.push_back(plan_layout(cluster, w, d_dp, d_pp, a->ga));
+    }
+    const Plan& best = *std::min_element(plans.begin(), plans.end(), [](const Plan& x, const Plan& y) {
+      return x.result.evaluation.total < y.result.evaluation.total;
+    });
+    CostModel model(cluster, best.c_dp, best.c_pp, best.d_dp, best.d_pp);
+    const Evaluation& e = best.result.evaluation;
+    std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB, c_PP %.4f GB\n",
+                cluster.name.c_str(), cluster.size(), a->shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(),
+                best.d_dp, best.d_pp, best.c_dp, best.c_pp);
+    std::printf("plan: %.3f s per iteration = DP %.3f + 2 x PP %.3f   (GA: %lld evaluations in %.2f s%s)\n", e.total,
+                e.dp, e.pp, static_cast<long long>(best.result.evaluations), best.result.seconds,
+                best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
+    for (int s = 0; s < best.d_pp; ++s) {
+      const auto& g = best.result.partition[e.stage_order[s]];
+      std::string regions;
+      for (int d : g)
+        regions += cluster.devices[d].region.empty() ? fmt::format(" {}", d)
+                                                     : fmt::format(" {}:{}", d, cluster.devices[d].region);
+      std::printf("  stage %d (group %d, DP %.3f s):%s\n", s, e.stage_order[s], model.dp_cost(g), regions.c_str());
+    }
+    for (int i = 0; i < best.d_dp; ++i) {
+      std::string devs;
+      for (int d : e.pipelines[i]) devs += fmt::format(" {}", d);
+      std::printf("  pipeline %d:%s\n", i, devs.c_str());
+    }
+    std::printf("baselines:\n");
+    print_eval("GA plan", e, e.total);
+    print_eval("Megatron rank order", model.evaluate_megatron(), e.total);
+    auto random = random_baseline(model, a->random_k, a->ga.seed);
+    std::printf("  %-26s best %8.3f s, mean %.3f s over %d   (%.2fx / %.2fx the plan)\n", "random partitions",
+                random.best, random.mean, a->random_k, random.best / e.total, random.mean / e.total);
+    double slowest = 0, memory = w.stage_memory_gb(best.d_dp, best.d_pp);
+    std::vector<int> too_small;
+    for (int d = 0; d < cluster.size(); ++d) {
+      if (cluster.devices[d].tflops > 0)
+        slowest = std::max(slowest, w.tasklet_flops(best.d_dp, best.d_pp) / (cluster.devices[d].tflops * 1e12));
+      if (cluster.devices[d].memory_gb > 0 && cluster.devices[d].memory_gb < memory) too_small.push_back(d);
+    }
+    std::printf("beyond the paper: slowest device computes a tasklet in %.3f s; a stage needs ~%.1f GB (%zu devices "
+                "have less)\n",
+                slowest, memory, too_small.size());
+    if (!a->out.empty()) {
+      write_file_atomic(a->out, placement_json(cluster, e, best.d_dp, best.d_pp, original));
+      std::printf("placement: %s\n", a->out.c_str());
+    }
+  });
+}
+
+}  // namespace tributary::cli

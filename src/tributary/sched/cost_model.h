@@ -1,0 +1,59 @@
+// The communication cost model of Yuan et al. (arXiv 2206.01288), exactly as the paper/public code computes it,
+// so numbers compare with theirs (shared/reference/scheduling.md):
+//   w_DP(d,d') = alpha(d,d') + c_DP / (D_DP * beta(d,d'))       w_PP(d,d') = alpha(d,d') + c_PP / beta(d,d')
+//   DP(C_j)    = max_{d in C_j} sum_{d' in C_j, d' != d} 2 * w_DP(d,d');   DP = max_j DP(C_j)
+//   edge(C_j, C_j') = bottleneck perfect matching of the two groups under w_PP
+//   PP         = open-loop TSP (Hamiltonian path) over the D_PP groups with those edges
+//   total      = DP + 2 * PP   (seconds of communication per iteration)
+// Units: alpha in ms -> s, c in GB -> Gbit (x8), beta in Gbit/s.
+// Beyond the paper, reported separately: compute time of the slowest device and a memory check.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tributary/sched/cluster.h"
+#include "tributary/sched/workload.h"
+
+namespace tributary::sched {
+
+// groups[j] = the devices of stage group C_j (the data-parallel group of one stage), each of size d_dp.
+using Partition = std::vector<std::vector<int>>;
+
+struct Evaluation {
+  double dp = 0, pp = 0, total = 0;
+  std::vector<int> stage_order;        // group index per pipeline position
+  std::vector<std::vector<int>> pipelines;  // pipelines[i][s] = device of pipeline i at stage position s
+};
+
+class CostModel {
+ public:
+  CostModel(const Cluster& cluster, double c_dp_gb, double c_pp_gb, int d_dp, int d_pp);
+
+  int d_dp() const { return d_dp_; }
+  int d_pp() const { return d_pp_; }
+  int num_devices() const { return n_; }
+  double w_pp(int a, int b) const { return w_pp_(a, b); }
+  double w_dp(int a, int b) const { return w_dp_(a, b); }
+
+  double dp_cost(const std::vector<int>& group) const;
+  // Bottleneck perfect matching between equal-size groups; match[i] = index in b of a[i]'s partner.
+  double bottleneck_matching(const std::vector<int>& a, const std::vector<int>& b, std::vector<int>* match = nullptr) const;
+  // Cheapest open Hamiltonian path over a complete graph (exact Held-Karp up to 16 nodes, 2-opt beyond).
+  static double open_tsp(const Matrix& edges, std::vector<int>* order = nullptr);
+
+  double cost(const Partition& p) const;  // total only (the scheduler's fitness)
+  Evaluation evaluate(const Partition& p) const;
+  // Megatron's rank order: stage j on devices j*d_dp .. j*d_dp + d_dp - 1, stages in id order, the i-th device of a
+  // stage feeding the i-th device of the next (no matching, no TSP).
+  Evaluation evaluate_megatron() const;
+
+ private:
+  int n_, d_dp_, d_pp_;
+  Matrix w_pp_, w_dp_;
+};
+
+// Checks that the layout covers the cluster; Error naming the fields otherwise.
+void check_layout(const Cluster& cluster, int d_dp, int d_pp);
+
+}  // namespace tributary::sched

@@ -1,0 +1,333 @@
+#include "tributary/sched/genetic.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <thread>
+
+#include "tributary/core/rng.h"
+
+namespace tributary::sched {
+namespace {
+
+using Labels = std::vector<int>;  // labels[device] = stage group
+
+Partition to_partition(const Labels& labels, int d_pp) {
+  Partition p(static_cast<size_t>(d_pp));
+  for (int d = 0; d < static_cast<int>(labels.size()); ++d) p[labels[d]].push_back(d);
+  return p;
+}
+
+Labels random_labels(int n, int d_dp, int d_pp, SplitMix64& rng) {
+  Labels labels(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) labels[d] = d / d_dp;
+  for (int i = n; i > 1; --i) std::swap(labels[i - 1], labels[rng.below(static_cast<uint64_t>(i))]);
+  (void)d_pp;
+  return labels;
+}
+
+// Exact cost with per-group DP costs and per-pair bottleneck edges cached, so a swap re-evaluates 2 groups.
+class State {
+ public:
+  State(const CostModel& model, Labels labels) : model_(&model), labels_(std::move(labels)) {
+    groups_ = to_partition(labels_, model_->d_pp());
+    const int m = model_->d_pp();
+    dp_.resize(static_cast<size_t>(m));
+    edges_ = Matrix(m);
+    for (int g = 0; g < m; ++g) dp_[g] = model_->dp_cost(groups_[g]);
+    for (int a = 0; a < m; ++a)
+      for (int b = a + 1; b < m; ++b) edges_(a, b) = edges_(b, a) = model_->bottleneck_matching(groups_[a], groups_[b]);
+    total_ = compute_total();
+    secondary_ = secondary();
+  }
+
+  double total() const { return total_; }
+  const Labels& labels() const { return labels_; }
+  const Partition& groups() const { return groups_; }
+
+  // Swaps devices x and y (in different groups); keeps the swap if the cost drops, else restores. Returns kept.
+  bool try_swap(int x, int y) {
+    const int a = labels_[x], b = labels_[y];
+    const int m = model_->d_pp();
+    auto& ga = groups_[a];
+    auto& gb = groups_[b];
+    auto ia = std::find(ga.begin(), ga.end(), x) - ga.begin();
+    auto ib = std::find(gb.begin(), gb.end(), y) - gb.begin();
+    std::swap(ga[ia], gb[ib]);
+    const double old_dp_a = dp_[a], old_dp_b = dp_[b];
+    std::vector<double> old_a(static_cast<size_t>(m)), old_b(static_cast<size_t>(m));
+    for (int g = 0; g < m; ++g) {
+      old_a[g] = edges_(a, g);
+      old_b[g] = edges_(b, g);
+    }
+    dp_[a] = model_->dp_cost(ga);
+    dp_[b] = model_->dp_cost(gb);
+    // Cheap bound: PP >= 0, so a swap whose data-parallel cost alone exceeds the total cannot help.
+    if (std::max(dp_[a], dp_[b]) > total_ + 1e-12) {
+      std::swap(ga[ia], gb[ib]);
+      dp_[a] = old_dp_a;
+      dp_[b] = old_dp_b;
+      return false;
+    }
+    for (int g = 0; g < m; ++g) {
+      if (g != a) edges_(a, g) = edges_(g, a) = model_->bottleneck_matching(ga, groups_[g]);
+      if (g != b && g != a) edges_(b, g) = edges_(g, b) = model_->bottleneck_matching(gb, groups_[g]);
+    }
+    const double t = compute_total();
+    const double sec = secondary();
+    ++evaluations;
+    // Lexicographic: the cost, then (on plateaus of the max/bottleneck terms) the sum of every group's DP cost and
+    // every pair's bottleneck, which rewards fixing a bad pair before it is the one that sets the maximum.
+    if (t < total_ - 1e-12 || (t < total_ + 1e-12 && sec < secondary_ - 1e-12)) {
+      total_ = t;
+      secondary_ = sec;
+      labels_[x] = b;
+      labels_[y] = a;
+      return true;
+    }
+    std::swap(ga[ia], gb[ib]);
+    dp_[a] = old_dp_a;
+    dp_[b] = old_dp_b;
+    for (int g = 0; g < m; ++g) {
+      edges_(a, g) = edges_(g, a) = old_a[g];
+      edges_(b, g) = edges_(g, b) = old_b[g];
+    }
+    return false;
+  }
+
+  int64_t evaluations = 1;
+
+ private:
+  double compute_total() const {
+    double dp = 0;
+    for (double v : dp_) dp = std::max(dp, v);
+    return dp + 2.0 * CostModel::open_tsp(edges_);
+  }
+
+  double secondary() const {
+    double sum = 0;
+    for (double v : dp_) sum += v;
+    for (double v : edges_.v) sum += v;
+    return sum;
+  }
+
+  const CostModel* model_;
+  Labels labels_;
+  Partition groups_;
+  std::vector<double> dp_;
+  Matrix edges_;
+  double total_, secondary_;
+};
+
+// The fastest (lowest w_PP) pair inside a group.
+std::pair<int, int> fastest_pair(const CostModel& model, const std::vector<int>& g) {
+  std::pair<int, int> best{g[0], g.size() > 1 ? g[1] : g[0]};
+  double w = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < g.size(); ++i)
+    for (size_t j = i + 1; j < g.size(); ++j)
+      if (model.w_pp(g[i], g[j]) < w) {
+        w = model.w_pp(g[i], g[j]);
+        best = {g[i], g[j]};
+      }
+  return best;
+}
+
+double mean_w(const CostModel& model, int d, const std::vector<int>& g) {
+  double s = 0;
+  for (int e : g) s += model.w_pp(d, e);
+  return s / double(g.size());
+}
+
+void local_search(State& state, const CostModel& model, SplitMix64& rng, int random_swaps, const auto& out_of_time) {
+  const int m = model.d_pp(), n = model.num_devices();
+  for (bool improved = true; improved && !out_of_time();) {
+    improved = false;
+    // The paper's candidates: for groups (a, b), the fastest pairs (x1, x2) in a and (y1, y2) in b give the swaps
+    // x <-> y ranked by GAIN = mean w(x, C_b) - w(x, partner(x)) + mean w(y, C_a) - w(y, partner(y)).
+    for (int a = 0; a < m && !improved; ++a)
+      for (int b = a + 1; b < m && !improved; ++b) {
+        const auto& ga = state.groups()[a];
+        const auto& gb = state.groups()[b];
+        if (ga.size() < 2) continue;
+        auto [x1, x2] = fastest_pair(model, ga);
+        auto [y1, y2] = fastest_pair(model, gb);
+        struct Cand {
+          double gain;
+          int x, y;
+        };
+        std::vector<Cand> cands;
+        for (auto [x, px] : {std::pair{x1, x2}, std::pair{x2, x1}})
+          for (auto [y, py] : {std::pair{y1, y2}, std::pair{y2, y1}})
+            cands.push_back({mean_w(model, x, gb) - model.w_pp(x, px) + mean_w(model, y, ga) - model.w_pp(y, py), x, y});
+        std::sort(cands.begin(), cands.end(), [](const Cand& l, const Cand& r) { return l.gain > r.gain; });
+        for (const auto& c : cands)
+          if (state.try_swap(c.x, c.y)) {
+            improved = true;
+            break;
+          }
+      }
+    // Then random swaps between groups.
+    for (int t = 0; t < random_swaps && !improved; ++t) {
+      int x = static_cast<int>(rng.below(static_cast<uint64_t>(n)));
+      int y = static_cast<int>(rng.below(static_cast<uint64_t>(n)));
+      if (state.labels()[x] != state.labels()[y] && state.try_swap(x, y)) improved = true;
+    }
+    // Finally the whole swap neighbourhood (in a random order), so the result is a true 1-swap local optimum.
+    if (!improved) {
+      std::vector<std::pair<int, int>> pairs;
+      for (int x = 0; x < n; ++x)
+        for (int y = x + 1; y < n; ++y)
+          if (state.labels()[x] != state.labels()[y]) pairs.emplace_back(x, y);
+      for (size_t i = pairs.size(); i > 1; --i) std::swap(pairs[i - 1], pairs[rng.below(i)]);
+      for (const auto& [x, y] : pairs)
+        if (state.try_swap(x, y)) {
+          improved = true;
+          break;
+        }
+    }
+  }
+}
+
+// Relabels `b` so its groups line up with `a`'s (greedy maximum overlap): crossover must not mix unrelated labels.
+Labels normalise(const Labels& a, const Labels& b, int m) {
+  std::vector<std::vector<int>> overlap(static_cast<size_t>(m), std::vector<int>(static_cast<size_t>(m), 0));
+  for (size_t d = 0; d < a.size(); ++d) overlap[b[d]][a[d]]++;
+  std::vector<int> map(static_cast<size_t>(m), -1);
+  std::vector<bool> used(static_cast<size_t>(m), false);
+  for (int round = 0; round < m; ++round) {
+    int bi = -1, ai = -1, best = -1;
+    for (int i = 0; i < m; ++i) {
+      if (map[i] >= 0) continue;
+      for (int j = 0; j < m; ++j)
+        if (!used[j] && overlap[i][j] > best) {
+          best = overlap[i][j];
+          bi = i;
+          ai = j;
+        }
+    }
+    map[bi] = ai;
+    used[ai] = true;
+  }
+  Labels out(b.size());
+  for (size_t d = 0; d < b.size(); ++d) out[d] = map[b[d]];
+  return out;
+}
+
+Labels crossover(const Labels& a, const Labels& b_raw, int d_dp, int m, SplitMix64& rng) {
+  const int n = static_cast<int>(a.size());
+  Labels b = normalise(a, b_raw, m);
+  std::vector<int> cuts;
+  for (int i = 0; i < 5; ++i) cuts.push_back(static_cast<int>(rng.below(static_cast<uint64_t>(n))));
+  std::sort(cuts.begin(), cuts.end());
+  Labels child(a.size());
+  int segment = 0;
+  for (int d = 0, c = 0; d < n; ++d) {
+    while (c < 5 && cuts[c] <= d) {
+      ++c;
+      segment ^= 1;
+    }
+    child[d] = segment ? b[d] : a[d];
+  }
+  // Repair: move random devices out of over-full groups into under-full ones.
+  std::vector<int> count(static_cast<size_t>(m), 0);
+  for (int l : child) count[l]++;
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) order[d] = d;
+  for (int i = n; i > 1; --i) std::swap(order[i - 1], order[rng.below(static_cast<uint64_t>(i))]);
+  for (int d : order) {
+    if (count[child[d]] <= d_dp) continue;
+    int target = 0;
+    while (count[target] >= d_dp) ++target;
+    count[child[d]]--;
+    child[d] = target;
+    count[target]++;
+  }
+  return child;
+}
+
+struct Island {
+  State best;
+  int64_t evaluations;
+  bool budget_hit;
+};
+
+Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed,
+                  std::chrono::steady_clock::time_point deadline) {
+  SplitMix64 rng(seed);
+  const int n = model.num_devices(), d_dp = model.d_dp(), m = model.d_pp();
+  bool budget_hit = false;
+  auto out_of_time = [&]() {
+    if (std::chrono::steady_clock::now() > deadline) budget_hit = true;
+    return budget_hit;
+  };
+  std::vector<State> population;
+  int64_t evaluations = 0;
+  for (int i = 0; i < o.population; ++i) population.emplace_back(model, random_labels(n, d_dp, m, rng));
+  auto tournament = [&]() {
+    size_t a = rng.below(population.size()), b = rng.below(population.size());
+    return population[a].total() <= population[b].total() ? a : b;
+  };
+  for (int k = 0; k < o.offspring && !out_of_time(); ++k) {
+    size_t pa = tournament(), pb = tournament();
+    if (pa == pb) pb = (pa + 1 + rng.below(population.size() - 1)) % population.size();
+    State child(model, crossover(population[pa].labels(), population[pb].labels(), d_dp, m, rng));
+    local_search(child, model, rng, o.random_swaps, out_of_time);
+    evaluations += child.evaluations;
+    size_t worse = population[pa].total() >= population[pb].total() ? pa : pb;
+    bool duplicate = false;
+    for (const auto& s : population) duplicate |= std::abs(s.total() - child.total()) < 1e-12;
+    if (!duplicate && child.total() < population[worse].total()) population[worse] = std::move(child);
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < population.size(); ++i)
+    if (population[i].total() < population[best].total()) best = i;
+  return {population[best], evaluations + o.population, budget_hit};
+}
+
+}  // namespace
+
+ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(options.time_budget_s));
+  std::vector<std::optional<Island>> islands(static_cast<size_t>(std::max(1, options.islands)));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < islands.size(); ++i)
+    threads.emplace_back([&, i]() {
+      islands[i] = run_island(model, options, SplitMix64(options.seed * 0x9E3779B97F4A7C15ULL + i).next(), deadline);
+    });
+  for (auto& t : threads) t.join();
+  size_t best = 0;
+  ScheduleResult result;
+  for (size_t i = 0; i < islands.size(); ++i) {
+    if (islands[i]->best.total() < islands[best]->best.total()) best = i;
+    result.evaluations += islands[i]->evaluations;
+    result.budget_hit |= islands[i]->budget_hit;
+  }
+  result.partition = islands[best]->best.groups();
+  result.evaluation = model.evaluate(result.partition);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+RandomBaseline random_baseline(const CostModel& model, int k, uint64_t seed) {
+  SplitMix64 rng(seed);
+  RandomBaseline out;
+  out.best = std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (int i = 0; i < k; ++i) {
+    Partition p = to_partition(random_labels(model.num_devices(), model.d_dp(), model.d_pp(), rng), model.d_pp());
+    double c = model.cost(p);
+    sum += c;
+    if (c < out.best) {
+      out.best = c;
+      out.best_partition = p;
+    }
+  }
+  out.mean = sum / k;
+  return out;
+}
+
+}  // namespace tributary::sched

@@ -1,0 +1,247 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "tributary/core/error.h"
+#include "tributary/core/fs.h"
+#include "tributary/core/rng.h"
+#include "tributary/sched/cost_model.h"
+#include "tributary/sched/genetic.h"
+
+using namespace tributary;
+using namespace tributary::sched;
+
+namespace {
+
+Cluster random_cluster(int n, uint64_t seed) {
+  SplitMix64 rng(seed);
+  Cluster c;
+  c.name = "random";
+  c.devices.resize(static_cast<size_t>(n));
+  c.latency_ms = Matrix(n);
+  c.bandwidth_gbps = Matrix(n);
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b) {
+      c.latency_ms(a, b) = c.latency_ms(b, a) = double(rng.below(200));
+      c.bandwidth_gbps(a, b) = c.bandwidth_gbps(b, a) = 0.1 + double(rng.below(1000)) / 100.0;
+    }
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every balanced partition of n devices into m groups (canonical: group order by smallest member).
+void all_partitions(int n, int m, int size, std::vector<int>& label, int d, std::vector<int>& count, int used,
+                    const std::function<void(const Partition&)>& visit) {
+  if (d == n) {
+    Partition p(static_cast<size_t>(m));
+    for (int i = 0; i < n; ++i) p[label[i]].push_back(i);
+    visit(p);
+    return;
+  }
+  for (int g = 0; g < std::min(m, used + 1); ++g) {
+    if (count[g] == size) continue;
+    label[d] = g;
+    count[g]++;
+    all_partitions(n, m, size, label, d + 1, count, std::max(used, g + 1), visit);
+    count[g]--;
+  }
+}
+
+double brute_force_optimum(const CostModel& model) {
+  const int n = model.num_devices();
+  std::vector<int> label(static_cast<size_t>(n)), count(static_cast<size_t>(model.d_pp()), 0);
+  double best = std::numeric_limits<double>::infinity();
+  all_partitions(n, model.d_pp(), model.d_dp(), label, 0, count, 0,
+                 [&](const Partition& p) { best = std::min(best, model.cost(p)); });
+  return best;
+}
+
+}  // namespace
+
+TEST(CostModel, TermsMatchHandComputedValues) {
+  // 4 devices, groups {0,1} and {2,3}. latency 10 ms everywhere, bandwidth 1 Gbit/s except 0-1 at 4 and 2-3 at 2.
+  Cluster c = random_cluster(4, 1);
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) {
+      c.latency_ms(a, b) = 10;
+      c.bandwidth_gbps(a, b) = 1;
+    }
+  c.bandwidth_gbps(0, 1) = c.bandwidth_gbps(1, 0) = 4;
+  c.bandwidth_gbps(2, 3) = c.bandwidth_gbps(3, 2) = 2;
+  c.bandwidth_gbps(0, 3) = c.bandwidth_gbps(3, 0) = 0.5;  // the matching must avoid 0-3
+  CostModel m(c, /*c_dp=*/1.0, /*c_pp=*/0.5, /*d_dp=*/2, /*d_pp=*/2);
+  // DP({0,1}) = 2 * (0.01 + 1*8 / (2*4)) = 2.02; DP({2,3}) = 2 * (0.01 + 8 / (2*2)) = 4.02
+  EXPECT_NEAR(m.dp_cost({0, 1}), 2.02, 1e-12);
+  EXPECT_NEAR(m.dp_cost({2, 3}), 4.02, 1e-12);
+  // Matching {0,1} -> {2,3}: pairs 0-2 & 1-3 cost max(0.01+4, 0.01+4) = 4.01; 0-3 & 1-2 cost 0.01+8 = 8.01.
+  std::vector<int> match;
+  EXPECT_NEAR(m.bottleneck_matching({0, 1}, {2, 3}, &match), 4.01, 1e-12);
+  EXPECT_EQ(match, (std::vector<int>{0, 1}));
+  // Total = max DP + 2 * PP (one hop) = 4.02 + 2 * 4.01
+  EXPECT_NEAR(m.cost({{0, 1}, {2, 3}}), 4.02 + 8.02, 1e-12);
+  Evaluation e = m.evaluate({{0, 1}, {2, 3}});
+  EXPECT_NEAR(e.total, 12.04, 1e-12);
+  ASSERT_EQ(e.pipelines.size(), 2u);
+}
+
+TEST(CostModel, BottleneckMatchingEqualsBruteForce) {
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    Cluster c = random_cluster(10, seed);
+    CostModel m(c, 0.5, 0.3, 5, 2);
+    std::vector<int> a = {0, 2, 4, 6, 8}, b = {1, 3, 5, 7, 9};
+    std::vector<int> perm = {0, 1, 2, 3, 4};
+    double best = std::numeric_limits<double>::infinity();
+    do {
+      double worst = 0;
+      for (int i = 0; i < 5; ++i) worst = std::max(worst, m.w_pp(a[i], b[perm[i]]));
+      best = std::min(best, worst);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    std::vector<int> match;
+    double got = m.bottleneck_matching(a, b, &match);
+    EXPECT_DOUBLE_EQ(got, best) << "seed " << seed;
+    double worst = 0;
+    for (int i = 0; i < 5; ++i) worst = std::max(worst, m.w_pp(a[i], b[match[i]]));
+    EXPECT_DOUBLE_EQ(worst, got) << "the returned matching achieves the bottleneck";
+  }
+}
+
+TEST(CostModel, OpenTspEqualsBruteForce) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    SplitMix64 rng(seed);
+    const int k = 7;
+    Matrix e(k);
+    for (int i = 0; i < k; ++i)
+      for (int j = i + 1; j < k; ++j) e(i, j) = e(j, i) = double(rng.below(1000));
+    std::vector<int> perm(k);
+    std::iota(perm.begin(), perm.end(), 0);
+    double best = std::numeric_limits<double>::infinity();
+    do {
+      double c = 0;
+      for (int i = 0; i + 1 < k; ++i) c += e(perm[i], perm[i + 1]);
+      best = std::min(best, c);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    std::vector<int> order;
+    EXPECT_DOUBLE_EQ(CostModel::open_tsp(e, &order), best) << "seed " << seed;
+    double c = 0;
+    for (int i = 0; i + 1 < k; ++i) c += e(order[i], order[i + 1]);
+    EXPECT_DOUBLE_EQ(c, best);
+  }
+}
+
+TEST(CostModel, MegatronOrderMatchesThePaperNumbers) {
+  Workload w = load_workload("gpt3-xl");
+  const std::pair<const char*, double> cases[] = {
+      {"case5-worldwide", 75.29}, {"case4-regional", 39.98}, {"case3-multiple-datacenters", 17.65}};
+  for (auto [name, expected] : cases) {
+    CostModel m(preset(name), w.c_dp_gb, w.c_pp_gb, 8, 8);
+    EXPECT_NEAR(m.evaluate_megatron().total, expected, 0.01) << name;
+  }
+}
+
+TEST(Scheduler, FindsTheOptimumOfSmallClusters) {
+  // 2 regions x 4 devices, fast inside, slow between: every layout's optimum found by brute force.
+  Cluster c = random_cluster(8, 7);
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b) {
+      bool same = (a < 4) == (b < 4);
+      c.latency_ms(a, b) = same ? 1 : 80;
+      c.bandwidth_gbps(a, b) = same ? 10 : 0.5;
+    }
+  for (auto [dp, pp] : {std::pair{4, 2}, std::pair{2, 4}}) {
+    CostModel m(c, 0.65, 0.47, dp, pp);
+    auto r = schedule_genetic(m, {.seed = 3, .population = 20, .offspring = 30});
+    EXPECT_NEAR(r.evaluation.total, brute_force_optimum(m), 1e-9) << dp << "x" << pp;
+  }
+  // and on random heterogeneous 8-device clusters
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    CostModel m(random_cluster(8, 100 + seed), 0.65, 0.47, 2, 4);
+    auto r = schedule_genetic(m, {.seed = seed, .population = 20, .offspring = 40});
+    EXPECT_NEAR(r.evaluation.total, brute_force_optimum(m), 1e-9) << "seed " << seed;
+  }
+}
+
+TEST(Scheduler, SameSeedSamePlan) {
+  Workload w = load_workload("gpt3-xl");
+  Cluster c = shuffle_ids(preset("case4-regional"), 11);
+  CostModel m(c, w.c_dp_gb, w.c_pp_gb, 8, 8);
+  GeneticOptions o{.seed = 5, .population = 30, .offspring = 20};
+  auto a = schedule_genetic(m, o), b = schedule_genetic(m, o);
+  EXPECT_EQ(a.partition, b.partition);
+  EXPECT_EQ(a.evaluation.total, b.evaluation.total);
+  EXPECT_FALSE(a.budget_hit);
+}
+
+TEST(Scheduler, BeatsThePublicGaOnShuffledWorldWide) {
+  Workload w = load_workload("gpt3-xl");
+  Cluster c = shuffle_ids(preset("case5-worldwide"), 1);
+  CostModel m(c, w.c_dp_gb, w.c_pp_gb, 8, 8);
+  auto r = schedule_genetic(m, {.seed = 1});
+  EXPECT_LE(r.evaluation.total, 49.22 + 0.005);
+  EXPECT_GT(m.evaluate_megatron().total, 2.5 * r.evaluation.total) << "shuffled ids make rank order bad";
+}
+
+TEST(ClusterFile, LoadsRegionsAndMatricesAndRejectsBadFiles) {
+  Cluster r = parse_cluster(R"({"regions": [{"name": "a", "devices": 2, "tflops": 10}, {"name": "b", "devices": 1}],
+                               "latency_ms": [[1, 20], [20, 2]], "bandwidth_gbps": [[10, 1], [1, 5]]})",
+                            "r.json");
+  ASSERT_EQ(r.size(), 3);
+  EXPECT_EQ(r.latency_ms(0, 1), 1);
+  EXPECT_EQ(r.latency_ms(1, 2), 20);
+  EXPECT_EQ(r.bandwidth_gbps(2, 0), 1);
+  EXPECT_EQ(r.devices[2].region, "b");
+
+  auto msg = error_of([] {
+    parse_cluster(R"({"latency_ms": [[0, 1], [1]], "bandwidth_gbps": [[1, 1], [1, 1]]})", "bad.json");
+  });
+  EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("latency_ms"), std::string::npos) << msg;
+  msg = error_of([] { parse_cluster(R"({"latency_ms": [[0, 1], [1, 0]], "bandwidth_gbps": [[1, 0], [0, 1]]})", "z.json"); });
+  EXPECT_NE(msg.find("bandwidth_gbps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("> 0"), std::string::npos) << msg;
+  msg = error_of([] { parse_cluster(R"({"latency_ms": [[0, -1], [1, 0]], "bandwidth_gbps": [[1, 1], [1, 1]]})", "n.json"); });
+  EXPECT_NE(msg.find("latency_ms"), std::string::npos) << msg;
+  msg = error_of([] { check_layout(preset("case3-multiple-datacenters"), 8, 7); });
+  EXPECT_NE(msg.find("d_dp x d_pp"), std::string::npos) << msg;
+  msg = error_of([] { parse_workload(R"({"widht": 3})", "w.json"); });
+  EXPECT_NE(msg.find("widht"), std::string::npos) << msg;
+}
+
+TEST(ClusterFile, ShuffleIsAPermutation) {
+  Cluster c = preset("case5-worldwide");
+  std::vector<int> original;
+  Cluster s = shuffle_ids(c, 42, &original);
+  for (int a = 0; a < c.size(); ++a)
+    for (int b = 0; b < c.size(); ++b)
+      ASSERT_EQ(s.latency_ms(a, b), c.latency_ms(original[a], original[b]));
+  std::vector<int> sorted = original;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < c.size(); ++i) EXPECT_EQ(sorted[i], i);
+}
+
+TEST(ClusterFile, PresetsEqualTheSharedReferenceMatrices) {
+  fs::path dir = fs::path(TRIBUTARY_SOURCE_DIR) / ".." / "shared" / "reference" / "networks";
+  if (!fs::exists(dir)) GTEST_SKIP() << "no " << dir << " beside the checkout";
+  for (const auto& name : preset_names()) {
+    Cluster file = load_cluster((dir / (name + ".json")).string());
+    Cluster built = preset(name);
+    ASSERT_EQ(file.size(), built.size()) << name;
+    for (int a = 0; a < file.size(); ++a)
+      for (int b = 0; b < file.size(); ++b) {
+        if (a == b) continue;  // the diagonal is not used by the cost model
+        ASSERT_DOUBLE_EQ(file.latency_ms(a, b), built.latency_ms(a, b)) << name << " " << a << "," << b;
+        ASSERT_DOUBLE_EQ(file.bandwidth_gbps(a, b), built.bandwidth_gbps(a, b)) << name << " " << a << "," << b;
+      }
+  }
+}
