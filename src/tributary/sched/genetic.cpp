@@ -37,8 +37,12 @@ class State {
     dp_.resize(static_cast<size_t>(m));
     edges_ = Matrix(m);
     for (int g = 0; g < m; ++g) dp_[g] = model_->dp_cost(groups_[g]);
+    near_ = Matrix(m);
     for (int a = 0; a < m; ++a)
-      for (int b = a + 1; b < m; ++b) edges_(a, b) = edges_(b, a) = model_->bottleneck_matching(groups_[a], groups_[b]);
+      for (int b = a + 1; b < m; ++b) {
+        edges_(a, b) = edges_(b, a) = model_->bottleneck_matching(groups_[a], groups_[b]);
+        near_(a, b) = near_(b, a) = nearest_sum(groups_[a], groups_[b]);
+      }
     total_ = compute_total();
     secondary_ = secondary();
   }
@@ -58,9 +62,12 @@ class State {
     std::swap(ga[ia], gb[ib]);
     const double old_dp_a = dp_[a], old_dp_b = dp_[b];
     std::vector<double> old_a(static_cast<size_t>(m)), old_b(static_cast<size_t>(m));
+    std::vector<double> old_na(static_cast<size_t>(m)), old_nb(static_cast<size_t>(m));
     for (int g = 0; g < m; ++g) {
       old_a[g] = edges_(a, g);
       old_b[g] = edges_(b, g);
+      old_na[g] = near_(a, g);
+      old_nb[g] = near_(b, g);
     }
     dp_[a] = model_->dp_cost(ga);
     dp_[b] = model_->dp_cost(gb);
@@ -72,14 +79,19 @@ class State {
       return false;
     }
     for (int g = 0; g < m; ++g) {
-      if (g != a) edges_(a, g) = edges_(g, a) = model_->bottleneck_matching(ga, groups_[g]);
-      if (g != b && g != a) edges_(b, g) = edges_(g, b) = model_->bottleneck_matching(gb, groups_[g]);
+      if (g != a) {
+        edges_(a, g) = edges_(g, a) = model_->bottleneck_matching(ga, groups_[g]);
+        near_(a, g) = near_(g, a) = nearest_sum(ga, groups_[g]);
+      }
+      if (g != b && g != a) {
+        edges_(b, g) = edges_(g, b) = model_->bottleneck_matching(gb, groups_[g]);
+        near_(b, g) = near_(g, b) = nearest_sum(gb, groups_[g]);
+      }
     }
     const double t = compute_total();
     const double sec = secondary();
     ++evaluations;
-    // Lexicographic: the cost, then (on plateaus of the max/bottleneck terms) the sum of every group's DP cost and
-    // every pair's bottleneck, which rewards fixing a bad pair before it is the one that sets the maximum.
+    // Lexicographic: the cost, then the tie-breaker (secondary()).
     if (t < total_ - 1e-12 || (t < total_ + 1e-12 && sec < secondary_ - 1e-12)) {
       total_ = t;
       secondary_ = sec;
@@ -93,6 +105,8 @@ class State {
     for (int g = 0; g < m; ++g) {
       edges_(a, g) = edges_(g, a) = old_a[g];
       edges_(b, g) = edges_(g, b) = old_b[g];
+      near_(a, g) = near_(g, a) = old_na[g];
+      near_(b, g) = near_(g, b) = old_nb[g];
     }
     return false;
   }
@@ -106,10 +120,29 @@ class State {
     return dp + 2.0 * CostModel::open_tsp(edges_);
   }
 
+  // Tie-breaker on the plateaus of the max/bottleneck terms: every group's DP cost, every pair's bottleneck, and for
+  // every pair of groups the distance of each device to its nearest partner in the other group (which falls as
+  // soon as one device gets a close partner, long before the bottleneck of the whole matching does).
   double secondary() const {
     double sum = 0;
     for (double v : dp_) sum += v;
     for (double v : edges_.v) sum += v;
+    for (double v : near_.v) sum += v;
+    return sum;
+  }
+
+  double nearest_sum(const std::vector<int>& a, const std::vector<int>& b) const {
+    double sum = 0;
+    for (int x : a) {
+      double best = std::numeric_limits<double>::infinity();
+      for (int y : b) best = std::min(best, model_->w_pp(x, y));
+      sum += best;
+    }
+    for (int y : b) {
+      double best = std::numeric_limits<double>::infinity();
+      for (int x : a) best = std::min(best, model_->w_pp(x, y));
+      sum += best;
+    }
     return sum;
   }
 
@@ -117,7 +150,7 @@ class State {
   Labels labels_;
   Partition groups_;
   std::vector<double> dp_;
-  Matrix edges_;
+  Matrix edges_, near_;
   double total_, secondary_;
 };
 
