@@ -48,6 +48,14 @@ class State {
   }
 
   double total() const { return total_; }
+  double tie_breaker() const { return secondary_; }
+  // Lexicographic order on (cost, tie-breaker): used for selection, replacement and the final pick alike.
+  bool better_than(const State& o) const {
+    return total_ < o.total_ - 1e-12 || (total_ < o.total_ + 1e-12 && secondary_ < o.secondary_ - 1e-12);
+  }
+  bool same_as(const State& o) const {
+    return std::abs(total_ - o.total_) < 1e-12 && std::abs(secondary_ - o.secondary_) < 1e-9;
+  }
   const Labels& labels() const { return labels_; }
   const Partition& groups() const { return groups_; }
 
@@ -61,6 +69,7 @@ class State {
     auto ib = std::find(gb.begin(), gb.end(), y) - gb.begin();
     std::swap(ga[ia], gb[ib]);
     const double old_dp_a = dp_[a], old_dp_b = dp_[b];
+    const std::vector<int> old_order = order_;
     std::vector<double> old_a(static_cast<size_t>(m)), old_b(static_cast<size_t>(m));
     std::vector<double> old_na(static_cast<size_t>(m)), old_nb(static_cast<size_t>(m));
     for (int g = 0; g < m; ++g) {
@@ -108,26 +117,26 @@ class State {
       near_(a, g) = near_(g, a) = old_na[g];
       near_(b, g) = near_(g, b) = old_nb[g];
     }
+    order_ = old_order;
     return false;
   }
 
   int64_t evaluations = 1;
 
  private:
-  double compute_total() const {
+  double compute_total() {
     double dp = 0;
     for (double v : dp_) dp = std::max(dp, v);
-    return dp + 2.0 * CostModel::open_tsp(edges_);
+    return dp + 2.0 * CostModel::open_tsp(edges_, &order_);
   }
 
-  // Tie-breaker on the plateaus of the max/bottleneck terms: every group's DP cost, every pair's bottleneck, and for
-  // every pair of groups the distance of each device to its nearest partner in the other group (which falls as
+  // Tie-breaker on the plateaus of the max/bottleneck terms: every group's DP cost, and for consecutive stages of the
+  // current stage order the distance of each device to its nearest partner in the neighbouring group (which falls as
   // soon as one device gets a close partner, long before the bottleneck of the whole matching does).
   double secondary() const {
     double sum = 0;
     for (double v : dp_) sum += v;
-    for (double v : edges_.v) sum += v;
-    for (double v : near_.v) sum += v;
+    for (size_t s = 0; s + 1 < order_.size(); ++s) sum += near_(order_[s], order_[s + 1]);
     return sum;
   }
 
@@ -151,6 +160,7 @@ class State {
   Partition groups_;
   std::vector<double> dp_;
   Matrix edges_, near_;
+  std::vector<int> order_;  // stage order of the last evaluated layout (from the TSP)
   double total_, secondary_;
 };
 
@@ -300,7 +310,7 @@ Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed
   for (int i = 0; i < o.population; ++i) population.emplace_back(model, random_labels(n, d_dp, m, rng));
   auto tournament = [&]() {
     size_t a = rng.below(population.size()), b = rng.below(population.size());
-    return population[a].total() <= population[b].total() ? a : b;
+    return population[b].better_than(population[a]) ? b : a;
   };
   for (int k = 0; k < o.offspring && !out_of_time(); ++k) {
     size_t pa = tournament(), pb = tournament();
@@ -308,14 +318,14 @@ Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed
     State child(model, crossover(population[pa].labels(), population[pb].labels(), d_dp, m, rng));
     local_search(child, model, rng, o.random_swaps, out_of_time);
     evaluations += child.evaluations;
-    size_t worse = population[pa].total() >= population[pb].total() ? pa : pb;
+    size_t worse = population[pa].better_than(population[pb]) ? pb : pa;
     bool duplicate = false;
-    for (const auto& s : population) duplicate |= std::abs(s.total() - child.total()) < 1e-12;
-    if (!duplicate && child.total() < population[worse].total()) population[worse] = std::move(child);
+    for (const auto& s : population) duplicate |= s.same_as(child);
+    if (!duplicate && child.better_than(population[worse])) population[worse] = std::move(child);
   }
   size_t best = 0;
   for (size_t i = 1; i < population.size(); ++i)
-    if (population[i].total() < population[best].total()) best = i;
+    if (population[i].better_than(population[best])) best = i;
   return {population[best], evaluations + o.population, budget_hit};
 }
 
@@ -335,7 +345,7 @@ ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& op
   size_t best = 0;
   ScheduleResult result;
   for (size_t i = 0; i < islands.size(); ++i) {
-    if (islands[i]->best.total() < islands[best]->best.total()) best = i;
+    if (islands[i]->best.better_than(islands[best]->best)) best = i;
     result.evaluations += islands[i]->evaluations;
     result.budget_hit |= islands[i]->budget_hit;
   }
