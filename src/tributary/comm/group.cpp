@@ -1,0 +1,96 @@
+#include "tributary/comm/group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "tributary/core/error.h"
+
+namespace tributary::comm {
+
+Group::Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options, std::string prefix)
+    : store_(std::move(store)), rank_(rank), world_size_(world_size), options_(std::move(options)) {
+  reform(prefix);
+}
+
+Group::~Group() = default;
+
+void Group::reform(const std::string& prefix) {
+  prefix_ = prefix;
+  auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
+  pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.host));
+  pg_options->threads = 2;
+  try {
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store_), rank_,
+                                                      world_size_, pg_options);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("rank {}: could not form the process group '{}' of {} ranks: {}", rank_, prefix,
+                                   world_size_, e.what()));
+  }
+}
+
+template <typename MakeWork>
+void Group::run(const char* what, MakeWork&& make_work) {
+  try {
+    auto work = make_work();
+    work->wait(options_.collective_timeout);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("rank {}: {} in group '{}' failed or timed out after {} s: {}", rank_, what, prefix_,
+                                   options_.collective_timeout.count() / 1000.0, e.what()));
+  }
+}
+
+void Group::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
+  if (world_size_ == 1) return;
+  for (auto& t : tensors) {
+    std::vector<torch::Tensor> one = {t};
+    run("all_reduce", [&] { return pg_->allreduce(one); });
+  }
+}
+
+void Group::broadcast(std::vector<torch::Tensor>& tensors, int root) {
+  if (world_size_ == 1) return;
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  for (auto& t : tensors) {
+    std::vector<torch::Tensor> one = {t};
+    run("broadcast", [&] { return pg_->broadcast(one, opts); });
+  }
+}
+
+std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
+  if (world_size_ == 1) return {tensor.clone()};
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(tensor));
+  std::vector<torch::Tensor> in = {tensor.contiguous()};
+  run("all_gather", [&] { return pg_->allgather(out, in); });
+  return out[0];
+}
+
+void Group::barrier() {
+  if (world_size_ == 1) return;
+  run("barrier", [&] { return pg_->barrier(); });
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank,
+                                              int world_size, bool server_exists, const std::string& prefix,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(master_port);
+  opts.isServer = rank == 0 && !server_exists;
+  opts.numWorkers = server_exists ? c10::nullopt : c10::optional<std::size_t>(world_size);
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "
+                                   "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
+                                   rank, master_addr, master_port, timeout.count() / 1000, e.what()));
+  }
+  if (!prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  return store;
+}
+
+}  // namespace tributary::comm

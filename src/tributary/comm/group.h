@@ -1,0 +1,73 @@
+// The narrow group interface every algorithm uses (comm/ owns every byte that leaves a process). Implemented on
+// LibTorch's c10d: a Store for rendezvous (TCPStore in real runs, HashStore/FileStore in tests) and
+// ProcessGroupGloo for CPU collectives. Contracts:
+//  - every rank calls the same collectives in the same order;
+//  - every call has a deadline (GroupOptions::collective_timeout); a failed or timed-out collective throws
+//    NetworkError naming the operation and this rank, never hangs;
+//  - reform(prefix) builds a fresh process group under a new store prefix (for fault tolerance: survivors re-form
+//    without touching the algorithms).
+// Timeouts: c10d's defaults (300 s store, 30 min process group) are sized for data centers. Ours are named here and
+// configurable; each layer waits longer than the one below it (store < collective < launcher).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Store;
+class ProcessGroup;
+}  // namespace c10d
+
+namespace tributary::comm {
+
+// Rendezvous: a worker on another continent may start minutes later than rank 0.
+constexpr std::chrono::seconds kDefaultStoreTimeout{600};
+// One collective: an outer round of a 1B model over a 100 Mbit/s link takes minutes.
+constexpr std::chrono::seconds kDefaultCollectiveTimeout{1800};
+
+struct GroupOptions {
+  std::chrono::milliseconds collective_timeout = kDefaultCollectiveTimeout;
+  std::string host = "127.0.0.1";  // interface Gloo binds to (loopback for local runs)
+};
+
+class Group {
+ public:
+  Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options = {},
+        std::string prefix = "group0");
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return world_size_; }
+  const std::string& prefix() const { return prefix_; }
+  c10d::Store& store() { return *store_; }
+
+  void all_reduce_sum(std::vector<torch::Tensor>& tensors);               // in place, CPU tensors
+  void broadcast(std::vector<torch::Tensor>& tensors, int root);         // in place
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);    // same shape and dtype on every rank
+  void barrier();
+  void reform(const std::string& prefix);
+
+ private:
+  template <typename MakeWork>
+  void run(const char* what, MakeWork&& make_work);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, world_size_;
+  GroupOptions options_;
+  std::string prefix_;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+};
+
+// The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as
+// torchrun already does), everyone connects as a client.
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank,
+                                              int world_size, bool server_exists, const std::string& prefix,
+                                              std::chrono::milliseconds timeout = kDefaultStoreTimeout);
+
+}  // namespace tributary::comm
