@@ -59,3 +59,40 @@ TEST(Group, MissingPeerIsANetworkErrorNotAHang) {
   EXPECT_THROW(comm::Group(store, 0, 2, {.collective_timeout = std::chrono::milliseconds(500)}), NetworkError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
+
+#include "tributary/comm/exchange.h"
+
+TEST(Exchange, AveragesWithEveryCodecAndAccountsBytes) {
+  for (const std::string codec : {"fp32", "fp16", "int8", "fp4"}) {
+    run_ranks(3, [&](comm::Group& g) {
+      comm::Exchange ex(g, {.codec = codec, .bucket_mb = 0.0001});  // tiny buckets: several collectives
+      std::vector<torch::Tensor> t = {torch::full({100}, double(g.rank())), torch::full({3, 7}, 1.0 + g.rank())};
+      ex.average(t);
+      double tol = codec == "fp32" || codec == "fp16" ? 1e-6 : 0.1;
+      EXPECT_TRUE(torch::allclose(t[0], torch::full({100}, 1.0), 0, tol)) << codec;
+      EXPECT_TRUE(torch::allclose(t[1], torch::full({3, 7}, 2.0), 0, tol)) << codec;
+      auto c = comm::make_codec(codec);
+      EXPECT_GT(ex.stats().exchanges, 1) << "bucketing split the tensors";
+      if (codec == "fp32") {
+        EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, 2.0 * 2 / 3 * 121 * 4);
+      } else {
+        EXPECT_GE(ex.stats().bytes_sent, 2.0 * c->encoded_bytes(121));  // (N-1) x payload, per bucket
+      }
+    });
+  }
+}
+
+TEST(Exchange, EmulatedLinkTakesTheModelledTime) {
+  run_ranks(2, [](comm::Group& g) {
+    comm::Exchange ex(g, {.codec = "fp32", .wan = "8Mbit,50ms"});
+    std::vector<torch::Tensor> t = {torch::ones({25000})};  // 100 kB
+    auto start = std::chrono::steady_clock::now();
+    ex.average(t);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // ring all-reduce of 2 ranks: 2 steps of (50 ms + 50 kB / 1 MB/s) = 0.2 s
+    EXPECT_NEAR(ex.stats().modelled_s, 0.2, 1e-9);
+    EXPECT_GE(took, 0.2);
+    EXPECT_LT(took, 0.5);
+  });
+  EXPECT_THROW(comm::LinkModel::parse("fast,slow", 2), Error);
+}

@@ -1,0 +1,74 @@
+// Averaging across replicas with compression, byte accounting and optional WAN emulation, on top of Group.
+//
+// Byte accounting (per process, what this rank puts on / takes off the wire):
+//   fp32 without compression: bucketed ring all-reduce, 2 (N-1)/N x bytes sent and received;
+//   with a codec: every rank all-gathers the others' encoded payloads (ring), (N-1) x payload sent and received;
+//   the payloads are decoded and averaged in fp32.
+//
+// WAN emulation models a ring: at every step each rank sends one chunk to its neighbour, all at once, so a step
+// takes the slowest ring edge's latency + chunk / bandwidth; an all-reduce is 2 (N-1) steps of bytes/N, an
+// all-gather N-1 steps of one payload. After the real collective finishes, the caller sleeps for whatever the
+// model says is left. Modelled: per-pair latency and bandwidth, the ring's step structure. Not modelled: TCP slow
+// start and congestion, jitter, packet loss, links shared by several flows, asymmetric links, compute slowed by
+// communication threads. The real loopback time is a floor (it is never subtracted below zero).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tributary/comm/codec.h"
+#include "tributary/comm/group.h"
+
+namespace tributary::comm {
+
+struct LinkModel {
+  int num_ranks = 0;
+  std::vector<double> latency_s;    // num_ranks^2
+  std::vector<double> bytes_per_s;  // num_ranks^2
+
+  // "10Mbit,100ms" (also Kbit/Gbit, ms/s/us) for every pair, or a cluster JSON file (sched/ formats or a preset
+  // name) whose first num_ranks devices are the ranks.
+  static LinkModel parse(const std::string& spec, int num_ranks);
+  double ring_allreduce_s(double bytes) const;
+  double ring_allgather_s(double bytes_per_rank) const;
+  std::string describe() const;
+};
+
+struct CommStats {
+  double bytes_sent = 0, bytes_recv = 0;
+  double comm_s = 0;      // wall time blocked in communication (including emulated link time)
+  double modelled_s = 0;  // what the link model said the exchanges take (0 without emulation)
+  int64_t exchanges = 0;
+};
+
+struct ExchangeOptions {
+  std::string codec = "fp32";
+  double bucket_mb = 25;
+  std::string wan;  // empty: no emulation
+};
+
+class Exchange {
+ public:
+  Exchange(Group& group, const ExchangeOptions& options);
+
+  // Replaces every tensor (fp32, CPU) by its average over the ranks.
+  void average(std::vector<torch::Tensor>& tensors);
+
+  const CommStats& stats() const { return stats_; }
+  CommStats take_stats();  // returns and resets
+  const Codec& codec() const { return *codec_; }
+  const std::optional<LinkModel>& link_model() const { return link_; }
+
+ private:
+  void average_bucket(torch::Tensor& flat);
+  Group& group_;
+  std::unique_ptr<Codec> codec_;
+  bool lossless_;
+  int64_t bucket_numel_;
+  std::optional<LinkModel> link_;
+  CommStats stats_;
+};
+
+}  // namespace tributary::comm
