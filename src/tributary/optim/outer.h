@@ -1,0 +1,39 @@
+// The outer optimizer of DiLoCo (and, per module, DiPaCo): the global parameters and the Nesterov momentum live in
+// host memory (fp32, CPU) whatever device the inner loop runs on.
+//   pseudo-gradient  delta = theta_global - theta_local            (per replica; then averaged across replicas)
+//   Nesterov SGD     buf = mu * buf + delta;  theta_global -= lr * (delta + mu * buf)   (torch.optim.SGD, nesterov)
+// With lr = 1 and mu = 0 the step is plain averaging of the replicas (FedAvg).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "tributary/model/tensor_io.h"
+
+namespace tributary {
+
+struct OuterOptions {
+  double lr = 0.7;
+  double momentum = 0.9;
+};
+
+class OuterOptimizer {
+ public:
+  OuterOptimizer(const NamedTensors& params, OuterOptions options);  // copies the current parameters as global
+
+  // delta[i] = global[i] - local[i] (fp32, CPU), in the order of the parameters.
+  std::vector<torch::Tensor> pseudo_gradient(const NamedTensors& local) const;
+  // One Nesterov step on the global parameters with the averaged pseudo-gradient; then copies them into `local`.
+  void step(const std::vector<torch::Tensor>& averaged_delta, NamedTensors& local);
+
+  const NamedTensors& global() const { return global_; }
+  NamedTensors state() const;  // "<param>.outer_momentum"
+  int64_t num_steps() const { return num_steps_; }
+
+ private:
+  NamedTensors global_;
+  std::vector<torch::Tensor> momentum_;
+  OuterOptions options_;
+  int64_t num_steps_ = 0;
+};
+
+}  // namespace tributary
