@@ -11,5 +11,6 @@ void add_generate(CLI::App& app);
 void add_data(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_plan(CLI::App& app);
+void add_launch(CLI::App& app);
 
 }  // namespace tributary::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_data(app);
   tributary::cli::add_plot(app);
   tributary::cli::add_plan(app);
+  tributary::cli::add_launch(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,22 @@
+#include "cli/commands.h"
+#include "tributary/runtime/launcher.h"
+
+namespace tributary::cli {
+
+void add_launch(CLI::App& app) {
+  auto o = std::make_shared<LaunchOptions>();
+  auto* cmd = app.add_subcommand("launch", "start N local workers of a distributed run: launch --nproc N -- train CFG");
+  cmd->add_option("--nproc", o->nproc, "workers on this machine")->required();
+  cmd->add_option("--nnodes", o->nnodes, "machines in the run");
+  cmd->add_option("--node-rank", o->node_rank, "index of this machine");
+  cmd->add_option("--master-addr", o->master_addr, "address of the machine with rank 0 (default loopback)");
+  cmd->add_option("--master-port", o->master_port, "rendezvous port (0: a free one, single machine only)");
+  cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
+  cmd->add_option("command", o->command, "the worker's tributary command, after --")->required();
+  cmd->callback([o]() {
+    int code = launch(*o);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace tributary::cli

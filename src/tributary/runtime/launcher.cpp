@@ -1,0 +1,197 @@
+#include "tributary/runtime/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int s) { g_signal = s; }
+
+struct Worker {
+  int rank;
+  pid_t pid;
+  int fd;  // read end of the worker's stdout+stderr
+  std::string partial;
+  bool running = true;
+  int status = 0;
+};
+
+bool is_loopback_or_private(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1" || addr.rfind("10.", 0) == 0 ||
+         addr.rfind("192.168.", 0) == 0 || addr.rfind("172.", 0) == 0;
+}
+
+void flush_lines(Worker& w, bool final) {
+  size_t pos;
+  while ((pos = w.partial.find('\n')) != std::string::npos) {
+    std::fprintf(stdout, "[rank %d] %s\n", w.rank, w.partial.substr(0, pos).c_str());
+    w.partial.erase(0, pos + 1);
+  }
+  if (final && !w.partial.empty()) {
+    std::fprintf(stdout, "[rank %d] %s\n", w.rank, w.partial.c_str());
+    w.partial.clear();
+  }
+  std::fflush(stdout);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int free_tcp_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    fail("cannot find a free TCP port: {}", std::strerror(errno));
+  ::close(s);
+  return ntohs(addr.sin_port);
+}
+
+int launch(const LaunchOptions& o) {
+  if (o.nproc < 1 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    fail("launch: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes");
+  if (o.command.empty()) fail("launch: give the worker command after --, e.g. launch --nproc 4 -- train cfg.toml");
+  int port = o.master_port;
+  if (port == 0) {
+    if (o.nnodes > 1) fail("launch: --master-port 0 (pick a free port) only works on a single node");
+    port = free_tcp_port();
+  }
+  if (!is_loopback_or_private(o.master_addr))
+    log::warn("master address {} looks public: c10d's TCPStore and Gloo are unauthenticated and unencrypted; anyone "
+              "who reaches port {} can join or disrupt the run. Use a private network, VPN or tunnel.",
+              o.master_addr, port);
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) fail("launch: cannot find its own executable");
+  exe[n] = '\0';
+
+  const int world = o.nproc * o.nnodes;
+  std::vector<Worker> workers;
+  for (int local = 0; local < o.nproc; ++local) {
+    int pipefd[2];
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) fail("launch: pipe: {}", std::strerror(errno));
+    const int rank = o.node_rank * o.nproc + local;
+    pid_t pid = ::fork();
+    if (pid < 0) fail("launch: fork: {}", std::strerror(errno));
+    if (pid == 0) {
+      ::dup2(pipefd[1], STDOUT_FILENO);
+      ::dup2(pipefd[1], STDERR_FILENO);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc).c_str(), 1);
+      ::setenv("GROUP_RANK", std::to_string(o.node_rank).c_str(), 1);
+      ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("TRIBUTARY_LAUNCHED", "1", 1);
+      std::vector<char*> argv;
+      argv.push_back(exe);
+      for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(exe, argv.data());
+      std::fprintf(stderr, "exec %s failed: %s\n", exe, std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(pipefd[1]);
+    workers.push_back({rank, pid, pipefd[0]});
+  }
+
+  g_signal = 0;
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+  int result = 0;
+  int failed_rank = -1;
+  std::optional<std::chrono::steady_clock::time_point> stop_deadline;
+  auto stop_all = [&](int sig) {
+    for (auto& w : workers)
+      if (w.running) ::kill(w.pid, sig);
+  };
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (auto& w : workers)
+      if (w.fd >= 0) fds.push_back({w.fd, POLLIN, 0});
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (auto& w : workers) {
+      if (w.fd < 0) continue;
+      char buf[8192];
+      for (;;) {
+        pollfd p{w.fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) <= 0) break;
+        ssize_t got = ::read(w.fd, buf, sizeof(buf));
+        if (got <= 0) {
+          ::close(w.fd);
+          w.fd = -1;
+          flush_lines(w, true);
+          break;
+        }
+        w.partial.append(buf, static_cast<size_t>(got));
+        flush_lines(w, false);
+      }
+    }
+    for (auto& w : workers) {
+      if (!w.running) continue;
+      int status;
+      if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
+        w.running = false;
+        w.status = status;
+        int code = exit_code_of(status);
+        if (code != 0 && failed_rank < 0 && !stop_deadline) {
+          failed_rank = w.rank;
+          result = code;
+          log::error("launch: rank {} (pid {}) exited with status {}; stopping the other workers", w.rank, w.pid, code);
+          stop_all(SIGTERM);
+          stop_deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                  std::chrono::duration<double>(o.grace_s));
+        }
+      }
+    }
+    if (g_signal && !stop_deadline) {
+      log::warn("launch: signal {} received; stopping the workers", int(g_signal));
+      stop_all(SIGTERM);
+      result = 128 + g_signal;
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double>(o.grace_s));
+    }
+    if (stop_deadline && std::chrono::steady_clock::now() > *stop_deadline) {
+      stop_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
+    bool any = false;
+    for (auto& w : workers) any |= w.running || w.fd >= 0;
+    if (!any) break;
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (failed_rank >= 0) log::error("launch: failed because rank {} failed (status {})", failed_rank, result);
+  return result;
+}
+
+}  // namespace tributary

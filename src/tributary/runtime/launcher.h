@@ -1,0 +1,27 @@
+// `tributary launch`: starts the local workers of a distributed run (like torchrun), prefixes their output with the
+// rank, and supervises them: when a worker fails, the others are stopped (SIGTERM, then SIGKILL after a grace
+// period) and launch exits with the failing worker's status, naming its rank. No orphans, no hang.
+// Multi-machine: the same command on every machine with --nnodes/--node-rank/--master-addr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tributary {
+
+struct LaunchOptions {
+  int nproc = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";  // loopback by default: c10d is unauthenticated
+  int master_port = 29500;                // 0: pick a free port (single node only)
+  double grace_s = 10;                    // between SIGTERM and SIGKILL when stopping workers
+  std::vector<std::string> command;       // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
+};
+
+// Runs to completion; returns the exit status launch should exit with.
+int launch(const LaunchOptions& options);
+
+int free_tcp_port();  // a port the OS just gave out on 127.0.0.1
+
+}  // namespace tributary
