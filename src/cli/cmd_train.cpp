@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/dist_env.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {
@@ -34,11 +35,17 @@ void add_train(CLI::App& app) {
     }
     RunConfig config = RunConfig::load(args->config, args->overrides);
     TrainOptions options{.resume = resume->count() > 0, .resume_from = args->resume_from,
-                         .stop_after_step = args->stop_after, .overwrite = args->overwrite};
+                         .stop_after_step = args->stop_after, .overwrite = args->overwrite,
+                         .dist = resolve_dist_env_from_process()};
     TrainSummary s = train(config, options);
+    if (options.dist.rank != 0) return;
     log::info("done: {} steps, {} tokens in {:.0f} s | val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f}) | "
               "{:.0f} tok/s | MFU {:.1f}%",
               s.steps, s.tokens, s.elapsed_s, s.val_loss, s.val_bpb, s.unigram_bpb, s.tokens_per_s, 100 * s.mfu);
+    if (s.world_size > 1)
+      log::info("{} replicas: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {:.1f} s blocked in "
+                "communication",
+                s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, s.comm_s);
     log::info("run directory: {} (metrics.jsonl, summary.json, checkpoints/)", s.run_dir.string());
   });
 }

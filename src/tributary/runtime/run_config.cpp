@@ -12,7 +12,8 @@ int64_t ModelConfig::resolved_mlp_hidden() const {
 }
 
 RunConfig::RunConfig() { bind(); }
-RunConfig::RunConfig(const RunConfig& other) : model(other.model), data(other.data), optim(other.optim), train(other.train) {
+RunConfig::RunConfig(const RunConfig& other)
+    : model(other.model), data(other.data), optim(other.optim), train(other.train), dist(other.dist) {
   bind();
 }
 RunConfig& RunConfig::operator=(const RunConfig& other) {
@@ -20,6 +21,7 @@ RunConfig& RunConfig::operator=(const RunConfig& other) {
   data = other.data;
   optim = other.optim;
   train = other.train;
+  dist = other.dist;
   bind();
   return *this;
 }
@@ -61,6 +63,16 @@ void RunConfig::bind() {
   s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1);
   s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
   s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
+  s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
+  s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
+  s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
+  s.add("dist.outer_momentum", dist.outer_momentum, "DiLoCo: outer Nesterov momentum", 0.0, 0.999999);
+  s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);
+  s.add("dist.compression", dist.compression, "what goes on the wire", {"fp32", "fp16", "bf16", "int8", "fp4"});
+  s.add("dist.bucket_mb", dist.bucket_mb, "MB per collective", 0.001, 4096.0);
+  s.add("dist.wan", dist.wan, "emulated links: '' | '10Mbit,100ms' | cluster JSON or preset");
+  s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);
+  s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
 }
 
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
@@ -87,6 +99,10 @@ void RunConfig::validate() const {
   if (model.num_layers % model.num_levels != 0)
     fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
          model.num_levels, model.num_layers);
+  if (dist.collective_timeout_s < dist.store_timeout_s)
+    fail("dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
+         "longer than the one below it",
+         dist.collective_timeout_s, dist.store_timeout_s);
   if (optim.warmup_steps > train.steps)
     fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
 }

@@ -60,11 +60,28 @@ struct TrainConfig {
   int64_t keep_checkpoints = 2;
 };
 
+// How replicas synchronise when the run has more than one process (tributary launch, torchrun, Slurm).
+// Data parallel: gradients averaged every step. DiLoCo: inner_steps local AdamW steps, then the pseudo-gradients are
+// averaged and applied by the outer Nesterov optimizer.
+struct DistConfig {
+  std::string algorithm = "diloco";  // diloco | ddp
+  int64_t inner_steps = 50;          // H
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  double qsr_alpha = 0;              // > 0: H = max(inner_steps, floor((alpha / lr)^2)) as the inner lr decays
+  std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4
+  double bucket_mb = 25;
+  std::string wan;                   // "" | "10Mbit,100ms" | cluster JSON / preset: emulated links between ranks
+  double store_timeout_s = 600;
+  double collective_timeout_s = 1800;
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
+  DistConfig dist;
 
   RunConfig();
   RunConfig(const RunConfig& other);

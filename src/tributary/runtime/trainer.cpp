@@ -1,6 +1,7 @@
 #include "tributary/runtime/trainer.h"
 
 #include <csignal>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
+#include "tributary/runtime/replicas.h"
 
 namespace tributary {
 namespace {
@@ -48,8 +50,18 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   RunConfig config = config_in;
   const auto& tc = config.train;
   const torch::Device device = parse_device(tc.device);
-  const int64_t threads = configure_threads(tc.threads);
-  check_blas();
+  const DistEnv& env = options.dist;
+  const bool lead = env.rank == 0;  // rank 0 writes metrics, evaluations and checkpoints
+  if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
+  const int64_t threads = configure_threads(
+      tc.threads > 0 ? tc.threads
+                     : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / env.local_world_size));
+  if (lead) check_blas();
+  if (env.distributed() && options.resume)
+    fail("--resume is not supported for multi-process runs yet (rank {} of {}); restart the run", env.rank,
+         env.world_size);
+  std::unique_ptr<Replicas> replicas;
+  if (env.distributed()) replicas = std::make_unique<Replicas>(config, env);
 
   Dataset dataset = Dataset::open(config.data.dir);
   if (config.model.vocab_size == 0) config.model.vocab_size = dataset.vocab_size();
@@ -75,7 +87,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
          run_dir.string());
   }
   fs::create_directories(run_dir);
-  write_file_atomic(run_dir / "config.toml", config.to_toml());
+  if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
 
   // Model and optimizer: the seed fixes the initialisation; a checkpoint then overwrites it.
   torch::manual_seed(static_cast<uint64_t>(tc.seed));
@@ -90,8 +102,11 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   auto val_tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens("val"));
   const std::string train_label = fmt::format("'{}' train", config.data.dir);
   const std::string val_label = fmt::format("'{}' val", config.data.dir);
+  // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
+  // process with batch N*b would.
   BatchLoader loader(train_tokens,
-                     {.batch_size = tc.batch_size, .context = config.model.context, .seed = static_cast<uint64_t>(tc.seed)},
+                     {.batch_size = tc.batch_size, .context = config.model.context, .seed = static_cast<uint64_t>(tc.seed),
+                      .rank = env.rank, .world_size = env.world_size},
                      train_label);
   const LoaderOptions val_options{.batch_size = tc.batch_size, .context = config.model.context, .shuffle = false};
   BatchLoader(val_tokens, val_options, val_label);  // fail now, not at the first evaluation, if val is too small
@@ -114,6 +129,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   }
   if (start_step >= tc.steps) fail("the checkpoint is at step {} but train.steps = {}: nothing to do", start_step, tc.steps);
 
+  if (replicas) replicas->start(params);
   const double peak = measure_matmul_peak(device);
   const double flops_per_token = training_flops_per_token(config.model, model->num_matmul_parameters());
   const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * config.model.context;
@@ -123,25 +139,34 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   summary.peak_flops = peak;
   summary.num_parameters = model->num_parameters();
   summary.unigram_bpb = dataset.unigram_val_bits_per_token() / bytes_per_token;
-  log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
+  if (lead) log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary.num_parameters)), thousands(double(model->num_matmul_parameters())),
             config.model.num_levels, config.model.blocks_per_level(), config.model.width, config.model.context,
             config.model.vocab_size);
-  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
+  if (lead) log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
             "{:.1f} GFLOP/s",
             config.data.dir, thousands(double(train_tokens->size())), thousands(double(val_tokens->size())),
             dataset.tokenizer_kind(), thousands(double(tokens_per_step)), threads, peak / 1e9);
 
-  MetricsWriter metrics(run_dir / "metrics.jsonl", ckpt ? start_step : -1);
+  std::unique_ptr<MetricsWriter> metrics_writer;
+  if (lead) metrics_writer = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl", ckpt ? start_step : -1);
+  auto write_metrics = [&](const nlohmann::json& line) {
+    if (metrics_writer) metrics_writer->write(line.dump());
+  };
+  if (replicas && lead)
+    log::info("{} replicas, {}{}, compression {}", replicas->size(),
+              replicas->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+              replicas->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", config.dist.inner_steps,
+                                                  config.dist.outer_lr, config.dist.outer_momentum),
+              config.dist.compression);
   auto run_eval = [&](int64_t step, double elapsed) {
     BatchLoader val_loader(val_tokens, val_options, val_label);
     auto result = evaluate(*model, val_loader, tc.eval_batches, device);
     summary.val_loss = result.loss;
     summary.val_ppl = std::exp(result.loss);
     summary.val_bpb = result.loss / std::log(2.0) / bytes_per_token;
-    metrics.write(nlohmann::json{{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss},
-                                 {"val_ppl", summary.val_ppl}, {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}}
-                      .dump());
+    write_metrics({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
+                   {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}});
     log::info("eval step {:>5} | val loss {:.4f} | ppl {:.2f} | {:.3f} bits/byte (unigram {:.3f})", step, result.loss,
               summary.val_ppl, summary.val_bpb, summary.unigram_bpb);
   };
@@ -170,7 +195,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   auto batch = torch::empty({tc.batch_size, config.model.context + 1}, torch::kInt64);  // (B, T+1) host buffer
   const int64_t T = config.model.context;
   const auto run_start = Clock::now();
-  double train_seconds = 0, interval_seconds = 0;
+  double train_seconds = 0, interval_seconds = 0, round_seconds = 0, round_comm_s = 0;
   int64_t interval_tokens = 0;
   double interval_loss = 0;
   int64_t interval_steps = 0;
@@ -187,34 +212,59 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       (tc.grad_accum > 1 ? loss / double(tc.grad_accum) : loss).backward();
       step_loss += loss.item<double>() / double(tc.grad_accum);
     }
+    if (replicas) replicas->after_backward(params);  // data parallel: average gradients
     if (!std::isfinite(step_loss))
       fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);
     const double grad_norm = clip_grad_norm(params, config.optim.grad_clip);
     optimizer.step(lr);
     step += 1;
-    tokens_seen += tokens_per_step;
-
+    tokens_seen += tokens_per_step * env.world_size;
+    bool synced = false;
+    if (replicas) {
+      synced = replicas->after_step(step, lr, params);             // DiLoCo: outer step every H inner steps
+      if (step == tc.steps) synced |= replicas->finish(step, params);  // pending inner steps at the end
+    }
     const double dt = seconds_since(step_start);
+    round_seconds += dt;
     train_seconds += dt;
     interval_seconds += dt;
-    interval_tokens += tokens_per_step;
+    interval_tokens += tokens_per_step * env.world_size;
     interval_loss += step_loss;
     interval_steps += 1;
     summary.losses.push_back(step_loss);
     const double elapsed = elapsed_before + seconds_since(run_start);
 
+    if (replicas && (synced || (replicas->ddp() && (step % tc.log_every == 0 || step == tc.steps)))) {
+      auto c = replicas->take_stats();
+      round_comm_s += c.comm_s;
+      summary.bytes_sent += c.bytes_sent;
+      summary.bytes_recv += c.bytes_recv;
+      summary.comm_s += c.comm_s;
+      write_metrics({{"step", step},
+                     {"outer_step", replicas->ddp() ? step : replicas->outer_steps()},
+                     {"bytes_sent", c.bytes_sent},
+                     {"bytes_recv", c.bytes_recv},
+                     {"comm_s", c.comm_s},
+                     {"modelled_link_s", c.modelled_s},
+                     {"compute_s", round_seconds - c.comm_s},
+                     {"inner_steps", replicas->ddp() ? 1 : replicas->inner_steps_now()},
+                     {"elapsed_s", elapsed_before + seconds_since(run_start)}});
+      round_seconds = 0;
+    }
     if (step % tc.log_every == 0 || step == tc.steps) {
       const double tps = double(interval_tokens) / interval_seconds;
-      const double mfu = tps * flops_per_token / peak;
+      const double mfu = tps * flops_per_token / (peak * env.world_size);
       const double eta = double(tc.steps - step) * interval_seconds / double(interval_steps);
-      metrics.write(nlohmann::json{{"step", step}, {"tokens", tokens_seen}, {"loss", step_loss},
-                                   {"loss_avg", interval_loss / double(interval_steps)}, {"lr", lr},
-                                   {"grad_norm", grad_norm}, {"tokens_per_s", tps}, {"mfu", mfu},
-                                   {"elapsed_s", elapsed}}
-                        .dump());
-      log::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}% | ETA {}", step,
-                tc.steps, interval_loss / double(interval_steps), lr, grad_norm, thousands(tps), 100 * mfu,
-                format_duration(eta));
+      write_metrics({{"step", step}, {"tokens", tokens_seen}, {"loss", step_loss},
+                     {"loss_avg", interval_loss / double(interval_steps)}, {"lr", lr}, {"grad_norm", grad_norm},
+                     {"tokens_per_s", tps}, {"mfu", mfu}, {"elapsed_s", elapsed}});
+      std::string comm_share =
+          replicas ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s / interval_seconds) : std::string();
+      round_comm_s = 0;
+      if (lead)
+        log::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
+                  tc.steps, interval_loss / double(interval_steps), lr, grad_norm, thousands(tps), 100 * mfu,
+                  comm_share, format_duration(eta));
       interval_seconds = 0;
       interval_tokens = 0;
       interval_loss = 0;
@@ -222,8 +272,11 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
     }
     const bool last = step == tc.steps;
     const bool stop = g_stop_requested || (options.stop_after_step > 0 && step >= options.stop_after_step);
-    if ((tc.eval_every > 0 && step % tc.eval_every == 0) || last) run_eval(step, elapsed);
-    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last || stop) save(step, elapsed);
+    // DiLoCo replicas hold the global model only right after an outer step: checkpoint then (or at the end).
+    const bool at_global = !replicas || replicas->ddp() || synced;
+    if (lead && ((tc.eval_every > 0 && step % tc.eval_every == 0) || last)) run_eval(step, elapsed);
+    if (lead && (((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) && at_global) || last || stop))
+      save(step, elapsed);
     if (stop && !last) {
       log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary.checkpoint.string());
       summary.stopped_early = true;
@@ -234,19 +287,28 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   std::signal(SIGTERM, old_term);
 
   summary.steps = step;
+  if (replicas) {
+    summary.world_size = replicas->size();
+    summary.outer_steps = replicas->outer_steps();
+  }
   summary.tokens = tokens_seen;
   summary.elapsed_s = elapsed_before + seconds_since(run_start);
   const int64_t steps_run = step - start_step;
-  summary.tokens_per_s = double(steps_run * tokens_per_step) / train_seconds;
-  summary.mfu = summary.tokens_per_s * flops_per_token / peak;
+  summary.tokens_per_s = double(steps_run * tokens_per_step * env.world_size) / train_seconds;
+  summary.mfu = summary.tokens_per_s * flops_per_token / (peak * env.world_size);
   nlohmann::json summary_json = {{"steps", summary.steps},           {"tokens", summary.tokens},
                                  {"val_loss", summary.val_loss},     {"val_bpb", summary.val_bpb},
                                  {"val_ppl", summary.val_ppl},       {"unigram_bpb", summary.unigram_bpb},
                                  {"tokens_per_s", summary.tokens_per_s}, {"mfu", summary.mfu},
                                  {"peak_flops", summary.peak_flops}, {"elapsed_s", summary.elapsed_s},
                                  {"num_parameters", summary.num_parameters},
-                                 {"checkpoint", summary.checkpoint.string()}, {"stopped_early", summary.stopped_early}};
-  write_file_atomic(run_dir / "summary.json", summary_json.dump(2) + "\n");
+                                 {"checkpoint", summary.checkpoint.string()}, {"stopped_early", summary.stopped_early},
+                                 {"world_size", summary.world_size}, {"bytes_sent", summary.bytes_sent},
+                                 {"bytes_recv", summary.bytes_recv}, {"comm_s", summary.comm_s},
+                                 {"outer_steps", summary.outer_steps},
+                                 {"algorithm", replicas ? config.dist.algorithm : std::string("single")},
+                                 {"compression", config.dist.compression}};
+  if (lead) write_file_atomic(run_dir / "summary.json", summary_json.dump(2) + "\n");
   return summary;
 }
 

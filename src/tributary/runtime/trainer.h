@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tributary/core/fs.h"
+#include "tributary/runtime/dist_env.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {
@@ -17,6 +18,7 @@ struct TrainOptions {
   std::string resume_from;      // checkpoint or run directory; empty with resume: latest in train.run_dir
   int64_t stop_after_step = 0;  // > 0: checkpoint and stop after this step (a planned pre-emption)
   bool overwrite = false;       // start fresh even if train.run_dir already has checkpoints
+  DistEnv dist;                 // rank and world of this process (single process by default)
 };
 
 struct TrainSummary {
@@ -29,6 +31,10 @@ struct TrainSummary {
   double elapsed_s = 0;
   int64_t num_parameters = 0;
   bool stopped_early = false;
+  // Distributed runs: this rank's traffic and time blocked in communication, and the number of outer steps.
+  int world_size = 1;
+  double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
+  int64_t outer_steps = 0;
   fs::path run_dir, checkpoint;
 };
 
