@@ -42,6 +42,14 @@ std::string thousands(double value) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// Fault injection for tests (like torchft's): TRIBUTARY_FAIL_RANK=R TRIBUTARY_FAIL_STEP=S kills rank R with SIGKILL
+// during step S, the way a pre-empted machine disappears.
+void maybe_inject_failure(const DistEnv& env, int64_t step) {
+  static const char* rank = std::getenv("TRIBUTARY_FAIL_RANK");
+  static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
+  if (rank && at && std::atoi(rank) == env.rank && std::atoll(at) == step) ::raise(SIGKILL);
+}
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
@@ -212,6 +220,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       (tc.grad_accum > 1 ? loss / double(tc.grad_accum) : loss).backward();
       step_loss += loss.item<double>() / double(tc.grad_accum);
     }
+    maybe_inject_failure(env, step + 1);
     if (replicas) replicas->after_backward(params);  // data parallel: average gradients
     if (!std::isfinite(step_loss))
       fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);

@@ -1,0 +1,126 @@
+// Multi-process runs through `tributary launch`: real processes, real c10d (TCPStore + Gloo) on loopback.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tributary/core/fs.h"
+#include "tributary/core/safetensors.h"
+#include "tributary/data/dataset.h"
+#include "tributary/model/tensor_io.h"
+
+using namespace tributary;
+
+namespace {
+
+fs::path work() { return fs::temp_directory_path() / "trib_distributed"; }
+fs::path data() { return fs::temp_directory_path() / "trib_integration" / "data"; }
+
+std::pair<int, std::string> sh(const std::string& cmd) {
+  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  int status = ::pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
+std::string tiny(const std::string& run, const std::string& extra) {
+  return std::string(" train --overwrite --set model.num_layers=2 --set model.width=64 --set model.context=64") +
+         " --set optim.warmup_steps=2 --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=5" +
+         " --set train.threads=1 --set data.dir=" + data().string() + " --set train.run_dir=" + (work() / run).string() +
+         " " + extra;
+}
+
+class Distributed : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::create_directories(work());
+    if (!fs::exists(data() / "dataset.json"))
+      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(), {.val_permille = 50});
+  }
+};
+
+torch::Tensor flat_params(const fs::path& run) {
+  auto f = safetensors::File::load(run / "checkpoints" / "step-00000006" / "model.safetensors");
+  std::vector<torch::Tensor> parts;
+  for (const auto& [name, view] : f.tensors()) parts.push_back(to_torch(view).reshape({-1}));
+  return torch::cat(parts);
+}
+
+bool any_process_mentions(const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    if (cmd.find(marker) != std::string::npos && cmd.find("gtest") == std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
+  const std::string cli = TRIBUTARY_CLI;
+  auto [rc1, out1] = sh(cli + tiny("single", "--set train.steps=6 --set train.batch_size=8"));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                        tiny("ddp", "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp"));
+  ASSERT_EQ(rc2, 0) << out2;
+  auto a = flat_params(work() / "single"), b = flat_params(work() / "ddp");
+  EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << "max diff " << (a - b).abs().max().item<double>();
+  EXPECT_FALSE(a.equal(flat_params(work() / "single") * 0)) << "sanity";
+  auto summary = nlohmann::json::parse(read_file(work() / "ddp" / "summary.json"));
+  // 6 steps of a ring all-reduce of every gradient: 2 (N-1)/N x 4 bytes x parameters per step
+  EXPECT_DOUBLE_EQ(summary["bytes_sent"].get<double>(), 6.0 * 4 * 123264);
+}
+
+TEST_F(Distributed, DilocoRunsAndCommunicatesHTimesLess) {
+  const std::string cli = TRIBUTARY_CLI;
+  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                      tiny("diloco", "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+                                     "--set dist.compression=int8"));
+  ASSERT_EQ(rc, 0) << out;
+  auto s = nlohmann::json::parse(read_file(work() / "diloco" / "summary.json"));
+  EXPECT_EQ(s["outer_steps"].get<int>(), 3);
+  // int8 all-gather: (N-1) x (params + 1024) per bucket, 3 rounds
+  EXPECT_NEAR(s["bytes_sent"].get<double>(), 3.0 * (123264 + 1024), 1024 * 3);
+  int rounds = 0;
+  std::istringstream metrics(read_file(work() / "diloco" / "metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("outer_step")) {
+      ++rounds;
+      for (const char* key : {"bytes_sent", "bytes_recv", "comm_s", "compute_s"}) EXPECT_TRUE(j.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(rounds, 3);
+}
+
+TEST_F(Distributed, WorkersWithDifferentConfigsAreRefused) {
+  const std::string cli = TRIBUTARY_CLI;
+  const int port = 29000 + (::getpid() % 1000);
+  auto cmd = [&](int rank, const std::string& extra) {
+    return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+           " " + cli + tiny("mismatch" + std::to_string(rank), "--set train.steps=4 " + extra);
+  };
+  auto [rc, out] =
+      sh("(" + cmd(0, "") + ") 2>&1 & (" + cmd(1, "--set model.width=32 --set model.num_heads=2") + ") 2>&1; wait");
+  EXPECT_NE(out.find("rank 1 differs from rank 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("model.width"), std::string::npos) << out;
+}
+
+TEST_F(Distributed, ADyingWorkerStopsTheLaunchWithNoOrphans) {
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string marker = (work() / "dies").string();
+  auto start = std::chrono::steady_clock::now();
+  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli + " launch --nproc 2 --master-port 0 --grace 2 --" +
+                      tiny("dies", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp"));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  EXPECT_LT(took, 30) << "launch must not wait for the collective timeout";
+  EXPECT_FALSE(any_process_mentions(marker)) << "a worker outlived launch";
+}
