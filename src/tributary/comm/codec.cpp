@@ -129,17 +129,65 @@ class Fp4Codec final : public Codec {
   }
 };
 
+// TernGrad (arXiv 1705.07878): x ~ s * sign(x) * Bernoulli(|x| / s) with s = max |x| -- unbiased, 2 bits a value.
+// Stochastic: each encode draws from its own SplitMix64 stream (seeded per codec instance and call), so runs with
+// the same seed are reproducible.
+class TernGradCodec final : public Codec {
+ public:
+  explicit TernGradCodec(uint64_t seed) : rng_state_(seed) {}
+  std::string name() const override { return "terngrad"; }
+  size_t encoded_bytes(int64_t n) const override { return static_cast<size_t>((n + 3) / 4) + 4; }
+  void encode(const torch::Tensor& x, uint8_t* out) const override {
+    const int64_t n = x.numel();
+    const float* v = x.data_ptr<float>();
+    float scale = 0;
+    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(v[i]));
+    std::memcpy(out, &scale, 4);
+    uint8_t* codes = out + 4;
+    std::memset(codes, 0, static_cast<size_t>((n + 3) / 4));
+    uint64_t z = (rng_state_ += 0x9E3779B97F4A7C15ULL);
+    for (int64_t i = 0; i < n; ++i) {
+      z += 0x9E3779B97F4A7C15ULL;
+      uint64_t r = z;
+      r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      r = (r ^ (r >> 27)) * 0x94D049BB133111EBULL;
+      r ^= r >> 31;
+      const double u = double(r >> 11) * 0x1.0p-53;
+      uint8_t code = 0;
+      if (scale > 0 && u < std::abs(v[i]) / scale) code = v[i] < 0 ? 2 : 1;
+      codes[i / 4] |= static_cast<uint8_t>(code << (2 * (i % 4)));
+    }
+  }
+  torch::Tensor decode(const uint8_t* in, int64_t n) const override {
+    float scale;
+    std::memcpy(&scale, in, 4);
+    auto out = torch::empty({n}, torch::kFloat32);
+    float* o = out.data_ptr<float>();
+    const uint8_t* codes = in + 4;
+    for (int64_t i = 0; i < n; ++i) {
+      uint8_t code = (codes[i / 4] >> (2 * (i % 4))) & 3;
+      o[i] = code == 1 ? scale : code == 2 ? -scale : 0.0f;
+    }
+    return out;
+  }
+
+ private:
+  mutable uint64_t rng_state_;
+};
+
 }  // namespace
 
-std::vector<std::string> codec_names() { return {"fp32", "fp16", "bf16", "int8", "fp4"}; }
+std::vector<std::string> codec_names() { return {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad"}; }
 
-std::unique_ptr<Codec> make_codec(const std::string& name) {
+std::unique_ptr<Codec> make_codec(const std::string& name, uint64_t seed) {
   if (name == "fp32" || name == "none") return std::make_unique<Fp32Codec>();
   if (name == "fp16") return std::make_unique<HalfCodec>(torch::kFloat16);
   if (name == "bf16") return std::make_unique<HalfCodec>(torch::kBFloat16);
   if (name == "int8") return std::make_unique<Int8Codec>();
   if (name == "fp4") return std::make_unique<Fp4Codec>();
-  fail("unknown compression '{}' (dist.compression: one of fp32, fp16, bf16, int8, fp4)", name);
+  if (name == "terngrad") return std::make_unique<TernGradCodec>(seed);
+  fail("unknown compression '{}' (dist.compression: one of fp32, fp16, bf16, int8, fp4, terngrad, topk, powersgd)",
+       name);
 }
 
 }  // namespace tributary::comm

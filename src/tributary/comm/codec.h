@@ -6,6 +6,8 @@
 //   bf16      2n                       |err| <= 2^-8 |x|
 //   int8      n + 4*256 (+4)           PRIME: step 6*sigma/256 around 0, a table of the mean value of each bin
 //   fp4       ceil(n/2) + 4            E3M0: sign + 3-bit exponent, magnitudes scale*2^(e-7), e = 1..7, or 0
+//   terngrad  ceil(n/4) + 4            s * sign(x) * Bernoulli(|x|/s), s = max|x|: unbiased, values in {-s, 0, s}
+// Top-k and PowerSGD keep error-feedback state across rounds; they live in Exchange, not here.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,7 +30,8 @@ class Codec {
   virtual torch::Tensor decode(const uint8_t* in, int64_t numel) const = 0;
 };
 
-std::unique_ptr<Codec> make_codec(const std::string& name);  // Error listing the names if unknown
+// Error listing the names if unknown. `seed` feeds the stochastic codecs (terngrad).
+std::unique_ptr<Codec> make_codec(const std::string& name, uint64_t seed = 0);
 std::vector<std::string> codec_names();
 
 }  // namespace tributary::comm

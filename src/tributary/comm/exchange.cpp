@@ -92,7 +92,9 @@ std::string LinkModel::describe() const {
 
 Exchange::Exchange(Group& group, const ExchangeOptions& options)
     : group_(group),
-      codec_(make_codec(options.codec)),
+      options_(options),
+      codec_(make_codec(options.codec == "topk" || options.codec == "powersgd" ? "fp32" : options.codec,
+                        options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
       lossless_(codec_->name() == "fp32"),
       bucket_numel_(std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4))) {
   if (!options.wan.empty()) link_ = LinkModel::parse(options.wan, group.size());
@@ -106,6 +108,11 @@ CommStats Exchange::take_stats() {
 
 void Exchange::average(std::vector<torch::Tensor>& tensors) {
   if (group_.size() == 1) return;
+  if (options_.codec == "powersgd") {
+    average_powersgd(tensors);
+    return;
+  }
+  size_t bucket_index = 0;
   // Buckets of consecutive tensors, flattened, so that one collective moves up to bucket_mb.
   size_t i = 0;
   while (i < tensors.size()) {
@@ -115,7 +122,7 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
     std::vector<torch::Tensor> flat_parts;
     for (size_t k = i; k < j; ++k) flat_parts.push_back(tensors[k].detach().reshape({-1}));
     auto flat = torch::cat(flat_parts).to(torch::kFloat32).contiguous();
-    average_bucket(flat);
+    average_bucket(flat, bucket_index++);
     int64_t offset = 0;
     torch::NoGradGuard no_grad;
     for (size_t k = i; k < j; ++k) {
@@ -127,18 +134,110 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
   }
 }
 
-void Exchange::average_bucket(torch::Tensor& flat) {
+void Exchange::account(double sent, double recv, double modelled, Clock::time_point start) {
+  const double real = std::chrono::duration<double>(Clock::now() - start).count();
+  if (modelled > real) std::this_thread::sleep_for(std::chrono::duration<double>(modelled - real));
+  stats_.bytes_sent += sent;
+  stats_.bytes_recv += recv;
+  stats_.modelled_s += modelled;
+  stats_.comm_s += std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.exchanges += 1;
+}
+
+void Exchange::all_reduce_mean(torch::Tensor& t) {
+  const int n = group_.size();
+  const auto start = Clock::now();
+  std::vector<torch::Tensor> one = {t};
+  group_.all_reduce_sum(one);
+  t.div_(n);
+  const double bytes = double(t.numel()) * 4, wire = 2.0 * (n - 1) / n * bytes;
+  account(wire, wire, link_ ? link_->ring_allreduce_s(bytes) : 0.0, start);
+}
+
+void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
+  const int n = group_.size();
+  const auto start = Clock::now();
+  if (residual_.size() <= bucket_index) residual_.resize(bucket_index + 1);
+  auto& residual = residual_[bucket_index];
+  if (!residual.defined()) residual = torch::zeros_like(flat);
+  auto x = flat + residual;  // error feedback
+  const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(options_.topk_ratio * double(x.numel())));
+  auto idx = std::get<1>(x.abs().topk(k)).to(torch::kInt32);
+  auto values = x.index_select(0, idx.to(torch::kInt64));
+  residual = x.clone();
+  residual.index_fill_(0, idx.to(torch::kInt64), 0.0);
+  // payload: k x (u32 index, f32 value)
+  auto payload = torch::cat({idx.view(torch::kUInt8), values.contiguous().view(torch::kUInt8)});
+  auto gathered = group_.all_gather(payload);
+  flat.zero_();
+  for (const auto& p : gathered) {
+    auto pi = p.narrow(0, 0, k * 4).view(torch::kInt32).to(torch::kInt64);
+    auto pv = p.narrow(0, k * 4, k * 4).view(torch::kFloat32);
+    flat.index_add_(0, pi, pv);
+  }
+  flat.div_(n);
+  const double bytes = double(payload.numel());
+  account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
+}
+
+void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
+  const int64_t r = options_.powersgd_rank;
+  if (residual_.size() < tensors.size()) {
+    residual_.resize(tensors.size());
+    q_.resize(tensors.size());
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> uncompressed;
+  std::vector<size_t> uncompressed_index;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto& t = tensors[i];
+    const int64_t rows = t.dim() >= 2 ? t.size(0) : 1, cols = t.numel() / std::max<int64_t>(1, rows);
+    if (t.dim() < 2 || (rows + cols) * r >= rows * cols) {
+      uncompressed.push_back(t.detach().reshape({-1}).to(torch::kFloat32));
+      uncompressed_index.push_back(i);
+      continue;
+    }
+    auto m = t.detach().to(torch::kFloat32).reshape({rows, cols});
+    if (!residual_[i].defined()) {
+      residual_[i] = torch::zeros_like(m);
+      // Same initial Q on every rank: a generator seeded by the run seed and the tensor's position.
+      auto gen = at::detail::createCPUGenerator(options_.seed * 1000003 + i);
+      q_[i] = at::randn({cols, r}, gen, torch::kFloat32);
+    }
+    m = m + residual_[i];
+    auto p = torch::mm(m, q_[i]);  // (rows, r)
+    all_reduce_mean(p);
+    p = std::get<0>(torch::linalg_qr(p));  // orthonormal columns (rows, r)
+    auto q = torch::mm(m.t(), p);           // (cols, r)
+    all_reduce_mean(q);
+    auto approx = torch::mm(p, q.t());
+    residual_[i] = m - approx;
+    q_[i] = q;
+    t.copy_(approx.view(t.sizes()));
+  }
+  if (!uncompressed.empty()) {
+    auto flat = torch::cat(uncompressed);
+    all_reduce_mean(flat);
+    int64_t offset = 0;
+    for (size_t j = 0; j < uncompressed.size(); ++j) {
+      auto& t = tensors[uncompressed_index[j]];
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+void Exchange::average_bucket(torch::Tensor& flat, size_t bucket_index) {
+  if (options_.codec == "topk") {
+    average_topk(flat, bucket_index);
+    return;
+  }
   const int n = group_.size();
   const auto start = Clock::now();
   double modelled = 0;
   if (lossless_) {
-    std::vector<torch::Tensor> t = {flat};
-    group_.all_reduce_sum(t);
-    flat.div_(n);
-    const double bytes = double(flat.numel()) * 4;
-    stats_.bytes_sent += 2.0 * (n - 1) / n * bytes;
-    stats_.bytes_recv += 2.0 * (n - 1) / n * bytes;
-    if (link_) modelled = link_->ring_allreduce_s(bytes);
+    all_reduce_mean(flat);
+    return;
   } else {
     const size_t payload = codec_->encoded_bytes(flat.numel());
     auto wire = torch::empty({static_cast<int64_t>(payload)}, torch::kUInt8);
@@ -147,15 +246,9 @@ void Exchange::average_bucket(torch::Tensor& flat) {
     flat.zero_();
     for (const auto& w : gathered) flat.add_(codec_->decode(w.data_ptr<uint8_t>(), flat.numel()));
     flat.div_(n);
-    stats_.bytes_sent += double(n - 1) * payload;
-    stats_.bytes_recv += double(n - 1) * payload;
     if (link_) modelled = link_->ring_allgather_s(double(payload));
+    account(double(n - 1) * payload, double(n - 1) * payload, modelled, start);
   }
-  const double real = std::chrono::duration<double>(Clock::now() - start).count();
-  if (modelled > real) std::this_thread::sleep_for(std::chrono::duration<double>(modelled - real));
-  stats_.modelled_s += modelled;
-  stats_.comm_s += std::chrono::duration<double>(Clock::now() - start).count();
-  stats_.exchanges += 1;
 }
 
 }  // namespace tributary::comm

@@ -1,5 +1,12 @@
 // Averaging across replicas with compression, byte accounting and optional WAN emulation, on top of Group.
 //
+// Stateful compressors (error feedback: what was not sent is added to the next round's input, per tensor/bucket;
+// the calls must therefore pass the same tensors in the same order every round):
+//   topk      every rank all-gathers the others' k largest-magnitude (index, value) pairs of each bucket;
+//   powersgd  per matrix M (n x m, tensors with >= 2 dims viewed as first dim x rest): P = M Q, all-reduce P,
+//             orthogonalise, Q = M^T P, all-reduce Q, M ~ P Q^T / N (Vogels et al., PyTorch's DDP hook), warm-started
+//             Q; compressed only where (n + m) r < n m, the rest goes as fp32 all-reduce.
+//
 // Byte accounting (per process, what this rank puts on / takes off the wire):
 //   fp32 without compression: bucketed ring all-reduce, 2 (N-1)/N x bytes sent and received;
 //   with a codec: every rank all-gathers the others' encoded payloads (ring), (N-1) x payload sent and received;
@@ -13,6 +20,7 @@
 // communication threads. The real loopback time is a floor (it is never subtracted below zero).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,9 +52,12 @@ struct CommStats {
 };
 
 struct ExchangeOptions {
-  std::string codec = "fp32";
+  std::string codec = "fp32";  // a codec name (codec.h), or "topk" / "powersgd" (stateful, below)
   double bucket_mb = 25;
-  std::string wan;  // empty: no emulation
+  std::string wan;             // empty: no emulation
+  double topk_ratio = 0.01;    // top-k: fraction of each bucket's values sent (index u32 + value f32)
+  int64_t powersgd_rank = 4;   // PowerSGD: rank r of the low-rank factors
+  uint64_t seed = 0;           // stochastic codecs and PowerSGD's initial Q
 };
 
 class Exchange {
@@ -62,8 +73,15 @@ class Exchange {
   const std::optional<LinkModel>& link_model() const { return link_; }
 
  private:
-  void average_bucket(torch::Tensor& flat);
+  void average_bucket(torch::Tensor& flat, size_t bucket_index);
+  void average_topk(torch::Tensor& flat, size_t bucket_index);
+  void average_powersgd(std::vector<torch::Tensor>& tensors);
+  void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
+  void account(double bytes_sent, double bytes_recv, double modelled_s, std::chrono::steady_clock::time_point start);
   Group& group_;
+  ExchangeOptions options_;
+  std::vector<torch::Tensor> residual_;  // error feedback (topk: per bucket, powersgd: per tensor)
+  std::vector<torch::Tensor> q_;         // PowerSGD warm start, per tensor
   std::unique_ptr<Codec> codec_;
   bool lossless_;
   int64_t bucket_numel_;

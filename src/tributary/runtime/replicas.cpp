@@ -46,8 +46,12 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
       store, env.rank, env.world_size,
       comm::GroupOptions{.collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))});
   exchange_ = std::make_unique<comm::Exchange>(
-      *group_, comm::ExchangeOptions{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb,
-                                     .wan = config.dist.wan});
+      *group_, comm::ExchangeOptions{.codec = config.dist.compression,
+                                     .bucket_mb = config.dist.bucket_mb,
+                                     .wan = config.dist.wan,
+                                     .topk_ratio = config.dist.topk_ratio,
+                                     .powersgd_rank = config.dist.powersgd_rank,
+                                     .seed = static_cast<uint64_t>(config.train.seed)});
   if (env.rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
 }
 

@@ -68,7 +68,10 @@ void RunConfig::bind() {
   s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
   s.add("dist.outer_momentum", dist.outer_momentum, "DiLoCo: outer Nesterov momentum", 0.0, 0.999999);
   s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);
-  s.add("dist.compression", dist.compression, "what goes on the wire", {"fp32", "fp16", "bf16", "int8", "fp4"});
+  s.add("dist.compression", dist.compression, "what goes on the wire",
+        {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd"});
+  s.add("dist.topk_ratio", dist.topk_ratio, "top-k: fraction of values sent", 1e-6, 1.0);
+  s.add("dist.powersgd_rank", dist.powersgd_rank, "PowerSGD: rank of the factors", 1, 1024);
   s.add("dist.bucket_mb", dist.bucket_mb, "MB per collective", 0.001, 4096.0);
   s.add("dist.wan", dist.wan, "emulated links: '' | '10Mbit,100ms' | cluster JSON or preset");
   s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);

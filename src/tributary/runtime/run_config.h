@@ -69,7 +69,9 @@ struct DistConfig {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   double qsr_alpha = 0;              // > 0: H = max(inner_steps, floor((alpha / lr)^2)) as the inner lr decays
-  std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4
+  std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4 | terngrad | topk | powersgd
+  double topk_ratio = 0.01;
+  int64_t powersgd_rank = 4;
   double bucket_mb = 25;
   std::string wan;                   // "" | "10Mbit,100ms" | cluster JSON / preset: emulated links between ranks
   double store_timeout_s = 600;

@@ -20,6 +20,7 @@ TEST(Codec, ExactWireSizes) {
     EXPECT_EQ(comm::make_codec("bf16")->encoded_bytes(n), size_t(2 * n));
     EXPECT_EQ(comm::make_codec("int8")->encoded_bytes(n), size_t(n + 1024));
     EXPECT_EQ(comm::make_codec("fp4")->encoded_bytes(n), size_t((n + 1) / 2 + 4));
+    EXPECT_EQ(comm::make_codec("terngrad")->encoded_bytes(n), size_t((n + 3) / 4 + 4));
   }
   EXPECT_THROW(comm::make_codec("zip"), Error);
 }
@@ -56,4 +57,23 @@ TEST(Codec, SignsZerosAndDegenerateInputsSurvive) {
   // the int8 table keeps the mean of each bin: a constant vector comes back exactly
   auto c = torch::full({100}, 0.37f);
   EXPECT_TRUE(torch::allclose(round_trip(*comm::make_codec("int8"), c), c));
+}
+
+TEST(Codec, TernGradIsUnbiasedAndTernary) {
+  torch::manual_seed(5);
+  auto x = torch::randn({64});
+  double s = x.abs().max().item<double>();
+  auto codec = comm::make_codec("terngrad", 7);
+  auto sum = torch::zeros({64});
+  const int trials = 4000;
+  for (int t = 0; t < trials; ++t) {
+    auto y = round_trip(*codec, x);
+    auto ternary = (y == 0) | ((y.abs() - s).abs() < 1e-6);
+    ASSERT_TRUE(ternary.all().item<bool>());
+    ASSERT_TRUE(((y == 0) | (y.sign() == x.sign())).all().item<bool>());
+    sum += y;
+  }
+  // mean within ~4 standard errors: var = |x| s - x^2 <= s^2 / 4
+  auto mean = sum / trials;
+  EXPECT_LE((mean - x).abs().max().item<double>(), 4 * s / 2 / std::sqrt(double(trials)));
 }

@@ -96,3 +96,39 @@ TEST(Exchange, EmulatedLinkTakesTheModelledTime) {
   });
   EXPECT_THROW(comm::LinkModel::parse("fast,slow", 2), Error);
 }
+
+TEST(Exchange, TopKErrorFeedbackSendsEverythingEventually) {
+  run_ranks(2, [](comm::Group& g) {
+    comm::Exchange ex(g, {.codec = "topk", .topk_ratio = 0.1});
+    auto x = torch::arange(1, 41, torch::kFloat32) * (g.rank() == 0 ? 1.0 : -0.5);  // 40 values
+    auto total = torch::zeros({40});
+    const int rounds = 200;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<torch::Tensor> t = {x.clone()};
+      ex.average(t);
+      total += t[0];
+    }
+    // The true average over the rounds is rounds * 0.25 * x0. Without error feedback each rank would send the same 4
+    // coordinates forever; with it every coordinate gets through and only what sits in the residuals is missing.
+    auto expected = torch::arange(1, 41, torch::kFloat32) * 0.25 * rounds;
+    EXPECT_TRUE((total != 0).all().item<bool>()) << total;
+    EXPECT_LT((total - expected).abs().sum().item<double>() / expected.abs().sum().item<double>(), 0.1) << total;
+    // 4 values (10%) x 8 bytes per round, sent to the one other rank
+    EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, rounds * 4 * 8);
+  });
+}
+
+TEST(Exchange, PowerSgdRecoversLowRankAveragesExactly) {
+  run_ranks(2, [](comm::Group& g) {
+    comm::Exchange ex(g, {.codec = "powersgd", .powersgd_rank = 2, .seed = 3});
+    auto gen = at::detail::createCPUGenerator(11);
+    auto a = at::randn({30, 2}, gen, torch::kFloat32), b = at::randn({20, 2}, gen, torch::kFloat32);
+    auto m = torch::mm(a, b.t()) * (g.rank() + 1);  // rank-2 matrices whose average is 1.5 a b^T
+    std::vector<torch::Tensor> t = {m, torch::full({5}, double(g.rank()))};
+    ex.average(t);
+    EXPECT_TRUE(torch::allclose(t[0], torch::mm(a, b.t()) * 1.5, 1e-4, 1e-4));
+    EXPECT_TRUE(torch::allclose(t[1], torch::full({5}, 0.5)));
+    // P (30 x 2) and Q (20 x 2) ring all-reduced, plus the 5 uncompressed values
+    EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, (30 * 2 + 20 * 2 + 5) * 4.0);
+  });
+}
