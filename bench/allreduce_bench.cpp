@@ -1,0 +1,78 @@
+// All-reduce through our layers vs raw c10d Gloo, 2 processes on loopback, 1-64 MB; and the WAN emulation's achieved
+// vs modelled time. Prints one JSON object per line. Measures only.
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tributary/comm/exchange.h"
+#include "tributary/comm/group.h"
+#include "tributary/runtime/launcher.h"
+
+using namespace tributary;
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+double best_of(int repeats, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+int worker(int rank, int port) {
+  at::set_num_threads(1);
+  auto store = comm::connect_store("127.0.0.1", port, rank, 2, false, "bench");
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  opts->threads = 2;
+  auto raw = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("raw", store), rank, 2, opts);
+  comm::Group group(store, rank, 2);
+  for (double mb : {1.0, 4.0, 16.0, 64.0}) {
+    auto t = torch::ones({static_cast<int64_t>(mb * (1 << 20) / 4)});
+    std::vector<torch::Tensor> v = {t};
+    double raw_s = best_of(5, [&] { raw->allreduce(v)->wait(); });
+    double group_s = best_of(5, [&] { group.all_reduce_sum(v); });
+    comm::Exchange ex(group, {.codec = "fp32", .bucket_mb = 25});
+    std::vector<torch::Tensor> w = {t};
+    double exchange_s = best_of(5, [&] { ex.average(w); });
+    if (rank == 0)
+      std::printf("%s\n", nlohmann::json{{"bench", "allreduce"}, {"mb", mb}, {"raw_gloo_s", raw_s}, {"group_s", group_s},
+                                         {"exchange_s", exchange_s}, {"group_vs_raw", group_s / raw_s},
+                                         {"exchange_vs_raw", exchange_s / raw_s}}
+                              .dump()
+                              .c_str());
+  }
+  for (const char* wan : {"100Mbit,20ms", "10Mbit,100ms"}) {
+    comm::Exchange ex(group, {.codec = "fp32", .wan = wan});
+    auto t = torch::ones({static_cast<int64_t>(1 << 18)});  // 1 MB
+    std::vector<torch::Tensor> v = {t};
+    auto t0 = Clock::now();
+    ex.average(v);
+    double achieved = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rank == 0)
+      std::printf("%s\n", nlohmann::json{{"bench", "wan"}, {"link", wan}, {"mb", 1}, {"modelled_s", ex.stats().modelled_s},
+                                         {"achieved_s", achieved}}
+                              .dump()
+                              .c_str());
+  }
+  group.barrier();
+  return 0;
+}
+
+int main() {
+  const int port = free_tcp_port();
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(worker(1, port));
+  int rc = worker(0, port);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return rc | (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}

@@ -1,0 +1,78 @@
+"""Distributed benchmarks of issue 3 (docs/benchmarks.md): real processes through `tributary launch`, c10d Gloo on
+loopback, the built-in corpus. Measures; asserts nothing.
+
+  quality        4 workers, default model, same tokens per worker: single worker vs data parallel vs DiLoCo (H=50)
+  communication  bytes sent per worker per training token: DP vs DiLoCo fp32 / int8 / fp4 (+ their val loss)
+  wan            emulated 10 Mbit/s, 100 ms links, small model: time for DiLoCo to reach DP's final val loss
+
+Usage: /usr/bin/python3 bench/distributed.py --build build [--steps 300] [--only quality,communication,wan]"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cli, run_dir, nproc, overrides, config="configs/diloco.toml"):
+    cmd = [cli]
+    if nproc > 1:
+        cmd += ["launch", "--nproc", str(nproc), "--master-port", "0", "--"]
+    cmd += ["train", os.path.join(ROOT, config), "--overwrite", f"--set=train.run_dir={run_dir}"]
+    cmd += [f"--set={o}" for o in overrides]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    evals = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "val_loss" in l]
+    return summary, evals
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--only", default="quality,communication,wan")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    cli = os.path.join(os.path.abspath(a.build), "tributary")
+    runs = os.path.join(ROOT, "runs", "bench")
+    results = {}
+    common = [f"train.steps={a.steps}", "train.batch_size=4", "train.eval_every=0", "train.log_every=50"]
+    only = a.only.split(",")
+    if "quality" in only or "communication" in only:
+        rows = {}
+        rows["single worker"] = run(cli, f"{runs}/single", 1, common)
+        rows["data parallel x4"] = run(cli, f"{runs}/ddp", 4, common + ["dist.algorithm=ddp"])
+        for codec in ["fp32", "int8", "fp4"] if "communication" in only else ["fp32"]:
+            rows[f"DiLoCo x4 H=50 {codec}"] = run(cli, f"{runs}/diloco_{codec}", 4,
+                                                  common + ["dist.inner_steps=50", f"dist.compression={codec}"])
+        print(f"{'run':28s} {'val loss':>9s} {'bits/byte':>9s} {'MB sent/worker':>15s} {'bytes/token':>12s} {'time s':>7s}")
+        for name, (s, _) in rows.items():
+            tokens_per_worker = s["tokens"] / s["world_size"]
+            print(f"{name:28s} {s['val_loss']:9.4f} {s['val_bpb']:9.4f} {s['bytes_sent'] / 1e6:15.2f} "
+                  f"{s['bytes_sent'] / tokens_per_worker:12.3f} {s['elapsed_s']:7.0f}", flush=True)
+        results["quality"] = {k: v[0] for k, v in rows.items()}
+    if "wan" in only:
+        small = ["model.num_layers=2", "model.width=64", "model.context=64", "train.batch_size=8",
+                 "train.eval_every=10", "train.eval_batches=8", "train.log_every=10", "dist.wan=10Mbit,100ms",
+                 "optim.warmup_steps=10"]
+        ddp, ddp_evals = run(cli, f"{runs}/wan_ddp", 4, small + ["train.steps=100", "dist.algorithm=ddp"])
+        dil, dil_evals = run(cli, f"{runs}/wan_diloco", 4, small + ["train.steps=300", "dist.inner_steps=50"])
+        target = ddp["val_loss"]
+        reached = next((e for e in dil_evals if e["val_loss"] <= target), None)
+        print(f"wan: DP 100 steps val {target:.4f} in {ddp['elapsed_s']:.1f} s, {100 * ddp['comm_s'] / ddp['elapsed_s']:.0f}% "
+              f"communicating; DiLoCo reaches it at step {reached['step'] if reached else None} after "
+              f"{reached['elapsed_s'] if reached else float('nan'):.1f} s "
+              f"({ddp['elapsed_s'] / reached['elapsed_s'] if reached else float('nan'):.1f}x sooner); DiLoCo final val "
+              f"{dil['val_loss']:.4f} after {dil['elapsed_s']:.1f} s", flush=True)
+        results["wan"] = {"ddp": ddp, "diloco": dil, "target": target, "reached": reached}
+    out = a.out or os.path.join(runs, "results.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    json.dump(results, open(out, "w"), indent=2)
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()
