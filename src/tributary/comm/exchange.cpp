@@ -119,6 +119,14 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
     size_t j = i;
     int64_t numel = 0;
     while (j < tensors.size() && (j == i || numel + tensors[j].numel() <= bucket_numel_)) numel += tensors[j++].numel();
+    if (j == i + 1 && lossless_ && options_.codec == "fp32" && tensors[i].is_contiguous() &&
+        tensors[i].scalar_type() == torch::kFloat32 && tensors[i].device().is_cpu()) {
+      // One fp32 tensor fills the bucket: reduce it in place, no copies.
+      auto flat = tensors[i].detach().view({-1});
+      average_bucket(flat, bucket_index++);
+      i = j;
+      continue;
+    }
     std::vector<torch::Tensor> flat_parts;
     for (size_t k = i; k < j; ++k) flat_parts.push_back(tensors[k].detach().reshape({-1}));
     auto flat = torch::cat(flat_parts).to(torch::kFloat32).contiguous();
