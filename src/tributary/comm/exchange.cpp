@@ -100,7 +100,13 @@ Exchange::Exchange(Group& group, const ExchangeOptions& options)
   if (!options.wan.empty()) link_ = LinkModel::parse(options.wan, group.size());
 }
 
+CommStats Exchange::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
 CommStats Exchange::take_stats() {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
   CommStats s = stats_;
   stats_ = CommStats{};
   return s;
@@ -145,6 +151,7 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
 void Exchange::account(double sent, double recv, double modelled, Clock::time_point start) {
   const double real = std::chrono::duration<double>(Clock::now() - start).count();
   if (modelled > real) std::this_thread::sleep_for(std::chrono::duration<double>(modelled - real));
+  std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_.bytes_sent += sent;
   stats_.bytes_recv += recv;
   stats_.modelled_s += modelled;

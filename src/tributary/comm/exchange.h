@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,8 +68,8 @@ class Exchange {
   // Replaces every tensor (fp32, CPU) by its average over the ranks.
   void average(std::vector<torch::Tensor>& tensors);
 
-  const CommStats& stats() const { return stats_; }
-  CommStats take_stats();  // returns and resets
+  CommStats stats() const;
+  CommStats take_stats();  // returns and resets; safe to call while another thread runs average()
   const Codec& codec() const { return *codec_; }
   const std::optional<LinkModel>& link_model() const { return link_; }
 
@@ -86,6 +87,7 @@ class Exchange {
   bool lossless_;
   int64_t bucket_numel_;
   std::optional<LinkModel> link_;
+  mutable std::mutex stats_mutex_;
   CommStats stats_;
 };
 

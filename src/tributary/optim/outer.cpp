@@ -17,6 +17,13 @@ std::vector<torch::Tensor> OuterOptimizer::pseudo_gradient(const NamedTensors& l
 }
 
 void OuterOptimizer::step(const std::vector<torch::Tensor>& delta, NamedTensors& local) {
+  apply(delta);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < global_.size(); ++i)
+    local[i].second.copy_(global_[i].second.to(local[i].second.device(), local[i].second.scalar_type()));
+}
+
+void OuterOptimizer::apply(const std::vector<torch::Tensor>& delta) {
   torch::NoGradGuard no_grad;
   const double lr = options_.lr, mu = options_.momentum;
   for (size_t i = 0; i < global_.size(); ++i) {
@@ -27,7 +34,6 @@ void OuterOptimizer::step(const std::vector<torch::Tensor>& delta, NamedTensors&
       buf.mul_(mu).add_(delta[i]);
     }
     global_[i].second.sub_(delta[i] + mu * buf, /*alpha=*/lr);
-    local[i].second.copy_(global_[i].second.to(local[i].second.device(), local[i].second.scalar_type()));
   }
   num_steps_ += 1;
 }

@@ -24,6 +24,8 @@ class OuterOptimizer {
   std::vector<torch::Tensor> pseudo_gradient(const NamedTensors& local) const;
   // One Nesterov step on the global parameters with the averaged pseudo-gradient; then copies them into `local`.
   void step(const std::vector<torch::Tensor>& averaged_delta, NamedTensors& local);
+  // The same step without touching the local parameters (Streaming DiLoCo merges them itself).
+  void apply(const std::vector<torch::Tensor>& averaged_delta);
 
   const NamedTensors& global() const { return global_; }
   NamedTensors state() const;  // "<param>.outer_momentum"

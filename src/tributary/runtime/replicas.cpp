@@ -2,7 +2,9 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <regex>
 
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
@@ -53,6 +55,65 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
                                      .powersgd_rank = config.dist.powersgd_rank,
                                      .seed = static_cast<uint64_t>(config.train.seed)});
   if (env.rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
+  comm_thread_ = std::thread([this] {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  });
+}
+
+Replicas::~Replicas() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  comm_thread_.join();
+}
+
+template <typename T>
+T Replicas::on_comm_thread(std::function<T()> job) {
+  auto task = std::make_shared<std::packaged_task<T()>>(std::move(job));
+  auto result = task->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back([task] { (*task)(); });
+  }
+  cv_.notify_one();
+  const auto start = std::chrono::steady_clock::now();
+  T value = result.get();  // rethrows the job's NetworkError / Error
+  blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return value;
+}
+
+std::future<std::vector<torch::Tensor>> Replicas::async_average(std::vector<torch::Tensor> tensors) {
+  auto task = std::make_shared<std::packaged_task<std::vector<torch::Tensor>()>>(
+      [this, t = std::move(tensors)]() mutable {
+        exchange_->average(t);
+        return t;
+      });
+  auto result = task->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back([task] { (*task)(); });
+  }
+  cv_.notify_one();
+  return result;
+}
+
+comm::CommStats Replicas::take_stats() {
+  comm::CommStats s = exchange_->take_stats();
+  s.comm_s = blocked_s_;
+  blocked_s_ = 0;
+  return s;
 }
 
 void Replicas::check_identical(const NamedTensors& params, const std::string& when) {
@@ -62,7 +123,7 @@ void Replicas::check_identical(const NamedTensors& params, const std::string& wh
     h.update(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
   auto mine = torch::tensor({static_cast<int64_t>(h.digest())}, torch::kInt64);
-  auto all = group_->all_gather(mine);
+  auto all = on_comm_thread<std::vector<torch::Tensor>>([&] { return group_->all_gather(mine); });
   std::vector<int> differ;
   for (int r = 0; r < size(); ++r)
     if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ.push_back(r);
@@ -72,16 +133,74 @@ void Replicas::check_identical(const NamedTensors& params, const std::string& wh
          when, fmt::join(differ, ", "));
 }
 
+NamedTensors Replicas::subset(const NamedTensors& params, const Fragment& f) const {
+  NamedTensors out;
+  for (size_t i : f.params) out.push_back(params[i]);
+  return out;
+}
+
 void Replicas::start(NamedTensors& params) {
   check_identical(params, "at start");
-  if (!ddp_) outer_ = std::make_unique<OuterOptimizer>(params, OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
+  if (ddp_) return;
+  const int64_t num_fragments = config_.dist.fragments;
+  fragments_.resize(static_cast<size_t>(num_fragments));
+  // Blocks strided over the fragments; everything outside the blocks (embeddings, final norm, head) in fragment 0.
+  const std::regex block(R"(^levels\.(\d+)\.modules\.\d+\.blocks\.(\d+)\.)");
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::smatch m;
+    int64_t f = 0;
+    if (std::regex_search(params[i].first, m, block))
+      f = (std::stoll(m[1]) * config_.model.blocks_per_level() + std::stoll(m[2])) % num_fragments;
+    fragments_[f].params.push_back(i);
+  }
+  for (int64_t f = 0; f < num_fragments; ++f) {
+    auto& frag = fragments_[f];
+    if (frag.params.empty())
+      fail("dist.fragments = {} but fragment {} holds no parameters (the model has {} blocks); use fewer fragments",
+           num_fragments, f, config_.model.num_layers);
+    frag.outer = std::make_unique<OuterOptimizer>(subset(params, frag),
+                                                  OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
+    frag.offset = f * config_.dist.inner_steps / num_fragments;
+    frag.last_sync = frag.offset;
+  }
 }
 
 void Replicas::after_backward(NamedTensors& params) {
   if (!ddp_) return;
   std::vector<torch::Tensor> grads;
   for (auto& [name, p] : params) grads.push_back(p.mutable_grad());
-  exchange_->average(grads);
+  on_comm_thread<int>([&] {
+    exchange_->average(grads);
+    return 0;
+  });
+}
+
+void Replicas::send(Fragment& f, int64_t step, NamedTensors& params) {
+  f.pending = async_average(f.outer->pseudo_gradient(subset(params, f)));
+  f.apply_step = step + config_.dist.overlap_steps;
+  f.last_sync = step;
+}
+
+void Replicas::land(Fragment& f, NamedTensors& params) {
+  const auto start = std::chrono::steady_clock::now();
+  auto averaged = f.pending.get();  // rethrows a failed exchange
+  blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  f.apply_step = -1;
+  auto local = subset(params, f);
+  if (config_.dist.overlap_steps == 0) {
+    f.outer->step(averaged, local);  // every replica continues from the new global parameters
+  } else {
+    // The replicas trained tau more steps meanwhile: merge them with the new global parameters.
+    f.outer->apply(averaged);
+    torch::NoGradGuard no_grad;
+    const double a = config_.dist.merge_alpha;
+    for (size_t i = 0; i < local.size(); ++i) {
+      auto& p = local[i].second;
+      p.mul_(a).add_(f.outer->global()[i].second.to(p.device(), p.scalar_type()), 1.0 - a);
+    }
+  }
+  outer_steps_ += 1;
+  check_identical(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
 }
 
 bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
@@ -91,25 +210,41 @@ bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
     double h = std::floor(std::pow(config_.dist.qsr_alpha / lr, 2.0));
     current_h_ = std::max<int64_t>(config_.dist.inner_steps, static_cast<int64_t>(std::min(h, 1e9)));
   }
-  if (step - last_sync_step_ < current_h_) return false;
-  outer_round(params);
-  last_sync_step_ = step;
-  return true;
+  bool landed = false;
+  for (auto& f : fragments_) {
+    if (f.apply_step >= 0 && step >= f.apply_step) {
+      land(f, params);
+      landed = true;
+    }
+    if (f.apply_step < 0 && step - f.last_sync >= current_h_) {
+      send(f, step, params);
+      if (config_.dist.overlap_steps == 0) {
+        land(f, params);
+        landed = true;
+      }
+    }
+  }
+  return landed;
 }
 
 bool Replicas::finish(int64_t step, NamedTensors& params) {
-  if (ddp_ || step == last_sync_step_) return false;
-  outer_round(params);
-  last_sync_step_ = step;
-  return true;
-}
-
-void Replicas::outer_round(NamedTensors& params) {
-  auto delta = outer_->pseudo_gradient(params);
-  exchange_->average(delta);
-  outer_->step(delta, params);
-  outer_steps_ += 1;
-  check_identical(params, fmt::format("after outer step {}", outer_steps_));
+  if (ddp_) return false;
+  bool landed = false;
+  for (auto& f : fragments_) {
+    if (f.apply_step >= 0) {
+      land(f, params);
+      landed = true;
+    }
+    if (step > f.last_sync) {  // pending inner steps: one last synchronous outer step
+      const int64_t saved = config_.dist.overlap_steps;
+      config_.dist.overlap_steps = 0;
+      send(f, step, params);
+      land(f, params);
+      config_.dist.overlap_steps = saved;
+      landed = true;
+    }
+  }
+  return landed;
 }
 
 }  // namespace tributary

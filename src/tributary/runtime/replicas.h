@@ -1,14 +1,28 @@
 // The replicas of a multi-process run, as the trainer sees them: one object that owns the group, the exchange
-// (compression, accounting, WAN emulation) and the outer optimizer, and answers at three points of the loop:
+// (compression, accounting, WAN emulation) and the outer optimizers, and answers at three points of the loop:
 //   after_backward  data parallel: average the gradients (the outer step is the identity, H = 1)
 //   after_step      DiLoCo: every H inner steps, average the pseudo-gradients and take the outer Nesterov step
-//   finish          DiLoCo: a last outer step if inner steps are pending
+//   finish          DiLoCo: a last outer step for fragments with pending inner steps
 // Data parallel and DiLoCo are the same outer loop with different knobs (shared/design/ARCHITECTURE.md).
-// Replicas are verified identical (xxh64 of every parameter) at start and after every outer step: a mismatch is an
-// Error naming the ranks, never a silent drift.
+//
+// Streaming DiLoCo (arXiv 2501.18512): the parameters are split into `fragments` (transformer blocks strided over
+// the fragments; embeddings and the final norm/head go with fragment 0), each with its own outer optimizer; fragment
+// f syncs at steps f*H/F + k*H, so only one fragment is in flight at a time. With overlap_steps = tau > 0 the
+// exchange runs on a communication thread while training continues; tau steps later the outer step is applied to
+// the fragment's global copy and merged: local = alpha * local + (1 - alpha) * global.
+//
+// Replicas are verified identical (xxh64 of the global parameters) at start and after every outer step: a mismatch
+// is an Error naming the ranks, never a silent drift. Collectives run in the same order on every rank: all of them go
+// through the communication thread's FIFO.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
@@ -24,33 +38,54 @@ class Replicas {
   // Rendezvous: connects the store and forms the group; refuses ranks whose resolved configs differ (naming the
   // ranks and keys).
   Replicas(const RunConfig& config, const DistEnv& env);
+  ~Replicas();
 
   int rank() const { return group_->rank(); }
   int size() const { return group_->size(); }
   bool ddp() const { return ddp_; }
 
-  void start(NamedTensors& params);             // broadcast-free check that every replica starts identical
+  void start(NamedTensors& params);             // checks that every replica starts identical
   void after_backward(NamedTensors& params);     // ddp: average gradients
-  bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer step when due; true if taken
+  bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
   bool finish(int64_t step, NamedTensors& params);
   int64_t outer_steps() const { return outer_steps_; }
   int64_t inner_steps_now() const { return current_h_; }
-  comm::CommStats take_stats() { return exchange_->take_stats(); }
-  const comm::Exchange& exchange() const { return *exchange_; }
-  OuterOptimizer* outer() { return outer_.get(); }
+  // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
+  comm::CommStats take_stats();
 
  private:
-  void outer_round(NamedTensors& params);
+  struct Fragment {
+    std::vector<size_t> params;  // indices into the model's parameter list
+    std::unique_ptr<OuterOptimizer> outer;
+    int64_t offset = 0;          // first sync at offset + H
+    int64_t last_sync = 0;
+    // in flight (overlap): the averaged pseudo-gradient arrives through `pending`, to be applied at `apply_step`
+    std::future<std::vector<torch::Tensor>> pending;
+    int64_t apply_step = -1;
+  };
+
+  NamedTensors subset(const NamedTensors& params, const Fragment& f) const;
+  void send(Fragment& f, int64_t step, NamedTensors& params);
+  void land(Fragment& f, NamedTensors& params);
   void check_identical(const NamedTensors& params, const std::string& when);
+  template <typename T>
+  T on_comm_thread(std::function<T()> job);  // runs in FIFO order on the communication thread, waits
+  std::future<std::vector<torch::Tensor>> async_average(std::vector<torch::Tensor> tensors);
 
   RunConfig config_;
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
-  std::unique_ptr<OuterOptimizer> outer_;
+  std::vector<Fragment> fragments_;
   bool ddp_;
-  int64_t last_sync_step_ = 0;
   int64_t current_h_;
   int64_t outer_steps_ = 0;
+  double blocked_s_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread comm_thread_;
 };
 
 }  // namespace tributary

@@ -68,6 +68,9 @@ void RunConfig::bind() {
   s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
   s.add("dist.outer_momentum", dist.outer_momentum, "DiLoCo: outer Nesterov momentum", 0.0, 0.999999);
   s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);
+  s.add("dist.fragments", dist.fragments, "Streaming DiLoCo: fragments synced at staggered times", 1, 1024);
+  s.add("dist.overlap_steps", dist.overlap_steps, "inner steps an outer exchange overlaps with (tau)", 0);
+  s.add("dist.merge_alpha", dist.merge_alpha, "overlap merge: local = a*local + (1-a)*global", 0.0, 1.0);
   s.add("dist.compression", dist.compression, "what goes on the wire",
         {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd"});
   s.add("dist.topk_ratio", dist.topk_ratio, "top-k: fraction of values sent", 1e-6, 1.0);
@@ -106,6 +109,13 @@ void RunConfig::validate() const {
     fail("dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
          "longer than the one below it",
          dist.collective_timeout_s, dist.store_timeout_s);
+  if (dist.overlap_steps >= dist.inner_steps && dist.algorithm == "diloco")
+    fail("dist.overlap_steps ({}) must be smaller than dist.inner_steps ({}): a fragment's update has to land before "
+         "its next exchange",
+         dist.overlap_steps, dist.inner_steps);
+  if (dist.fragments > dist.inner_steps)
+    fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
+         dist.fragments, dist.inner_steps);
   if (optim.warmup_steps > train.steps)
     fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
 }
