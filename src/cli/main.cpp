@@ -1,9 +1,24 @@
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+
+namespace {
+
+// Workers started by torchrun report their error in the file it names, so the agent can show which rank failed why.
+void report_to_torchelastic(const std::string& message) {
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (!path) return;
+  nlohmann::json j = {{"message", {{"message", message}, {"extraInfo", {{"py_callstack", ""}, {"timestamp", "0"}}}}}};
+  std::ofstream(path) << j.dump();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
@@ -21,12 +36,15 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const tributary::Error& e) {
     tributary::log::error("{}", e.what());
+    report_to_torchelastic(e.what());
     return 2;
   } catch (const c10::Error& e) {
     tributary::log::error("{}", e.what_without_backtrace());
+    report_to_torchelastic(e.what_without_backtrace());
     return 3;
   } catch (const std::exception& e) {
     tributary::log::error("{}", e.what());
+    report_to_torchelastic(e.what());
     return 3;
   }
   return 0;
