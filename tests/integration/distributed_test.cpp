@@ -72,6 +72,13 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   auto a = flat_params(work() / "single"), b = flat_params(work() / "ddp");
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << "max diff " << (a - b).abs().max().item<double>();
   EXPECT_FALSE(a.equal(flat_params(work() / "single") * 0)) << "sanity";
+  // with gradient accumulation the gradients are averaged after the last micro-batch instead of during backward
+  auto [rc3, out3] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                        tiny("ddp_accum", "--set train.steps=6 --set train.batch_size=2 --set train.grad_accum=2 "
+                                          "--set dist.algorithm=ddp"));
+  ASSERT_EQ(rc3, 0) << out3;
+  auto c = flat_params(work() / "ddp_accum");
+  EXPECT_TRUE(torch::allclose(a, c, 1e-4, 1e-5)) << "max diff " << (a - c).abs().max().item<double>();
   auto summary = nlohmann::json::parse(read_file(work() / "ddp" / "summary.json"));
   // 6 steps of a ring all-reduce of every gradient: 2 (N-1)/N x 4 bytes x parameters per step
   EXPECT_DOUBLE_EQ(summary["bytes_sent"].get<double>(), 6.0 * 4 * 123264);

@@ -141,7 +141,36 @@ NamedTensors Replicas::subset(const NamedTensors& params, const Fragment& f) con
 
 void Replicas::start(NamedTensors& params) {
   check_identical(params, "at start");
-  if (ddp_) return;
+  if (ddp_) {
+    // Buckets of <= bucket_mb in reverse parameter order, and a hook per parameter that copies its gradient into its
+    // bucket and starts the bucket's all-reduce as soon as the bucket is complete (overlap with backward).
+    const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(config_.dist.bucket_mb * (1 << 20) / 4));
+    bucket_of_.assign(params.size(), 0);
+    offset_in_bucket_.assign(params.size(), 0);
+    int64_t filled = cap;
+    for (size_t k = params.size(); k-- > 0;) {
+      const int64_t n = params[k].second.numel();
+      if (filled + n > cap && !(buckets_.size() && buckets_.back().params.empty())) {
+        buckets_.emplace_back();
+        filled = 0;
+      }
+      bucket_of_[k] = buckets_.size() - 1;
+      offset_in_bucket_[k] = static_cast<size_t>(filled);
+      buckets_.back().params.push_back(k);
+      filled += n;
+    }
+    for (auto& b : buckets_) {
+      int64_t n = 0;
+      for (size_t k : b.params) n += params[k].second.numel();
+      b.flat = torch::zeros({n}, torch::kFloat32);
+    }
+    for (size_t k = 0; k < params.size(); ++k)
+      params[k].second.register_hook([this, k](torch::Tensor grad) {
+        on_gradient(k, grad);
+        return grad;
+      });
+    return;
+  }
   const int64_t num_fragments = config_.dist.fragments;
   fragments_.resize(static_cast<size_t>(num_fragments));
   // Blocks strided over the fragments; everything outside the blocks (embeddings, final norm, head) in fragment 0.
@@ -165,14 +194,43 @@ void Replicas::start(NamedTensors& params) {
   }
 }
 
+void Replicas::before_backward(bool last_micro_batch, bool single_micro_batch) {
+  hooks_armed_ = ddp_ && last_micro_batch && single_micro_batch;
+}
+
+void Replicas::on_gradient(size_t k, const torch::Tensor& grad) {
+  if (!hooks_armed_) return;
+  Bucket& b = buckets_[bucket_of_[k]];
+  b.flat.narrow(0, static_cast<int64_t>(offset_in_bucket_[k]), grad.numel())
+      .copy_(grad.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32));
+  if (++b.ready == static_cast<int64_t>(b.params.size())) b.pending = async_average({b.flat});
+}
+
 void Replicas::after_backward(NamedTensors& params) {
   if (!ddp_) return;
-  std::vector<torch::Tensor> grads;
-  for (auto& [name, p] : params) grads.push_back(p.mutable_grad());
-  on_comm_thread<int>([&] {
-    exchange_->average(grads);
-    return 0;
-  });
+  if (!hooks_armed_) {  // gradient accumulation: average once, after the last micro-batch
+    std::vector<torch::Tensor> grads;
+    for (auto& [name, p] : params) grads.push_back(p.mutable_grad());
+    on_comm_thread<int>([&] {
+      exchange_->average(grads);
+      return 0;
+    });
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    if (b.ready != static_cast<int64_t>(b.params.size()))  // a parameter without gradient: send what we have
+      b.pending = async_average({b.flat});
+    const auto start = std::chrono::steady_clock::now();
+    auto averaged = b.pending.get()[0];
+    blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (size_t k : b.params) {
+      auto& p = params[k].second;
+      p.mutable_grad().copy_(averaged.narrow(0, static_cast<int64_t>(offset_in_bucket_[k]), p.numel()).view(p.sizes()));
+    }
+    b.ready = 0;
+  }
+  hooks_armed_ = false;
 }
 
 void Replicas::send(Fragment& f, int64_t step, NamedTensors& params) {

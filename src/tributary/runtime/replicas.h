@@ -45,7 +45,10 @@ class Replicas {
   bool ddp() const { return ddp_; }
 
   void start(NamedTensors& params);             // checks that every replica starts identical
-  void after_backward(NamedTensors& params);     // ddp: average gradients
+  // ddp: call before each micro-batch's backward; with one micro-batch per step the gradient buckets are
+  // all-reduced while the backward pass is still running (hooks on the parameters).
+  void before_backward(bool last_micro_batch, bool single_micro_batch);
+  void after_backward(NamedTensors& params);     // ddp: average gradients (waits for the overlapped buckets)
   bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
   bool finish(int64_t step, NamedTensors& params);
   int64_t outer_steps() const { return outer_steps_; }
@@ -64,6 +67,14 @@ class Replicas {
     int64_t apply_step = -1;
   };
 
+  struct Bucket {  // data parallel: parameters in reverse order (the order backward produces their gradients)
+    std::vector<size_t> params;
+    torch::Tensor flat;
+    int64_t ready = 0;
+    std::future<std::vector<torch::Tensor>> pending;
+  };
+  void on_gradient(size_t param, const torch::Tensor& grad);
+
   NamedTensors subset(const NamedTensors& params, const Fragment& f) const;
   void send(Fragment& f, int64_t step, NamedTensors& params);
   void land(Fragment& f, NamedTensors& params);
@@ -76,6 +87,9 @@ class Replicas {
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::vector<Fragment> fragments_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_, offset_in_bucket_;
+  bool hooks_armed_ = false;
   bool ddp_;
   int64_t current_h_;
   int64_t outer_steps_ = 0;

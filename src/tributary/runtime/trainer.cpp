@@ -217,6 +217,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       loader.next(batch.data_ptr<int64_t>());
       auto on_device = batch.to(device);
       auto loss = Transformer::loss(model->forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
+      if (replicas) replicas->before_backward(micro + 1 == tc.grad_accum, tc.grad_accum == 1);
       (tc.grad_accum > 1 ? loss / double(tc.grad_accum) : loss).backward();
       step_loss += loss.item<double>() / double(tc.grad_accum);
     }
