@@ -41,6 +41,12 @@ def main():
     results = {}
     common = [f"train.steps={a.steps}", "train.batch_size=4", "train.eval_every=0", "train.log_every=50"]
     only = a.only.split(",")
+    if "codecs" in only:  # DiLoCo int8 / fp4 only (e.g. after a change to the quantised ring)
+        for codec in ["int8", "fp4"]:
+            s, _ = run(cli, f"{runs}/diloco_{codec}", 4, common + ["dist.inner_steps=50", f"dist.compression={codec}"])
+            print(f"DiLoCo x4 H=50 {codec}: val loss {s['val_loss']:.4f}, {s['bytes_sent'] / 1e6:.2f} MB sent per worker, "
+                  f"{s['bytes_sent'] / (s['tokens'] / s['world_size']):.3f} bytes/token", flush=True)
+            results[f"diloco_{codec}"] = s
     if "quality" in only or "communication" in only:
         rows = {}
         rows["single worker"] = run(cli, f"{runs}/single", 1, common)
@@ -68,6 +74,17 @@ def main():
               f"({ddp['elapsed_s'] / reached['elapsed_s'] if reached else float('nan'):.1f}x sooner); DiLoCo final val "
               f"{dil['val_loss']:.4f} after {dil['elapsed_s']:.1f} s", flush=True)
         results["wan"] = {"ddp": ddp, "diloco": dil, "target": target, "reached": reached}
+    if "streaming" in only:
+        small = ["model.num_layers=2", "model.width=64", "model.context=64", "train.batch_size=8",
+                 "train.eval_every=0", "train.eval_batches=8", "train.log_every=50", "dist.wan=10Mbit,100ms",
+                 "optim.warmup_steps=10", "train.steps=300", "dist.inner_steps=50"]
+        plain, _ = run(cli, f"{runs}/wan_plain", 4, small)
+        stream, _ = run(cli, f"{runs}/wan_streaming", 4, small + ["dist.fragments=2", "dist.overlap_steps=40"])
+        print(f"streaming: DiLoCo blocked {plain['comm_s']:.1f} s of {plain['elapsed_s']:.1f} s (val {plain['val_loss']:.4f}); "
+              f"2 fragments + overlap 40 blocked {stream['comm_s']:.1f} s of {stream['elapsed_s']:.1f} s "
+              f"(val {stream['val_loss']:.4f}): {100 * (1 - stream['comm_s'] / plain['comm_s']):.0f}% of the "
+              f"communication hidden", flush=True)
+        results["streaming"] = {"plain": plain, "streaming": stream}
     out = a.out or os.path.join(runs, "results.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     json.dump(results, open(out, "w"), indent=2)

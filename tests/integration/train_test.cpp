@@ -15,7 +15,11 @@ using namespace tributary;
 namespace {
 
 fs::path work_dir() { return fs::temp_directory_path() / "trib_integration"; }
-fs::path data_dir() { return work_dir() / "data"; }
+// Built by the CTest fixture testdata.build (TRIBUTARY_TEST_DATA); built here when the binary runs on its own.
+fs::path data_dir() {
+  const char* env = std::getenv("TRIBUTARY_TEST_DATA");
+  return env ? fs::path(env) : work_dir() / "data";
+}
 
 // The CLI: exit codes and messages users see.
 std::pair<int, std::string> run_cli(const std::string& args) {

@@ -242,27 +242,60 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
   }
 }
 
+void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
+  const int n = group_.size(), r = group_.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const auto start = Clock::now();
+  const int64_t total = flat.numel();
+  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
+  for (int c = 0; c <= n; ++c) begin[c] = total * c / n;
+  auto chunk = [&](int c) { return flat.narrow(0, begin[c], begin[c + 1] - begin[c]); };
+  auto encode = [&](int c) {
+    auto values = chunk(c).contiguous();
+    auto wire = torch::empty({static_cast<int64_t>(codec_->encoded_bytes(values.numel()))}, torch::kUInt8);
+    codec_->encode(values, wire.data_ptr<uint8_t>());
+    return wire;
+  };
+  auto wire_size = [&](int c) { return static_cast<int64_t>(codec_->encoded_bytes(begin[c + 1] - begin[c])); };
+  double sent = 0, largest = 0;
+  // Reduce-scatter: after step s, rank r holds the partial sum over s + 2 ranks of chunk (r - s - 1) mod n.
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_c = ((r - s) % n + n) % n, recv_c = ((r - s - 1) % n + n) % n;
+    auto out = encode(send_c);
+    auto in = torch::empty({wire_size(recv_c)}, torch::kUInt8);
+    group_.send_recv(out, next, in, prev, tag_++);
+    chunk(recv_c).add_(codec_->decode(in.data_ptr<uint8_t>(), begin[recv_c + 1] - begin[recv_c]));
+    sent += double(out.numel());
+    largest = std::max(largest, double(out.numel()));
+  }
+  // All-gather: the owner of each reduced chunk encodes it once; those bytes travel round the ring unchanged.
+  const int owned = (r + 1) % n;
+  auto carried = encode(owned);
+  chunk(owned).copy_(codec_->decode(carried.data_ptr<uint8_t>(), begin[owned + 1] - begin[owned]));
+  for (int s = 0; s < n - 1; ++s) {
+    const int recv_c = ((r - s) % n + n) % n;
+    auto in = torch::empty({wire_size(recv_c)}, torch::kUInt8);
+    group_.send_recv(carried, next, in, prev, tag_++);
+    chunk(recv_c).copy_(codec_->decode(in.data_ptr<uint8_t>(), begin[recv_c + 1] - begin[recv_c]));
+    sent += double(carried.numel());
+    largest = std::max(largest, double(carried.numel()));
+    carried = in;
+  }
+  flat.div_(n);
+  // Link model: 2 (n - 1) ring steps, each as long as the largest chunk on the slowest edge.
+  const double modelled = link_ ? link_->ring_allreduce_s(largest * n) : 0.0;
+  account(sent, sent, modelled, start);
+}
+
 void Exchange::average_bucket(torch::Tensor& flat, size_t bucket_index) {
   if (options_.codec == "topk") {
     average_topk(flat, bucket_index);
     return;
   }
-  const int n = group_.size();
-  const auto start = Clock::now();
-  double modelled = 0;
   if (lossless_) {
     all_reduce_mean(flat);
-    return;
   } else {
-    const size_t payload = codec_->encoded_bytes(flat.numel());
-    auto wire = torch::empty({static_cast<int64_t>(payload)}, torch::kUInt8);
-    codec_->encode(flat, wire.data_ptr<uint8_t>());
-    auto gathered = group_.all_gather(wire);
-    flat.zero_();
-    for (const auto& w : gathered) flat.add_(codec_->decode(w.data_ptr<uint8_t>(), flat.numel()));
-    flat.div_(n);
-    if (link_) modelled = link_->ring_allgather_s(double(payload));
-    account(double(n - 1) * payload, double(n - 1) * payload, modelled, start);
+    quantized_ring_all_reduce(flat);
   }
 }
 

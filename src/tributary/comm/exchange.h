@@ -8,9 +8,11 @@
 //             Q; compressed only where (n + m) r < n m, the rest goes as fp32 all-reduce.
 //
 // Byte accounting (per process, what this rank puts on / takes off the wire):
-//   fp32 without compression: bucketed ring all-reduce, 2 (N-1)/N x bytes sent and received;
-//   with a codec: every rank all-gathers the others' encoded payloads (ring), (N-1) x payload sent and received;
-//   the payloads are decoded and averaged in fp32.
+//   fp32 without compression: bucketed ring all-reduce (Gloo), 2 (N-1)/N x bytes sent and received;
+//   with a codec: our own quantised ring all-reduce over Gloo send/recv (PRIME's scheme): reduce-scatter in N-1
+//   steps, each hop decodes the incoming chunk, adds it in fp32 and re-encodes (error compounds with hops); then the
+//   owner of each reduced chunk encodes it once and the all-gather forwards those exact bytes, so every replica
+//   decodes identical values. 2 (N-1) encoded chunks of ~n/N values sent and received.
 //
 // WAN emulation models a ring: at every step each rank sends one chunk to its neighbour, all at once, so a step
 // takes the slowest ring edge's latency + chunk / bandwidth; an all-reduce is 2 (N-1) steps of bytes/N, an
@@ -75,6 +77,7 @@ class Exchange {
 
  private:
   void average_bucket(torch::Tensor& flat, size_t bucket_index);
+  void quantized_ring_all_reduce(torch::Tensor& flat);
   void average_topk(torch::Tensor& flat, size_t bucket_index);
   void average_powersgd(std::vector<torch::Tensor>& tensors);
   void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
@@ -89,6 +92,7 @@ class Exchange {
   std::optional<LinkModel> link_;
   mutable std::mutex stats_mutex_;
   CommStats stats_;
+  int tag_ = 0;  // ring step tags (same sequence on every rank)
 };
 
 }  // namespace tributary::comm

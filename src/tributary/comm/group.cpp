@@ -67,6 +67,20 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
   return out[0];
 }
 
+void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, int tag) {
+  std::vector<torch::Tensor> o = {out}, i = {in};
+  try {
+    auto sent = pg_->send(o, dst, tag);
+    auto received = pg_->recv(i, src, tag);
+    received->wait(options_.collective_timeout);
+    sent->wait(options_.collective_timeout);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}' failed or timed "
+                                   "out after {} s: {}",
+                                   rank_, dst, src, prefix_, options_.collective_timeout.count() / 1000.0, e.what()));
+  }
+}
+
 void Group::barrier() {
   if (world_size_ == 1) return;
   run("barrier", [&] { return pg_->barrier(); });

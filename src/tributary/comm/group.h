@@ -51,6 +51,8 @@ class Group {
   void broadcast(std::vector<torch::Tensor>& tensors, int root);         // in place
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);    // same shape and dtype on every rank
   void barrier();
+  // Sends `out` to rank dst and receives `in` from rank src concurrently (one ring step); tags must match.
+  void send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, int tag);
   void reform(const std::string& prefix);
 
  private:
