@@ -116,21 +116,57 @@ comm::CommStats Replicas::take_stats() {
   return s;
 }
 
-void Replicas::check_identical(const NamedTensors& params, const std::string& when) {
+namespace {
+
+torch::Tensor parameter_hash(const NamedTensors& params) {
   Hasher h;
   for (const auto& [name, p] : params) {
     auto c = p.detach().to(torch::kCPU).contiguous();
     h.update(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   }
-  auto mine = torch::tensor({static_cast<int64_t>(h.digest())}, torch::kInt64);
-  auto all = on_comm_thread<std::vector<torch::Tensor>>([&] { return group_->all_gather(mine); });
+  return torch::tensor({static_cast<int64_t>(h.digest())}, torch::kInt64);
+}
+
+void compare_hashes(const std::vector<torch::Tensor>& all, const std::string& when) {
   std::vector<int> differ;
-  for (int r = 0; r < size(); ++r)
-    if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ.push_back(r);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ.push_back(static_cast<int>(r));
   if (!differ.empty())
     fail("replicas are not identical {}: ranks {} hold different parameters than rank 0 (same seed and config "
          "should give identical replicas; this is a bug or a corrupted exchange)",
          when, fmt::join(differ, ", "));
+}
+
+}  // namespace
+
+void Replicas::check_identical_later(const NamedTensors& params, const std::string& when) {
+  auto mine = parameter_hash(params);
+  auto task = std::make_shared<std::packaged_task<std::vector<torch::Tensor>()>>(
+      [this, mine]() { return group_->all_gather(mine); });
+  pending_checks_.push_back({task->get_future(), when});
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back([task] { (*task)(); });
+  }
+  cv_.notify_one();
+}
+
+void Replicas::verify_checks(bool wait) {
+  while (!pending_checks_.empty()) {
+    auto& check = pending_checks_.front();
+    if (!wait && check.hashes.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    const auto start = std::chrono::steady_clock::now();
+    auto all = check.hashes.get();
+    blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    compare_hashes(all, check.when);
+    pending_checks_.pop_front();
+  }
+}
+
+void Replicas::check_identical(const NamedTensors& params, const std::string& when) {
+  auto mine = parameter_hash(params);
+  auto all = on_comm_thread<std::vector<torch::Tensor>>([&] { return group_->all_gather(mine); });
+  compare_hashes(all, when);
 }
 
 NamedTensors Replicas::subset(const NamedTensors& params, const Fragment& f) const {
@@ -258,7 +294,11 @@ void Replicas::land(Fragment& f, NamedTensors& params) {
     }
   }
   outer_steps_ += 1;
-  check_identical(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
+  if (config_.dist.overlap_steps == 0) {
+    check_identical(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
+  } else {
+    check_identical_later(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
+  }
 }
 
 bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
@@ -268,6 +308,7 @@ bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
     double h = std::floor(std::pow(config_.dist.qsr_alpha / lr, 2.0));
     current_h_ = std::max<int64_t>(config_.dist.inner_steps, static_cast<int64_t>(std::min(h, 1e9)));
   }
+  verify_checks(/*wait=*/false);
   bool landed = false;
   for (auto& f : fragments_) {
     if (f.apply_step >= 0 && step >= f.apply_step) {
@@ -302,6 +343,7 @@ bool Replicas::finish(int64_t step, NamedTensors& params) {
       landed = true;
     }
   }
+  verify_checks(/*wait=*/true);
   return landed;
 }
 

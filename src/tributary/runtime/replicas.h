@@ -79,6 +79,10 @@ class Replicas {
   void send(Fragment& f, int64_t step, NamedTensors& params);
   void land(Fragment& f, NamedTensors& params);
   void check_identical(const NamedTensors& params, const std::string& when);
+  // The same check without blocking training (overlap mode): the all-gather of hashes queues behind the exchanges
+  // and is verified when it has arrived (at the latest in finish()).
+  void check_identical_later(const NamedTensors& params, const std::string& when);
+  void verify_checks(bool wait);
   template <typename T>
   T on_comm_thread(std::function<T()> job);  // runs in FIFO order on the communication thread, waits
   std::future<std::vector<torch::Tensor>> async_average(std::vector<torch::Tensor> tensors);
@@ -87,6 +91,11 @@ class Replicas {
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::vector<Fragment> fragments_;
+  struct PendingCheck {
+    std::future<std::vector<torch::Tensor>> hashes;
+    std::string when;
+  };
+  std::deque<PendingCheck> pending_checks_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_, offset_in_bucket_;
   bool hooks_armed_ = false;
