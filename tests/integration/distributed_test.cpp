@@ -10,6 +10,7 @@
 #include "tributary/core/safetensors.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
+#include "tributary/runtime/launcher.h"
 
 using namespace tributary;
 
@@ -111,7 +112,7 @@ TEST_F(Distributed, DilocoRunsAndCommunicatesHTimesLess) {
 
 TEST_F(Distributed, WorkersWithDifferentConfigsAreRefused) {
   const std::string cli = TRIBUTARY_CLI;
-  const int port = 29000 + (::getpid() % 1000);
+  const int port = free_tcp_port();
   auto cmd = [&](int rank, const std::string& extra) {
     return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
            " " + cli + tiny("mismatch" + std::to_string(rank), "--set train.steps=4 " + extra);

@@ -99,7 +99,7 @@ TEST(Exchange, EmulatedLinkTakesTheModelledTime) {
     // ring all-reduce of 2 ranks: 2 steps of (50 ms + 50 kB / 1 MB/s) = 0.2 s
     EXPECT_NEAR(ex.stats().modelled_s, 0.2, 1e-9);
     EXPECT_GE(took, 0.2);
-    EXPECT_LT(took, 0.5);
+    EXPECT_LT(took, 1.0) << "the emulation must not add much beyond the model";
   });
   EXPECT_THROW(comm::LinkModel::parse("fast,slow", 2), Error);
 }
