@@ -149,3 +149,15 @@ TEST_F(Distributed, StreamingFragmentsWithOverlapStayIdentical) {
   EXPECT_EQ(s["outer_steps"].get<int>(), 6);
   EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
 }
+
+TEST_F(Distributed, DilocoAfterADataParallelWarmUp) {
+  const std::string cli = TRIBUTARY_CLI;
+  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                      tiny("warm", "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+                                   "--set dist.warmup_ddp_steps=4"));
+  ASSERT_EQ(rc, 0) << out;
+  auto s = nlohmann::json::parse(read_file(work() / "warm" / "summary.json"));
+  EXPECT_EQ(s["outer_steps"].get<int>(), 2);  // DiLoCo from step 4: outer steps at 8 and 12
+  // 4 data-parallel steps and 2 outer steps, each one fp32 ring all-reduce of every parameter
+  EXPECT_DOUBLE_EQ(s["bytes_sent"].get<double>(), 6.0 * 4 * 123264);  // 2 (N-1)/N = 1 for N = 2
+}

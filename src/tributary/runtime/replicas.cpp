@@ -177,7 +177,13 @@ NamedTensors Replicas::subset(const NamedTensors& params, const Fragment& f) con
 
 void Replicas::start(NamedTensors& params) {
   check_identical(params, "at start");
-  if (ddp_) {
+  in_warmup_ = !ddp_ && config_.dist.warmup_ddp_steps > 0;
+  if (ddp_ || in_warmup_) build_buckets(params);
+  if (!ddp_ && !in_warmup_) build_fragments(params, 0);
+}
+
+void Replicas::build_buckets(NamedTensors& params) {
+  {
     // Buckets of <= bucket_mb in reverse parameter order, and a hook per parameter that copies its gradient into its
     // bucket and starts the bucket's all-reduce as soon as the bucket is complete (overlap with backward).
     const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(config_.dist.bucket_mb * (1 << 20) / 4));
@@ -205,8 +211,10 @@ void Replicas::start(NamedTensors& params) {
         on_gradient(k, grad);
         return grad;
       });
-    return;
   }
+}
+
+void Replicas::build_fragments(NamedTensors& params, int64_t step) {
   const int64_t num_fragments = config_.dist.fragments;
   fragments_.resize(static_cast<size_t>(num_fragments));
   // Blocks strided over the fragments; everything outside the blocks (embeddings, final norm, head) in fragment 0.
@@ -225,13 +233,13 @@ void Replicas::start(NamedTensors& params) {
            num_fragments, f, config_.model.num_layers);
     frag.outer = std::make_unique<OuterOptimizer>(subset(params, frag),
                                                   OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
-    frag.offset = f * config_.dist.inner_steps / num_fragments;
+    frag.offset = step + f * config_.dist.inner_steps / num_fragments;
     frag.last_sync = frag.offset;
   }
 }
 
 void Replicas::before_backward(bool last_micro_batch, bool single_micro_batch) {
-  hooks_armed_ = ddp_ && last_micro_batch && single_micro_batch;
+  hooks_armed_ = averaging_gradients() && last_micro_batch && single_micro_batch;
 }
 
 void Replicas::on_gradient(size_t k, const torch::Tensor& grad) {
@@ -243,7 +251,7 @@ void Replicas::on_gradient(size_t k, const torch::Tensor& grad) {
 }
 
 void Replicas::after_backward(NamedTensors& params) {
-  if (!ddp_) return;
+  if (!averaging_gradients()) return;
   if (!hooks_armed_) {  // gradient accumulation: average once, after the last micro-batch
     std::vector<torch::Tensor> grads;
     for (auto& [name, p] : params) grads.push_back(p.mutable_grad());
@@ -303,6 +311,14 @@ void Replicas::land(Fragment& f, NamedTensors& params) {
 
 bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
   if (ddp_) return false;
+  if (in_warmup_) {
+    if (step < config_.dist.warmup_ddp_steps) return false;
+    // Warm-up done: the replicas are identical; DiLoCo starts from here.
+    in_warmup_ = false;
+    check_identical(params, fmt::format("after {} data-parallel warm-up steps", step));
+    build_fragments(params, step);
+    return false;
+  }
   if (config_.dist.qsr_alpha > 0 && lr > 0) {
     // QSR (arXiv 2310.14423): sync less often as the learning rate decays.
     double h = std::floor(std::pow(config_.dist.qsr_alpha / lr, 2.0));
@@ -327,7 +343,7 @@ bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
 }
 
 bool Replicas::finish(int64_t step, NamedTensors& params) {
-  if (ddp_) return false;
+  if (ddp_ || in_warmup_) return false;
   bool landed = false;
   for (auto& f : fragments_) {
     if (f.apply_step >= 0) {

@@ -43,6 +43,8 @@ class Replicas {
   int rank() const { return group_->rank(); }
   int size() const { return group_->size(); }
   bool ddp() const { return ddp_; }
+  // True while gradients are averaged every step: data parallel, or DiLoCo's data-parallel warm-up.
+  bool averaging_gradients() const { return ddp_ || in_warmup_; }
 
   void start(NamedTensors& params);             // checks that every replica starts identical
   // ddp: call before each micro-batch's backward; with one micro-batch per step the gradient buckets are
@@ -99,6 +101,9 @@ class Replicas {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_, offset_in_bucket_;
   bool hooks_armed_ = false;
+  bool in_warmup_ = false;  // DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)
+  void build_buckets(NamedTensors& params);
+  void build_fragments(NamedTensors& params, int64_t step);
   bool ddp_;
   int64_t current_h_;
   int64_t outer_steps_ = 0;

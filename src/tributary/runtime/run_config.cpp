@@ -65,6 +65,7 @@ void RunConfig::bind() {
   s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
   s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
+  s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps, "DiLoCo: data-parallel steps before the first inner step", 0);
   s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
   s.add("dist.outer_momentum", dist.outer_momentum, "DiLoCo: outer Nesterov momentum", 0.0, 0.999999);
   s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);

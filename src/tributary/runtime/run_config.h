@@ -66,6 +66,8 @@ struct TrainConfig {
 struct DistConfig {
   std::string algorithm = "diloco";  // diloco | ddp
   int64_t inner_steps = 50;          // H
+  int64_t warmup_ddp_steps = 0;      // DiLoCo: train this many steps as data parallel first (the paper starts
+                                     // DiLoCo from a pre-trained model)
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   double qsr_alpha = 0;              // > 0: H = max(inner_steps, floor((alpha / lr)^2)) as the inner lr decays

@@ -244,7 +244,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
     summary.losses.push_back(step_loss);
     const double elapsed = elapsed_before + seconds_since(run_start);
 
-    if (replicas && (synced || (replicas->ddp() && (step % tc.log_every == 0 || step == tc.steps)))) {
+    if (replicas && (synced || (replicas->averaging_gradients() && (step % tc.log_every == 0 || step == tc.steps)))) {
       auto c = replicas->take_stats();
       round_comm_s += c.comm_s;
       summary.bytes_sent += c.bytes_sent;
