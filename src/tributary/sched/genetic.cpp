@@ -20,11 +20,11 @@ Partition to_partition(const Labels& labels, int d_pp) {
   return p;
 }
 
-Labels random_labels(int n, int d_dp, int d_pp, SplitMix64& rng) {
+// A random balanced partition: n / d_dp groups of d_dp devices.
+Labels random_labels(int n, int d_dp, SplitMix64& rng) {
   Labels labels(static_cast<size_t>(n));
   for (int d = 0; d < n; ++d) labels[d] = d / d_dp;
   for (int i = n; i > 1; --i) std::swap(labels[i - 1], labels[rng.below(static_cast<uint64_t>(i))]);
-  (void)d_pp;
   return labels;
 }
 
@@ -307,7 +307,7 @@ Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed
   };
   std::vector<State> population;
   int64_t evaluations = 0;
-  for (int i = 0; i < o.population; ++i) population.emplace_back(model, random_labels(n, d_dp, m, rng));
+  for (int i = 0; i < o.population; ++i) population.emplace_back(model, random_labels(n, d_dp, rng));
   auto tournament = [&]() {
     size_t a = rng.below(population.size()), b = rng.below(population.size());
     return population[b].better_than(population[a]) ? b : a;
@@ -361,7 +361,7 @@ RandomBaseline random_baseline(const CostModel& model, int k, uint64_t seed) {
   out.best = std::numeric_limits<double>::infinity();
   double sum = 0;
   for (int i = 0; i < k; ++i) {
-    Partition p = to_partition(random_labels(model.num_devices(), model.d_dp(), model.d_pp(), rng), model.d_pp());
+    Partition p = to_partition(random_labels(model.num_devices(), model.d_dp(), rng), model.d_pp());
     double c = model.cost(p);
     sum += c;
     if (c < out.best) {
