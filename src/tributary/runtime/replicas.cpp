@@ -9,6 +9,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/flops.h"
 
 namespace tributary {
 namespace {
@@ -107,6 +108,22 @@ std::future<std::vector<torch::Tensor>> Replicas::async_average(std::vector<torc
   }
   cv_.notify_one();
   return result;
+}
+
+double Replicas::shared_matmul_peak(const torch::Device& device, int local_world_size) {
+  auto peak = torch::zeros({1}, torch::kFloat64);
+  if (rank() == 0) {
+    const int threads = at::get_num_threads();
+    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    peak.fill_(measure_matmul_peak(device));
+    at::set_num_threads(threads);
+  }
+  on_comm_thread<int>([&] {
+    std::vector<torch::Tensor> t = {peak};
+    group_->broadcast(t, 0);
+    return 0;
+  });
+  return peak.item<double>() / std::max(1, local_world_size);
 }
 
 comm::CommStats Replicas::take_stats() {

@@ -57,6 +57,9 @@ class Replicas {
   int64_t inner_steps_now() const { return current_h_; }
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
+  // The sgemm peak one replica can count on: rank 0 measures the whole machine while the others wait (measuring
+  // concurrently would measure contention), and the peak is shared by the local replicas.
+  double shared_matmul_peak(const torch::Device& device, int local_world_size);
 
  private:
   struct Fragment {

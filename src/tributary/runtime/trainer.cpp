@@ -138,7 +138,8 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   if (start_step >= tc.steps) fail("the checkpoint is at step {} but train.steps = {}: nothing to do", start_step, tc.steps);
 
   if (replicas) replicas->start(params);
-  const double peak = measure_matmul_peak(device);
+  // Per-replica peak: in multi-process runs rank 0 measures the machine alone and the local replicas share it.
+  const double peak = replicas ? replicas->shared_matmul_peak(device, env.local_world_size) : measure_matmul_peak(device);
   const double flops_per_token = training_flops_per_token(config.model, model->num_matmul_parameters());
   const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * config.model.context;
   const double bytes_per_token = dataset.bytes_per_token("val");
