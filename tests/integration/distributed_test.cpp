@@ -11,26 +11,16 @@
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/launcher.h"
+#include "shell.h"
 
 using namespace tributary;
 
 namespace {
 
 fs::path work() { return fs::temp_directory_path() / "trib_distributed"; }
-fs::path data() {
-  const char* env = std::getenv("TRIBUTARY_TEST_DATA");
-  return env ? fs::path(env) : fs::temp_directory_path() / "trib_integration" / "data";
-}
+fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
 
-std::pair<int, std::string> sh(const std::string& cmd) {
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  int status = ::pclose(pipe);
-  return {WEXITSTATUS(status), out};
-}
+std::pair<int, std::string> sh(const std::string& cmd) { return test_support::run_shell(cmd); }
 
 std::string tiny(const std::string& run, const std::string& extra) {
   return std::string(" train --overwrite --set model.num_layers=2 --set model.width=64 --set model.context=64") +

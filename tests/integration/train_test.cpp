@@ -9,28 +9,18 @@
 #include "tributary/data/dataset.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/trainer.h"
+#include "shell.h"
 
 using namespace tributary;
 
 namespace {
 
 fs::path work_dir() { return fs::temp_directory_path() / "trib_integration"; }
-// Built by the CTest fixture testdata.build (TRIBUTARY_TEST_DATA); built here when the binary runs on its own.
-fs::path data_dir() {
-  const char* env = std::getenv("TRIBUTARY_TEST_DATA");
-  return env ? fs::path(env) : work_dir() / "data";
-}
+fs::path data_dir() { return test_support::test_data_dir((work_dir() / "data").string()); }
 
 // The CLI: exit codes and messages users see.
 std::pair<int, std::string> run_cli(const std::string& args) {
-  std::string cmd = std::string(TRIBUTARY_CLI) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  int status = ::pclose(pipe);
-  return {WEXITSTATUS(status), out};
+  return test_support::run_shell(std::string(TRIBUTARY_CLI) + " " + args);
 }
 
 class Training : public ::testing::Test {
