@@ -65,7 +65,6 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   ASSERT_EQ(rc2, 0) << out2;
   auto a = flat_params(work() / "single"), b = flat_params(work() / "ddp");
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << "max diff " << (a - b).abs().max().item<double>();
-  EXPECT_FALSE(a.equal(flat_params(work() / "single") * 0)) << "sanity";
   // with gradient accumulation the gradients are averaged after the last micro-batch instead of during backward
   auto [rc3, out3] = sh(cli + " launch --nproc 2 --master-port 0 --" +
                         tiny("ddp_accum", "--set train.steps=6 --set train.batch_size=2 --set train.grad_accum=2 "

@@ -4,9 +4,25 @@
 #include <cstring>
 
 #include "tributary/core/error.h"
+#include "tributary/core/rng.h"
 
 namespace tributary::comm {
 namespace {
+
+// Codecs with a per-tensor scale (the largest magnitude) carry it as the first 4 bytes.
+float write_max_abs_scale(const torch::Tensor& x, uint8_t* out) {
+  const float* v = x.data_ptr<float>();
+  float scale = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) scale = std::max(scale, std::abs(v[i]));
+  std::memcpy(out, &scale, 4);
+  return scale;
+}
+
+float read_scale(const uint8_t* in) {
+  float scale;
+  std::memcpy(&scale, in, 4);
+  return scale;
+}
 
 class Fp32Codec final : public Codec {
  public:
@@ -90,9 +106,7 @@ class Fp4Codec final : public Codec {
   void encode(const torch::Tensor& x, uint8_t* out) const override {
     const int64_t n = x.numel();
     const float* v = x.data_ptr<float>();
-    float scale = 0;
-    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(v[i]));
-    std::memcpy(out, &scale, 4);
+    const float scale = write_max_abs_scale(x, out);
     uint8_t* codes = out + 4;
     std::memset(codes, 0, static_cast<size_t>((n + 1) / 2));
     for (int64_t i = 0; i < n; ++i) {
@@ -114,8 +128,7 @@ class Fp4Codec final : public Codec {
     }
   }
   torch::Tensor decode(const uint8_t* in, int64_t n) const override {
-    float scale;
-    std::memcpy(&scale, in, 4);
+    const float scale = read_scale(in);
     auto out = torch::empty({n}, torch::kFloat32);
     float* o = out.data_ptr<float>();
     const uint8_t* codes = in + 4;
@@ -134,33 +147,25 @@ class Fp4Codec final : public Codec {
 // the same seed are reproducible.
 class TernGradCodec final : public Codec {
  public:
-  explicit TernGradCodec(uint64_t seed) : rng_state_(seed) {}
+  explicit TernGradCodec(uint64_t seed) : rng_(seed) {}
   std::string name() const override { return "terngrad"; }
   size_t encoded_bytes(int64_t n) const override { return static_cast<size_t>((n + 3) / 4) + 4; }
   void encode(const torch::Tensor& x, uint8_t* out) const override {
     const int64_t n = x.numel();
     const float* v = x.data_ptr<float>();
-    float scale = 0;
-    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(v[i]));
-    std::memcpy(out, &scale, 4);
+    const float scale = write_max_abs_scale(x, out);
     uint8_t* codes = out + 4;
     std::memset(codes, 0, static_cast<size_t>((n + 3) / 4));
-    uint64_t z = (rng_state_ += 0x9E3779B97F4A7C15ULL);
+    SplitMix64 rng(rng_.next());  // a fresh stream per call, derived from the codec's seed
     for (int64_t i = 0; i < n; ++i) {
-      z += 0x9E3779B97F4A7C15ULL;
-      uint64_t r = z;
-      r = (r ^ (r >> 30)) * 0xBF58476D1CE4E5B9ULL;
-      r = (r ^ (r >> 27)) * 0x94D049BB133111EBULL;
-      r ^= r >> 31;
-      const double u = double(r >> 11) * 0x1.0p-53;
+      const double u = double(rng.next() >> 11) * 0x1.0p-53;
       uint8_t code = 0;
       if (scale > 0 && u < std::abs(v[i]) / scale) code = v[i] < 0 ? 2 : 1;
       codes[i / 4] |= static_cast<uint8_t>(code << (2 * (i % 4)));
     }
   }
   torch::Tensor decode(const uint8_t* in, int64_t n) const override {
-    float scale;
-    std::memcpy(&scale, in, 4);
+    const float scale = read_scale(in);
     auto out = torch::empty({n}, torch::kFloat32);
     float* o = out.data_ptr<float>();
     const uint8_t* codes = in + 4;
@@ -172,7 +177,7 @@ class TernGradCodec final : public Codec {
   }
 
  private:
-  mutable uint64_t rng_state_;
+  mutable SplitMix64 rng_;
 };
 
 }  // namespace

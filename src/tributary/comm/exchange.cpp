@@ -90,12 +90,20 @@ std::string LinkModel::describe() const {
                      max_lat * 1e3);
 }
 
+namespace {
+
+std::string wire_codec(const std::string& name) { return name == "topk" || name == "powersgd" ? "fp32" : name; }
+
+}  // namespace
+
 Exchange::Exchange(Group& group, const ExchangeOptions& options)
     : group_(group),
       options_(options),
-      codec_(make_codec(options.codec == "topk" || options.codec == "powersgd" ? "fp32" : options.codec,
-                        options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
-      lossless_(codec_->name() == "fp32"),
+      mode_(options.codec == "topk"       ? Mode::top_k
+            : options.codec == "powersgd" ? Mode::power_sgd
+            : wire_codec(options.codec) == "fp32" || options.codec == "none" ? Mode::all_reduce
+                                                                              : Mode::quantized_ring),
+      codec_(make_codec(wire_codec(options.codec), options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
       bucket_numel_(std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4))) {
   if (!options.wan.empty()) link_ = LinkModel::parse(options.wan, group.size());
 }
@@ -114,7 +122,7 @@ CommStats Exchange::take_stats() {
 
 void Exchange::average(std::vector<torch::Tensor>& tensors) {
   if (group_.size() == 1) return;
-  if (options_.codec == "powersgd") {
+  if (mode_ == Mode::power_sgd) {
     average_powersgd(tensors);
     return;
   }
@@ -125,7 +133,7 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
     size_t j = i;
     int64_t numel = 0;
     while (j < tensors.size() && (j == i || numel + tensors[j].numel() <= bucket_numel_)) numel += tensors[j++].numel();
-    if (j == i + 1 && lossless_ && options_.codec == "fp32" && tensors[i].is_contiguous() &&
+    if (j == i + 1 && mode_ == Mode::all_reduce && tensors[i].is_contiguous() &&
         tensors[i].scalar_type() == torch::kFloat32 && tensors[i].device().is_cpu()) {
       // One fp32 tensor fills the bucket: reduce it in place, no copies.
       auto flat = tensors[i].detach().view({-1});
@@ -288,14 +296,11 @@ void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
 }
 
 void Exchange::average_bucket(torch::Tensor& flat, size_t bucket_index) {
-  if (options_.codec == "topk") {
-    average_topk(flat, bucket_index);
-    return;
-  }
-  if (lossless_) {
-    all_reduce_mean(flat);
-  } else {
-    quantized_ring_all_reduce(flat);
+  switch (mode_) {
+    case Mode::all_reduce: all_reduce_mean(flat); break;
+    case Mode::quantized_ring: quantized_ring_all_reduce(flat); break;
+    case Mode::top_k: average_topk(flat, bucket_index); break;
+    case Mode::power_sgd: TRIB_CHECK(false, "(PowerSGD works per tensor, not per bucket)");
   }
 }
 

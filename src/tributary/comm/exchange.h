@@ -82,12 +82,15 @@ class Exchange {
   void average_powersgd(std::vector<torch::Tensor>& tensors);
   void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
   void account(double bytes_sent, double bytes_recv, double modelled_s, std::chrono::steady_clock::time_point start);
+  // How a bucket is averaged, decided once from the options.
+  enum class Mode { all_reduce, quantized_ring, top_k, power_sgd };
+
   Group& group_;
   ExchangeOptions options_;
+  Mode mode_;
   std::vector<torch::Tensor> residual_;  // error feedback (topk: per bucket, powersgd: per tensor)
   std::vector<torch::Tensor> q_;         // PowerSGD warm start, per tensor
-  std::unique_ptr<Codec> codec_;
-  bool lossless_;
+  std::unique_ptr<Codec> codec_;  // the wire format of quantized_ring (fp32 otherwise)
   int64_t bucket_numel_;
   std::optional<LinkModel> link_;
   mutable std::mutex stats_mutex_;

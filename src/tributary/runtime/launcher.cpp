@@ -35,8 +35,10 @@ struct Worker {
 };
 
 bool is_loopback_or_private(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1" || addr.rfind("10.", 0) == 0 ||
-         addr.rfind("192.168.", 0) == 0 || addr.rfind("172.", 0) == 0;
+  in_addr a{};
+  if (::inet_pton(AF_INET, addr.c_str(), &a) != 1) return addr == "localhost" || addr == "::1";
+  const uint32_t ip = ntohl(a.s_addr);
+  return (ip >> 24) == 127 || (ip >> 24) == 10 || (ip >> 20) == 0xAC1 /* 172.16/12 */ || (ip >> 16) == 0xC0A8;
 }
 
 void flush_lines(Worker& w, bool final) {

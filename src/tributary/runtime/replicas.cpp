@@ -81,7 +81,7 @@ Replicas::~Replicas() {
 }
 
 template <typename T>
-T Replicas::on_comm_thread(std::function<T()> job) {
+std::future<T> Replicas::enqueue(std::function<T()> job) {
   auto task = std::make_shared<std::packaged_task<T()>>(std::move(job));
   auto result = task->get_future();
   {
@@ -89,6 +89,12 @@ T Replicas::on_comm_thread(std::function<T()> job) {
     jobs_.push_back([task] { (*task)(); });
   }
   cv_.notify_one();
+  return result;
+}
+
+template <typename T>
+T Replicas::on_comm_thread(std::function<T()> job) {
+  auto result = enqueue<T>(std::move(job));
   const auto start = std::chrono::steady_clock::now();
   T value = result.get();  // rethrows the job's NetworkError / Error
   blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -96,18 +102,10 @@ T Replicas::on_comm_thread(std::function<T()> job) {
 }
 
 std::future<std::vector<torch::Tensor>> Replicas::async_average(std::vector<torch::Tensor> tensors) {
-  auto task = std::make_shared<std::packaged_task<std::vector<torch::Tensor>()>>(
-      [this, t = std::move(tensors)]() mutable {
-        exchange_->average(t);
-        return t;
-      });
-  auto result = task->get_future();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back([task] { (*task)(); });
-  }
-  cv_.notify_one();
-  return result;
+  return enqueue<std::vector<torch::Tensor>>([this, t = std::move(tensors)]() mutable {
+    exchange_->average(t);
+    return t;
+  });
 }
 
 double Replicas::shared_matmul_peak(const torch::Device& device, int local_world_size) {
@@ -158,14 +156,8 @@ void compare_hashes(const std::vector<torch::Tensor>& all, const std::string& wh
 
 void Replicas::check_identical_later(const NamedTensors& params, const std::string& when) {
   auto mine = parameter_hash(params);
-  auto task = std::make_shared<std::packaged_task<std::vector<torch::Tensor>()>>(
-      [this, mine]() { return group_->all_gather(mine); });
-  pending_checks_.push_back({task->get_future(), when});
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back([task] { (*task)(); });
-  }
-  cv_.notify_one();
+  pending_checks_.push_back(
+      {enqueue<std::vector<torch::Tensor>>([this, mine]() { return group_->all_gather(mine); }), when});
 }
 
 void Replicas::verify_checks(bool wait) {
@@ -200,35 +192,34 @@ void Replicas::start(NamedTensors& params) {
 }
 
 void Replicas::build_buckets(NamedTensors& params) {
-  {
-    // Buckets of <= bucket_mb in reverse parameter order, and a hook per parameter that copies its gradient into its
-    // bucket and starts the bucket's all-reduce as soon as the bucket is complete (overlap with backward).
-    const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(config_.dist.bucket_mb * (1 << 20) / 4));
-    bucket_of_.assign(params.size(), 0);
-    offset_in_bucket_.assign(params.size(), 0);
-    int64_t filled = cap;
-    for (size_t k = params.size(); k-- > 0;) {
-      const int64_t n = params[k].second.numel();
-      if (filled + n > cap && !(buckets_.size() && buckets_.back().params.empty())) {
-        buckets_.emplace_back();
-        filled = 0;
-      }
-      bucket_of_[k] = buckets_.size() - 1;
-      offset_in_bucket_[k] = static_cast<size_t>(filled);
-      buckets_.back().params.push_back(k);
-      filled += n;
+  // Buckets of <= bucket_mb in reverse parameter order (a parameter larger than that gets a bucket of its own), and a
+  // hook per parameter that copies its gradient into its bucket and starts the bucket's all-reduce as soon as the
+  // bucket is complete (overlap with backward).
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(config_.dist.bucket_mb * (1 << 20) / 4));
+  bucket_of_.assign(params.size(), 0);
+  offset_in_bucket_.assign(params.size(), 0);
+  int64_t filled = 0;
+  for (size_t k = params.size(); k-- > 0;) {
+    const int64_t n = params[k].second.numel();
+    if (buckets_.empty() || (filled > 0 && filled + n > cap)) {
+      buckets_.emplace_back();
+      filled = 0;
     }
-    for (auto& b : buckets_) {
-      int64_t n = 0;
-      for (size_t k : b.params) n += params[k].second.numel();
-      b.flat = torch::zeros({n}, torch::kFloat32);
-    }
-    for (size_t k = 0; k < params.size(); ++k)
-      params[k].second.register_hook([this, k](torch::Tensor grad) {
-        on_gradient(k, grad);
-        return grad;
-      });
+    bucket_of_[k] = buckets_.size() - 1;
+    offset_in_bucket_[k] = static_cast<size_t>(filled);
+    buckets_.back().params.push_back(k);
+    filled += n;
   }
+  for (auto& b : buckets_) {
+    int64_t n = 0;
+    for (size_t k : b.params) n += params[k].second.numel();
+    b.flat = torch::zeros({n}, torch::kFloat32);
+  }
+  for (size_t k = 0; k < params.size(); ++k)
+    params[k].second.register_hook([this, k](torch::Tensor grad) {
+      on_gradient(k, grad);
+      return grad;
+    });
 }
 
 void Replicas::build_fragments(NamedTensors& params, int64_t step) {
@@ -294,9 +285,10 @@ void Replicas::after_backward(NamedTensors& params) {
   hooks_armed_ = false;
 }
 
-void Replicas::send(Fragment& f, int64_t step, NamedTensors& params) {
+void Replicas::send(Fragment& f, int64_t step, NamedTensors& params, int64_t overlap_steps) {
   f.pending = async_average(f.outer->pseudo_gradient(subset(params, f)));
-  f.apply_step = step + config_.dist.overlap_steps;
+  f.apply_step = step + overlap_steps;
+  f.merge = overlap_steps > 0;
   f.last_sync = step;
 }
 
@@ -306,7 +298,7 @@ void Replicas::land(Fragment& f, NamedTensors& params) {
   blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   f.apply_step = -1;
   auto local = subset(params, f);
-  if (config_.dist.overlap_steps == 0) {
+  if (!f.merge) {
     f.outer->step(averaged, local);  // every replica continues from the new global parameters
   } else {
     // The replicas trained tau more steps meanwhile: merge them with the new global parameters.
@@ -319,7 +311,7 @@ void Replicas::land(Fragment& f, NamedTensors& params) {
     }
   }
   outer_steps_ += 1;
-  if (config_.dist.overlap_steps == 0) {
+  if (!f.merge) {
     check_identical(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
   } else {
     check_identical_later(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
@@ -349,8 +341,8 @@ bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
       landed = true;
     }
     if (f.apply_step < 0 && step - f.last_sync >= current_h_) {
-      send(f, step, params);
-      if (config_.dist.overlap_steps == 0) {
+      send(f, step, params, config_.dist.overlap_steps);
+      if (!f.merge) {
         land(f, params);
         landed = true;
       }
@@ -368,11 +360,8 @@ bool Replicas::finish(int64_t step, NamedTensors& params) {
       landed = true;
     }
     if (step > f.last_sync) {  // pending inner steps: one last synchronous outer step
-      const int64_t saved = config_.dist.overlap_steps;
-      config_.dist.overlap_steps = 0;
-      send(f, step, params);
+      send(f, step, params, /*overlap_steps=*/0);
       land(f, params);
-      config_.dist.overlap_steps = saved;
       landed = true;
     }
   }

@@ -70,6 +70,7 @@ class Replicas {
     // in flight (overlap): the averaged pseudo-gradient arrives through `pending`, to be applied at `apply_step`
     std::future<std::vector<torch::Tensor>> pending;
     int64_t apply_step = -1;
+    bool merge = false;  // sent with overlap: merge with the local progress instead of replacing it
   };
 
   struct Bucket {  // data parallel: parameters in reverse order (the order backward produces their gradients)
@@ -81,7 +82,7 @@ class Replicas {
   void on_gradient(size_t param, const torch::Tensor& grad);
 
   NamedTensors subset(const NamedTensors& params, const Fragment& f) const;
-  void send(Fragment& f, int64_t step, NamedTensors& params);
+  void send(Fragment& f, int64_t step, NamedTensors& params, int64_t overlap_steps);
   void land(Fragment& f, NamedTensors& params);
   void check_identical(const NamedTensors& params, const std::string& when);
   // The same check without blocking training (overlap mode): the all-gather of hashes queues behind the exchanges
@@ -89,7 +90,9 @@ class Replicas {
   void check_identical_later(const NamedTensors& params, const std::string& when);
   void verify_checks(bool wait);
   template <typename T>
-  T on_comm_thread(std::function<T()> job);  // runs in FIFO order on the communication thread, waits
+  std::future<T> enqueue(std::function<T()> job);  // runs in FIFO order on the communication thread
+  template <typename T>
+  T on_comm_thread(std::function<T()> job);  // enqueue and wait (the wait counts as blocked time)
   std::future<std::vector<torch::Tensor>> async_average(std::vector<torch::Tensor> tensors);
 
   RunConfig config_;
