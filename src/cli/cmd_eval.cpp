@@ -5,14 +5,18 @@
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/routing/units.h"
+#include "tributary/runtime/dipaco.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/runtime/modules.h"
 
 namespace tributary::cli {
 
 void add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint, data, device = "cpu", split = "val";
-    int64_t batches = 0, batch_size = 16, threads = 0;
+    int64_t batches = 0, batch_size = 16, threads = 0, prefix = -1, units = 0;
+    bool early_stopped = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "evaluate a checkpoint: loss, perplexity, bits per byte");
@@ -23,15 +27,39 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--batch-size", args->batch_size, "sequences per batch");
   cmd->add_option("--device", args->device, "torch device");
   cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)");
+  cmd->add_option("--prefix", args->prefix,
+                  "DiPaCo protocol: cut the split into units of context+1 tokens and score only the tokens after the "
+                  "first PREFIX (32 for DiPaCo comparisons)");
+  cmd->add_option("--units", args->units, "with --prefix or a DiPaCo run: evaluate at most this many units (0: all)");
+  cmd->add_flag("--early-stopped", args->early_stopped, "DiPaCo run: each path's best held-out parameters");
   cmd->callback([args]() {
     configure_threads(args->threads);
     check_blas();
     auto device = parse_device(args->device);
+    if (is_dipaco_run(args->checkpoint)) {  // route every unit to one path by its first 32 tokens
+      auto r = evaluate_routed(args->checkpoint, args->early_stopped, args->units, device);
+      std::printf("DiPaCo routed val loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix\n", r.loss,
+                  std::exp(r.loss), static_cast<long long>(r.num_tokens), static_cast<long long>(kRoutingPrefix));
+      for (size_t p = 0; p < r.units_per_path.size(); ++p)
+        std::printf("  path %zu: %lld units, loss %.4f\n", p, static_cast<long long>(r.units_per_path[p]),
+                    r.loss_per_path[p]);
+      return;
+    }
     auto loaded = load_model(args->checkpoint, device);
     Dataset dataset = Dataset::open(args->data.empty() ? loaded.config.data.dir : args->data);
     if (dataset.vocab_size() > loaded.config.model.vocab_size)
       fail("dataset '{}' has {} token ids but the model only {}: evaluate on data built with the same tokenizer",
            dataset.dir().string(), dataset.vocab_size(), loaded.config.model.vocab_size);
+    if (args->prefix >= 0) {
+      Units units = cut_units(dataset, args->split, loaded.config.model.context);
+      if (args->units > 0 && units.size() > args->units) units.tokens = units.tokens.narrow(0, 0, args->units);
+      auto r = evaluate_units(*loaded.model, units.tokens, args->prefix, device);
+      std::printf("step %lld | %s loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix of %lld units\n",
+                  static_cast<long long>(loaded.step), args->split.c_str(), r.mean(), std::exp(r.mean()),
+                  static_cast<long long>(r.num_tokens), static_cast<long long>(args->prefix),
+                  static_cast<long long>(units.size()));
+      return;
+    }
     auto tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens(args->split));
     BatchLoader loader(tokens, {.batch_size = args->batch_size, .context = loaded.config.model.context, .shuffle = false},
                        dataset.dir().string() + " " + args->split);

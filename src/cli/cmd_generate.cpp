@@ -1,6 +1,10 @@
 #include "cli/commands.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/core/log.h"
+#include "tributary/data/tokenizer.h"
+#include "tributary/routing/router.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/runtime/modules.h"
 
 namespace tributary::cli {
 
@@ -8,7 +12,7 @@ void add_generate(CLI::App& app) {
   struct Args {
     std::string checkpoint, prompt, device = "cpu";
     GenerateOptions options;
-    int64_t threads = 0;
+    int64_t threads = 0, path = -1;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("generate", "sample text from a checkpoint");
@@ -18,11 +22,36 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--temperature", args->options.temperature, "softmax temperature (0: greedy)");
   cmd->add_option("--top-k", args->options.top_k, "sample among the k most likely tokens (0: all)");
   cmd->add_option("--seed", args->options.seed, "sampling seed");
+  cmd->add_option("--path", args->path, "DiPaCo run: use this path instead of routing the prompt");
   cmd->add_option("--device", args->device, "torch device");
   cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)");
   cmd->callback([args]() {
     configure_threads(args->threads);
     auto device = parse_device(args->device);
+    if (is_dipaco_run(args->checkpoint)) {  // route the prompt's first 32 tokens to one path
+      DipacoRun run = load_dipaco_run(args->checkpoint);
+      Routes routes = load_routes(run.config.dipaco.routes, device);
+      std::unique_ptr<Tokenizer> tokenizer;
+      const fs::path data = routes.info.at("data").get<std::string>();
+      if (fs::exists(data / "tokenizer.model")) tokenizer = std::make_unique<SentencePieceTokenizer>(data / "tokenizer.model");
+      else tokenizer = std::make_unique<ByteTokenizer>();
+      auto ids = tokenizer->encode(args->prompt);
+      int64_t path = args->path;
+      if (path < 0) {
+        std::vector<int64_t> prefix(ids.begin(), ids.end());
+        if (prefix.empty()) prefix.push_back(tokenizer->eot_id());
+        auto units = torch::tensor(prefix, torch::kInt64).unsqueeze(0);
+        path = routes.router.route(routing_features(*routes.feature_model, units, device), 1).item<int64_t>();
+      }
+      run.grid.path_modules(path);  // Error naming the range when out of it
+      log::info("prompt routed to path {} ({})", path, fmt::format("{}", fmt::join(run.grid.modules_of_path(path), " + ")));
+      auto model = assemble_dense(run, path);
+      model->to(device);
+      model->eval();
+      auto out = generate(*model, ids, tokenizer->eot_id(), args->options, device);
+      std::printf("%s%s\n", args->prompt.c_str(), tokenizer->decode(out).c_str());
+      return;
+    }
     auto loaded = load_model(args->checkpoint, device);
     loaded.model->eval();
     auto ids = generate(*loaded.model, loaded.tokenizer->encode(args->prompt), loaded.tokenizer->eot_id(),

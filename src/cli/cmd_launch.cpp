@@ -12,6 +12,8 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--master-addr", o->master_addr, "address of the machine with rank 0 (default loopback)");
   cmd->add_option("--master-port", o->master_port, "rendezvous port (0: a free one, single machine only)");
   cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
+  cmd->add_option("--max-failures", o->max_failures,
+                  "workers (not rank 0) that may die while the others carry on (DiPaCo re-queues their tasks)");
   cmd->add_option("command", o->command, "the worker's tributary command, after --")->required();
   cmd->callback([o]() {
     int code = launch(*o);

@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/dipaco.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {
@@ -37,6 +38,15 @@ void add_train(CLI::App& app) {
     TrainOptions options{.resume = resume->count() > 0, .resume_from = args->resume_from,
                          .stop_after_step = args->stop_after, .overwrite = args->overwrite,
                          .dist = resolve_dist_env_from_process()};
+    if (!config.dipaco.modules.empty()) {
+      DipacoSummary d = train_dipaco(config, options);
+      if (options.dist.rank == 0)
+        log::info("done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "
+                  "{:.2f} MB sent by rank 0 | run directory {}",
+                  d.rounds, d.elapsed_s, d.val_loss, d.val_ppl, d.val_loss_early, d.bytes_sent / 1e6,
+                  d.run_dir.string());
+      return;
+    }
     TrainSummary s = train(config, options);
     if (options.dist.rank != 0) return;
     log::info("done: {} steps, {} tokens in {:.0f} s | val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f}) | "

@@ -12,5 +12,7 @@ void add_data(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_launch(CLI::App& app);
+void add_route(CLI::App& app);
+void add_export_path(CLI::App& app);
 
 }  // namespace tributary::cli

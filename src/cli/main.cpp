@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   tributary::cli::add_plot(app);
   tributary::cli::add_plan(app);
   tributary::cli::add_launch(app);
+  tributary::cli::add_route(app);
+  tributary::cli::add_export_path(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

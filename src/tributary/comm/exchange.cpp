@@ -156,6 +156,23 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
   }
 }
 
+void Exchange::broadcast(std::vector<torch::Tensor>& tensors, int root) {
+  const auto start = Clock::now();
+  double bytes = 0;
+  for (const auto& t : tensors) bytes += double(t.numel() * t.element_size());
+  group_.broadcast(tensors, root);
+  const int n = group_.size(), me = group_.rank();
+  double modelled = 0;
+  if (link_) {
+    for (int d = 0; d < n && d < link_->num_ranks; ++d) {
+      if (d == root || root >= link_->num_ranks) continue;
+      const size_t e = size_t(root) * size_t(link_->num_ranks) + size_t(d);
+      modelled = std::max(modelled, link_->latency_s[e] + bytes / link_->bytes_per_s[e]);
+    }
+  }
+  account(me == root ? bytes * (n - 1) : 0.0, me == root ? 0.0 : bytes, modelled, start);
+}
+
 void Exchange::account(double sent, double recv, double modelled, Clock::time_point start) {
   const double real = std::chrono::duration<double>(Clock::now() - start).count();
   if (modelled > real) std::this_thread::sleep_for(std::chrono::duration<double>(modelled - real));

@@ -69,6 +69,10 @@ class Exchange {
 
   // Replaces every tensor (fp32, CPU) by its average over the ranks.
   void average(std::vector<torch::Tensor>& tensors);
+  // Uncompressed broadcast from `root` (DiPaCo: a module owner ships the module's new parameters). Accounting: the
+  // root sends the payload to each of the others; emulation: the root's links run in parallel, the slowest
+  // (latency + bytes / bandwidth) sets the time.
+  void broadcast(std::vector<torch::Tensor>& tensors, int root);
 
   CommStats stats() const;
   CommStats take_stats();  // returns and resets; safe to call while another thread runs average()

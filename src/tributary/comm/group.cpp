@@ -15,6 +15,12 @@ Group::Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, Gr
 
 Group::~Group() = default;
 
+void Group::reform(const std::string& prefix, int rank, int world_size) {
+  rank_ = rank;
+  world_size_ = world_size;
+  reform(prefix);
+}
+
 void Group::reform(const std::string& prefix) {
   prefix_ = prefix;
   auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);

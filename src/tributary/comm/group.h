@@ -54,6 +54,8 @@ class Group {
   // Sends `out` to rank dst and receives `in` from rank src concurrently (one ring step); tags must match.
   void send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, int tag);
   void reform(const std::string& prefix);
+  // Survivors of a failure re-form with a new membership: this process becomes `rank` of `world_size`.
+  void reform(const std::string& prefix, int rank, int world_size);
 
  private:
   template <typename MakeWork>

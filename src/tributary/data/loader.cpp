@@ -11,7 +11,9 @@ BatchLoader::BatchLoader(std::shared_ptr<const std::vector<uint32_t>> tokens, Lo
                          std::string split_name)
     : tokens_(std::move(tokens)), options_(options) {
   const int64_t n = static_cast<int64_t>(tokens_->size());
-  num_windows_ = n > options_.context ? (n - 1) / options_.context : 0;
+  if (options_.stride <= 0) options_.stride = options_.context;
+  const int64_t row = options_.context + 1;
+  num_windows_ = n >= row ? (n - row) / options_.stride + 1 : 0;
   windows_per_epoch_ = num_windows_ / options_.world_size;
   if (windows_per_epoch_ < options_.batch_size)
     fail("data split {} has {} tokens: {} windows of context {} per replica, fewer than one batch of {}; use more "
@@ -47,7 +49,7 @@ void BatchLoader::next(int64_t* out) {
     }
     uint64_t window = order_[position_.cursor * options_.world_size + options_.rank];
     position_.cursor += 1;
-    const uint32_t* src = tokens_->data() + window * options_.context;
+    const uint32_t* src = tokens_->data() + window * options_.stride;
     for (int64_t t = 0; t < row; ++t) out[b * row + t] = src[t];
   }
 }

@@ -1,5 +1,5 @@
 // Yields [B, T+1] windows of token ids from one split's token stream (inputs = [:, :T], targets = [:, 1:]).
-// Windows are the non-overlapping chunks stream[i*T, i*T+T+1); each epoch visits them in a permutation fixed by
+// Windows are the chunks stream[i*S, i*S+T+1) (S = stride, T by default); each epoch visits them in a permutation fixed by
 // (seed, epoch). The position (epoch, cursor) is part of every checkpoint, so resuming continues the exact order.
 // Replicas of a distributed run take every world-th window starting at their rank.
 #pragma once
@@ -18,6 +18,8 @@ struct LoaderOptions {
   bool shuffle = true;  // false: windows in stream order (validation)
   int64_t rank = 0;
   int64_t world_size = 1;
+  int64_t stride = 0;  // tokens between window starts; 0: context (consecutive windows share one token).
+                       // context + 1: disjoint units, as routed DiPaCo shards store them
 };
 
 struct LoaderPosition {

@@ -112,14 +112,18 @@ void Transformer::reset_parameters() {
   if (head) head->weight.normal_(0.0, std);
 }
 
-torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
+torch::Tensor Transformer::hidden(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   if (T > config_.context) fail("sequence of {} tokens is longer than model.context = {}", T, config_.context);
   auto x = tok_embed->forward(tokens);  // (B, T, C)
   if (pos_embed) x = x + pos_embed->weight.narrow(0, 0, T);
   for (auto& module : modules_)
     for (auto& block : module->blocks) x = block->forward(x, rope_cos_, rope_sin_);
-  x = final_norm->forward(x);
+  return x;
+}
+
+torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
+  auto x = final_norm->forward(hidden(tokens));
   return torch::nn::functional::linear(x, head ? head->weight : tok_embed->weight);  // (B, T, V)
 }
 

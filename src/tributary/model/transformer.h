@@ -70,6 +70,8 @@ class Transformer : public torch::nn::Module {
   explicit Transformer(const ModelConfig& config, std::vector<int64_t> path = {});
 
   torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 -> logits (B, T, V)
+  // The last block's output before the final norm (B, T, C): DiPaCo's routing feature is its mean over a prefix.
+  torch::Tensor hidden(const torch::Tensor& tokens);
   // Mean next-token cross-entropy; targets (B, T) int64.
   static torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets);
 

@@ -20,6 +20,16 @@ struct EvalResult {
 // Mean loss over `num_batches` batches of `loader` (no gradients).
 EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device);
 
+// DiPaCo's evaluation protocol: units (N, T+1) int64; the loss counts only the tokens after the first `prefix` ones
+// (the routing context), so routed and dense models are scored on the same tokens.
+struct UnitLoss {
+  double loss_sum = 0;  // nats
+  int64_t num_tokens = 0;
+  double mean() const { return num_tokens > 0 ? loss_sum / double(num_tokens) : 0.0; }
+};
+UnitLoss evaluate_units(Transformer& model, const torch::Tensor& units, int64_t prefix, const torch::Device& device,
+                        int64_t batch = 32);
+
 struct GenerateOptions {
   int64_t max_new_tokens = 200;
   double temperature = 0.8;  // 0: greedy

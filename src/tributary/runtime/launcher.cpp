@@ -130,6 +130,7 @@ int launch(const LaunchOptions& o) {
   auto old_term = std::signal(SIGTERM, on_signal);
   int result = 0;
   int failed_rank = -1;
+  int tolerated = 0;
   std::optional<std::chrono::steady_clock::time_point> stop_deadline;
   auto stop_all = [&](int sig) {
     for (auto& w : workers)
@@ -165,7 +166,11 @@ int launch(const LaunchOptions& o) {
         w.running = false;
         w.status = status;
         int code = exit_code_of(status);
-        if (code != 0 && failed_rank < 0 && !stop_deadline) {
+        if (code != 0 && failed_rank < 0 && !stop_deadline && w.rank != 0 && tolerated < o.max_failures) {
+          tolerated += 1;
+          log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
+                    "carry on", w.rank, w.pid, code, tolerated, o.max_failures);
+        } else if (code != 0 && failed_rank < 0 && !stop_deadline) {
           failed_rank = w.rank;
           result = code;
           log::error("launch: rank {} (pid {}) exited with status {}; stopping the other workers", w.rank, w.pid, code);

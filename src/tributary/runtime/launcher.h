@@ -1,6 +1,8 @@
 // `tributary launch`: starts the local workers of a distributed run (like torchrun), prefixes their output with the
 // rank, and supervises them: when a worker fails, the others are stopped (SIGTERM, then SIGKILL after a grace
-// period) and launch exits with the failing worker's status, naming its rank. No orphans, no hang.
+// period) and launch exits with the failing worker's status, naming its rank. No orphans, no hang. With
+// max_failures = K, up to K workers other than rank 0 may die while the rest carry on; launch then exits 0 if every
+// other worker succeeds.
 // Multi-machine: the same command on every machine with --nnodes/--node-rank/--master-addr.
 #pragma once
 
@@ -16,6 +18,8 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";  // loopback by default: c10d is unauthenticated
   int master_port = 29500;                // 0: pick a free port (single node only)
   double grace_s = 10;                    // between SIGTERM and SIGKILL when stopping workers
+  int max_failures = 0;                   // workers (never rank 0, which hosts the store) that may die without
+                                          // stopping the others: for algorithms that survive it (DiPaCo)
   std::vector<std::string> command;       // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
 };
 

@@ -19,8 +19,7 @@ std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end(
 
 }  // namespace
 
-Replicas::Replicas(const RunConfig& config, const DistEnv& env)
-    : config_(config), ddp_(config.dist.algorithm == "ddp"), current_h_(config.dist.inner_steps) {
+c10::intrusive_ptr<c10d::Store> rendezvous(const RunConfig& config, const DistEnv& env) {
   using std::chrono::milliseconds;
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   auto store = comm::connect_store(env.master_addr, env.master_port, env.rank, env.world_size, env.use_agent_store,
@@ -45,6 +44,13 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
   if (!problems.empty())
     fail("workers disagree on the run configuration: {}. Start every worker with the same config and overrides",
          fmt::join(problems, "; "));
+  return store;
+}
+
+Replicas::Replicas(const RunConfig& config, const DistEnv& env)
+    : config_(config), ddp_(config.dist.algorithm == "ddp"), current_h_(config.dist.inner_steps) {
+  using std::chrono::milliseconds;
+  auto store = rendezvous(config, env);
   group_ = std::make_unique<comm::Group>(
       store, env.rank, env.world_size,
       comm::GroupOptions{.collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))});

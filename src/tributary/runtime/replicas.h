@@ -33,6 +33,9 @@
 
 namespace tributary {
 
+// Connects to the run's store and refuses ranks whose resolved configs differ (naming the ranks and keys).
+c10::intrusive_ptr<c10d::Store> rendezvous(const RunConfig& config, const DistEnv& env);
+
 class Replicas {
  public:
   // Rendezvous: connects the store and forms the group; refuses ranks whose resolved configs differ (naming the

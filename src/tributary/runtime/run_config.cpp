@@ -13,7 +13,8 @@ int64_t ModelConfig::resolved_mlp_hidden() const {
 
 RunConfig::RunConfig() { bind(); }
 RunConfig::RunConfig(const RunConfig& other)
-    : model(other.model), data(other.data), optim(other.optim), train(other.train), dist(other.dist) {
+    : model(other.model), data(other.data), optim(other.optim), train(other.train), dist(other.dist),
+      dipaco(other.dipaco) {
   bind();
 }
 RunConfig& RunConfig::operator=(const RunConfig& other) {
@@ -22,6 +23,7 @@ RunConfig& RunConfig::operator=(const RunConfig& other) {
   optim = other.optim;
   train = other.train;
   dist = other.dist;
+  dipaco = other.dipaco;
   bind();
   return *this;
 }
@@ -80,6 +82,19 @@ void RunConfig::bind() {
   s.add("dist.wan", dist.wan, "emulated links: '' | '10Mbit,100ms' | cluster JSON or preset");
   s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);
   s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
+  s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
+  s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
+  s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");
+  s.add("dipaco.init_from", dipaco.init_from, "DiPaCo: dense checkpoint every module starts from");
+  s.add("dipaco.norm_rescale", dipaco.norm_rescale, "DiPaCo: outer gradient x or / sqrt(paths through the module)",
+        {"multiply", "divide", "none"});
+  s.add("dipaco.on_failure", dipaco.on_failure, "DiPaCo: a dead worker's tasks are re-run or skipped",
+        {"requeue", "skip"});
+  s.add("dipaco.heartbeat_timeout_s", dipaco.heartbeat_timeout_s, "DiPaCo: silence after which a worker is dead (s)",
+        0.5, 3600.0);
+  s.add("dipaco.holdout_permille", dipaco.holdout_permille, "DiPaCo: held-out slice of each shard (early stopping)",
+        0, 500);
+  s.add("dipaco.eval_units", dipaco.eval_units, "DiPaCo: routed validation units evaluated at the end; 0 = all", 0);
 }
 
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
@@ -117,6 +132,13 @@ void RunConfig::validate() const {
   if (dist.fragments > dist.inner_steps)
     fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
          dist.fragments, dist.inner_steps);
+  if (!dipaco.modules.empty()) {
+    if (dipaco.routes.empty())
+      fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);
+    if (train.steps % dist.inner_steps != 0)
+      fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
+           train.steps, dist.inner_steps);
+  }
   if (optim.warmup_steps > train.steps)
     fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
 }

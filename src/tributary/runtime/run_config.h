@@ -83,12 +83,28 @@ struct DistConfig {
   double collective_timeout_s = 1800;
 };
 
+// DiPaCo (arXiv 2403.10616): a grid of modules, one path per routed shard. Each path trains dist.inner_steps (tau)
+// inner steps per round from the current global modules; train.steps is each path's total, so there are
+// train.steps / tau rounds. Compression, WAN emulation and the outer lr/momentum come from [dist].
+struct DipacoConfig {
+  std::string modules;               // "" (not DiPaCo) | modules per level, e.g. "2x2" (one factor per model level)
+  bool private_stem = false;         // embeddings, final norm and head private to each path instead of shared
+  std::string routes;                // directory written by `tributary route` (one shard per path + the router)
+  std::string init_from;             // dense checkpoint every module starts from ("" = the seed's initialisation)
+  std::string norm_rescale = "multiply";  // multiply | divide | none: outer gradient x or / sqrt(paths through it)
+  std::string on_failure = "requeue";     // requeue | skip: a dead worker's tasks are re-run, or the round goes on
+  double heartbeat_timeout_s = 10;   // a worker whose heartbeat stalls this long is dead
+  int64_t holdout_permille = 20;     // per-path early stopping: this slice of the path's shard is held out
+  int64_t eval_units = 0;            // routed validation units to evaluate at the end; 0 = all
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;
   TrainConfig train;
   DistConfig dist;
+  DipacoConfig dipaco;
 
   RunConfig();
   RunConfig(const RunConfig& other);

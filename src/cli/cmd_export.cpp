@@ -1,0 +1,29 @@
+#include "cli/commands.h"
+#include "tributary/core/log.h"
+#include "tributary/runtime/modules.h"
+
+namespace tributary::cli {
+
+void add_export_path(CLI::App& app) {
+  struct Args {
+    std::string run, out;
+    int64_t path = 0;
+    bool early_stopped = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("export-path", "DiPaCo: write one path as a standalone dense checkpoint");
+  cmd->add_option("run", args->run, "DiPaCo run directory")->required();
+  cmd->add_option("--path", args->path, "path id (0 .. paths-1)")->required();
+  cmd->add_option("--out", args->out, "output run directory (eval, generate and train --set dipaco.init_from load it)")
+      ->required();
+  cmd->add_flag("--early-stopped", args->early_stopped, "the path's parameters from its best held-out round");
+  cmd->callback([args]() {
+    DipacoRun run = load_dipaco_run(args->run);
+    run.grid.path_modules(args->path);  // Error naming the range when out of it
+    auto dir = export_path(run, args->path, args->out, args->early_stopped);
+    log::info("path {} ({}) written as a dense checkpoint: {}", args->path,
+              fmt::format("{}", fmt::join(run.grid.modules_of_path(args->path), " + ")), dir.string());
+  });
+}
+
+}  // namespace tributary::cli

@@ -1,0 +1,202 @@
+#include "tributary/routing/routes_build.h"
+
+#include <cmath>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/core/rng.h"
+#include "tributary/data/dataset.h"
+#include "tributary/routing/kmeans.h"
+#include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/inference.h"
+
+namespace tributary {
+namespace {
+
+// Unigram statistics of a path's shard (add-one smoothed, like build_dataset's).
+std::pair<double, double> unigram_bits(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
+                                       int64_t vocab) {
+  std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
+  for (uint32_t t : train) counts[t] += 1;
+  const double total = double(train.size());
+  double entropy = 0, cross = 0;
+  for (int64_t t = 0; t < vocab; ++t) {
+    const double q = (counts[t] + 1.0) / (total + double(vocab));
+    if (counts[t] > 0) entropy -= counts[t] / total * std::log2(counts[t] / total);
+    counts[t] = -std::log2(q);
+  }
+  for (uint32_t t : val) cross += counts[t];
+  return {entropy, val.empty() ? 0.0 : cross / double(val.size())};
+}
+
+}  // namespace
+
+double purity(const std::vector<uint32_t>& domain, const torch::Tensor& path_of_unit, int64_t num_paths,
+              int64_t num_domains) {
+  if (domain.empty()) return 0;
+  std::vector<int64_t> table(static_cast<size_t>(num_paths * num_domains), 0);
+  auto p = path_of_unit.contiguous();
+  for (size_t i = 0; i < domain.size(); ++i) table[p[int64_t(i)].item<int64_t>() * num_domains + domain[i]] += 1;
+  int64_t sum = 0;
+  for (int64_t q = 0; q < num_paths; ++q)
+    sum += *std::max_element(table.begin() + q * num_domains, table.begin() + (q + 1) * num_domains);
+  return double(sum) / double(domain.size());
+}
+
+nlohmann::json write_routes(const fs::path& out, const Router& router, const fs::path& features_dir,
+                            const Dataset& dataset, const Units& train, const torch::Tensor& routes_train,
+                            const Units& val, const torch::Tensor& routes_val, nlohmann::json info, bool overwrite) {
+  if (fs::exists(out) && !overwrite)
+    fail("'{}' already exists: pass --overwrite to replace it, or choose another --out", out.string());
+  const int64_t P = router.num_paths();
+  const int64_t D = static_cast<int64_t>(dataset.domains().size());
+  const int64_t row = router.context + 1;
+  fs::path tmp = out;
+  tmp += ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp / "features");
+  // The feature model travels with the router: inference routes with exactly the model the shards were cut with.
+  for (const auto& e : fs::directory_iterator(features_dir))
+    if (e.is_regular_file()) fs::copy_file(e.path(), tmp / "features" / e.path().filename());
+  router.save(tmp / "router.safetensors");
+
+  auto source_meta = nlohmann::json::parse(read_file(dataset.dir() / "dataset.json"));
+  const double bpt_train = dataset.bytes_per_token("train"), bpt_val = dataset.bytes_per_token("val");
+  std::vector<std::vector<uint32_t>> train_tokens(P), val_tokens(P);
+  std::vector<std::vector<ShardDoc>> train_docs(P), val_docs(P);
+  auto add = [&](std::vector<uint32_t>& tokens, std::vector<ShardDoc>& docs, const Units& units, int64_t i) {
+    docs.push_back({tokens.size(), static_cast<uint32_t>(row), units.domain[size_t(i)]});
+    const int64_t* src = units.tokens[i].data_ptr<int64_t>();
+    for (int64_t t = 0; t < row; ++t) tokens.push_back(static_cast<uint32_t>(src[t]));
+  };
+  auto rt = routes_train.contiguous(), rv = routes_val.contiguous();
+  for (int64_t i = 0; i < train.size(); ++i)
+    for (int64_t j = 0; j < rt.size(1); ++j) {
+      const int64_t p = rt[i][j].item<int64_t>();
+      add(train_tokens[p], train_docs[p], train, i);
+    }
+  for (int64_t i = 0; i < val.size(); ++i) {
+    const int64_t p = rv[i][0].item<int64_t>();
+    add(val_tokens[p], val_docs[p], val, i);
+  }
+  nlohmann::json paths = nlohmann::json::array();
+  for (int64_t p = 0; p < P; ++p) {
+    fs::path dir = tmp / fmt::format("path-{}", p);
+    fs::create_directories(dir);
+    Shard{train_tokens[p], train_docs[p]}.write(dir / "train-00000.bin", dataset.vocab_size() - 1);
+    Shard{val_tokens[p], val_docs[p]}.write(dir / "val-00000.bin", dataset.vocab_size() - 1);
+    auto [entropy, cross] = unigram_bits(train_tokens[p], val_tokens[p], dataset.vocab_size());
+    nlohmann::json meta = source_meta;
+    auto split = [&](const std::vector<uint32_t>& tokens, const std::vector<ShardDoc>& docs, const char* file,
+                     double bpt) {
+      return nlohmann::json{{"shards", {file}},
+                            {"num_tokens", tokens.size()},
+                            {"num_docs", docs.size()},
+                            {"num_bytes", static_cast<int64_t>(std::llround(double(tokens.size()) * bpt))}};
+    };
+    meta["splits"] = {{"train", split(train_tokens[p], train_docs[p], "train-00000.bin", bpt_train)},
+                      {"val", split(val_tokens[p], val_docs[p], "val-00000.bin", bpt_val)}};
+    meta["unigram"] = {{"train_entropy_bits", entropy}, {"val_cross_entropy_bits", cross}};
+    meta["routed"] = {{"path", p}, {"unit_tokens", row}};
+    if (fs::exists(dataset.dir() / "tokenizer.model"))
+      fs::copy_file(dataset.dir() / "tokenizer.model", dir / "tokenizer.model");
+    write_file_atomic(dir / "dataset.json", meta.dump(2) + "\n");
+    paths.push_back({{"path", p},
+                     {"train_units", train_docs[p].size()},
+                     {"val_units", val_docs[p].size()},
+                     {"train_tokens", train_tokens[p].size()}});
+  }
+
+  // Report: how paths line up with the corpus's source domains (top-1 assignment).
+  auto top1 = rt.select(1, 0);
+  std::vector<std::vector<int64_t>> confusion(static_cast<size_t>(D), std::vector<int64_t>(static_cast<size_t>(P), 0));
+  for (int64_t i = 0; i < train.size(); ++i) confusion[train.domain[size_t(i)]][top1[i].item<int64_t>()] += 1;
+  nlohmann::json report = {{"method", router.method},
+                           {"modules", PathGrid(router.modules_per_level, false).describe()},
+                           {"paths", paths},
+                           {"domains", dataset.domains()},
+                           {"confusion_train", confusion},
+                           {"purity_train", purity(train.domain, top1, P, D)},
+                           {"purity_val", purity(val.domain, rv.select(1, 0), P, D)}};
+  write_file_atomic(tmp / "report.json", report.dump(2) + "\n");
+  info["method"] = router.method;
+  info["modules"] = report["modules"];
+  info["context"] = router.context;
+  info["data"] = fs::absolute(dataset.dir()).string();
+  info["format"] = "tributary-routes";
+  write_file_atomic(tmp / "route.json", info.dump(2) + "\n");  // last: marks the directory complete
+  if (fs::exists(out)) fs::remove_all(out);
+  rename_durable(tmp, out);
+  return report;
+}
+
+nlohmann::json build_routes(const RouteOptions& o) {
+  const torch::Device device = parse_device(o.device);
+  auto ckpt = load_checkpoint(o.model);  // verifies the manifest before anything is routed
+  auto feature = load_model(ckpt.dir.string(), device);
+  Dataset dataset = Dataset::open(o.data);
+  if (feature.config.model.vocab_size < dataset.vocab_size())
+    fail("feature model '{}' has a vocabulary of {} ids but dataset '{}' uses {}: route with a model trained on this "
+         "tokenizer", ckpt.dir.string(), feature.config.model.vocab_size, o.data, dataset.vocab_size());
+  const int64_t context = o.context > 0 ? o.context : feature.config.model.context;
+  if (context < kRoutingPrefix)
+    fail("--context {} is shorter than the {}-token routing prefix", context, kRoutingPrefix);
+  std::string modules = o.modules;
+  const int64_t levels = std::count(modules.begin(), modules.end(), 'x') + 1;
+  PathGrid grid = PathGrid::parse(modules, levels, false, "--modules");
+  if (o.method != "kmeans" && o.method != "product")
+    fail("--method '{}': choose kmeans or product (discriminative routing re-shards a trained DiPaCo run: "
+         "`tributary route --discriminative RUN`)", o.method);
+  if (o.overlap < 1 || o.overlap > grid.num_paths())
+    fail("--overlap {} must be between 1 and the number of paths ({})", o.overlap, grid.num_paths());
+
+  Units train = cut_units(dataset, "train", context), val = cut_units(dataset, "val", context);
+  log::info("route: {} train units and {} val units of {} tokens; features from '{}'", train.size(), val.size(),
+            context + 1, ckpt.dir.string());
+  auto f_train = routing_features(*feature.model, train.tokens, device);
+  auto f_val = routing_features(*feature.model, val.tokens, device);
+
+  Router router;
+  router.method = o.method;
+  router.modules_per_level = grid.modules_per_level();
+  router.context = context;
+  router.mean = f_train.mean(0);
+  router.std = f_train.std(0).clamp_min(1e-6);
+  {
+    auto s = (f_train - router.mean) / router.std;
+    auto cov = s.t().mm(s) / double(std::max<int64_t>(1, s.size(0) - 1));
+    auto [values, vectors] = torch::linalg::eigh(cov.to(torch::kFloat64), "L");
+    router.rotation = vectors.flip({1}).to(torch::kFloat32).contiguous();  // largest variance first
+  }
+  auto z = router.standardise(f_train);
+  // Fit on a deterministic subsample (all units are routed afterwards).
+  torch::Tensor fit = z;
+  if (z.size(0) > o.fit_units) {
+    auto perm = permutation(static_cast<uint64_t>(z.size(0)), o.seed + 99);
+    std::vector<int64_t> idx(perm.begin(), perm.begin() + o.fit_units);
+    fit = z.index_select(0, torch::tensor(idx));
+  }
+  if (o.method == "kmeans") {
+    router.centroids.push_back(
+        kmeans(fit, {.k = grid.num_paths(), .iterations = o.iterations, .seed = o.seed, .balanced = o.balanced})
+            .centroids);
+  } else {
+    for (int64_t l = 0; l < levels; ++l)
+      router.centroids.push_back(kmeans(fit.index_select(1, product_slice(z.size(1), levels, l)),
+                                        {.k = grid.modules_per_level()[l], .iterations = o.iterations,
+                                         .seed = o.seed + uint64_t(l), .balanced = o.balanced})
+                                     .centroids);
+  }
+  auto routes_train = router.route(f_train, o.overlap);
+  auto routes_val = router.route(f_val, 1);
+  nlohmann::json info = {{"feature_model", fs::absolute(ckpt.dir).string()},
+                         {"overlap", o.overlap},
+                         {"seed", o.seed},
+                         {"balanced", o.balanced}};
+  auto report = write_routes(o.out, router, ckpt.dir, dataset, train, routes_train, val, routes_val, info, o.overwrite);
+  log::info("route: {} {} router, purity {:.3f} (train) / {:.3f} (val); wrote '{}'", o.method, grid.describe(),
+            report["purity_train"].get<double>(), report["purity_val"].get<double>(), o.out.string());
+  return report;
+}
+
+}  // namespace tributary

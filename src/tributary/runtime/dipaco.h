@@ -1,0 +1,47 @@
+// DiPaCo training (arXiv 2403.10616): every round, each path trains like a DiLoCo replica for tau = dist.inner_steps
+// inner AdamW steps from the current global modules on its routed shard; then every module takes one outer Nesterov
+// step with the shard-weighted, norm-rescaled average of the pseudo-gradients of the paths through it
+// (optim/module_outer.h).
+//
+// Processes and data flow, one round:
+//   1. tasks: the round's paths are claimed from the TaskQueue as workers become free (more paths than workers is the
+//      normal case); a worker accumulates w_p * delta_p per module in its own memory;
+//   2. settle: the leader waits for every live worker; a dead worker's tasks are re-queued or dropped
+//      (dipaco.on_failure) and the survivors re-form the group under a new store prefix;
+//   3. exchange: one Exchange::average over every module's accumulated sum (compression, accounting and the emulated
+//      WAN of the runtime apply), plus an exact fp32 all-reduce of the weights and path counts;
+//   4. outer step: module m's owner (modules are dealt round-robin over the workers) holds its Nesterov state and
+//      steps it, then broadcasts the new parameters. Nobody else holds that module's outer state.
+// Every process keeps the global parameters (any worker may draw any path next), checked identical by hash after
+// every round. Inner AdamW state is per path (RUN_DIR/inner/, so it follows the path from worker to worker: the
+// workers must share RUN_DIR). Per-path early stopping keeps each path's parameters from its best round on a
+// held-out slice of its shard (RUN_DIR/best/).
+#pragma once
+
+#include "tributary/runtime/trainer.h"
+
+namespace tributary {
+
+struct DipacoSummary {
+  int64_t rounds = 0;
+  int64_t tasks_run = 0;      // by this process
+  int64_t tasks_dropped = 0;  // over the run (skip policy or nobody left)
+  double val_loss = 0, val_ppl = 0;          // routed, tokens after the 32-token prefix
+  double val_loss_early = 0, val_ppl_early = 0;
+  double bytes_sent = 0, bytes_recv = 0, comm_s = 0, elapsed_s = 0;
+  fs::path run_dir;
+};
+
+DipacoSummary train_dipaco(const RunConfig& config, const TrainOptions& options);
+
+struct RoutedEval {
+  double loss = 0;
+  int64_t num_tokens = 0;
+  std::vector<int64_t> units_per_path;
+  std::vector<double> loss_per_path;
+};
+// Routes every validation unit of the routes' source dataset to one path by its first 32 tokens and evaluates it on
+// the tokens after them. max_units > 0 evaluates only the first max_units units.
+RoutedEval evaluate_routed(const fs::path& run_dir, bool early_stopped, int64_t max_units, const torch::Device& device);
+
+}  // namespace tributary

@@ -1,0 +1,133 @@
+#include "tributary/runtime/task_queue.h"
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+const std::string kPrefix = "dipaco/";
+
+}  // namespace
+
+TaskQueue::TaskQueue(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Store> heartbeat_store,
+                     int worker, double dead_after_s)
+    : store_(std::move(store)), heartbeat_store_(std::move(heartbeat_store)), worker_(worker),
+      dead_after_s_(dead_after_s) {
+  heartbeat_store_->add(kPrefix + "hb/" + std::to_string(worker_), 1);
+  heartbeat_ = std::thread([this] {
+    while (!stop_) {
+      try {
+        heartbeat_store_->add(kPrefix + "hb/" + std::to_string(worker_), 1);
+      } catch (const std::exception&) {
+        return;  // the store is gone (the leader stopped): the main thread will find out on its next call
+      }
+      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kPoll);
+    }
+  });
+}
+
+TaskQueue::~TaskQueue() {
+  stop_ = true;
+  heartbeat_.join();
+}
+
+std::string TaskQueue::get(const std::string& key) {
+  auto b = store_->get(kPrefix + key);
+  return {b.begin(), b.end()};
+}
+void TaskQueue::set(const std::string& key, const std::string& value) {
+  store_->set(kPrefix + key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+bool TaskQueue::has(const std::string& key) { return store_->check({kPrefix + key}); }
+
+std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks) {
+  const int64_t index = store_->add(kPrefix + fmt::format("r{}/g{}/next", round, gen), 1) - 1;
+  if (index >= static_cast<int64_t>(tasks.size())) return std::nullopt;
+  const int64_t path = tasks[static_cast<size_t>(index)];
+  set(fmt::format("r{}/claim/{}", round, path), std::to_string(worker_));
+  return path;
+}
+
+void TaskQueue::done(int64_t round, int64_t path) { set(fmt::format("r{}/done/{}", round, path), std::to_string(worker_)); }
+
+Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& members,
+                          const std::vector<int64_t>& round_tasks, bool requeue) {
+  set(fmt::format("r{}/g{}/idle/{}", round, gen, worker_), "1");
+  const std::string verdict_key = fmt::format("r{}/g{}/verdict", round, gen);
+  Verdict v;
+  if (worker_ == members.front()) {
+    v = decide(round, gen, members, round_tasks, requeue);
+    nlohmann::json j = {{"again", v.again}, {"tasks", v.tasks}, {"members", v.members}, {"dropped", v.dropped}};
+    set(verdict_key, j.dump());
+  } else {
+    while (!has(verdict_key)) std::this_thread::sleep_for(kPoll);
+    auto j = nlohmann::json::parse(get(verdict_key));
+    v.again = j.at("again").get<bool>();
+    v.tasks = j.at("tasks").get<std::vector<int64_t>>();
+    v.members = j.at("members").get<std::vector<int>>();
+    v.dropped = j.at("dropped").get<std::vector<int64_t>>();
+    if (std::find(v.members.begin(), v.members.end(), worker_) == v.members.end())
+      fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dipaco.heartbeat_timeout_s "
+           "= {} s); raise the timeout if workers stall that long", worker_, round, dead_after_s_);
+  }
+  return v;
+}
+
+Verdict TaskQueue::decide(int64_t round, int64_t gen, const std::vector<int>& members,
+                          const std::vector<int64_t>& round_tasks, bool requeue) {
+  struct Beat {
+    int64_t value = -1;
+    Clock::time_point changed;
+  };
+  std::map<int, Beat> beats;
+  for (;;) {
+    const auto now = Clock::now();
+    std::vector<int> alive, dead;
+    bool all_idle = true;
+    for (int w : members) {
+      const int64_t value = store_->add(kPrefix + "hb/" + std::to_string(w), 0);
+      auto& b = beats[w];
+      if (value != b.value) {
+        b.value = value;
+        b.changed = now;
+      }
+      const bool is_dead = w != worker_ && std::chrono::duration<double>(now - b.changed).count() > dead_after_s_;
+      (is_dead ? dead : alive).push_back(w);
+      if (!is_dead && !has(fmt::format("r{}/g{}/idle/{}", round, gen, w))) all_idle = false;
+    }
+    if (all_idle) {
+      Verdict v;
+      v.members = alive;
+      std::vector<int64_t> lost;
+      for (int64_t path : round_tasks) {
+        const std::string done_key = fmt::format("r{}/done/{}", round, path);
+        const std::string claim_key = fmt::format("r{}/claim/{}", round, path);
+        int by = -1;
+        if (has(done_key)) by = std::stoi(get(done_key));
+        else if (has(claim_key)) by = std::stoi(get(claim_key));
+        if (by < 0 || std::find(alive.begin(), alive.end(), by) == alive.end()) lost.push_back(path);
+      }
+      if (!dead.empty())
+        log::warn("DiPaCo round {}: worker(s) {} stopped sending heartbeats; {} task(s) lost: {}", round,
+                  fmt::join(dead, ", "), lost.size(), fmt::join(lost, ", "));
+      if (!lost.empty() && requeue) {
+        v.again = true;
+        v.tasks = lost;
+      } else {
+        v.dropped = lost;
+      }
+      return v;
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+}  // namespace tributary
