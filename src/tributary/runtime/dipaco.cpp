@@ -293,8 +293,8 @@ DipacoSummary train_dipaco(const RunConfig& config_in, const TrainOptions& optio
       }
       Verdict verdict = queue.settle(round, gen, members, round_tasks, config.dipaco.on_failure == "requeue");
       if (verdict.members != members) {
-        const auto me = std::find(verdict.members.begin(), verdict.members.end(), env.rank);
         members = verdict.members;
+        const auto me = std::find(members.begin(), members.end(), env.rank);
         group->reform(fmt::format("dipaco/r{}g{}", round, gen), static_cast<int>(me - members.begin()),
                       static_cast<int>(members.size()));
         exchange = std::make_unique<comm::Exchange>(*group, exchange_options);  // error feedback restarts

@@ -1,0 +1,120 @@
+// DiPaCo end to end with real processes: dense feature model -> route -> train paths through `tributary launch`
+// (TCPStore + Gloo) -> routed eval, export-path; a killed worker's task is re-queued; bad input is refused.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tributary/core/fs.h"
+#include "tributary/data/dataset.h"
+#include "tributary/runtime/inference.h"
+#include "tributary/runtime/modules.h"
+#include "shell.h"
+
+using namespace tributary;
+
+namespace {
+
+fs::path work() { return fs::temp_directory_path() / "trib_dipaco"; }
+fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
+std::pair<int, std::string> sh(const std::string& cmd) { return test_support::run_shell(cmd); }
+const std::string cli = TRIBUTARY_CLI;
+
+std::string model_flags() {
+  return " --set model.num_layers=2 --set model.num_levels=2 --set model.width=64 --set model.context=64"
+         " --set train.threads=1 --set optim.warmup_steps=2 --set train.batch_size=8 --set data.dir=" +
+         data().string();
+}
+
+std::string dipaco(const std::string& run, const std::string& routes, const std::string& extra) {
+  return " train --overwrite" + model_flags() + " --set train.steps=20 --set dist.inner_steps=10" +
+         " --set dipaco.modules=2x2 --set dipaco.routes=" + (work() / routes).string() +
+         " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
+         " --set dipaco.heartbeat_timeout_s=2 --set train.run_dir=" + (work() / run).string() + " " + extra;
+}
+
+class Dipaco : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::create_directories(work());
+    if (!fs::exists(data() / "dataset.json"))
+      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(), {.val_permille = 50});
+    auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
+                        " --set train.run_dir=" + (work() / "dense").string());
+    ASSERT_EQ(rc, 0) << out;
+    auto [rc2, out2] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
+                          " --modules 2x2 --method product --overwrite --out " + (work() / "routes").string());
+    ASSERT_EQ(rc2, 0) << out2;
+  }
+};
+
+}  // namespace
+
+TEST_F(Dipaco, RoutingIsDeterministicForASeed) {
+  auto [rc, out] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
+                      " --modules 2x2 --method product --overwrite --out " + (work() / "routes_again").string());
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* f : {"router.safetensors", "path-0/train-00000.bin", "path-3/val-00000.bin"})
+    EXPECT_EQ(read_file(work() / "routes" / f), read_file(work() / "routes_again" / f)) << f;
+  auto report = nlohmann::json::parse(read_file(work() / "routes" / "report.json"));
+  EXPECT_EQ(report["paths"].size(), 4u);
+  EXPECT_GT(report["purity_train"].get<double>(), 0.2);
+}
+
+TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
+  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("run", "routes", ""));
+  ASSERT_EQ(rc, 0) << out;
+  auto summary = nlohmann::json::parse(read_file(work() / "run" / "summary.json"));
+  EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
+  EXPECT_GT(summary["bytes_sent"].get<double>(), 0);
+  EXPECT_LT(summary["val_loss"].get<double>(), 5.0);
+  // The run holds one file per module; a path exported as a dense checkpoint gives the same logits as the path.
+  DipacoRun run = load_dipaco_run(work() / "run");
+  EXPECT_EQ(run.modules.size(), 5u);
+  auto [rc2, out2] = sh(cli + " export-path " + (work() / "run").string() + " --path 2 --out " +
+                        (work() / "exported").string());
+  ASSERT_EQ(rc2, 0) << out2;
+  auto loaded = load_model((work() / "exported").string(), torch::kCPU);
+  Transformer routed(run.config.model, run.grid.path_modules(2));
+  load_path(routed, run.grid, run.modules, 2);
+  auto tokens = torch::randint(0, 257, {2, 40}, torch::kInt64);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(routed.forward(tokens), loaded.model->forward(tokens)));
+  // Out-of-range paths are refused with the valid range.
+  auto [rc3, out3] = sh(cli + " export-path " + (work() / "run").string() + " --path 4 --out " +
+                        (work() / "nope").string());
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("paths 0..3"), std::string::npos) << out3;
+}
+
+TEST_F(Dipaco, AKilledWorkersTasksAreRequeuedAndTheRunFinishes) {
+  // Worker 1 dies at its 12th inner step (inside its second task); its finished and unfinished tasks of the round
+  // go back into the queue and the two survivors finish the run.
+  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=12 " + cli +
+                      " launch --nproc 3 --master-port 0 --max-failures 1 --" + dipaco("killed", "routes", ""));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("stopped sending heartbeats"), std::string::npos) << out;
+  EXPECT_NE(out.find("continuing with 2 worker(s)"), std::string::npos) << out;
+  auto summary = nlohmann::json::parse(read_file(work() / "killed" / "summary.json"));
+  EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
+  EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
+}
+
+TEST_F(Dipaco, BadInputIsRefusedNamingWhatToChange) {
+  // Routes for another grid.
+  auto [rc, out] = sh(cli + dipaco("bad1", "routes", "--set model.num_layers=3 --set model.num_levels=3 "
+                                                     "--set dipaco.modules=2x2x1"));
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("route again with --modules 2x2x1"), std::string::npos) << out;
+  // A level layout that does not divide the blocks.
+  auto [rc2, out2] = sh(cli + dipaco("bad2", "routes", "--set model.num_layers=3"));
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("model.num_levels (2) must divide model.num_layers (3)"), std::string::npos) << out2;
+  // A shard smaller than one batch.
+  auto [rc3, out3] = sh(cli + dipaco("bad3", "routes", "--set train.batch_size=100000"));
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("fewer than one batch"), std::string::npos) << out3;
+  // A feature/init checkpoint whose model does not match.
+  auto [rc4, out4] = sh(cli + dipaco("bad4", "routes", "--set model.width=32"));
+  EXPECT_NE(rc4, 0);
+  EXPECT_NE(out4.find("does not match the model of this run"), std::string::npos) << out4;
+}
