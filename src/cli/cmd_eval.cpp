@@ -15,7 +15,7 @@ namespace tributary::cli {
 void add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint, data, device = "cpu", split = "val";
-    int64_t batches = 0, batch_size = 16, threads = 0, prefix = -1, units = 0;
+    int64_t batches = 0, batch_size = 16, threads = 0, prefix = -1, units = 0, reroute = 0;
     bool early_stopped = false;
   };
   auto args = std::make_shared<Args>();
@@ -31,18 +31,20 @@ void add_eval(CLI::App& app) {
                   "DiPaCo protocol: cut the split into units of context+1 tokens and score only the tokens after the "
                   "first PREFIX (32 for DiPaCo comparisons)");
   cmd->add_option("--units", args->units, "with --prefix or a DiPaCo run: evaluate at most this many units (0: all)");
+  cmd->add_option("--reroute-every", args->reroute, "DiPaCo run: re-route every W tokens after the prefix");
   cmd->add_flag("--early-stopped", args->early_stopped, "DiPaCo run: each path's best held-out parameters");
   cmd->callback([args]() {
     configure_threads(args->threads);
     check_blas();
     auto device = parse_device(args->device);
     if (is_dipaco_run(args->checkpoint)) {  // route every unit to one path by its first 32 tokens
-      auto r = evaluate_routed(args->checkpoint, args->early_stopped, args->units, device);
-      std::printf("DiPaCo routed val loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix\n", r.loss,
-                  std::exp(r.loss), static_cast<long long>(r.num_tokens), static_cast<long long>(kRoutingPrefix));
+      auto r = evaluate_routed(args->checkpoint, args->early_stopped, args->units, device, args->reroute);
+      std::printf("DiPaCo routed val loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix%s\n", r.loss,
+                  std::exp(r.loss), static_cast<long long>(r.num_tokens), static_cast<long long>(kRoutingPrefix),
+                  args->reroute > 0 ? fmt::format(" | re-routed every {} tokens", args->reroute).c_str() : "");
       for (size_t p = 0; p < r.units_per_path.size(); ++p)
-        std::printf("  path %zu: %lld units, loss %.4f\n", p, static_cast<long long>(r.units_per_path[p]),
-                    r.loss_per_path[p]);
+        std::printf("  path %zu: %lld %s, loss %.4f\n", p, static_cast<long long>(r.units_per_path[p]),
+                    args->reroute > 0 ? "tokens" : "units", r.loss_per_path[p]);
       return;
     }
     auto loaded = load_model(args->checkpoint, device);

@@ -2,10 +2,13 @@
 // (TCPStore + Gloo) -> routed eval, export-path; a killed worker's task is re-queued; bad input is refused.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
+#include "tributary/runtime/dipaco.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/modules.h"
 #include "shell.h"
@@ -14,7 +17,8 @@ using namespace tributary;
 
 namespace {
 
-fs::path work() { return fs::temp_directory_path() / "trib_dipaco"; }
+// Per process: CTest runs each test as its own process, possibly in parallel, and each builds its own routes.
+fs::path work() { return fs::temp_directory_path() / ("trib_dipaco_" + std::to_string(::getpid())); }
 fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
 std::pair<int, std::string> sh(const std::string& cmd) { return test_support::run_shell(cmd); }
 const std::string cli = TRIBUTARY_CLI;
@@ -45,6 +49,7 @@ class Dipaco : public ::testing::Test {
                           " --modules 2x2 --method product --overwrite --out " + (work() / "routes").string());
     ASSERT_EQ(rc2, 0) << out2;
   }
+  static void TearDownTestSuite() { fs::remove_all(work()); }
 };
 
 }  // namespace
@@ -67,6 +72,14 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
   EXPECT_GT(summary["bytes_sent"].get<double>(), 0);
   EXPECT_LT(summary["val_loss"].get<double>(), 5.0);
+  // Routed evaluation is what the summary says; re-routing with chunks longer than a unit changes nothing, and
+  // re-routing every 16 tokens still scores the same tokens.
+  auto routed_eval = evaluate_routed(work() / "run", false, 64, torch::kCPU);
+  EXPECT_NEAR(routed_eval.loss, summary["val_loss"].get<double>(), 1e-9);
+  auto once = evaluate_routed(work() / "run", false, 64, torch::kCPU, 1000);
+  EXPECT_NEAR(once.loss, routed_eval.loss, 1e-5);
+  auto often = evaluate_routed(work() / "run", false, 64, torch::kCPU, 16);
+  EXPECT_EQ(often.num_tokens, routed_eval.num_tokens);
   // The run holds one file per module; a path exported as a dense checkpoint gives the same logits as the path.
   DipacoRun run = load_dipaco_run(work() / "run");
   EXPECT_EQ(run.modules.size(), 5u);

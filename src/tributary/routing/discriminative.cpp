@@ -9,27 +9,6 @@
 #include "tributary/runtime/modules.h"
 
 namespace tributary {
-namespace {
-
-// Mean loss of each unit on its tokens after the prefix: (N).
-torch::Tensor per_unit_loss(Transformer& model, const torch::Tensor& units, const torch::Device& device) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  const int64_t T = units.size(1) - 1, first = kRoutingPrefix - 1;
-  std::vector<torch::Tensor> out;
-  for (int64_t i = 0; i < units.size(0); i += 32) {
-    auto chunk = units.narrow(0, i, std::min<int64_t>(32, units.size(0) - i)).to(device);
-    auto logits = model.forward(chunk.narrow(1, 0, T)).narrow(1, first, T - first);
-    auto targets = chunk.narrow(1, 1 + first, T - first);
-    auto loss = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-    out.push_back(loss.reshape({chunk.size(0), -1}).mean(1).to(torch::kCPU));
-  }
-  return torch::cat(out);
-}
-
-}  // namespace
 
 nlohmann::json build_discriminative_routes(const DiscriminativeOptions& o) {
   const torch::Device device = parse_device(o.device);
@@ -50,7 +29,7 @@ nlohmann::json build_discriminative_routes(const DiscriminativeOptions& o) {
   for (int64_t p = 0; p < P; ++p) {
     auto model = assemble_dense(run, p);
     model->to(device);
-    losses.push_back(per_unit_loss(*model, router_units, device));
+    losses.push_back(per_token_loss(*model, router_units, kRoutingPrefix, device).mean(1));
   }
   auto labels = torch::stack(losses, 1).argmin(1);  // (N_r)
   log::info("discriminative routing: {} router units scored by {} paths", router_idx.size(), P);

@@ -41,6 +41,27 @@ UnitLoss evaluate_units(Transformer& model, const torch::Tensor& units, int64_t 
   return out;
 }
 
+torch::Tensor per_token_loss(Transformer& model, const torch::Tensor& units, int64_t prefix,
+                             const torch::Device& device, int64_t batch) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const int64_t T = units.size(1) - 1;
+  const int64_t first = std::max<int64_t>(0, prefix - 1);
+  std::vector<torch::Tensor> out;
+  for (int64_t i = 0; i < units.size(0); i += batch) {
+    auto chunk = units.narrow(0, i, std::min(batch, units.size(0) - i)).to(device);
+    auto logits = model.forward(chunk.narrow(1, 0, T)).narrow(1, first, T - first);
+    auto targets = chunk.narrow(1, 1 + first, T - first);
+    auto loss = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    out.push_back(loss.reshape({chunk.size(0), -1}).to(torch::kCPU, torch::kFloat32));
+  }
+  if (was_training) model.train();
+  return torch::cat(out);
+}
+
 std::vector<int32_t> generate(Transformer& model, const std::vector<int32_t>& prompt_ids, int32_t eot_id,
                               const GenerateOptions& options, const torch::Device& device) {
   torch::NoGradGuard no_grad;

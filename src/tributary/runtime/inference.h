@@ -29,6 +29,9 @@ struct UnitLoss {
 };
 UnitLoss evaluate_units(Transformer& model, const torch::Tensor& units, int64_t prefix, const torch::Device& device,
                         int64_t batch = 32);
+// Loss of every token from index `prefix` on: (N, T + 1 - prefix), column c = token prefix + c (CPU, float32).
+torch::Tensor per_token_loss(Transformer& model, const torch::Tensor& units, int64_t prefix,
+                             const torch::Device& device, int64_t batch = 32);
 
 struct GenerateOptions {
   int64_t max_new_tokens = 200;

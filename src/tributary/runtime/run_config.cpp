@@ -65,6 +65,7 @@ void RunConfig::bind() {
   s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1);
   s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
   s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
+  s.add("train.init_from", train.init_from, "checkpoint whose weights the model starts from ('' = initialise)");
   s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
   s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps, "DiLoCo: data-parallel steps before the first inner step", 0);

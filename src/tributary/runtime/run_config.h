@@ -58,6 +58,7 @@ struct TrainConfig {
   int64_t eval_batches = 16;
   int64_t checkpoint_every = 200;  // 0: only at the end
   int64_t keep_checkpoints = 2;
+  std::string init_from;  // start from this checkpoint's weights (fresh optimizer and schedule), e.g. a pre-trained model
 };
 
 // How replicas synchronise when the run has more than one process (tributary launch, torchrun, Slurm).

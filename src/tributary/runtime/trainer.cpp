@@ -119,6 +119,14 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   const LoaderOptions val_options{.batch_size = tc.batch_size, .context = config.model.context, .shuffle = false};
   BatchLoader(val_tokens, val_options, val_label);  // fail now, not at the first evaluation, if val is too small
 
+  if (!ckpt && !tc.init_from.empty()) {
+    auto init = load_checkpoint(tc.init_from);
+    try {
+      load_parameters(*model, init.model);
+    } catch (const Error& e) {
+      fail("train.init_from = '{}' does not match this run's model: {}", tc.init_from, e.what());
+    }
+  }
   int64_t start_step = 0, tokens_seen = 0;
   double elapsed_before = 0;
   if (ckpt) {
