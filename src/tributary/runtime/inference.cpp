@@ -19,28 +19,6 @@ EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches
   return {total / double(num_batches), num_batches * B * T};
 }
 
-UnitLoss evaluate_units(Transformer& model, const torch::Tensor& units, int64_t prefix, const torch::Device& device,
-                        int64_t batch) {
-  torch::NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
-  UnitLoss out;
-  const int64_t T = units.size(1) - 1;
-  const int64_t first = std::max<int64_t>(0, prefix - 1);  // target j is token j+1: tokens >= prefix
-  for (int64_t i = 0; i < units.size(0); i += batch) {
-    auto chunk = units.narrow(0, i, std::min(batch, units.size(0) - i)).to(device);
-    auto logits = model.forward(chunk.narrow(1, 0, T)).narrow(1, first, T - first);
-    auto targets = chunk.narrow(1, 1 + first, T - first);
-    auto loss = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-    out.loss_sum += loss.item<double>();
-    out.num_tokens += targets.numel();
-  }
-  if (was_training) model.train();
-  return out;
-}
-
 torch::Tensor per_token_loss(Transformer& model, const torch::Tensor& units, int64_t prefix,
                              const torch::Device& device, int64_t batch) {
   torch::NoGradGuard no_grad;
@@ -60,6 +38,12 @@ torch::Tensor per_token_loss(Transformer& model, const torch::Tensor& units, int
   }
   if (was_training) model.train();
   return torch::cat(out);
+}
+
+UnitLoss evaluate_units(Transformer& model, const torch::Tensor& units, int64_t prefix, const torch::Device& device,
+                        int64_t batch) {
+  auto losses = per_token_loss(model, units, prefix, device, batch);
+  return {losses.to(torch::kFloat64).sum().item<double>(), losses.numel()};
 }
 
 std::vector<int32_t> generate(Transformer& model, const std::vector<int32_t>& prompt_ids, int32_t eot_id,
