@@ -268,12 +268,29 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
 }
 
 void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
+  const int n = group_.size();
+  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
+  for (int c = 0; c <= n; ++c) begin[c] = flat.numel() * c / n;
+  ring(flat, begin, nullptr);
+  flat.div_(n);
+}
+
+void Exchange::reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,
+                                    const std::function<void(torch::Tensor&)>& update) {
+  TRIB_CHECK(supports_reduce_update_gather(), "(top-k and PowerSGD have no owner ring)");
+  TRIB_CHECK(static_cast<int>(begin.size()) == group_.size() + 1 && begin.back() == flat.numel(), "chunk offsets");
+  if (group_.size() == 1) {
+    update(flat);
+    return;
+  }
+  ring(flat, begin, update);
+}
+
+void Exchange::ring(torch::Tensor& flat, const std::vector<int64_t>& begin,
+                    const std::function<void(torch::Tensor&)>& update) {
   const int n = group_.size(), r = group_.rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const auto start = Clock::now();
-  const int64_t total = flat.numel();
-  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
-  for (int c = 0; c <= n; ++c) begin[c] = total * c / n;
   auto chunk = [&](int c) { return flat.narrow(0, begin[c], begin[c + 1] - begin[c]); };
   auto encode = [&](int c) {
     auto values = chunk(c).contiguous();
@@ -293,8 +310,13 @@ void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
     sent += double(out.numel());
     largest = std::max(largest, double(out.numel()));
   }
-  // All-gather: the owner of each reduced chunk encodes it once; those bytes travel round the ring unchanged.
+  // Rank r now holds the full sum of chunk (r + 1) mod n: the owner's update goes here (DiPaCo's outer step).
   const int owned = (r + 1) % n;
+  if (update) {
+    auto mine = chunk(owned);
+    update(mine);
+  }
+  // All-gather: the owner of each reduced chunk encodes it once; those bytes travel round the ring unchanged.
   auto carried = encode(owned);
   chunk(owned).copy_(codec_->decode(carried.data_ptr<uint8_t>(), begin[owned + 1] - begin[owned]));
   for (int s = 0; s < n - 1; ++s) {
@@ -306,7 +328,6 @@ void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
     largest = std::max(largest, double(carried.numel()));
     carried = in;
   }
-  flat.div_(n);
   // Link model: 2 (n - 1) ring steps, each as long as the largest chunk on the slowest edge.
   const double modelled = link_ ? link_->ring_allreduce_s(largest * n) : 0.0;
   account(sent, sent, modelled, start);

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,6 +74,14 @@ class Exchange {
   // root sends the payload to each of the others; emulation: the root's links run in parallel, the slowest
   // (latency + bytes / bandwidth) sets the time.
   void broadcast(std::vector<torch::Tensor>& tensors, int root);
+  // An all-reduce with an owner's step in the middle (DiPaCo's per-module outer step): a ring reduce-scatter of
+  // `flat` in the caller's chunks (begin: size + 1 offsets), after which rank r holds the full sum of chunk
+  // (r + 1) mod size and replaces it in place with `update`; then a ring all-gather of the updated chunks. Bytes are
+  // an all-reduce's; the run's codec applies (fp32 without one), and the owner's encoded bytes travel unchanged,
+  // so every rank decodes the same values. Not available with topk/powersgd.
+  void reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,
+                            const std::function<void(torch::Tensor&)>& update);
+  bool supports_reduce_update_gather() const { return mode_ == Mode::all_reduce || mode_ == Mode::quantized_ring; }
 
   CommStats stats() const;
   CommStats take_stats();  // returns and resets; safe to call while another thread runs average()
@@ -82,6 +91,7 @@ class Exchange {
  private:
   void average_bucket(torch::Tensor& flat, size_t bucket_index);
   void quantized_ring_all_reduce(torch::Tensor& flat);
+  void ring(torch::Tensor& flat, const std::vector<int64_t>& begin, const std::function<void(torch::Tensor&)>& update);
   void average_topk(torch::Tensor& flat, size_t bucket_index);
   void average_powersgd(std::vector<torch::Tensor>& tensors);
   void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation

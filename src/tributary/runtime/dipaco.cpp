@@ -225,9 +225,11 @@ DipacoSummary train_dipaco(const RunConfig& config_in, const TrainOptions& optio
         NamedTensors params = named_parameters_of(model);
         AdamW optimizer(params, {.beta1 = config.optim.beta1, .beta2 = config.optim.beta2, .eps = config.optim.eps,
                                  .weight_decay = config.optim.weight_decay});
-        const fs::path inner_file = run_dir / "inner" / fmt::format("path-{}.safetensors", p);
-        if (round > 0 && fs::exists(inner_file)) {
-          auto f = safetensors::File::load(inner_file);
+        // Inner state per (path, round): a task re-run after its worker died starts from the previous round's state
+        // even if the dead worker had already written this round's.
+        auto inner_file = [&](int64_t r) { return run_dir / "inner" / fmt::format("path-{}.round-{}.safetensors", p, r); };
+        if (round > 0 && fs::exists(inner_file(round - 1))) {
+          auto f = safetensors::File::load(inner_file(round - 1));
           optimizer.load_state(f, std::stoll(f.metadata().at("steps")));
         }
         BatchLoader loader(data[p].train,
@@ -278,8 +280,9 @@ DipacoSummary train_dipaco(const RunConfig& config_in, const TrainOptions& optio
             write_file_atomic(best_json, nlohmann::json{{"round", round}, {"holdout_loss", holdout}}.dump());
           }
         }
-        write_file_atomic(inner_file,
+        write_file_atomic(inner_file(round),
                           tensors_to_safetensors(optimizer.state(), {{"steps", std::to_string(optimizer.num_steps())}}));
+        if (round > 1) fs::remove(inner_file(round - 2));
         const double dt = seconds_since(task_start);
         compute_s += dt;
         metrics.write(nlohmann::json{{"round", round}, {"path", p}, {"worker", env.rank}, {"loss", loss_sum / double(tau)},
@@ -309,46 +312,93 @@ DipacoSummary train_dipaco(const RunConfig& config_in, const TrainOptions& optio
     summary.tasks_run += tasks_this_round;
     summary.tasks_dropped += static_cast<int64_t>(dropped.size());
 
-    // Exchange: every module's accumulated sum (zeros where this worker ran no path through it), in a fixed order.
+    // Exchange: every module's accumulated sum (zeros where this worker ran no path through it); the weights and
+    // path counts exactly (fp32 all-reduce).
     const auto comm_start = Clock::now();
     auto counts = torch::zeros({static_cast<int64_t>(module_ids.size()), 2}, torch::kFloat64);
-    std::vector<torch::Tensor> flat;
     for (size_t i = 0; i < module_ids.size(); ++i) {
       auto it = accs.find(module_ids[i]);
       counts[int64_t(i)][0] = it == accs.end() ? 0.0 : it->second.weight;
       counts[int64_t(i)][1] = it == accs.end() ? 0.0 : double(it->second.paths);
-      for (size_t k = 0; k < global.at(module_ids[i]).size(); ++k)
-        flat.push_back(it == accs.end() ? torch::zeros_like(global.at(module_ids[i])[k].second)
-                                        : it->second.sum[k]);
     }
     std::vector<torch::Tensor> count_list{counts};
     group->all_reduce_sum(count_list);
-    exchange->average(flat);  // mean over members; x members = sum
-    size_t offset = 0;
-    for (size_t i = 0; i < module_ids.size(); ++i) {
+    auto sum_of = [&](size_t i, size_t k) {
+      auto it = accs.find(module_ids[i]);
+      return it == accs.end() ? torch::zeros_like(global.at(module_ids[i])[k].second) : it->second.sum[k];
+    };
+    auto paths_of = [&](size_t i) { return static_cast<int64_t>(std::llround(counts[int64_t(i)][1].item<double>())); };
+    // The owner's outer step: Nesterov on the module's master copy; returns master - replica (what the replicas add).
+    auto outer_step = [&](size_t i, const std::vector<torch::Tensor>& sum) {
       const std::string& id = module_ids[i];
-      const size_t n = global.at(id).size();
-      const double weight = counts[int64_t(i)][0].item<double>();
-      const int64_t paths = static_cast<int64_t>(std::llround(counts[int64_t(i)][1].item<double>()));
-      if (paths == 0) {  // every path through it was dropped: the module keeps its parameters
-        offset += n;
-        continue;
+      std::vector<torch::Tensor> change;
+      auto& opt = *outer.at(id);
+      if (paths_of(i) > 0)  // else every path through it was dropped: the module keeps its parameters
+        opt.apply(finalize(sum, counts[int64_t(i)][0].item<double>(), paths_of(i), config.dipaco.norm_rescale));
+      for (size_t k = 0; k < global.at(id).size(); ++k) change.push_back(opt.global()[k].second - global.at(id)[k].second);
+      return change;
+    };
+    const int n = static_cast<int>(members.size());
+    auto group_rank_of = [&](int worker) {
+      return static_cast<int>(std::find(members.begin(), members.end(), worker) - members.begin());
+    };
+    if (exchange->supports_reduce_update_gather()) {
+      // One ring: reduce-scatter where chunk c holds the modules owned by group rank (c + n - 1) mod n, each owner
+      // steps its modules in place, all-gather of the changes: an all-reduce's bytes for the whole round.
+      std::vector<std::vector<size_t>> owned_by(static_cast<size_t>(n));
+      for (size_t i = 0; i < module_ids.size(); ++i) owned_by[size_t(group_rank_of(owner_of(i)))].push_back(i);
+      std::vector<size_t> order;
+      std::vector<int64_t> begin{0};
+      std::vector<torch::Tensor> parts;
+      for (int c = 0; c < n; ++c) {
+        int64_t end = begin.back();
+        for (size_t i : owned_by[size_t((c + n - 1) % n)]) {
+          order.push_back(i);
+          for (size_t k = 0; k < global.at(module_ids[i]).size(); ++k) {
+            parts.push_back(sum_of(i, k).reshape({-1}));
+            end += parts.back().numel();
+          }
+        }
+        begin.push_back(end);
       }
-      std::vector<torch::Tensor> sum(flat.begin() + offset, flat.begin() + offset + n);
-      for (auto& s : sum) s.mul_(double(members.size()));
-      offset += n;
-      const int owner = owner_of(i);
-      const int owner_rank = static_cast<int>(std::find(members.begin(), members.end(), owner) - members.begin());
-      std::vector<torch::Tensor> fresh;
-      if (owner == env.rank) {
-        auto& opt = *outer.at(id);
-        opt.apply(finalize(sum, weight, paths, config.dipaco.norm_rescale));
-        for (const auto& [name, t] : opt.global()) fresh.push_back(t.clone());
-      } else {
-        for (const auto& [name, t] : global.at(id)) fresh.push_back(torch::empty_like(t));
+      auto flat = torch::cat(parts).contiguous();
+      exchange->reduce_update_gather(flat, begin, [&](torch::Tensor& chunk) {
+        int64_t offset = 0;
+        for (size_t i : owned_by[size_t(group_rank_of(env.rank))]) {
+          std::vector<torch::Tensor> sum;
+          for (const auto& [name, t] : global.at(module_ids[i])) {
+            sum.push_back(chunk.narrow(0, offset, t.numel()).view(t.sizes()));
+            offset += t.numel();
+          }
+          auto change = outer_step(i, sum);
+          for (size_t k = 0; k < sum.size(); ++k) sum[k].copy_(change[k]);
+        }
+      });
+      int64_t offset = 0;
+      for (size_t i : order)
+        for (auto& [name, t] : global.at(module_ids[i])) {
+          t = t + flat.narrow(0, offset, t.numel()).view(t.sizes());
+          offset += t.numel();
+        }
+    } else {
+      // top-k / PowerSGD: their own averaging, then each owner steps and broadcasts its modules' changes.
+      std::vector<torch::Tensor> flat;
+      for (size_t i = 0; i < module_ids.size(); ++i)
+        for (size_t k = 0; k < global.at(module_ids[i]).size(); ++k) flat.push_back(sum_of(i, k));
+      exchange->average(flat);  // mean over members; x members = sum
+      size_t offset = 0;
+      for (size_t i = 0; i < module_ids.size(); ++i) {
+        const size_t count = global.at(module_ids[i]).size();
+        std::vector<torch::Tensor> sum(flat.begin() + offset, flat.begin() + offset + count);
+        offset += count;
+        for (auto& t : sum) t.mul_(double(n));
+        std::vector<torch::Tensor> change;
+        if (owner_of(i) == env.rank) change = outer_step(i, sum);
+        else
+          for (const auto& [name, t] : global.at(module_ids[i])) change.push_back(torch::empty_like(t));
+        exchange->broadcast(change, group_rank_of(owner_of(i)));
+        for (size_t k = 0; k < count; ++k) global.at(module_ids[i])[k].second += change[k];
       }
-      exchange->broadcast(fresh, owner_rank);
-      for (size_t k = 0; k < n; ++k) global.at(id)[k].second = fresh[k];
     }
     check_identical(fmt::format("after round {}", round + 1));
     auto stats = exchange->take_stats();

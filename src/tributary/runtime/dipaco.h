@@ -8,10 +8,11 @@
 //      normal case); a worker accumulates w_p * delta_p per module in its own memory;
 //   2. settle: the leader waits for every live worker; a dead worker's tasks are re-queued or dropped
 //      (dipaco.on_failure) and the survivors re-form the group under a new store prefix;
-//   3. exchange: one Exchange::average over every module's accumulated sum (compression, accounting and the emulated
-//      WAN of the runtime apply), plus an exact fp32 all-reduce of the weights and path counts;
-//   4. outer step: module m's owner (modules are dealt round-robin over the workers) holds its Nesterov state and
-//      steps it, then broadcasts the new parameters. Nobody else holds that module's outer state.
+//   3. exchange + outer step in one ring (Exchange::reduce_update_gather: compression, accounting and the emulated
+//      WAN of the runtime apply): a reduce-scatter leaves module m's owner (modules are dealt round-robin over the
+//      workers) with m's full sum; the owner takes m's Nesterov step and an all-gather ships the change to everyone
+//      (an all-reduce's bytes). Weights and path counts go through an exact fp32 all-reduce. Nobody but the owner
+//      holds a module's outer state.
 // Every process keeps the global parameters (any worker may draw any path next), checked identical by hash after
 // every round. Inner AdamW state is per path (RUN_DIR/inner/, so it follows the path from worker to worker: the
 // workers must share RUN_DIR). Per-path early stopping keeps each path's parameters from its best round on a

@@ -139,3 +139,28 @@ TEST(Exchange, PowerSgdRecoversLowRankAveragesExactly) {
     EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, (30 * 2 + 20 * 2 + 5) * 4.0);
   });
 }
+
+TEST(Exchange, OwnerUpdateInsideTheRingSeesFullSumsAndReachesEveryRank) {
+  // 3 ranks, uneven chunks; rank r's input is r + 1 everywhere, so every reduced value is 6. The owner of chunk c
+  // (rank (c + 2) mod 3) replaces its sums by sum * 10 + owner; every rank must end with the same result, and the
+  // bytes are an all-reduce's.
+  run_ranks(3, [](comm::Group& g) {
+    comm::Exchange ex(g, {.codec = "fp32"});
+    auto flat = torch::full({10}, double(g.rank() + 1), torch::kFloat32);
+    const std::vector<int64_t> begin{0, 2, 7, 10};
+    int calls = 0;
+    ex.reduce_update_gather(flat, begin, [&](torch::Tensor& chunk) {
+      ++calls;
+      EXPECT_TRUE(chunk.equal(torch::full({chunk.numel()}, 6.0f)));
+      chunk.mul_(10).add_(g.rank());
+    });
+    EXPECT_EQ(calls, 1);
+    auto expected = torch::empty({10});
+    for (int c = 0; c < 3; ++c)
+      expected.narrow(0, begin[c], begin[c + 1] - begin[c]).fill_(60.0 + double((c + 2) % 3));
+    EXPECT_TRUE(flat.equal(expected)) << flat;
+    auto stats = ex.take_stats();
+    // Rank r sends chunks r and r-1 while reducing, r+1 (its own) and r while gathering: all 10 values + chunk r.
+    EXPECT_DOUBLE_EQ(stats.bytes_sent, 4.0 * double(10 + begin[g.rank() + 1] - begin[g.rank()]));
+  });
+}
