@@ -131,3 +131,13 @@ TEST_F(Dipaco, BadInputIsRefusedNamingWhatToChange) {
   EXPECT_NE(rc4, 0);
   EXPECT_NE(out4.find("does not match the model of this run"), std::string::npos) << out4;
 }
+
+TEST_F(Dipaco, WithSkipTheRoundGoesOnWithoutTheDeadWorkersTasks) {
+  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=12 " + cli +
+                      " launch --nproc 3 --master-port 0 --max-failures 1 --" +
+                      dipaco("skipped", "routes", "--set dipaco.on_failure=skip"));
+  ASSERT_EQ(rc, 0) << out;
+  auto summary = nlohmann::json::parse(read_file(work() / "skipped" / "summary.json"));
+  EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
+  EXPECT_GE(summary["tasks_dropped"].get<int64_t>(), 1);
+}
