@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--tau", type=int, default=50)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--only", default="dense,kmeans,product,discriminative")
+    ap.add_argument("--rescale", default=None, help="dipaco.norm_rescale (default: the config's)")
+    ap.add_argument("--tag", default="", help="suffix of the DiPaCo run directories")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     cli = os.path.join(os.path.abspath(a.build), "tributary")
@@ -50,7 +52,7 @@ def main():
     os.makedirs(runs, exist_ok=True)
     only = a.only.split(",")
     k = [int(x) for x in a.grid.split("x")]
-    results = {"grid": a.grid, "steps": a.steps, "pre": a.pre, "tau": a.tau, "nproc": a.nproc}
+    results = {"grid": a.grid, "steps": a.steps, "pre": a.pre, "tau": a.tau, "nproc": a.nproc, "rescale": a.rescale}
     if not os.path.exists(os.path.join(ROOT, "data/default/dataset.json")):
         sh([cli, "data", "build-default", "--out", os.path.join(ROOT, "data/default")])
     dense = os.path.join(runs, "dense-pre")
@@ -59,11 +61,13 @@ def main():
             f"--set=train.run_dir={dense}"])
 
     def dipaco(name, routes):
-        run_dir = os.path.join(runs, f"{name}-{a.grid}")
+        run_dir = os.path.join(runs, f"{name}-{a.grid}{a.tag}")
         cmd = [cli, "launch", "--nproc", str(a.nproc), "--master-port", "0", "--", "train", "configs/dipaco.toml",
                "--overwrite", f"--set=train.run_dir={run_dir}", f"--set=dipaco.routes={routes}",
                f"--set=dipaco.modules={a.grid}", f"--set=dipaco.init_from={dense}", f"--set=train.steps={a.steps}",
                f"--set=dist.inner_steps={a.tau}"]
+        if a.rescale:
+            cmd.append(f"--set=dipaco.norm_rescale={a.rescale}")
         _, secs = sh(cmd)
         s = json.load(open(os.path.join(run_dir, "summary.json")))
         report = json.load(open(os.path.join(routes, "report.json")))

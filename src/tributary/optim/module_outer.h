@@ -3,12 +3,13 @@
 //
 //     Delta(m) = s(n) * sum_p w_p delta_p / sum_p w_p        n = number of contributing paths
 //
-// s(n) rescales the norm: averaging n roughly independent pseudo-gradients shrinks the norm of their noise like
-// 1/sqrt(n) (DiLoCo's observation), so a module shared by many paths would move less than a private one.
-//   multiply  s = sqrt(n)   (default) undoes that shrinkage, so every module moves by a comparable amount;
-//   divide    s = 1/sqrt(n) damps widely shared modules further;
-//   none      s = 1.
-// The paper does not say which direction; we multiply for the reason above and keep the others selectable.
+// s(n) rescales the norm (the paper rescales by sqrt(paths) without saying in which direction):
+//   none      s = 1          (default) the shard-weighted average, exactly DiLoCo's outer gradient;
+//   multiply  s = sqrt(n)    undoes the 1/sqrt(n) shrinkage that averaging n *independent* pseudo-gradients causes;
+//   divide    s = 1/sqrt(n)  damps widely shared modules further.
+// Measured (docs/benchmarks.md §5.4): multiply is 1% better on 2x2 but diverges on 4x4 (the stem, shared by all 16
+// paths, moves 4x as far as DiLoCo's step with the same outer lr: early in training the paths' pseudo-gradients
+// are strongly correlated, so averaging does not shrink them); divide is worse than none on both. Hence none.
 // Delta(m) then takes one Nesterov step of the module's own OuterOptimizer (optim/outer.h).
 //
 // Contributions are summed locally (ModuleAccumulator), then across processes (all-reduce of the sums and of the

@@ -92,7 +92,7 @@ struct DipacoConfig {
   bool private_stem = false;         // embeddings, final norm and head private to each path instead of shared
   std::string routes;                // directory written by `tributary route` (one shard per path + the router)
   std::string init_from;             // dense checkpoint every module starts from ("" = the seed's initialisation)
-  std::string norm_rescale = "multiply";  // multiply | divide | none: outer gradient x or / sqrt(paths through it)
+  std::string norm_rescale = "none";  // none | multiply | divide: outer gradient x1, x or / sqrt(paths through it)
   std::string on_failure = "requeue";     // requeue | skip: a dead worker's tasks are re-run, or the round goes on
   double heartbeat_timeout_s = 10;   // a worker whose heartbeat stalls this long is dead
   int64_t holdout_permille = 20;     // per-path early stopping: this slice of the path's shard is held out
