@@ -29,6 +29,7 @@ void add_plot(CLI::App& app) {
       ++line_no;
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) fail("{}:{}: not a JSON line", metrics.string(), line_no);
+      if (!j.contains("tokens") || !j["tokens"].is_number()) continue;  // e.g. DiPaCo's per-round lines
       if (j.contains("loss")) train_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["loss"].get<double>());
       if (j.contains("val_loss"))
         val_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["val_loss"].get<double>());

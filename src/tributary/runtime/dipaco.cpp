@@ -285,7 +285,10 @@ DipacoSummary train_dipaco(const RunConfig& config_in, const TrainOptions& optio
         if (round > 1) fs::remove(inner_file(round - 2));
         const double dt = seconds_since(task_start);
         compute_s += dt;
-        metrics.write(nlohmann::json{{"round", round}, {"path", p}, {"worker", env.rank}, {"loss", loss_sum / double(tau)},
+        // step/tokens count one path's inner steps (every path takes the same number), so `tributary plot` works.
+        metrics.write(nlohmann::json{{"round", round}, {"path", p}, {"worker", env.rank}, {"step", (round + 1) * tau},
+                                     {"tokens", (round + 1) * tau * tc.batch_size * T},
+                                     {"loss", loss_sum / double(tau)},
                                      {"holdout_loss", holdout}, {"task_s", dt},
                                      {"tokens_per_s", double(tau * tc.batch_size * T) / dt}}
                           .dump());
