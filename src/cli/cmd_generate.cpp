@@ -31,18 +31,9 @@ void add_generate(CLI::App& app) {
     if (is_dipaco_run(args->checkpoint)) {  // route the prompt's first 32 tokens to one path
       DipacoRun run = load_dipaco_run(args->checkpoint);
       Routes routes = load_routes(run.config.dipaco.routes, device);
-      std::unique_ptr<Tokenizer> tokenizer;
-      const fs::path data = routes.info.at("data").get<std::string>();
-      if (fs::exists(data / "tokenizer.model")) tokenizer = std::make_unique<SentencePieceTokenizer>(data / "tokenizer.model");
-      else tokenizer = std::make_unique<ByteTokenizer>();
+      auto tokenizer = load_tokenizer(routes.info.at("data").get<std::string>());
       auto ids = tokenizer->encode(args->prompt);
-      int64_t path = args->path;
-      if (path < 0) {
-        std::vector<int64_t> prefix(ids.begin(), ids.end());
-        if (prefix.empty()) prefix.push_back(tokenizer->eot_id());
-        auto units = torch::tensor(prefix, torch::kInt64).unsqueeze(0);
-        path = routes.router.route(routing_features(*routes.feature_model, units, device), 1).item<int64_t>();
-      }
+      const int64_t path = args->path >= 0 ? args->path : routes.route_sequence(ids, tokenizer->eot_id(), device);
       run.grid.path_modules(path);  // Error naming the range when out of it
       log::info("prompt routed to path {} ({})", path, fmt::format("{}", fmt::join(run.grid.modules_of_path(path), " + ")));
       auto model = assemble_dense(run, path);

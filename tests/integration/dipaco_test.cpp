@@ -8,6 +8,7 @@
 
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
+#include "tributary/routing/units.h"
 #include "tributary/runtime/dipaco.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/modules.h"
@@ -60,9 +61,17 @@ TEST_F(Dipaco, RoutingIsDeterministicForASeed) {
   ASSERT_EQ(rc, 0) << out;
   for (const char* f : {"router.safetensors", "path-0/train-00000.bin", "path-3/val-00000.bin"})
     EXPECT_EQ(read_file(work() / "routes" / f), read_file(work() / "routes_again" / f)) << f;
+  // Purity beats what a router blind to content gets: the share of the largest domain.
   auto report = nlohmann::json::parse(read_file(work() / "routes" / "report.json"));
   EXPECT_EQ(report["paths"].size(), 4u);
-  EXPECT_GT(report["purity_train"].get<double>(), 0.2);
+  double largest = 0, total = 0;
+  for (const auto& row : report["confusion_train"]) {
+    double n = 0;
+    for (const auto& v : row) n += v.get<double>();
+    largest = std::max(largest, n);
+    total += n;
+  }
+  EXPECT_GT(report["purity_train"].get<double>(), largest / total + 0.05);
 }
 
 TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
@@ -71,7 +80,11 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   auto summary = nlohmann::json::parse(read_file(work() / "run" / "summary.json"));
   EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
   EXPECT_GT(summary["bytes_sent"].get<double>(), 0);
-  EXPECT_LT(summary["val_loss"].get<double>(), 5.0);
+  // The routed paths improve on the dense model they started from, on the same validation units.
+  auto init = load_model((work() / "dense").string(), torch::kCPU);
+  Units val = cut_units(Dataset::open(data()), "val", 64);
+  const double init_loss = evaluate_units(*init.model, val.tokens.narrow(0, 0, 64), kRoutingPrefix, torch::kCPU).mean();
+  EXPECT_LT(summary["val_loss"].get<double>(), init_loss);
   // Routed evaluation is what the summary says; re-routing with chunks longer than a unit changes nothing, and
   // re-routing every 16 tokens still scores the same tokens.
   auto routed_eval = evaluate_routed(work() / "run", false, 64, torch::kCPU);

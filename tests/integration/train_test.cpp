@@ -1,6 +1,8 @@
 // End-to-end: real data (a small slice of the built-in corpus), real training, checkpoints and the CLI.
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include <cmath>
 #include <cstdio>
 
@@ -44,14 +46,7 @@ class Training : public ::testing::Test {
   }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 TEST_F(Training, LearnsWellBelowUnigramEntropy) {
   auto s = train(tiny("learn", {"train.steps=400", "train.batch_size=16", "optim.warmup_steps=20",

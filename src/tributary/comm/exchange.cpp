@@ -56,26 +56,23 @@ LinkModel LinkModel::parse(const std::string& spec, int n) {
   return l;
 }
 
-double LinkModel::ring_allreduce_s(double bytes) const {
+// One ring step: every rank sends `chunk_bytes` to its neighbour at once; the slowest edge sets the time.
+double LinkModel::ring_step_s(double chunk_bytes) const {
   const int n = num_ranks;
-  if (n < 2) return 0;
   double step = 0;
   for (int r = 0; r < n; ++r) {
-    int next = (r + 1) % n;
-    step = std::max(step, latency_s[r * n + next] + bytes / n / bytes_per_s[r * n + next]);
+    const int next = (r + 1) % n;
+    step = std::max(step, latency_s[r * n + next] + chunk_bytes / bytes_per_s[r * n + next]);
   }
-  return 2.0 * (n - 1) * step;
+  return step;
+}
+
+double LinkModel::ring_allreduce_s(double bytes) const {
+  return num_ranks < 2 ? 0.0 : 2.0 * (num_ranks - 1) * ring_step_s(bytes / num_ranks);
 }
 
 double LinkModel::ring_allgather_s(double bytes_per_rank) const {
-  const int n = num_ranks;
-  if (n < 2) return 0;
-  double step = 0;
-  for (int r = 0; r < n; ++r) {
-    int next = (r + 1) % n;
-    step = std::max(step, latency_s[r * n + next] + bytes_per_rank / bytes_per_s[r * n + next]);
-  }
-  return (n - 1) * step;
+  return num_ranks < 2 ? 0.0 : (num_ranks - 1) * ring_step_s(bytes_per_rank);
 }
 
 std::string LinkModel::describe() const {
@@ -154,23 +151,6 @@ void Exchange::average(std::vector<torch::Tensor>& tensors) {
     }
     i = j;
   }
-}
-
-void Exchange::broadcast(std::vector<torch::Tensor>& tensors, int root) {
-  const auto start = Clock::now();
-  double bytes = 0;
-  for (const auto& t : tensors) bytes += double(t.numel() * t.element_size());
-  group_.broadcast(tensors, root);
-  const int n = group_.size(), me = group_.rank();
-  double modelled = 0;
-  if (link_) {
-    for (int d = 0; d < n && d < link_->num_ranks; ++d) {
-      if (d == root || root >= link_->num_ranks) continue;
-      const size_t e = size_t(root) * size_t(link_->num_ranks) + size_t(d);
-      modelled = std::max(modelled, link_->latency_s[e] + bytes / link_->bytes_per_s[e]);
-    }
-  }
-  account(me == root ? bytes * (n - 1) : 0.0, me == root ? 0.0 : bytes, modelled, start);
 }
 
 void Exchange::account(double sent, double recv, double modelled, Clock::time_point start) {
@@ -277,7 +257,7 @@ void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
 
 void Exchange::reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,
                                     const std::function<void(torch::Tensor&)>& update) {
-  TRIB_CHECK(supports_reduce_update_gather(), "(top-k and PowerSGD have no owner ring)");
+  TRIB_CHECK(mode_ == Mode::all_reduce || mode_ == Mode::quantized_ring, "(top-k and PowerSGD have no owner ring)");
   TRIB_CHECK(static_cast<int>(begin.size()) == group_.size() + 1 && begin.back() == flat.numel(), "chunk offsets");
   if (group_.size() == 1) {
     update(flat);

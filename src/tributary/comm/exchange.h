@@ -45,6 +45,7 @@ struct LinkModel {
   static LinkModel parse(const std::string& spec, int num_ranks);
   double ring_allreduce_s(double bytes) const;
   double ring_allgather_s(double bytes_per_rank) const;
+  double ring_step_s(double chunk_bytes) const;
   std::string describe() const;
 };
 
@@ -70,18 +71,13 @@ class Exchange {
 
   // Replaces every tensor (fp32, CPU) by its average over the ranks.
   void average(std::vector<torch::Tensor>& tensors);
-  // Uncompressed broadcast from `root` (DiPaCo: a module owner ships the module's new parameters). Accounting: the
-  // root sends the payload to each of the others; emulation: the root's links run in parallel, the slowest
-  // (latency + bytes / bandwidth) sets the time.
-  void broadcast(std::vector<torch::Tensor>& tensors, int root);
   // An all-reduce with an owner's step in the middle (DiPaCo's per-module outer step): a ring reduce-scatter of
   // `flat` in the caller's chunks (begin: size + 1 offsets), after which rank r holds the full sum of chunk
   // (r + 1) mod size and replaces it in place with `update`; then a ring all-gather of the updated chunks. Bytes are
   // an all-reduce's; the run's codec applies (fp32 without one), and the owner's encoded bytes travel unchanged,
-  // so every rank decodes the same values. Not available with topk/powersgd.
+  // so every rank decodes the same values. Not available with topk/powersgd (refused by the callers' configs).
   void reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,
                             const std::function<void(torch::Tensor&)>& update);
-  bool supports_reduce_update_gather() const { return mode_ == Mode::all_reduce || mode_ == Mode::quantized_ring; }
 
   CommStats stats() const;
   CommStats take_stats();  // returns and resets; safe to call while another thread runs average()

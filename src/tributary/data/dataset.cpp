@@ -84,6 +84,22 @@ std::vector<uint32_t> Dataset::load_tokens(const std::string& split_name) const 
   return tokens;
 }
 
+UnigramBits unigram_bits(const std::vector<double>& train_counts, const std::vector<double>& val_counts) {
+  double train_total = 0, val_total = 0;
+  for (double c : train_counts) train_total += c;
+  for (double c : val_counts) val_total += c;
+  const double vocab = static_cast<double>(train_counts.size());
+  UnigramBits out;
+  for (size_t t = 0; t < train_counts.size(); ++t) {
+    const double p = train_total > 0 ? train_counts[t] / train_total : 0.0;
+    if (p > 0) out.train_entropy -= p * std::log2(p);
+    const double q = (train_counts[t] + 1.0) / (train_total + vocab);
+    out.val_cross_entropy -= val_counts[t] * std::log2(q);
+  }
+  if (val_total > 0) out.val_cross_entropy /= val_total;
+  return out;
+}
+
 void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetBuildOptions& options) {
   if (corpus.docs.empty()) fail("the corpus is empty: nothing to tokenize");
   fs::path tmp = out_dir;
@@ -153,15 +169,7 @@ void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetB
          "add documents or raise the validation share",
          corpus.docs.size(), options.val_permille);
 
-  // Unigram baseline: entropy of the training distribution, and its (add-one smoothed) cross-entropy on validation.
-  double train_total = static_cast<double>(infos[0].num_tokens), entropy = 0, cross = 0;
-  for (int64_t t = 0; t < vocab; ++t) {
-    double p = train_counts[t] / train_total;
-    if (p > 0) entropy -= p * std::log2(p);
-    double q = (train_counts[t] + 1.0) / (train_total + static_cast<double>(vocab));
-    cross -= val_counts[t] * std::log2(q);
-  }
-  cross /= static_cast<double>(infos[1].num_tokens);
+  const auto [entropy, cross] = unigram_bits(train_counts, val_counts);
 
   nlohmann::json meta = {
       {"format", "tributary-dataset"},

@@ -56,6 +56,13 @@ class Dataset {
   double unigram_val_bits_ = 0, unigram_train_entropy_bits_ = 0;
 };
 
+// The unigram baseline from per-id token counts: entropy of the training distribution and its (add-one smoothed)
+// cross-entropy on validation, in bits per token.
+struct UnigramBits {
+  double train_entropy = 0, val_cross_entropy = 0;
+};
+UnigramBits unigram_bits(const std::vector<double>& train_counts, const std::vector<double>& val_counts);
+
 // Tokenizes `corpus`, splits it, writes shards and dataset.json into `out_dir` (replaced only once complete).
 void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetBuildOptions& options);
 

@@ -83,4 +83,11 @@ void load_parameters(torch::nn::Module& module, const safetensors::File& file) {
            name);
 }
 
+void hash_tensors(Hasher& hasher, const NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    auto c = t.detach().to(torch::kCPU).contiguous();
+    hasher.update(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+  }
+}
+
 }  // namespace tributary

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tributary/core/hash.h"
 #include "tributary/core/safetensors.h"
 
 namespace tributary {
@@ -18,6 +19,8 @@ std::string tensors_to_safetensors(const NamedTensors& tensors, const std::map<s
 torch::Tensor to_torch(const safetensors::TensorView& view);  // owns a copy
 
 NamedTensors named_parameters_of(const torch::nn::Module& module);
+// Feeds the bytes of every tensor (CPU copies, in order) to `hasher`: replicas compare digests to prove they agree.
+void hash_tensors(Hasher& hasher, const NamedTensors& tensors);
 // Copies every parameter of `module` from `file`. Missing tensors, unexpected tensors and shape mismatches are
 // refused with an Error naming the tensor and the file.
 void load_parameters(torch::nn::Module& module, const safetensors::File& file);

@@ -37,7 +37,8 @@ nlohmann::json build_discriminative_routes(const DiscriminativeOptions& o) {
   Router router = routes.router;
   router.method = "discriminative";
   router.centroids.clear();
-  auto z = router.standardise(routing_features(*routes.feature_model, router_units, device));
+  const auto router_features = routing_features(*routes.feature_model, router_units, device);
+  auto z = router.standardise(router_features);
   torch::manual_seed(o.seed);
   auto W = torch::zeros({P, z.size(1)}, torch::requires_grad());
   auto b = torch::zeros({P}, torch::requires_grad());
@@ -61,8 +62,8 @@ nlohmann::json build_discriminative_routes(const DiscriminativeOptions& o) {
     router.bias += 0.5 * torch::log((1.0 / double(P)) / share.clamp_min(1e-3));
     if ((share - 1.0 / double(P)).abs().max().item<double>() < 0.25 / double(P)) break;
   }
-  const double accuracy = (router.scores(routing_features(*routes.feature_model, router_units, device)).argmax(1) == labels)
-                              .to(torch::kFloat32).mean().item<double>();
+  const double accuracy =
+      (router.scores(router_features).argmax(1) == labels).to(torch::kFloat32).mean().item<double>();
   auto routes_train = router.route(f_train, o.overlap);
   auto routes_val = router.route(routing_features(*routes.feature_model, val.tokens, device), 1);
   nlohmann::json info = routes.info;

@@ -115,6 +115,12 @@ torch::Tensor routing_features(Transformer& model, const torch::Tensor& units, c
   return torch::cat(out, 0);
 }
 
+int64_t Routes::route_sequence(std::vector<int32_t> ids, int32_t eot_id, const torch::Device& device) const {
+  if (ids.empty()) ids.push_back(eot_id);
+  auto units = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);
+  return router.route(routing_features(*feature_model, units, device), 1).item<int64_t>();
+}
+
 Routes load_routes(const fs::path& dir, const torch::Device& device) {
   if (!fs::exists(dir / "route.json"))
     fail("'{}' is not a complete routes directory (no route.json); write one with `tributary route`", dir.string());

@@ -13,34 +13,36 @@
 namespace tributary {
 namespace {
 
-// Unigram statistics of a path's shard (add-one smoothed, like build_dataset's).
-std::pair<double, double> unigram_bits(const std::vector<uint32_t>& train, const std::vector<uint32_t>& val,
-                                       int64_t vocab) {
+// Per-id counts of a token stream (for the unigram baseline of a path's shard).
+std::vector<double> token_counts(const std::vector<uint32_t>& tokens, int64_t vocab) {
   std::vector<double> counts(static_cast<size_t>(vocab), 0.0);
-  for (uint32_t t : train) counts[t] += 1;
-  const double total = double(train.size());
-  double entropy = 0, cross = 0;
-  for (int64_t t = 0; t < vocab; ++t) {
-    const double q = (counts[t] + 1.0) / (total + double(vocab));
-    if (counts[t] > 0) entropy -= counts[t] / total * std::log2(counts[t] / total);
-    counts[t] = -std::log2(q);
-  }
-  for (uint32_t t : val) cross += counts[t];
-  return {entropy, val.empty() ? 0.0 : cross / double(val.size())};
+  for (uint32_t t : tokens) counts[t] += 1;
+  return counts;
 }
 
 }  // namespace
 
-double purity(const std::vector<uint32_t>& domain, const torch::Tensor& path_of_unit, int64_t num_paths,
-              int64_t num_domains) {
-  if (domain.empty()) return 0;
-  std::vector<int64_t> table(static_cast<size_t>(num_paths * num_domains), 0);
+Confusion confusion_table(const std::vector<uint32_t>& domain, const torch::Tensor& path_of_unit, int64_t num_paths,
+                          int64_t num_domains) {
+  Confusion table(static_cast<size_t>(num_domains), std::vector<int64_t>(static_cast<size_t>(num_paths), 0));
   auto p = path_of_unit.contiguous();
-  for (size_t i = 0; i < domain.size(); ++i) table[p[int64_t(i)].item<int64_t>() * num_domains + domain[i]] += 1;
-  int64_t sum = 0;
-  for (int64_t q = 0; q < num_paths; ++q)
-    sum += *std::max_element(table.begin() + q * num_domains, table.begin() + (q + 1) * num_domains);
-  return double(sum) / double(domain.size());
+  const auto path = p.accessor<int64_t, 1>();
+  for (size_t i = 0; i < domain.size(); ++i) table[domain[i]][size_t(path[int64_t(i)])] += 1;
+  return table;
+}
+
+double purity(const Confusion& table) {
+  if (table.empty()) return 0;
+  int64_t total = 0, majority = 0;
+  for (size_t q = 0; q < table.front().size(); ++q) {
+    int64_t best = 0;
+    for (const auto& row : table) {
+      best = std::max(best, row[q]);
+      total += row[q];
+    }
+    majority += best;
+  }
+  return total > 0 ? double(majority) / double(total) : 0.0;
 }
 
 nlohmann::json write_routes(const fs::path& out, const Router& router, const fs::path& features_dir,
@@ -64,28 +66,31 @@ nlohmann::json write_routes(const fs::path& out, const Router& router, const fs:
   const double bpt_train = dataset.bytes_per_token("train"), bpt_val = dataset.bytes_per_token("val");
   std::vector<std::vector<uint32_t>> train_tokens(P), val_tokens(P);
   std::vector<std::vector<ShardDoc>> train_docs(P), val_docs(P);
-  auto add = [&](std::vector<uint32_t>& tokens, std::vector<ShardDoc>& docs, const Units& units, int64_t i) {
-    docs.push_back({tokens.size(), static_cast<uint32_t>(row), units.domain[size_t(i)]});
-    const int64_t* src = units.tokens[i].data_ptr<int64_t>();
-    for (int64_t t = 0; t < row; ++t) tokens.push_back(static_cast<uint32_t>(src[t]));
-  };
-  auto rt = routes_train.contiguous(), rv = routes_val.contiguous();
-  for (int64_t i = 0; i < train.size(); ++i)
-    for (int64_t j = 0; j < rt.size(1); ++j) {
-      const int64_t p = rt[i][j].item<int64_t>();
-      add(train_tokens[p], train_docs[p], train, i);
+  // Each unit's tokens go to the shards of the paths it was routed to.
+  auto scatter = [&](const Units& units, const torch::Tensor& routes, std::vector<std::vector<uint32_t>>& tokens,
+                     std::vector<std::vector<ShardDoc>>& docs) {
+    auto ids = units.tokens.contiguous();
+    auto r = routes.contiguous();
+    const auto to = r.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < units.size(); ++i) {
+      const int64_t* src = ids.data_ptr<int64_t>() + i * row;
+      for (int64_t j = 0; j < r.size(1); ++j) {
+        const int64_t p = to[i][j];
+        docs[p].push_back({tokens[p].size(), static_cast<uint32_t>(row), units.domain[size_t(i)]});
+        tokens[p].insert(tokens[p].end(), src, src + row);
+      }
     }
-  for (int64_t i = 0; i < val.size(); ++i) {
-    const int64_t p = rv[i][0].item<int64_t>();
-    add(val_tokens[p], val_docs[p], val, i);
-  }
+  };
+  scatter(train, routes_train, train_tokens, train_docs);
+  scatter(val, routes_val, val_tokens, val_docs);
   nlohmann::json paths = nlohmann::json::array();
   for (int64_t p = 0; p < P; ++p) {
     fs::path dir = tmp / fmt::format("path-{}", p);
     fs::create_directories(dir);
     Shard{train_tokens[p], train_docs[p]}.write(dir / "train-00000.bin", dataset.vocab_size() - 1);
     Shard{val_tokens[p], val_docs[p]}.write(dir / "val-00000.bin", dataset.vocab_size() - 1);
-    auto [entropy, cross] = unigram_bits(train_tokens[p], val_tokens[p], dataset.vocab_size());
+    const auto [entropy, cross] = unigram_bits(token_counts(train_tokens[p], dataset.vocab_size()),
+                                               token_counts(val_tokens[p], dataset.vocab_size()));
     nlohmann::json meta = source_meta;
     auto split = [&](const std::vector<uint32_t>& tokens, const std::vector<ShardDoc>& docs, const char* file,
                      double bpt) {
@@ -108,16 +113,14 @@ nlohmann::json write_routes(const fs::path& out, const Router& router, const fs:
   }
 
   // Report: how paths line up with the corpus's source domains (top-1 assignment).
-  auto top1 = rt.select(1, 0);
-  std::vector<std::vector<int64_t>> confusion(static_cast<size_t>(D), std::vector<int64_t>(static_cast<size_t>(P), 0));
-  for (int64_t i = 0; i < train.size(); ++i) confusion[train.domain[size_t(i)]][top1[i].item<int64_t>()] += 1;
+  const Confusion confusion = confusion_table(train.domain, routes_train.select(1, 0), P, D);
   nlohmann::json report = {{"method", router.method},
                            {"modules", PathGrid(router.modules_per_level, false).describe()},
                            {"paths", paths},
                            {"domains", dataset.domains()},
                            {"confusion_train", confusion},
-                           {"purity_train", purity(train.domain, top1, P, D)},
-                           {"purity_val", purity(val.domain, rv.select(1, 0), P, D)}};
+                           {"purity_train", purity(confusion)},
+                           {"purity_val", purity(confusion_table(val.domain, routes_val.select(1, 0), P, D))}};
   write_file_atomic(tmp / "report.json", report.dump(2) + "\n");
   info["method"] = router.method;
   info["modules"] = report["modules"];

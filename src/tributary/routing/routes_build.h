@@ -37,8 +37,11 @@ nlohmann::json write_routes(const fs::path& out, const Router& router, const fs:
                             const Dataset& dataset, const Units& train, const torch::Tensor& routes_train,
                             const Units& val, const torch::Tensor& routes_val, nlohmann::json info, bool overwrite);
 
-// Purity of an assignment against source domains: sum over paths of the largest domain count / N.
-double purity(const std::vector<uint32_t>& domain, const torch::Tensor& path_of_unit, int64_t num_paths,
-              int64_t num_domains);
+// How units of each source domain spread over the paths: table[domain][path] = units.
+using Confusion = std::vector<std::vector<int64_t>>;
+Confusion confusion_table(const std::vector<uint32_t>& domain, const torch::Tensor& path_of_unit, int64_t num_paths,
+                          int64_t num_domains);
+// Purity against the source domains: sum over paths of the largest domain count / all units.
+double purity(const Confusion& table);
 
 }  // namespace tributary

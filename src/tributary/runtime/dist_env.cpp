@@ -1,5 +1,6 @@
 #include "tributary/runtime/dist_env.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <string_view>
 
@@ -103,6 +104,12 @@ DistEnv resolve_dist_env_from_process() {
     if (eq != std::string_view::npos) env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
   }
   return resolve_dist_env(env);
+}
+
+void maybe_inject_failure(int rank, int64_t step) {
+  static const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
+  static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
+  if (failing_rank && at && std::atoi(failing_rank) == rank && std::atoll(at) == step) ::raise(SIGKILL);
 }
 
 }  // namespace tributary

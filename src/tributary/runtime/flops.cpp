@@ -63,8 +63,10 @@ BlasInfo check_blas() {
   return info;
 }
 
-int64_t configure_threads(int64_t threads) {
-  int64_t n = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+int64_t configure_threads(int64_t threads, int local_world_size) {
+  int64_t n = threads > 0 ? threads
+                          : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) /
+                                                     std::max(1, local_world_size));
   at::set_num_threads(static_cast<int>(n));
   return n;
 }

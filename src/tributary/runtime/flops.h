@@ -26,7 +26,8 @@ BlasInfo blas_info();
 // Logs a loud warning when the reference BLAS is loaded. Returns the info.
 BlasInfo check_blas();
 
-// Sets intra-op threads: `threads` if > 0, else all hardware threads. Returns the count in use.
-int64_t configure_threads(int64_t threads);
+// Sets intra-op threads: `threads` if > 0, else the hardware threads shared by the local workers (so N workers on
+// one machine do not oversubscribe it). Returns the count in use.
+int64_t configure_threads(int64_t threads, int local_world_size = 1);
 
 }  // namespace tributary

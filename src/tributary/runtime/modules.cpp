@@ -5,6 +5,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
+#include "tributary/data/tokenizer.h"
 #include "tributary/runtime/checkpoint.h"
 
 namespace tributary {
@@ -144,11 +145,10 @@ fs::path export_path(const DipacoRun& run, int64_t path, const fs::path& out_dir
   RunConfig config = run.config;
   config.dipaco = DipacoConfig{};  // a standalone dense model
   config.data.dir = (fs::path(run.config.dipaco.routes) / fmt::format("path-{}", path)).string();
-  nlohmann::json state = {{"step", run.config.train.steps}, {"tokens", 0}, {"tokenizer", "byte"},
+  nlohmann::json state = {{"step", run.config.train.steps}, {"tokens", 0},
                           {"dipaco", {{"run", fs::absolute(run.dir).string()}, {"path", path},
                                       {"modules", run.grid.modules_of_path(path)}, {"early_stopped", early_stopped}}}};
-  auto ds = nlohmann::json::parse(read_file(fs::path(config.data.dir) / "dataset.json"));
-  state["tokenizer"] = ds.at("tokenizer").at("kind");
+  state["tokenizer"] = load_tokenizer(config.data.dir)->kind();
   fs::path tok_model = fs::path(config.data.dir) / "tokenizer.model";
   return save_checkpoint(out_dir, run.config.train.steps,
                          {named_parameters_of(*dense), {}, state, config.to_toml(),

@@ -141,10 +141,7 @@ namespace {
 
 torch::Tensor parameter_hash(const NamedTensors& params) {
   Hasher h;
-  for (const auto& [name, p] : params) {
-    auto c = p.detach().to(torch::kCPU).contiguous();
-    h.update(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
-  }
+  hash_tensors(h, params);
   return torch::tensor({static_cast<int64_t>(h.digest())}, torch::kInt64);
 }
 

@@ -136,6 +136,10 @@ void RunConfig::validate() const {
   if (!dipaco.modules.empty()) {
     if (dipaco.routes.empty())
       fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);
+    if (dist.compression == "topk" || dist.compression == "powersgd")
+      fail("DiPaCo sends its pseudo-gradients through the owners' ring, which carries fp32, fp16, bf16, int8, fp4 or "
+           "terngrad; dist.compression = '{}' needs whole-tensor averaging: choose one of those",
+           dist.compression);
     if (train.steps % dist.inner_steps != 0)
       fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
            train.steps, dist.inner_steps);

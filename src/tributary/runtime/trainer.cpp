@@ -43,13 +43,6 @@ std::string thousands(double value) {
 
 using Clock = std::chrono::steady_clock;
 
-// Fault injection for tests (like torchft's): TRIBUTARY_FAIL_RANK=R TRIBUTARY_FAIL_STEP=S kills rank R with SIGKILL
-// during step S, the way a pre-empted machine disappears.
-void maybe_inject_failure(const DistEnv& env, int64_t step) {
-  static const char* rank = std::getenv("TRIBUTARY_FAIL_RANK");
-  static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
-  if (rank && at && std::atoi(rank) == env.rank && std::atoll(at) == step) ::raise(SIGKILL);
-}
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
@@ -61,9 +54,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   const DistEnv& env = options.dist;
   const bool lead = env.rank == 0;  // rank 0 writes metrics, evaluations and checkpoints
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
-  const int64_t threads = configure_threads(
-      tc.threads > 0 ? tc.threads
-                     : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / env.local_world_size));
+  const int64_t threads = configure_threads(tc.threads, env.local_world_size);
   if (lead) check_blas();
   if (env.distributed() && options.resume)
     fail("--resume is not supported for multi-process runs yet (rank {} of {}); restart the run", env.rank,
@@ -230,7 +221,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       (tc.grad_accum > 1 ? loss / double(tc.grad_accum) : loss).backward();
       step_loss += loss.item<double>() / double(tc.grad_accum);
     }
-    maybe_inject_failure(env, step + 1);
+    maybe_inject_failure(env.rank, step + 1);
     if (replicas) replicas->after_backward(params);  // data parallel: average gradients
     if (!std::isfinite(step_loss))
       fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);

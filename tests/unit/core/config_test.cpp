@@ -1,19 +1,14 @@
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include "tributary/core/error.h"
 #include "tributary/runtime/run_config.h"
 
 using namespace tributary;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 }  // namespace
 
 TEST(Config, DefaultsValidate) { EXPECT_NO_THROW(RunConfig().validate()); }

@@ -1,6 +1,8 @@
 // DiPaCo building blocks without processes: the path grid, path assembly, per-module averaging, k-means.
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include "tributary/core/error.h"
 #include "tributary/model/path_grid.h"
 #include "tributary/optim/module_outer.h"
@@ -10,6 +12,7 @@
 #include "tributary/runtime/modules.h"
 
 using namespace tributary;
+using test_support::error_of;
 
 namespace {
 
@@ -43,21 +46,12 @@ TEST(PathGrid, PathsAreMixedRadixAndModulesAreShared) {
 }
 
 TEST(PathGrid, BadLayoutsAreRefusedNamingTheKey) {
-  try {
-    PathGrid::parse("2x2x2", 2, false, "dipaco.modules");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dipaco.modules"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("model.num_levels = 2"), std::string::npos);
-  }
-  EXPECT_THROW(PathGrid::parse("2xa", 2, false, "k"), Error);
+  const std::string levels = error_of([] { PathGrid::parse("2x2x2", 2, false, "dipaco.modules"); });
+  EXPECT_NE(levels.find("dipaco.modules"), std::string::npos) << levels;
+  EXPECT_NE(levels.find("model.num_levels = 2"), std::string::npos) << levels;
+  EXPECT_NE(error_of([] { PathGrid::parse("2xa", 2, false, "k"); }).find("'2xa'"), std::string::npos);
   PathGrid g = PathGrid::parse("2x2", 2, false, "k");
-  try {
-    g.path_modules(4);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("paths 0..3"), std::string::npos);
-  }
+  EXPECT_NE(error_of([&] { g.path_modules(4); }).find("paths 0..3"), std::string::npos);
 }
 
 TEST(PathAssembly, APathEqualsTheDenseModelBuiltFromItsModules) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "support/error_of.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -32,14 +34,7 @@ Cluster random_cluster(int n, uint64_t seed) {
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 // Every balanced partition of n devices into m groups (canonical: group order by smallest member).
 void all_partitions(int n, int m, int size, std::vector<int>& label, int d, std::vector<int>& count, int used,
