@@ -61,7 +61,6 @@ struct Routes {
   Router router;
   std::shared_ptr<Transformer> feature_model;
   nlohmann::json info;  // route.json
-  fs::path path_dataset(int64_t path) const { return dir / fmt::format("path-{}", path); }
   // The path for one sequence (a prompt), routed by its first 32 tokens; an empty one as a fresh document.
   int64_t route_sequence(std::vector<int32_t> ids, int32_t eot_id, const torch::Device& device) const;
 };

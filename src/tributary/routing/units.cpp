@@ -22,14 +22,4 @@ Units cut_units(const Dataset& dataset, const std::string& split, int64_t contex
   return units;
 }
 
-Units units_of_stream(const std::vector<uint32_t>& tokens, int64_t context) {
-  const int64_t row = context + 1;
-  const int64_t n = static_cast<int64_t>(tokens.size()) / row;
-  std::vector<int64_t> ids(tokens.begin(), tokens.begin() + n * row);
-  Units units;
-  units.tokens = torch::tensor(ids, torch::kInt64).reshape({n, row});
-  units.domain.assign(static_cast<size_t>(n), 0);
-  return units;
-}
-
 }  // namespace tributary

@@ -22,7 +22,5 @@ struct Units {
 };
 
 Units cut_units(const Dataset& dataset, const std::string& split, int64_t context);
-// The units of a token stream that was written as concatenated units (a routed shard); domains unknown (0).
-Units units_of_stream(const std::vector<uint32_t>& tokens, int64_t context);
 
 }  // namespace tributary
