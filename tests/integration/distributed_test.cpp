@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -38,8 +39,8 @@ class Distributed : public ::testing::Test {
   }
 };
 
-torch::Tensor flat_params(const fs::path& run) {
-  auto f = safetensors::File::load(run / "checkpoints" / "step-00000006" / "model.safetensors");
+torch::Tensor flat_params(const fs::path& run, int step = 6, const std::string& file = "model.safetensors") {
+  auto f = safetensors::File::load(run / "checkpoints" / fmt::format("step-{:08d}", step) / file);
   std::vector<torch::Tensor> parts;
   for (const auto& [name, view] : f.tensors()) parts.push_back(to_torch(view).reshape({-1}));
   return torch::cat(parts);
@@ -149,4 +150,36 @@ TEST_F(Distributed, DilocoAfterADataParallelWarmUp) {
   EXPECT_EQ(s["outer_steps"].get<int>(), 2);  // DiLoCo from step 4: outer steps at 8 and 12
   // 4 data-parallel steps and 2 outer steps, each one fp32 ring all-reduce of every parameter
   EXPECT_DOUBLE_EQ(s["bytes_sent"].get<double>(), 6.0 * 4 * 123264);  // 2 (N-1)/N = 1 for N = 2
+}
+
+TEST_F(Distributed, AStoppedRunResumesBitForBit) {
+  // DiLoCo with 2 fragments and overlap 1: the stop requested after step 4 waits for the exchange in flight (it
+  // lands at 5); the resumed run must end exactly where the uninterrupted one does, on every rank.
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string diloco = "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+                             "--set dist.fragments=2 --set dist.overlap_steps=1 ";
+  const std::string launch = cli + " launch --nproc 2 --master-port 0 --";
+  auto [rc1, out1] = sh(launch + tiny("resume_full", diloco));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] = sh(launch + tiny("resume_cut", diloco + "--stop-after-step 4"));
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_TRUE(fs::exists(work() / "resume_cut" / "checkpoints" / "step-00000005" / "rank-1.optim.safetensors")) << out2;
+  auto [rc3, out3] = sh(launch + tiny("resume_cut", diloco + "--resume"));
+  ASSERT_EQ(rc3, 0) << out3;
+  EXPECT_NE(out3.find("resumed from"), std::string::npos) << out3;
+  for (const char* file : {"model.safetensors", "rank-1.model.safetensors", "rank-1.optim.safetensors"}) {
+    auto a = flat_params(work() / "resume_full", 12, file), b = flat_params(work() / "resume_cut", 12, file);
+    EXPECT_TRUE(torch::equal(a, b)) << file << ": max diff " << (a - b).abs().max().item<double>();
+  }
+  // data parallel, stopped in the middle
+  const std::string ddp = "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp ";
+  ASSERT_EQ(sh(launch + tiny("resume_ddp_full", ddp)).first, 0);
+  ASSERT_EQ(sh(launch + tiny("resume_ddp_cut", ddp + "--stop-after-step 3")).first, 0);
+  auto [rc4, out4] = sh(launch + tiny("resume_ddp_cut", ddp + "--resume"));
+  ASSERT_EQ(rc4, 0) << out4;
+  EXPECT_TRUE(torch::equal(flat_params(work() / "resume_ddp_full"), flat_params(work() / "resume_ddp_cut")));
+  // another number of workers is refused, naming both
+  auto [rc5, out5] = sh(cli + tiny("resume_cut", diloco + "--resume") + " 2>&1");
+  EXPECT_NE(rc5, 0);
+  EXPECT_NE(out5.find("state of 2 worker(s) and this run has 1"), std::string::npos) << out5;
 }

@@ -1,5 +1,7 @@
 #include "tributary/optim/outer.h"
 
+#include "tributary/core/error.h"
+
 namespace tributary {
 
 OuterOptimizer::OuterOptimizer(const NamedTensors& params, OuterOptions options) : options_(options) {
@@ -42,6 +44,20 @@ NamedTensors OuterOptimizer::state() const {
   NamedTensors out;
   for (size_t i = 0; i < global_.size(); ++i) out.emplace_back(global_[i].first + ".outer_momentum", momentum_[i]);
   return out;
+}
+
+void OuterOptimizer::load_state(const safetensors::File& file, int64_t num_steps) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < global_.size(); ++i) {
+    const std::string& name = global_[i].first;
+    for (auto [key, target] : {std::pair{name, &global_[i].second}, std::pair{name + ".outer_momentum", &momentum_[i]}}) {
+      auto src = to_torch(file.at(key));
+      if (src.sizes() != target->sizes())
+        fail("'{}': outer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(), key);
+      target->copy_(src);
+    }
+  }
+  num_steps_ = num_steps;
 }
 
 }  // namespace tributary

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
 
 namespace tributary {
@@ -30,6 +31,8 @@ class OuterOptimizer {
   const NamedTensors& global() const { return global_; }
   NamedTensors state() const;  // "<param>.outer_momentum"
   int64_t num_steps() const { return num_steps_; }
+  // Resume: global parameters ("<param>") and momenta ("<param>.outer_momentum") from a checkpoint's file.
+  void load_state(const safetensors::File& file, int64_t num_steps);
 
  private:
   NamedTensors global_;

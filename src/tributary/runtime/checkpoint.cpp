@@ -37,24 +37,43 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const fs::path& r
 
 }  // namespace
 
+fs::path staging_dir(const fs::path& run_dir, int64_t step) {
+  return run_dir / "checkpoints" / fmt::format("step-{:08d}.tmp-ranks", step);
+}
+
+StagedFile stage_file(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  write_file(dir / name, bytes, /*sync=*/true);
+  return {name, bytes.size(), hash64(bytes)};
+}
+
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& contents, int64_t keep) {
   fs::path root = run_dir / "checkpoints";
   fs::create_directories(root);
   fs::path final_dir = root / fmt::format("step-{:08d}", step);
-  fs::path tmp = root / fmt::format("step-{:08d}.tmp-{}", step, ::getpid());
-  fs::remove_all(tmp);
+  const bool staged = !contents.staged.empty();
+  fs::path tmp = staged ? staging_dir(run_dir, step) : root / fmt::format("step-{:08d}.tmp-{}", step, ::getpid());
+  if (!staged) fs::remove_all(tmp);
   fs::create_directories(tmp);
 
   nlohmann::json files = nlohmann::json::object();
+  for (const auto& f : contents.staged) {
+    if (!fs::exists(tmp / f.name) || fs::file_size(tmp / f.name) != f.bytes)
+      fail("checkpoint of step {}: '{}' written by another rank is missing or incomplete in '{}'. Multi-machine runs "
+           "need train.run_dir on a filesystem every machine shares",
+           step, f.name, tmp.string());
+    files[f.name] = {{"bytes", f.bytes}, {"xxh64", hex64(f.xxh64)}};
+  }
   auto put = [&](const std::string& name, const std::string& bytes) {
-    write_file(tmp / name, bytes, /*sync=*/true);
-    files[name] = {{"bytes", bytes.size()}, {"xxh64", hex64(hash64(bytes))}};
+    auto f = stage_file(tmp, name, bytes);
+    files[name] = {{"bytes", f.bytes}, {"xxh64", hex64(f.xxh64)}};
   };
   put("model.safetensors", tensors_to_safetensors(contents.model, {{"format", "tributary-model"}}));
   put("optim.safetensors", tensors_to_safetensors(contents.optim, {{"format", "tributary-optim"}}));
   put("state.json", contents.state.dump(2) + "\n");
   put("config.toml", contents.config_toml);
   if (!contents.tokenizer_model.empty()) put("tokenizer.model", read_file(contents.tokenizer_model));
+  for (const auto& [name, tensors] : contents.extra_tensors)
+    put(name, tensors_to_safetensors(tensors, {{"format", "tributary-state"}}));
   nlohmann::json manifest = {{"format", "tributary-checkpoint"}, {"version", 1}, {"step", step}, {"files", files}};
   write_file(tmp / kManifest, manifest.dump(2) + "\n", /*sync=*/true);
   fsync_path(tmp);
@@ -108,11 +127,21 @@ LoadedCheckpoint load_checkpoint(const fs::path& path) {
     if (!contents.count(required)) fail("checkpoint '{}' has no {}", dir.string(), required);
   auto state = nlohmann::json::parse(contents["state.json"], nullptr, false);
   if (state.is_discarded()) fail("'{}' is not valid JSON", (dir / "state.json").string());
-  return LoadedCheckpoint{
+  LoadedCheckpoint out{
       dir,
       safetensors::File::parse(std::move(contents["model.safetensors"]), (dir / "model.safetensors").string()),
       safetensors::File::parse(std::move(contents["optim.safetensors"]), (dir / "optim.safetensors").string()),
-      std::move(state), contents["config.toml"]};
+      std::move(state), contents["config.toml"], {}};
+  for (auto& [name, bytes] : contents)
+    if (name != "model.safetensors" && name != "optim.safetensors" && name != "state.json" && name != "config.toml")
+      out.other_files[name] = std::move(bytes);
+  return out;
+}
+
+safetensors::File LoadedCheckpoint::tensors(const std::string& name) const {
+  auto it = other_files.find(name);
+  if (it == other_files.end()) fail("checkpoint '{}' has no {}", dir.string(), name);
+  return safetensors::File::parse(std::string(it->second), (dir / name).string());
 }
 
 }  // namespace tributary

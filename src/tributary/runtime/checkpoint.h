@@ -5,10 +5,15 @@
 //   config.toml         the resolved run configuration
 //   tokenizer.model     (SentencePiece datasets only) so eval/generate need nothing else
 //   manifest.json       written last: every file's size and xxh64. A directory without it is not a checkpoint.
+// Multi-process runs add, per rank R >= 1, rank-R.model.safetensors and rank-R.optim.safetensors (that replica's
+// parameters, optimizer state and RNG; rank 0's are model/optim) and outer.safetensors (DiLoCo's global parameters
+// and momentum, identical on every rank). The other ranks write their files into staging_dir() first; rank 0 then
+// writes its own files and the manifest covering all of them, and renames: one rename publishes every rank's state.
 // Writes go to a temp directory (fsync per file), then one rename; only then are old checkpoints pruned (keep N).
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -18,13 +23,26 @@
 
 namespace tributary {
 
+struct StagedFile {  // written by another rank into staging_dir(run_dir, step)
+  std::string name;
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+};
+
 struct CheckpointContents {
   NamedTensors model;
   NamedTensors optim;
   nlohmann::json state;
   std::string config_toml;
-  fs::path tokenizer_model;  // empty: none to copy
+  fs::path tokenizer_model;                   // empty: none to copy
+  std::vector<std::pair<std::string, NamedTensors>> extra_tensors;  // more safetensors files (name, tensors)
+  std::vector<StagedFile> staged;             // non-empty: the temp directory is staging_dir(), already holding them
 };
+
+// Where the other ranks of a multi-process run put their files for the checkpoint of `step`.
+fs::path staging_dir(const fs::path& run_dir, int64_t step);
+// Writes `bytes` to `dir / name` (fsync) and returns its manifest entry.
+StagedFile stage_file(const fs::path& dir, const std::string& name, const std::string& bytes);
 
 // Returns the final checkpoint directory.
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& contents, int64_t keep);
@@ -38,6 +56,10 @@ struct LoadedCheckpoint {
   safetensors::File optim;
   nlohmann::json state;
   std::string config_toml;
+  std::map<std::string, std::string> other_files;  // every other file of the manifest, by name (verified bytes)
+
+  bool has(const std::string& name) const { return other_files.count(name) > 0; }
+  safetensors::File tensors(const std::string& name) const;  // Error naming the checkpoint if absent
 };
 // Verifies the manifest (sizes and checksums) before parsing anything; Error naming the file on any mismatch.
 // `path` may be a checkpoint directory or a run directory (then its latest checkpoint).

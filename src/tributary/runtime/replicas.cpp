@@ -62,6 +62,11 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
                                      .powersgd_rank = config.dist.powersgd_rank,
                                      .seed = static_cast<uint64_t>(config.train.seed)});
   if (env.rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
+  if (env.rank == 0 && !ddp_ && config.dist.overlap_steps > 0 &&
+      config.dist.overlap_steps >= config.dist.inner_steps / config.dist.fragments)
+    log::warn("dist.overlap_steps = {} >= dist.inner_steps / dist.fragments = {}: an exchange is always in flight, so "
+              "checkpoints and stops wait for the end of the run",
+              config.dist.overlap_steps, config.dist.inner_steps / config.dist.fragments);
   comm_thread_ = std::thread([this] {
     for (;;) {
       std::function<void()> job;
@@ -370,6 +375,75 @@ bool Replicas::finish(int64_t step, NamedTensors& params) {
   }
   verify_checks(/*wait=*/true);
   return landed;
+}
+
+bool Replicas::quiescent() const {
+  for (const auto& f : fragments_)
+    if (f.apply_step >= 0) return false;
+  return true;
+}
+
+NamedTensors Replicas::outer_state() const {
+  NamedTensors out;
+  for (const auto& f : fragments_) {
+    for (const auto& g : f.outer->global()) out.push_back(g);
+    for (auto& m : f.outer->state()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+nlohmann::json Replicas::progress() const {
+  nlohmann::json fragments = nlohmann::json::array();
+  for (const auto& f : fragments_)
+    fragments.push_back({{"offset", f.offset}, {"last_sync", f.last_sync}, {"outer_steps", f.outer->num_steps()}});
+  return {{"outer_steps", outer_steps_}, {"in_warmup", in_warmup_}, {"inner_steps_now", current_h_},
+          {"fragments", fragments}};
+}
+
+void Replicas::resume(NamedTensors& params, const safetensors::File* outer, const nlohmann::json& progress) {
+  outer_steps_ = progress.at("outer_steps").get<int64_t>();
+  current_h_ = progress.at("inner_steps_now").get<int64_t>();
+  in_warmup_ = progress.at("in_warmup").get<bool>();
+  if (ddp_ || in_warmup_) {
+    build_buckets(params);
+    check_identical(params, "after resuming");
+    return;
+  }
+  build_fragments(params, 0);
+  const auto& saved = progress.at("fragments");
+  if (saved.size() != fragments_.size() || !outer)
+    fail("the checkpoint holds the outer state of {} fragments but this run has dist.fragments = {}; resume with the "
+         "checkpoint's config",
+         outer ? saved.size() : 0, fragments_.size());
+  NamedTensors globals;
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    auto& frag = fragments_[f];
+    frag.offset = saved[f].at("offset").get<int64_t>();
+    frag.last_sync = saved[f].at("last_sync").get<int64_t>();
+    frag.outer->load_state(*outer, saved[f].at("outer_steps").get<int64_t>());
+    for (const auto& g : frag.outer->global()) globals.push_back(g);
+  }
+  check_identical(globals, "after resuming");
+}
+
+void Replicas::barrier() {
+  on_comm_thread<int>([&] {
+    group_->barrier();
+    return 0;
+  });
+}
+
+std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& tensor) {
+  return on_comm_thread<std::vector<torch::Tensor>>([&] { return group_->all_gather(tensor); });
+}
+
+bool Replicas::any(bool flag) {
+  std::vector<torch::Tensor> t = {torch::tensor({flag ? 1.0f : 0.0f})};
+  on_comm_thread<int>([&] {
+    group_->all_reduce_sum(t);
+    return 0;
+  });
+  return t[0].item<float>() > 0;
 }
 
 }  // namespace tributary

@@ -24,8 +24,11 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
+#include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/outer.h"
 #include "tributary/runtime/dist_env.h"
@@ -57,6 +60,20 @@ class Replicas {
   bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
   bool finish(int64_t step, NamedTensors& params);
   int64_t outer_steps() const { return outer_steps_; }
+
+  // Checkpoints (trainer.cpp, checkpoint.h). One is taken only while no exchange is in flight (overlap defers it).
+  bool quiescent() const;
+  // The outer state every replica holds identically (rank 0 writes it): each fragment's global parameters
+  // ("<param>") and momentum ("<param>.outer_momentum"), and the counters that place the next syncs.
+  NamedTensors outer_state() const;
+  nlohmann::json progress() const;
+  // Resume, in place of start(): DiLoCo replicas hold different local parameters between syncs, so the identity
+  // check is on the global parameters. `outer` is null for data parallel and during the warm-up.
+  void resume(NamedTensors& params, const safetensors::File* outer, const nlohmann::json& progress);
+  // Small collectives for the checkpoint protocol and the stop agreement (in the communication thread's FIFO).
+  void barrier();
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  bool any(bool flag);  // true on every rank if it is true on one
   int64_t inner_steps_now() const { return current_h_; }
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();

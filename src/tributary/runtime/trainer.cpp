@@ -56,9 +56,6 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   const int64_t threads = configure_threads(tc.threads, env.local_world_size);
   if (lead) check_blas();
-  if (env.distributed() && options.resume)
-    fail("--resume is not supported for multi-process runs yet (rank {} of {}); restart the run", env.rank,
-         env.world_size);
   std::unique_ptr<Replicas> replicas;
   if (env.distributed()) replicas = std::make_unique<Replicas>(config, env);
 
@@ -80,6 +77,11 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       fail("cannot resume from '{}': the configuration differs in {} (checkpoint vs now). Resume with the "
            "checkpoint's config ({}), or start a new run with another train.run_dir",
            ckpt->dir.string(), fmt::join(diffs, ", "), (ckpt->dir / "config.toml").string());
+    const int saved_world = ckpt->state.value("world_size", 1);
+    if (saved_world != env.world_size)
+      fail("cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; resume with the same "
+           "number of workers (launch --nproc {})",
+           ckpt->dir.string(), saved_world, env.world_size, saved_world);
   } else if (latest_checkpoint(run_dir) && !options.overwrite) {
     fail("train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
          "or choose another directory with --set train.run_dir=...",
@@ -121,22 +123,31 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   int64_t start_step = 0, tokens_seen = 0;
   double elapsed_before = 0;
   if (ckpt) {
-    load_parameters(*model, ckpt->model);
-    optimizer.load_state(ckpt->optim, ckpt->state.at("optimizer_steps").get<int64_t>());
-    if (ckpt->optim.contains("rng.cpu")) {
+    // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
+    const auto own_model = lead ? ckpt->model : ckpt->tensors(fmt::format("rank-{}.model.safetensors", env.rank));
+    const auto own_optim = lead ? ckpt->optim : ckpt->tensors(fmt::format("rank-{}.optim.safetensors", env.rank));
+    load_parameters(*model, own_model);
+    optimizer.load_state(own_optim, ckpt->state.at("optimizer_steps").get<int64_t>());
+    if (own_optim.contains("rng.cpu")) {
       auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
-      generator.set_state(to_torch(ckpt->optim.at("rng.cpu")));
+      generator.set_state(to_torch(own_optim.at("rng.cpu")));
     }
     start_step = ckpt->state.at("step").get<int64_t>();
     tokens_seen = ckpt->state.at("tokens").get<int64_t>();
     elapsed_before = ckpt->state.value("elapsed_s", 0.0);
-    loader.set_position({ckpt->state.at("loader").at("epoch").get<uint64_t>(),
-                         ckpt->state.at("loader").at("cursor").get<uint64_t>()});
+    const auto& position = ckpt->state.contains("loaders") ? ckpt->state.at("loaders").at(env.rank) : ckpt->state.at("loader");
+    loader.set_position({position.at("epoch").get<uint64_t>(), position.at("cursor").get<uint64_t>()});
     log::info("resumed from '{}' at step {}", ckpt->dir.string(), start_step);
   }
   if (start_step >= tc.steps) fail("the checkpoint is at step {} but train.steps = {}: nothing to do", start_step, tc.steps);
 
-  if (replicas) replicas->start(params);
+  if (replicas && ckpt) {
+    std::optional<safetensors::File> outer;
+    if (ckpt->has("outer.safetensors")) outer = ckpt->tensors("outer.safetensors");
+    replicas->resume(params, outer ? &*outer : nullptr, ckpt->state.at("replicas"));
+  } else if (replicas) {
+    replicas->start(params);
+  }
   // Per-replica peak: in multi-process runs rank 0 measures the machine alone and the local replicas share it.
   const double peak = replicas ? replicas->shared_matmul_peak(device, env.local_world_size) : measure_matmul_peak(device);
   const double flops_per_token = training_flops_per_token(config.model, model->num_matmul_parameters());
@@ -190,9 +201,48 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
                             {"tokenizer", dataset.tokenizer_kind()},
                             {"torch_version", TORCH_VERSION}};
     fs::path tok_model = dataset.dir() / "tokenizer.model";
-    summary.checkpoint = save_checkpoint(
-        run_dir, step, {params, optim_state, state, config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path()},
-        tc.keep_checkpoints);
+    CheckpointContents contents{params, optim_state, state, config.to_toml(),
+                                fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
+    if (replicas) {
+      // Every rank's replica (DiLoCo replicas differ between syncs) in one checkpoint: the others stage their files,
+      // then rank 0 writes the manifest over all of them (checkpoint.h).
+      const fs::path staging = staging_dir(run_dir, step);
+      if (lead) {
+        fs::remove_all(staging);
+        fs::create_directories(staging);
+      }
+      replicas->barrier();
+      std::vector<StagedFile> mine;
+      if (!lead) {
+        mine.push_back(stage_file(staging, fmt::format("rank-{}.model.safetensors", env.rank),
+                                  tensors_to_safetensors(params, {{"format", "tributary-model"}})));
+        mine.push_back(stage_file(staging, fmt::format("rank-{}.optim.safetensors", env.rank),
+                                  tensors_to_safetensors(optim_state, {{"format", "tributary-optim"}})));
+      }
+      auto row = torch::zeros({6}, torch::kInt64);
+      auto r = row.accessor<int64_t, 1>();
+      r[0] = static_cast<int64_t>(pos.epoch);
+      r[1] = static_cast<int64_t>(pos.cursor);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        r[2 + 2 * i] = static_cast<int64_t>(mine[i].bytes);
+        r[3 + 2 * i] = static_cast<int64_t>(mine[i].xxh64);
+      }
+      auto rows = replicas->all_gather(row);
+      if (!lead) return;
+      contents.state["world_size"] = env.world_size;
+      contents.state["loaders"] = nlohmann::json::array();
+      for (int rank = 0; rank < env.world_size; ++rank) {
+        auto o = rows[rank].accessor<int64_t, 1>();
+        contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
+        if (rank == 0) continue;
+        contents.staged.push_back({fmt::format("rank-{}.model.safetensors", rank), uint64_t(o[2]), uint64_t(o[3])});
+        contents.staged.push_back({fmt::format("rank-{}.optim.safetensors", rank), uint64_t(o[4]), uint64_t(o[5])});
+      }
+      contents.state["replicas"] = replicas->progress();
+      auto outer = replicas->outer_state();
+      if (!outer.empty()) contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
+    }
+    summary.checkpoint = save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
   };
 
   g_stop_requested = 0;
@@ -208,6 +258,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   double interval_loss = 0;
   int64_t interval_steps = 0;
   int64_t step = start_step;
+  bool stop_pending = false;
   while (step < tc.steps) {
     const auto step_start = Clock::now();
     const double lr = schedule.lr(step);
@@ -281,11 +332,22 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       interval_steps = 0;
     }
     const bool last = step == tc.steps;
-    const bool stop = g_stop_requested || (options.stop_after_step > 0 && step >= options.stop_after_step);
-    // DiLoCo replicas hold the global model only right after an outer step: checkpoint then (or at the end).
-    const bool at_global = !replicas || replicas->ddp() || synced;
+    // A stop (signal or --stop-after-step) must happen at the same step on every rank: a signal is agreed on at
+    // log steps and outer steps (one small all-reduce), and the stop waits until no exchange is in flight.
+    if (options.stop_after_step > 0 && step >= options.stop_after_step) stop_pending = true;
+    if (!replicas) {
+      stop_pending |= g_stop_requested != 0;
+    } else if (!stop_pending && replicas->quiescent() && (synced || step % tc.log_every == 0)) {
+      stop_pending = replicas->any(g_stop_requested != 0);
+    }
+    const bool quiescent = !replicas || replicas->quiescent();
+    const bool stop = stop_pending && quiescent;
+    // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
+    // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
+    const bool at_global = !replicas || replicas->averaging_gradients() || synced;
     if (lead && ((tc.eval_every > 0 && step % tc.eval_every == 0) || last)) run_eval(step, elapsed);
-    if (lead && (((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) && at_global) || last || stop))
+    if ((lead || replicas) &&
+        (((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) && at_global && quiescent) || last || stop))
       save(step, elapsed);
     if (stop && !last) {
       log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary.checkpoint.string());
