@@ -25,7 +25,7 @@ void add_train(CLI::App& app) {
   auto* resume = cmd->add_option("--resume", args->resume_from,
                                  "continue from a checkpoint (default: the latest in train.run_dir)")
                      ->expected(0, 1);
-  cmd->add_flag("--overwrite", args->overwrite, "start over even if train.run_dir has checkpoints");
+  cmd->add_flag("--overwrite", args->overwrite, "start over: delete the checkpoints train.run_dir already has");
   cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)");
   cmd->add_flag("--help-config", args->help_config, "list every config key with its default and exit");
   cmd->callback([args, resume]() {

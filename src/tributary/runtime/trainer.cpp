@@ -87,6 +87,8 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
          "or choose another directory with --set train.run_dir=...",
          run_dir.string());
   }
+  // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
+  if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
   fs::create_directories(run_dir);
   if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
 
@@ -350,7 +352,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
         (((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) && at_global && quiescent) || last || stop))
       save(step, elapsed);
     if (stop && !last) {
-      log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary.checkpoint.string());
+      if (lead) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary.checkpoint.string());
       summary.stopped_early = true;
       break;
     }
