@@ -35,11 +35,17 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--only", default="quality,communication,wan")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--batch-size", type=int, default=4, help="sequences per worker per step (quality, communication)")
+    ap.add_argument("--diloco-lr", default=None, help="inner AdamW lr of the DiLoCo replicas (default: the config's)")
+    ap.add_argument("--skip", default="", help="quality: runs to leave out, e.g. single,ddp")
     a = ap.parse_args()
     cli = os.path.join(os.path.abspath(a.build), "tributary")
     runs = os.path.join(ROOT, "runs", "bench")
     results = {}
-    common = [f"train.steps={a.steps}", "train.batch_size=4", "train.eval_every=0", "train.log_every=50"]
+    common = [f"train.steps={a.steps}", f"train.batch_size={a.batch_size}", "train.eval_every=0", "train.log_every=50"]
+    diloco_lr = [f"optim.lr={a.diloco_lr}"] if a.diloco_lr else []
+    tag = f"_b{a.batch_size}" if a.batch_size != 4 else ""
+    skip = a.skip.split(",")
     only = a.only.split(",")
     if "codecs" in only:  # DiLoCo int8 / fp4 only (e.g. after a change to the quantised ring)
         for codec in ["int8", "fp4"]:
@@ -49,11 +55,13 @@ def main():
             results[f"diloco_{codec}"] = s
     if "quality" in only or "communication" in only:
         rows = {}
-        rows["single worker"] = run(cli, f"{runs}/single", 1, common)
-        rows["data parallel x4"] = run(cli, f"{runs}/ddp", 4, common + ["dist.algorithm=ddp"])
+        if "single" not in skip:
+            rows["single worker"] = run(cli, f"{runs}/single{tag}", 1, common)
+        if "ddp" not in skip:
+            rows["data parallel x4"] = run(cli, f"{runs}/ddp{tag}", 4, common + ["dist.algorithm=ddp"])
         for codec in ["fp32", "int8", "fp4"] if "communication" in only else ["fp32"]:
-            rows[f"DiLoCo x4 H=50 {codec}"] = run(cli, f"{runs}/diloco_{codec}", 4,
-                                                  common + ["dist.inner_steps=50", f"dist.compression={codec}"])
+            rows[f"DiLoCo x4 H=50 {codec}"] = run(cli, f"{runs}/diloco_{codec}{tag}", 4, common + diloco_lr +
+                                                  ["dist.inner_steps=50", f"dist.compression={codec}"])
         print(f"{'run':28s} {'val loss':>9s} {'bits/byte':>9s} {'MB sent/worker':>15s} {'bytes/token':>12s} {'time s':>7s}")
         for name, (s, _) in rows.items():
             tokens_per_worker = s["tokens"] / s["world_size"]

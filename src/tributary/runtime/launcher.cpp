@@ -23,7 +23,11 @@ namespace tributary {
 namespace {
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int s) { g_signal = s; }
+volatile sig_atomic_t g_signals = 0;  // a second one kills the workers without waiting for their checkpoint
+void on_signal(int s) {
+  g_signal = s;
+  g_signals = g_signals + 1;
+}
 
 struct Worker {
   int rank;
@@ -126,6 +130,8 @@ int launch(const LaunchOptions& o) {
   }
 
   g_signal = 0;
+  g_signals = 0;
+  bool killed = false;
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
   int result = 0;
@@ -186,6 +192,11 @@ int launch(const LaunchOptions& o) {
       result = 128 + g_signal;
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                               std::chrono::duration<double>(o.grace_s));
+    }
+    if (g_signals >= 2 && !killed) {
+      log::warn("launch: second signal; killing the workers now (no final checkpoint)");
+      stop_all(SIGKILL);
+      killed = true;
     }
     if (stop_deadline && std::chrono::steady_clock::now() > *stop_deadline) {
       stop_all(SIGKILL);
