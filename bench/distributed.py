@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--batch-size", type=int, default=4, help="sequences per worker per step (quality, communication)")
     ap.add_argument("--diloco-lr", default=None, help="inner AdamW lr of the DiLoCo replicas (default: the config's)")
+    ap.add_argument("--streaming-workers", type=int, default=2)
+    ap.add_argument("--compute-nice", type=int, default=0, help="streaming: dist.compute_nice of both runs")
     ap.add_argument("--skip", default="", help="quality: runs to leave out, e.g. single,ddp")
     a = ap.parse_args()
     cli = os.path.join(os.path.abspath(a.build), "tributary")
@@ -89,11 +91,11 @@ def main():
         # while the others train and nothing can be hidden (docs/benchmarks.md 4.3). "Steady state" leaves out the
         # last sync: finish() must land every fragment before the final model exists, with no compute left to
         # hide it behind.
-        steps = 400
+        steps, n = 400, a.streaming_workers
         base = [f"train.steps={steps}", "train.eval_every=0", "train.log_every=50", "dist.wan=100Mbit,10ms",
-                "dist.inner_steps=50", "optim.warmup_steps=20"]
-        plain, _ = run(cli, f"{runs}/wan_plain", 2, base)
-        stream, _ = run(cli, f"{runs}/wan_streaming", 2, base + ["dist.fragments=2", "dist.overlap_steps=10"])
+                "dist.inner_steps=50", "optim.warmup_steps=20", f"dist.compute_nice={a.compute_nice}"]
+        plain, _ = run(cli, f"{runs}/wan_plain", n, base)
+        stream, _ = run(cli, f"{runs}/wan_streaming", n, base + ["dist.fragments=2", "dist.overlap_steps=10"])
 
         def blocked_before_end(run_dir):
             rounds = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"outer_step"' in l]
@@ -101,7 +103,7 @@ def main():
 
         p_steady, p_rounds = blocked_before_end(f"{runs}/wan_plain")
         s_steady, s_rounds = blocked_before_end(f"{runs}/wan_streaming")
-        print(f"streaming (2 workers, {steps} steps): DiLoCo blocked {plain['comm_s']:.2f} s of {plain['elapsed_s']:.1f} s "
+        print(f"streaming ({n} workers, compute_nice {a.compute_nice}, {steps} steps): DiLoCo blocked {plain['comm_s']:.2f} s of {plain['elapsed_s']:.1f} s "
               f"(val {plain['val_loss']:.4f}, {p_rounds} exchanges); 2 fragments + overlap 10 blocked "
               f"{stream['comm_s']:.2f} s of {stream['elapsed_s']:.1f} s (val {stream['val_loss']:.4f}, {s_rounds} "
               f"exchanges). Hidden: {100 * (1 - stream['comm_s'] / plain['comm_s']):.0f}% in all, "

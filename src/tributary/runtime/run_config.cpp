@@ -75,6 +75,10 @@ void RunConfig::bind() {
   s.add("dist.fragments", dist.fragments, "Streaming DiLoCo: fragments synced at staggered times", 1, 1024);
   s.add("dist.overlap_steps", dist.overlap_steps, "inner steps an outer exchange overlaps with (tau)", 0);
   s.add("dist.merge_alpha", dist.merge_alpha, "overlap merge: local = a*local + (1-a)*global", 0.0, 1.0);
+  s.add("dist.compute_nice", dist.compute_nice,
+        "lower the training thread's priority by this much so communication threads run first (more workers than "
+        "cores)",
+        0, 19);
   s.add("dist.compression", dist.compression, "what goes on the wire",
         {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd"});
   s.add("dist.topk_ratio", dist.topk_ratio, "top-k: fraction of values sent", 1e-6, 1.0);

@@ -75,6 +75,7 @@ struct DistConfig {
   int64_t fragments = 1;             // Streaming DiLoCo: fragments synced at staggered times (blocks strided)
   int64_t overlap_steps = 0;         // tau: apply a fragment's outer update tau inner steps after sending it
   double merge_alpha = 0.5;          // with overlap: local = alpha * local + (1 - alpha) * global
+  int64_t compute_nice = 0;          // > 0: the training thread runs this much nicer than the communication threads
   std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4 | terngrad | topk | powersgd
   double topk_ratio = 0.01;
   int64_t powersgd_rank = 4;
