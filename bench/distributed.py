@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=4, help="sequences per worker per step (quality, communication)")
     ap.add_argument("--diloco-lr", default=None, help="inner AdamW lr of the DiLoCo replicas (default: the config's)")
     ap.add_argument("--streaming-workers", type=int, default=2)
+    ap.add_argument("--streaming-steps", type=int, default=400)
     ap.add_argument("--compute-nice", type=int, default=0, help="streaming: dist.compute_nice of both runs")
     ap.add_argument("--skip", default="", help="quality: runs to leave out, e.g. single,ddp")
     a = ap.parse_args()
@@ -91,7 +92,7 @@ def main():
         # while the others train and nothing can be hidden (docs/benchmarks.md 4.3). "Steady state" leaves out the
         # last sync: finish() must land every fragment before the final model exists, with no compute left to
         # hide it behind.
-        steps, n = 400, a.streaming_workers
+        steps, n = a.streaming_steps, a.streaming_workers
         base = [f"train.steps={steps}", "train.eval_every=0", "train.log_every=50", "dist.wan=100Mbit,10ms",
                 "dist.inner_steps=50", "optim.warmup_steps=20", f"dist.compute_nice={a.compute_nice}"]
         plain, _ = run(cli, f"{runs}/wan_plain", n, base)
