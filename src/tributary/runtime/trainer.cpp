@@ -14,6 +14,7 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/optim/schedule.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
@@ -205,45 +206,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
     fs::path tok_model = dataset.dir() / "tokenizer.model";
     CheckpointContents contents{params, optim_state, state, config.to_toml(),
                                 fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
-    if (replicas) {
-      // Every rank's replica (DiLoCo replicas differ between syncs) in one checkpoint: the others stage their files,
-      // then rank 0 writes the manifest over all of them (checkpoint.h).
-      const fs::path staging = staging_dir(run_dir, step);
-      if (lead) {
-        fs::remove_all(staging);
-        fs::create_directories(staging);
-      }
-      replicas->barrier();
-      std::vector<StagedFile> mine;
-      if (!lead) {
-        mine.push_back(stage_file(staging, fmt::format("rank-{}.model.safetensors", env.rank),
-                                  tensors_to_safetensors(params, {{"format", "tributary-model"}})));
-        mine.push_back(stage_file(staging, fmt::format("rank-{}.optim.safetensors", env.rank),
-                                  tensors_to_safetensors(optim_state, {{"format", "tributary-optim"}})));
-      }
-      auto row = torch::zeros({6}, torch::kInt64);
-      auto r = row.accessor<int64_t, 1>();
-      r[0] = static_cast<int64_t>(pos.epoch);
-      r[1] = static_cast<int64_t>(pos.cursor);
-      for (size_t i = 0; i < mine.size(); ++i) {
-        r[2 + 2 * i] = static_cast<int64_t>(mine[i].bytes);
-        r[3 + 2 * i] = static_cast<int64_t>(mine[i].xxh64);
-      }
-      auto rows = replicas->all_gather(row);
-      if (!lead) return;
-      contents.state["world_size"] = env.world_size;
-      contents.state["loaders"] = nlohmann::json::array();
-      for (int rank = 0; rank < env.world_size; ++rank) {
-        auto o = rows[rank].accessor<int64_t, 1>();
-        contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
-        if (rank == 0) continue;
-        contents.staged.push_back({fmt::format("rank-{}.model.safetensors", rank), uint64_t(o[2]), uint64_t(o[3])});
-        contents.staged.push_back({fmt::format("rank-{}.optim.safetensors", rank), uint64_t(o[4]), uint64_t(o[5])});
-      }
-      contents.state["replicas"] = replicas->progress();
-      auto outer = replicas->outer_state();
-      if (!outer.empty()) contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
-    }
+    if (replicas && !stage_replica_state(*replicas, run_dir, step, params, optim_state, pos, contents)) return;
     summary.checkpoint = save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
   };
 
