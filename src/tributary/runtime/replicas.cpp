@@ -44,7 +44,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const RunConfig& config, const DistEn
   std::vector<std::string> problems;
   for (int r = 1; r < env.world_size; ++r) {
     auto other = RunConfig::from_toml(string_of(store->get(keys[r])), "rank config").schema().flatten();
-    auto diffs = config_differences(reference, other, {"train.threads", "train.device"});
+    auto diffs = config_differences(reference, other, {"train.threads", "train.device", "dist.compute_nice"});
     if (!diffs.empty()) problems.push_back(fmt::format("rank {} differs from rank 0 in {}", r, fmt::join(diffs, ", ")));
   }
   if (!problems.empty())

@@ -155,7 +155,7 @@ void RunConfig::validate() const {
 const std::vector<std::string>& RunConfig::resumable_keys() {
   static const std::vector<std::string> keys = {"train.log_every", "train.eval_every", "train.eval_batches",
                                                 "train.checkpoint_every", "train.keep_checkpoints", "train.run_dir",
-                                                "train.device", "data.dir"};
+                                                "train.device", "data.dir", "dist.compute_nice"};
   return keys;
 }
 
