@@ -183,3 +183,22 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   EXPECT_NE(rc5, 0);
   EXPECT_NE(out5.find("state of 2 worker(s) and this run has 1"), std::string::npos) << out5;
 }
+
+TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
+  // SIGTERM to launch reaches every worker; they agree on the stop at the next outer step (a one-float all-reduce)
+  // and write one checkpoint together. A rank stopping alone would leave the others in a collective: no checkpoint.
+  const std::string cli = TRIBUTARY_CLI;
+  const fs::path run = work() / "signalled";
+  fs::remove_all(run);  // the wait below must see this run's first outer step, not an older run's
+  auto [rc, out] = sh("(" + cli + " launch --nproc 2 --master-port 0 --grace 20 --" +
+                      tiny("signalled", "--set train.steps=100000 --set train.batch_size=4 --set dist.inner_steps=4") +
+                      " 2>&1 & pid=$!; for i in $(seq 300); do grep -q '\"outer_step\"' " +
+                      (run / "metrics.jsonl").string() + " 2>/dev/null && break; sleep 0.2; done; kill -TERM $pid; "
+                      "wait $pid)");
+  EXPECT_NE(out.find("stopped after step"), std::string::npos) << out;
+  auto summary = nlohmann::json::parse(read_file(run / "summary.json"));
+  EXPECT_TRUE(summary["stopped_early"].get<bool>());
+  const int64_t step = summary["steps"].get<int64_t>();
+  EXPECT_EQ(step % 4, 0) << "the stop is agreed at an outer step";
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / fmt::format("step-{:08d}", step) / "rank-1.optim.safetensors")) << out;
+}

@@ -210,11 +210,31 @@ NamedTensors Replicas::subset(const NamedTensors& params, const Fragment& f) con
   return out;
 }
 
-void Replicas::start(NamedTensors& params) {
-  check_identical(params, "at start");
-  in_warmup_ = !ddp_ && config_.dist.warmup_ddp_steps > 0;
-  if (ddp_ || in_warmup_) build_buckets(params);
-  if (!ddp_ && !in_warmup_) build_fragments(params, 0);
+void Replicas::start(NamedTensors& params, int64_t step, const safetensors::File* outer,
+                     const nlohmann::json& fragments) {
+  const std::string when = step == 0 ? "at start" : fmt::format("when resuming at step {}", step);
+  in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
+  if (ddp_ || in_warmup_) {
+    build_buckets(params);
+    check_identical(params, when);
+    return;
+  }
+  // DiLoCo: the fragments' offsets count from the end of the warm-up (0 without one); a resumed run takes each
+  // fragment's last sync and outer state from the checkpoint. Replicas differ between syncs, so the identity check
+  // is on the global parameters (at step 0 they are the parameters).
+  build_fragments(params, config_.dist.warmup_ddp_steps);
+  NamedTensors globals;
+  for (size_t f = 0; f < fragments_.size(); ++f) {
+    auto& frag = fragments_[f];
+    if (step > 0) {
+      // dist.fragments is part of the config a resume must match, and outer.safetensors is written with them
+      TRIB_CHECK(outer && fragments.size() == fragments_.size(), "checkpoint without the outer state of every fragment");
+      frag.last_sync = fragments[f].at("last_sync").get<int64_t>();
+      frag.outer->load_state(*outer, fragments[f].at("outer_steps").get<int64_t>());
+    }
+    for (const auto& g : frag.outer->global()) globals.push_back(g);
+  }
+  check_identical(globals, when);
 }
 
 void Replicas::build_buckets(NamedTensors& params) {
@@ -267,8 +287,7 @@ void Replicas::build_fragments(NamedTensors& params, int64_t step) {
            num_fragments, f, config_.model.num_layers);
     frag.outer = std::make_unique<OuterOptimizer>(subset(params, frag),
                                                   OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
-    frag.offset = step + f * config_.dist.inner_steps / num_fragments;
-    frag.last_sync = frag.offset;
+    frag.last_sync = step + f * config_.dist.inner_steps / num_fragments;  // first sync H steps later
   }
 }
 
@@ -336,11 +355,10 @@ void Replicas::land(Fragment& f, NamedTensors& params) {
       p.mul_(a).add_(f.outer->global()[i].second.to(p.device(), p.scalar_type()), 1.0 - a);
     }
   }
-  outer_steps_ += 1;
   if (!f.merge) {
-    check_identical(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
+    check_identical(f.outer->global(), fmt::format("after outer step {}", outer_steps()));
   } else {
-    check_identical_later(f.outer->global(), fmt::format("after outer step {}", outer_steps_));
+    check_identical_later(f.outer->global(), fmt::format("after outer step {}", outer_steps()));
   }
 }
 
@@ -410,38 +428,16 @@ NamedTensors Replicas::outer_state() const {
   return out;
 }
 
-nlohmann::json Replicas::progress() const {
-  nlohmann::json fragments = nlohmann::json::array();
-  for (const auto& f : fragments_)
-    fragments.push_back({{"offset", f.offset}, {"last_sync", f.last_sync}, {"outer_steps", f.outer->num_steps()}});
-  return {{"outer_steps", outer_steps_}, {"in_warmup", in_warmup_}, {"inner_steps_now", current_h_},
-          {"fragments", fragments}};
+int64_t Replicas::outer_steps() const {
+  int64_t n = 0;
+  for (const auto& f : fragments_) n += f.outer->num_steps();
+  return n;
 }
 
-void Replicas::resume(NamedTensors& params, const safetensors::File* outer, const nlohmann::json& progress) {
-  outer_steps_ = progress.at("outer_steps").get<int64_t>();
-  current_h_ = progress.at("inner_steps_now").get<int64_t>();
-  in_warmup_ = progress.at("in_warmup").get<bool>();
-  if (ddp_ || in_warmup_) {
-    build_buckets(params);
-    check_identical(params, "after resuming");
-    return;
-  }
-  build_fragments(params, 0);
-  const auto& saved = progress.at("fragments");
-  if (saved.size() != fragments_.size() || !outer)
-    fail("the checkpoint holds the outer state of {} fragments but this run has dist.fragments = {}; resume with the "
-         "checkpoint's config",
-         outer ? saved.size() : 0, fragments_.size());
-  NamedTensors globals;
-  for (size_t f = 0; f < fragments_.size(); ++f) {
-    auto& frag = fragments_[f];
-    frag.offset = saved[f].at("offset").get<int64_t>();
-    frag.last_sync = saved[f].at("last_sync").get<int64_t>();
-    frag.outer->load_state(*outer, saved[f].at("outer_steps").get<int64_t>());
-    for (const auto& g : frag.outer->global()) globals.push_back(g);
-  }
-  check_identical(globals, "after resuming");
+nlohmann::json Replicas::progress() const {
+  nlohmann::json fragments = nlohmann::json::array();
+  for (const auto& f : fragments_) fragments.push_back({{"last_sync", f.last_sync}, {"outer_steps", f.outer->num_steps()}});
+  return fragments;
 }
 
 void Replicas::barrier() {

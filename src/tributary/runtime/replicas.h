@@ -52,24 +52,25 @@ class Replicas {
   // True while gradients are averaged every step: data parallel, or DiLoCo's data-parallel warm-up.
   bool averaging_gradients() const { return ddp_ || in_warmup_; }
 
-  void start(NamedTensors& params);             // checks that every replica starts identical
+  // Joins the run at `step`: 0, or a checkpoint's, with DiLoCo's outer state (`outer`, null for data parallel and
+  // during the warm-up) and the fragments' progress() saved with it. Checks that the replicas are identical.
+  void start(NamedTensors& params, int64_t step = 0, const safetensors::File* outer = nullptr,
+             const nlohmann::json& fragments = nlohmann::json::array());
   // ddp: call before each micro-batch's backward; with one micro-batch per step the gradient buckets are
   // all-reduced while the backward pass is still running (hooks on the parameters).
   void before_backward(bool last_micro_batch, bool single_micro_batch);
   void after_backward(NamedTensors& params);     // ddp: average gradients (waits for the overlapped buckets)
   bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
   bool finish(int64_t step, NamedTensors& params);
-  int64_t outer_steps() const { return outer_steps_; }
+  int64_t outer_steps() const;  // landed outer steps, all fragments together
 
   // Checkpoints (trainer.cpp, checkpoint.h). One is taken only while no exchange is in flight (overlap defers it).
   bool quiescent() const;
   // The outer state every replica holds identically (rank 0 writes it): each fragment's global parameters
-  // ("<param>") and momentum ("<param>.outer_momentum"), and the counters that place the next syncs.
+  // ("<param>") and momentum ("<param>.outer_momentum"), and per fragment its last sync and outer-step count (the
+  // rest — offsets, the warm-up, QSR's H — follows from the config and the step).
   NamedTensors outer_state() const;
   nlohmann::json progress() const;
-  // Resume, in place of start(): DiLoCo replicas hold different local parameters between syncs, so the identity
-  // check is on the global parameters. `outer` is null for data parallel and during the warm-up.
-  void resume(NamedTensors& params, const safetensors::File* outer, const nlohmann::json& progress);
   // Small collectives for the checkpoint protocol and the stop agreement (in the communication thread's FIFO).
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
@@ -85,7 +86,6 @@ class Replicas {
   struct Fragment {
     std::vector<size_t> params;  // indices into the model's parameter list
     std::unique_ptr<OuterOptimizer> outer;
-    int64_t offset = 0;          // first sync at offset + H
     int64_t last_sync = 0;
     // in flight (overlap): the averaged pseudo-gradient arrives through `pending`, to be applied at `apply_step`
     std::future<std::vector<torch::Tensor>> pending;
@@ -132,7 +132,6 @@ class Replicas {
   void build_fragments(NamedTensors& params, int64_t step);
   bool ddp_;
   int64_t current_h_;
-  int64_t outer_steps_ = 0;
   double blocked_s_ = 0;
 
   std::mutex mutex_;

@@ -127,13 +127,15 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   double elapsed_before = 0;
   if (ckpt) {
     // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
-    const auto own_model = lead ? ckpt->model : ckpt->tensors(fmt::format("rank-{}.model.safetensors", env.rank));
-    const auto own_optim = lead ? ckpt->optim : ckpt->tensors(fmt::format("rank-{}.optim.safetensors", env.rank));
-    load_parameters(*model, own_model);
-    optimizer.load_state(own_optim, ckpt->state.at("optimizer_steps").get<int64_t>());
-    if (own_optim.contains("rng.cpu")) {
+    if (!lead) {
+      ckpt->model = ckpt->tensors(fmt::format("rank-{}.model.safetensors", env.rank));
+      ckpt->optim = ckpt->tensors(fmt::format("rank-{}.optim.safetensors", env.rank));
+    }
+    load_parameters(*model, ckpt->model);
+    optimizer.load_state(ckpt->optim, ckpt->state.at("optimizer_steps").get<int64_t>());
+    if (ckpt->optim.contains("rng.cpu")) {
       auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
-      generator.set_state(to_torch(own_optim.at("rng.cpu")));
+      generator.set_state(to_torch(ckpt->optim.at("rng.cpu")));
     }
     start_step = ckpt->state.at("step").get<int64_t>();
     tokens_seen = ckpt->state.at("tokens").get<int64_t>();
@@ -147,7 +149,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   if (replicas && ckpt) {
     std::optional<safetensors::File> outer;
     if (ckpt->has("outer.safetensors")) outer = ckpt->tensors("outer.safetensors");
-    replicas->resume(params, outer ? &*outer : nullptr, ckpt->state.at("replicas"));
+    replicas->start(params, start_step, outer ? &*outer : nullptr, ckpt->state.at("replicas"));
   } else if (replicas) {
     replicas->start(params);
   }
@@ -297,12 +299,14 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       interval_steps = 0;
     }
     const bool last = step == tc.steps;
-    // A stop (signal or --stop-after-step) must happen at the same step on every rank: a signal is agreed on at
-    // log steps and outer steps (one small all-reduce), and the stop waits until no exchange is in flight.
+    // A stop (signal or --stop-after-step) must happen at the same step on every rank: a signal is agreed on by a
+    // one-float all-reduce — at log steps for data parallel (which talks every step anyway), only at outer steps for
+    // DiLoCo (which must not add round trips between them) — and the stop waits until no exchange is in flight.
     if (options.stop_after_step > 0 && step >= options.stop_after_step) stop_pending = true;
     if (!replicas) {
       stop_pending |= g_stop_requested != 0;
-    } else if (!stop_pending && replicas->quiescent() && (synced || step % tc.log_every == 0)) {
+    } else if (!stop_pending && replicas->quiescent() &&
+               (replicas->averaging_gradients() ? step % tc.log_every == 0 : synced)) {
       stop_pending = replicas->any(g_stop_requested != 0);
     }
     const bool quiescent = !replicas || replicas->quiescent();
