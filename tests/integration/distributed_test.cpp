@@ -201,4 +201,14 @@ TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
   const int64_t step = summary["steps"].get<int64_t>();
   EXPECT_EQ(step % 4, 0) << "the stop is agreed at an outer step";
   EXPECT_TRUE(fs::exists(run / "checkpoints" / fmt::format("step-{:08d}", step) / "rank-1.optim.safetensors")) << out;
+  // and the stopped run goes on from there (one more outer step, then stopped as asked)
+  auto [rc2, out2] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                        tiny("signalled", fmt::format("--set train.steps=100000 --set train.batch_size=4 "
+                                                      "--set dist.inner_steps=4 --resume --stop-after-step {}",
+                                                      step + 4)) + " 2>&1");
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find(fmt::format("at step {}", step)), std::string::npos) << out2;
+  auto resumed = nlohmann::json::parse(read_file(run / "summary.json"));
+  EXPECT_EQ(resumed["steps"].get<int64_t>(), step + 4);
+  EXPECT_EQ(resumed["outer_steps"].get<int64_t>(), (step + 4) / 4);
 }
