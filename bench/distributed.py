@@ -4,8 +4,12 @@ loopback, the built-in corpus. Measures; asserts nothing.
   quality        4 workers, default model, same tokens per worker: single worker vs data parallel vs DiLoCo (H=50)
   communication  bytes sent per worker per training token: DP vs DiLoCo fp32 / int8 / fp4 (+ their val loss)
   wan            emulated 10 Mbit/s, 100 ms links, small model: time for DiLoCo to reach DP's final val loss
+  pretrained     the DiLoCo paper's protocol: data parallel pre-trains --pretrain-steps (or --init-from an existing
+                 run), then single worker, data parallel and DiLoCo each continue --steps from that model
 
-Usage: /usr/bin/python3 bench/distributed.py --build build [--steps 300] [--only quality,communication,wan]"""
+Usage: /usr/bin/python3 bench/distributed.py --build build [--steps 300] [--only quality,communication,wan]
+       /usr/bin/python3 bench/distributed.py --build build --only pretrained [--init-from RUN] --diloco-lr 2.5e-4
+           --outer-lr 1.0 --outer-momentum 0   (the settings of docs/benchmarks.md 4.1)"""
 import argparse
 import json
 import os
@@ -41,12 +45,20 @@ def main():
     ap.add_argument("--streaming-steps", type=int, default=400)
     ap.add_argument("--compute-nice", type=int, default=0, help="streaming: dist.compute_nice of both runs")
     ap.add_argument("--skip", default="", help="quality: runs to leave out, e.g. single,ddp")
+    ap.add_argument("--pretrain-steps", type=int, default=1500, help="pretrained: data-parallel steps before the fork")
+    ap.add_argument("--init-from", default=None, help="pretrained: an existing run to fork from instead")
+    ap.add_argument("--ddp-lr", default="2.5e-4", help="pretrained: peak lr of the data-parallel continuation")
+    ap.add_argument("--single-lr", default="2.5e-4", help="pretrained: peak lr of the single-worker continuation")
+    ap.add_argument("--outer-lr", default=None, help="DiLoCo outer lr (default: the config's)")
+    ap.add_argument("--outer-momentum", default=None, help="DiLoCo outer Nesterov momentum (default: the config's)")
     a = ap.parse_args()
     cli = os.path.join(os.path.abspath(a.build), "tributary")
     runs = os.path.join(ROOT, "runs", "bench")
     results = {}
     common = [f"train.steps={a.steps}", f"train.batch_size={a.batch_size}", "train.eval_every=0", "train.log_every=50"]
     diloco_lr = [f"optim.lr={a.diloco_lr}"] if a.diloco_lr else []
+    diloco_lr += [f"dist.outer_lr={a.outer_lr}"] if a.outer_lr else []
+    diloco_lr += [f"dist.outer_momentum={a.outer_momentum}"] if a.outer_momentum else []
     tag = f"_b{a.batch_size}" if a.batch_size != 4 else ""
     skip = a.skip.split(",")
     only = a.only.split(",")
@@ -85,6 +97,25 @@ def main():
               f"({ddp['elapsed_s'] / reached['elapsed_s'] if reached else float('nan'):.1f}x sooner); DiLoCo final val "
               f"{dil['val_loss']:.4f} after {dil['elapsed_s']:.1f} s", flush=True)
         results["wan"] = {"ddp": ddp, "diloco": dil, "target": target, "reached": reached}
+    if "pretrained" in only:
+        # Both continue from the same weights with a fresh AdamW, warm-up and cosine schedule (train.init_from);
+        # each at its own tuned peak lr (docs/benchmarks.md 4.1 has the sweeps).
+        base = os.path.abspath(a.init_from) if a.init_from else None
+        if base is None:
+            base = f"{runs}/pretrain{a.pretrain_steps}"
+            run(cli, base, 4, [f"train.steps={a.pretrain_steps}", f"train.batch_size={a.batch_size}",
+                               "train.eval_every=0", "train.log_every=50", "dist.algorithm=ddp"])
+        cont = common + [f"train.init_from={base}"]
+        rows = {"pre-trained start": (json.load(open(os.path.join(base, "summary.json"))), None)}
+        if "single" not in skip:
+            rows["single worker"] = run(cli, f"{runs}/pt_single", 1, cont + [f"optim.lr={a.single_lr}"])
+        rows["data parallel x4"] = run(cli, f"{runs}/pt_ddp", 4, cont + [f"optim.lr={a.ddp_lr}", "dist.algorithm=ddp"])
+        rows["DiLoCo x4 H=50"] = run(cli, f"{runs}/pt_diloco", 4, cont + diloco_lr + ["dist.inner_steps=50"])
+        dp = rows["data parallel x4"][0]["val_loss"]
+        for name, (s, _) in rows.items():
+            print(f"{name:20s} val loss {s['val_loss']:.4f} ({100 * (s['val_loss'] / dp - 1):+.1f}% vs data parallel)",
+                  flush=True)
+        results["pretrained"] = {k: v[0] for k, v in rows.items()}
     if "streaming" in only:
         # The default model over 100 Mbit/s, 10 ms links: an fp32 outer exchange models at ~1.1 s (2 workers).
         # Streaming halves each exchange and overlap hides it behind 10 inner steps (~3 s of compute). Two workers,
