@@ -56,9 +56,9 @@ def main():
     runs = os.path.join(ROOT, "runs", "bench")
     results = {}
     common = [f"train.steps={a.steps}", f"train.batch_size={a.batch_size}", "train.eval_every=0", "train.log_every=50"]
-    diloco_lr = [f"optim.lr={a.diloco_lr}"] if a.diloco_lr else []
-    diloco_lr += [f"dist.outer_lr={a.outer_lr}"] if a.outer_lr else []
-    diloco_lr += [f"dist.outer_momentum={a.outer_momentum}"] if a.outer_momentum else []
+    diloco_opts = [f"optim.lr={a.diloco_lr}"] if a.diloco_lr else []
+    diloco_opts += [f"dist.outer_lr={a.outer_lr}"] if a.outer_lr else []
+    diloco_opts += [f"dist.outer_momentum={a.outer_momentum}"] if a.outer_momentum else []
     tag = f"_b{a.batch_size}" if a.batch_size != 4 else ""
     skip = a.skip.split(",")
     only = a.only.split(",")
@@ -75,7 +75,7 @@ def main():
         if "ddp" not in skip:
             rows["data parallel x4"] = run(cli, f"{runs}/ddp{tag}", 4, common + ["dist.algorithm=ddp"])
         for codec in ["fp32", "int8", "fp4"] if "communication" in only else ["fp32"]:
-            rows[f"DiLoCo x4 H=50 {codec}"] = run(cli, f"{runs}/diloco_{codec}{tag}", 4, common + diloco_lr +
+            rows[f"DiLoCo x4 H=50 {codec}"] = run(cli, f"{runs}/diloco_{codec}{tag}", 4, common + diloco_opts +
                                                   ["dist.inner_steps=50", f"dist.compression={codec}"])
         print(f"{'run':28s} {'val loss':>9s} {'bits/byte':>9s} {'MB sent/worker':>15s} {'bytes/token':>12s} {'time s':>7s}")
         for name, (s, _) in rows.items():
@@ -110,7 +110,7 @@ def main():
         if "single" not in skip:
             rows["single worker"] = run(cli, f"{runs}/pt_single", 1, cont + [f"optim.lr={a.single_lr}"])
         rows["data parallel x4"] = run(cli, f"{runs}/pt_ddp", 4, cont + [f"optim.lr={a.ddp_lr}", "dist.algorithm=ddp"])
-        rows["DiLoCo x4 H=50"] = run(cli, f"{runs}/pt_diloco", 4, cont + diloco_lr + ["dist.inner_steps=50"])
+        rows["DiLoCo x4 H=50"] = run(cli, f"{runs}/pt_diloco", 4, cont + diloco_opts + ["dist.inner_steps=50"])
         dp = rows["data parallel x4"][0]["val_loss"]
         for name, (s, _) in rows.items():
             print(f"{name:20s} val loss {s['val_loss']:.4f} ({100 * (s['val_loss'] / dp - 1):+.1f}% vs data parallel)",

@@ -4,6 +4,9 @@
 
 namespace tributary {
 
+std::string replica_model_file(int rank) { return fmt::format("rank-{}.model.safetensors", rank); }
+std::string replica_optim_file(int rank) { return fmt::format("rank-{}.optim.safetensors", rank); }
+
 bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
                          const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents) {
   const bool lead = replicas.rank() == 0;
@@ -13,13 +16,11 @@ bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t st
     fs::create_directories(staging);
   }
   replicas.barrier();  // the staging directory exists and is empty
-  const auto model_file = [](int rank) { return fmt::format("rank-{}.model.safetensors", rank); };
-  const auto optim_file = [](int rank) { return fmt::format("rank-{}.optim.safetensors", rank); };
   std::vector<StagedFile> mine;
   if (!lead) {
-    mine.push_back(stage_file(staging, model_file(replicas.rank()),
+    mine.push_back(stage_file(staging, replica_model_file(replicas.rank()),
                               tensors_to_safetensors(params, {{"format", "tributary-model"}})));
-    mine.push_back(stage_file(staging, optim_file(replicas.rank()),
+    mine.push_back(stage_file(staging, replica_optim_file(replicas.rank()),
                               tensors_to_safetensors(optim_state, {{"format", "tributary-optim"}})));
   }
   // One row per rank: loader epoch, cursor, then (bytes, xxh64) of its two files (zeros for rank 0).
@@ -39,8 +40,8 @@ bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t st
     auto o = rows[rank].accessor<int64_t, 1>();
     contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
     if (rank == 0) continue;
-    contents.staged.push_back({model_file(rank), static_cast<uint64_t>(o[2]), static_cast<uint64_t>(o[3])});
-    contents.staged.push_back({optim_file(rank), static_cast<uint64_t>(o[4]), static_cast<uint64_t>(o[5])});
+    contents.staged.push_back({replica_model_file(rank), static_cast<uint64_t>(o[2]), static_cast<uint64_t>(o[3])});
+    contents.staged.push_back({replica_optim_file(rank), static_cast<uint64_t>(o[4]), static_cast<uint64_t>(o[5])});
   }
   contents.state["replicas"] = replicas.progress();
   auto outer = replicas.outer_state();

@@ -10,6 +10,10 @@
 
 namespace tributary {
 
+// The files holding replica `rank`'s parameters and optimizer state (rank >= 1; rank 0's are model/optim).
+std::string replica_model_file(int rank);
+std::string replica_optim_file(int rank);
+
 // Returns true on rank 0 (which then calls save_checkpoint with `contents`), false on the other ranks.
 bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
                          const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents);

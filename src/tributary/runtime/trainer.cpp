@@ -128,8 +128,8 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   if (ckpt) {
     // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
     if (!lead) {
-      ckpt->model = ckpt->tensors(fmt::format("rank-{}.model.safetensors", env.rank));
-      ckpt->optim = ckpt->tensors(fmt::format("rank-{}.optim.safetensors", env.rank));
+      ckpt->model = ckpt->tensors(replica_model_file(env.rank));
+      ckpt->optim = ckpt->tensors(replica_optim_file(env.rank));
     }
     load_parameters(*model, ckpt->model);
     optimizer.load_state(ckpt->optim, ckpt->state.at("optimizer_steps").get<int64_t>());
