@@ -1,22 +1,33 @@
 """./run bench: the C++ trainer step vs PyTorch eager (Python) on the same model, batch and threads, side by side in
-one run, plus MFU against the sgemm peak measured in the same run. Measures; asserts nothing about time.
+one run, plus MFU against the matmul peak measured in the same run. Measures; asserts nothing about time.
 
-Usage: /usr/bin/python3 bench/compare.py --build BUILD [--steps N] [--out FILE.json]"""
+Usage: python3 bench/compare.py --build BUILD [--steps N] [--repeats R] [--device cuda] [--compile] [--python PY]
+       [--configs default,100m] [--out FILE.json]
+--repeats runs each pair R times (C++ and Python alternating) and reports the median ratio and its spread.
+--compile also times torch.compile (PyTorch 2.x) on the same model. --python names the interpreter that has torch
+(Debian's /usr/bin/python3 here; the GPU machine's own python3 there)."""
 import argparse
 import json
 import os
+import statistics
 import subprocess
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# Configurations: the default (configs/default.toml's model and batch) and neighbours a user would try.
-CONFIGS = [
-    ("default (4L w256 T256 swiglu rope, B16)", []),
-    ("gelu + learned positions, untied", ["model.mlp=gelu", "model.positions=learned", "model.tie_embeddings=false"]),
-    ("6L w384 h6 T256, B8", ["model.num_layers=6", "model.width=384", "model.num_heads=6", "train.batch_size=8"]),
-    ("small: 2L w128 T128, B32", ["model.num_layers=2", "model.width=128", "model.context=128", "train.batch_size=32"]),
-]
+# Configurations: the default (configs/default.toml's model and batch) and neighbours a user would try; "100m" is a
+# ~100M-parameter model (14 layers, width 768) for GPUs.
+CONFIGS = {
+    "default": ("default (4L w256 T256 swiglu rope, B16)", []),
+    "gelu": ("gelu + learned positions, untied", ["model.mlp=gelu", "model.positions=learned",
+                                                   "model.tie_embeddings=false"]),
+    "6l": ("6L w384 h6 T256, B8", ["model.num_layers=6", "model.width=384", "model.num_heads=6",
+                                   "train.batch_size=8"]),
+    "small": ("small: 2L w128 T128, B32", ["model.num_layers=2", "model.width=128", "model.context=128",
+                                           "train.batch_size=32"]),
+    "100m": ("100M: 14L w768 h12 T512, B16", ["model.num_layers=14", "model.width=768", "model.num_heads=12",
+                                              "model.context=512", "train.batch_size=16"]),
+}
+CPU_DEFAULT = "default,gelu,6l,small"
 
 
 def run(cmd):
@@ -24,27 +35,55 @@ def run(cmd):
     return json.loads(out[-1])
 
 
+def spread(values):
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--configs", default=None, help=f"comma-separated keys of {list(CONFIGS)}")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    keys = (args.configs or (CPU_DEFAULT if args.device == "cpu" else "default,100m")).split(",")
     rows = []
-    common = [f"train.threads={args.threads}"]
-    for name, overrides in CONFIGS:
+    common = [f"train.threads={args.threads}", f"train.device={args.device}"]
+    for key in keys:
+        name, overrides = CONFIGS[key]
         o = overrides + common
-        cpp = run([os.path.join(args.build, "bench_train"), "--steps", str(args.steps)] + o)
-        py = run(["/usr/bin/python3", os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}"] + o)
-        ratio = cpp["tokens_per_s"] / py["tokens_per_s"]
-        py_mfu = py["tokens_per_s"] * cpp["flops_per_token"] / cpp["peak_flops"]
-        rows.append({"config": name, "overrides": o, "cpp": cpp, "pytorch": py, "ratio": ratio, "pytorch_mfu": py_mfu})
-        print(f"{name:44s} C++ {cpp['tokens_per_s']:8.0f} tok/s (MFU {100 * cpp['mfu']:4.1f}%) | "
-              f"PyTorch eager {py['tokens_per_s']:8.0f} tok/s (MFU {100 * py_mfu:4.1f}%) | ratio {ratio:.3f}x",
-              flush=True)
-    print(f"sgemm peak (1024^3 fp32, {args.threads} threads): {rows[0]['cpp']['peak_flops'] / 1e9:.1f} GFLOP/s; "
-          f"BLAS: {rows[0]['cpp']['blas']}; torch {rows[0]['pytorch']['torch']}")
+        cpps, pys, comps = [], [], []
+        for _ in range(args.repeats):
+            cpps.append(run([os.path.join(args.build, "bench_train"), "--steps", str(args.steps)] + o))
+            pys.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}"] + o))
+            if args.compile:
+                comps.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}",
+                                  "--compile=1"] + o))
+        cpp = cpps[len(cpps) // 2]
+        fpt, peak = cpp["flops_per_token"], max(c["peak_flops"] for c in cpps)
+        ratios = [c["tokens_per_s"] / p["tokens_per_s"] for c, p in zip(cpps, pys)]
+        row = {"config": name, "overrides": o, "cpp": cpps, "pytorch": pys, "compile": comps, "ratios": ratios,
+               "peak_flops": peak}
+        line = (f"{name:36s} C++ {statistics.median(c['tokens_per_s'] for c in cpps):9.0f} tok/s "
+                f"(MFU {100 * statistics.median(c['tokens_per_s'] for c in cpps) * fpt / peak:4.1f}%) | "
+                f"eager {statistics.median(p['tokens_per_s'] for p in pys):9.0f} "
+                f"(MFU {100 * statistics.median(p['tokens_per_s'] for p in pys) * fpt / peak:4.1f}%) | "
+                f"C++/eager {spread(ratios)}")
+        if comps:
+            cratios = [c["tokens_per_s"] / p["tokens_per_s"] for c, p in zip(cpps, comps)]
+            row["compile_ratios"] = cratios
+            line += (f" | compile {statistics.median(p['tokens_per_s'] for p in comps):9.0f} "
+                     f"| C++/compile {spread(cratios)}")
+        rows.append(row)
+        print(line, flush=True)
+    print(f"matmul peak (fp32, {args.device}, {args.threads} threads): {rows[0]['peak_flops'] / 1e9:.1f} GFLOP/s; "
+          f"BLAS: {rows[0]['cpp'][0]['blas']}; torch {rows[0]['pytorch'][0]['torch']}; "
+          f"{args.repeats} paired run(s) per config, median [min-max]")
     out = args.out or os.path.join(args.build, "bench_results.json")
     with open(out, "w") as f:
         json.dump(rows, f, indent=2)

@@ -19,7 +19,7 @@
 
 namespace c10d {
 class Store;
-class ProcessGroup;
+class ProcessGroupGloo;  // held as itself: a ProcessGroup in LibTorch 1.x, a Backend in 2.x
 }  // namespace c10d
 
 namespace tributary::comm {
@@ -65,7 +65,7 @@ class Group {
   int rank_, world_size_;
   GroupOptions options_;
   std::string prefix_;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 
 // The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as

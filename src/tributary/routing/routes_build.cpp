@@ -168,7 +168,7 @@ nlohmann::json build_routes(const RouteOptions& o) {
   {
     auto s = (f_train - router.mean) / router.std;
     auto cov = s.t().mm(s) / double(std::max<int64_t>(1, s.size(0) - 1));
-    auto [values, vectors] = torch::linalg::eigh(cov.to(torch::kFloat64), "L");
+    auto [values, vectors] = torch::linalg_eigh(cov.to(torch::kFloat64), "L");
     router.rotation = vectors.flip({1}).to(torch::kFloat32).contiguous();  // largest variance first
   }
   auto z = router.standardise(f_train);

@@ -10,8 +10,9 @@
 
 namespace tributary {
 
-// Best-of-N fp32 matmul rate (FLOP/s) on `device` with the current intra-op thread count.
-double measure_matmul_peak(const torch::Device& device, int64_t n = 1024, int repeats = 6);
+// Best-of-N fp32 matmul rate (FLOP/s) on `device` with the current intra-op thread count. n = 0 picks the size:
+// 1024 on a CPU, 8192 on a GPU (a 1024^3 product is too short to fill an H100 and would understate its peak).
+double measure_matmul_peak(const torch::Device& device, int64_t n = 0, int repeats = 6);
 
 // Training FLOPs per token (forward + backward): 6 * matmul parameters + 6 * layers * heads * head_dim * context
 // (the attention score and value matmuls over a causal context; see shared/reference/ecosystem.md, PaLM appendix B).
