@@ -9,11 +9,13 @@ namespace {
 
 void add_build_options(CLI::App* cmd, DatasetBuildOptions& o) {
   cmd->add_option("--tokenizer", o.tokenizer, "byte or sentencepiece")->check(CLI::IsMember({"byte", "sentencepiece"}));
-  cmd->add_option("--vocab-size", o.sentencepiece.vocab_size, "SentencePiece vocabulary size");
+  cmd->add_option("--vocab-size", o.sentencepiece.vocab_size, "SentencePiece vocabulary size")
+      ->check(CLI::Range(260, 1 << 20));
   cmd->add_option("--sp-model-type", o.sentencepiece.model_type, "SentencePiece model: bpe or unigram")
       ->check(CLI::IsMember({"bpe", "unigram"}));
   cmd->add_option("--val-permille", o.val_permille, "documents per thousand in the validation split")
       ->check(CLI::Range(1, 999));
+  cmd->add_flag("--overwrite", o.overwrite, "replace an existing Tributary dataset at --out");
 }
 
 }  // namespace
@@ -31,9 +33,10 @@ void add_data(CLI::App& app) {
   auto* def = data->add_subcommand("build-default", "build the built-in multi-domain corpus from Debian packages");
   def->add_option("--out", d->out, "output dataset directory");
   def->add_option("--mb-per-domain", d->mb_per_domain, "cap on the text taken from each domain (MB)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_range(1e-6, 1e6));
   add_build_options(def, d->options);
   def->callback([d]() {
+    check_dataset_output(d->out, d->options.overwrite);  // before minutes of work
     auto start = std::chrono::steady_clock::now();
     Corpus corpus = build_default_corpus({.max_bytes_per_domain = static_cast<int64_t>(d->mb_per_domain * (1 << 20))});
     log::info("built-in corpus: {} documents, {:.1f} MB in {} domains", corpus.docs.size(),
@@ -53,6 +56,7 @@ void add_data(CLI::App& app) {
   build->add_option("--out", b->out, "output dataset directory")->required();
   add_build_options(build, b->options);
   build->callback([b]() {
+    check_dataset_output(b->out, b->options.overwrite, b->input);
     Corpus corpus = read_corpus(b->input);
     log::info("read {} documents ({:.1f} MB) from '{}'", corpus.docs.size(), double(corpus.num_bytes()) / (1 << 20),
               b->input);

@@ -23,15 +23,19 @@ void add_eval(CLI::App& app) {
   cmd->add_option("checkpoint", args->checkpoint, "checkpoint directory or run directory")->required();
   cmd->add_option("--data", args->data, "dataset directory (default: the checkpoint's data.dir)");
   cmd->add_option("--split", args->split, "train or val")->check(CLI::IsMember({"train", "val"}));
-  cmd->add_option("--batches", args->batches, "number of batches (default: the whole split)");
-  cmd->add_option("--batch-size", args->batch_size, "sequences per batch");
+  cmd->add_option("--batches", args->batches, "number of batches (default: the whole split)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--batch-size", args->batch_size, "sequences per batch")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--device", args->device, "torch device");
-  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)");
+  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")->check(CLI::Range(int64_t{0}, kMaxThreads));
   cmd->add_option("--prefix", args->prefix,
                   "DiPaCo protocol: cut the split into units of context+1 tokens and score only the tokens after the "
-                  "first PREFIX (32 for DiPaCo comparisons)");
-  cmd->add_option("--units", args->units, "with --prefix or a DiPaCo run: evaluate at most this many units (0: all)");
-  cmd->add_option("--reroute-every", args->reroute, "DiPaCo run: re-route every W tokens after the prefix");
+                  "first PREFIX (32 for DiPaCo comparisons)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+  cmd->add_option("--units", args->units, "with --prefix or a DiPaCo run: evaluate at most this many units (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--reroute-every", args->reroute, "DiPaCo run: re-route every W tokens after the prefix")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_flag("--early-stopped", args->early_stopped, "DiPaCo run: each path's best held-out parameters");
   cmd->callback([args]() {
     configure_threads(args->threads);
@@ -52,6 +56,9 @@ void add_eval(CLI::App& app) {
     if (dataset.vocab_size() > loaded.config.model.vocab_size)
       fail("dataset '{}' has {} token ids but the model only {}: evaluate on data built with the same tokenizer",
            dataset.dir().string(), dataset.vocab_size(), loaded.config.model.vocab_size);
+    if (args->prefix >= loaded.config.model.context)
+      fail("--prefix {} leaves nothing to score: the model's context is {} tokens; use a prefix below it",
+           args->prefix, loaded.config.model.context);
     if (args->prefix >= 0) {
       Units units = cut_units(dataset, args->split, loaded.config.model.context);
       if (args->units > 0 && units.size() > args->units) units.tokens = units.tokens.narrow(0, 0, args->units);

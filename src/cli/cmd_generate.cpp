@@ -18,13 +18,17 @@ void add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "sample text from a checkpoint");
   cmd->add_option("checkpoint", args->checkpoint, "checkpoint directory or run directory")->required();
   cmd->add_option("--prompt", args->prompt, "text to continue");
-  cmd->add_option("--tokens", args->options.max_new_tokens, "new tokens to sample");
-  cmd->add_option("--temperature", args->options.temperature, "softmax temperature (0: greedy)");
-  cmd->add_option("--top-k", args->options.top_k, "sample among the k most likely tokens (0: all)");
+  cmd->add_option("--tokens", args->options.max_new_tokens, "new tokens to sample")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd->add_option("--temperature", args->options.temperature, "softmax temperature (0: greedy)")
+      ->check(finite_range(0, 1e6));
+  cmd->add_option("--top-k", args->options.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--seed", args->options.seed, "sampling seed");
-  cmd->add_option("--path", args->path, "DiPaCo run: use this path instead of routing the prompt");
+  cmd->add_option("--path", args->path, "DiPaCo run: use this path instead of routing the prompt")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   cmd->add_option("--device", args->device, "torch device");
-  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)");
+  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")->check(CLI::Range(int64_t{0}, kMaxThreads));
   cmd->callback([args]() {
     configure_threads(args->threads);
     auto device = parse_device(args->device);

@@ -10,7 +10,7 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--nnodes", o->nnodes, "machines in the run");
   cmd->add_option("--node-rank", o->node_rank, "index of this machine");
   cmd->add_option("--master-addr", o->master_addr, "address of the machine with rank 0 (default loopback)");
-  cmd->add_option("--master-port", o->master_port, "rendezvous port (0: a free one, single machine only)");
+  cmd->add_option("--master-port", o->master_port, "rendezvous port (default: a free one, single machine only; required with --nnodes > 1)");
   cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
   cmd->add_option("--max-failures", o->max_failures,
                   "workers (not rank 0) that may die while the others carry on (DiPaCo re-queues their tasks)");

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 
 #include "cli/commands.h"
 #include "tributary/core/error.h"
@@ -54,8 +55,13 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--d-dp", a->d_dp, "data-parallel degree (default: the workload's)");
   cmd->add_option("--d-pp", a->d_pp, "pipeline degree (default: the workload's)");
   cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
-  cmd->add_option("--random", a->random_k, "random partitions for the random baseline");
+  cmd->add_option("--random", a->random_k, "random partitions for the random baseline")
+      ->check(CLI::Range(1, 10000000));
+  cmd->get_option("--d-dp")->check(CLI::Range(0, 1 << 20));
+  cmd->get_option("--d-pp")->check(CLI::Range(0, 1 << 20));
+  cmd->get_option("--shuffle-ids")->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
   cmd->callback([a]() {
+    validate(a->ga);  // user limits are user errors, checked before any GA thread starts
     Cluster cluster = load_cluster(a->cluster);
     std::vector<int> original;
     if (a->shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a->shuffle_seed), &original);

@@ -1,3 +1,8 @@
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -6,7 +11,39 @@
 #include "tributary/core/fs.h"
 #include "tributary/core/log.h"
 
+extern char** environ;
+
 namespace tributary::cli {
+namespace {
+
+// A gnuplot single-quoted string: nothing inside is special except the quote itself, written twice. A line break
+// would end the command, so paths holding control characters are refused rather than quoted.
+std::string gnuplot_quote(const std::string& s, const char* what) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c == 0x7f) fail("the {} '{}' holds a control character; gnuplot cannot take it", what, s);
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs `gnuplot SCRIPT` directly (no shell: nothing in a path is ever interpreted as a command). Its own messages
+// go to our stderr.
+void run_gnuplot(const fs::path& script) {
+  std::string prog = "gnuplot", arg = script.string();
+  char* argv[] = {prog.data(), arg.data(), nullptr};
+  pid_t pid = 0;
+  if (int rc = ::posix_spawnp(&pid, "gnuplot", nullptr, nullptr, argv, environ); rc != 0)
+    fail("cannot run gnuplot: {} (install it: apt-get install gnuplot-nox)", std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) fail("waiting for gnuplot failed: {}", std::strerror(errno));
+  if (WIFSIGNALED(status)) fail("gnuplot was killed by signal {} while running '{}'", WTERMSIG(status), arg);
+  if (WEXITSTATUS(status) == 127) fail("gnuplot is not installed (apt-get install gnuplot-nox)");
+  if (WEXITSTATUS(status) != 0)
+    fail("gnuplot failed on '{}' (exit {}): its message is above", arg, WEXITSTATUS(status));
+}
+
+}  // namespace
 
 void add_plot(CLI::App& app) {
   struct Args {
@@ -30,8 +67,8 @@ void add_plot(CLI::App& app) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) fail("{}:{}: not a JSON line", metrics.string(), line_no);
       if (!j.contains("tokens") || !j["tokens"].is_number()) continue;  // e.g. DiPaCo's per-round lines
-      if (j.contains("loss")) train_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["loss"].get<double>());
-      if (j.contains("val_loss"))
+      if (j.contains("loss") && j["loss"].is_number()) train_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["loss"].get<double>());
+      if (j.contains("val_loss") && j["val_loss"].is_number())
         val_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["val_loss"].get<double>());
     }
     if (train_rows.empty()) fail("'{}' has no training lines to plot", metrics.string());
@@ -39,18 +76,24 @@ void add_plot(CLI::App& app) {
     write_file(train_dat, train_rows, false);
     write_file(val_dat, val_rows.empty() ? train_rows : val_rows, false);
     std::string gp = fmt::format(
-        "set terminal pngcairo size 900,540 enhanced font 'sans,10'\n"
-        "set output '{}'\n"
-        "set title 'Tributary run: {}'\n"
+        "set terminal pngcairo size 900,540 noenhanced font 'sans,10'\n"
+        "set output {}\n"
+        "set title {}\n"
         "set xlabel 'training tokens'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n"
-        "plot '{}' using 1:2 with lines lw 1.5 title 'train loss', '{}' using 1:2 with linespoints pt 7 lw 2 title "
+        "plot {} using 1:2 with lines lw 1.5 title 'train loss', {} using 1:2 with linespoints pt 7 lw 2 title "
         "'validation loss'\n",
-        out.string(), run.filename().string(), train_dat.string(), val_dat.string());
+        gnuplot_quote(out.string(), "--out path"), gnuplot_quote("Tributary run: " + run.filename().string(), "run name"),
+        gnuplot_quote(train_dat.string(), "run directory"), gnuplot_quote(val_dat.string(), "run directory"));
     write_file(script, gp, false);
-    int rc = std::system(fmt::format("gnuplot '{}' 2>&1", script.string()).c_str());
+    try {
+      run_gnuplot(script);
+    } catch (...) {
+      fs::remove(train_dat);
+      fs::remove(val_dat);
+      throw;  // the script stays, for a look at what gnuplot was given
+    }
     fs::remove(train_dat);
     fs::remove(val_dat);
-    if (rc != 0) fail("gnuplot failed (exit {}); is gnuplot installed? (apt-get install gnuplot-nox)", rc);
     fs::remove(script);
     std::printf("%s\n", out.c_str());
   });

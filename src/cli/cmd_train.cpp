@@ -1,5 +1,7 @@
 #include <cmath>
 
+#include <limits>
+
 #include "cli/commands.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dist_env.h"
@@ -26,7 +28,8 @@ void add_train(CLI::App& app) {
                                  "continue from a checkpoint (default: the latest in train.run_dir)")
                      ->expected(0, 1);
   cmd->add_flag("--overwrite", args->overwrite, "start over: delete the checkpoints train.run_dir already has");
-  cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)");
+  cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd->add_flag("--help-config", args->help_config, "list every config key with its default and exit");
   cmd->callback([args, resume]() {
     if (args->help_config) {

@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+
 namespace tributary::cli {
 
 void add_train(CLI::App& app);
@@ -14,5 +17,25 @@ void add_plan(CLI::App& app);
 void add_launch(CLI::App& app);
 void add_route(CLI::App& app);
 void add_export_path(CLI::App& app);
+
+// Validators for numeric flags: out-of-range, NaN and infinite values are parse errors (exit 2, one [ERROR] line).
+// CLI::Range alone lets NaN through (every comparison with NaN is false).
+inline CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(s, &used);
+          if (used != s.size()) return "'" + s + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + s + "' is not a number";
+        }
+        if (!(v >= lo && v <= hi)) return "'" + s + "' is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        return {};
+      },
+      "FINITE in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+constexpr int64_t kMaxThreads = 1024;  // intra-op threads a flag may ask for
 
 }  // namespace tributary::cli

@@ -35,7 +35,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (dynamic_cast<const CLI::RuntimeError*>(&e)) return e.get_exit_code();  // launch: the workers' exit status
+    // A usage mistake is a user error like any other: one [ERROR] line, exit 2 (CLI11's own codes are 104-109).
+    tributary::log::error("{} (see --help)", e.what());
+    return 2;
   } catch (const tributary::Error& e) {
     tributary::log::error("{}", e.what());
     report_to_torchelastic(e.what());

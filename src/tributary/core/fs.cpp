@@ -7,17 +7,25 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "tributary/core/error.h"
 
 namespace tributary {
 
 std::string read_file(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail("'{}' is a directory; a file was expected here", path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read file '{}': {}", path.string(), std::strerror(errno));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return std::move(out).str();
+  std::string data;
+  std::vector<char> buf(1 << 16);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    data.append(buf.data(), static_cast<size_t>(in.gcount()));
+    if (!in) break;
+  }
+  if (in.bad()) fail("read error in '{}': {}", path.string(), std::strerror(errno));  // not a silent truncation
+  return data;
 }
 
 void write_file(const fs::path& path, std::string_view data, bool sync) {
@@ -60,8 +68,16 @@ void rename_durable(const fs::path& from, const fs::path& to) {
 void write_file_atomic(const fs::path& path, std::string_view data) {
   fs::path tmp = path;
   tmp += fmt::format(".tmp-{}", ::getpid());
-  write_file(tmp, data, /*sync=*/true);
-  rename_durable(tmp, path);
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    fail("'{}' is a directory; name a file to write (nothing was written)", path.string());
+  try {
+    write_file(tmp, data, /*sync=*/true);
+    rename_durable(tmp, path);
+  } catch (...) {
+    fs::remove(tmp, ec);  // a failed write leaves no temporary file behind
+    throw;
+  }
 }
 
 }  // namespace tributary

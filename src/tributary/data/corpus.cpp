@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -225,6 +226,11 @@ Corpus read_jsonl(const fs::path& file) {
       if (obj.contains(key) && obj[key].is_string()) domain = obj[key].get<std::string>();
     corpus.docs.push_back({obj["text"].get<std::string>(), corpus.domain_id(domain)});
   }
+  // getline stops on a read error (or a line too long for memory) the same way as at the end of the file: only
+  // badbit tells them apart. Without this check a corpus is silently truncated.
+  if (in.bad())
+    fail("{}:{}: read error after {} documents ({}); the corpus was not built — check the file and free memory",
+         file.string(), line_no + 1, corpus.docs.size(), std::strerror(errno));
   if (corpus.docs.empty()) fail("'{}' holds no documents", file.string());
   return corpus;
 }

@@ -1,6 +1,9 @@
 #include "tributary/data/dataset.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -100,12 +103,43 @@ UnigramBits unigram_bits(const std::vector<double>& train_counts, const std::vec
   return out;
 }
 
-void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetBuildOptions& options) {
-  if (corpus.docs.empty()) fail("the corpus is empty: nothing to tokenize");
-  fs::path tmp = out_dir;
-  tmp += fmt::format(".tmp-{}", ::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+namespace {
+
+bool is_tributary_dataset(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "dataset.json", ec)) return false;
+  auto j = nlohmann::json::parse(read_file(dir / "dataset.json"), nullptr, false);
+  return j.is_object() && j.value("format", "") == "tributary-dataset";
+}
+
+// a == b, or a lies under b (both made absolute and normalised, symlinks resolved where they exist).
+bool within(const fs::path& a, const fs::path& b) {
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a)), cb = fs::weakly_canonical(fs::absolute(b));
+  auto ia = ca.begin();
+  for (auto ib = cb.begin(); ib != cb.end(); ++ib, ++ia) {
+    if (ib->empty()) continue;  // a trailing separator
+    if (ia == ca.end() || *ia != *ib) return false;
+  }
+  return true;
+}
+
+void remove_stale_temporaries(const fs::path& out_dir) {
+  const fs::path parent = fs::absolute(out_dir).parent_path();
+  const std::string prefix = fs::absolute(out_dir).filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stoll(pid)), 0) == 0 || errno != ESRCH) continue;  // its builder still runs
+    fs::remove_all(e.path(), ec);
+  }
+}
+
+// The build proper, into `tmp`; renamed over `out_dir` at the end.
+void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path& tmp,
+                   const DatasetBuildOptions& options) {
 
   // Split first (by content hash), so a SentencePiece model is trained on training documents only.
   std::vector<bool> is_val(corpus.docs.size());
@@ -197,6 +231,48 @@ void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetB
             "entropy {:.3f} bits/token",
             out_dir.string(), infos[0].num_docs, infos[0].num_tokens, infos[1].num_docs, infos[1].num_tokens,
             tokenizer->kind(), vocab, entropy);
+}
+
+}  // namespace
+
+void check_dataset_output(const fs::path& out_dir, bool overwrite, const fs::path& input) {
+  if (out_dir.empty()) fail("--out is empty: name the dataset directory to write");
+  if (!input.empty() && (within(input, out_dir) || within(out_dir, input)))
+    fail("--out '{}' overlaps the input '{}': the dataset would replace or mix with the corpus it is built from; "
+         "choose an --out outside the input",
+         out_dir.string(), input.string());
+  std::error_code ec;
+  const auto st = fs::status(out_dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      fail("--out '{}' exists and is not a directory; choose another --out (nothing was changed)", out_dir.string());
+    if (!fs::is_empty(out_dir)) {
+      if (!is_tributary_dataset(out_dir))
+        fail("--out '{}' is a non-empty directory that is not a Tributary dataset; refusing to replace it (choose a "
+             "new or empty directory)",
+             out_dir.string());
+      if (!overwrite)
+        fail("--out '{}' already holds a dataset: pass --overwrite to replace it, or choose another --out",
+             out_dir.string());
+    }
+  }
+  remove_stale_temporaries(out_dir);
+}
+
+void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetBuildOptions& options) {
+  if (corpus.docs.empty()) fail("the corpus is empty: nothing to tokenize");
+  check_dataset_output(out_dir, options.overwrite);
+  fs::path tmp = out_dir;
+  tmp += fmt::format(".tmp-{}", ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    write_dataset(corpus, out_dir, tmp, options);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // a failed build leaves nothing behind
+    throw;
+  }
 }
 
 }  // namespace tributary

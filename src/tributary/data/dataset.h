@@ -20,7 +20,14 @@ struct DatasetBuildOptions {
   SentencePieceOptions sentencepiece;
   int64_t val_permille = 20;              // documents per thousand that go to validation
   int64_t shard_tokens = 16 << 20;        // tokens per shard file
+  bool overwrite = false;                 // replace an existing Tributary dataset at the output
 };
+
+// Refuses an output that would lose data, before any work: a file, a non-empty directory that is not a Tributary
+// dataset, an existing dataset without `overwrite`, or a path that contains, equals or lies inside `input` (the
+// corpus being read; empty when there is none). Also removes temporary directories that killed builds of the same
+// output left behind (`OUT.tmp-PID` whose process is gone).
+void check_dataset_output(const fs::path& out_dir, bool overwrite, const fs::path& input = {});
 
 struct SplitInfo {
   std::vector<std::string> shards;

@@ -84,9 +84,17 @@ int launch(const LaunchOptions& o) {
   if (o.nproc < 1 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
     fail("launch: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes");
   if (o.command.empty()) fail("launch: give the worker command after --, e.g. launch --nproc 4 -- train cfg.toml");
+  if (o.nproc > 4096) fail("launch: --nproc {} is more workers than one machine can hold (at most 4096)", o.nproc);
+  if (o.master_port < -1 || o.master_port > 65535)
+    fail("launch: --master-port {} is not a TCP port (0-65535; 0 picks a free one)", o.master_port);
+  if (!(o.grace_s >= 0) || o.grace_s > 3600) fail("launch: --grace must be from 0 to 3600 seconds (got {})", o.grace_s);
+  if (o.max_failures < 0 || o.max_failures >= o.nproc * o.nnodes)
+    fail("launch: --max-failures must be from 0 to the number of workers - 1 (got {})", o.max_failures);
   int port = o.master_port;
-  if (port == 0) {
-    if (o.nnodes > 1) fail("launch: --master-port 0 (pick a free port) only works on a single node");
+  if (port <= 0) {
+    if (o.nnodes > 1)
+      fail("launch: with --nnodes > 1 every machine must name the same --master-port (free ports are picked only on a "
+           "single node)");
     port = free_tcp_port();
   }
   if (!is_loopback_or_private(o.master_addr))

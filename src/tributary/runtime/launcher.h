@@ -16,7 +16,8 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";  // loopback by default: c10d is unauthenticated
-  int master_port = 29500;                // 0: pick a free port (single node only)
+  int master_port = -1;  // -1 (default) or 0: a free port, single node only; a fixed default would let a second
+                         // launch on the same machine join the first run's store
   double grace_s = 10;                    // between SIGTERM and SIGKILL when stopping workers
   int max_failures = 0;                   // workers (never rank 0, which hosts the store) that may die without
                                           // stopping the others: for algorithms that survive it (DiPaCo)

@@ -141,7 +141,21 @@ Cluster preset(const std::string& name) {
   fail("unknown cluster preset '{}' (presets:{}; or give a JSON file)", name, names);
 }
 
+namespace {
+Cluster parse_cluster_json(const std::string& text, const std::string& origin);
+}
+
+// A wrong JSON type anywhere (a string where a number belongs, ...) is the user's file, not our bug: name the file.
 Cluster parse_cluster(const std::string& text, const std::string& origin) {
+  try {
+    return parse_cluster_json(text, origin);
+  } catch (const json::exception& e) {
+    fail("{}: a value has the wrong type or shape ({}); see the README for the cluster format", origin, e.what());
+  }
+}
+
+namespace {
+Cluster parse_cluster_json(const std::string& text, const std::string& origin) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", origin);
   if (j.contains("regions")) {
@@ -150,11 +164,15 @@ Cluster parse_cluster(const std::string& text, const std::string& origin) {
     std::vector<RegionSpec> regions;
     for (size_t r = 0; r < rs.size(); ++r) {
       const json& x = rs[r];
-      if (!x.is_object() || !x.contains("devices") || !x["devices"].is_number_integer() || x["devices"].get<int>() <= 0)
-        fail("{}: regions[{}].devices must be a positive integer", origin, r);
+      if (!x.is_object() || !x.contains("devices") || !x["devices"].is_number_integer() ||
+          x["devices"].get<int64_t>() <= 0 || x["devices"].get<int64_t>() > kMaxDevices)
+        fail("{}: regions[{}].devices must be an integer from 1 to {}", origin, r, kMaxDevices);
       regions.push_back({x.value("name", "region" + std::to_string(r)), x["devices"].get<int>(),
                          x.value("tflops", 0.0), x.value("memory_gb", 0.0)});
     }
+    int64_t total = 0;
+    for (const auto& spec : regions) total += spec.devices;
+    if (total > kMaxDevices) fail("{}: {} devices in all; the scheduler plans at most {}", origin, total, kMaxDevices);
     const int r = static_cast<int>(regions.size());
     Cluster c = from_regions(j.value("name", origin), regions, read_matrix(j, "latency_ms", r, origin, false),
                              read_matrix(j, "bandwidth_gbps", r, origin, true));
@@ -162,6 +180,8 @@ Cluster parse_cluster(const std::string& text, const std::string& origin) {
   }
   if (!j.contains("latency_ms") || !j["latency_ms"].is_array())
     fail("{}: needs 'latency_ms' and 'bandwidth_gbps' matrices (per device, or per region with 'regions')", origin);
+  if (j["latency_ms"].size() > static_cast<size_t>(kMaxDevices))
+    fail("{}: {} devices; the scheduler plans at most {}", origin, j["latency_ms"].size(), kMaxDevices);
   const int n = static_cast<int>(j["latency_ms"].size());
   if (n < 2) fail("{}: a cluster needs at least 2 devices", origin);
   Cluster c;
@@ -188,6 +208,7 @@ Cluster parse_cluster(const std::string& text, const std::string& origin) {
   }
   return c;
 }
+}  // namespace
 
 Cluster load_cluster(const std::string& path) {
   if (!fs::exists(path)) {

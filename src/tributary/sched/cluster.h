@@ -31,6 +31,9 @@ struct Device {
   double memory_gb = 0;  // 0 = unknown
 };
 
+// Devices one plan can place: two n x n matrices and the GA's work grow with n^2; a larger file is refused early.
+constexpr int64_t kMaxDevices = 4096;
+
 struct Cluster {
   std::string name;
   std::vector<Device> devices;

@@ -9,6 +9,11 @@ namespace tributary::sched {
 
 void check_layout(const Cluster& cluster, int d_dp, int d_pp) {
   if (d_dp <= 0 || d_pp <= 0) fail("d_dp ({}) and d_pp ({}) must be positive", d_dp, d_pp);
+  // The bottleneck matching between pipelines works on one 64-bit mask per stage group.
+  if (d_dp > kMaxDataParallel)
+    fail("d_dp = {} exceeds the scheduler's limit of {} pipelines per stage; use a larger d_pp (--d-pp) so that "
+         "d_dp = devices / d_pp <= {}",
+         d_dp, kMaxDataParallel, kMaxDataParallel);
   if (d_dp * d_pp != cluster.size())
     fail("d_dp x d_pp = {} x {} = {} does not cover the cluster's {} devices (one tasklet per device); change d_dp/d_pp "
          "or use --search-shape",

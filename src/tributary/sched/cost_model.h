@@ -54,6 +54,7 @@ class CostModel {
 };
 
 // Checks that the layout covers the cluster; Error naming the fields otherwise.
+constexpr int kMaxDataParallel = 64;  // d_dp limit of the matching (one 64-bit mask per stage group)
 void check_layout(const Cluster& cluster, int d_dp, int d_pp);
 
 }  // namespace tributary::sched

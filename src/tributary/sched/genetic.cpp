@@ -1,10 +1,13 @@
 #include "tributary/sched/genetic.h"
 
+#include "tributary/core/error.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <exception>
 #include <thread>
 
 #include "tributary/core/rng.h"
@@ -331,17 +334,35 @@ Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed
 
 }  // namespace
 
+void validate(const GeneticOptions& o) {
+  if (o.population < 2 || o.population > 100000) fail("--population must be from 2 to 100000 (got {})", o.population);
+  if (o.offspring < 1 || o.offspring > 100000) fail("--offspring must be from 1 to 100000 (got {})", o.offspring);
+  if (o.islands < 1 || o.islands > 256) fail("--islands must be from 1 to 256 (got {})", o.islands);
+  if (!(o.time_budget_s > 0) || o.time_budget_s > 86400)
+    fail("--budget must be a number of seconds above 0 and at most 86400 (got {})", o.time_budget_s);
+  if (o.random_swaps < 0) fail("random_swaps must be non-negative (got {})", o.random_swaps);
+}
+
 ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& options) {
+  validate(options);
   auto start = std::chrono::steady_clock::now();
   auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(options.time_budget_s));
   std::vector<std::optional<Island>> islands(static_cast<size_t>(std::max(1, options.islands)));
   std::vector<std::thread> threads;
+  // An exception must not leave a thread (std::terminate): each island's is kept and the first rethrown here.
+  std::vector<std::exception_ptr> errors(islands.size());
   for (size_t i = 0; i < islands.size(); ++i)
     threads.emplace_back([&, i]() {
-      islands[i] = run_island(model, options, SplitMix64(options.seed * 0x9E3779B97F4A7C15ULL + i).next(), deadline);
+      try {
+        islands[i] = run_island(model, options, SplitMix64(options.seed * 0x9E3779B97F4A7C15ULL + i).next(), deadline);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
     });
   for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
   size_t best = 0;
   ScheduleResult result;
   for (size_t i = 0; i < islands.size(); ++i) {

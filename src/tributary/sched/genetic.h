@@ -35,6 +35,8 @@ struct ScheduleResult {
   bool budget_hit = false;
 };
 
+// Error (naming the flag) for options out of range; schedule_genetic checks them before any thread starts.
+void validate(const GeneticOptions& options);
 ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& options);
 
 struct RandomBaseline {

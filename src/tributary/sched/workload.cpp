@@ -39,8 +39,16 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
     if (!ok) fail("{}: unknown workload field '{}'", origin, it.key());
-    if (it.key() != "name" && (!it->is_number() || it->get<double>() < 0))
+    if (it.key() == "name") {
+      if (!it->is_string()) fail("{}: workload field 'name' must be a string", origin);
+      continue;
+    }
+    if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 1e18)
       fail("{}: workload field '{}' must be a non-negative number", origin, it.key());
+    const bool integral = it.key() == "num_layers" || it.key() == "width" || it.key() == "seq_len" ||
+                          it.key() == "d_dp" || it.key() == "d_pp";
+    if (integral && (!it->is_number_integer() || it->get<double>() > 1 << 24))
+      fail("{}: workload field '{}' must be a whole number up to {}", origin, it.key(), 1 << 24);
   }
   Workload w;
   w.name = j.value("name", origin);

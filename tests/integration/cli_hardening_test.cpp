@@ -1,0 +1,182 @@
+// Issue 12: the CLI as a careless or hostile user drives it. Every bad flag ends in exit 2 with one [ERROR] line and
+// no signal; path names are never executed; user limits are user errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "shell.h"
+#include "tributary/core/fs.h"
+
+using namespace tributary;
+
+namespace {
+
+fs::path work_dir() { return fs::temp_directory_path() / "trib_cli_hardening"; }
+
+// The shell's exit status: >= 128 means the CLI died by a signal. `timeout` turns a hang into 124.
+std::pair<int, std::string> cli(const std::string& args) {
+  return test_support::run_shell("cd " + work_dir().string() + " && timeout 120 " + std::string(TRIBUTARY_CLI) +
+                                 " " + args);
+}
+
+int error_lines(const std::string& out) {
+  int n = 0;
+  for (size_t p = out.find("[ERROR]"); p != std::string::npos; p = out.find("[ERROR]", p + 1)) ++n;
+  return n;
+}
+
+class CliHardening : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::remove_all(work_dir());
+    fs::create_directories(work_dir());
+    const std::string data = test_support::test_data_dir((work_dir() / "data").string());
+    if (!fs::exists(fs::path(data) / "dataset.json")) {
+      auto [rc, out] = cli("data build-default --out " + data + " --mb-per-domain 0.1 --val-permille 50");
+      ASSERT_EQ(rc, 0) << out;
+    }
+    auto [rc, out] = cli("train --set model.num_layers=1 --set model.width=32 --set model.num_heads=2 "
+                         "--set model.context=32 --set train.batch_size=2 --set train.steps=2 --set train.threads=1 "
+                         "--set train.eval_every=0 --set optim.warmup_steps=1 --set data.dir=" + data +
+                         " --set train.run_dir=run");
+    ASSERT_EQ(rc, 0) << out;
+  }
+};
+
+// Exit 2, exactly one [ERROR] line, and the message names what was wrong.
+void expect_user_error(const std::string& args, const std::string& names) {
+  auto [rc, out] = cli(args);
+  EXPECT_EQ(rc, 2) << args << "\n" << out;
+  EXPECT_EQ(error_lines(out), 1) << args << "\n" << out;
+  EXPECT_NE(out.find(names), std::string::npos) << args << "\n" << out;
+}
+
+TEST_F(CliHardening, PlotNeverRunsCommandsFromPathNames) {
+  // --out with gnuplot syntax in it: written literally as that file name
+  const std::string evil_out = "x.png'; system('touch PWNED'); print '";
+  auto [rc, out] = cli("plot run --out \"" + evil_out + "\"");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_FALSE(fs::exists(work_dir() / "PWNED"));
+  EXPECT_TRUE(fs::exists(work_dir() / evil_out));
+  // a run directory named like a shell command
+  const std::string evil_run = "r';touch PWNED2;'";
+  fs::copy(work_dir() / "run", work_dir() / evil_run, fs::copy_options::recursive);
+  std::tie(rc, out) = cli("plot \"" + evil_run + "\"");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_FALSE(fs::exists(work_dir() / "PWNED2"));
+  EXPECT_TRUE(fs::exists(work_dir() / evil_run / "loss.png"));
+  // gnuplot missing: said plainly
+  std::tie(rc, out) = test_support::run_shell("cd " + work_dir().string() + " && PATH=/nonexistent " +
+                                              std::string(TRIBUTARY_CLI) + " plot run");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("gnuplot"), std::string::npos) << out;
+}
+
+TEST_F(CliHardening, DataBuildRefusesToDeleteAndNeverEatsItsInput) {
+  fs::create_directories(work_dir() / "victim");
+  std::ofstream(work_dir() / "victim" / "thesis.txt") << "thesis";
+  std::ofstream(work_dir() / "good.jsonl") << R"({"text": "hello"})" << "\n";
+  expect_user_error("data build good.jsonl --out victim", "not a Tributary dataset");
+  EXPECT_EQ(read_file(work_dir() / "victim" / "thesis.txt"), "thesis");
+  fs::create_directories(work_dir() / "texts");
+  std::ofstream(work_dir() / "texts" / "a.txt") << "some text";
+  expect_user_error("data build texts/ --out texts/", "overlaps the input");
+  EXPECT_EQ(read_file(work_dir() / "texts" / "a.txt"), "some text");
+  expect_user_error("data build-default --out victim", "not a Tributary dataset");
+}
+
+TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
+  expect_user_error("eval run --batch-size 0", "--batch-size");
+  expect_user_error("plan case5-worldwide gpt3-xl --population 0", "--population");
+  expect_user_error("plan case5-worldwide gpt3-xl --d-dp 128 --d-pp 1", "d_dp");
+  {
+    std::ofstream f(work_dir() / "big.json");
+    f << R"({"regions": [{"name": "a", "devices": 1024}], "latency_ms": [[1]], "bandwidth_gbps": [[1]]})";
+  }
+  expect_user_error("plan big.json gpt3-xl --d-dp 128 --d-pp 8", "limit of 64");
+  {
+    std::ofstream f(work_dir() / "huge.json");
+    f << R"({"regions": [{"name": "a", "devices": 2000000}], "latency_ms": [[1]], "bandwidth_gbps": [[1]]})";
+  }
+  expect_user_error("plan huge.json", "huge.json");
+  {
+    std::ofstream f(work_dir() / "typed.json");
+    f << R"({"regions": [{"name": "a", "devices": 4, "tflops": "fast"}], "latency_ms": [[1]],
+            "bandwidth_gbps": [[1]]})";
+  }
+  expect_user_error("plan typed.json", "typed.json");
+  {
+    std::ofstream f(work_dir() / "workload.json");
+    f << R"({"name": 3, "num_layers": 24})";
+  }
+  expect_user_error("plan case5-worldwide workload.json", "workload.json");
+  fs::create_directories(work_dir() / "outdir");
+  expect_user_error("plan case1-datacenter-on-demand --out outdir", "is a directory");
+  for (const auto& e : fs::directory_iterator(work_dir()))
+    EXPECT_EQ(e.path().filename().string().find("outdir.tmp-"), std::string::npos) << e.path();
+  expect_user_error("eval run --prefix 32", "--prefix");
+  expect_user_error("generate run --temperature nan", "--temperature");
+  expect_user_error("generate run --tokens 99999999999999999999", "--tokens");
+  expect_user_error("generate run --threads 100000", "--threads");
+  expect_user_error("train --stop-after-step -1", "--stop-after-step");
+  expect_user_error("train " + work_dir().string(), "is a directory");
+  expect_user_error("launch --nproc 2 --grace -1 -- train", "--grace");
+  expect_user_error("launch --nproc 2 --max-failures -1 -- train", "--max-failures");
+  expect_user_error("eval", "checkpoint");  // a CLI11 parse error: exit 2 with an [ERROR] line, not 106
+}
+
+// Every numeric flag of every subcommand at 0, negative, huge and NaN (and infinity for the real-valued ones): never a
+// signal or a hang; a refusal is exit 2 with exactly one [ERROR] line. Values a flag legitimately takes (0 threads =
+// all cores) may run to completion. "{}" in a command marks where the flag goes (launch's own flags come before --).
+void sweep(const std::vector<std::pair<std::string, std::vector<std::string>>>& flags, int min_refused) {
+  const std::vector<std::string> values = {"0", "-1", "99999999999999999999", "nan"};
+  const std::vector<std::string> real_valued = {"--temperature", "--budget", "--grace", "--mb-per-domain"};
+  int refused = 0, ran = 0;
+  for (const auto& [base, names] : flags)
+    for (const auto& flag : names) {
+      auto vs = values;
+      if (std::find(real_valued.begin(), real_valued.end(), flag) != real_valued.end()) vs.push_back("inf");
+      for (const auto& v : vs) {
+        std::string args = base;
+        const std::string f = flag + " " + v;
+        if (auto at = args.find("{}"); at != std::string::npos) args.replace(at, 2, f);
+        else args += " " + f;
+        auto [rc, out] = cli(args);
+        EXPECT_LT(rc, 124) << args << " died by a signal or hung (exit " << rc << ")\n" << out;
+        if (rc != 0) {
+          ++refused;
+          EXPECT_EQ(rc, 2) << args << "\n" << out;
+          EXPECT_EQ(error_lines(out), 1) << args << "\n" << out;
+        } else {
+          ++ran;
+          EXPECT_EQ(error_lines(out), 0) << args << "\n" << out;
+        }
+      }
+    }
+  EXPECT_GE(refused, min_refused);  // the sweep must actually exercise refusals
+  std::printf("sweep: %d refused, %d ran\n", refused, ran);
+}
+
+TEST_F(CliHardening, NumericFlagSweepEvalGenerate) {
+  sweep({{"eval run --batches 1", {"--batch-size", "--threads", "--prefix", "--units", "--reroute-every"}},
+         {"eval run", {"--batches"}},
+         {"generate run --tokens 2", {"--temperature", "--top-k", "--seed", "--threads", "--path"}},
+         {"generate run", {"--tokens"}}},
+        30);
+}
+
+TEST_F(CliHardening, NumericFlagSweepPlanTrainLaunchData) {
+  const std::string worker = " -- plan case1-datacenter-on-demand --budget 0.1 --random 1";
+  sweep({{"plan case1-datacenter-on-demand --budget 0.2 --random 10",
+          {"--shuffle-ids", "--seed", "--offspring", "--population", "--islands", "--d-dp", "--d-pp"}},
+         {"plan case1-datacenter-on-demand --random 10", {"--budget"}},
+         {"plan case1-datacenter-on-demand --budget 0.2", {"--random"}},
+         {"train --set train.steps=1", {"--stop-after-step"}},
+         {"launch --nproc 1 {}" + worker, {"--nnodes", "--node-rank", "--master-port", "--grace", "--max-failures"}},
+         {"launch {}" + worker, {"--nproc"}},
+         {"data build-default --out sweep_ds --overwrite", {"--mb-per-domain", "--val-permille", "--vocab-size"}}},
+        50);
+}
+
+}  // namespace
