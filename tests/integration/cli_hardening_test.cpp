@@ -1,6 +1,7 @@
 // Issue 12: the CLI as a careless or hostile user drives it. Every bad flag ends in exit 2 with one [ERROR] line and
 // no signal; path names are never executed; user limits are user errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -12,7 +13,8 @@ using namespace tributary;
 
 namespace {
 
-fs::path work_dir() { return fs::temp_directory_path() / "trib_cli_hardening"; }
+// One directory per test process: CTest runs this suite's tests as parallel processes.
+fs::path work_dir() { return fs::temp_directory_path() / ("trib_cli_hardening_" + std::to_string(::getpid())); }
 
 // The shell's exit status: >= 128 means the CLI died by a signal. `timeout` turns a hang into 124.
 std::pair<int, std::string> cli(const std::string& args) {
@@ -28,6 +30,7 @@ int error_lines(const std::string& out) {
 
 class CliHardening : public ::testing::Test {
  protected:
+  static void TearDownTestSuite() { fs::remove_all(work_dir()); }
   static void SetUpTestSuite() {
     fs::remove_all(work_dir());
     fs::create_directories(work_dir());
@@ -123,6 +126,8 @@ TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
   expect_user_error("train " + work_dir().string(), "is a directory");
   expect_user_error("launch --nproc 2 --grace -1 -- train", "--grace");
   expect_user_error("launch --nproc 2 --max-failures -1 -- train", "--max-failures");
+  expect_user_error("launch --nproc 1 --master-addr no.such.host.invalid -- plan case1-datacenter-on-demand",
+                    "cannot resolve --master-addr");
   expect_user_error("eval", "checkpoint");  // a CLI11 parse error: exit 2 with an [ERROR] line, not 106
 }
 

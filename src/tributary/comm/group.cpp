@@ -54,6 +54,34 @@ void Group::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
   }
 }
 
+PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what,
+                                     std::chrono::milliseconds timeout)
+    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout) {}
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+PendingCollective::~PendingCollective() = default;
+
+void PendingCollective::wait() {
+  if (!work_) return;
+  try {
+    work_->wait(timeout_);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("{} failed or timed out after {} s: {}", what_, timeout_.count() / 1000.0, e.what()));
+  }
+  work_.reset();
+}
+
+PendingCollective Group::all_reduce_sum_async(torch::Tensor& tensor) {
+  const std::string what = fmt::format("rank {}: all_reduce in group '{}'", rank_, prefix_);
+  if (world_size_ == 1) return PendingCollective({}, what, options_.collective_timeout);
+  std::vector<torch::Tensor> one = {tensor};
+  try {
+    return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
+  }
+}
+
 void Group::broadcast(std::vector<torch::Tensor>& tensors, int root) {
   if (world_size_ == 1) return;
   c10d::BroadcastOptions opts;

@@ -19,6 +19,7 @@
 
 namespace c10d {
 class Store;
+class Work;
 class ProcessGroupGloo;  // held as itself: a ProcessGroup in LibTorch 1.x, a Backend in 2.x
 }  // namespace c10d
 
@@ -32,6 +33,22 @@ constexpr std::chrono::seconds kDefaultCollectiveTimeout{1800};
 struct GroupOptions {
   std::chrono::milliseconds collective_timeout = kDefaultCollectiveTimeout;
   std::string host = "127.0.0.1";  // interface Gloo binds to (loopback for local runs)
+};
+
+// A collective in flight (Group::all_reduce_sum_async). wait() returns when it completed, or throws NetworkError
+// naming the group once the collective deadline passes.
+class PendingCollective {
+ public:
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::milliseconds timeout);
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+  ~PendingCollective();
+  void wait();
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
 };
 
 class Group {
@@ -48,6 +65,7 @@ class Group {
   c10d::Store& store() { return *store_; }
 
   void all_reduce_sum(std::vector<torch::Tensor>& tensors);               // in place, CPU tensors
+  PendingCollective all_reduce_sum_async(torch::Tensor& tensor);          // in place once wait() returns
   void broadcast(std::vector<torch::Tensor>& tensors, int root);         // in place
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);    // same shape and dtype on every rank
   void barrier();

@@ -54,7 +54,36 @@ Dataset Dataset::open(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail("'{}' is missing a field or has a wrong type ({}); rebuild the dataset", meta.string(), e.what());
   }
+  d.validate(meta);
   return d;
+}
+
+// dataset.json is a file a user can edit or corrupt: every field is checked before anything trusts it.
+void Dataset::validate(const fs::path& meta) const {
+  auto bad = [&](const std::string& what) {
+    fail("'{}': {}; rebuild the dataset (tributary data build ... --overwrite)", meta.string(), what);
+  };
+  if (tokenizer_kind_ != "byte" && tokenizer_kind_ != "sentencepiece")
+    bad(fmt::format("tokenizer.kind '{}' is neither byte nor sentencepiece", tokenizer_kind_));
+  if (vocab_size_ < 2 || vocab_size_ > (int64_t{1} << 24))
+    bad(fmt::format("tokenizer.vocab_size {} is outside 2..{}", vocab_size_, int64_t{1} << 24));
+  if (tokenizer_kind_ == "byte" && vocab_size_ != 257) bad(fmt::format("a byte tokenizer has 257 ids, not {}", vocab_size_));
+  if (tokenizer_kind_ == "sentencepiece" && !fs::is_regular_file(dir_ / "tokenizer.model"))
+    bad("tokenizer.kind is sentencepiece but tokenizer.model is missing beside it");
+  if (domains_.empty()) bad("'domains' is empty");
+  for (const auto* s : {&train_, &val_}) {
+    const char* name = s == &train_ ? "train" : "val";
+    if (s->num_tokens <= 0 || s->num_docs <= 0 || s->num_bytes < 0)
+      bad(fmt::format("splits.{} has {} tokens, {} documents and {} bytes (need positive counts)", name, s->num_tokens,
+                      s->num_docs, s->num_bytes));
+    if (s->shards.empty()) bad(fmt::format("splits.{} lists no shards", name));
+    for (const auto& shard : s->shards)
+      if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == ".." ||
+          fs::path(shard).filename() != fs::path(shard))
+        bad(fmt::format("splits.{} names shard '{}', which is not a file of this directory", name, shard));
+  }
+  for (double bits : {unigram_val_bits_, unigram_train_entropy_bits_})
+    if (!std::isfinite(bits) || bits < 0) bad(fmt::format("a unigram entropy is {}", bits));
 }
 
 const SplitInfo& Dataset::split(const std::string& name) const {
@@ -84,6 +113,10 @@ std::vector<uint32_t> Dataset::load_tokens(const std::string& split_name) const 
              t, vocab_size_);
     tokens.insert(tokens.end(), shard.tokens.begin(), shard.tokens.end());
   }
+  // The shards carry checksums of their own; dataset.json's counts are checked against them here.
+  if (static_cast<int64_t>(tokens.size()) != split(split_name).num_tokens)
+    fail("'{}' says the {} split has {} tokens but its shards hold {}; rebuild the dataset",
+         (dir_ / "dataset.json").string(), split_name, split(split_name).num_tokens, tokens.size());
   return tokens;
 }
 
@@ -114,7 +147,10 @@ bool is_tributary_dataset(const fs::path& dir) {
 
 // a == b, or a lies under b (both made absolute and normalised, symlinks resolved where they exist).
 bool within(const fs::path& a, const fs::path& b) {
-  const fs::path ca = fs::weakly_canonical(fs::absolute(a)), cb = fs::weakly_canonical(fs::absolute(b));
+  std::error_code ec;  // a path that cannot be resolved (a vanished working directory) is compared as written
+  fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec), cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  if (ca.empty()) ca = a.lexically_normal();
+  if (cb.empty()) cb = b.lexically_normal();
   auto ia = ca.begin();
   for (auto ib = cb.begin(); ib != cb.end(); ++ib, ++ia) {
     if (ib->empty()) continue;  // a trailing separator

@@ -55,6 +55,7 @@ class Dataset {
   std::vector<Shard> load_shards(const std::string& split_name) const;
 
  private:
+  void validate(const fs::path& meta) const;
   fs::path dir_;
   std::string tokenizer_kind_;
   int64_t vocab_size_ = 0;

@@ -1,6 +1,7 @@
 #include "tributary/runtime/launcher.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -97,7 +98,16 @@ int launch(const LaunchOptions& o) {
            "single node)");
     port = free_tcp_port();
   }
-  if (!is_loopback_or_private(o.master_addr))
+  // Resolve first: an unresolvable name is a typo to report, not an address to call public.
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  if (int rc = ::getaddrinfo(o.master_addr.c_str(), nullptr, &hints, &found); rc != 0 || !found)
+    fail("launch: cannot resolve --master-addr '{}' ({}); give rank 0's machine's address or host name",
+         o.master_addr, ::gai_strerror(rc));
+  char resolved[INET_ADDRSTRLEN] = "";
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, resolved, sizeof(resolved));
+  ::freeaddrinfo(found);
+  if (!is_loopback_or_private(resolved))
     log::warn("master address {} looks public: c10d's TCPStore and Gloo are unauthenticated and unencrypted; anyone "
               "who reaches port {} can join or disrupt the run. Use a private network, VPN or tunnel.",
               o.master_addr, port);
@@ -207,6 +217,13 @@ int launch(const LaunchOptions& o) {
       killed = true;
     }
     if (stop_deadline && std::chrono::steady_clock::now() > *stop_deadline) {
+      bool any_running = false;
+      for (auto& w : workers) any_running |= w.running;
+      if (any_running)
+        log::error("launch: the workers did not stop within --grace {} s; killing them. Their progress since the run's "
+                   "last checkpoint is lost (resume continues from it, if any); a longer --grace lets them finish the "
+                   "stop checkpoint",
+                   o.grace_s);
       stop_all(SIGKILL);
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
     }

@@ -60,6 +60,9 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
   group_ = std::make_unique<comm::Group>(
       store, env.rank, env.world_size,
       comm::GroupOptions{.collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))});
+  stop_vote_ = std::make_unique<comm::LaggedVote>(
+      store, env.rank, env.world_size,
+      comm::GroupOptions{.collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))});
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{.codec = config.dist.compression,
                                      .bucket_mb = config.dist.bucket_mb,
@@ -450,6 +453,8 @@ void Replicas::barrier() {
 std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& tensor) {
   return on_comm_thread<std::vector<torch::Tensor>>([&] { return group_->all_gather(tensor); });
 }
+
+bool Replicas::stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
 
 bool Replicas::any(bool flag) {
   std::vector<torch::Tensor> t = {torch::tensor({flag ? 1.0f : 0.0f})};

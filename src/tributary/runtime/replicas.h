@@ -28,6 +28,7 @@
 
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
+#include "tributary/comm/lagged_vote.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/outer.h"
@@ -75,6 +76,9 @@ class Replicas {
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   bool any(bool flag);  // true on every rank if it is true on one
+  // Called every step on every rank: true on every rank at the same step, a few steps after any rank asked to stop
+  // (comm/lagged_vote.h); no outer step or blocking round trip needed.
+  bool stop_agreed(bool local_stop);
   int64_t inner_steps_now() const { return current_h_; }
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
@@ -117,6 +121,7 @@ class Replicas {
 
   RunConfig config_;
   std::unique_ptr<comm::Group> group_;
+  std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::vector<Fragment> fragments_;
   struct PendingCheck {

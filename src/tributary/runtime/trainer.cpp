@@ -187,6 +187,7 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
     BatchLoader val_loader(val_tokens, val_options, val_label);
     auto result = evaluate(*model, val_loader, tc.eval_batches, device);
     summary.val_loss = result.loss;
+    summary.evaluated = true;
     summary.val_ppl = std::exp(result.loss);
     summary.val_bpb = result.loss / std::log(2.0) / bytes_per_token;
     write_metrics({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
@@ -300,14 +301,14 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
     }
     const bool last = step == tc.steps;
     // A stop (signal or --stop-after-step) must happen at the same step on every rank: a signal is agreed on by a
-    // one-float all-reduce — at log steps for data parallel (which talks every step anyway), only at outer steps for
-    // DiLoCo (which must not add round trips between them) — and the stop waits until no exchange is in flight.
+    // lagged vote every step (comm/lagged_vote.h), so DiLoCo stops within a few steps instead of at its next outer
+    // step (which may be minutes away) — and the stop waits until no exchange is in flight.
     if (options.stop_after_step > 0 && step >= options.stop_after_step) stop_pending = true;
     if (!replicas) {
       stop_pending |= g_stop_requested != 0;
-    } else if (!stop_pending && replicas->quiescent() &&
-               (replicas->averaging_gradients() ? step % tc.log_every == 0 : synced)) {
-      stop_pending = replicas->any(g_stop_requested != 0);
+    } else if (!stop_pending) {
+      stop_pending = replicas->stop_agreed(g_stop_requested != 0);
+      if (stop_pending && lead) log::info("stop agreed by every rank at step {}", step);
     }
     const bool quiescent = !replicas || replicas->quiescent();
     const bool stop = stop_pending && quiescent;
@@ -349,6 +350,8 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
                                  {"outer_steps", summary.outer_steps},
                                  {"algorithm", replicas ? config.dist.algorithm : std::string("single")},
                                  {"compression", config.dist.compression}};
+  if (!summary.evaluated)  // a 0.0 loss would read as a perfect model
+    for (const char* key : {"val_loss", "val_bpb", "val_ppl"}) summary_json[key] = nullptr;
   if (lead) write_file_atomic(run_dir / "summary.json", summary_json.dump(2) + "\n");
   return summary;
 }
