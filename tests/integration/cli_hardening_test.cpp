@@ -128,6 +128,11 @@ TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
   expect_user_error("launch --nproc 2 --max-failures -1 -- train", "--max-failures");
   expect_user_error("launch --nproc 1 --master-addr no.such.host.invalid -- plan case1-datacenter-on-demand",
                     "cannot resolve --master-addr");
+  std::ofstream(work_dir() / "afile") << "x";
+  const std::string tiny_train = "train --set train.steps=1 --set optim.warmup_steps=0 --set data.dir=" +
+                                 test_support::test_data_dir((work_dir() / "data").string());
+  expect_user_error(tiny_train + " --set train.run_dir=afile", "is a file");
+  expect_user_error(tiny_train + " --set train.run_dir=/proc/trib_run", "cannot create train.run_dir");
   expect_user_error("eval", "checkpoint");  // a CLI11 parse error: exit 2 with an [ERROR] line, not 106
 }
 

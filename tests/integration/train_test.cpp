@@ -9,6 +9,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/data/dataset.h"
+#include "tributary/model/tensor_io.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/trainer.h"
 #include "shell.h"
@@ -134,6 +135,29 @@ TEST_F(Training, CorruptOrIncompleteCheckpointsAreRefused) {
   // and a run dir whose only checkpoint is incomplete has none to resume from
   msg = error_of([&] { load_checkpoint(s.run_dir); });
   EXPECT_NE(msg.find("no complete checkpoint"), std::string::npos) << msg;
+}
+
+TEST_F(Training, AForeignStateOrConfigInACheckpointIsNamed) {
+  // Issue 12, item 7: a checkpoint whose (checksummed, intact) state.json lacks optimizer_steps, or whose config.toml
+  // is empty, was a crash (exit 3); it is an Error naming the file.
+  auto s = train(tiny("foreign", {"train.steps=4", "optim.warmup_steps=1"}), {});
+  auto loaded = load_checkpoint(s.checkpoint);
+  auto named = [](const safetensors::File& f) {
+    NamedTensors out;
+    for (const auto& [name, view] : f.tensors()) out.emplace_back(name, to_torch(view));
+    return out;
+  };
+  CheckpointContents contents{named(loaded.model), named(loaded.optim), loaded.state, loaded.config_toml};
+  contents.state.erase("optimizer_steps");
+  auto dir = save_checkpoint(s.run_dir, 100, contents, 10);
+  auto msg = error_of([&] { load_checkpoint(dir); });
+  EXPECT_NE(msg.find("state.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optimizer_steps"), std::string::npos) << msg;
+  contents.state = loaded.state;
+  contents.config_toml = "";
+  dir = save_checkpoint(s.run_dir, 101, contents, 10);
+  msg = error_of([&] { load_checkpoint(dir); });
+  EXPECT_NE(msg.find("config.toml"), std::string::npos) << msg;
 }
 
 TEST_F(Training, KeepsTheLastNCheckpoints) {

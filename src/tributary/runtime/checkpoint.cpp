@@ -126,7 +126,13 @@ LoadedCheckpoint load_checkpoint(const fs::path& path) {
   for (const char* required : {"model.safetensors", "optim.safetensors", "state.json", "config.toml"})
     if (!contents.count(required)) fail("checkpoint '{}' has no {}", dir.string(), required);
   auto state = nlohmann::json::parse(contents["state.json"], nullptr, false);
-  if (state.is_discarded()) fail("'{}' is not valid JSON", (dir / "state.json").string());
+  if (state.is_discarded() || !state.is_object()) fail("'{}' is not a JSON object", (dir / "state.json").string());
+  // The fields every resume reads: a hand-edited or foreign state.json is named, not a crash.
+  for (const char* key : {"step", "tokens", "optimizer_steps"})
+    if (!state.contains(key) || !state[key].is_number_integer() || state[key].get<int64_t>() < 0)
+      fail("'{}' has no non-negative integer '{}'; use another checkpoint", (dir / "state.json").string(), key);
+  if (contents["config.toml"].find("[model]") == std::string::npos)
+    fail("'{}' holds no [model] table (empty or foreign); use another checkpoint", (dir / "config.toml").string());
   LoadedCheckpoint out{
       dir,
       safetensors::File::parse(std::move(contents["model.safetensors"]), (dir / "model.safetensors").string()),

@@ -90,7 +90,11 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
   }
   // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
   if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
-  fs::create_directories(run_dir);
+  std::error_code ec;
+  if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
+    fail("train.run_dir = '{}' is a file; choose a directory with --set train.run_dir=...", run_dir.string());
+  fs::create_directories(run_dir, ec);
+  if (ec) fail("cannot create train.run_dir = '{}': {}; choose a writable directory", run_dir.string(), ec.message());
   if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
 
   // Model and optimizer: the seed fixes the initialisation; a checkpoint then overwrites it.
