@@ -138,7 +138,7 @@ TEST_F(Training, CorruptOrIncompleteCheckpointsAreRefused) {
 }
 
 TEST_F(Training, AForeignStateOrConfigInACheckpointIsNamed) {
-  // Issue 12, item 7: a checkpoint whose (checksummed, intact) state.json lacks optimizer_steps, or whose config.toml
+  // Issue 12, item 7: a checkpoint whose (checksummed, intact) state.json lacks its step, or whose config.toml
   // is empty, was a crash (exit 3); it is an Error naming the file.
   auto s = train(tiny("foreign", {"train.steps=4", "optim.warmup_steps=1"}), {});
   auto loaded = load_checkpoint(s.checkpoint);
@@ -148,11 +148,11 @@ TEST_F(Training, AForeignStateOrConfigInACheckpointIsNamed) {
     return out;
   };
   CheckpointContents contents{named(loaded.model), named(loaded.optim), loaded.state, loaded.config_toml};
-  contents.state.erase("optimizer_steps");
+  contents.state.erase("step");
   auto dir = save_checkpoint(s.run_dir, 100, contents, 10);
   auto msg = error_of([&] { load_checkpoint(dir); });
   EXPECT_NE(msg.find("state.json"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("optimizer_steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'step'"), std::string::npos) << msg;
   contents.state = loaded.state;
   contents.config_toml = "";
   dir = save_checkpoint(s.run_dir, 101, contents, 10);

@@ -136,6 +136,11 @@ TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
       ckpt->optim = ckpt->tensors(replica_optim_file(env.rank));
     }
     load_parameters(*model, ckpt->model);
+    for (const char* key : {"optimizer_steps", "tokens"})  // a model-only checkpoint (an exported path) has neither
+      if (!ckpt->state.contains(key) || !ckpt->state[key].is_number_integer())
+        fail("cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
+             "with --set train.init_from=... instead",
+             ckpt->dir.string(), key);
     optimizer.load_state(ckpt->optim, ckpt->state.at("optimizer_steps").get<int64_t>());
     if (ckpt->optim.contains("rng.cpu")) {
       auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
