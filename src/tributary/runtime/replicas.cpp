@@ -456,13 +456,4 @@ std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& tensor) {
 
 bool Replicas::stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
 
-bool Replicas::any(bool flag) {
-  std::vector<torch::Tensor> t = {torch::tensor({flag ? 1.0f : 0.0f})};
-  on_comm_thread<int>([&] {
-    group_->all_reduce_sum(t);
-    return 0;
-  });
-  return t[0].item<float>() > 0;
-}
-
 }  // namespace tributary

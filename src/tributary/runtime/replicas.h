@@ -75,7 +75,6 @@ class Replicas {
   // Small collectives for the checkpoint protocol and the stop agreement (in the communication thread's FIFO).
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
-  bool any(bool flag);  // true on every rank if it is true on one
   // Called every step on every rank: true on every rank at the same step, a few steps after any rank asked to stop
   // (comm/lagged_vote.h); no outer step or blocking round trip needed.
   bool stop_agreed(bool local_stop);
