@@ -1,0 +1,221 @@
+// Golden runs: fixed-seed runs of every algorithm on the tiny model, compared bit for bit with losses and checkpoint
+// hashes recorded before a refactor (torchtitan's rule: a refactor reproduces the losses exactly).
+//
+// What is compared: every logged training loss (log_every = 1) and validation loss, in order; DiPaCo's per-task
+// losses keyed by (round, path) (which worker runs a task varies, its numbers do not); the xxh64 of every
+// .safetensors file the run leaves (final checkpoint, DiPaCo's modules and best paths, the router).
+//
+// Bit-exactness holds for one corpus and one floating-point platform (BLAS kernels, vector width). The goldens carry
+// a fingerprint of both: with another corpus the test skips (nothing comparable); with another platform it compares
+// the losses to 1e-3 relative and skips the hashes, and says so. Record again (only when a change is *meant* to
+// change the numbers, and say why in the commit) with:
+//   TRIBUTARY_GOLDEN_RECORD=1 ./build/tributary_tests --gtest_filter='GoldenRuns.*'
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tributary/core/fs.h"
+#include "tributary/core/hash.h"
+#include "tributary/data/dataset.h"
+#include "tributary/data/corpus.h"
+#include "shell.h"
+
+using namespace tributary;
+using nlohmann::json;
+
+namespace {
+
+fs::path work() { return fs::temp_directory_path() / ("trib_golden_" + std::to_string(::getpid())); }
+fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
+fs::path golden_file() { return fs::path(TRIBUTARY_SOURCE_DIR) / "tests" / "golden" / "runs.json"; }
+const std::string cli = TRIBUTARY_CLI;
+
+std::string file_hash(const fs::path& p) {
+  const std::string bytes = read_file(p);
+  return hex64(hash64(bytes));
+}
+
+// The corpus: every file of the dataset directory, in name order.
+std::string data_fingerprint() {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(data()))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  Hasher h;
+  for (const auto& f : files) {
+    const std::string name = f.filename().string(), bytes = read_file(f);
+    h.update(name.data(), name.size());
+    h.update(bytes.data(), bytes.size());
+  }
+  return hex64(h.digest());
+}
+
+// The platform: the bits of a matmul, an exp and a reduction on one thread (BLAS kernel, SLEEF vector width).
+std::string numerics_fingerprint() {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  torch::manual_seed(7);
+  auto a = torch::randn({96, 80}), b = torch::randn({80, 72});
+  auto c = torch::matmul(a, b);
+  auto d = torch::softmax(c, 1).exp().sum(0).contiguous();
+  at::set_num_threads(threads);
+  Hasher h;
+  h.update(c.data_ptr<float>(), size_t(c.numel()) * 4);
+  h.update(d.data_ptr<float>(), size_t(d.numel()) * 4);
+  return hex64(h.digest());
+}
+
+std::string tiny_model() {
+  return " --set model.num_layers=2 --set model.num_levels=2 --set model.width=64 --set model.context=64"
+         " --set optim.warmup_steps=2 --set train.threads=1 --set train.log_every=1 --set train.eval_batches=2"
+         " --set data.dir=" + data().string();
+}
+
+std::string train(const std::string& run, const std::string& extra) {
+  return " train --overwrite" + tiny_model() + " --set train.eval_every=12 --set train.run_dir=" +
+         (work() / run).string() + " " + extra;
+}
+
+std::string launch2() { return cli + " launch --nproc 2 --master-port 0 --"; }
+
+void run_ok(const std::string& cmd) {
+  auto [rc, out] = test_support::run_shell(cmd);
+  ASSERT_EQ(rc, 0) << cmd << "\n" << out;
+}
+
+std::vector<json> jsonl(const fs::path& p) {
+  std::vector<json> lines;
+  std::istringstream in(read_file(p));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(json::parse(line));
+  return lines;
+}
+
+// Losses in log order and the hashes of the last checkpoint's tensors.
+json trainer_record(const std::string& run) {
+  json rec = {{"losses", json::array()}, {"val_losses", json::array()}, {"files", json::object()}};
+  for (const auto& m : jsonl(work() / run / "metrics.jsonl")) {
+    if (m.contains("loss")) rec["losses"].push_back(m["loss"]);
+    if (m.contains("val_loss")) rec["val_losses"].push_back(m["val_loss"]);
+  }
+  const auto summary = json::parse(read_file(work() / run / "summary.json"));
+  const fs::path ckpt = summary.at("checkpoint").get<std::string>();
+  for (const auto& e : fs::directory_iterator(ckpt))
+    if (e.path().extension() == ".safetensors") rec["files"][e.path().filename().string()] = file_hash(e.path());
+  return rec;
+}
+
+json dipaco_record(const std::string& run) {
+  json rec = {{"losses", json::object()}, {"files", json::object()}};
+  for (const auto& name : {"metrics.jsonl", "metrics-rank1.jsonl"})
+    if (fs::exists(work() / run / name))
+      for (const auto& m : jsonl(work() / run / name))
+        if (m.contains("path"))
+          rec["losses"][fmt::format("round{}.path{}", m["round"].get<int>(), m["path"].get<int>())] = m["loss"];
+  for (const char* dir : {"modules", "best"})
+    for (const auto& e : fs::directory_iterator(work() / run / dir))
+      if (e.path().extension() == ".safetensors")
+        rec["files"][std::string(dir) + "/" + e.path().filename().string()] = file_hash(e.path());
+  const auto summary = json::parse(read_file(work() / run / "summary.json"));
+  rec["val_losses"] = json::array({summary["val_loss"], summary["val_loss_early_stopped"]});
+  return rec;
+}
+
+json record_all() {
+  json runs;
+  run_ok(cli + train("single", "--set train.steps=24 --set train.batch_size=8"));
+  runs["single"] = trainer_record("single");
+  run_ok(launch2() + train("ddp", "--set train.steps=24 --set train.batch_size=4 --set dist.algorithm=ddp"));
+  runs["ddp"] = trainer_record("ddp");
+  // QSR (alpha 0.004, H = 4): H grows from 4 as the inner lr decays.
+  run_ok(launch2() + train("diloco", "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
+                                     "--set dist.qsr_alpha=0.004"));
+  runs["diloco"] = trainer_record("diloco");
+  // Streaming: data-parallel warm-up, two staggered fragments, overlapped by one step, int8 on the wire.
+  run_ok(launch2() + train("streaming", "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=6 "
+                                        "--set dist.fragments=2 --set dist.overlap_steps=1 "
+                                        "--set dist.warmup_ddp_steps=4 --set dist.compression=int8"));
+  runs["streaming"] = trainer_record("streaming");
+  // DiPaCo 2x2 on two workers: a dense start, product k-means routes, two rounds of tau = 8.
+  run_ok(cli + train("dense", "--set train.steps=12 --set train.batch_size=8"));
+  run_ok(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
+         " --modules 2x2 --method product --overwrite --out " + (work() / "routes").string());
+  json route_files;
+  for (const auto& e : fs::directory_iterator(work() / "routes"))
+    if (e.path().extension() == ".safetensors") route_files[e.path().filename().string()] = file_hash(e.path());
+  route_files["path-0/train-00000.bin"] = file_hash(work() / "routes" / "path-0" / "train-00000.bin");
+  runs["routes"] = {{"files", route_files}};
+  run_ok(launch2() + " train --overwrite" + tiny_model() + " --set train.batch_size=8 --set train.steps=16" +
+         " --set dist.inner_steps=8 --set dipaco.modules=2x2 --set dipaco.routes=" + (work() / "routes").string() +
+         " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
+         " --set train.run_dir=" + (work() / "dipaco").string());
+  runs["dipaco"] = dipaco_record("dipaco");
+  return runs;
+}
+
+void compare_losses(const std::string& where, const json& want, const json& got, bool exact) {
+  ASSERT_EQ(want.size(), got.size()) << where << ": number of losses";
+  if (want.is_object()) {
+    for (const auto& [key, value] : want.items()) {
+      ASSERT_TRUE(got.contains(key)) << where << " " << key;
+      compare_losses(where + " " + key, json::array({value}), json::array({got[key]}), exact);
+    }
+    return;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double a = want[i].get<double>(), b = got[i].get<double>();
+    if (exact) {
+      EXPECT_EQ(a, b) << where << " [" << i << "]: " << fmt::format("{:.17g} vs {:.17g}", a, b);
+    } else {
+      EXPECT_NEAR(a, b, 1e-3 * std::abs(a)) << where << " [" << i << "]";
+    }
+  }
+}
+
+class GoldenRuns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(work());
+    if (!fs::exists(data() / "dataset.json"))
+      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(), {.val_permille = 50});
+  }
+  void TearDown() override { fs::remove_all(work()); }
+};
+
+}  // namespace
+
+TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
+  const json fingerprint = {{"data", data_fingerprint()}, {"numerics", numerics_fingerprint()}};
+  if (std::getenv("TRIBUTARY_GOLDEN_RECORD")) {
+    json golden = {{"fingerprint", fingerprint}, {"runs", record_all()}};
+    fs::create_directories(golden_file().parent_path());
+    write_file_atomic(golden_file(), golden.dump(1) + "\n");
+    GTEST_SKIP() << "recorded " << golden_file();
+  }
+  ASSERT_TRUE(fs::exists(golden_file())) << "no goldens: record them with TRIBUTARY_GOLDEN_RECORD=1";
+  const json golden = json::parse(read_file(golden_file()));
+  if (golden["fingerprint"]["data"] != fingerprint["data"])
+    GTEST_SKIP() << "the test corpus differs from the one the goldens were recorded on (" << fingerprint["data"]
+                 << " vs " << golden["fingerprint"]["data"] << "): nothing comparable";
+  const bool exact = golden["fingerprint"]["numerics"] == fingerprint["numerics"];
+  if (!exact)
+    std::cerr << "[golden] another floating-point platform than the goldens' (" << fingerprint["numerics"]
+              << "): losses compared to 1e-3, hashes not compared\n";
+  const json runs = record_all();
+  for (const auto& [name, want] : golden["runs"].items()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(runs.contains(name));
+    const json& got = runs[name];
+    if (want.contains("losses")) compare_losses(name, want["losses"], got["losses"], exact);
+    if (want.contains("val_losses")) compare_losses(name + " val", want["val_losses"], got["val_losses"], exact);
+    if (exact) {
+      EXPECT_EQ(want["files"], got["files"]) << name << ": checkpoint tensors differ";
+    }
+  }
+}
