@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tributary/comm/exchange.h"
+#include "tributary/runtime/wan.h"
 #include "tributary/comm/group.h"
 #include "tributary/runtime/launcher.h"
 
@@ -56,7 +57,7 @@ int worker(int rank, int port) {
                               .c_str());
   }
   for (const char* wan : {"100Mbit,20ms", "10Mbit,100ms"}) {
-    comm::Exchange ex(group, {.codec = "fp32", .wan = wan});
+    comm::Exchange ex(group, {.codec = "fp32", .link = wan_link_model(wan, group.size())});
     auto t = torch::ones({static_cast<int64_t>(1 << 18)});  // 1 MB
     std::vector<torch::Tensor> v = {t};
     auto t0 = Clock::now();

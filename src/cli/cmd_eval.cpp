@@ -6,9 +6,9 @@
 #include "tributary/data/dataset.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco.h"
+#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary::cli {
 

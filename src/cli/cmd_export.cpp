@@ -1,6 +1,6 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary::cli {
 

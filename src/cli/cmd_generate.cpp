@@ -1,10 +1,11 @@
 #include "cli/commands.h"
+#include "tributary/runtime/dipaco/routes.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/core/log.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/routing/router.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary::cli {
 

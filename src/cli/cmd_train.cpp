@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dist_env.h"
-#include "tributary/runtime/dipaco.h"
+#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {

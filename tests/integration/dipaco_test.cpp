@@ -9,9 +9,9 @@
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco.h"
+#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 #include "shell.h"
 
 using namespace tributary;

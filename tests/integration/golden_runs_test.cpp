@@ -2,8 +2,14 @@
 // hashes recorded before a refactor (torchtitan's rule: a refactor reproduces the losses exactly).
 //
 // What is compared: every logged training loss (log_every = 1) and validation loss, in order; DiPaCo's per-task
-// losses keyed by (round, path) (which worker runs a task varies, its numbers do not); the xxh64 of every
-// .safetensors file the run leaves (final checkpoint, DiPaCo's modules and best paths, the router).
+// losses keyed by (round, path); the xxh64 of every .safetensors file the run leaves (final checkpoint, DiPaCo's
+// modules and best paths, the router).
+//
+// DiPaCo on two workers is not bit-deterministic by design: tasks are claimed from a queue as workers become free,
+// and a module's sum of path contributions is grouped by the worker that ran them (fp32 addition is not
+// associative: the stem, shared by all four paths, differs in its last bits between assignments). So that run
+// compares its first round exactly (every task starts from the same global modules) and the rest to 1e-6; the same
+// grid on one worker (a fixed task order) is compared bit for bit, hashes included.
 //
 // Bit-exactness holds for one corpus and one floating-point platform (BLAS kernels, vector width). The goldens carry
 // a fingerprint of both: with another corpus the test skips (nothing comparable); with another platform it compares
@@ -156,24 +162,33 @@ json record_all() {
          " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
          " --set train.run_dir=" + (work() / "dipaco").string());
   runs["dipaco"] = dipaco_record("dipaco");
+  runs["dipaco"]["order_dependent"] = true;
+  run_ok(cli + " train --overwrite" + tiny_model() + " --set train.batch_size=8 --set train.steps=16" +
+         " --set dist.inner_steps=8 --set dipaco.modules=2x2 --set dipaco.routes=" + (work() / "routes").string() +
+         " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
+         " --set train.run_dir=" + (work() / "dipaco1").string());
+  runs["dipaco_one_worker"] = dipaco_record("dipaco1");
   return runs;
 }
 
-void compare_losses(const std::string& where, const json& want, const json& got, bool exact) {
+// rtol 0: bit for bit.
+void compare_losses(const std::string& where, const json& want, const json& got, double rtol,
+                    const std::string& exact_prefix = "") {
   ASSERT_EQ(want.size(), got.size()) << where << ": number of losses";
   if (want.is_object()) {
     for (const auto& [key, value] : want.items()) {
       ASSERT_TRUE(got.contains(key)) << where << " " << key;
-      compare_losses(where + " " + key, json::array({value}), json::array({got[key]}), exact);
+      const double tol = !exact_prefix.empty() && key.rfind(exact_prefix, 0) == 0 ? 0.0 : rtol;
+      compare_losses(where + " " + key, json::array({value}), json::array({got[key]}), tol);
     }
     return;
   }
   for (size_t i = 0; i < want.size(); ++i) {
     const double a = want[i].get<double>(), b = got[i].get<double>();
-    if (exact) {
+    if (rtol == 0) {
       EXPECT_EQ(a, b) << where << " [" << i << "]: " << fmt::format("{:.17g} vs {:.17g}", a, b);
     } else {
-      EXPECT_NEAR(a, b, 1e-3 * std::abs(a)) << where << " [" << i << "]";
+      EXPECT_NEAR(a, b, rtol * std::abs(a)) << where << " [" << i << "]";
     }
   }
 }
@@ -212,9 +227,11 @@ TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
     SCOPED_TRACE(name);
     ASSERT_TRUE(runs.contains(name));
     const json& got = runs[name];
-    if (want.contains("losses")) compare_losses(name, want["losses"], got["losses"], exact);
-    if (want.contains("val_losses")) compare_losses(name + " val", want["val_losses"], got["val_losses"], exact);
-    if (exact) {
+    const bool order_dependent = want.value("order_dependent", false);
+    const double rtol = !exact ? 1e-3 : order_dependent ? 1e-6 : 0.0;
+    if (want.contains("losses")) compare_losses(name, want["losses"], got["losses"], rtol, exact ? "round0." : "");
+    if (want.contains("val_losses")) compare_losses(name + " val", want["val_losses"], got["val_losses"], rtol);
+    if (exact && !order_dependent) {
       EXPECT_EQ(want["files"], got["files"]) << name << ": checkpoint tensors differ";
     }
   }

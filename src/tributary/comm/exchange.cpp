@@ -1,91 +1,16 @@
 #include "tributary/comm/exchange.h"
 
 #include <chrono>
-#include <regex>
 #include <thread>
 
 #include "tributary/core/error.h"
-#include "tributary/core/fs.h"
-#include "tributary/sched/cluster.h"
 
 namespace tributary::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double parse_rate_bits(const std::string& s, const std::string& spec) {
-  std::smatch m;
-  if (!std::regex_match(s, m, std::regex(R"(\s*([0-9.]+)\s*([KkMmGg]?)(bit|bps|b)?(/s)?\s*)")))
-    fail("dist.wan = '{}': cannot read the bandwidth '{}' (e.g. 10Mbit)", spec, s);
-  double v = std::stod(m[1]);
-  char u = m[2].length() ? static_cast<char>(std::tolower(m[2].str()[0])) : ' ';
-  return v * (u == 'k' ? 1e3 : u == 'm' ? 1e6 : u == 'g' ? 1e9 : 1.0);
-}
-
-double parse_time_s(const std::string& s, const std::string& spec) {
-  std::smatch m;
-  if (!std::regex_match(s, m, std::regex(R"(\s*([0-9.]+)\s*(ms|us|s)\s*)")))
-    fail("dist.wan = '{}': cannot read the latency '{}' (e.g. 100ms)", spec, s);
-  double v = std::stod(m[1]);
-  return m[2] == "ms" ? v / 1e3 : m[2] == "us" ? v / 1e6 : v;
-}
-
 }  // namespace
-
-LinkModel LinkModel::parse(const std::string& spec, int n) {
-  LinkModel l;
-  l.num_ranks = n;
-  l.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
-  l.bytes_per_s.assign(static_cast<size_t>(n) * n, 0.0);
-  auto comma = spec.find(',');
-  if (comma != std::string::npos && !fs::exists(spec)) {
-    double bits = parse_rate_bits(spec.substr(0, comma), spec);
-    double lat = parse_time_s(spec.substr(comma + 1), spec);
-    if (bits <= 0) fail("dist.wan = '{}': bandwidth must be > 0", spec);
-    std::fill(l.latency_s.begin(), l.latency_s.end(), lat);
-    std::fill(l.bytes_per_s.begin(), l.bytes_per_s.end(), bits / 8.0);
-    return l;
-  }
-  sched::Cluster c = sched::load_cluster(spec);
-  if (c.size() < n) fail("dist.wan = '{}' describes {} devices but the run has {} ranks", spec, c.size(), n);
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) {
-      l.latency_s[a * n + b] = c.latency_ms(a, b) / 1e3;
-      l.bytes_per_s[a * n + b] = c.bandwidth_gbps(a, b) * 1e9 / 8.0;
-    }
-  return l;
-}
-
-// One ring step: every rank sends `chunk_bytes` to its neighbour at once; the slowest edge sets the time.
-double LinkModel::ring_step_s(double chunk_bytes) const {
-  const int n = num_ranks;
-  double step = 0;
-  for (int r = 0; r < n; ++r) {
-    const int next = (r + 1) % n;
-    step = std::max(step, latency_s[r * n + next] + chunk_bytes / bytes_per_s[r * n + next]);
-  }
-  return step;
-}
-
-double LinkModel::ring_allreduce_s(double bytes) const {
-  return num_ranks < 2 ? 0.0 : 2.0 * (num_ranks - 1) * ring_step_s(bytes / num_ranks);
-}
-
-double LinkModel::ring_allgather_s(double bytes_per_rank) const {
-  return num_ranks < 2 ? 0.0 : (num_ranks - 1) * ring_step_s(bytes_per_rank);
-}
-
-std::string LinkModel::describe() const {
-  double min_bw = 1e300, max_lat = 0;
-  for (int a = 0; a < num_ranks; ++a)
-    for (int b = 0; b < num_ranks; ++b)
-      if (a != b) {
-        min_bw = std::min(min_bw, bytes_per_s[a * num_ranks + b]);
-        max_lat = std::max(max_lat, latency_s[a * num_ranks + b]);
-      }
-  return fmt::format("emulated WAN: slowest link {:.1f} Mbit/s, highest latency {:.0f} ms", min_bw * 8 / 1e6,
-                     max_lat * 1e3);
-}
 
 namespace {
 
@@ -102,7 +27,10 @@ Exchange::Exchange(Group& group, const ExchangeOptions& options)
                                                                               : Mode::quantized_ring),
       codec_(make_codec(wire_codec(options.codec), options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
       bucket_numel_(std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4))) {
-  if (!options.wan.empty()) link_ = LinkModel::parse(options.wan, group.size());
+  if (options.link) {
+    TRIB_CHECK_EQ(options.link->num_ranks, group.size(), "(ranks of the link model vs the group)");
+    link_ = options.link;
+  }
 }
 
 CommStats Exchange::stats() const {

@@ -32,22 +32,9 @@
 
 #include "tributary/comm/codec.h"
 #include "tributary/comm/group.h"
+#include "tributary/comm/link_model.h"
 
 namespace tributary::comm {
-
-struct LinkModel {
-  int num_ranks = 0;
-  std::vector<double> latency_s;    // num_ranks^2
-  std::vector<double> bytes_per_s;  // num_ranks^2
-
-  // "10Mbit,100ms" (also Kbit/Gbit, ms/s/us) for every pair, or a cluster JSON file (sched/ formats or a preset
-  // name) whose first num_ranks devices are the ranks.
-  static LinkModel parse(const std::string& spec, int num_ranks);
-  double ring_allreduce_s(double bytes) const;
-  double ring_allgather_s(double bytes_per_rank) const;
-  double ring_step_s(double chunk_bytes) const;
-  std::string describe() const;
-};
 
 struct CommStats {
   double bytes_sent = 0, bytes_recv = 0;
@@ -59,7 +46,7 @@ struct CommStats {
 struct ExchangeOptions {
   std::string codec = "fp32";  // a codec name (codec.h), or "topk" / "powersgd" (stateful, below)
   double bucket_mb = 25;
-  std::string wan;             // empty: no emulation
+  std::optional<LinkModel> link;  // emulated links between the group's ranks (none: no emulation)
   double topk_ratio = 0.01;    // top-k: fraction of each bucket's values sent (index u32 + value f32)
   int64_t powersgd_rank = 4;   // PowerSGD: rank r of the low-rank factors
   uint64_t seed = 0;           // stochastic codecs and PowerSGD's initial Q

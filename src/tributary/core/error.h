@@ -1,7 +1,10 @@
 // Error policy (docs/errors.md):
 //  - Error: a user mistake (config, data, files, flags). The message names the key, file or rank and says what to do.
 //  - NetworkError: a peer or the network failed; the runtime may recover from it.
-//  - Broken internal invariants use TRIB_CHECK, which prints both sides and is a bug report, not a user message.
+//  - Broken internal invariants use TRIB_CHECK(cond, "format", args...) / TRIB_CHECK_EQ(a, b): a bug report (a
+//    std::logic_error, exit status 3), not a user message. TRIB_CHECK_EQ prints both sides' values; TRIB_CHECK
+//    prints the condition and the formatted message. Anything a user can cause (a flag, a file, a foreign
+//    checkpoint) is an Error instead.
 #pragma once
 
 #include <fmt/format.h>
@@ -28,9 +31,30 @@ template <typename... Args>
 
 [[noreturn]] void internal_failure(const char* file, int line, const std::string& what);
 
+namespace detail {
+inline std::string check_message() { return {}; }
+template <typename... Args>
+std::string check_message(fmt::format_string<Args...> format, Args&&... args) {
+  return fmt::format(format, std::forward<Args>(args)...);
+}
+}  // namespace detail
+
 }  // namespace tributary
 
-#define TRIB_CHECK(cond, ...)                                                                      \
-  do {                                                                                             \
-    if (!(cond)) ::tributary::internal_failure(__FILE__, __LINE__, "check failed: " #cond " " __VA_ARGS__); \
+#define TRIB_CHECK(cond, ...)                                                                                   \
+  do {                                                                                                          \
+    if (!(cond))                                                                                                \
+      ::tributary::internal_failure(__FILE__, __LINE__,                                                         \
+                                    "check failed: " #cond " " + ::tributary::detail::check_message(__VA_ARGS__)); \
+  } while (0)
+
+// Both sides are evaluated once and printed when they differ (they must be fmt-formattable).
+#define TRIB_CHECK_EQ(a, b, ...)                                                                                \
+  do {                                                                                                          \
+    const auto& trib_a_ = (a);                                                                                  \
+    const auto& trib_b_ = (b);                                                                                  \
+    if (!(trib_a_ == trib_b_))                                                                                  \
+      ::tributary::internal_failure(__FILE__, __LINE__,                                                         \
+                                    fmt::format("check failed: " #a " == " #b " ({} vs {}) {}", trib_a_, trib_b_, \
+                                                ::tributary::detail::check_message(__VA_ARGS__)));               \
   } while (0)

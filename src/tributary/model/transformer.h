@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tributary/runtime/run_config.h"
+#include "tributary/model/config.h"
 
 namespace tributary {
 

@@ -5,7 +5,6 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/routing/kmeans.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/inference.h"
 
 namespace tributary {
 
@@ -113,25 +112,6 @@ torch::Tensor routing_features(Transformer& model, const torch::Tensor& units, c
   if (was_training) model.train();
   if (out.empty()) return torch::zeros({0, model.config().width});
   return torch::cat(out, 0);
-}
-
-int64_t Routes::route_sequence(std::vector<int32_t> ids, int32_t eot_id, const torch::Device& device) const {
-  if (ids.empty()) ids.push_back(eot_id);
-  auto units = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);
-  return router.route(routing_features(*feature_model, units, device), 1).item<int64_t>();
-}
-
-Routes load_routes(const fs::path& dir, const torch::Device& device) {
-  if (!fs::exists(dir / "route.json"))
-    fail("'{}' is not a complete routes directory (no route.json); write one with `tributary route`", dir.string());
-  Routes r;
-  r.dir = dir;
-  r.info = nlohmann::json::parse(read_file(dir / "route.json"));
-  r.router = Router::load(dir / "router.safetensors");
-  auto loaded = load_model((dir / "features").string(), device);
-  r.feature_model = loaded.model;
-  r.feature_model->eval();
-  return r;
 }
 
 }  // namespace tributary

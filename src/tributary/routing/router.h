@@ -55,15 +55,4 @@ torch::Tensor product_slice(int64_t width, int64_t levels, int64_t level);
 torch::Tensor routing_features(Transformer& model, const torch::Tensor& units, const torch::Device& device,
                                int64_t batch = 128);
 
-// A loaded routes directory: the router plus its feature model.
-struct Routes {
-  fs::path dir;
-  Router router;
-  std::shared_ptr<Transformer> feature_model;
-  nlohmann::json info;  // route.json
-  // The path for one sequence (a prompt), routed by its first 32 tokens; an empty one as a fresh document.
-  int64_t route_sequence(std::vector<int32_t> ids, int32_t eot_id, const torch::Device& device) const;
-};
-Routes load_routes(const fs::path& dir, const torch::Device& device);
-
 }  // namespace tributary

@@ -16,6 +16,7 @@
 #include "tributary/core/hash.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/runtime/wan.h"
 
 namespace tributary {
 namespace {
@@ -66,7 +67,7 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{.codec = config.dist.compression,
                                      .bucket_mb = config.dist.bucket_mb,
-                                     .wan = config.dist.wan,
+                                     .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                                      .topk_ratio = config.dist.topk_ratio,
                                      .powersgd_rank = config.dist.powersgd_rank,
                                      .seed = static_cast<uint64_t>(config.train.seed)});

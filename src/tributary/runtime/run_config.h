@@ -7,28 +7,9 @@
 #include <vector>
 
 #include "tributary/core/config.h"
+#include "tributary/model/config.h"
 
 namespace tributary {
-
-struct ModelConfig {
-  int64_t vocab_size = 0;  // 0: take it from the dataset's tokenizer
-  int64_t num_layers = 4;
-  int64_t num_levels = 1;  // blocks are grouped into this many consecutive levels (DiPaCo modules, pipeline stages)
-  int64_t width = 256;
-  int64_t num_heads = 4;
-  int64_t context = 256;
-  std::string mlp = "swiglu";     // swiglu | gelu
-  int64_t mlp_hidden = 0;         // 0: 4*width for gelu, 8/3*width rounded up to 64 for swiglu
-  std::string positions = "rope"; // rope | learned
-  bool tie_embeddings = true;
-  double rope_theta = 10000.0;
-  double norm_eps = 1e-5;
-  double init_std = 0.02;
-
-  int64_t head_dim() const { return width / num_heads; }
-  int64_t resolved_mlp_hidden() const;
-  int64_t blocks_per_level() const { return num_layers / num_levels; }
-};
 
 struct DataConfig {
   std::string dir = "data/default";  // a directory written by `tributary data build*`

@@ -61,6 +61,7 @@ TEST(Group, MissingPeerIsANetworkErrorNotAHang) {
 }
 
 #include "tributary/comm/exchange.h"
+#include "tributary/runtime/wan.h"
 
 TEST(Exchange, AveragesWithEveryCodecAndAccountsBytes) {
   for (const std::string codec : {"fp32", "fp16", "int8", "fp4"}) {
@@ -91,7 +92,7 @@ TEST(Exchange, AveragesWithEveryCodecAndAccountsBytes) {
 
 TEST(Exchange, EmulatedLinkTakesTheModelledTime) {
   run_ranks(2, [](comm::Group& g) {
-    comm::Exchange ex(g, {.codec = "fp32", .wan = "8Mbit,50ms"});
+    comm::Exchange ex(g, {.codec = "fp32", .link = wan_link_model("8Mbit,50ms", 2)});
     std::vector<torch::Tensor> t = {torch::ones({25000})};  // 100 kB
     auto start = std::chrono::steady_clock::now();
     ex.average(t);
@@ -101,7 +102,7 @@ TEST(Exchange, EmulatedLinkTakesTheModelledTime) {
     EXPECT_GE(took, 0.2);
     EXPECT_LT(took, 1.0) << "the emulation must not add much beyond the model";
   });
-  EXPECT_THROW(comm::LinkModel::parse("fast,slow", 2), Error);
+  EXPECT_THROW(wan_link_model("fast,slow", 2), Error);
 }
 
 TEST(Exchange, TopKErrorFeedbackSendsEverythingEventually) {

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "tributary/runtime/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"

@@ -9,7 +9,7 @@
 #include "tributary/optim/outer.h"
 #include "tributary/routing/kmeans.h"
 #include "tributary/routing/router.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 using namespace tributary;
 using test_support::error_of;

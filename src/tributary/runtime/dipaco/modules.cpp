@@ -1,4 +1,4 @@
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 #include <nlohmann/json.hpp>
 #include <regex>

@@ -1,4 +1,4 @@
-#include "tributary/routing/routes_build.h"
+#include "tributary/runtime/dipaco/routes_build.h"
 
 #include <cmath>
 

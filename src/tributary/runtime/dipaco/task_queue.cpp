@@ -1,4 +1,4 @@
-#include "tributary/runtime/task_queue.h"
+#include "tributary/runtime/dipaco/task_queue.h"
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 

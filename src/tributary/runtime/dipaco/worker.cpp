@@ -1,5 +1,6 @@
-#include "tributary/runtime/dipaco.h"
+#include "tributary/runtime/dipaco/worker.h"
 
+#include "tributary/runtime/dipaco/routes.h"
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <chrono>
@@ -20,11 +21,12 @@
 #include "tributary/routing/router.h"
 #include "tributary/routing/units.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/runtime/wan.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/replicas.h"
-#include "tributary/runtime/task_queue.h"
+#include "tributary/runtime/dipaco/task_queue.h"
 
 namespace tributary {
 namespace {
@@ -118,7 +120,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
       module_ids_(grid_.modules()), rounds_(config.train.steps / config.dist.inner_steps),
       run_dir_(config.train.run_dir),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
-      exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .wan = config.dist.wan,
+      exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                         .seed = static_cast<uint64_t>(config.train.seed)} {
   const fs::path routes = config_.dipaco.routes;
   if (!fs::exists(routes / "route.json"))
@@ -260,7 +262,7 @@ void Worker::train_task(int64_t p, int64_t round) {
       const auto& g = global_.at(module);
       std::vector<torch::Tensor> delta;
       for (size_t k = 0; k < tensors.size(); ++k) {
-        TRIB_CHECK(g[k].first == tensors[k].first, "module tensor order");
+        TRIB_CHECK_EQ(g[k].first, tensors[k].first, "(module tensor order)");
         delta.push_back(g[k].second - tensors[k].second.detach().to(torch::kCPU, torch::kFloat32));
       }
       accs_[module].add(data_[p].weight, delta);
@@ -300,6 +302,7 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
   if (verdict.members == members_) return;
   members_ = verdict.members;
   group_->reform(fmt::format("dipaco/r{}g{}", round, gen), group_rank_of(env_.rank), static_cast<int>(members_.size()));
+  exchange_options_.link = wan_link_model_or_none(config_.dist.wan, static_cast<int>(members_.size()));
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   own_modules();
   if (lead_) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));

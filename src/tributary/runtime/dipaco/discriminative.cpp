@@ -1,12 +1,13 @@
-#include "tributary/routing/discriminative.h"
+#include "tributary/runtime/dipaco/discriminative.h"
 
+#include "tributary/runtime/dipaco/routes.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/routing/router.h"
-#include "tributary/routing/routes_build.h"
+#include "tributary/runtime/dipaco/routes_build.h"
 #include "tributary/routing/units.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary {
 
