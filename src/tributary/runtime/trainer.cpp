@@ -1,368 +1,245 @@
 #include "tributary/runtime/trainer.h"
 
-#include <csignal>
-#include <thread>
 #include <chrono>
-#include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
+#include "tributary/model/eval.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/optim/schedule.h"
-#include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/metrics.h"
 #include "tributary/runtime/replicas.h"
+#include "tributary/runtime/run_report.h"
+#include "tributary/runtime/run_state.h"
+#include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/stop.h"
 
 namespace tributary {
 namespace {
 
-volatile std::sig_atomic_t g_stop_requested = 0;
-void on_signal(int) { g_stop_requested = 1; }
-
-std::string format_duration(double seconds) {
-  int64_t s = static_cast<int64_t>(seconds);
-  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
-  return fmt::format("{}m{:02d}s", s / 60, s % 60);
-}
-
-std::string thousands(double value) {
-  std::string digits = std::to_string(static_cast<int64_t>(std::llround(value)));
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
-}
-
 using Clock = std::chrono::steady_clock;
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-}  // namespace
+// One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
+// numbers before the model), then the loop.
+class TrainingRun {
+ public:
+  TrainingRun(const RunConfig& config, const TrainOptions& options);
+  TrainSummary run();
 
-TrainSummary train(const RunConfig& config_in, const TrainOptions& options) {
-  RunConfig config = config_in;
-  const auto& tc = config.train;
-  const torch::Device device = parse_device(tc.device);
-  const DistEnv& env = options.dist;
-  const bool lead = env.rank == 0;  // rank 0 writes metrics, evaluations and checkpoints
+ private:
+  void build_model_and_data();
+  void start_replicas();
+  void describe(int64_t threads) const;
+  bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
+  void report_exchange(int64_t step, bool synced, double elapsed);
+  void save(int64_t step, double elapsed);
+  void finish(int64_t step, double train_seconds);
+  double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
+
+  RunConfig config_;
+  const TrainConfig& tc_ = config_.train;
+  TrainOptions options_;
+  torch::Device device_;
+  bool lead_;
+  std::unique_ptr<Replicas> replicas_;
+  std::optional<Dataset> dataset_;
+  std::optional<LoadedCheckpoint> ckpt_;
+  std::shared_ptr<Transformer> model_;
+  NamedTensors params_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::shared_ptr<const std::vector<uint32_t>> val_tokens_;
+  RunProgress progress_;
+  std::unique_ptr<RunReport> report_;
+  TrainSummary summary_;
+  int64_t tokens_per_step_ = 0;  // all replicas together
+  size_t num_train_tokens_ = 0;
+  double flops_per_token_ = 0;
+  Clock::time_point run_start_;
+};
+
+TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
+    : config_(config), options_(options), device_(parse_device(config.train.device)), lead_(options.dist.rank == 0) {
+  const DistEnv& env = options_.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
-  const int64_t threads = configure_threads(tc.threads, env.local_world_size);
-  if (lead) check_blas();
-  std::unique_ptr<Replicas> replicas;
-  if (env.distributed()) replicas = std::make_unique<Replicas>(config, env);
+  const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
+  if (lead_) check_blas();
+  if (env.distributed()) replicas_ = std::make_unique<Replicas>(config_, env);
+  dataset_.emplace(Dataset::open(config_.data.dir));
+  ckpt_ = prepare_run(config_, options_, *dataset_);
+  build_model_and_data();
+  if (progress_.step >= tc_.steps)
+    fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
+  start_replicas();
+  // Per-replica peak: in multi-process runs rank 0 measures the machine alone and the local replicas share it.
+  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_, env.local_world_size)
+                                  : measure_matmul_peak(device_);
+  flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());
+  tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * env.world_size;
+  summary_.run_dir = tc_.run_dir;
+  summary_.num_parameters = model_->num_parameters();
+  const double bytes_per_token = dataset_->bytes_per_token("val");
+  summary_.unigram_bpb = dataset_->unigram_val_bits_per_token() / bytes_per_token;
+  describe(threads);
+  report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir, .lead = lead_,
+                                                    .resume_step = ckpt_ ? progress_.step : -1,
+                                                    .total_steps = tc_.steps, .log_every = tc_.log_every,
+                                                    .world_size = env.world_size, .distributed = replicas_ != nullptr,
+                                                    .flops_per_token = flops_per_token_,
+                                                    .peak_flops = summary_.peak_flops,
+                                                    .bytes_per_token = bytes_per_token});
+}
 
-  Dataset dataset = Dataset::open(config.data.dir);
-  if (config.model.vocab_size == 0) config.model.vocab_size = dataset.vocab_size();
-  if (config.model.vocab_size < dataset.vocab_size())
-    fail("model.vocab_size = {} is smaller than the tokenizer of '{}' ({} ids); set it to 0 to take the tokenizer's",
-         config.model.vocab_size, config.data.dir, dataset.vocab_size());
-
-  fs::path run_dir = tc.run_dir;
-  std::optional<LoadedCheckpoint> ckpt;
-  if (options.resume) {
-    fs::path from = options.resume_from.empty() ? run_dir : fs::path(options.resume_from);
-    ckpt = load_checkpoint(from);
-    RunConfig saved = RunConfig::from_toml(ckpt->config_toml, (ckpt->dir / "config.toml").string());
-    if (saved.model.vocab_size == 0) saved.model.vocab_size = config.model.vocab_size;
-    auto diffs = config_differences(saved.schema().flatten(), config.schema().flatten(), RunConfig::resumable_keys());
-    if (!diffs.empty())
-      fail("cannot resume from '{}': the configuration differs in {} (checkpoint vs now). Resume with the "
-           "checkpoint's config ({}), or start a new run with another train.run_dir",
-           ckpt->dir.string(), fmt::join(diffs, ", "), (ckpt->dir / "config.toml").string());
-    const int saved_world = ckpt->state.value("world_size", 1);
-    if (saved_world != env.world_size)
-      fail("cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; resume with the same "
-           "number of workers (launch --nproc {})",
-           ckpt->dir.string(), saved_world, env.world_size, saved_world);
-  } else if (latest_checkpoint(run_dir) && !options.overwrite) {
-    fail("train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
-         "or choose another directory with --set train.run_dir=...",
-         run_dir.string());
-  }
-  // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
-  if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
-  std::error_code ec;
-  if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
-    fail("train.run_dir = '{}' is a file; choose a directory with --set train.run_dir=...", run_dir.string());
-  fs::create_directories(run_dir, ec);
-  if (ec) fail("cannot create train.run_dir = '{}': {}; choose a writable directory", run_dir.string(), ec.message());
-  if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
-
-  // Model and optimizer: the seed fixes the initialisation; a checkpoint then overwrites it.
-  torch::manual_seed(static_cast<uint64_t>(tc.seed));
-  auto model = std::make_shared<Transformer>(config.model);
-  model->to(device);
-  NamedTensors params = named_parameters_of(*model);
-  AdamW optimizer(params, {.beta1 = config.optim.beta1, .beta2 = config.optim.beta2, .eps = config.optim.eps,
-                           .weight_decay = config.optim.weight_decay});
-  const CosineSchedule schedule{config.optim.lr, config.optim.warmup_steps, tc.steps, config.optim.min_lr_ratio};
-
-  auto train_tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens("train"));
-  auto val_tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens("val"));
-  const std::string train_label = fmt::format("'{}' train", config.data.dir);
-  const std::string val_label = fmt::format("'{}' val", config.data.dir);
+void TrainingRun::build_model_and_data() {
+  torch::manual_seed(static_cast<uint64_t>(tc_.seed));
+  model_ = std::make_shared<Transformer>(config_.model);
+  model_->to(device_);
+  params_ = named_parameters_of(*model_);
+  const auto& o = config_.optim;
+  optimizer_ = std::make_unique<AdamW>(
+      params_, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+  auto train_tokens = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("train"));
+  num_train_tokens_ = train_tokens->size();
+  val_tokens_ = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would.
-  BatchLoader loader(train_tokens,
-                     {.batch_size = tc.batch_size, .context = config.model.context, .seed = static_cast<uint64_t>(tc.seed),
-                      .rank = env.rank, .world_size = env.world_size},
-                     train_label);
-  const LoaderOptions val_options{.batch_size = tc.batch_size, .context = config.model.context, .shuffle = false};
-  BatchLoader(val_tokens, val_options, val_label);  // fail now, not at the first evaluation, if val is too small
+  loader_ = std::make_unique<BatchLoader>(
+      train_tokens,
+      LoaderOptions{.batch_size = tc_.batch_size, .context = config_.model.context,
+                    .seed = static_cast<uint64_t>(tc_.seed), .rank = options_.dist.rank,
+                    .world_size = options_.dist.world_size},
+      fmt::format("'{}' train", config_.data.dir));
+  // fail now, not at the first evaluation, if val is too small
+  BatchLoader(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+              fmt::format("'{}' val", config_.data.dir));
+  if (!ckpt_ && !tc_.init_from.empty()) init_from(*model_, tc_.init_from);
+  if (ckpt_) progress_ = restore(*ckpt_, *model_, *optimizer_, *loader_, options_.dist.rank);
+}
 
-  if (!ckpt && !tc.init_from.empty()) {
-    auto init = load_checkpoint(tc.init_from);
-    try {
-      load_parameters(*model, init.model);
-    } catch (const Error& e) {
-      fail("train.init_from = '{}' does not match this run's model: {}", tc.init_from, e.what());
-    }
-  }
-  int64_t start_step = 0, tokens_seen = 0;
-  double elapsed_before = 0;
-  if (ckpt) {
-    // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
-    if (!lead) {
-      ckpt->model = ckpt->tensors(replica_model_file(env.rank));
-      ckpt->optim = ckpt->tensors(replica_optim_file(env.rank));
-    }
-    load_parameters(*model, ckpt->model);
-    for (const char* key : {"optimizer_steps", "tokens"})  // a model-only checkpoint (an exported path) has neither
-      if (!ckpt->state.contains(key) || !ckpt->state[key].is_number_integer())
-        fail("cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
-             "with --set train.init_from=... instead",
-             ckpt->dir.string(), key);
-    optimizer.load_state(ckpt->optim, ckpt->state.at("optimizer_steps").get<int64_t>());
-    if (ckpt->optim.contains("rng.cpu")) {
-      auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
-      generator.set_state(to_torch(ckpt->optim.at("rng.cpu")));
-    }
-    start_step = ckpt->state.at("step").get<int64_t>();
-    tokens_seen = ckpt->state.at("tokens").get<int64_t>();
-    elapsed_before = ckpt->state.value("elapsed_s", 0.0);
-    const auto& position = ckpt->state.contains("loaders") ? ckpt->state.at("loaders").at(env.rank) : ckpt->state.at("loader");
-    loader.set_position({position.at("epoch").get<uint64_t>(), position.at("cursor").get<uint64_t>()});
-    log::info("resumed from '{}' at step {}", ckpt->dir.string(), start_step);
-  }
-  if (start_step >= tc.steps) fail("the checkpoint is at step {} but train.steps = {}: nothing to do", start_step, tc.steps);
+void TrainingRun::start_replicas() {
+  if (!replicas_) return;
+  if (!ckpt_) return replicas_->start(params_);
+  std::optional<safetensors::File> outer;
+  if (ckpt_->has("outer.safetensors")) outer = ckpt_->tensors("outer.safetensors");
+  replicas_->start(params_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
+}
 
-  if (replicas && ckpt) {
-    std::optional<safetensors::File> outer;
-    if (ckpt->has("outer.safetensors")) outer = ckpt->tensors("outer.safetensors");
-    replicas->start(params, start_step, outer ? &*outer : nullptr, ckpt->state.at("replicas"));
-  } else if (replicas) {
-    replicas->start(params);
-  }
-  // Per-replica peak: in multi-process runs rank 0 measures the machine alone and the local replicas share it.
-  const double peak = replicas ? replicas->shared_matmul_peak(device, env.local_world_size) : measure_matmul_peak(device);
-  const double flops_per_token = training_flops_per_token(config.model, model->num_matmul_parameters());
-  const int64_t tokens_per_step = tc.batch_size * tc.grad_accum * config.model.context;
-  const double bytes_per_token = dataset.bytes_per_token("val");
-  TrainSummary summary;
-  summary.run_dir = run_dir;
-  summary.peak_flops = peak;
-  summary.num_parameters = model->num_parameters();
-  summary.unigram_bpb = dataset.unigram_val_bits_per_token() / bytes_per_token;
-  if (lead) log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
-            thousands(double(summary.num_parameters)), thousands(double(model->num_matmul_parameters())),
-            config.model.num_levels, config.model.blocks_per_level(), config.model.width, config.model.context,
-            config.model.vocab_size);
-  if (lead) log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
+void TrainingRun::describe(int64_t threads) const {
+  if (!lead_) return;
+  const auto& m = config_.model;
+  log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
+            thousands(double(summary_.num_parameters)), thousands(double(model_->num_matmul_parameters())),
+            m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
+  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
             "{:.1f} GFLOP/s",
-            config.data.dir, thousands(double(train_tokens->size())), thousands(double(val_tokens->size())),
-            dataset.tokenizer_kind(), thousands(double(tokens_per_step)), threads, peak / 1e9);
+            config_.data.dir, thousands(double(num_train_tokens_)), thousands(double(val_tokens_->size())),
+            dataset_->tokenizer_kind(), thousands(double(tokens_per_step_ / options_.dist.world_size)), threads,
+            summary_.peak_flops / 1e9);
+  if (!replicas_) return;
+  const auto& d = config_.dist;
+  log::info("{} replicas, {}{}, compression {}", replicas_->size(),
+            replicas_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+            replicas_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
+                                                 d.outer_momentum),
+            d.compression);
+}
 
-  std::unique_ptr<MetricsWriter> metrics_writer;
-  if (lead) metrics_writer = std::make_unique<MetricsWriter>(run_dir / "metrics.jsonl", ckpt ? start_step : -1);
-  auto write_metrics = [&](const nlohmann::json& line) {
-    if (metrics_writer) metrics_writer->write(line.dump());
-  };
-  if (replicas && lead)
-    log::info("{} replicas, {}{}, compression {}", replicas->size(),
-              replicas->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
-              replicas->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", config.dist.inner_steps,
-                                                  config.dist.outer_lr, config.dist.outer_momentum),
-              config.dist.compression);
-  auto run_eval = [&](int64_t step, double elapsed) {
-    BatchLoader val_loader(val_tokens, val_options, val_label);
-    auto result = evaluate(*model, val_loader, tc.eval_batches, device);
-    summary.val_loss = result.loss;
-    summary.evaluated = true;
-    summary.val_ppl = std::exp(result.loss);
-    summary.val_bpb = result.loss / std::log(2.0) / bytes_per_token;
-    write_metrics({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
-                   {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}});
-    log::info("eval step {:>5} | val loss {:.4f} | ppl {:.2f} | {:.3f} bits/byte (unigram {:.3f})", step, result.loss,
-              summary.val_ppl, summary.val_bpb, summary.unigram_bpb);
-  };
-  auto save = [&](int64_t step, double elapsed) {
-    NamedTensors optim_state = optimizer.state();
-    optim_state.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
-    auto pos = loader.position();
-    nlohmann::json state = {{"step", step},
-                            {"tokens", tokens_seen},
-                            {"elapsed_s", elapsed},
-                            {"optimizer_steps", optimizer.num_steps()},
-                            {"loader", {{"epoch", pos.epoch}, {"cursor", pos.cursor}}},
-                            {"tokenizer", dataset.tokenizer_kind()},
-                            {"torch_version", TORCH_VERSION}};
-    fs::path tok_model = dataset.dir() / "tokenizer.model";
-    CheckpointContents contents{params, optim_state, state, config.to_toml(),
-                                fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
-    if (replicas && !stage_replica_state(*replicas, run_dir, step, params, optim_state, pos, contents)) return;
-    summary.checkpoint = save_checkpoint(run_dir, step, contents, tc.keep_checkpoints);
-  };
+bool TrainingRun::sync(int64_t step, double lr) {
+  if (!replicas_) return false;
+  bool synced = replicas_->after_step(step, lr, params_);            // DiLoCo: outer step every H inner steps
+  if (step == tc_.steps) synced |= replicas_->finish(step, params_);  // pending inner steps at the end
+  return synced;
+}
 
-  g_stop_requested = 0;
-  auto old_int = std::signal(SIGINT, on_signal);
-  auto old_term = std::signal(SIGTERM, on_signal);
+void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
+  if (!replicas_ || !(synced || (replicas_->averaging_gradients() && report_->log_due(step)))) return;
+  auto c = replicas_->take_stats();
+  summary_.bytes_sent += c.bytes_sent;
+  summary_.bytes_recv += c.bytes_recv;
+  summary_.comm_s += c.comm_s;
+  report_->exchange_done(step, replicas_->ddp() ? step : replicas_->outer_steps(),
+                         replicas_->ddp() ? 1 : replicas_->inner_steps_now(), c, elapsed);
+}
 
-  model->train();
-  auto batch = torch::empty({tc.batch_size, config.model.context + 1}, torch::kInt64);  // (B, T+1) host buffer
-  const int64_t T = config.model.context;
-  const auto run_start = Clock::now();
-  double train_seconds = 0, interval_seconds = 0, round_seconds = 0, round_comm_s = 0;
-  int64_t interval_tokens = 0;
-  double interval_loss = 0;
-  int64_t interval_steps = 0;
-  int64_t step = start_step;
-  bool stop_pending = false;
-  while (step < tc.steps) {
+void TrainingRun::save(int64_t step, double elapsed) {
+  auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get()}, step,
+                       progress_.tokens, elapsed);
+  if (!path.empty()) summary_.checkpoint = path;
+}
+
+// The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
+TrainSummary TrainingRun::run() {
+  DenseStep dense({*model_, params_, *optimizer_, *loader_, replicas_.get(), device_, tc_.grad_accum,
+                   config_.optim.grad_clip, options_.dist.rank});
+  TrainStep& train_step = dense;
+  StopAgreement stop(replicas_.get(), options_.stop_after_step, lead_);
+  const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
+  model_->train();
+  run_start_ = Clock::now();
+  double train_seconds = 0;
+  int64_t step = progress_.step;
+  while (step < tc_.steps) {
     const auto step_start = Clock::now();
     const double lr = schedule.lr(step);
-    optimizer.zero_grad();
-    double step_loss = 0;
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      loader.next(batch.data_ptr<int64_t>());
-      auto on_device = batch.to(device);
-      auto loss = Transformer::loss(model->forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
-      if (replicas) replicas->before_backward(micro + 1 == tc.grad_accum, tc.grad_accum == 1);
-      (tc.grad_accum > 1 ? loss / double(tc.grad_accum) : loss).backward();
-      step_loss += loss.item<double>() / double(tc.grad_accum);
-    }
-    maybe_inject_failure(env.rank, step + 1);
-    if (replicas) replicas->after_backward(params);  // data parallel: average gradients
-    if (!std::isfinite(step_loss))
-      fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);
-    const double grad_norm = clip_grad_norm(params, config.optim.grad_clip);
-    optimizer.step(lr);
+    const StepResult result = train_step.run(step, lr);
     step += 1;
-    tokens_seen += tokens_per_step * env.world_size;
-    bool synced = false;
-    if (replicas) {
-      synced = replicas->after_step(step, lr, params);             // DiLoCo: outer step every H inner steps
-      if (step == tc.steps) synced |= replicas->finish(step, params);  // pending inner steps at the end
-    }
+    progress_.tokens += tokens_per_step_;
+    const bool synced = sync(step, lr);
     const double dt = seconds_since(step_start);
-    round_seconds += dt;
     train_seconds += dt;
-    interval_seconds += dt;
-    interval_tokens += tokens_per_step * env.world_size;
-    interval_loss += step_loss;
-    interval_steps += 1;
-    summary.losses.push_back(step_loss);
-    const double elapsed = elapsed_before + seconds_since(run_start);
-
-    if (replicas && (synced || (replicas->averaging_gradients() && (step % tc.log_every == 0 || step == tc.steps)))) {
-      auto c = replicas->take_stats();
-      round_comm_s += c.comm_s;
-      summary.bytes_sent += c.bytes_sent;
-      summary.bytes_recv += c.bytes_recv;
-      summary.comm_s += c.comm_s;
-      write_metrics({{"step", step},
-                     {"outer_step", replicas->ddp() ? step : replicas->outer_steps()},
-                     {"bytes_sent", c.bytes_sent},
-                     {"bytes_recv", c.bytes_recv},
-                     {"comm_s", c.comm_s},
-                     {"modelled_link_s", c.modelled_s},
-                     {"compute_s", round_seconds - c.comm_s},
-                     {"inner_steps", replicas->ddp() ? 1 : replicas->inner_steps_now()},
-                     {"elapsed_s", elapsed_before + seconds_since(run_start)}});
-      round_seconds = 0;
-    }
-    if (step % tc.log_every == 0 || step == tc.steps) {
-      const double tps = double(interval_tokens) / interval_seconds;
-      const double mfu = tps * flops_per_token / (peak * env.world_size);
-      const double eta = double(tc.steps - step) * interval_seconds / double(interval_steps);
-      write_metrics({{"step", step}, {"tokens", tokens_seen}, {"loss", step_loss},
-                     {"loss_avg", interval_loss / double(interval_steps)}, {"lr", lr}, {"grad_norm", grad_norm},
-                     {"tokens_per_s", tps}, {"mfu", mfu}, {"elapsed_s", elapsed}});
-      std::string comm_share =
-          replicas ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s / interval_seconds) : std::string();
-      round_comm_s = 0;
-      if (lead)
-        log::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
-                  tc.steps, interval_loss / double(interval_steps), lr, grad_norm, thousands(tps), 100 * mfu,
-                  comm_share, format_duration(eta));
-      interval_seconds = 0;
-      interval_tokens = 0;
-      interval_loss = 0;
-      interval_steps = 0;
-    }
-    const bool last = step == tc.steps;
-    // A stop (signal or --stop-after-step) must happen at the same step on every rank: a signal is agreed on by a
-    // lagged vote every step (comm/lagged_vote.h), so DiLoCo stops within a few steps instead of at its next outer
-    // step (which may be minutes away) — and the stop waits until no exchange is in flight.
-    if (options.stop_after_step > 0 && step >= options.stop_after_step) stop_pending = true;
-    if (!replicas) {
-      stop_pending |= g_stop_requested != 0;
-    } else if (!stop_pending) {
-      stop_pending = replicas->stop_agreed(g_stop_requested != 0);
-      if (stop_pending && lead) log::info("stop agreed by every rank at step {}", step);
-    }
-    const bool quiescent = !replicas || replicas->quiescent();
-    const bool stop = stop_pending && quiescent;
+    report_->step_done(dt, tokens_per_step_, result.loss);
+    summary_.losses.push_back(result.loss);
+    const double now = elapsed();
+    report_exchange(step, synced, now);
+    if (report_->log_due(step)) report_->log_step(step, progress_.tokens, result.loss, lr, result.grad_norm, now);
+    const bool last = step == tc_.steps;
+    const bool quiescent = !replicas_ || replicas_->quiescent();
+    const bool stop_now = stop.after_step(step, quiescent);
     // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
     // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-    const bool at_global = !replicas || replicas->averaging_gradients() || synced;
-    if (lead && ((tc.eval_every > 0 && step % tc.eval_every == 0) || last)) run_eval(step, elapsed);
-    if ((lead || replicas) &&
-        (((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) && at_global && quiescent) || last || stop))
-      save(step, elapsed);
-    if (stop && !last) {
-      if (lead) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary.checkpoint.string());
-      summary.stopped_early = true;
+    const bool at_global = !replicas_ || replicas_->averaging_gradients() || synced;
+    if (lead_ && ((tc_.eval_every > 0 && step % tc_.eval_every == 0) || last)) {
+      BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+                      fmt::format("'{}' val", config_.data.dir));
+      report_->evaluated(step, progress_.tokens, evaluate(*model_, val, tc_.eval_batches, device_), now, summary_);
+    }
+    const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
+    if ((lead_ || replicas_) && (periodic || last || stop_now)) save(step, now);
+    if (stop_now && !last) {
+      if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
+                           summary_.checkpoint.string());
+      summary_.stopped_early = true;
       break;
     }
   }
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
+  finish(step, train_seconds);
+  return summary_;
+}
 
-  summary.steps = step;
-  if (replicas) {
-    summary.world_size = replicas->size();
-    summary.outer_steps = replicas->outer_steps();
+void TrainingRun::finish(int64_t step, double train_seconds) {
+  summary_.steps = step;
+  if (replicas_) {
+    summary_.world_size = replicas_->size();
+    summary_.outer_steps = replicas_->outer_steps();
   }
-  summary.tokens = tokens_seen;
-  summary.elapsed_s = elapsed_before + seconds_since(run_start);
-  const int64_t steps_run = step - start_step;
-  summary.tokens_per_s = double(steps_run * tokens_per_step * env.world_size) / train_seconds;
-  summary.mfu = summary.tokens_per_s * flops_per_token / (peak * env.world_size);
-  nlohmann::json summary_json = {{"steps", summary.steps},           {"tokens", summary.tokens},
-                                 {"val_loss", summary.val_loss},     {"val_bpb", summary.val_bpb},
-                                 {"val_ppl", summary.val_ppl},       {"unigram_bpb", summary.unigram_bpb},
-                                 {"tokens_per_s", summary.tokens_per_s}, {"mfu", summary.mfu},
-                                 {"peak_flops", summary.peak_flops}, {"elapsed_s", summary.elapsed_s},
-                                 {"num_parameters", summary.num_parameters},
-                                 {"checkpoint", summary.checkpoint.string()}, {"stopped_early", summary.stopped_early},
-                                 {"world_size", summary.world_size}, {"bytes_sent", summary.bytes_sent},
-                                 {"bytes_recv", summary.bytes_recv}, {"comm_s", summary.comm_s},
-                                 {"outer_steps", summary.outer_steps},
-                                 {"algorithm", replicas ? config.dist.algorithm : std::string("single")},
-                                 {"compression", config.dist.compression}};
-  if (!summary.evaluated)  // a 0.0 loss would read as a perfect model
-    for (const char* key : {"val_loss", "val_bpb", "val_ppl"}) summary_json[key] = nullptr;
-  if (lead) write_file_atomic(run_dir / "summary.json", summary_json.dump(2) + "\n");
-  return summary;
+  summary_.tokens = progress_.tokens;
+  summary_.elapsed_s = elapsed();
+  summary_.tokens_per_s = double((step - progress_.step) * tokens_per_step_) / train_seconds;
+  summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
+  report_->write_summary(summary_, replicas_ ? config_.dist.algorithm : std::string("single"),
+                         config_.dist.compression);
+}
+
+}  // namespace
+
+TrainSummary train(const RunConfig& config, const TrainOptions& options) {
+  TrainingRun run(config, options);
+  return run.run();
 }
 
 }  // namespace tributary

@@ -1,0 +1,109 @@
+#include "tributary/runtime/run_report.h"
+
+#include <cmath>
+
+#include "tributary/core/log.h"
+
+namespace tributary {
+namespace {
+
+std::string format_duration(double seconds) {
+  int64_t s = static_cast<int64_t>(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  return fmt::format("{}m{:02d}s", s / 60, s % 60);
+}
+
+}  // namespace
+
+std::string thousands(double value) {
+  std::string digits = std::to_string(static_cast<int64_t>(std::llround(value)));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+RunReport::RunReport(const ReportSetup& setup) : setup_(setup) {
+  if (setup_.lead) metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step);
+}
+
+void RunReport::write(const nlohmann::json& line) {
+  if (metrics_) metrics_->write(line.dump());
+}
+
+void RunReport::step_done(double seconds, int64_t tokens, double loss) {
+  round_seconds_ += seconds;
+  interval_seconds_ += seconds;
+  interval_tokens_ += tokens;
+  interval_loss_ += loss;
+  interval_steps_ += 1;
+}
+
+void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& c,
+                              double elapsed) {
+  round_comm_s_ += c.comm_s;
+  write({{"step", step},
+         {"outer_step", outer_step},
+         {"bytes_sent", c.bytes_sent},
+         {"bytes_recv", c.bytes_recv},
+         {"comm_s", c.comm_s},
+         {"modelled_link_s", c.modelled_s},
+         {"compute_s", round_seconds_ - c.comm_s},
+         {"inner_steps", inner_steps},
+         {"elapsed_s", elapsed}});
+  round_seconds_ = 0;
+}
+
+void RunReport::log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm,
+                         double elapsed) {
+  const double tps = double(interval_tokens_) / interval_seconds_;
+  const double mfu = tps * setup_.flops_per_token / (setup_.peak_flops * setup_.world_size);
+  const double eta = double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_);
+  write({{"step", step}, {"tokens", tokens_seen}, {"loss", loss}, {"loss_avg", interval_loss_ / double(interval_steps_)},
+         {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_s", tps}, {"mfu", mfu}, {"elapsed_s", elapsed}});
+  const std::string comm_share =
+      setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / interval_seconds_) : std::string();
+  round_comm_s_ = 0;
+  if (setup_.lead)
+    log::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
+              setup_.total_steps, interval_loss_ / double(interval_steps_), lr, grad_norm, thousands(tps), 100 * mfu,
+              comm_share, format_duration(eta));
+  interval_seconds_ = 0;
+  interval_tokens_ = 0;
+  interval_loss_ = 0;
+  interval_steps_ = 0;
+}
+
+void RunReport::evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed,
+                          TrainSummary& summary) {
+  summary.val_loss = result.loss;
+  summary.evaluated = true;
+  summary.val_ppl = std::exp(result.loss);
+  summary.val_bpb = result.loss / std::log(2.0) / setup_.bytes_per_token;
+  write({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
+         {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}});
+  log::info("eval step {:>5} | val loss {:.4f} | ppl {:.2f} | {:.3f} bits/byte (unigram {:.3f})", step, result.loss,
+            summary.val_ppl, summary.val_bpb, summary.unigram_bpb);
+}
+
+void RunReport::write_summary(const TrainSummary& s, const std::string& algorithm, const std::string& compression) {
+  if (!setup_.lead) return;
+  nlohmann::json j = {{"steps", s.steps},           {"tokens", s.tokens},
+                      {"val_loss", s.val_loss},     {"val_bpb", s.val_bpb},
+                      {"val_ppl", s.val_ppl},       {"unigram_bpb", s.unigram_bpb},
+                      {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
+                      {"peak_flops", s.peak_flops}, {"elapsed_s", s.elapsed_s},
+                      {"num_parameters", s.num_parameters},
+                      {"checkpoint", s.checkpoint.string()}, {"stopped_early", s.stopped_early},
+                      {"world_size", s.world_size}, {"bytes_sent", s.bytes_sent},
+                      {"bytes_recv", s.bytes_recv}, {"comm_s", s.comm_s},
+                      {"outer_steps", s.outer_steps}, {"algorithm", algorithm},
+                      {"compression", compression}};
+  if (!s.evaluated)
+    for (const char* key : {"val_loss", "val_bpb", "val_ppl"}) j[key] = nullptr;
+  write_file_atomic(setup_.run_dir / "summary.json", j.dump(2) + "\n");
+}
+
+}  // namespace tributary

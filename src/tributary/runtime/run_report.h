@@ -1,0 +1,53 @@
+// What a training run tells its user: metrics.jsonl (rank 0), the console lines, and summary.json. The loop calls it
+// at fixed points; it owns the interval accounting (tokens/s, MFU, ETA, the share of time blocked in communication).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tributary/comm/exchange.h"
+#include "tributary/model/eval.h"
+#include "tributary/runtime/metrics.h"
+#include "tributary/runtime/trainer.h"
+
+namespace tributary {
+
+struct ReportSetup {
+  fs::path run_dir;
+  bool lead = true;            // rank 0 writes metrics and prints
+  int64_t resume_step = -1;    // >= 0: metrics.jsonl keeps only lines up to this step
+  int64_t total_steps = 0;
+  int64_t log_every = 1;
+  int world_size = 1;
+  bool distributed = false;
+  double flops_per_token = 0, peak_flops = 0;
+  double bytes_per_token = 1;  // validation bytes per token (bits/byte)
+};
+
+class RunReport {
+ public:
+  explicit RunReport(const ReportSetup& setup);
+
+  void write(const nlohmann::json& line);  // a metrics line (rank 0 only)
+  // Every step: the step's time and tokens (all replicas) for the interval statistics.
+  void step_done(double seconds, int64_t tokens, double loss);
+  // After an exchange (or a logged data-parallel step): traffic and blocked time since the last one.
+  void exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& stats,
+                     double elapsed);
+  bool log_due(int64_t step) const { return step % setup_.log_every == 0 || step == setup_.total_steps; }
+  void log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm, double elapsed);
+  void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, TrainSummary& summary);
+  // summary.json: val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model).
+  void write_summary(const TrainSummary& summary, const std::string& algorithm, const std::string& compression);
+
+ private:
+  ReportSetup setup_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  double round_seconds_ = 0, round_comm_s_ = 0, interval_seconds_ = 0, interval_loss_ = 0;
+  int64_t interval_tokens_ = 0, interval_steps_ = 0;
+};
+
+std::string thousands(double value);  // 1234567 -> "1,234,567"
+
+}  // namespace tributary

@@ -1,0 +1,108 @@
+#include "tributary/runtime/run_state.h"
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/runtime/replica_checkpoint.h"
+
+namespace tributary {
+namespace {
+
+void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int world_size) {
+  RunConfig saved = RunConfig::from_toml(ckpt.config_toml, (ckpt.dir / "config.toml").string());
+  if (saved.model.vocab_size == 0) saved.model.vocab_size = config.model.vocab_size;
+  auto diffs = config_differences(saved.schema().flatten(), config.schema().flatten(), RunConfig::resumable_keys());
+  if (!diffs.empty())
+    fail("cannot resume from '{}': the configuration differs in {} (checkpoint vs now). Resume with the "
+         "checkpoint's config ({}), or start a new run with another train.run_dir",
+         ckpt.dir.string(), fmt::join(diffs, ", "), (ckpt.dir / "config.toml").string());
+  const int saved_world = ckpt.state.value("world_size", 1);
+  if (saved_world != world_size)
+    fail("cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; resume with the same "
+         "number of workers (launch --nproc {})",
+         ckpt.dir.string(), saved_world, world_size, saved_world);
+}
+
+}  // namespace
+
+std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOptions& options, const Dataset& dataset) {
+  if (config.model.vocab_size == 0) config.model.vocab_size = dataset.vocab_size();
+  if (config.model.vocab_size < dataset.vocab_size())
+    fail("model.vocab_size = {} is smaller than the tokenizer of '{}' ({} ids); set it to 0 to take the tokenizer's",
+         config.model.vocab_size, config.data.dir, dataset.vocab_size());
+  const fs::path run_dir = config.train.run_dir;
+  const bool lead = options.dist.rank == 0;
+  std::optional<LoadedCheckpoint> ckpt;
+  if (options.resume) {
+    ckpt = load_checkpoint(options.resume_from.empty() ? run_dir : fs::path(options.resume_from));
+    check_resumable(*ckpt, config, options.dist.world_size);
+  } else if (latest_checkpoint(run_dir) && !options.overwrite) {
+    fail("train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
+         "or choose another directory with --set train.run_dir=...",
+         run_dir.string());
+  }
+  // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
+  if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
+  std::error_code ec;
+  if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
+    fail("train.run_dir = '{}' is a file; choose a directory with --set train.run_dir=...", run_dir.string());
+  fs::create_directories(run_dir, ec);
+  if (ec) fail("cannot create train.run_dir = '{}': {}; choose a writable directory", run_dir.string(), ec.message());
+  if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
+  return ckpt;
+}
+
+void init_from(Transformer& model, const std::string& from) {
+  auto init = load_checkpoint(from);
+  try {
+    load_parameters(model, init.model);
+  } catch (const Error& e) {
+    fail("train.init_from = '{}' does not match this run's model: {}", from, e.what());
+  }
+}
+
+RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank) {
+  // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
+  if (rank != 0) {
+    ckpt.model = ckpt.tensors(replica_model_file(rank));
+    ckpt.optim = ckpt.tensors(replica_optim_file(rank));
+  }
+  load_parameters(model, ckpt.model);
+  for (const char* key : {"optimizer_steps", "tokens"})  // a model-only checkpoint (an exported path) has neither
+    if (!ckpt.state.contains(key) || !ckpt.state[key].is_number_integer())
+      fail("cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
+           "with --set train.init_from=... instead",
+           ckpt.dir.string(), key);
+  optimizer.load_state(ckpt.optim, ckpt.state.at("optimizer_steps").get<int64_t>());
+  if (ckpt.optim.contains("rng.cpu")) {
+    auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
+    generator.set_state(to_torch(ckpt.optim.at("rng.cpu")));
+  }
+  RunProgress progress{.step = ckpt.state.at("step").get<int64_t>(),
+                       .tokens = ckpt.state.at("tokens").get<int64_t>(),
+                       .elapsed_before = ckpt.state.value("elapsed_s", 0.0)};
+  const auto& position = ckpt.state.contains("loaders") ? ckpt.state.at("loaders").at(rank) : ckpt.state.at("loader");
+  loader.set_position({position.at("epoch").get<uint64_t>(), position.at("cursor").get<uint64_t>()});
+  log::info("resumed from '{}' at step {}", ckpt.dir.string(), progress.step);
+  return progress;
+}
+
+fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double elapsed) {
+  NamedTensors optim_state = r.optimizer.state();
+  optim_state.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+  auto pos = r.loader.position();
+  nlohmann::json state = {{"step", step},
+                          {"tokens", tokens},
+                          {"elapsed_s", elapsed},
+                          {"optimizer_steps", r.optimizer.num_steps()},
+                          {"loader", {{"epoch", pos.epoch}, {"cursor", pos.cursor}}},
+                          {"tokenizer", r.dataset.tokenizer_kind()},
+                          {"torch_version", TORCH_VERSION}};
+  const fs::path tok_model = r.dataset.dir() / "tokenizer.model";
+  CheckpointContents contents{r.params, optim_state, state, r.config.to_toml(),
+                              fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
+  const fs::path run_dir = r.config.train.run_dir;
+  if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
+  return save_checkpoint(run_dir, step, contents, r.config.train.keep_checkpoints);
+}
+
+}  // namespace tributary

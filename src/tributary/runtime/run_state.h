@@ -1,0 +1,48 @@
+// Where a training run starts from and what it leaves: the run directory (fresh, --overwrite, or --resume with the
+// same configuration and number of workers), train.init_from, restoring a checkpoint into the model, optimizer,
+// RNG and loader, and saving one (every rank's replica and the outer state in multi-process runs).
+#pragma once
+
+#include <optional>
+
+#include "tributary/data/dataset.h"
+#include "tributary/data/loader.h"
+#include "tributary/model/tensor_io.h"
+#include "tributary/model/transformer.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/trainer.h"
+
+namespace tributary {
+
+class Replicas;
+
+// Resolves model.vocab_size from the dataset, checks a resume against the checkpoint (same config up to the
+// resumable keys, same number of workers), refuses to silently reuse a run directory, prepares it and writes
+// config.toml (rank 0). Returns the checkpoint to resume from, if any.
+std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOptions& options, const Dataset& dataset);
+
+// The progress a checkpoint carries.
+struct RunProgress {
+  int64_t step = 0, tokens = 0;
+  double elapsed_before = 0;
+};
+
+// train.init_from (fresh runs only): the weights of another checkpoint; the optimizer and schedule start over.
+void init_from(Transformer& model, const std::string& from);
+// Loads this rank's replica (parameters, AdamW state, RNG, loader position) and returns the progress.
+RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank);
+
+struct SaveRequest {
+  const RunConfig& config;
+  const Dataset& dataset;
+  NamedTensors& params;
+  const AdamW& optimizer;
+  const BatchLoader& loader;
+  Replicas* replicas = nullptr;
+};
+// Writes checkpoint step-N (every rank takes part in a multi-process checkpoint). Returns its path on rank 0, an
+// empty path elsewhere.
+fs::path save_run(const SaveRequest& request, int64_t step, int64_t tokens, double elapsed);
+
+}  // namespace tributary

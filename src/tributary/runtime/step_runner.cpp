@@ -1,0 +1,35 @@
+#include "tributary/runtime/step_runner.h"
+
+#include <cmath>
+
+#include "tributary/core/error.h"
+#include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/replicas.h"
+
+namespace tributary {
+
+DenseStep::DenseStep(DenseStepParts parts)
+    : p_(parts), batch_(torch::empty({parts.loader.batch_size(), parts.loader.context() + 1}, torch::kInt64)) {}
+
+StepResult DenseStep::run(int64_t step, double lr) {
+  const int64_t T = p_.loader.context();
+  p_.optimizer.zero_grad();
+  double step_loss = 0;
+  for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
+    p_.loader.next(batch_.data_ptr<int64_t>());
+    auto on_device = batch_.to(p_.device);
+    auto loss = Transformer::loss(p_.model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
+    if (p_.replicas) p_.replicas->before_backward(micro + 1 == p_.grad_accum, p_.grad_accum == 1);
+    (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
+    step_loss += loss.item<double>() / double(p_.grad_accum);
+  }
+  maybe_inject_failure(p_.rank, step + 1);
+  if (p_.replicas) p_.replicas->after_backward(p_.params);  // data parallel: average gradients
+  if (!std::isfinite(step_loss))
+    fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);
+  StepResult result{.loss = step_loss, .grad_norm = clip_grad_norm(p_.params, p_.grad_clip)};
+  p_.optimizer.step(lr);
+  return result;
+}
+
+}  // namespace tributary
