@@ -13,6 +13,9 @@ Group::Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, Gr
   reform(prefix);
 }
 
+Group::Group(const Store& store, int rank, int world_size, GroupOptions options, std::string prefix)
+    : Group(store.handle(), rank, world_size, std::move(options), std::move(prefix)) {}
+
 Group::~Group() = default;
 
 void Group::reform(const std::string& prefix, int rank, int world_size) {

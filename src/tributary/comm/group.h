@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "tributary/comm/store.h"
+
 namespace c10d {
 class Store;
 class Work;
@@ -55,6 +57,7 @@ class Group {
  public:
   Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options = {},
         std::string prefix = "group0");
+  Group(const Store& store, int rank, int world_size, GroupOptions options = {}, std::string prefix = "group0");
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;

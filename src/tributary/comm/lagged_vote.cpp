@@ -6,9 +6,9 @@
 
 namespace tributary::comm {
 
-LaggedVote::LaggedVote(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options,
+LaggedVote::LaggedVote(const Store& store, int rank, int world_size, GroupOptions options,
                    int lag)
-    : group_(std::move(store), rank, world_size, std::move(options), "stop-vote"), lag_(std::max(0, lag)) {}
+    : group_(store, rank, world_size, std::move(options), "stop-vote"), lag_(std::max(0, lag)) {}
 
 LaggedVote::~LaggedVote() {
   // Every rank started the same ballots, so on a normal end they complete; after an error (a dead peer) waiting

@@ -20,7 +20,7 @@ namespace tributary::comm {
 
 class LaggedVote {
  public:
-  LaggedVote(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options, int lag = 2);
+  LaggedVote(const Store& store, int rank, int world_size, GroupOptions options, int lag = 2);
   ~LaggedVote();
   LaggedVote(const LaggedVote&) = delete;
   LaggedVote& operator=(const LaggedVote&) = delete;

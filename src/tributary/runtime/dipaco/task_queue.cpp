@@ -1,6 +1,5 @@
 #include "tributary/runtime/dipaco/task_queue.h"
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -17,15 +16,15 @@ const std::string kPrefix = "dipaco/";
 
 }  // namespace
 
-TaskQueue::TaskQueue(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Store> heartbeat_store,
+TaskQueue::TaskQueue(comm::Store store, comm::Store heartbeat_store,
                      int worker, double dead_after_s)
     : store_(std::move(store)), heartbeat_store_(std::move(heartbeat_store)), worker_(worker),
       dead_after_s_(dead_after_s) {
-  heartbeat_store_->add(kPrefix + "hb/" + std::to_string(worker_), 1);
+  heartbeat_store_.add(kPrefix + "hb/" + std::to_string(worker_), 1);
   heartbeat_ = std::thread([this] {
     while (!stop_) {
       try {
-        heartbeat_store_->add(kPrefix + "hb/" + std::to_string(worker_), 1);
+        heartbeat_store_.add(kPrefix + "hb/" + std::to_string(worker_), 1);
       } catch (const std::exception&) {
         return;  // the store is gone (the leader stopped): the main thread will find out on its next call
       }
@@ -40,16 +39,15 @@ TaskQueue::~TaskQueue() {
 }
 
 std::string TaskQueue::get(const std::string& key) {
-  auto b = store_->get(kPrefix + key);
-  return {b.begin(), b.end()};
+  return store_.get(kPrefix + key);
 }
 void TaskQueue::set(const std::string& key, const std::string& value) {
-  store_->set(kPrefix + key, std::vector<uint8_t>(value.begin(), value.end()));
+  store_.set(kPrefix + key, value);
 }
-bool TaskQueue::has(const std::string& key) { return store_->check({kPrefix + key}); }
+bool TaskQueue::has(const std::string& key) { return store_.check({kPrefix + key}); }
 
 std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks) {
-  const int64_t index = store_->add(kPrefix + fmt::format("r{}/g{}/next", round, gen), 1) - 1;
+  const int64_t index = store_.add(kPrefix + fmt::format("r{}/g{}/next", round, gen), 1) - 1;
   if (index >= static_cast<int64_t>(tasks.size())) return std::nullopt;
   const int64_t path = tasks[static_cast<size_t>(index)];
   set(fmt::format("r{}/claim/{}", round, path), std::to_string(worker_));
@@ -93,7 +91,7 @@ Verdict TaskQueue::decide(int64_t round, int64_t gen, const std::vector<int>& me
     std::vector<int> alive, dead;
     bool all_idle = true;
     for (int w : members) {
-      const int64_t value = store_->add(kPrefix + "hb/" + std::to_string(w), 0);
+      const int64_t value = store_.add(kPrefix + "hb/" + std::to_string(w), 0);
       auto& b = beats[w];
       if (value != b.value) {
         b.value = value;

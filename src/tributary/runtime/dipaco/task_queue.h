@@ -1,4 +1,4 @@
-// DiPaCo's task queue (arXiv 2403.10616 §3) on the run's c10d Store: a round's (path, shard) tasks are claimed one at
+// DiPaCo's task queue (arXiv 2403.10616 §3) on the run's store (comm/store.h): a round's (path, shard) tasks are claimed one at
 // a time with an atomic counter, so fast workers take more tasks than slow ones and everyone stays busy.
 //
 // Liveness: every worker bumps a heartbeat counter every 0.5 s from its own thread (its own store connection). When
@@ -21,9 +21,8 @@
 #include <thread>
 #include <vector>
 
-namespace c10d {
-class Store;
-}
+#include "tributary/comm/store.h"
+
 
 namespace tributary {
 
@@ -37,7 +36,7 @@ struct Verdict {
 class TaskQueue {
  public:
   // `heartbeat_store`: a second connection used only by the heartbeat thread.
-  TaskQueue(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Store> heartbeat_store, int worker,
+  TaskQueue(comm::Store store, comm::Store heartbeat_store, int worker,
             double dead_after_s);
   ~TaskQueue();
 
@@ -55,7 +54,7 @@ class TaskQueue {
   void set(const std::string& key, const std::string& value);
   bool has(const std::string& key);
 
-  c10::intrusive_ptr<c10d::Store> store_, heartbeat_store_;
+  comm::Store store_, heartbeat_store_;
   int worker_;
   double dead_after_s_;
   std::atomic<bool> stop_{false};

@@ -1,7 +1,7 @@
 #include "tributary/runtime/dipaco/worker.h"
 
 #include "tributary/runtime/dipaco/routes.h"
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 
 #include <chrono>
 #include <cmath>
@@ -25,7 +25,7 @@
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/replicas.h"
+#include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/dipaco/task_queue.h"
 
 namespace tributary {
@@ -98,7 +98,7 @@ class Worker {
   std::vector<PathData> data_;
   CosineSchedule schedule_;
   comm::ExchangeOptions exchange_options_;
-  c10::intrusive_ptr<c10d::Store> store_;
+  std::optional<comm::Store> store_;
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<TaskQueue> queue_;
@@ -147,21 +147,21 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
   }
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
   using std::chrono::milliseconds;
-  c10::intrusive_ptr<c10d::Store> heartbeat_store;
+  std::optional<comm::Store> heartbeat_store;
   if (env_.distributed()) {
     store_ = rendezvous(config_, env_);
-    heartbeat_store = comm::connect_store(env_.master_addr, env_.master_port, env_.rank, env_.world_size, true,
-                                          env_.store_prefix + "/tributary",
-                                          milliseconds(int64_t(config_.dist.store_timeout_s * 1000)));
+    heartbeat_store = comm::Store::connect(env_.master_addr, env_.master_port, env_.rank, env_.world_size, true,
+                                           env_.store_prefix + "/tributary",
+                                           milliseconds(int64_t(config_.dist.store_timeout_s * 1000)));
   } else {
-    store_ = heartbeat_store = c10::make_intrusive<c10d::HashStore>();
+    store_ = heartbeat_store = comm::Store::in_memory();
   }
   group_ = std::make_unique<comm::Group>(
-      store_, env_.rank, env_.world_size,
+      *store_, env_.rank, env_.world_size,
       comm::GroupOptions{.collective_timeout = milliseconds(int64_t(config_.dist.collective_timeout_s * 1000))},
       "dipaco/g0");
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  queue_ = std::make_unique<TaskQueue>(store_, heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
+  queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
 
   global_ = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed), config_.dipaco.init_from);
   members_.resize(static_cast<size_t>(env_.world_size));

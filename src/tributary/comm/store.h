@@ -1,0 +1,47 @@
+// The narrow key-value store every process of a run shares (rendezvous, the DiPaCo task queue, heartbeats, the
+// process groups' own bootstrap). comm/ is the only layer that touches c10d: this wraps a c10d::Store (TCPStore in
+// real runs, hosted by rank 0 unless an agent such as torchrun already hosts one; HashStore in one process).
+// Contracts: every blocking call has a deadline; failures are NetworkError naming the key and this rank.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Store;
+}
+
+namespace tributary::comm {
+
+class Store {
+ public:
+  explicit Store(c10::intrusive_ptr<c10d::Store> impl, int rank = 0);
+  Store(const Store&);
+  Store& operator=(const Store&);
+  ~Store();
+
+  // One process: an in-memory store (a group of one needs no network).
+  static Store in_memory();
+  // Real runs: connects (rank 0 also hosts it unless `server_exists`) and scopes every key under `prefix`.
+  static Store connect(const std::string& master_addr, int master_port, int rank, int world_size, bool server_exists,
+                       const std::string& prefix, std::chrono::milliseconds timeout);
+
+  void set(const std::string& key, const std::string& value);
+  std::string get(const std::string& key);  // waits for the key up to the store's timeout
+  int64_t add(const std::string& key, int64_t delta);
+  bool check(const std::vector<std::string>& keys);
+  // Waits until every key exists; NetworkError naming `what` and this rank after `timeout`.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const std::string& what);
+
+  const c10::intrusive_ptr<c10d::Store>& handle() const { return impl_; }  // for Group and LaggedVote (comm/)
+
+ private:
+  c10::intrusive_ptr<c10d::Store> impl_;
+  int rank_;
+};
+
+}  // namespace tributary::comm

@@ -1,0 +1,172 @@
+#include "tributary/optim/outer_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "tributary/core/error.h"
+
+namespace tributary {
+
+OuterLoop::OuterLoop(const OuterLoopOptions& options, Reduce reduce)
+    : options_(options), reduce_(std::move(reduce)), current_h_(options.inner_steps) {}
+
+NamedTensors OuterLoop::subset(const NamedTensors& params, const SyncUnit& u) const {
+  NamedTensors out;
+  for (size_t i : u.params) out.push_back(params[i]);
+  return out;
+}
+
+void OuterLoop::start(NamedTensors& params, int64_t offset) {
+  const int64_t num_fragments = options_.fragments;
+  units_.clear();
+  units_.resize(static_cast<size_t>(num_fragments));
+  // Blocks strided over the fragments; everything outside the blocks (embeddings, final norm, head) in fragment 0.
+  const std::regex block(R"(^levels\.(\d+)\.modules\.\d+\.blocks\.(\d+)\.)");
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::smatch m;
+    int64_t f = 0;
+    if (std::regex_search(params[i].first, m, block))
+      f = (std::stoll(m[1]) * options_.blocks_per_level + std::stoll(m[2])) % num_fragments;
+    units_[size_t(f)].params.push_back(i);
+  }
+  for (int64_t f = 0; f < num_fragments; ++f) {
+    auto& u = units_[size_t(f)];
+    if (u.params.empty())
+      fail("dist.fragments = {} but fragment {} holds no parameters (the model has {} blocks); use fewer fragments",
+           num_fragments, f, options_.num_layers);
+    u.outer = std::make_unique<OuterOptimizer>(subset(params, u), options_.outer);
+    u.last_sync = offset + f * options_.inner_steps / num_fragments;  // first sync H steps later
+  }
+}
+
+void OuterLoop::load(const safetensors::File& outer, const nlohmann::json& progress) {
+  // dist.fragments is part of the config a resume must match, and outer.safetensors is written with them
+  TRIB_CHECK_EQ(progress.size(), units_.size(), "(fragments in the checkpoint vs the run)");
+  for (size_t f = 0; f < units_.size(); ++f) {
+    units_[f].last_sync = progress[f].at("last_sync").get<int64_t>();
+    units_[f].outer->load_state(outer, progress[f].at("outer_steps").get<int64_t>());
+  }
+}
+
+void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps) {
+  u.pending = reduce_(u.outer->pseudo_gradient(subset(params, u)));
+  u.apply_step = step + overlap_steps;
+  u.merge = overlap_steps > 0;
+  u.last_sync = step;
+}
+
+void OuterLoop::land(size_t index, NamedTensors& params) {
+  SyncUnit& u = units_[index];
+  const auto start = std::chrono::steady_clock::now();
+  auto averaged = u.pending.get();  // rethrows a failed exchange
+  blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  u.apply_step = -1;
+  auto local = subset(params, u);
+  torch::NoGradGuard no_grad;
+  if (commit_ && !commit_(index, u.outer->num_steps() + 1)) {
+    // Discarded: back to the last global parameters; the outer optimizer does not move.
+    for (size_t i = 0; i < local.size(); ++i) {
+      auto& p = local[i].second;
+      p.copy_(u.outer->global()[i].second.to(p.device(), p.scalar_type()));
+    }
+    return;
+  }
+  if (!u.merge) {
+    u.outer->step(averaged, local);  // every replica continues from the new global parameters
+  } else {
+    // The replicas trained tau more steps meanwhile: merge them with the new global parameters.
+    u.outer->apply(averaged);
+    const double a = options_.merge_alpha;
+    for (size_t i = 0; i < local.size(); ++i) {
+      auto& p = local[i].second;
+      p.mul_(a).add_(u.outer->global()[i].second.to(p.device(), p.scalar_type()), 1.0 - a);
+    }
+  }
+  if (landed_) landed_(u.outer->global(), fmt::format("after outer step {}", outer_steps()), u.merge);
+}
+
+bool OuterLoop::after_step(int64_t step, double lr, NamedTensors& params) {
+  if (options_.qsr_alpha > 0 && lr > 0) {
+    // QSR: sync less often as the learning rate decays.
+    double h = std::floor(std::pow(options_.qsr_alpha / lr, 2.0));
+    current_h_ = std::max<int64_t>(options_.inner_steps, static_cast<int64_t>(std::min(h, 1e9)));
+  }
+  bool landed = false;
+  for (size_t f = 0; f < units_.size(); ++f) {
+    auto& u = units_[f];
+    if (u.in_flight() && step >= u.apply_step) {
+      land(f, params);
+      landed = true;
+    }
+    if (!u.in_flight() && step - u.last_sync >= current_h_) {
+      send(u, step, params, options_.overlap_steps);
+      if (!u.merge) {
+        land(f, params);
+        landed = true;
+      }
+    }
+  }
+  return landed;
+}
+
+bool OuterLoop::finish(int64_t step, NamedTensors& params) {
+  bool landed = false;
+  for (size_t f = 0; f < units_.size(); ++f) {
+    auto& u = units_[f];
+    if (u.in_flight()) {
+      land(f, params);
+      landed = true;
+    }
+    if (step > u.last_sync) {  // pending inner steps: one last synchronous outer step
+      send(u, step, params, /*overlap_steps=*/0);
+      land(f, params);
+      landed = true;
+    }
+  }
+  return landed;
+}
+
+bool OuterLoop::quiescent() const {
+  for (const auto& u : units_)
+    if (u.in_flight()) return false;
+  return true;
+}
+
+int64_t OuterLoop::outer_steps() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u.outer->num_steps();
+  return n;
+}
+
+NamedTensors OuterLoop::globals() const {
+  NamedTensors out;
+  for (const auto& u : units_)
+    for (const auto& g : u.outer->global()) out.push_back(g);
+  return out;
+}
+
+NamedTensors OuterLoop::outer_state() const {
+  NamedTensors out;
+  for (const auto& u : units_) {
+    for (const auto& g : u.outer->global()) out.push_back(g);
+    for (auto& m : u.outer->state()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+nlohmann::json OuterLoop::progress() const {
+  nlohmann::json units = nlohmann::json::array();
+  for (const auto& u : units_) units.push_back({{"last_sync", u.last_sync}, {"outer_steps", u.outer->num_steps()}});
+  return units;
+}
+
+double OuterLoop::take_blocked_s() {
+  const double s = blocked_s_;
+  blocked_s_ = 0;
+  return s;
+}
+
+}  // namespace tributary

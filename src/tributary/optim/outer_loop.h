@@ -1,0 +1,82 @@
+// The outer loop of DiLoCo and Streaming DiLoCo (data parallel is its H = 1 limit with an identity outer step and
+// lives in parallel/data_parallel.h): every step, the units that are due send their pseudo-gradients to the
+// reducer; a landed average passes the commit gate and takes the unit's outer Nesterov step.
+//
+//   due       unit f (of F fragments; F = 1 is DiLoCo) syncs at offset + f*H/F + k*H, offset = the end of the
+//             data-parallel warm-up; QSR (arXiv 2310.14423) raises H to floor((alpha/lr)^2) as the lr decays
+//   send      pseudo-gradient = global - local, handed to `reduce` (asynchronous: a future)
+//   land      now (overlap 0: every replica continues from the new global parameters), or tau = overlap_steps
+//             later, merged: local = alpha * local + (1 - alpha) * global (Streaming DiLoCo, arXiv 2501.18512)
+//   commit    `commit(unit, outer_step)` may discard an outer step (fault tolerance): the unit then returns to its
+//             last global parameters and its outer optimizer does not move. Default: always commit.
+//   landed    `landed(globals, when, merged)` after every committed outer step (the replica hash check)
+//
+// Torch but no communication: the reducer is a function, so the loop is tested with a fake one (no processes).
+#pragma once
+
+#include <functional>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tributary/core/safetensors.h"
+#include "tributary/model/tensor_io.h"
+#include "tributary/optim/sync_unit.h"
+
+namespace tributary {
+
+struct OuterLoopOptions {
+  int64_t inner_steps = 50;  // H
+  int64_t fragments = 1;     // F
+  int64_t overlap_steps = 0;  // tau
+  double merge_alpha = 0.5;
+  double qsr_alpha = 0;
+  OuterOptions outer;
+  int64_t blocks_per_level = 1;  // to place blocks (levels.L.modules.M.blocks.B) on fragments
+  int64_t num_layers = 1;        // for the error message when a fragment gets nothing
+};
+
+class OuterLoop {
+ public:
+  using Reduce = std::function<std::future<std::vector<torch::Tensor>>(std::vector<torch::Tensor>)>;
+  using Commit = std::function<bool(size_t unit, int64_t outer_step)>;
+  using Landed = std::function<void(const NamedTensors& globals, const std::string& when, bool merged)>;
+
+  OuterLoop(const OuterLoopOptions& options, Reduce reduce);
+  void set_commit(Commit commit) { commit_ = std::move(commit); }
+  void set_landed(Landed landed) { landed_ = std::move(landed); }
+
+  // Splits the parameters into units (blocks strided over the fragments; embeddings, final norm and head with
+  // fragment 0) whose first syncs count from `offset` (the end of the warm-up).
+  void start(NamedTensors& params, int64_t offset);
+  // Resume: each unit's last sync and outer state from a checkpoint (progress() and outer_state() saved).
+  void load(const safetensors::File& outer, const nlohmann::json& progress);
+
+  bool after_step(int64_t step, double lr, NamedTensors& params);  // true if an outer step landed
+  bool finish(int64_t step, NamedTensors& params);  // lands what is in flight and syncs pending inner steps
+
+  bool quiescent() const;  // nothing in flight
+  int64_t outer_steps() const;
+  int64_t inner_steps_now() const { return current_h_; }
+  NamedTensors globals() const;      // every unit's global parameters
+  NamedTensors outer_state() const;  // globals and momenta ("<param>.outer_momentum")
+  nlohmann::json progress() const;   // per unit: last_sync, outer_steps
+  const std::vector<SyncUnit>& units() const { return units_; }
+  double take_blocked_s();  // time after_step/finish waited for a reduction
+
+ private:
+  NamedTensors subset(const NamedTensors& params, const SyncUnit& u) const;
+  void send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps);
+  void land(size_t index, NamedTensors& params);
+
+  OuterLoopOptions options_;
+  Reduce reduce_;
+  Commit commit_;
+  Landed landed_;
+  std::vector<SyncUnit> units_;
+  int64_t current_h_;
+  double blocked_s_ = 0;
+};
+
+}  // namespace tributary
