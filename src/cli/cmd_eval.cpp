@@ -7,6 +7,7 @@
 #include "tributary/runtime/flops.h"
 #include "tributary/routing/units.h"
 #include "tributary/runtime/dipaco/worker.h"
+#include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
 

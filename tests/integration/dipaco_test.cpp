@@ -10,6 +10,7 @@
 #include "tributary/data/dataset.h"
 #include "tributary/routing/units.h"
 #include "tributary/runtime/dipaco/worker.h"
+#include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "shell.h"

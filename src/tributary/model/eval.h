@@ -1,4 +1,5 @@
-// Evaluation and sampling on a model: mean loss over a loader, DiPaCo's per-unit and per-token losses, generation.
+// Evaluation and sampling on a model: DiPaCo's per-unit and per-token losses, generation (the mean loss over a
+// data loader is runtime/inference.h: model/ does not depend on data/).
 #pragma once
 
 #include <torch/torch.h>
@@ -6,17 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
 
 namespace tributary {
-
-struct EvalResult {
-  double loss = 0;  // mean next-token cross-entropy (nats)
-  int64_t num_tokens = 0;
-};
-// Mean loss over `num_batches` batches of `loader` (no gradients).
-EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device);
 
 // DiPaCo's evaluation protocol: units (N, T+1) int64; the loss counts only the tokens after the first `prefix` ones
 // (the routing context), so routed and dense models are scored on the same tokens.

@@ -5,6 +5,20 @@
 
 namespace tributary {
 
+EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = loader.batch_size(), T = loader.context();
+  auto batch = torch::empty({B, T + 1}, torch::kInt64);  // (B, T+1) on the host
+  double total = 0;
+  for (int64_t i = 0; i < num_batches; ++i) {
+    loader.next(batch.data_ptr<int64_t>());
+    auto on_device = batch.to(device);
+    auto loss = Transformer::loss(model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
+    total += loss.item<double>();
+  }
+  return {total / double(num_batches), num_batches * B * T};
+}
+
 torch::Device parse_device(const std::string& spec) {
   std::optional<torch::Device> device;
   try {

@@ -8,11 +8,19 @@
 #include <string>
 
 #include "tributary/data/tokenizer.h"
+#include "tributary/data/loader.h"
 #include "tributary/model/eval.h"
 #include "tributary/model/transformer.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {
+
+struct EvalResult {
+  double loss = 0;  // mean next-token cross-entropy (nats)
+  int64_t num_tokens = 0;
+};
+// Mean loss over `num_batches` batches of `loader` (no gradients).
+EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device);
 
 torch::Device parse_device(const std::string& spec);  // Error naming train.device when invalid or unavailable
 

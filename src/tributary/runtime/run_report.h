@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tributary/comm/exchange.h"
-#include "tributary/model/eval.h"
+#include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/trainer.h"
 

@@ -15,7 +15,7 @@
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/optim/module_outer.h"
+#include "tributary/optim/module_ring.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/schedule.h"
 #include "tributary/routing/router.h"
@@ -26,6 +26,9 @@
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/dipaco/path_data.h"
+#include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/dipaco/task_queue.h"
 
 namespace tributary {
@@ -33,38 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// A path's routed shard: training stream (units of T+1 tokens) and the held-out slice for early stopping.
-struct PathData {
-  std::shared_ptr<const std::vector<uint32_t>> train;
-  torch::Tensor holdout;  // (H, T+1)
-  double weight = 0;      // w_p: training tokens of the shard
-  int64_t vocab_size = 0;
-};
-
-PathData load_path_data(const fs::path& routes, int64_t path, const RunConfig& config) {
-  const fs::path dir = routes / fmt::format("path-{}", path);
-  Dataset ds = Dataset::open(dir);
-  const int64_t row = config.model.context + 1;
-  auto tokens = ds.load_tokens("train");
-  const int64_t units = static_cast<int64_t>(tokens.size()) / row;
-  const int64_t held = config.dipaco.holdout_permille > 0
-                           ? std::max<int64_t>(1, units * config.dipaco.holdout_permille / 1000)
-                           : 0;
-  const int64_t b = config.train.batch_size;
-  if (units - held < b)
-    fail("path {}'s shard '{}' has {} training units of {} tokens ({} held out), fewer than one batch of {}: route "
-         "with fewer modules, --overlap 2 or balanced k-means, or lower train.batch_size",
-         path, dir.string(), units - held, row, held, b);
-  PathData d;
-  d.vocab_size = ds.vocab_size();
-  std::vector<int64_t> h(tokens.end() - held * row, tokens.end());
-  d.holdout = held > 0 ? torch::tensor(h, torch::kInt64).reshape({held, row}) : torch::Tensor();
-  tokens.resize(static_cast<size_t>((units - held) * row));
-  d.weight = double(tokens.size());
-  d.train = std::make_shared<const std::vector<uint32_t>>(std::move(tokens));
-  return d;
-}
 
 // One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
 // modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
@@ -78,8 +49,6 @@ class Worker {
   void train_task(int64_t path, int64_t round);
   void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
   void exchange_and_step();
-  std::vector<torch::Tensor> outer_step(size_t module, const std::vector<torch::Tensor>& sum, double weight,
-                                        int64_t paths);
   void check_identical(const std::string& when);
   int owner_of(size_t module) const;
   int group_rank_of(int worker) const {
@@ -238,22 +207,18 @@ void Worker::train_task(int64_t p, int64_t round) {
   const uint64_t consumed = static_cast<uint64_t>(round * tau * tc.batch_size);
   const uint64_t per_epoch = static_cast<uint64_t>(loader.num_windows());
   loader.set_position({consumed / per_epoch, consumed % per_epoch});
-  auto batch = torch::empty({tc.batch_size, T + 1}, torch::kInt64);
+  // The inner steps are the trainer's dense step (runtime/step_runner.h) on the path's model.
+  DenseStep inner({model, params, optimizer, loader, nullptr, device_, 1, config_.optim.grad_clip, env_.rank,
+                   /*inject_failures=*/false});
   double loss_sum = 0;
   for (int64_t i = 0; i < tau; ++i) {
     const int64_t step = round * tau + i;
-    optimizer.zero_grad();
-    loader.next(batch.data_ptr<int64_t>());
-    auto on_device = batch.to(device_);
-    auto loss = Transformer::loss(model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
-    loss.backward();
-    const double l = loss.item<double>();
-    if (!std::isfinite(l))
-      fail("path {}: loss became {} at inner step {}: lower optim.lr or dist.outer_lr", p, l, step + 1);
-    loss_sum += l;
-    clip_grad_norm(params, config_.optim.grad_clip);
-    optimizer.step(schedule_.lr(step));
-    maybe_inject_failure(env_.rank, ++inner_steps_done_);
+    try {
+      loss_sum += inner.run(step, schedule_.lr(step)).loss;
+    } catch (const Error& e) {
+      fail("path {}: {} (or lower dist.outer_lr)", p, e.what());
+    }
+    maybe_inject_failure(env_.rank, ++inner_steps_done_);  // counts this worker's steps over all its tasks
   }
   // Pseudo-gradients per module, weighted by the shard size.
   {
@@ -308,72 +273,11 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
   if (lead_) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
 }
 
-// The owner's outer step: Nesterov on the module's master copy; returns master - replica (what the replicas add).
-std::vector<torch::Tensor> Worker::outer_step(size_t module, const std::vector<torch::Tensor>& sum, double weight,
-                                              int64_t paths) {
-  const auto& replica = global_.at(module_ids_[module]);
-  auto& opt = *outer_.at(module_ids_[module]);
-  if (paths > 0)  // else every path through it was dropped: the module keeps its parameters
-    opt.apply(finalize(sum, weight, paths, config_.dipaco.norm_rescale));
-  std::vector<torch::Tensor> change;
-  for (size_t k = 0; k < replica.size(); ++k) change.push_back(opt.global()[k].second - replica[k].second);
-  return change;
-}
-
-// One ring for the whole round (Exchange::reduce_update_gather): chunk c holds the accumulated sums of the modules
-// owned by group rank (c + n - 1) mod n, so the reduce-scatter leaves each owner with the full sums of its modules;
-// it steps them in place and the all-gather brings every change to every worker. Weights and path counts go
-// through an exact fp32 all-reduce first.
 void Worker::exchange_and_step() {
-  const size_t M = module_ids_.size();
-  auto counts = torch::zeros({static_cast<int64_t>(M), 2}, torch::kFloat64);
-  for (size_t i = 0; i < M; ++i)
-    if (auto it = accs_.find(module_ids_[i]); it != accs_.end()) {
-      counts[int64_t(i)][0] = it->second.weight;
-      counts[int64_t(i)][1] = double(it->second.paths);
-    }
-  std::vector<torch::Tensor> count_list{counts};
-  group_->all_reduce_sum(count_list);
-
-  const int n = static_cast<int>(members_.size());
-  std::vector<std::vector<size_t>> owned_by(static_cast<size_t>(n));
-  for (size_t i = 0; i < M; ++i) owned_by[size_t(group_rank_of(owner_of(i)))].push_back(i);
-  std::vector<size_t> order;  // modules in ring order
-  std::vector<int64_t> begin{0};
-  std::vector<torch::Tensor> parts;
-  for (int c = 0; c < n; ++c) {
-    int64_t end = begin.back();
-    for (size_t i : owned_by[size_t((c + n - 1) % n)]) {
-      order.push_back(i);
-      auto it = accs_.find(module_ids_[i]);  // zeros where this worker ran no path through the module
-      for (size_t k = 0; k < global_.at(module_ids_[i]).size(); ++k) {
-        parts.push_back(it == accs_.end() ? torch::zeros({global_.at(module_ids_[i])[k].second.numel()})
-                                          : it->second.sum[k].reshape({-1}));
-        end += parts.back().numel();
-      }
-    }
-    begin.push_back(end);
-  }
-  auto flat = torch::cat(parts);
-  exchange_->reduce_update_gather(flat, begin, [&](torch::Tensor& chunk) {
-    int64_t offset = 0;
-    for (size_t i : owned_by[size_t(group_rank_of(env_.rank))]) {
-      std::vector<torch::Tensor> sum;
-      for (const auto& [name, t] : global_.at(module_ids_[i])) {
-        sum.push_back(chunk.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
-      }
-      auto change = outer_step(i, sum, counts[int64_t(i)][0].item<double>(),
-                               std::llround(counts[int64_t(i)][1].item<double>()));
-      for (size_t k = 0; k < sum.size(); ++k) sum[k].copy_(change[k]);
-    }
-  });
-  int64_t offset = 0;
-  for (size_t i : order)
-    for (auto& [name, t] : global_.at(module_ids_[i])) {
-      t = t + flat.narrow(0, offset, t.numel()).view(t.sizes());
-      offset += t.numel();
-    }
+  std::vector<int> owner;
+  for (size_t i = 0; i < module_ids_.size(); ++i) owner.push_back(group_rank_of(owner_of(i)));
+  ModuleRing ring{module_ids_, global_, accs_, outer_, std::move(owner), config_.dipaco.norm_rescale};
+  reduce_and_step(ring, *group_, *exchange_);
 }
 
 void Worker::run_round(int64_t round) {
@@ -458,64 +362,6 @@ DipacoSummary train_dipaco(const RunConfig& config, const TrainOptions& options)
   Worker worker(config, env, options.overwrite);
   for (int64_t round = 0; round < config.train.steps / config.dist.inner_steps; ++round) worker.run_round(round);
   return worker.finish();
-}
-
-RoutedEval evaluate_routed(const fs::path& run_dir, bool early_stopped, int64_t max_units, const torch::Device& device,
-                           int64_t reroute_every) {
-  DipacoRun run = load_dipaco_run(run_dir);
-  Routes routes = load_routes(run.config.dipaco.routes, device);
-  Dataset source = Dataset::open(routes.info.at("data").get<std::string>());
-  Units val = cut_units(source, "val", run.config.model.context);
-  if (max_units > 0 && val.size() > max_units) val.tokens = val.tokens.narrow(0, 0, max_units);
-  auto features = routing_features(*routes.feature_model, val.tokens, device);
-  auto path_of = routes.router.route(features, 1).select(1, 0);
-  const int64_t P = run.grid.num_paths();
-  RoutedEval out;
-  out.units_per_path.assign(size_t(P), 0);
-  out.loss_per_path.assign(size_t(P), 0.0);
-  if (reroute_every > 0) {
-    // Every path scores every unit once; each token then takes the loss of the path its chunk was routed to.
-    const int64_t T = val.tokens.size(1) - 1;
-    std::vector<torch::Tensor> losses;  // P x (N, T + 1 - prefix)
-    for (int64_t p = 0; p < P; ++p) {
-      auto model = assemble_dense(run, p, early_stopped);
-      model->to(device);
-      losses.push_back(per_token_loss(*model, val.tokens, kRoutingPrefix, device));
-    }
-    auto all = torch::stack(losses, 0);                      // (P, N, T')
-    auto choice = torch::empty({val.size(), T + 1 - kRoutingPrefix}, torch::kInt64);
-    for (int64_t b = kRoutingPrefix; b <= T; b += reroute_every) {
-      const int64_t len = std::min(reroute_every, T + 1 - b);
-      auto window = val.tokens.narrow(1, b - kRoutingPrefix, kRoutingPrefix);
-      auto path = b == kRoutingPrefix ? path_of
-                                      : routes.router.route(routing_features(*routes.feature_model, window, device), 1)
-                                            .select(1, 0);
-      choice.narrow(1, b - kRoutingPrefix, len).copy_(path.unsqueeze(1).expand({-1, len}));
-    }
-    auto picked = all.gather(0, choice.unsqueeze(0)).squeeze(0);
-    for (int64_t p = 0; p < P; ++p) {
-      auto mine = choice == p;
-      out.units_per_path[size_t(p)] = mine.sum().item<int64_t>();
-      if (out.units_per_path[size_t(p)] > 0) out.loss_per_path[size_t(p)] = picked.masked_select(mine).mean().item<double>();
-    }
-    out.num_tokens = picked.numel();
-    out.loss = picked.to(torch::kFloat64).mean().item<double>();
-    return out;
-  }
-  double total = 0;
-  for (int64_t p = 0; p < P; ++p) {
-    auto idx = (path_of == p).nonzero().select(1, 0);
-    out.units_per_path[size_t(p)] = idx.size(0);
-    if (idx.size(0) == 0) continue;
-    auto model = assemble_dense(run, p, early_stopped);
-    model->to(device);
-    auto r = evaluate_units(*model, val.tokens.index_select(0, idx), kRoutingPrefix, device);
-    out.loss_per_path[size_t(p)] = r.mean();
-    total += r.loss_sum;
-    out.num_tokens += r.num_tokens;
-  }
-  out.loss = out.num_tokens > 0 ? total / double(out.num_tokens) : 0.0;
-  return out;
 }
 
 }  // namespace tributary
