@@ -29,17 +29,105 @@ void print_eval(const char* name, const Evaluation& e, double reference) {
               e.total / reference);
 }
 
+struct Args {
+  std::string cluster, workload = "gpt3-xl", out;
+  GeneticOptions ga;
+  int64_t shuffle_seed = -1;
+  int d_dp = 0, d_pp = 0;
+  bool search_shape = false;
+  int random_k = 5000;
+};
+
+// The given layout, or (--search-shape) every D_DP x D_PP that divides the devices and layers.
+std::vector<Plan> make_plans(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const Args& a) {
+  std::vector<Plan> plans;
+  if (a.search_shape) {
+    for (int pp = 1; pp <= cluster.size(); ++pp) {
+      if (cluster.size() % pp != 0 || (w.num_layers > 0 && w.num_layers % pp != 0)) continue;
+      int dp = cluster.size() / pp;
+      if (dp > 64) continue;  // matching works on groups of at most 64
+      plans.push_back(plan_layout(cluster, w, dp, pp, a.ga));
+      std::printf("layout %2d x %2d: cost %.3f s (%.2f s to plan)\n", dp, pp, plans.back().result.evaluation.total,
+                  plans.back().result.seconds);
+    }
+    if (plans.empty()) fail("no D_DP x D_PP layout divides {} devices and {} layers", cluster.size(), w.num_layers);
+  } else {
+    check_layout(cluster, d_dp, d_pp);
+    plans.push_back(plan_layout(cluster, w, d_dp, d_pp, a.ga));
+  }
+  return plans;
+}
+
+void print_layout(const Cluster& cluster, const CostModel& model, const Plan& best) {
+  const Evaluation& e = best.result.evaluation;
+  for (int s = 0; s < best.d_pp; ++s) {
+    const auto& g = best.result.partition[e.stage_order[s]];
+    std::string regions;
+    for (int d : g)
+      regions += cluster.devices[d].region.empty() ? fmt::format(" {}", d)
+                                                   : fmt::format(" {}:{}", d, cluster.devices[d].region);
+    std::printf("  stage %d (group %d, DP %.3f s):%s\n", s, e.stage_order[s], model.dp_cost(g), regions.c_str());
+  }
+  for (int i = 0; i < best.d_dp; ++i) {
+    std::string devs;
+    for (int d : e.pipelines[i]) devs += fmt::format(" {}", d);
+    std::printf("  pipeline %d:%s\n", i, devs.c_str());
+  }
+}
+
+void print_beyond(const Cluster& cluster, const Workload& w, const Plan& best) {
+  double slowest = 0, memory = w.stage_memory_gb(best.d_dp, best.d_pp);
+  std::vector<int> too_small;
+  for (int d = 0; d < cluster.size(); ++d) {
+    if (cluster.devices[d].tflops > 0)
+      slowest = std::max(slowest, w.tasklet_flops(best.d_dp, best.d_pp) / (cluster.devices[d].tflops * 1e12));
+    if (cluster.devices[d].memory_gb > 0 && cluster.devices[d].memory_gb < memory) too_small.push_back(d);
+  }
+  std::printf("beyond the paper: slowest device computes a tasklet in %.3f s; a stage needs ~%.1f GB (%zu devices "
+              "have less)\n",
+              slowest, memory, too_small.size());
+}
+
+void run_plan(const Args& a) {
+  validate(a.ga);  // user limits are user errors, checked before any GA thread starts
+  Cluster cluster = load_cluster(a.cluster);
+  std::vector<int> original;
+  if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);
+  Workload w = load_workload(a.workload);
+  int d_dp = a.d_dp > 0 ? a.d_dp : w.d_dp, d_pp = a.d_pp > 0 ? a.d_pp : w.d_pp;
+  if (d_dp == 0) {
+    d_pp = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w.num_layers, 8)));
+    d_dp = cluster.size() / d_pp;
+  }
+  const std::vector<Plan> plans = make_plans(cluster, w, d_dp, d_pp, a);
+  const Plan& best = *std::min_element(plans.begin(), plans.end(), [](const Plan& x, const Plan& y) {
+    return x.result.evaluation.total < y.result.evaluation.total;
+  });
+  CostModel model(cluster, best.c_dp, best.c_pp, best.d_dp, best.d_pp);
+  const Evaluation& e = best.result.evaluation;
+  std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB, c_PP %.4f GB\n",
+              cluster.name.c_str(), cluster.size(), a.shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(),
+              best.d_dp, best.d_pp, best.c_dp, best.c_pp);
+  std::printf("plan: %.3f s per iteration = DP %.3f + 2 x PP %.3f   (GA: %lld evaluations in %.2f s%s)\n", e.total,
+              e.dp, e.pp, static_cast<long long>(best.result.evaluations), best.result.seconds,
+              best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
+  print_layout(cluster, model, best);
+  std::printf("baselines:\n");
+  print_eval("GA plan", e, e.total);
+  print_eval("Megatron rank order", model.evaluate_megatron(), e.total);
+  auto random = random_baseline(model, a.random_k, a.ga.seed);
+  std::printf("  %-26s best %8.3f s, mean %.3f s over %d   (%.2fx / %.2fx the plan)\n", "random partitions",
+              random.best, random.mean, a.random_k, random.best / e.total, random.mean / e.total);
+  print_beyond(cluster, w, best);
+  if (!a.out.empty()) {
+    write_file_atomic(a.out, placement_json(cluster, e, best.d_dp, best.d_pp, original));
+    std::printf("placement: %s\n", a.out.c_str());
+  }
+}
+
 }  // namespace
 
 void add_plan(CLI::App& app) {
-  struct Args {
-    std::string cluster, workload = "gpt3-xl", out;
-    GeneticOptions ga;
-    int64_t shuffle_seed = -1;
-    int d_dp = 0, d_pp = 0;
-    bool search_shape = false;
-    int random_k = 5000;
-  };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plan", "place pipeline and data-parallel work on a cluster (cost model + GA)");
   cmd->add_option("cluster", a->cluster, "cluster JSON, or a preset: case1-datacenter-on-demand ... case5-worldwide")
@@ -60,77 +148,7 @@ void add_plan(CLI::App& app) {
   cmd->get_option("--d-dp")->check(CLI::Range(0, 1 << 20));
   cmd->get_option("--d-pp")->check(CLI::Range(0, 1 << 20));
   cmd->get_option("--shuffle-ids")->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
-  cmd->callback([a]() {
-    validate(a->ga);  // user limits are user errors, checked before any GA thread starts
-    Cluster cluster = load_cluster(a->cluster);
-    std::vector<int> original;
-    if (a->shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a->shuffle_seed), &original);
-    Workload w = load_workload(a->workload);
-    int d_dp = a->d_dp > 0 ? a->d_dp : w.d_dp, d_pp = a->d_pp > 0 ? a->d_pp : w.d_pp;
-    if (d_dp == 0) {
-      d_pp = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w.num_layers, 8)));
-      d_dp = cluster.size() / d_pp;
-    }
-    std::vector<Plan> plans;
-    if (a->search_shape) {
-      for (int pp = 1; pp <= cluster.size(); ++pp) {
-        if (cluster.size() % pp != 0 || (w.num_layers > 0 && w.num_layers % pp != 0)) continue;
-        int dp = cluster.size() / pp;
-        if (dp > 64) continue;  // matching works on groups of at most 64
-        plans.push_back(plan_layout(cluster, w, dp, pp, a->ga));
-        std::printf("layout %2d x %2d: cost %.3f s (%.2f s to plan)\n", dp, pp, plans.back().result.evaluation.total,
-                    plans.back().result.seconds);
-      }
-      if (plans.empty()) fail("no D_DP x D_PP layout divides {} devices and {} layers", cluster.size(), w.num_layers);
-    } else {
-      check_layout(cluster, d_dp, d_pp);
-      plans.push_back(plan_layout(cluster, w, d_dp, d_pp, a->ga));
-    }
-    const Plan& best = *std::min_element(plans.begin(), plans.end(), [](const Plan& x, const Plan& y) {
-      return x.result.evaluation.total < y.result.evaluation.total;
-    });
-    CostModel model(cluster, best.c_dp, best.c_pp, best.d_dp, best.d_pp);
-    const Evaluation& e = best.result.evaluation;
-    std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB, c_PP %.4f GB\n",
-                cluster.name.c_str(), cluster.size(), a->shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(),
-                best.d_dp, best.d_pp, best.c_dp, best.c_pp);
-    std::printf("plan: %.3f s per iteration = DP %.3f + 2 x PP %.3f   (GA: %lld evaluations in %.2f s%s)\n", e.total,
-                e.dp, e.pp, static_cast<long long>(best.result.evaluations), best.result.seconds,
-                best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
-    for (int s = 0; s < best.d_pp; ++s) {
-      const auto& g = best.result.partition[e.stage_order[s]];
-      std::string regions;
-      for (int d : g)
-        regions += cluster.devices[d].region.empty() ? fmt::format(" {}", d)
-                                                     : fmt::format(" {}:{}", d, cluster.devices[d].region);
-      std::printf("  stage %d (group %d, DP %.3f s):%s\n", s, e.stage_order[s], model.dp_cost(g), regions.c_str());
-    }
-    for (int i = 0; i < best.d_dp; ++i) {
-      std::string devs;
-      for (int d : e.pipelines[i]) devs += fmt::format(" {}", d);
-      std::printf("  pipeline %d:%s\n", i, devs.c_str());
-    }
-    std::printf("baselines:\n");
-    print_eval("GA plan", e, e.total);
-    print_eval("Megatron rank order", model.evaluate_megatron(), e.total);
-    auto random = random_baseline(model, a->random_k, a->ga.seed);
-    std::printf("  %-26s best %8.3f s, mean %.3f s over %d   (%.2fx / %.2fx the plan)\n", "random partitions",
-                random.best, random.mean, a->random_k, random.best / e.total, random.mean / e.total);
-    double slowest = 0, memory = w.stage_memory_gb(best.d_dp, best.d_pp);
-    std::vector<int> too_small;
-    for (int d = 0; d < cluster.size(); ++d) {
-      if (cluster.devices[d].tflops > 0)
-        slowest = std::max(slowest, w.tasklet_flops(best.d_dp, best.d_pp) / (cluster.devices[d].tflops * 1e12));
-      if (cluster.devices[d].memory_gb > 0 && cluster.devices[d].memory_gb < memory) too_small.push_back(d);
-    }
-    std::printf("beyond the paper: slowest device computes a tasklet in %.3f s; a stage needs ~%.1f GB (%zu devices "
-                "have less)\n",
-                slowest, memory, too_small.size());
-    if (!a->out.empty()) {
-      write_file_atomic(a->out, placement_json(cluster, e, best.d_dp, best.d_pp, original));
-      std::printf("placement: %s\n", a->out.c_str());
-    }
-  });
+  cmd->callback([a]() { run_plan(*a); });
 }
 
 }  // namespace tributary::cli

@@ -173,17 +173,11 @@ void remove_stale_temporaries(const fs::path& out_dir) {
   }
 }
 
-// The build proper, into `tmp`; renamed over `out_dir` at the end.
-void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path& tmp,
-                   const DatasetBuildOptions& options) {
-
-  // Split first (by content hash), so a SentencePiece model is trained on training documents only.
-  std::vector<bool> is_val(corpus.docs.size());
-  for (size_t i = 0; i < corpus.docs.size(); ++i)
-    is_val[i] = static_cast<int64_t>(hash64(corpus.docs[i].text) % 1000) < options.val_permille;
-
+// The tokenizer of the build (a SentencePiece model is trained on the training documents only, into `tmp`) and its
+// dataset.json entry.
+std::unique_ptr<Tokenizer> make_tokenizer(const Corpus& corpus, const std::vector<bool>& is_val, const fs::path& tmp,
+                                          const DatasetBuildOptions& options, nlohmann::json& tok_json) {
   std::unique_ptr<Tokenizer> tokenizer;
-  nlohmann::json tok_json;
   if (options.tokenizer == "byte") {
     tokenizer = std::make_unique<ByteTokenizer>();
   } else if (options.tokenizer == "sentencepiece") {
@@ -201,7 +195,33 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
   tok_json["kind"] = tokenizer->kind();
   tok_json["vocab_size"] = tokenizer->vocab_size();
   tok_json["eot_id"] = tokenizer->eot_id();
+  return tokenizer;
+}
 
+// Replaces `out_dir` by the finished `tmp` (the old directory goes only after the new one is in place).
+void publish(const fs::path& tmp, const fs::path& out_dir) {
+  fsync_path(tmp);
+  if (fs::exists(out_dir)) {
+    fs::path old = out_dir;
+    old += fmt::format(".old-{}", ::getpid());
+    rename_durable(out_dir, old);
+    rename_durable(tmp, out_dir);
+    fs::remove_all(old);
+  } else {
+    if (out_dir.has_parent_path()) fs::create_directories(out_dir.parent_path());
+    rename_durable(tmp, out_dir);
+  }
+}
+
+// The build proper, into `tmp`; renamed over `out_dir` at the end.
+void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path& tmp,
+                   const DatasetBuildOptions& options) {
+  // Split first (by content hash), so a SentencePiece model is trained on training documents only.
+  std::vector<bool> is_val(corpus.docs.size());
+  for (size_t i = 0; i < corpus.docs.size(); ++i)
+    is_val[i] = static_cast<int64_t>(hash64(corpus.docs[i].text) % 1000) < options.val_permille;
+  nlohmann::json tok_json;
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(corpus, is_val, tmp, options, tok_json);
   const int64_t vocab = tokenizer->vocab_size();
   std::vector<double> train_counts(static_cast<size_t>(vocab), 0.0);
   std::vector<double> val_counts(static_cast<size_t>(vocab), 0.0);
@@ -252,17 +272,7 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
   };
   // dataset.json last: a directory without it is incomplete by definition.
   write_file_atomic(tmp / "dataset.json", meta.dump(2) + "\n");
-  fsync_path(tmp);
-  if (fs::exists(out_dir)) {
-    fs::path old = out_dir;
-    old += fmt::format(".old-{}", ::getpid());
-    rename_durable(out_dir, old);
-    rename_durable(tmp, out_dir);
-    fs::remove_all(old);
-  } else {
-    if (out_dir.has_parent_path()) fs::create_directories(out_dir.parent_path());
-    rename_durable(tmp, out_dir);
-  }
+  publish(tmp, out_dir);
   log::info("dataset '{}': train {} docs / {} tokens, val {} docs / {} tokens, tokenizer {} (vocab {}), unigram "
             "entropy {:.3f} bits/token",
             out_dir.string(), infos[0].num_docs, infos[0].num_tokens, infos[1].num_docs, infos[1].num_tokens,

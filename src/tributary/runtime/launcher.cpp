@@ -81,7 +81,11 @@ int free_tcp_port() {
   return ntohs(addr.sin_port);
 }
 
-int launch(const LaunchOptions& o) {
+namespace {
+
+// Flags that cannot work, the port (a free one on a single node), and the master address: resolved first (an
+// unresolvable name is a typo to report, not an address to call public).
+int check_launch(const LaunchOptions& o) {
   if (o.nproc < 1 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
     fail("launch: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes");
   if (o.command.empty()) fail("launch: give the worker command after --, e.g. launch --nproc 4 -- train cfg.toml");
@@ -98,7 +102,6 @@ int launch(const LaunchOptions& o) {
            "single node)");
     port = free_tcp_port();
   }
-  // Resolve first: an unresolvable name is a typo to report, not an address to call public.
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   if (int rc = ::getaddrinfo(o.master_addr.c_str(), nullptr, &hints, &found); rc != 0 || !found)
@@ -111,11 +114,15 @@ int launch(const LaunchOptions& o) {
     log::warn("master address {} looks public: c10d's TCPStore and Gloo are unauthenticated and unencrypted; anyone "
               "who reaches port {} can join or disrupt the run. Use a private network, VPN or tunnel.",
               o.master_addr, port);
+  return port;
+}
+
+// Forks the local workers with the torchrun variables; their stdout and stderr go to one pipe each.
+std::vector<Worker> spawn_workers(const LaunchOptions& o, int port) {
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) fail("launch: cannot find its own executable");
   exe[n] = '\0';
-
   const int world = o.nproc * o.nnodes;
   std::vector<Worker> workers;
   for (int local = 0; local < o.nproc; ++local) {
@@ -146,95 +153,132 @@ int launch(const LaunchOptions& o) {
     ::close(pipefd[1]);
     workers.push_back({rank, pid, pipefd[0]});
   }
+  return workers;
+}
 
+// Forwards what the workers printed, line by line with their rank prefix.
+void pump_output(std::vector<Worker>& workers) {
+  std::vector<pollfd> fds;
+  for (auto& w : workers)
+    if (w.fd >= 0) fds.push_back({w.fd, POLLIN, 0});
+  if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+  else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (auto& w : workers) {
+    if (w.fd < 0) continue;
+    char buf[8192];
+    for (;;) {
+      pollfd p{w.fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      ssize_t got = ::read(w.fd, buf, sizeof(buf));
+      if (got <= 0) {
+        ::close(w.fd);
+        w.fd = -1;
+        flush_lines(w, true);
+        break;
+      }
+      w.partial.append(buf, static_cast<size_t>(got));
+      flush_lines(w, false);
+    }
+  }
+}
+
+// The supervision of running workers: the first failure (beyond --max-failures) or a signal stops the rest with
+// SIGTERM, then SIGKILL after --grace; a second signal kills at once.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, std::vector<Worker>& workers) : o_(o), workers_(workers) {}
+  int run();
+
+ private:
+  void reap();
+  void stop_all(int sig) {
+    for (auto& w : workers_)
+      if (w.running) ::kill(w.pid, sig);
+  }
+  void begin_stop() {
+    stop_all(SIGTERM);
+    stop_deadline_ = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(o_.grace_s));
+  }
+  void enforce_deadline();
+
+  const LaunchOptions& o_;
+  std::vector<Worker>& workers_;
+  int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
+  bool killed_ = false;
+  std::optional<std::chrono::steady_clock::time_point> stop_deadline_;
+};
+
+void Supervisor::reap() {
+  for (auto& w : workers_) {
+    int status;
+    if (!w.running || ::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+    w.running = false;
+    w.status = status;
+    const int code = exit_code_of(status);
+    if (code == 0 || failed_rank_ >= 0 || stop_deadline_) continue;
+    if (w.rank != 0 && tolerated_ < o_.max_failures) {
+      tolerated_ += 1;
+      log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
+                "carry on", w.rank, w.pid, code, tolerated_, o_.max_failures);
+    } else {
+      failed_rank_ = w.rank;
+      result_ = code;
+      log::error("launch: rank {} (pid {}) exited with status {}; stopping the other workers", w.rank, w.pid, code);
+      begin_stop();
+    }
+  }
+}
+
+void Supervisor::enforce_deadline() {
+  if (!stop_deadline_ || std::chrono::steady_clock::now() <= *stop_deadline_) return;
+  bool any_running = false;
+  for (auto& w : workers_) any_running |= w.running;
+  if (any_running)
+    log::error("launch: the workers did not stop within --grace {} s; killing them. Their progress since the run's "
+               "last checkpoint is lost (resume continues from it, if any); a longer --grace lets them finish the "
+               "stop checkpoint",
+               o_.grace_s);
+  stop_all(SIGKILL);
+  stop_deadline_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
+}
+
+int Supervisor::run() {
   g_signal = 0;
   g_signals = 0;
-  bool killed = false;
   auto old_int = std::signal(SIGINT, on_signal);
   auto old_term = std::signal(SIGTERM, on_signal);
-  int result = 0;
-  int failed_rank = -1;
-  int tolerated = 0;
-  std::optional<std::chrono::steady_clock::time_point> stop_deadline;
-  auto stop_all = [&](int sig) {
-    for (auto& w : workers)
-      if (w.running) ::kill(w.pid, sig);
-  };
   for (;;) {
-    std::vector<pollfd> fds;
-    for (auto& w : workers)
-      if (w.fd >= 0) fds.push_back({w.fd, POLLIN, 0});
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for (auto& w : workers) {
-      if (w.fd < 0) continue;
-      char buf[8192];
-      for (;;) {
-        pollfd p{w.fd, POLLIN, 0};
-        if (::poll(&p, 1, 0) <= 0) break;
-        ssize_t got = ::read(w.fd, buf, sizeof(buf));
-        if (got <= 0) {
-          ::close(w.fd);
-          w.fd = -1;
-          flush_lines(w, true);
-          break;
-        }
-        w.partial.append(buf, static_cast<size_t>(got));
-        flush_lines(w, false);
-      }
-    }
-    for (auto& w : workers) {
-      if (!w.running) continue;
-      int status;
-      if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
-        w.running = false;
-        w.status = status;
-        int code = exit_code_of(status);
-        if (code != 0 && failed_rank < 0 && !stop_deadline && w.rank != 0 && tolerated < o.max_failures) {
-          tolerated += 1;
-          log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
-                    "carry on", w.rank, w.pid, code, tolerated, o.max_failures);
-        } else if (code != 0 && failed_rank < 0 && !stop_deadline) {
-          failed_rank = w.rank;
-          result = code;
-          log::error("launch: rank {} (pid {}) exited with status {}; stopping the other workers", w.rank, w.pid, code);
-          stop_all(SIGTERM);
-          stop_deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                                  std::chrono::duration<double>(o.grace_s));
-        }
-      }
-    }
-    if (g_signal && !stop_deadline) {
+    pump_output(workers_);
+    reap();
+    if (g_signal && !stop_deadline_) {
       log::warn("launch: signal {} received; stopping the workers", int(g_signal));
-      stop_all(SIGTERM);
-      result = 128 + g_signal;
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                              std::chrono::duration<double>(o.grace_s));
+      result_ = 128 + g_signal;
+      begin_stop();
     }
-    if (g_signals >= 2 && !killed) {
+    if (g_signals >= 2 && !killed_) {
       log::warn("launch: second signal; killing the workers now (no final checkpoint)");
       stop_all(SIGKILL);
-      killed = true;
+      killed_ = true;
     }
-    if (stop_deadline && std::chrono::steady_clock::now() > *stop_deadline) {
-      bool any_running = false;
-      for (auto& w : workers) any_running |= w.running;
-      if (any_running)
-        log::error("launch: the workers did not stop within --grace {} s; killing them. Their progress since the run's "
-                   "last checkpoint is lost (resume continues from it, if any); a longer --grace lets them finish the "
-                   "stop checkpoint",
-                   o.grace_s);
-      stop_all(SIGKILL);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
-    }
+    enforce_deadline();
     bool any = false;
-    for (auto& w : workers) any |= w.running || w.fd >= 0;
+    for (auto& w : workers_) any |= w.running || w.fd >= 0;
     if (!any) break;
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  if (failed_rank >= 0) log::error("launch: failed because rank {} failed (status {})", failed_rank, result);
-  return result;
+  if (failed_rank_ >= 0) log::error("launch: failed because rank {} failed (status {})", failed_rank_, result_);
+  return result_;
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  const int port = check_launch(o);
+  std::vector<Worker> workers = spawn_workers(o, port);
+  return Supervisor(o, workers).run();
 }
 
 }  // namespace tributary

@@ -109,50 +109,51 @@ double CostModel::bottleneck_matching(const std::vector<int>& a, const std::vect
   return weights[lo];
 }
 
-double CostModel::open_tsp(const Matrix& edges, std::vector<int>* order) {
+namespace {
+
+// Exact open TSP by Held-Karp: O(2^m m^2), m <= 16.
+double held_karp(const Matrix& edges, std::vector<int>* order) {
   const int m = edges.n;
-  if (m == 1) {
-    if (order) *order = {0};
-    return 0;
-  }
-  if (m <= 16) {
-    const size_t full = size_t{1} << m;
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> best(full * m, inf);
-    std::vector<int8_t> parent(full * m, -1);
-    for (int v = 0; v < m; ++v) best[(size_t{1} << v) * m + v] = 0;  // a path may start anywhere
-    for (size_t mask = 1; mask < full; ++mask)
-      for (int last = 0; last < m; ++last) {
-        double cur = best[mask * m + last];
-        if (cur == inf) continue;
-        for (int next = 0; next < m; ++next) {
-          if (mask & (size_t{1} << next)) continue;
-          size_t nm = mask | (size_t{1} << next);
-          double c = cur + edges(last, next);
-          if (c < best[nm * m + next]) {
-            best[nm * m + next] = c;
-            parent[nm * m + next] = static_cast<int8_t>(last);
-          }
+  const size_t full = size_t{1} << m;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> best(full * m, inf);
+  std::vector<int8_t> parent(full * m, -1);
+  for (int v = 0; v < m; ++v) best[(size_t{1} << v) * m + v] = 0;  // a path may start anywhere
+  for (size_t mask = 1; mask < full; ++mask)
+    for (int last = 0; last < m; ++last) {
+      double cur = best[mask * m + last];
+      if (cur == inf) continue;
+      for (int next = 0; next < m; ++next) {
+        if (mask & (size_t{1} << next)) continue;
+        size_t nm = mask | (size_t{1} << next);
+        double c = cur + edges(last, next);
+        if (c < best[nm * m + next]) {
+          best[nm * m + next] = c;
+          parent[nm * m + next] = static_cast<int8_t>(last);
         }
       }
-    int last = 0;
-    for (int v = 1; v < m; ++v)
-      if (best[(full - 1) * m + v] < best[(full - 1) * m + last]) last = v;
-    double total = best[(full - 1) * m + last];
-    if (order) {
-      order->clear();
-      size_t mask = full - 1;
-      for (int v = last; v >= 0;) {
-        order->push_back(v);
-        int p = parent[mask * m + v];
-        mask &= ~(size_t{1} << v);
-        v = p;
-      }
-      std::reverse(order->begin(), order->end());
     }
-    return total;
+  int last = 0;
+  for (int v = 1; v < m; ++v)
+    if (best[(full - 1) * m + v] < best[(full - 1) * m + last]) last = v;
+  double total = best[(full - 1) * m + last];
+  if (order) {
+    order->clear();
+    size_t mask = full - 1;
+    for (int v = last; v >= 0;) {
+      order->push_back(v);
+      int p = parent[mask * m + v];
+      mask &= ~(size_t{1} << v);
+      v = p;
+    }
+    std::reverse(order->begin(), order->end());
   }
-  // Larger: nearest neighbour from every start, then 2-opt.
+  return total;
+}
+
+// Larger: nearest neighbour from every start, then 2-opt.
+double nearest_neighbour_2opt(const Matrix& edges, std::vector<int>* order) {
+  const int m = edges.n;
   std::vector<int> best_order;
   double best_cost = std::numeric_limits<double>::infinity();
   for (int start = 0; start < m; ++start) {
@@ -192,6 +193,17 @@ double CostModel::open_tsp(const Matrix& edges, std::vector<int>* order) {
   }
   if (order) *order = best_order;
   return best_cost;
+}
+
+}  // namespace
+
+double CostModel::open_tsp(const Matrix& edges, std::vector<int>* order) {
+  const int m = edges.n;
+  if (m == 1) {
+    if (order) *order = {0};
+    return 0;
+  }
+  return m <= 16 ? held_karp(edges, order) : nearest_neighbour_2opt(edges, order);
 }
 
 double CostModel::cost(const Partition& p) const {

@@ -45,6 +45,38 @@ double purity(const Confusion& table) {
   return total > 0 ? double(majority) / double(total) : 0.0;
 }
 
+namespace {
+
+// One path's routed shard as a dataset directory (the source's tokenizer and metadata, its own splits and unigram
+// statistics). Returns its line of the report.
+nlohmann::json write_path_dataset(const fs::path& dir, int64_t p, int64_t row, const Dataset& dataset,
+                                  const nlohmann::json& source_meta, const Shard& train, const Shard& val) {
+  const double bpt_train = dataset.bytes_per_token("train"), bpt_val = dataset.bytes_per_token("val");
+  fs::create_directories(dir);
+  train.write(dir / "train-00000.bin", dataset.vocab_size() - 1);
+  val.write(dir / "val-00000.bin", dataset.vocab_size() - 1);
+  const auto [entropy, cross] = unigram_bits(token_counts(train.tokens, dataset.vocab_size()),
+                                             token_counts(val.tokens, dataset.vocab_size()));
+  nlohmann::json meta = source_meta;
+  auto split = [&](const Shard& shard, const char* file, double bpt) {
+    return nlohmann::json{{"shards", {file}},
+                          {"num_tokens", shard.tokens.size()},
+                          {"num_docs", shard.docs.size()},
+                          {"num_bytes", static_cast<int64_t>(std::llround(double(shard.tokens.size()) * bpt))}};
+  };
+  meta["splits"] = {{"train", split(train, "train-00000.bin", bpt_train)},
+                    {"val", split(val, "val-00000.bin", bpt_val)}};
+  meta["unigram"] = {{"train_entropy_bits", entropy}, {"val_cross_entropy_bits", cross}};
+  meta["routed"] = {{"path", p}, {"unit_tokens", row}};
+  if (fs::exists(dataset.dir() / "tokenizer.model"))
+    fs::copy_file(dataset.dir() / "tokenizer.model", dir / "tokenizer.model");
+  write_file_atomic(dir / "dataset.json", meta.dump(2) + "\n");
+  return {{"path", p}, {"train_units", train.docs.size()}, {"val_units", val.docs.size()},
+          {"train_tokens", train.tokens.size()}};
+}
+
+}  // namespace
+
 nlohmann::json write_routes(const fs::path& out, const Router& router, const fs::path& features_dir,
                             const Dataset& dataset, const Units& train, const torch::Tensor& routes_train,
                             const Units& val, const torch::Tensor& routes_val, nlohmann::json info, bool overwrite) {
@@ -63,7 +95,6 @@ nlohmann::json write_routes(const fs::path& out, const Router& router, const fs:
   router.save(tmp / "router.safetensors");
 
   auto source_meta = nlohmann::json::parse(read_file(dataset.dir() / "dataset.json"));
-  const double bpt_train = dataset.bytes_per_token("train"), bpt_val = dataset.bytes_per_token("val");
   std::vector<std::vector<uint32_t>> train_tokens(P), val_tokens(P);
   std::vector<std::vector<ShardDoc>> train_docs(P), val_docs(P);
   // Each unit's tokens go to the shards of the paths it was routed to.
@@ -84,33 +115,9 @@ nlohmann::json write_routes(const fs::path& out, const Router& router, const fs:
   scatter(train, routes_train, train_tokens, train_docs);
   scatter(val, routes_val, val_tokens, val_docs);
   nlohmann::json paths = nlohmann::json::array();
-  for (int64_t p = 0; p < P; ++p) {
-    fs::path dir = tmp / fmt::format("path-{}", p);
-    fs::create_directories(dir);
-    Shard{train_tokens[p], train_docs[p]}.write(dir / "train-00000.bin", dataset.vocab_size() - 1);
-    Shard{val_tokens[p], val_docs[p]}.write(dir / "val-00000.bin", dataset.vocab_size() - 1);
-    const auto [entropy, cross] = unigram_bits(token_counts(train_tokens[p], dataset.vocab_size()),
-                                               token_counts(val_tokens[p], dataset.vocab_size()));
-    nlohmann::json meta = source_meta;
-    auto split = [&](const std::vector<uint32_t>& tokens, const std::vector<ShardDoc>& docs, const char* file,
-                     double bpt) {
-      return nlohmann::json{{"shards", {file}},
-                            {"num_tokens", tokens.size()},
-                            {"num_docs", docs.size()},
-                            {"num_bytes", static_cast<int64_t>(std::llround(double(tokens.size()) * bpt))}};
-    };
-    meta["splits"] = {{"train", split(train_tokens[p], train_docs[p], "train-00000.bin", bpt_train)},
-                      {"val", split(val_tokens[p], val_docs[p], "val-00000.bin", bpt_val)}};
-    meta["unigram"] = {{"train_entropy_bits", entropy}, {"val_cross_entropy_bits", cross}};
-    meta["routed"] = {{"path", p}, {"unit_tokens", row}};
-    if (fs::exists(dataset.dir() / "tokenizer.model"))
-      fs::copy_file(dataset.dir() / "tokenizer.model", dir / "tokenizer.model");
-    write_file_atomic(dir / "dataset.json", meta.dump(2) + "\n");
-    paths.push_back({{"path", p},
-                     {"train_units", train_docs[p].size()},
-                     {"val_units", val_docs[p].size()},
-                     {"train_tokens", train_tokens[p].size()}});
-  }
+  for (int64_t p = 0; p < P; ++p)
+    paths.push_back(write_path_dataset(tmp / fmt::format("path-{}", p), p, row, dataset, source_meta,
+                                       {train_tokens[p], train_docs[p]}, {val_tokens[p], val_docs[p]}));
 
   // Report: how paths line up with the corpus's source domains (top-1 assignment).
   const Confusion confusion = confusion_table(train.domain, routes_train.select(1, 0), P, D);

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""The project's structure report (issue 11): include edges that point up the layer graph, c10d used outside comm/,
+the longest files under src/ and the longest functions (universal-ctags). Exit status 1 when an upward edge or a c10d
+use outside comm/ exists. Layers (docs/architecture.md):
+    cli -> runtime -> {parallel, optim, routing} -> {model, comm, data} -> core;   sched -> core
+Run from anywhere: python3 tools/structure.py [--top N]"""
+import os, re, shutil, subprocess, sys
+
+ALLOWED = {"core": set(), "data": {"core"}, "model": {"core"}, "comm": {"core"}, "sched": {"core"},
+           "optim": {"core", "data", "model", "comm"}, "routing": {"core", "data", "model"},
+           "parallel": {"core", "data", "model", "comm", "optim"},
+           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing"}}
+ALLOWED["cli"] = set(ALLOWED) | {"cli"}
+
+
+def layer_of(path):
+    parts = path.split("/")
+    if parts[:2] == ["src", "cli"]:
+        return "cli"
+    if len(parts) > 2 and parts[:2] == ["src", "tributary"] and parts[2] in ALLOWED:
+        return parts[2]
+    return None
+
+
+def main():
+    top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 8
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    files = [f for f in subprocess.run(["git", "ls-files", "src"], capture_output=True, text=True).stdout.split()
+             if f.endswith((".h", ".cpp"))]
+    upward, c10d, sizes = [], [], []
+    for f in files:
+        text = open(f, errors="replace").read()
+        sizes.append((text.count("\n"), f))
+        layer = layer_of(f)
+        for inc in sorted(set(re.findall(r'#include\s+"tributary/([a-z_]+)/', text))):
+            if layer and inc != layer and inc in ALLOWED and inc not in ALLOWED[layer]:
+                upward.append(f"{f} -> {inc}/")
+        if layer != "comm" and re.search(r"\bc10d::|#include\s+<(torch/csrc/distributed|c10d)", text):
+            c10d.append(f)
+    print("upward include edges:", "none" if not upward else "")
+    for e in upward:
+        print("  " + e)
+    print("c10d outside comm/:", "none" if not c10d else "")
+    for f in c10d:
+        print("  " + f)
+    print(f"longest files (lines; limit ~400):")
+    for n, f in sorted(sizes, reverse=True)[:top]:
+        print(f"  {n:5d}  {f}")
+    if shutil.which("ctags"):
+        out = subprocess.run(["ctags", "--fields=+ne", "--kinds-c++=f", "-o", "-", "-R", "src"],
+                             capture_output=True, text=True).stdout
+        funcs = []
+        for line in out.splitlines():
+            m = re.search(r"^(\S+)\t(\S+)\t.*\tline:(\d+).*\tend:(\d+)", line)
+            if m and not m.group(1).startswith("__anon"):
+                funcs.append((int(m.group(4)) - int(m.group(3)) + 1, f"{m.group(2)}:{m.group(3)} {m.group(1)}"))
+        print("longest functions (lines; limit ~80):")
+        for n, f in sorted(funcs, reverse=True)[:top]:
+            print(f"  {n:5d}  {f}")
+    else:
+        print("longest functions: install universal-ctags (./run setup does) to list them")
+    return 1 if upward or c10d else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
