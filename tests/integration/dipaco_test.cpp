@@ -144,6 +144,12 @@ TEST_F(Dipaco, BadInputIsRefusedNamingWhatToChange) {
   auto [rc4, out4] = sh(cli + dipaco("bad4", "routes", "--set model.width=32"));
   EXPECT_NE(rc4, 0);
   EXPECT_NE(out4.find("does not match the model of this run"), std::string::npos) << out4;
+  // A corrupt route.json: an Error naming the file, not a bug exit.
+  fs::copy(work() / "routes", work() / "routes_corrupt", fs::copy_options::recursive);
+  write_file_atomic(work() / "routes_corrupt" / "route.json", "{\"modules\": 7");
+  auto [rc5, out5] = sh(cli + dipaco("bad5", "routes_corrupt", ""));
+  EXPECT_EQ(rc5, 2) << out5;  // the CLI's status for an Error (3 is a bug)
+  EXPECT_NE(out5.find((work() / "routes_corrupt" / "route.json").string()), std::string::npos) << out5;
 }
 
 TEST_F(Dipaco, WithSkipTheRoundGoesOnWithoutTheDeadWorkersTasks) {

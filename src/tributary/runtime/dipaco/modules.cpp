@@ -1,5 +1,7 @@
 #include "tributary/runtime/dipaco/modules.h"
 
+#include "tributary/runtime/json_file.h"
+
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -91,25 +93,27 @@ DipacoRun load_dipaco_run(const fs::path& dir) {
     fail("'{}' is not a DiPaCo run directory (no dipaco.json); train one with dipaco.modules set", dir.string());
   DipacoRun run;
   run.dir = dir;
-  auto j = nlohmann::json::parse(read_file(dir / "dipaco.json"));
-  run.config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
-  run.grid = PathGrid::parse(j.at("modules").get<std::string>(), run.config.model.num_levels,
-                             j.at("private_stem").get<bool>(), (dir / "dipaco.json").string());
-  run.round = j.at("round").get<int64_t>();
-  for (const std::string& module : run.grid.modules()) {
-    const fs::path file = dir / "modules" / (module + ".safetensors");
-    if (!j.at("files").contains(module)) fail("'{}' lists no file for module '{}'", (dir / "dipaco.json").string(), module);
-    std::string bytes = read_file(file);
-    const auto& meta = j.at("files").at(module);
-    if (bytes.size() != meta.at("size").get<size_t>() ||
-        fmt::format("{:016x}", hash64(bytes.data(), bytes.size())) != meta.at("xxh64").get<std::string>())
-      fail("module file '{}' does not match its checksum in dipaco.json (corrupted or from another round)",
-           file.string());
-    auto f = safetensors::File::parse(std::move(bytes), file.string());
-    NamedTensors tensors;
-    for (const auto& [name, view] : f.tensors()) tensors.emplace_back(name, to_torch(view));
-    run.modules[module] = std::move(tensors);
-  }
+  with_json_file(dir / "dipaco.json", "the run directory is damaged; train the run again", [&](const nlohmann::json& j) {
+    run.config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
+    run.grid = PathGrid::parse(j.at("modules").get<std::string>(), run.config.model.num_levels,
+                               j.at("private_stem").get<bool>(), (dir / "dipaco.json").string());
+    run.round = j.at("round").get<int64_t>();
+    for (const std::string& module : run.grid.modules()) {
+      const fs::path file = dir / "modules" / (module + ".safetensors");
+      if (!j.at("files").contains(module)) fail("'{}' lists no file for module '{}'", (dir / "dipaco.json").string(), module);
+      std::string bytes = read_file(file);
+      const auto& meta = j.at("files").at(module);
+      if (bytes.size() != meta.at("size").get<size_t>() ||
+          fmt::format("{:016x}", hash64(bytes.data(), bytes.size())) != meta.at("xxh64").get<std::string>())
+        fail("module file '{}' does not match its checksum in dipaco.json (corrupted or from another round)",
+             file.string());
+      auto f = safetensors::File::parse(std::move(bytes), file.string());
+      NamedTensors tensors;
+      for (const auto& [name, view] : f.tensors()) tensors.emplace_back(name, to_torch(view));
+      run.modules[module] = std::move(tensors);
+    }
+    return 0;
+  });
   return run;
 }
 

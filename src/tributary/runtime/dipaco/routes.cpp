@@ -2,6 +2,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/runtime/json_file.h"
 
 namespace tributary {
 
@@ -16,7 +17,8 @@ Routes load_routes(const fs::path& dir, const torch::Device& device) {
     fail("'{}' is not a complete routes directory (no route.json); write one with `tributary route`", dir.string());
   Routes r;
   r.dir = dir;
-  r.info = nlohmann::json::parse(read_file(dir / "route.json"));
+  r.info = with_json_file(dir / "route.json", "write the routes again with `tributary route`",
+                          [](nlohmann::json j) { return j; });
   r.router = Router::load(dir / "router.safetensors");
   auto loaded = load_model((dir / "features").string(), device);
   r.feature_model = loaded.model;

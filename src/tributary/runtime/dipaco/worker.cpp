@@ -25,6 +25,7 @@
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/json_file.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/step_runner.h"
 #include "tributary/runtime/dipaco/path_data.h"
@@ -95,13 +96,16 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
   if (!fs::exists(routes / "route.json"))
     fail("dipaco.routes = '{}' is not a complete routes directory (no route.json); write it with `tributary route`",
          routes.string());
-  const auto route_info = nlohmann::json::parse(read_file(routes / "route.json"));
-  if (route_info.at("modules").get<std::string>() != grid_.describe())
+  const auto [routed_grid, routed_context] = with_json_file(
+      routes / "route.json", "write the routes again with `tributary route`", [](const nlohmann::json& j) {
+        return std::pair{j.at("modules").get<std::string>(), j.at("context").get<int64_t>()};
+      });
+  if (routed_grid != grid_.describe())
     fail("dipaco.routes = '{}' was routed for a {} grid but dipaco.modules = '{}'; route again with --modules {}",
-         routes.string(), route_info.at("modules").get<std::string>(), grid_.describe(), grid_.describe());
-  if (route_info.at("context").get<int64_t>() != config_.model.context)
+         routes.string(), routed_grid, grid_.describe(), grid_.describe());
+  if (routed_context != config_.model.context)
     fail("dipaco.routes = '{}' holds units of {} tokens but model.context = {}; route with --context {}",
-         routes.string(), route_info.at("context").get<int64_t>() + 1, config_.model.context, config_.model.context);
+         routes.string(), routed_context + 1, config_.model.context, config_.model.context);
   for (int64_t p = 0; p < grid_.num_paths(); ++p) data_.push_back(load_path_data(routes, p, config_));
   if (config_.model.vocab_size == 0) config_.model.vocab_size = data_.front().vocab_size;
 
@@ -239,7 +243,8 @@ void Worker::train_task(int64_t p, int64_t round) {
     holdout = evaluate_units(model, data_[p].holdout, kRoutingPrefix, device_).mean();
     const fs::path best_json = run_dir_ / "best" / fmt::format("path-{}.json", p);
     const double best = fs::exists(best_json)
-                            ? nlohmann::json::parse(read_file(best_json)).at("holdout_loss").get<double>()
+                            ? with_json_file(best_json, "remove it (it is rewritten by the next round)",
+                                             [](const nlohmann::json& j) { return j.at("holdout_loss").get<double>(); })
                             : std::numeric_limits<double>::infinity();
     if (holdout < best) {
       write_file_atomic(best_path_file(run_dir_, p), tensors_to_safetensors(params));
