@@ -3,7 +3,6 @@
 // It also accounts the time the training thread spent blocked waiting for it (comm_s in the metrics).
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -11,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include "tributary/core/clock.h"
 
 namespace tributary::comm {
 
@@ -37,9 +38,9 @@ class CommThread {
   // Waits for a result of this thread, counting the wait as blocked time.
   template <typename T>
   T wait(std::future<T> result) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     T value = result.get();
-    blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    blocked_s_ += seconds_since(start);
     return value;
   }
   double take_blocked_s() {

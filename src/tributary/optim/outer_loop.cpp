@@ -1,6 +1,5 @@
 #include "tributary/optim/outer_loop.h"
 
-#include <chrono>
 #include <cmath>
 #include <regex>
 
@@ -10,8 +9,8 @@
 
 namespace tributary {
 
-OuterLoop::OuterLoop(const OuterLoopOptions& options, Reduce reduce)
-    : options_(options), reduce_(std::move(reduce)), current_h_(options.inner_steps) {}
+OuterLoop::OuterLoop(const OuterLoopOptions& options, Reducer& reducer)
+    : options_(options), reducer_(reducer), current_h_(options.inner_steps) {}
 
 NamedTensors OuterLoop::subset(const NamedTensors& params, const SyncUnit& u) const {
   NamedTensors out;
@@ -52,7 +51,7 @@ void OuterLoop::load(const safetensors::File& outer, const nlohmann::json& progr
 }
 
 void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps) {
-  u.pending = reduce_(u.outer->pseudo_gradient(subset(params, u)));
+  u.pending = reducer_.start(u.outer->pseudo_gradient(subset(params, u)));
   u.apply_step = step + overlap_steps;
   u.merge = overlap_steps > 0;
   u.last_sync = step;
@@ -60,9 +59,7 @@ void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t ov
 
 void OuterLoop::land(size_t index, NamedTensors& params) {
   SyncUnit& u = units_[index];
-  const auto start = std::chrono::steady_clock::now();
-  auto averaged = u.pending.get();  // rethrows a failed exchange
-  blocked_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto averaged = reducer_.wait(std::move(u.pending));  // rethrows a failed exchange
   u.apply_step = -1;
   auto local = subset(params, u);
   torch::NoGradGuard no_grad;
@@ -161,12 +158,6 @@ nlohmann::json OuterLoop::progress() const {
   nlohmann::json units = nlohmann::json::array();
   for (const auto& u : units_) units.push_back({{"last_sync", u.last_sync}, {"outer_steps", u.outer->num_steps()}});
   return units;
-}
-
-double OuterLoop::take_blocked_s() {
-  const double s = blocked_s_;
-  blocked_s_ = 0;
-  return s;
 }
 
 }  // namespace tributary

@@ -11,7 +11,7 @@
 //             last global parameters and its outer optimizer does not move. Default: always commit.
 //   landed    `landed(globals, when, merged)` after every committed outer step (the replica hash check)
 //
-// Torch but no communication: the reducer is a function, so the loop is tested with a fake one (no processes).
+// Torch but no communication: the reducer is an interface, so the loop is tested with a fake one (no processes).
 #pragma once
 
 #include <functional>
@@ -22,6 +22,7 @@
 
 #include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
+#include "tributary/optim/reducer.h"
 #include "tributary/optim/sync_unit.h"
 
 namespace tributary {
@@ -39,11 +40,10 @@ struct OuterLoopOptions {
 
 class OuterLoop {
  public:
-  using Reduce = std::function<std::future<std::vector<torch::Tensor>>(std::vector<torch::Tensor>)>;
   using Commit = std::function<bool(size_t unit, int64_t outer_step)>;
   using Landed = std::function<void(const NamedTensors& globals, const std::string& when, bool merged)>;
 
-  OuterLoop(const OuterLoopOptions& options, Reduce reduce);
+  OuterLoop(const OuterLoopOptions& options, Reducer& reducer);  // `reducer` outlives the loop
   void set_commit(Commit commit) { commit_ = std::move(commit); }
   void set_landed(Landed landed) { landed_ = std::move(landed); }
 
@@ -63,7 +63,6 @@ class OuterLoop {
   NamedTensors outer_state() const;  // globals and momenta ("<param>.outer_momentum")
   nlohmann::json progress() const;   // per unit: last_sync, outer_steps
   const std::vector<SyncUnit>& units() const { return units_; }
-  double take_blocked_s();  // time after_step/finish waited for a reduction
 
  private:
   NamedTensors subset(const NamedTensors& params, const SyncUnit& u) const;
@@ -71,12 +70,11 @@ class OuterLoop {
   void land(size_t index, NamedTensors& params);
 
   OuterLoopOptions options_;
-  Reduce reduce_;
+  Reducer& reducer_;
   Commit commit_;
   Landed landed_;
   std::vector<SyncUnit> units_;
   int64_t current_h_;
-  double blocked_s_ = 0;
 };
 
 }  // namespace tributary

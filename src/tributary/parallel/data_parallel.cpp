@@ -2,9 +2,7 @@
 
 namespace tributary {
 
-DataParallel::DataParallel(NamedTensors& params, double bucket_mb, comm::CommThread& thread,
-                           comm::Exchange& exchange)
-    : thread_(thread), exchange_(exchange) {
+DataParallel::DataParallel(NamedTensors& params, double bucket_mb, Reducer& reducer) : reducer_(reducer) {
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20) / 4));
   bucket_of_.assign(params.size(), 0);
   offset_in_bucket_.assign(params.size(), 0);
@@ -32,13 +30,6 @@ DataParallel::DataParallel(NamedTensors& params, double bucket_mb, comm::CommThr
     });
 }
 
-std::future<std::vector<torch::Tensor>> DataParallel::average_async(std::vector<torch::Tensor> tensors) {
-  return thread_.enqueue<std::vector<torch::Tensor>>([this, t = std::move(tensors)]() mutable {
-    exchange_.average(t);
-    return t;
-  });
-}
-
 void DataParallel::before_backward(bool last_micro_batch, bool single_micro_batch, bool averaging) {
   armed_ = averaging && last_micro_batch && single_micro_batch;
 }
@@ -48,24 +39,21 @@ void DataParallel::on_gradient(size_t k, const torch::Tensor& grad) {
   Bucket& b = buckets_[bucket_of_[k]];
   b.flat.narrow(0, static_cast<int64_t>(offset_in_bucket_[k]), grad.numel())
       .copy_(grad.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32));
-  if (++b.ready == static_cast<int64_t>(b.params.size())) b.pending = average_async({b.flat});
+  if (++b.ready == static_cast<int64_t>(b.params.size())) b.pending = reducer_.start({b.flat});
 }
 
 void DataParallel::after_backward(NamedTensors& params) {
   if (!armed_) {  // gradient accumulation: average once, after the last micro-batch
     std::vector<torch::Tensor> grads;
     for (auto& [name, p] : params) grads.push_back(p.mutable_grad());
-    thread_.run<int>([&] {
-      exchange_.average(grads);
-      return 0;
-    });
+    reducer_.wait(reducer_.start(grads));  // averaged in place
     return;
   }
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
     if (b.ready != static_cast<int64_t>(b.params.size()))  // a parameter without gradient: send what we have
-      b.pending = average_async({b.flat});
-    auto averaged = thread_.wait(std::move(b.pending))[0];
+      b.pending = reducer_.start({b.flat});
+    auto averaged = reducer_.wait(std::move(b.pending))[0];
     for (size_t k : b.params) {
       auto& p = params[k].second;
       p.mutable_grad().copy_(averaged.narrow(0, static_cast<int64_t>(offset_in_bucket_[k]), p.numel()).view(p.sizes()));

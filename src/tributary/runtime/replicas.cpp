@@ -54,6 +54,7 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
               "checkpoints and stops wait for the end of the run",
               d.overlap_steps, d.inner_steps / d.fragments);
   thread_ = std::make_unique<comm::CommThread>();
+  reducer_ = std::make_unique<ExchangeAverage>(*thread_, *exchange_);
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_);
   lower_training_priority(d.compute_nice, env.rank);
 }
@@ -80,7 +81,7 @@ double Replicas::shared_matmul_peak(const torch::Device& device, int local_world
 
 comm::CommStats Replicas::take_stats() {
   comm::CommStats s = exchange_->take_stats();
-  s.comm_s = thread_->take_blocked_s() + (outer_ ? outer_->take_blocked_s() : 0.0);
+  s.comm_s = thread_->take_blocked_s();
   return s;
 }
 
@@ -91,12 +92,7 @@ void Replicas::start_outer_loop(NamedTensors& params, int64_t offset) {
                        .merge_alpha = d.merge_alpha, .qsr_alpha = d.qsr_alpha,
                        .outer = {d.outer_lr, d.outer_momentum},
                        .blocks_per_level = config_.model.blocks_per_level(), .num_layers = config_.model.num_layers},
-      [this](std::vector<torch::Tensor> tensors) {
-        return thread_->enqueue<std::vector<torch::Tensor>>([this, t = std::move(tensors)]() mutable {
-          exchange_->average(t);
-          return t;
-        });
-      });
+      *reducer_);
   outer_->set_landed([this](const NamedTensors& globals, const std::string& when, bool merged) {
     if (merged) {
       check_->later(globals, when);  // queues behind the exchanges in flight; verified at the next step or finish
@@ -112,7 +108,7 @@ void Replicas::start(NamedTensors& params, int64_t step, const safetensors::File
   const std::string when = step == 0 ? "at start" : fmt::format("when resuming at step {}", step);
   in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
   if (ddp_ || in_warmup_) {
-    data_parallel_ = std::make_unique<DataParallel>(params, config_.dist.bucket_mb, *thread_, *exchange_);
+    data_parallel_ = std::make_unique<DataParallel>(params, config_.dist.bucket_mb, *reducer_);
     check_->now(params, when);
     return;
   }

@@ -80,7 +80,8 @@ class Replicas {
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::Exchange> exchange_;
-  std::unique_ptr<comm::CommThread> thread_;  // declared after what its jobs use: destroyed (joined) first
+  std::unique_ptr<comm::CommThread> thread_;  // joined first by the destructor: its jobs use the members below
+  std::unique_ptr<Reducer> reducer_;          // the exchange's average, on the communication thread
   std::unique_ptr<ReplicaCheck> check_;
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<OuterLoop> outer_;

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
-#include "tributary/runtime/dist_env.h"
 #include "tributary/runtime/replicas.h"
 
 namespace tributary {
@@ -23,7 +22,6 @@ StepResult DenseStep::run(int64_t step, double lr) {
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     step_loss += loss.item<double>() / double(p_.grad_accum);
   }
-  if (p_.inject_failures) maybe_inject_failure(p_.rank, step + 1);
   if (p_.replicas) p_.replicas->after_backward(p_.params);  // data parallel: average gradients
   if (!std::isfinite(step_loss))
     fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);

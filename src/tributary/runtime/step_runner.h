@@ -38,8 +38,6 @@ struct DenseStepParts {
   torch::Device device = torch::kCPU;
   int64_t grad_accum = 1;
   double grad_clip = 0;
-  int rank = 0;                 // for failure injection (tests: TRIBUTARY_FAIL_RANK/STEP)
-  bool inject_failures = true;  // false: the caller injects (DiPaCo counts a worker's steps over its tasks)
 };
 
 // next micro-batch -> forward -> loss -> backward (x grad_accum) -> average gradients -> clip -> AdamW step.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
@@ -20,9 +21,6 @@
 
 namespace tributary {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
 // numbers before the model), then the loop.
@@ -175,7 +173,7 @@ void TrainingRun::save(int64_t step, double elapsed) {
 // The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
   DenseStep dense({*model_, params_, *optimizer_, *loader_, replicas_.get(), device_, tc_.grad_accum,
-                   config_.optim.grad_clip, options_.dist.rank});
+                   config_.optim.grad_clip});
   TrainStep& train_step = dense;
   StopAgreement stop(replicas_.get(), options_.stop_after_step, lead_);
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
@@ -188,6 +186,7 @@ TrainSummary TrainingRun::run() {
     const double lr = schedule.lr(step);
     const StepResult result = train_step.run(step, lr);
     step += 1;
+    maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;
     const bool synced = sync(step, lr);
     const double dt = seconds_since(step_start);

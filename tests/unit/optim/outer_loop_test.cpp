@@ -11,22 +11,31 @@ using namespace tributary;
 
 namespace {
 
+// One replica: the average of the pseudo-gradients is themselves. Records (step, tensors) of every reduction.
+struct OneReplica : Reducer {
+  const int64_t* step = nullptr;
+  std::vector<std::pair<int64_t, size_t>> sends;
+  std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> t) override {
+    sends.emplace_back(*step, t.size());
+    std::promise<std::vector<torch::Tensor>> p;
+    p.set_value(std::move(t));
+    return p.get_future();
+  }
+};
+
 struct Fixture {
   NamedTensors params = {{"embed", torch::zeros({2})},
                          {"levels.0.modules.0.blocks.0.w", torch::zeros({3})},
                          {"levels.0.modules.0.blocks.1.w", torch::zeros({4})}};
   int64_t step = 0;
-  std::vector<std::pair<int64_t, size_t>> sends;  // (step, tensors sent)
+  OneReplica reducer;
+  std::vector<std::pair<int64_t, size_t>>& sends = reducer.sends;  // (step, tensors sent)
 
+  Fixture() { reducer.step = &step; }
   OuterLoop make(OuterLoopOptions o) {
     o.blocks_per_level = 2;
     o.num_layers = 2;
-    return OuterLoop(o, [this](std::vector<torch::Tensor> t) {
-      sends.emplace_back(step, t.size());
-      std::promise<std::vector<torch::Tensor>> p;
-      p.set_value(std::move(t));
-      return p.get_future();
-    });
+    return OuterLoop(o, reducer);
   }
   void run(OuterLoop& loop, int64_t from, int64_t to, double lr = 1e-3) {
     for (step = from; step <= to; ++step) loop.after_step(step, lr, params);

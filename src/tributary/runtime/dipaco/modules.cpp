@@ -112,7 +112,6 @@ DipacoRun load_dipaco_run(const fs::path& dir) {
       for (const auto& [name, view] : f.tensors()) tensors.emplace_back(name, to_torch(view));
       run.modules[module] = std::move(tensors);
     }
-    return 0;
   });
   return run;
 }

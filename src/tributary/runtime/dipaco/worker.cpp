@@ -9,6 +9,7 @@
 
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
+#include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/log.h"
@@ -34,9 +35,6 @@
 
 namespace tributary {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
 // modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
@@ -212,8 +210,7 @@ void Worker::train_task(int64_t p, int64_t round) {
   const uint64_t per_epoch = static_cast<uint64_t>(loader.num_windows());
   loader.set_position({consumed / per_epoch, consumed % per_epoch});
   // The inner steps are the trainer's dense step (runtime/step_runner.h) on the path's model.
-  DenseStep inner({model, params, optimizer, loader, nullptr, device_, 1, config_.optim.grad_clip, env_.rank,
-                   /*inject_failures=*/false});
+  DenseStep inner({model, params, optimizer, loader, nullptr, device_, 1, config_.optim.grad_clip});
   double loss_sum = 0;
   for (int64_t i = 0; i < tau; ++i) {
     const int64_t step = round * tau + i;
