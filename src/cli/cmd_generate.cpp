@@ -36,7 +36,7 @@ void add_generate(CLI::App& app) {
     if (is_dipaco_run(args->checkpoint)) {  // route the prompt's first 32 tokens to one path
       DipacoRun run = load_dipaco_run(args->checkpoint);
       Routes routes = load_routes(run.config.dipaco.routes, device);
-      auto tokenizer = load_tokenizer(routes.info.at("data").get<std::string>());
+      auto tokenizer = load_tokenizer(routes.info.data);
       auto ids = tokenizer->encode(args->prompt);
       const int64_t path = args->path >= 0 ? args->path : routes.route_sequence(ids, tokenizer->eot_id(), device);
       run.grid.path_modules(path);  // Error naming the range when out of it

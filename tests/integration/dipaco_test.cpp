@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
+#include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
 #include "tributary/routing/units.h"
@@ -13,7 +16,9 @@
 #include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/dipaco/routes.h"
 #include "shell.h"
+#include "support/json_fuzz.h"
 
 using namespace tributary;
 
@@ -160,4 +165,40 @@ TEST_F(Dipaco, WithSkipTheRoundGoesOnWithoutTheDeadWorkersTasks) {
   auto summary = nlohmann::json::parse(read_file(work() / "skipped" / "summary.json"));
   EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
   EXPECT_GE(summary["tasks_dropped"].get<int64_t>(), 1);
+}
+
+// Issue 12: route.json and dipaco.json, the two files a user hands DiPaCo, mutated (seeded, 3 s each). Every mutation
+// loads or is an Error naming the file: never another exception (exit 3, "a bug"), a crash or a hang.
+TEST_F(Dipaco, MutatedRouteAndDipacoFilesLoadOrAreRefusedNamingTheFile) {
+  auto [rc, out] = sh(cli + dipaco("fuzzed", "routes", ""));
+  ASSERT_EQ(rc, 0) << out;
+  auto fuzz = [](const fs::path& file, uint64_t seed, const std::function<void()>& load) {
+    const auto valid = nlohmann::json::parse(read_file(file));
+    SplitMix64 rng(seed);
+    int ok = 0, refused = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2000 && std::chrono::steady_clock::now() - start < std::chrono::seconds(3); ++i) {
+      const std::string text = test_support::mutate_json(valid, rng);
+      write_file(file, text, false);
+      std::string got = "ok";
+      try {
+        load();
+      } catch (const tributary::Error& e) {
+        got = std::string(e.what()).find(file.parent_path().string()) != std::string::npos
+                  ? "error"
+                  : "refused without naming the file: " + std::string(e.what());
+      } catch (const std::exception& e) {
+        got = "escaped as " + std::string(typeid(e).name()) + ": " + e.what();
+      }
+      ASSERT_TRUE(got == "ok" || got == "error") << "mutation " << i << " " << got << "\n" << text;
+      (got == "ok" ? ok : refused) += 1;
+    }
+    write_file(file, valid.dump(2), false);
+    EXPECT_GT(refused, 50) << file;
+    std::printf("%s: %d loaded, %d refused\n", file.filename().c_str(), ok, refused);
+  };
+  fs::create_directories(work() / "routes_fuzzed");
+  fs::copy_file(work() / "routes" / "route.json", work() / "routes_fuzzed" / "route.json");
+  fuzz(work() / "routes_fuzzed" / "route.json", 7, [] { read_route_info(work() / "routes_fuzzed"); });
+  fuzz(work() / "fuzzed" / "dipaco.json", 8, [] { load_dipaco_run(work() / "fuzzed"); });
 }

@@ -212,3 +212,54 @@ TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
   EXPECT_EQ(resumed["steps"].get<int64_t>(), step + 4);
   EXPECT_EQ(resumed["outer_steps"].get<int64_t>(), 0);
 }
+
+TEST_F(Distributed, TheRankThatFailedIsBlamedNotThePeerThatLostItsConnection) {
+  // Rank 1 refuses its own input (an Error, status 2); rank 0, waiting in an all-reduce, loses its connection and
+  // exits with a NetworkError (status 4) first about half the time. Before, launch blamed whichever it reaped first
+  // (the wrong rank in 15 of 26 tries, issue 12 item 8).
+  const std::string cli = TRIBUTARY_CLI;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=error TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
+                        " launch --nproc 2 --grace 2 --" +
+                        tiny("blamed", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp"));
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find("launch: failed because rank 1 failed (status 2)"), std::string::npos) << out;
+    EXPECT_NE(out.find("injected failure at step 3"), std::string::npos) << out;
+  }
+}
+
+TEST_F(Distributed, AStoppedRankIsNamedAndTheRunEndsAtTheCollectiveDeadline) {
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string marker = (work() / "frozen").string();
+  auto start = std::chrono::steady_clock::now();
+  auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
+                      " launch --nproc 2 --grace 2 --" +
+                      tiny("frozen", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp "
+                                     "--set dist.collective_timeout_s=5 --set dist.store_timeout_s=5"));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(rc, 4) << out;  // rank 0's NetworkError: the run's status
+  EXPECT_NE(out.find("rank 1 (pid"), std::string::npos) << out;
+  EXPECT_NE(out.find("was stopped by SIGSTOP"), std::string::npos) << out;
+  EXPECT_NE(out.find("timed out after"), std::string::npos) << out;
+  EXPECT_NE(out.find("was stopped and rank 0 gave up waiting for it"), std::string::npos) << out;
+  EXPECT_LT(took, 40) << out;
+  EXPECT_FALSE(any_process_mentions(marker)) << "the stopped worker outlived launch";
+}
+
+TEST_F(Distributed, AWorldSizeDisagreementIsRefusedAtOnceNamingBothSizes) {
+  // Before: every rank waited for ranks that would never come and ended in "Socket Timeout" after 600 s.
+  const std::string cli = TRIBUTARY_CLI;
+  const int port = free_tcp_port();
+  auto cmd = [&](int rank, int world) {
+    return fmt::format("RANK={} WORLD_SIZE={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} {}", rank, world, port, cli) +
+           tiny("worlds" + std::to_string(rank), "--set train.steps=4");
+  };
+  auto start = std::chrono::steady_clock::now();
+  auto [rc, out] = sh("(" + cmd(0, 2) + "; echo rank0=$?) 2>&1 & (" + cmd(1, 3) + "; echo rank1=$?) 2>&1; wait");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(out.find("rank 1 was started with WORLD_SIZE=3 but rank 0 with WORLD_SIZE=2"), std::string::npos) << out;
+  EXPECT_NE(out.find("another rank refused the rendezvous"), std::string::npos) << out;  // rank 0 stops too
+  EXPECT_NE(out.find("rank0=2"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank1=2"), std::string::npos) << out;
+  EXPECT_LT(took, 60) << out;
+}

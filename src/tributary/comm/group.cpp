@@ -7,6 +7,26 @@
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Says whether the collective failed early (a peer exited or closed its connection: the peer's own log says why) or
+// ran into its deadline (a peer is stopped, hung or unreachable), instead of "failed or timed out after 1800 s".
+std::string failure(const std::string& what, SteadyClock::time_point start, std::chrono::milliseconds deadline,
+                    const std::exception& e) {
+  const double took = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  const double limit = deadline.count() / 1000.0;
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string cause = torch_error ? torch_error->what_without_backtrace() : e.what();
+  if (took >= 0.99 * limit)
+    return fmt::format("{} timed out after {:.0f} s (dist.collective_timeout_s): a peer is stopped, hung or unreachable: "
+                       "{}", what, took, cause);
+  return fmt::format("{} failed after {:.1f} s (a peer exited or lost its connection; its own log says why): {}", what,
+                     took, cause);
+}
+
+}  // namespace
 
 Group::Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options, std::string prefix)
     : store_(std::move(store)), rank_(rank), world_size_(world_size), options_(std::move(options)) {
@@ -40,12 +60,13 @@ void Group::reform(const std::string& prefix) {
 
 template <typename MakeWork>
 void Group::run(const char* what, MakeWork&& make_work) {
+  const auto start = SteadyClock::now();
   try {
     auto work = make_work();
     work->wait(options_.collective_timeout);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("rank {}: {} in group '{}' failed or timed out after {} s: {}", rank_, what, prefix_,
-                                   options_.collective_timeout.count() / 1000.0, e.what()));
+    throw NetworkError(
+        failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start, options_.collective_timeout, e));
   }
 }
 
@@ -66,10 +87,11 @@ PendingCollective::~PendingCollective() = default;
 
 void PendingCollective::wait() {
   if (!work_) return;
+  const auto start = SteadyClock::now();
   try {
     work_->wait(timeout_);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("{} failed or timed out after {} s: {}", what_, timeout_.count() / 1000.0, e.what()));
+    throw NetworkError(failure(what_, start, timeout_, e));
   }
   work_.reset();
 }
@@ -106,15 +128,16 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
 
 void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, int tag) {
   std::vector<torch::Tensor> o = {out}, i = {in};
+  const auto start = SteadyClock::now();
   try {
     auto sent = pg_->send(o, dst, tag);
     auto received = pg_->recv(i, src, tag);
     received->wait(options_.collective_timeout);
     sent->wait(options_.collective_timeout);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}' failed or timed "
-                                   "out after {} s: {}",
-                                   rank_, dst, src, prefix_, options_.collective_timeout.count() / 1000.0, e.what()));
+    throw NetworkError(failure(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}'", rank_, dst,
+                                           src, prefix_),
+                               start, options_.collective_timeout, e));
   }
 }
 

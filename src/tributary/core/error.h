@@ -24,6 +24,12 @@ class NetworkError : public Error {
   explicit NetworkError(const std::string& message) : Error(message) {}
 };
 
+// Exit statuses of the CLI: 2 a user Error, 3 a bug (internal check or library exception), 4 a NetworkError (a peer
+// or the network failed: look at the other ranks for the cause; `launch` does).
+inline constexpr int kUserErrorStatus = 2;
+inline constexpr int kBugStatus = 3;
+inline constexpr int kNetworkErrorStatus = 4;
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

@@ -63,6 +63,14 @@ DistEnv resolve_dist_env(const std::map<std::string, std::string>& env) {
     d.local_world_size = has(env, "LOCAL_WORLD_SIZE") ? parse_int(env, "LOCAL_WORLD_SIZE") : d.world_size;
     if (has(env, "MASTER_ADDR")) d.master_addr = env.at("MASTER_ADDR");
     if (has(env, "MASTER_PORT")) d.master_port = parse_int(env, "MASTER_PORT");
+    // RANK/WORLD_SIZE left over in a shell (or exported for another tool) would make a plain `train` host a store
+    // and wait for peers that never come: a run of several processes names where its store is.
+    if (d.world_size > 1 && d.source == "tributary" && !has(env, "MASTER_ADDR") && !has(env, "MASTER_PORT") &&
+        !has(env, "TRIBUTARY_LAUNCHED"))
+      fail("RANK={} and WORLD_SIZE={} are set in the environment but MASTER_ADDR and MASTER_PORT are not: unset RANK "
+           "and WORLD_SIZE to train in one process, or start the workers with `tributary launch` / torchrun (or set "
+           "MASTER_ADDR and MASTER_PORT on every worker)",
+           env.at("RANK"), env.at("WORLD_SIZE"));
     auto agent = env.find("TORCHELASTIC_USE_AGENT_STORE");
     if (agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1")) {
       d.use_agent_store = true;
@@ -109,7 +117,11 @@ DistEnv resolve_dist_env_from_process() {
 void maybe_inject_failure(int rank, int64_t step) {
   static const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
   static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
-  if (failing_rank && at && std::atoi(failing_rank) == rank && std::atoll(at) == step) ::raise(SIGKILL);
+  static const char* mode = std::getenv("TRIBUTARY_FAIL_MODE");
+  if (!failing_rank || !at || std::atoi(failing_rank) != rank || std::atoll(at) != step) return;
+  const std::string how = mode ? mode : "kill";
+  if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
+  ::raise(how == "stop" ? SIGSTOP : SIGKILL);
 }
 
 }  // namespace tributary

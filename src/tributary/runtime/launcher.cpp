@@ -14,6 +14,8 @@
 #include <csignal>
 #include <optional>
 #include <cstring>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <map>
 #include <thread>
 
@@ -36,6 +38,7 @@ struct Worker {
   int fd;  // read end of the worker's stdout+stderr
   std::string partial;
   bool running = true;
+  bool stopped = false;  // by SIGSTOP/SIGTSTP: alive, but its peers wait for it
   int status = 0;
 };
 
@@ -57,6 +60,16 @@ void flush_lines(Worker& w, bool final) {
     w.partial.clear();
   }
   std::fflush(stdout);
+}
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGSTOP: return "SIGSTOP";
+    case SIGTSTP: return "SIGTSTP";
+    case SIGTTIN: return "SIGTTIN";
+    case SIGTTOU: return "SIGTTOU";
+    default: return "a stop signal";
+  }
 }
 
 int exit_code_of(int status) {
@@ -183,56 +196,126 @@ void pump_output(std::vector<Worker>& workers) {
 }
 
 // The supervision of running workers: the first failure (beyond --max-failures) or a signal stops the rest with
-// SIGTERM, then SIGKILL after --grace; a second signal kills at once.
+// SIGTERM, then SIGKILL after --grace; a second signal kills at once. A worker that exits with a NetworkError
+// (status 4) is usually the echo of a peer's failure (the peer's exit closed the connection), so launch waits up to
+// kBlameWindow for a rank that failed for a reason of its own and blames that one; a stopped (SIGSTOP) worker is
+// named at once and again when the others fail waiting for it.
 class Supervisor {
  public:
   Supervisor(const LaunchOptions& o, std::vector<Worker>& workers) : o_(o), workers_(workers) {}
   int run();
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kBlameWindow{3};
+
   void reap();
+  void on_failure(const Worker& w, int code);
+  void blame(int rank, int code);
+  void settle_network_failure();
   void stop_all(int sig) {
-    for (auto& w : workers_)
-      if (w.running) ::kill(w.pid, sig);
+    for (auto& w : workers_) {
+      if (!w.running) continue;
+      ::kill(w.pid, sig);
+      if (w.stopped) ::kill(w.pid, SIGCONT);  // a stopped process handles SIGTERM only once continued
+    }
   }
   void begin_stop() {
     stop_all(SIGTERM);
-    stop_deadline_ = std::chrono::steady_clock::now() +
-                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                         std::chrono::duration<double>(o_.grace_s));
+    stop_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
   }
   void enforce_deadline();
+  std::string stopped_ranks() const;
 
   const LaunchOptions& o_;
   std::vector<Worker>& workers_;
   int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
   bool killed_ = false;
-  std::optional<std::chrono::steady_clock::time_point> stop_deadline_;
+  std::optional<Clock::time_point> stop_deadline_;
+  struct NetworkFailure {
+    int rank, code;
+    Clock::time_point until;
+  };
+  std::optional<NetworkFailure> network_failure_;  // waiting for the cause
+  std::string cause_;                               // what the final line says when it is not the failed rank itself
 };
+
+std::string Supervisor::stopped_ranks() const {
+  std::vector<std::string> out;
+  for (const auto& w : workers_)
+    if (w.running && w.stopped) out.push_back(fmt::format("rank {} (pid {})", w.rank, w.pid));
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
+void Supervisor::blame(int rank, int code) {
+  failed_rank_ = rank;
+  result_ = code;
+  log::error("launch: rank {} exited with status {}; stopping the other workers", rank, code);
+  begin_stop();
+}
+
+void Supervisor::on_failure(const Worker& w, int code) {
+  if (failed_rank_ >= 0 || stop_deadline_) return;
+  if (w.rank != 0 && tolerated_ < o_.max_failures) {
+    tolerated_ += 1;
+    log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
+              "carry on", w.rank, w.pid, code, tolerated_, o_.max_failures);
+  } else if (code == kNetworkErrorStatus) {
+    if (!network_failure_) network_failure_ = NetworkFailure{w.rank, code, Clock::now() + kBlameWindow};
+  } else {
+    if (network_failure_)
+      log::warn("launch: rank {}'s network error followed from rank {}'s failure", network_failure_->rank, w.rank);
+    network_failure_.reset();
+    blame(w.rank, code);
+  }
+}
+
+// No rank failed for a reason of its own within the window: the network failure is the cause as far as launch knows.
+void Supervisor::settle_network_failure() {
+  if (!network_failure_ || failed_rank_ >= 0 || stop_deadline_) return;
+  bool others_running = false;
+  for (const auto& w : workers_) others_running |= w.running;
+  if (others_running && Clock::now() < network_failure_->until) return;
+  const std::string stopped = stopped_ranks();
+  if (!stopped.empty()) {
+    log::error("launch: rank {} lost its peers while {} is stopped (SIGSTOP): the stopped rank is the likely cause",
+               network_failure_->rank, stopped);
+    cause_ = fmt::format("{} was stopped and rank {} gave up waiting for it", stopped, network_failure_->rank);
+  } else {
+    log::error("launch: rank {} reported a network failure and no local rank failed for a reason of its own; look at "
+               "the other machines' ranks and the network", network_failure_->rank);
+  }
+  const auto failure = *network_failure_;
+  network_failure_.reset();
+  blame(failure.rank, failure.code);
+}
 
 void Supervisor::reap() {
   for (auto& w : workers_) {
     int status;
-    if (!w.running || ::waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
-    w.running = false;
-    w.status = status;
-    const int code = exit_code_of(status);
-    if (code == 0 || failed_rank_ >= 0 || stop_deadline_) continue;
-    if (w.rank != 0 && tolerated_ < o_.max_failures) {
-      tolerated_ += 1;
-      log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
-                "carry on", w.rank, w.pid, code, tolerated_, o_.max_failures);
-    } else {
-      failed_rank_ = w.rank;
-      result_ = code;
-      log::error("launch: rank {} (pid {}) exited with status {}; stopping the other workers", w.rank, w.pid, code);
-      begin_stop();
+    if (!w.running || ::waitpid(w.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != w.pid) continue;
+    if (WIFSTOPPED(status)) {
+      w.stopped = true;
+      log::warn("launch: rank {} (pid {}) was stopped by {}; the other ranks wait for it (up to "
+                "dist.collective_timeout_s). `kill -CONT {}` resumes it",
+                w.rank, w.pid, stop_signal_name(WSTOPSIG(status)), w.pid);
+      continue;
     }
+    if (WIFCONTINUED(status)) {
+      w.stopped = false;
+      log::info("launch: rank {} (pid {}) continues", w.rank, w.pid);
+      continue;
+    }
+    w.running = false;
+    w.stopped = false;
+    w.status = status;
+    if (const int code = exit_code_of(status); code != 0) on_failure(w, code);
   }
+  settle_network_failure();
 }
 
 void Supervisor::enforce_deadline() {
-  if (!stop_deadline_ || std::chrono::steady_clock::now() <= *stop_deadline_) return;
+  if (!stop_deadline_ || Clock::now() <= *stop_deadline_) return;
   bool any_running = false;
   for (auto& w : workers_) any_running |= w.running;
   if (any_running)
@@ -241,7 +324,7 @@ void Supervisor::enforce_deadline() {
                "stop checkpoint",
                o_.grace_s);
   stop_all(SIGKILL);
-  stop_deadline_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  stop_deadline_ = Clock::now() + std::chrono::hours(1);
 }
 
 int Supervisor::run() {
@@ -269,7 +352,10 @@ int Supervisor::run() {
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  if (failed_rank_ >= 0) log::error("launch: failed because rank {} failed (status {})", failed_rank_, result_);
+  if (failed_rank_ >= 0 && !cause_.empty())
+    log::error("launch: failed because {} (status {})", cause_, result_);
+  else if (failed_rank_ >= 0)
+    log::error("launch: failed because rank {} failed (status {})", failed_rank_, result_);
   return result_;
 }
 

@@ -1,26 +1,73 @@
 #include "tributary/runtime/rendezvous.h"
 
 #include <chrono>
+#include <thread>
 
+#include "tributary/core/clock.h"
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
 
 namespace tributary {
+namespace {
+
+using std::chrono::milliseconds;
+const std::string kAbortKey = "rendezvous/refused";
+
+[[noreturn]] void refuse(comm::Store& store, const std::string& why) {
+  store.set(kAbortKey, why);
+  throw Error(why);
+}
+
+// Waits for every rank's key, saying which ranks are missing every 30 s and at the deadline; stops at once when
+// another rank refused the rendezvous.
+void wait_for_ranks(comm::Store& store, const std::string& prefix, int world_size, milliseconds timeout, int rank) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back(prefix + std::to_string(r));
+  const auto start = std::chrono::steady_clock::now();
+  double next_report = 30;
+  for (;;) {
+    if (store.check({kAbortKey})) fail("rank {}: another rank refused the rendezvous: {}", rank, store.get(kAbortKey));
+    if (store.check(keys)) return;
+    const double waited = seconds_since(start);
+    if (waited >= next_report || waited * 1000 >= double(timeout.count())) {
+      std::vector<int> missing;
+      for (int r = 0; r < world_size; ++r)
+        if (!store.check({keys[size_t(r)]})) missing.push_back(r);
+      if (waited * 1000 >= double(timeout.count()))
+        throw NetworkError(fmt::format("rank {}: rank(s) {} of {} did not reach the rendezvous within {} s "
+                                       "(dist.store_timeout_s): start them, or check WORLD_SIZE and MASTER_ADDR:PORT",
+                                       rank, fmt::join(missing, ", "), world_size, timeout.count() / 1000.0));
+      log::info("rank {}: waiting for rank(s) {} of {} at the rendezvous ({:.0f} s of {:.0f} s)", rank,
+                fmt::join(missing, ", "), world_size, waited, timeout.count() / 1000.0);
+      next_report += 30;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+}  // namespace
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
-  using std::chrono::milliseconds;
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   auto store = comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, env.use_agent_store,
                                     env.store_prefix + "/tributary", store_timeout);
+  // The world size first: rank 0's is the run's.
+  store.set("world_size/" + std::to_string(env.rank), std::to_string(env.world_size));
+  if (env.rank != 0) {
+    store.wait({"world_size/0"}, store_timeout, "rank 0 did not reach the rendezvous");
+    const std::string theirs = store.get("world_size/0");
+    if (theirs != std::to_string(env.world_size))
+      refuse(store, fmt::format("rank {} was started with WORLD_SIZE={} but rank 0 with WORLD_SIZE={}: start every "
+                                "worker with the same world size (launch --nproc/--nnodes)",
+                                env.rank, env.world_size, theirs));
+  }
   // Every rank publishes its resolved config; every rank compares all of them with rank 0's.
   store.set("config/" + std::to_string(env.rank), config.to_toml());
-  std::vector<std::string> keys;
-  for (int r = 0; r < env.world_size; ++r) keys.push_back("config/" + std::to_string(r));
-  store.wait(keys, store_timeout,
-             fmt::format("not every rank of {} reached the rendezvous", env.world_size));
-  const auto reference = RunConfig::from_toml(store.get(keys[0]), "rank 0's config").schema().flatten();
+  wait_for_ranks(store, "config/", env.world_size, store_timeout, env.rank);
+  const auto reference = RunConfig::from_toml(store.get("config/0"), "rank 0's config").schema().flatten();
   std::vector<std::string> problems;
   for (int r = 1; r < env.world_size; ++r) {
-    auto other = RunConfig::from_toml(store.get(keys[r]), "rank config").schema().flatten();
+    auto other = RunConfig::from_toml(store.get("config/" + std::to_string(r)), "rank config").schema().flatten();
     auto diffs = config_differences(reference, other, {"train.threads", "train.device", "dist.compute_nice"});
     if (!diffs.empty()) problems.push_back(fmt::format("rank {} differs from rank 0 in {}", r, fmt::join(diffs, ", ")));
   }

@@ -1,5 +1,8 @@
-// The rendezvous of a multi-process run: connect to the run's store (rank 0 hosts it unless an agent does) and
-// refuse ranks whose resolved configs differ, naming the ranks and keys.
+// The rendezvous of a multi-process run: connect to the run's store (rank 0 hosts it unless an agent does), agree on
+// the world size (a rank started with another WORLD_SIZE is refused at once, naming both sizes, instead of every
+// rank waiting for ranks that will never come), then refuse ranks whose resolved configs differ, naming the ranks
+// and keys. While waiting it says which ranks are missing; a rank that refuses posts why, and every waiting rank
+// stops with that reason.
 #pragma once
 
 #include "tributary/comm/store.h"

@@ -48,3 +48,17 @@ TEST(DistEnv, BadValuesNameTheVariable) {
   }
   EXPECT_THROW(resolve_dist_env({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), Error);
 }
+
+TEST(DistEnv, AStrayRankAndWorldSizeIsRefusedNotAWaitForPeers) {
+  // Issue 12 item 8: RANK/WORLD_SIZE left in a shell made a plain `train` host a store and wait 600 s.
+  try {
+    resolve_dist_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+    FAIL() << "a stray RANK/WORLD_SIZE was taken for a distributed run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unset RANK and WORLD_SIZE"), std::string::npos) << e.what();
+  }
+  // Set by hand with the store's address, by launch, or a world of one: accepted.
+  EXPECT_EQ(resolve_dist_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}}).world_size, 2);
+  EXPECT_EQ(resolve_dist_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TRIBUTARY_LAUNCHED", "1"}}).rank, 1);
+  EXPECT_EQ(resolve_dist_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}}).world_size, 1);
+}

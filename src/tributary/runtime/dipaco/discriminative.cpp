@@ -15,7 +15,7 @@ nlohmann::json build_discriminative_routes(const DiscriminativeOptions& o) {
   const torch::Device device = parse_device(o.device);
   DipacoRun run = load_dipaco_run(o.run);
   Routes routes = load_routes(run.config.dipaco.routes, device);
-  Dataset source = Dataset::open(routes.info.at("data").get<std::string>());
+  Dataset source = Dataset::open(routes.info.data);
   const int64_t T = run.config.model.context, P = run.grid.num_paths();
   Units train = cut_units(source, "train", T), val = cut_units(source, "val", T);
   // Router split: a deterministic sample of training units, kept out of the new training shards.
@@ -67,7 +67,7 @@ nlohmann::json build_discriminative_routes(const DiscriminativeOptions& o) {
       (router.scores(router_features).argmax(1) == labels).to(torch::kFloat32).mean().item<double>();
   auto routes_train = router.route(f_train, o.overlap);
   auto routes_val = router.route(routing_features(*routes.feature_model, val.tokens, device), 1);
-  nlohmann::json info = routes.info;
+  nlohmann::json info = routes.info.raw;
   info["discriminative_from"] = fs::absolute(o.run).string();
   info["router_units"] = router_idx.size();
   info["router_accuracy"] = accuracy;

@@ -98,6 +98,9 @@ DipacoRun load_dipaco_run(const fs::path& dir) {
     run.grid = PathGrid::parse(j.at("modules").get<std::string>(), run.config.model.num_levels,
                                j.at("private_stem").get<bool>(), (dir / "dipaco.json").string());
     run.round = j.at("round").get<int64_t>();
+    if (!j.at("round").is_number_integer() || run.round < 0)
+      fail("'{}': round {} is not a round number; the run directory is damaged, train the run again",
+           (dir / "dipaco.json").string(), j.at("round").dump());
     for (const std::string& module : run.grid.modules()) {
       const fs::path file = dir / "modules" / (module + ".safetensors");
       if (!j.at("files").contains(module)) fail("'{}' lists no file for module '{}'", (dir / "dipaco.json").string(), module);

@@ -13,7 +13,7 @@ RoutedEval evaluate_routed(const fs::path& run_dir, bool early_stopped, int64_t 
                            int64_t reroute_every) {
   DipacoRun run = load_dipaco_run(run_dir);
   Routes routes = load_routes(run.config.dipaco.routes, device);
-  Dataset source = Dataset::open(routes.info.at("data").get<std::string>());
+  Dataset source = Dataset::open(routes.info.data);
   Units val = cut_units(source, "val", run.config.model.context);
   if (max_units > 0 && val.size() > max_units) val.tokens = val.tokens.narrow(0, 0, max_units);
   auto features = routing_features(*routes.feature_model, val.tokens, device);

@@ -14,12 +14,23 @@
 
 namespace tributary {
 
+// route.json, the marker of a complete routes directory, with every field checked.
+struct RouteInfo {
+  std::string method;   // product | kmeans | discriminative ...
+  std::string modules;  // the grid it was routed for, e.g. "2x2"
+  int64_t context = 0;  // tokens per routed unit, minus one
+  std::string data;     // the dataset the units were cut from
+  nlohmann::json raw;   // the whole file (a derived route.json starts from it)
+};
+// An Error naming the file when it is missing, not JSON, or a field is absent, of another type or out of range.
+RouteInfo read_route_info(const fs::path& routes_dir);
+
 // A loaded routes directory: the router plus its feature model.
 struct Routes {
   fs::path dir;
   Router router;
   std::shared_ptr<Transformer> feature_model;
-  nlohmann::json info;  // route.json
+  RouteInfo info;  // route.json
   // The path for one sequence (a prompt), routed by its first 32 tokens; an empty one as a fresh document.
   int64_t route_sequence(std::vector<int32_t> ids, int32_t eot_id, const torch::Device& device) const;
 };

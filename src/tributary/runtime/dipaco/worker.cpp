@@ -91,13 +91,9 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
       exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                         .seed = static_cast<uint64_t>(config.train.seed)} {
   const fs::path routes = config_.dipaco.routes;
-  if (!fs::exists(routes / "route.json"))
-    fail("dipaco.routes = '{}' is not a complete routes directory (no route.json); write it with `tributary route`",
-         routes.string());
-  const auto [routed_grid, routed_context] = with_json_file(
-      routes / "route.json", "write the routes again with `tributary route`", [](const nlohmann::json& j) {
-        return std::pair{j.at("modules").get<std::string>(), j.at("context").get<int64_t>()};
-      });
+  const RouteInfo route_info = read_route_info(routes);
+  const std::string& routed_grid = route_info.modules;
+  const int64_t routed_context = route_info.context;
   if (routed_grid != grid_.describe())
     fail("dipaco.routes = '{}' was routed for a {} grid but dipaco.modules = '{}'; route again with --modules {}",
          routes.string(), routed_grid, grid_.describe(), grid_.describe());
