@@ -141,6 +141,26 @@ void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, i
   }
 }
 
+PendingCollective Group::send(torch::Tensor& tensor, int dst, int tag, const std::string& what) {
+  const std::string named = fmt::format("rank {}: {} (to rank {} of group '{}')", rank_, what, dst, prefix_);
+  std::vector<torch::Tensor> one = {tensor};
+  try {
+    return PendingCollective(pg_->send(one, dst, tag), named, options_.collective_timeout);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("{} could not start: {}", named, e.what()));
+  }
+}
+
+PendingCollective Group::recv(torch::Tensor& tensor, int src, int tag, const std::string& what) {
+  const std::string named = fmt::format("rank {}: {} (from rank {} of group '{}')", rank_, what, src, prefix_);
+  std::vector<torch::Tensor> one = {tensor};
+  try {
+    return PendingCollective(pg_->recv(one, src, tag), named, options_.collective_timeout);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("{} could not start: {}", named, e.what()));
+  }
+}
+
 void Group::barrier() {
   if (world_size_ == 1) return;
   run("barrier", [&] { return pg_->barrier(); });

@@ -74,6 +74,11 @@ class Group {
   void barrier();
   // Sends `out` to rank dst and receives `in` from rank src concurrently (one ring step); tags must match.
   void send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, int tag);
+  // Point-to-point (pipeline stages), asynchronous: the send or receive starts now; wait() holds the group's deadline
+  // and names `what` (peer, kind, micro-batch) when it fails. Contiguous CPU tensors; a send's tensor must stay
+  // untouched and a receive's unread until wait() returns. Tags: non-negative int32, unique per (peer, message).
+  PendingCollective send(torch::Tensor& tensor, int dst, int tag, const std::string& what);
+  PendingCollective recv(torch::Tensor& tensor, int src, int tag, const std::string& what);
   void reform(const std::string& prefix);
   // Survivors of a failure re-form with a new membership: this process becomes `rank` of `world_size`.
   void reform(const std::string& prefix, int rank, int world_size);

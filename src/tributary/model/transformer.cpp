@@ -112,19 +112,34 @@ void Transformer::reset_parameters() {
   if (head) head->weight.normal_(0.0, std);
 }
 
-torch::Tensor Transformer::hidden(const torch::Tensor& tokens) {
+torch::Tensor Transformer::embed(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   if (T > config_.context) fail("sequence of {} tokens is longer than model.context = {}", T, config_.context);
   auto x = tok_embed->forward(tokens);  // (B, T, C)
   if (pos_embed) x = x + pos_embed->weight.narrow(0, 0, T);
-  for (auto& module : modules_)
-    for (auto& block : module->blocks) x = block->forward(x, rope_cos_, rope_sin_);
   return x;
 }
 
+torch::Tensor Transformer::blocks(torch::Tensor x, int64_t begin, int64_t end) {
+  int64_t index = 0;
+  for (auto& module : modules_)
+    for (auto& block : module->blocks) {
+      if (index >= begin && index < end) x = block->forward(x, rope_cos_, rope_sin_);
+      ++index;
+    }
+  return x;
+}
+
+torch::Tensor Transformer::logits(const torch::Tensor& x) {
+  return torch::nn::functional::linear(final_norm->forward(x), head ? head->weight : tok_embed->weight);
+}
+
+torch::Tensor Transformer::hidden(const torch::Tensor& tokens) {
+  return blocks(embed(tokens), 0, config_.num_layers);
+}
+
 torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
-  auto x = final_norm->forward(hidden(tokens));
-  return torch::nn::functional::linear(x, head ? head->weight : tok_embed->weight);  // (B, T, V)
+  return logits(hidden(tokens));  // (B, T, V)
 }
 
 torch::Tensor Transformer::loss(const torch::Tensor& logits, const torch::Tensor& targets) {

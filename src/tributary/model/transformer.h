@@ -72,6 +72,10 @@ class Transformer : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens);  // (B, T) int64 -> logits (B, T, V)
   // The last block's output before the final norm (B, T, C): DiPaCo's routing feature is its mean over a prefix.
   torch::Tensor hidden(const torch::Tensor& tokens);
+  // The same computation in pieces, for pipeline stages: forward = logits(blocks(embed(tokens), 0, num_layers)).
+  torch::Tensor embed(const torch::Tensor& tokens);                    // (B, T) -> (B, T, C)
+  torch::Tensor blocks(torch::Tensor x, int64_t begin, int64_t end);  // blocks [begin, end) in model order
+  torch::Tensor logits(const torch::Tensor& x);                       // final norm + head: (B, T, C) -> (B, T, V)
   // Mean next-token cross-entropy; targets (B, T) int64.
   static torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets);
 

@@ -1,11 +1,11 @@
 #include "tributary/optim/outer_loop.h"
 
 #include <cmath>
-#include <regex>
 
 #include <fmt/format.h>
 
 #include "tributary/core/error.h"
+#include "tributary/model/param_name.h"
 
 namespace tributary {
 
@@ -23,12 +23,10 @@ void OuterLoop::start(NamedTensors& params, int64_t offset) {
   units_.clear();
   units_.resize(static_cast<size_t>(num_fragments));
   // Blocks strided over the fragments; everything outside the blocks (embeddings, final norm, head) in fragment 0.
-  const std::regex block(R"(^levels\.(\d+)\.modules\.\d+\.blocks\.(\d+)\.)");
   for (size_t i = 0; i < params.size(); ++i) {
-    std::smatch m;
-    int64_t f = 0;
-    if (std::regex_search(params[i].first, m, block))
-      f = (std::stoll(m[1]) * options_.blocks_per_level + std::stoll(m[2])) % num_fragments;
+    const auto place = parse_param_name(params[i].first);
+    const int64_t block = place ? place->model_block(options_.blocks_per_level) : -1;
+    const int64_t f = block >= 0 ? block % num_fragments : 0;
     units_[size_t(f)].params.push_back(i);
   }
   for (int64_t f = 0; f < num_fragments; ++f) {

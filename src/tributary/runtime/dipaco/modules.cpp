@@ -3,19 +3,16 @@
 #include "tributary/runtime/json_file.h"
 
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/model/param_name.h"
 
 namespace tributary {
 
-std::string renumber_module(const std::string& name, int64_t to) {
-  static const std::regex re(R"(^levels\.(\d+)\.modules\.\d+\.)");
-  return std::regex_replace(name, re, fmt::format("levels.$1.modules.{}.", to), std::regex_constants::format_first_only);
-}
+std::string renumber_module(const std::string& name, int64_t to) { return with_module_index(name, to); }
 
 ModuleSet split_by_module(const NamedTensors& params, const PathGrid& grid, int64_t path) {
   ModuleSet out;

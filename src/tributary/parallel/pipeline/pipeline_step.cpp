@@ -1,0 +1,168 @@
+#include "tributary/parallel/pipeline/pipeline_step.h"
+
+#include <cmath>
+
+#include "tributary/core/clock.h"
+#include "tributary/core/error.h"
+
+namespace tributary::pipeline {
+namespace {
+
+constexpr int kActivation = 0, kGradient = 1;
+
+}  // namespace
+
+PipelineStep::PipelineStep(PipelineStepParts parts)
+    : p_(std::move(parts)),
+      actions_(stage_actions(p_.schedule, p_.stage)),
+      batch_(torch::empty({p_.loader.batch_size(), p_.loader.context() + 1}, torch::kInt64)),
+      first_(p_.stage == 0),
+      last_(p_.stage == p_.schedule.stages - 1) {
+  const int64_t B = p_.loader.batch_size(), m = p_.schedule.micro_batches;
+  if (m < 1 || B % m != 0)
+    fail("parallel.micro_batches = {} must divide train.batch_size = {} (equal micro-batches keep the loss the batch "
+         "mean)", m, B);
+  if (m > 0xFFFF) fail("parallel.micro_batches = {} is more than 65535", m);
+  TRIB_CHECK(p_.groups.pipe && p_.groups.pipe->size() == p_.schedule.stages && p_.groups.pipe->rank() == p_.stage);
+  micro_ = B / m;
+}
+
+int PipelineStep::tag(int kind, int64_t step, int64_t mb) const {
+  // Unique per (peer, message) within a step and across neighbouring steps; Gloo tags are non-negative int32.
+  return (kind << 28) | static_cast<int>((step & 0xFFF) << 16) | static_cast<int>(mb);
+}
+
+void PipelineStep::execute(const Action& a, int64_t step) {
+  const int64_t T = p_.loader.context(), C = p_.model.config().width;
+  const auto mb = static_cast<size_t>(a.mb);
+  const auto start = Clock::now();
+  auto wait_counted = [&](comm::PendingCollective pending) {
+    const auto t0 = Clock::now();
+    pending.wait();
+    stats_.blocked_s += seconds_since(t0);
+  };
+  switch (a.op) {
+    case Op::RecvAct: {
+      auto buffer = torch::empty({micro_, T, C}, torch::kFloat32);
+      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb),
+                                        fmt::format("activation of micro-batch {} at step {}", a.mb, step + 1)));
+      inputs_[mb] = buffer.to(p_.device).requires_grad_(true);
+      return;
+    }
+    case Op::Forward: {
+      auto rows = batch_.narrow(0, a.mb * micro_, micro_).to(p_.device);
+      auto x = first_ ? p_.model.embed(rows.narrow(1, 0, T)) : inputs_[mb];
+      auto y = p_.model.blocks(x, p_.layout.begin(p_.stage), p_.layout.end(p_.stage));
+      if (last_) {
+        auto loss = Transformer::loss(p_.model.logits(y), rows.narrow(1, 1, T));
+        loss_sum_ += loss.item<double>() / double(p_.schedule.micro_batches);
+        outputs_[mb] = loss / double(p_.schedule.micro_batches);
+      } else {
+        outputs_[mb] = y;
+      }
+      stats_.compute_s += seconds_since(start);
+      return;
+    }
+    case Op::SendAct: {
+      send_buffers_.push_back(outputs_[mb].detach().to(torch::kCPU).contiguous());
+      stats_.activation_bytes += send_buffers_.back().numel() * 4;
+      sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1), tag(kActivation, step, a.mb),
+                                            fmt::format("activation of micro-batch {} at step {}", a.mb, step + 1)));
+      return;
+    }
+    case Op::RecvGrad: {
+      auto buffer = torch::empty({micro_, T, C}, torch::kFloat32);
+      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb),
+                                        fmt::format("gradient of micro-batch {} at step {}", a.mb, step + 1)));
+      out_grads_[mb] = buffer.to(p_.device);
+      return;
+    }
+    case Op::Backward: {
+      if (last_) outputs_[mb].backward();
+      else outputs_[mb].backward(out_grads_[mb]);
+      outputs_[mb] = out_grads_[mb] = torch::Tensor();  // the activations of this micro-batch are released
+      stats_.compute_s += seconds_since(start);
+      return;
+    }
+    case Op::SendGrad: {
+      send_buffers_.push_back(inputs_[mb].grad().to(torch::kCPU).contiguous());
+      stats_.gradient_bytes += send_buffers_.back().numel() * 4;
+      sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1), tag(kGradient, step, a.mb),
+                                            fmt::format("gradient of micro-batch {} at step {}", a.mb, step + 1)));
+      inputs_[mb] = torch::Tensor();
+      return;
+    }
+  }
+}
+
+void PipelineStep::reduce_gradients() {
+  torch::NoGradGuard no_grad;
+  auto grad_of = [&](const std::string& name) -> torch::Tensor {
+    for (auto& [n, t] : p_.params)
+      if (n == name) return t.grad();
+    return {};
+  };
+  if (p_.groups.tie && (first_ || last_)) {  // the tied embedding: lookup gradient + head gradient
+    auto g = grad_of(kTiedEmbedding);
+    TRIB_CHECK(g.defined(), "stage {} has no gradient for the tied embedding", p_.stage);
+    std::vector<torch::Tensor> one = {g.to(torch::kCPU).contiguous()};
+    p_.groups.tie->all_reduce_sum(one);
+    g.copy_(one[0]);
+  }
+  if (p_.groups.data && p_.groups.data->size() > 1) {
+    for (auto& [name, t] : p_.params) {
+      if (!t.grad().defined()) continue;
+      std::vector<torch::Tensor> one = {t.grad().to(torch::kCPU).contiguous()};
+      p_.groups.data->all_reduce_sum(one);
+      t.grad().copy_(one[0] / double(p_.groups.data->size()));
+    }
+  }
+}
+
+double PipelineStep::forward_backward(int64_t step) {
+  p_.optimizer.zero_grad();
+  p_.loader.next(batch_.data_ptr<int64_t>());
+  const auto m = static_cast<size_t>(p_.schedule.micro_batches);
+  inputs_.assign(m, {});
+  outputs_.assign(m, {});
+  out_grads_.assign(m, {});
+  send_buffers_.clear();
+  sends_.clear();
+  loss_sum_ = 0;
+  for (const Action& a : actions_) execute(a, step);
+  for (auto& s : sends_) s.wait();  // every message of this step delivered before its buffer goes
+  sends_.clear();
+  send_buffers_.clear();
+  reduce_gradients();
+  return loss_sum_;  // meaningful on the last stage; run() shares it
+}
+
+StepResult PipelineStep::run(int64_t step, double lr) {
+  forward_backward(step);
+  // The loss (last stage) and the squared gradient norm of every stage, the tied copy counted once (on stage 0).
+  double squared = 0;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, t] : p_.params) {
+      if (!t.grad().defined() || (last_ && !first_ && name == kTiedEmbedding)) continue;
+      squared += t.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    }
+  }
+  std::vector<torch::Tensor> shared = {torch::tensor({last_ ? loss_sum_ : 0.0, squared}, torch::kFloat64)};
+  p_.groups.pipe->all_reduce_sum(shared);
+  const double loss = shared[0][0].item<double>(), norm = std::sqrt(shared[0][1].item<double>());
+  if (!std::isfinite(loss))
+    fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", loss, step + 1);
+  if (p_.grad_clip > 0 && norm > p_.grad_clip) {
+    torch::NoGradGuard no_grad;
+    const double scale = p_.grad_clip / (norm + 1e-6);
+    for (auto& [name, t] : p_.params)
+      if (t.grad().defined()) t.grad().mul_(scale);
+  }
+  p_.optimizer.step(lr);
+  return {.loss = loss, .grad_norm = norm};
+}
+
+PipelineStats PipelineStep::take_stats() { return std::exchange(stats_, {}); }
+
+}  // namespace tributary::pipeline

@@ -1,0 +1,76 @@
+// One optimizer step of a pipeline stage (the TrainStep seam, runtime/step_runner.h): the step's batch is cut into m
+// micro-batches; the stage runs its schedule's action list (schedule.h): receive an activation, run its blocks, send
+// the output on; receive the output's gradient, backpropagate, send the input's gradient back. Only the last stage
+// has a loss (each micro-batch's token mean, scaled by 1/m, so the sum is the batch mean of the single-process
+// model). Then, in the Megatron/DeepSpeed order: tied-embedding gradients summed between the first and last stage,
+// the stage's data-parallel average (if any), the global gradient norm over the pipeline (the tied copy counted
+// once), clipping, and the stage's AdamW step.
+//
+// Every stage of a pipeline reads the same batch (same loader seed and position): the first uses the tokens, the last
+// the targets. Messages go through comm::Group point-to-point with its deadline; a dead or silent neighbour is a
+// NetworkError naming the peer, the message kind, the step and the micro-batch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "tributary/comm/group.h"
+#include "tributary/data/loader.h"
+#include "tributary/model/transformer.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/parallel/pipeline/schedule.h"
+#include "tributary/parallel/pipeline/stage.h"
+#include "tributary/runtime/step_runner.h"
+
+namespace tributary::pipeline {
+
+struct PipelineGroups {
+  comm::Group* pipe = nullptr;  // this pipeline's stages; group rank = stage
+  comm::Group* tie = nullptr;   // {first stage, last stage} when embeddings are tied and stages > 1; else null
+  comm::Group* data = nullptr;  // this stage's replicas in the other pipelines (data parallel); null for one pipeline
+};
+
+struct PipelineStepParts {
+  Transformer& model;     // the whole model; the stage computes with and updates only `params`
+  NamedTensors params;    // stage_params(...)
+  AdamW& optimizer;       // over `params`
+  BatchLoader& loader;    // the pipeline's batches
+  PipelineGroups groups;
+  ScheduleSpec schedule;
+  StageLayout layout;
+  int64_t stage = 0;
+  torch::Device device = torch::kCPU;
+  double grad_clip = 0;
+};
+
+struct PipelineStats {
+  int64_t activation_bytes = 0, gradient_bytes = 0;  // sent by this stage
+  double compute_s = 0, blocked_s = 0;              // forward/backward vs waiting for messages
+};
+
+class PipelineStep : public TrainStep {
+ public:
+  explicit PipelineStep(PipelineStepParts parts);
+  StepResult run(int64_t step, double lr) override;
+  // The step without the optimizer: gradients are left on `params` (summed over tied copies and averaged over
+  // replicas); returns the batch loss (every stage). For tests against the single-process gradients.
+  double forward_backward(int64_t step);
+  PipelineStats take_stats();
+
+ private:
+  void execute(const Action& a, int64_t step);
+  void reduce_gradients();
+  int tag(int kind, int64_t step, int64_t mb) const;
+
+  PipelineStepParts p_;
+  std::vector<Action> actions_;
+  torch::Tensor batch_;  // (B, T+1)
+  int64_t micro_ = 0;    // micro-batch size
+  bool first_, last_;
+  // per micro-batch, this step
+  std::vector<torch::Tensor> inputs_, outputs_, out_grads_, send_buffers_;
+  std::vector<comm::PendingCollective> sends_;
+  double loss_sum_ = 0;
+  PipelineStats stats_;
+};
+
+}  // namespace tributary::pipeline

@@ -1,0 +1,169 @@
+// Pipeline stages against the single-process model (reference pipeline-and-local.md §3.2): ranks as threads, each
+// with its own Gloo process groups over loopback TCP (the real engine, one process). p in {2, 3, 4}, GPipe and
+// 1F1B(d = 0, 2), m in {1, p, 2p}: every stage's gradients equal the single-process gradients on the same batch
+// (rtol 1e-5, atol 4e-5, PyTorch's pipelining tolerance), and after three optimizer steps (clipping on) the losses,
+// gradient norms and parameters still match; the tied embedding copies stay bit-identical.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <map>
+#include <thread>
+
+#include "tributary/comm/group.h"
+#include "tributary/core/error.h"
+#include "tributary/parallel/pipeline/pipeline_step.h"
+
+using namespace tributary;
+using namespace tributary::pipeline;
+
+namespace {
+
+constexpr int64_t kBatch = 24, kSeed = 5;
+
+ModelConfig tiny() {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.num_layers = 4;
+  c.num_levels = 2;
+  c.width = 32;
+  c.num_heads = 2;
+  c.context = 12;
+  return c;
+}
+
+std::shared_ptr<const std::vector<uint32_t>> tokens() {
+  static auto t = [] {
+    std::vector<uint32_t> v(4000);
+    uint64_t x = 7;
+    for (auto& id : v) id = static_cast<uint32_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 59) % 61;
+    return std::make_shared<const std::vector<uint32_t>>(std::move(v));
+  }();
+  return t;
+}
+
+BatchLoader loader() { return BatchLoader(tokens(), {.batch_size = kBatch, .context = tiny().context, .seed = 3}, "test"); }
+const AdamWOptions kAdam{.weight_decay = 0.1};
+constexpr double kClip = 0.5;
+double lr(int64_t step) { return 3e-3 * double(step + 1); }
+
+struct Reference {
+  std::map<std::string, torch::Tensor> grads;  // after step 0's backward
+  std::vector<double> losses, norms;
+  std::map<std::string, torch::Tensor> params;  // after `steps`
+};
+
+Reference reference(int64_t steps) {
+  torch::manual_seed(kSeed);
+  Transformer model(tiny());
+  auto params = named_parameters_of(model);
+  AdamW adam(params, kAdam);
+  auto data = loader();
+  auto batch = torch::empty({kBatch, tiny().context + 1}, torch::kInt64);
+  Reference r;
+  for (int64_t s = 0; s < steps; ++s) {
+    adam.zero_grad();
+    data.next(batch.data_ptr<int64_t>());
+    auto loss = Transformer::loss(model.forward(batch.narrow(1, 0, tiny().context)), batch.narrow(1, 1, tiny().context));
+    loss.backward();
+    if (s == 0)
+      for (auto& [n, t] : params) r.grads[n] = t.grad().clone();
+    r.losses.push_back(loss.item<double>());
+    r.norms.push_back(clip_grad_norm(params, kClip));
+    adam.step(lr(s));
+  }
+  for (auto& [n, t] : params) r.params[n] = t.detach().clone();
+  return r;
+}
+
+// Runs every stage of one pipeline as a thread; `body(stage, step)` gets a ready PipelineStep.
+void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, PipelineStep&, NamedTensors&)>& body) {
+  const int64_t p = spec.stages;
+  const auto layout = StageLayout::balanced(tiny().num_layers, p);
+  std::vector<std::shared_ptr<Transformer>> models;
+  for (int64_t s = 0; s < p; ++s) {  // built here, in turn: the global RNG is not shared between threads
+    torch::manual_seed(kSeed);
+    models.push_back(std::make_shared<Transformer>(tiny()));
+  }
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(p));
+  for (int64_t s = 0; s < p; ++s)
+    threads.emplace_back([&, s] {
+      try {
+        comm::Group pipe(store, int(s), int(p), {}, "pipe");
+        std::unique_ptr<comm::Group> tie;
+        if (p > 1 && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, comm::GroupOptions{}, "tie");
+        auto params = stage_params(named_parameters_of(*models[size_t(s)]), layout, s, tiny().blocks_per_level(), true);
+        AdamW adam(params, kAdam);
+        auto data = loader();
+        PipelineStep step({*models[size_t(s)], params, adam, data, {&pipe, tie.get(), nullptr}, spec, layout, s,
+                           torch::kCPU, kClip});
+        body(s, step, params);
+      } catch (...) {
+        errors[size_t(s)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
+TEST(Pipeline, StagesEqualTheSingleProcessModel) {
+  torch::set_num_threads(1);
+  const Reference ref = reference(3);
+  for (int64_t p : {2, 3, 4}) {
+    for (int64_t m : {int64_t(1), p, 2 * p}) {
+      for (auto [kind, d] : std::vector<std::pair<ScheduleKind, int64_t>>{
+               {ScheduleKind::GPipe, 0}, {ScheduleKind::OneFOneB, 0}, {ScheduleKind::OneFOneB, 2}}) {
+        const ScheduleSpec spec{kind, p, m, d};
+        SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " 1f1b=" << int(kind) << " d=" << d);
+        std::mutex mu;
+        std::map<std::string, torch::Tensor> tied;
+        run_pipeline(spec, [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+          step.forward_backward(0);
+          std::lock_guard<std::mutex> lock(mu);
+          for (auto& [n, t] : params)
+            EXPECT_TRUE(torch::allclose(t.grad(), ref.grads.at(n), 1e-5, 4e-5))
+                << "stage " << stage << " " << n << " max diff " << (t.grad() - ref.grads.at(n)).abs().max().item<double>();
+        });
+        run_pipeline(spec, [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+          for (int64_t s = 0; s < 3; ++s) {
+            const StepResult r = step.run(s, lr(s));
+            EXPECT_NEAR(r.loss, ref.losses[size_t(s)], 1e-6) << "step " << s;
+            EXPECT_NEAR(r.grad_norm, ref.norms[size_t(s)], 1e-5 * ref.norms[size_t(s)]) << "step " << s;
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          for (auto& [n, t] : params) {
+            EXPECT_TRUE(torch::allclose(t, ref.params.at(n), 1e-5, 4e-5))
+                << "stage " << stage << " " << n << " max diff " << (t - ref.params.at(n)).abs().max().item<double>();
+            if (n == kTiedEmbedding) {
+              if (tied.count(n)) {
+                EXPECT_TRUE(torch::equal(tied[n], t)) << "the tied copies diverged";
+              }
+              tied[n] = t.detach().clone();
+            }
+          }
+        });
+        if (p > 1) {
+          EXPECT_EQ(tied.size(), 1u);
+        }
+      }
+    }
+  }
+}
+
+TEST(Pipeline, BadLayoutsAreRefusedNamingTheKey) {
+  EXPECT_EQ(StageLayout::balanced(5, 2).first_block, (std::vector<int64_t>{0, 3, 5}));
+  EXPECT_EQ(StageLayout::parse("1,4", 5, 2, "parallel.stage_layers").first_block, (std::vector<int64_t>{0, 1, 5}));
+  for (const char* bad : {"1,3", "2,2,1", "0,5", "x,4"}) {
+    try {
+      StageLayout::parse(bad, 5, 2, "parallel.stage_layers");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("parallel.stage_layers"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(StageLayout::balanced(2, 3), Error);
+}
