@@ -263,3 +263,35 @@ TEST_F(Distributed, AWorldSizeDisagreementIsRefusedAtOnceNamingBothSizes) {
   EXPECT_NE(out.find("rank1=2"), std::string::npos) << out;
   EXPECT_LT(took, 60) << out;
 }
+
+TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
+  // 2 stages (1F1B, 4 micro-batches) and 2 pipelines x 2 stages (GPipe, the batch split over the pipelines) train to
+  // the parameters of one process with the whole batch; eval and the checkpoint see the consolidated model.
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string four = "--set model.num_layers=4 --set train.steps=6 --set dist.algorithm=ddp ";
+  auto [rc1, out1] = sh(cli + tiny("pp_single", four + "--set train.batch_size=8"));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] = sh(cli + " launch --nproc 2 --" +
+                        tiny("pp_2", four + "--set train.batch_size=8 --set parallel.pipeline_stages=2 "
+                                            "--set parallel.micro_batches=4 --set parallel.schedule=1f1b"));
+  ASSERT_EQ(rc2, 0) << out2;
+  auto [rc3, out3] = sh(cli + " launch --nproc 4 --" +
+                        tiny("pp_2x2", four + "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
+                                              "--set parallel.micro_batches=2"));
+  ASSERT_EQ(rc3, 0) << out3;
+  auto a = flat_params(work() / "pp_single");
+  for (const char* run : {"pp_2", "pp_2x2"}) {
+    auto b = flat_params(work() / run);
+    EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << run << ": max diff " << (a - b).abs().max().item<double>();
+    auto s = nlohmann::json::parse(read_file(work() / run / "summary.json"));
+    EXPECT_EQ(s["algorithm"], "pipeline") << run;
+  }
+  // Bad shapes are refused naming the key.
+  auto [rc4, out4] = sh(cli + " launch --nproc 3 --" +
+                        tiny("pp_bad", four + "--set parallel.pipeline_stages=2 --set train.batch_size=4"));
+  EXPECT_NE(rc4, 0);
+  EXPECT_NE(out4.find("parallel.pipeline_stages = 2 does not divide the world size 3"), std::string::npos) << out4;
+  auto [rc5, out5] = sh(cli + tiny("pp_bad", four + "--set parallel.pipeline_stages=2 --set train.batch_size=4"));
+  EXPECT_EQ(rc5, 2);
+  EXPECT_NE(out5.find("needs at least 2 worker processes"), std::string::npos) << out5;
+}

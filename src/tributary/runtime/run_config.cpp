@@ -7,7 +7,7 @@ namespace tributary {
 RunConfig::RunConfig() { bind(); }
 RunConfig::RunConfig(const RunConfig& other)
     : model(other.model), data(other.data), optim(other.optim), train(other.train), dist(other.dist),
-      dipaco(other.dipaco) {
+      parallel(other.parallel), dipaco(other.dipaco) {
   bind();
 }
 RunConfig& RunConfig::operator=(const RunConfig& other) {
@@ -16,6 +16,7 @@ RunConfig& RunConfig::operator=(const RunConfig& other) {
   optim = other.optim;
   train = other.train;
   dist = other.dist;
+  parallel = other.parallel;
   dipaco = other.dipaco;
   bind();
   return *this;
@@ -80,6 +81,14 @@ void RunConfig::bind() {
   s.add("dist.wan", dist.wan, "emulated links: '' | '10Mbit,100ms' | cluster JSON or preset");
   s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);
   s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
+  s.add("parallel.pipeline_stages", parallel.pipeline_stages, "pipeline stages D_PP (world = D_DP x D_PP); 1 = none",
+        1, 1024);
+  s.add("parallel.micro_batches", parallel.micro_batches, "pipeline: micro-batches per step (divides batch_size)", 1,
+        65535);
+  s.add("parallel.schedule", parallel.schedule, "pipeline schedule", {"gpipe", "1f1b"});
+  s.add("parallel.warmup_margin", parallel.warmup_margin, "1F1B: extra warm-up forwards per stage (link latency)", 0,
+        1024);
+  s.add("parallel.stage_layers", parallel.stage_layers, "pipeline: blocks per stage, e.g. '3,5'; '' = balanced");
   s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
   s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
   s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");
@@ -143,6 +152,20 @@ void RunConfig::validate() const {
   }
   if (optim.warmup_steps > train.steps)
     fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
+  if (parallel.pipeline_stages > 1) {
+    if (parallel.pipeline_stages > model.num_layers)
+      fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",
+           parallel.pipeline_stages, model.num_layers);
+    if (train.batch_size % parallel.micro_batches != 0)
+      fail("parallel.micro_batches ({}) must divide train.batch_size ({})", parallel.micro_batches, train.batch_size);
+    if (train.grad_accum != 1)
+      fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
+           train.grad_accum);
+    if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
+    if (dist.algorithm != "ddp")
+      fail("parallel.pipeline_stages > 1 runs with dist.algorithm = ddp for now (DiLoCo per stage is not built yet); "
+           "set --set dist.algorithm=ddp");
+  }
 }
 
 const std::vector<std::string>& RunConfig::resumable_keys() {

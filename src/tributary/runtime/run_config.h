@@ -66,6 +66,17 @@ struct DistConfig {
   double collective_timeout_s = 1800;
 };
 
+// Pipeline parallelism (parallel/pipeline/): the model's blocks split over pipeline_stages ranks (D_PP), the step's
+// batch over micro_batches; world size = D_DP x D_PP, rank = pipeline * D_PP + stage (Megatron's order), each stage's
+// replicas across pipelines averaging gradients every step.
+struct ParallelConfig {
+  int64_t pipeline_stages = 1;      // D_PP; 1 = no pipeline
+  int64_t micro_batches = 1;        // m; must divide train.batch_size
+  std::string schedule = "gpipe";   // gpipe | 1f1b
+  int64_t warmup_margin = 0;        // 1F1B: extra warm-up forwards per stage distance (tolerates link latency)
+  std::string stage_layers;         // "" (balanced) | blocks per stage, e.g. "3,5"
+};
+
 // DiPaCo (arXiv 2403.10616): a grid of modules, one path per routed shard. Each path trains dist.inner_steps (tau)
 // inner steps per round from the current global modules; train.steps is each path's total, so there are
 // train.steps / tau rounds. Compression, WAN emulation and the outer lr/momentum come from [dist].
@@ -87,6 +98,7 @@ struct RunConfig {
   OptimConfig optim;
   TrainConfig train;
   DistConfig dist;
+  ParallelConfig parallel;
   DipacoConfig dipaco;
 
   RunConfig();

@@ -31,10 +31,10 @@ bool StopSignals::requested() const { return g_stop_requested != 0; }
 
 bool StopAgreement::after_step(int64_t step, bool quiescent) {
   if (stop_after_step_ > 0 && step >= stop_after_step_) pending_ = true;
-  if (!replicas_) {
+  if (!vote_) {
     pending_ |= signals_.requested();
   } else if (!pending_) {
-    pending_ = replicas_->stop_agreed(signals_.requested());
+    pending_ = vote_(signals_.requested());
     if (pending_ && lead_) log::info("stop agreed by every rank at step {}", step);
   }
   return pending_ && quiescent;

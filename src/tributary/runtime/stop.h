@@ -5,10 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace tributary {
 
-class Replicas;
 
 // Installs the handlers for its lifetime and restores the previous ones.
 class StopSignals {
@@ -22,15 +22,17 @@ class StopSignals {
 
 class StopAgreement {
  public:
-  // replicas: null for a single process; stop_after_step > 0: a planned stop after that step.
-  StopAgreement(Replicas* replicas, int64_t stop_after_step, bool lead)
-      : replicas_(replicas), stop_after_step_(stop_after_step), lead_(lead) {}
+  // vote: every rank's lagged stop vote (Replicas::stop_agreed, Pipelines::stop_agreed), empty for a single process;
+  // stop_after_step > 0: a planned stop after that step.
+  using Vote = std::function<bool(bool local_stop)>;
+  StopAgreement(Vote vote, int64_t stop_after_step, bool lead)
+      : vote_(std::move(vote)), stop_after_step_(stop_after_step), lead_(lead) {}
   // Called after every step on every rank; true once the run should stop now (pending and quiescent).
   bool after_step(int64_t step, bool quiescent);
 
  private:
   StopSignals signals_;
-  Replicas* replicas_;
+  Vote vote_;
   int64_t stop_after_step_;
   bool lead_;
   bool pending_ = false;

@@ -13,6 +13,8 @@
 #include "tributary/optim/schedule.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/parallel/pipeline/pipeline_step.h"
+#include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
@@ -31,6 +33,7 @@ class TrainingRun {
 
  private:
   void build_model_and_data();
+  std::unique_ptr<TrainStep> make_step();
   void start_replicas();
   void describe(int64_t threads) const;
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
@@ -45,6 +48,8 @@ class TrainingRun {
   torch::Device device_;
   bool lead_;
   std::unique_ptr<Replicas> replicas_;
+  std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
+  NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
   std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
   std::shared_ptr<Transformer> model_;
@@ -67,7 +72,16 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
   if (lead_) check_blas();
-  if (env.distributed()) replicas_ = std::make_unique<Replicas>(config_, env);
+  if (config_.parallel.pipeline_stages > 1) {
+    if (!env.distributed())
+      fail("parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- train ...",
+           config_.parallel.pipeline_stages);
+    if (options_.resume) fail("--resume of a pipeline run is not supported yet: its checkpoints hold the whole model "
+                              "but only stage 0's optimizer state; start it with train.init_from=<checkpoint>");
+    pipelines_ = std::make_unique<Pipelines>(config_, env);
+  } else if (env.distributed()) {
+    replicas_ = std::make_unique<Replicas>(config_, env);
+  }
   dataset_.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *dataset_);
   build_model_and_data();
@@ -78,7 +92,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_, env.local_world_size)
                                   : measure_matmul_peak(device_);
   flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());
-  tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * env.world_size;
+  tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
+                     (pipelines_ ? pipelines_->num_pipelines() : env.world_size);
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = model_->num_parameters();
   const double bytes_per_token = dataset_->bytes_per_token("val");
@@ -98,9 +113,12 @@ void TrainingRun::build_model_and_data() {
   model_ = std::make_shared<Transformer>(config_.model);
   model_->to(device_);
   params_ = named_parameters_of(*model_);
+  trained_ = pipelines_ ? pipeline::stage_params(params_, pipelines_->layout(), pipelines_->stage(),
+                                                 config_.model.blocks_per_level(), config_.model.tie_embeddings)
+                        : params_;
   const auto& o = config_.optim;
   optimizer_ = std::make_unique<AdamW>(
-      params_, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+      trained_, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
   auto train_tokens = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("train"));
   num_train_tokens_ = train_tokens->size();
   val_tokens_ = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("val"));
@@ -109,8 +127,9 @@ void TrainingRun::build_model_and_data() {
   loader_ = std::make_unique<BatchLoader>(
       train_tokens,
       LoaderOptions{.batch_size = tc_.batch_size, .context = config_.model.context,
-                    .seed = static_cast<uint64_t>(tc_.seed), .rank = options_.dist.rank,
-                    .world_size = options_.dist.world_size},
+                    .seed = static_cast<uint64_t>(tc_.seed),
+                    .rank = pipelines_ ? pipelines_->pipeline() : options_.dist.rank,  // a pipeline's stages read alike
+                    .world_size = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size},
       fmt::format("'{}' train", config_.data.dir));
   // fail now, not at the first evaluation, if val is too small
   BatchLoader(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
@@ -138,6 +157,14 @@ void TrainingRun::describe(int64_t threads) const {
             config_.data.dir, thousands(double(num_train_tokens_)), thousands(double(val_tokens_->size())),
             dataset_->tokenizer_kind(), thousands(double(tokens_per_step_ / options_.dist.world_size)), threads,
             summary_.peak_flops / 1e9);
+  if (pipelines_) {
+    const auto& par = config_.parallel;
+    log::info("{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}",
+              pipelines_->num_pipelines(), pipelines_->stages(),
+              par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
+              par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
+              tc_.batch_size / par.micro_batches);
+  }
   if (!replicas_) return;
   const auto& d = config_.dist;
   log::info("{} replicas, {}{}, compression {}", replicas_->size(),
@@ -171,11 +198,22 @@ void TrainingRun::save(int64_t step, double elapsed) {
 }
 
 // The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
+std::unique_ptr<TrainStep> TrainingRun::make_step() {
+  if (!pipelines_)
+    return std::make_unique<DenseStep>(DenseStepParts{*model_, params_, *optimizer_, *loader_, replicas_.get(),
+                                                      device_, tc_.grad_accum, config_.optim.grad_clip});
+  return std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
+      *model_, trained_, *optimizer_, *loader_, pipelines_->groups(), pipelines_->schedule(), pipelines_->layout(),
+      pipelines_->stage(), device_, config_.optim.grad_clip});
+}
+
 TrainSummary TrainingRun::run() {
-  DenseStep dense({*model_, params_, *optimizer_, *loader_, replicas_.get(), device_, tc_.grad_accum,
-                   config_.optim.grad_clip});
-  TrainStep& train_step = dense;
-  StopAgreement stop(replicas_.get(), options_.stop_after_step, lead_);
+  const auto step_impl = make_step();
+  TrainStep& train_step = *step_impl;
+  StopAgreement::Vote vote;
+  if (replicas_) vote = [this](bool local) { return replicas_->stop_agreed(local); };
+  if (pipelines_) vote = [this](bool local) { return pipelines_->stop_agreed(local); };
+  StopAgreement stop(vote, options_.stop_after_step, lead_);
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
   model_->train();
   run_start_ = Clock::now();
@@ -202,12 +240,16 @@ TrainSummary TrainingRun::run() {
     // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
     // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
     const bool at_global = !replicas_ || replicas_->averaging_gradients() || synced;
-    if (lead_ && ((tc_.eval_every > 0 && step % tc_.eval_every == 0) || last)) {
+    const bool eval_due = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last;
+    const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
+    // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
+    if (pipelines_ && (eval_due || periodic || last || stop_now))
+      pipelines_->consolidate(params_, config_.model.blocks_per_level());
+    if (lead_ && eval_due) {
       BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
                       fmt::format("'{}' val", config_.data.dir));
       report_->evaluated(step, progress_.tokens, evaluate(*model_, val, tc_.eval_batches, device_), now, summary_);
     }
-    const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
     if ((lead_ || replicas_) && (periodic || last || stop_now)) save(step, now);
     if (stop_now && !last) {
       if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
@@ -226,11 +268,13 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
     summary_.world_size = replicas_->size();
     summary_.outer_steps = replicas_->outer_steps();
   }
+  if (pipelines_) summary_.world_size = options_.dist.world_size;
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();
   summary_.tokens_per_s = double((step - progress_.step) * tokens_per_step_) / train_seconds;
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
-  report_->write_summary(summary_, replicas_ ? config_.dist.algorithm : std::string("single"),
+  report_->write_summary(summary_,
+                         replicas_ ? config_.dist.algorithm : std::string(pipelines_ ? "pipeline" : "single"),
                          config_.dist.compression);
 }
 

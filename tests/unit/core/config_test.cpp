@@ -75,3 +75,16 @@ TEST(Config, DifferencesNameKeys) {
   ASSERT_EQ(diffs.size(), 1u);
   EXPECT_NE(diffs[0].find("model.width"), std::string::npos);
 }
+
+TEST(Config, ACopyKeepsEverySection) {
+  // RunConfig's copy re-binds its schema to the copy's members, section by section: a section left out of the copy
+  // silently reverted to its defaults (found when [parallel] was added: pipeline runs trained as data parallel).
+  RunConfig a;
+  for (const char* o : {"model.width=96", "data.dir=x", "optim.lr=0.5", "train.steps=7", "dist.inner_steps=3",
+                        "parallel.pipeline_stages=2", "dipaco.modules=2x2"})
+    a.schema().apply_override(o);
+  RunConfig b = a, c;
+  c = a;
+  EXPECT_EQ(b.schema().flatten(), a.schema().flatten());
+  EXPECT_EQ(c.schema().flatten(), a.schema().flatten());
+}

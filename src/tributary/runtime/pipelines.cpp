@@ -1,0 +1,51 @@
+#include "tributary/runtime/pipelines.h"
+
+#include <chrono>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/runtime/rendezvous.h"
+
+namespace tributary {
+
+Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
+  const auto& par = config.parallel;
+  const int64_t p = par.pipeline_stages;
+  if (env.world_size % p != 0)
+    fail("parallel.pipeline_stages = {} does not divide the world size {}: launch D_DP x D_PP workers (e.g. "
+         "launch --nproc {})",
+         p, env.world_size, p);
+  layout_ = pipeline::StageLayout::parse(par.stage_layers, config.model.num_layers, p, "parallel.stage_layers");
+  schedule_ = {pipeline::parse_schedule(par.schedule, "parallel.schedule"), p, par.micro_batches, par.warmup_margin};
+  stage_ = env.rank % p;
+  pipeline_ = env.rank / p;
+  num_pipelines_ = env.world_size / p;
+  using std::chrono::milliseconds;
+  auto store = rendezvous(config, env);
+  const comm::GroupOptions options{
+      .collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))};
+  // Each group has its own store prefix; every member creates it with its rank within the group.
+  pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options, fmt::format("pipe.{}", pipeline_));
+  if (num_pipelines_ > 1)
+    data_ = std::make_unique<comm::Group>(store, int(pipeline_), int(num_pipelines_), options,
+                                          fmt::format("data.{}", stage_));
+  if (config.model.tie_embeddings && (stage_ == 0 || stage_ == p - 1))
+    tie_ = std::make_unique<comm::Group>(store, stage_ == 0 ? 0 : 1, 2, options, fmt::format("tie.{}", pipeline_));
+  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
+}
+
+Pipelines::~Pipelines() = default;
+
+void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) {
+  torch::NoGradGuard no_grad;
+  for (int64_t s = 0; s < stages(); ++s) {
+    // Without the last stage's copy of a tied embedding: it equals stage 0's, which is broadcast.
+    auto owned = pipeline::stage_params(all_params, layout_, s, blocks_per_level, /*tied_embeddings=*/false);
+    std::vector<torch::Tensor> buffers;
+    for (auto& [name, t] : owned) buffers.push_back(t.detach().to(torch::kCPU).contiguous());
+    pipe_->broadcast(buffers, int(s));
+    for (size_t i = 0; i < owned.size(); ++i) owned[i].second.copy_(buffers[i]);
+  }
+}
+
+}  // namespace tributary

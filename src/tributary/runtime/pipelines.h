@@ -1,0 +1,45 @@
+// The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): the rendezvous, this
+// rank's place (rank = pipeline * D_PP + stage, Megatron's order), its groups (its pipeline; its stage's replicas in
+// the other pipelines; first + last stage for the tied embedding), the stop vote over every rank, and the
+// consolidation that brings every stage's current parameters to every rank of the pipeline (for evaluation and the
+// dense checkpoint rank 0 writes). The step itself is parallel/pipeline/pipeline_step.h.
+#pragma once
+
+#include <memory>
+
+#include "tributary/comm/group.h"
+#include "tributary/comm/lagged_vote.h"
+#include "tributary/model/tensor_io.h"
+#include "tributary/parallel/pipeline/pipeline_step.h"
+#include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+class Pipelines {
+ public:
+  Pipelines(const RunConfig& config, const DistEnv& env);
+  ~Pipelines();
+
+  int64_t stage() const { return stage_; }
+  int64_t stages() const { return layout_.stages(); }
+  int64_t pipeline() const { return pipeline_; }
+  int64_t num_pipelines() const { return num_pipelines_; }
+  const pipeline::StageLayout& layout() const { return layout_; }
+  pipeline::ScheduleSpec schedule() const { return schedule_; }
+  pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get()}; }
+
+  bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
+  // Every stage broadcasts the parameters it owns over its pipeline: afterwards every rank's whole model is current.
+  // Called by every rank at the same steps.
+  void consolidate(NamedTensors& all_params, int64_t blocks_per_level);
+
+ private:
+  pipeline::StageLayout layout_;
+  pipeline::ScheduleSpec schedule_;
+  int64_t stage_ = 0, pipeline_ = 0, num_pipelines_ = 1;
+  std::unique_ptr<comm::Group> pipe_, tie_, data_;
+  std::unique_ptr<comm::LaggedVote> stop_vote_;
+};
+
+}  // namespace tributary
