@@ -295,3 +295,20 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
   EXPECT_EQ(rc5, 2);
   EXPECT_NE(out5.find("needs at least 2 worker processes"), std::string::npos) << out5;
 }
+
+TEST_F(Distributed, AFrozenStageEndsThePipelineWithinTheDeadlineNamingTheMessage) {
+  const std::string cli = TRIBUTARY_CLI;
+  auto start = std::chrono::steady_clock::now();
+  auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
+                      " launch --nproc 2 --grace 2 --" +
+                      tiny("pp_frozen", "--set model.num_layers=4 --set train.steps=50 --set train.batch_size=4 "
+                                        "--set dist.algorithm=ddp --set parallel.pipeline_stages=2 "
+                                        "--set parallel.micro_batches=2 --set dist.collective_timeout_s=4 "
+                                        "--set dist.store_timeout_s=4"));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(rc, 4) << out;
+  EXPECT_NE(out.find("stage 0: gradient of micro-batch 0 at step 4 from stage 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("timed out after 4 s"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 (pid"), std::string::npos) << out;
+  EXPECT_LT(took, 40) << out;
+}

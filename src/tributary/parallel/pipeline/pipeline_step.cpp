@@ -45,7 +45,7 @@ void PipelineStep::execute(const Action& a, int64_t step) {
     case Op::RecvAct: {
       auto buffer = torch::empty({micro_, T, C}, torch::kFloat32);
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb),
-                                        fmt::format("activation of micro-batch {} at step {}", a.mb, step + 1)));
+                                        fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}", p_.stage, a.mb, step + 1, p_.stage - 1)));
       inputs_[mb] = buffer.to(p_.device).requires_grad_(true);
       return;
     }
@@ -67,13 +67,13 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       send_buffers_.push_back(outputs_[mb].detach().to(torch::kCPU).contiguous());
       stats_.activation_bytes += send_buffers_.back().numel() * 4;
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1), tag(kActivation, step, a.mb),
-                                            fmt::format("activation of micro-batch {} at step {}", a.mb, step + 1)));
+                                            fmt::format("stage {}: activation of micro-batch {} at step {} to stage {}", p_.stage, a.mb, step + 1, p_.stage + 1)));
       return;
     }
     case Op::RecvGrad: {
       auto buffer = torch::empty({micro_, T, C}, torch::kFloat32);
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb),
-                                        fmt::format("gradient of micro-batch {} at step {}", a.mb, step + 1)));
+                                        fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}", p_.stage, a.mb, step + 1, p_.stage + 1)));
       out_grads_[mb] = buffer.to(p_.device);
       return;
     }
@@ -88,7 +88,7 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       send_buffers_.push_back(inputs_[mb].grad().to(torch::kCPU).contiguous());
       stats_.gradient_bytes += send_buffers_.back().numel() * 4;
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1), tag(kGradient, step, a.mb),
-                                            fmt::format("gradient of micro-batch {} at step {}", a.mb, step + 1)));
+                                            fmt::format("stage {}: gradient of micro-batch {} at step {} to stage {}", p_.stage, a.mb, step + 1, p_.stage - 1)));
       inputs_[mb] = torch::Tensor();
       return;
     }
