@@ -36,6 +36,13 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
 
 Pipelines::~Pipelines() = default;
 
+std::vector<std::vector<double>> Pipelines::gather_stages(const std::vector<double>& mine) {
+  auto all = pipe_->all_gather(torch::tensor(mine, torch::kFloat64));
+  std::vector<std::vector<double>> out;
+  for (const auto& t : all) out.emplace_back(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  return out;
+}
+
 void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) {
   torch::NoGradGuard no_grad;
   for (int64_t s = 0; s < stages(); ++s) {

@@ -30,6 +30,8 @@ class Pipelines {
   pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get()}; }
 
   bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
+  // Every stage's numbers (same length on every rank) gathered over the pipeline: [stage][i].
+  std::vector<std::vector<double>> gather_stages(const std::vector<double>& mine);
   // Every stage broadcasts the parameters it owns over its pipeline: afterwards every rank's whole model is current.
   // Called by every rank at the same steps.
   void consolidate(NamedTensors& all_params, int64_t blocks_per_level);

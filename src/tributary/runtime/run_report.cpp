@@ -101,6 +101,7 @@ void RunReport::write_summary(const TrainSummary& s, const std::string& algorith
                       {"bytes_recv", s.bytes_recv}, {"comm_s", s.comm_s},
                       {"outer_steps", s.outer_steps}, {"algorithm", algorithm},
                       {"compression", compression}};
+  if (!s.stages.is_null()) j["stages"] = s.stages;
   if (!s.evaluated)
     for (const char* key : {"val_loss", "val_bpb", "val_ppl"}) j[key] = nullptr;
   write_file_atomic(setup_.run_dir / "summary.json", j.dump(2) + "\n");

@@ -38,6 +38,8 @@ class TrainingRun {
   void describe(int64_t threads) const;
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
   void report_exchange(int64_t step, bool synced, double elapsed);
+  void add_stage_stats(const pipeline::PipelineStats& s);
+  void summarise_stages(double train_seconds);
   void save(int64_t step, double elapsed);
   void finish(int64_t step, double train_seconds);
   double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
@@ -50,6 +52,8 @@ class TrainingRun {
   std::unique_ptr<Replicas> replicas_;
   std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
   NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
+  pipeline::PipelineStep* pipeline_step_ = nullptr;  // the step, when it is a pipeline stage's
+  pipeline::PipelineStats stage_stats_;              // summed over the run
   std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
   std::shared_ptr<Transformer> model_;
@@ -191,6 +195,26 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
                          replicas_->ddp() ? 1 : replicas_->inner_steps_now(), c, elapsed);
 }
 
+void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
+  stage_stats_.activation_bytes += s.activation_bytes;
+  stage_stats_.gradient_bytes += s.gradient_bytes;
+  stage_stats_.compute_s += s.compute_s;
+  stage_stats_.blocked_s += s.blocked_s;
+  summary_.bytes_sent += double(s.activation_bytes + s.gradient_bytes);
+  summary_.comm_s += s.blocked_s;
+}
+
+// Every rank of the pipeline takes part; rank 0 writes what pipeline 0's stages measured.
+void TrainingRun::summarise_stages(double train_seconds) {
+  const auto& s = stage_stats_;
+  const auto all = pipelines_->gather_stages({s.compute_s, s.blocked_s, double(s.activation_bytes),
+                                              double(s.gradient_bytes), train_seconds});
+  summary_.stages = nlohmann::json::array();
+  for (const auto& v : all)
+    summary_.stages.push_back({{"compute_s", v[0]}, {"blocked_s", v[1]}, {"bubble", v[4] > 0 ? 1.0 - v[0] / v[4] : 0.0},
+                               {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}});
+}
+
 void TrainingRun::save(int64_t step, double elapsed) {
   auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get()}, step,
                        progress_.tokens, elapsed);
@@ -202,9 +226,11 @@ std::unique_ptr<TrainStep> TrainingRun::make_step() {
   if (!pipelines_)
     return std::make_unique<DenseStep>(DenseStepParts{*model_, params_, *optimizer_, *loader_, replicas_.get(),
                                                       device_, tc_.grad_accum, config_.optim.grad_clip});
-  return std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
+  auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
       *model_, trained_, *optimizer_, *loader_, pipelines_->groups(), pipelines_->schedule(), pipelines_->layout(),
       pipelines_->stage(), device_, config_.optim.grad_clip});
+  pipeline_step_ = step.get();
+  return step;
 }
 
 TrainSummary TrainingRun::run() {
@@ -227,6 +253,7 @@ TrainSummary TrainingRun::run() {
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;
     const bool synced = sync(step, lr);
+    if (pipeline_step_) add_stage_stats(pipeline_step_->take_stats());
     const double dt = seconds_since(step_start);
     train_seconds += dt;
     report_->step_done(dt, tokens_per_step_, result.loss);
@@ -268,7 +295,10 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
     summary_.world_size = replicas_->size();
     summary_.outer_steps = replicas_->outer_steps();
   }
-  if (pipelines_) summary_.world_size = options_.dist.world_size;
+  if (pipelines_) {
+    summary_.world_size = options_.dist.world_size;
+    summarise_stages(train_seconds);
+  }
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();
   summary_.tokens_per_s = double((step - progress_.step) * tokens_per_step_) / train_seconds;

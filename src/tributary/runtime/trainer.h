@@ -3,6 +3,8 @@
 // Fully deterministic for a seed and thread count; `resume` continues bit for bit from a checkpoint.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +38,9 @@ struct TrainSummary {
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;
+  // Pipelines: per stage of pipeline 0, compute and blocked seconds, the measured bubble (1 - compute / step time)
+  // and the bytes of activations and activation gradients it sent.
+  nlohmann::json stages;
   fs::path run_dir, checkpoint;
 };
 
