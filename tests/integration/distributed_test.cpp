@@ -286,6 +286,22 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
     auto s = nlohmann::json::parse(read_file(work() / run / "summary.json"));
     EXPECT_EQ(s["algorithm"], "pipeline") << run;
   }
+  // The scheduler's placement renames the ranks: a shuffled one trains bit for bit what rank order does.
+  write_file_atomic(work() / "shuffled.json", R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 2]]})");
+  auto [rc6, out6] = sh(cli + " launch --nproc 4 --" +
+                        tiny("pp_placed", four + "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
+                                                 "--set parallel.micro_batches=2 --set parallel.placement=" +
+                                                 (work() / "shuffled.json").string()));
+  ASSERT_EQ(rc6, 0) << out6;
+  EXPECT_NE(out6.find("rank 3 runs stage 0 of pipeline 0"), std::string::npos) << out6;
+  EXPECT_NE(out6.find("rank 0 runs stage 0 of pipeline 1"), std::string::npos) << out6;
+  EXPECT_TRUE(torch::equal(flat_params(work() / "pp_2x2"), flat_params(work() / "pp_placed")));
+  write_file_atomic(work() / "other.json", R"({"d_dp": 1, "d_pp": 4, "pipelines": [[3, 1, 0, 2]]})");
+  auto [rc7, out7] = sh(cli + " launch --nproc 4 --" +
+                        tiny("pp_placed", four + "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
+                                                 "--set parallel.placement=" + (work() / "other.json").string()));
+  EXPECT_NE(rc7, 0);
+  EXPECT_NE(out7.find("places 1 pipelines x 4 stages but this run has 2 x 2"), std::string::npos) << out7;
   // Bad shapes are refused naming the key.
   auto [rc4, out4] = sh(cli + " launch --nproc 3 --" +
                         tiny("pp_bad", four + "--set parallel.pipeline_stages=2 --set train.batch_size=4"));

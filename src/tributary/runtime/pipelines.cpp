@@ -5,6 +5,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/sched/placement.h"
 
 namespace tributary {
 
@@ -20,6 +21,19 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
   stage_ = env.rank % p;
   pipeline_ = env.rank / p;
   num_pipelines_ = env.world_size / p;
+  if (!par.placement.empty()) {  // the scheduler's placement renames the ranks (DT-FM applies it the same way)
+    const auto placement = sched::read_placement(par.placement);
+    if (placement.d_pp != p || placement.d_dp * placement.d_pp != env.world_size)
+      fail("parallel.placement = '{}' places {} pipelines x {} stages but this run has {} x {} (world size {}, "
+           "parallel.pipeline_stages {}): plan for this world, or launch --nproc {}",
+           par.placement, placement.d_dp, placement.d_pp, num_pipelines_, p, env.world_size, p,
+           placement.d_dp * placement.d_pp);
+    for (int i = 0; i < placement.d_dp; ++i)
+      for (int j = 0; j < placement.d_pp; ++j)
+        if (placement.pipelines[size_t(i)][size_t(j)] == env.rank) pipeline_ = i, stage_ = j;
+  }
+  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage_, pipeline_, layout_.begin(stage_),
+            layout_.end(stage_) - 1);
   using std::chrono::milliseconds;
   auto store = rendezvous(config, env);
   const comm::GroupOptions options{

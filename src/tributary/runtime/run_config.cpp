@@ -89,6 +89,8 @@ void RunConfig::bind() {
   s.add("parallel.warmup_margin", parallel.warmup_margin, "1F1B: extra warm-up forwards per stage (link latency)", 0,
         1024);
   s.add("parallel.stage_layers", parallel.stage_layers, "pipeline: blocks per stage, e.g. '3,5'; '' = balanced");
+  s.add("parallel.placement", parallel.placement,
+        "pipeline: placement.json from `tributary plan --out` (which rank runs which stage); '' = rank order");
   s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
   s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
   s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");
@@ -162,6 +164,10 @@ void RunConfig::validate() const {
       fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
            train.grad_accum);
     if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
+    if (!dist.wan.empty() || dist.compression != "fp32")
+      fail("parallel.pipeline_stages > 1 does not emulate links or compress yet (dist.wan = '{}', dist.compression = "
+           "'{}'): leave both at their defaults for pipeline runs",
+           dist.wan, dist.compression);
     if (dist.algorithm != "ddp")
       fail("parallel.pipeline_stages > 1 runs with dist.algorithm = ddp for now (DiLoCo per stage is not built yet); "
            "set --set dist.algorithm=ddp");

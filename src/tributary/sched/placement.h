@@ -17,4 +17,12 @@ namespace tributary::sched {
 std::string placement_json(const Cluster& cluster, const Evaluation& evaluation, int d_dp, int d_pp,
                            const std::vector<int>& cluster_device);
 
+// What the runtime reads back: pipelines[i][j] = the rank that runs stage j of pipeline i. Every rank 0..d_dp*d_pp-1
+// appears exactly once; anything else (syntax, types, shape, a rank missing or twice) is an Error naming the file.
+struct Placement {
+  int d_dp = 0, d_pp = 0;
+  std::vector<std::vector<int>> pipelines;
+};
+Placement read_placement(const std::string& path);
+
 }  // namespace tributary::sched

@@ -13,6 +13,7 @@
 #include "tributary/core/rng.h"
 #include "tributary/sched/cost_model.h"
 #include "tributary/sched/genetic.h"
+#include "tributary/sched/placement.h"
 
 using namespace tributary;
 using namespace tributary::sched;
@@ -241,4 +242,26 @@ TEST(ClusterFile, PresetsEqualTheSharedReferenceMatrices) {
         ASSERT_DOUBLE_EQ(file.bandwidth_gbps(a, b), built.bandwidth_gbps(a, b)) << name << " " << a << "," << b;
       }
   }
+}
+
+TEST(Placement, ReadBackAndBadFilesNamed) {
+  const auto dir = fs::temp_directory_path() / "trib_placement_test";
+  fs::create_directories(dir);
+  const auto file = (dir / "p.json").string();
+  write_file(file, R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 2]]})", false);
+  const auto p = sched::read_placement(file);
+  EXPECT_EQ(p.pipelines[1][0], 0);
+  for (const char* bad : {R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 1]]})",
+                          R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1]]})", R"({"d_dp": 2, "d_pp": 2})",
+                          R"({"d_dp": "2", "d_pp": 2, "pipelines": []})", R"({"d_dp": 2, "d_pp": 2, "pipelines": [[4, 1], [0, 2]]})",
+                          "{"}) {
+    write_file(file, bad, false);
+    try {
+      sched::read_placement(file);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
 }
