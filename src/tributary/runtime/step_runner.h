@@ -1,7 +1,5 @@
-// The step seam (torchtitan's train_step -> forward_backward_step): the training loop asks a TrainStep for one
-// optimizer step and does not know how it is computed. DenseStep is the whole model in one process (plus the
-// replicas' gradient averaging for data parallel); a pipeline stage (only the last stage has a loss) and a
-// local-parallel step (auxiliary heads, no backward messages) are other implementations of the same interface.
+// DenseStep, the step of the whole model in one process (plus the replicas' gradient averaging for data parallel),
+// behind the step seam (parallel/train_step.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -12,22 +10,11 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
+#include "tributary/parallel/train_step.h"
 
 namespace tributary {
 
 class Replicas;
-
-struct StepResult {
-  double loss = 0;       // mean over the step's micro-batches (this replica)
-  double grad_norm = 0;  // before clipping
-};
-
-class TrainStep {
- public:
-  virtual ~TrainStep() = default;
-  // Takes optimizer step number `step` (0-based) at learning rate `lr`. Throws Error when the loss is not finite.
-  virtual StepResult run(int64_t step, double lr) = 0;
-};
 
 struct DenseStepParts {
   Transformer& model;

@@ -1,4 +1,4 @@
-// One optimizer step of a pipeline stage (the TrainStep seam, runtime/step_runner.h): the step's batch is cut into m
+// One optimizer step of a pipeline stage (the TrainStep seam, parallel/train_step.h): the step's batch is cut into m
 // micro-batches; the stage runs its schedule's action list (schedule.h): receive an activation, run its blocks, send
 // the output on; receive the output's gradient, backpropagate, send the input's gradient back. Only the last stage
 // has a loss (each micro-batch's token mean, scaled by 1/m, so the sum is the batch mean of the single-process
@@ -19,7 +19,7 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/pipeline/schedule.h"
 #include "tributary/parallel/pipeline/stage.h"
-#include "tributary/runtime/step_runner.h"
+#include "tributary/parallel/train_step.h"
 
 namespace tributary::pipeline {
 

@@ -1,0 +1,23 @@
+// The step seam (torchtitan's train_step -> forward_backward_step): the training loop asks a TrainStep for one
+// optimizer step and does not know how it is computed. DenseStep (runtime/step_runner.h) is the whole model in one
+// process; a pipeline stage (parallel/pipeline/pipeline_step.h: only the last stage has a loss) and a local-parallel
+// step (auxiliary heads, no backward messages) are other implementations of the same interface.
+#pragma once
+
+#include <cstdint>
+
+namespace tributary {
+
+struct StepResult {
+  double loss = 0;       // mean over the step's micro-batches (this replica)
+  double grad_norm = 0;  // before clipping
+};
+
+class TrainStep {
+ public:
+  virtual ~TrainStep() = default;
+  // Takes optimizer step number `step` (0-based) at learning rate `lr`. Throws Error when the loss is not finite.
+  virtual StepResult run(int64_t step, double lr) = 0;
+};
+
+}  // namespace tributary
