@@ -110,11 +110,21 @@ void PipelineStep::reduce_gradients() {
     g.copy_(one[0]);
   }
   if (p_.groups.data && p_.groups.data->size() > 1) {
-    for (auto& [name, t] : p_.params) {
-      if (!t.grad().defined()) continue;
-      std::vector<torch::Tensor> one = {t.grad().to(torch::kCPU).contiguous()};
-      p_.groups.data->all_reduce_sum(one);
-      t.grad().copy_(one[0] / double(p_.groups.data->size()));
+    // One all-reduce of the stage's flattened gradients: one round trip per step, not one per tensor.
+    std::vector<torch::Tensor> grads;
+    for (auto& [name, t] : p_.params)
+      if (t.grad().defined()) grads.push_back(t.grad());
+    std::vector<torch::Tensor> flat = {torch::cat([&] {
+      std::vector<torch::Tensor> parts;
+      for (auto& g : grads) parts.push_back(g.reshape({-1}).to(torch::kCPU));
+      return parts;
+    }())};
+    p_.groups.data->all_reduce_sum(flat);
+    flat[0].div_(double(p_.groups.data->size()));
+    int64_t offset = 0;
+    for (auto& g : grads) {
+      g.copy_(flat[0].narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
     }
   }
 }
