@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <typeinfo>
 #include <vector>
 
+#include "tributary/core/error.h"
 #include "tributary/core/rng.h"
 
 namespace tributary::test_support {
@@ -50,6 +52,20 @@ inline std::string mutate_json(const nlohmann::json& valid, SplitMix64& rng) {
   if (rng.below(8) == 0) text = text.substr(0, rng.below(text.size() + 1));  // a torn write
   if (rng.below(8) == 0 && !text.empty()) text[rng.below(text.size())] = static_cast<char>(rng.below(256));
   return text;
+}
+
+// Runs `load`: "ok", "error" (a tributary::Error naming `origin`), or a description of the bug (an Error that does not
+// name it, or another exception type escaping: exit 3 in the CLI).
+template <typename Load>
+std::string fuzz_outcome(const std::string& origin, Load&& load) {
+  try {
+    load();
+    return "ok";
+  } catch (const Error& e) {
+    return std::string(e.what()).find(origin) != std::string::npos ? "error" : "unnamed: " + std::string(e.what());
+  } catch (const std::exception& e) {
+    return "escaped " + std::string(typeid(e).name()) + ": " + e.what();
+  }
 }
 
 }  // namespace tributary::test_support

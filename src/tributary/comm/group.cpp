@@ -141,24 +141,25 @@ void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, i
   }
 }
 
-PendingCollective Group::send(torch::Tensor& tensor, int dst, int tag, const std::string& what) {
-  const std::string named = fmt::format("rank {}: {} (to rank {} of group '{}')", rank_, what, dst, prefix_);
-  std::vector<torch::Tensor> one = {tensor};
+template <typename Start>
+PendingCollective Group::point_to_point(const std::string& what, Start&& start) {
   try {
-    return PendingCollective(pg_->send(one, dst, tag), named, options_.collective_timeout);
+    return PendingCollective(start(), what, options_.collective_timeout);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("{} could not start: {}", named, e.what()));
+    throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
   }
 }
 
-PendingCollective Group::recv(torch::Tensor& tensor, int src, int tag, const std::string& what) {
-  const std::string named = fmt::format("rank {}: {} (from rank {} of group '{}')", rank_, what, src, prefix_);
+PendingCollective Group::send(torch::Tensor& tensor, int dst, int tag, const std::string& what) {
   std::vector<torch::Tensor> one = {tensor};
-  try {
-    return PendingCollective(pg_->recv(one, src, tag), named, options_.collective_timeout);
-  } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("{} could not start: {}", named, e.what()));
-  }
+  return point_to_point(fmt::format("rank {}: {} (to rank {} of group '{}')", rank_, what, dst, prefix_),
+                        [&] { return pg_->send(one, dst, tag); });
+}
+
+PendingCollective Group::recv(torch::Tensor& tensor, int src, int tag, const std::string& what) {
+  std::vector<torch::Tensor> one = {tensor};
+  return point_to_point(fmt::format("rank {}: {} (from rank {} of group '{}')", rank_, what, src, prefix_),
+                        [&] { return pg_->recv(one, src, tag); });
 }
 
 void Group::barrier() {

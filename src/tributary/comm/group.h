@@ -84,6 +84,8 @@ class Group {
   void reform(const std::string& prefix, int rank, int world_size);
 
  private:
+  template <typename Start>
+  PendingCollective point_to_point(const std::string& what, Start&& start);
   template <typename MakeWork>
   void run(const char* what, MakeWork&& make_work);
 

@@ -34,10 +34,8 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
   }
   log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage_, pipeline_, layout_.begin(stage_),
             layout_.end(stage_) - 1);
-  using std::chrono::milliseconds;
   auto store = rendezvous(config, env);
-  const comm::GroupOptions options{
-      .collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))};
+  const comm::GroupOptions options = group_options(config);
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options, fmt::format("pipe.{}", pipeline_));
   if (num_pipelines_ > 1)

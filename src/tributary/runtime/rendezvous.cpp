@@ -47,6 +47,10 @@ void wait_for_ranks(comm::Store& store, const std::string& prefix, int world_siz
 
 }  // namespace
 
+comm::GroupOptions group_options(const RunConfig& config) {
+  return {.collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))};
+}
+
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   auto store = comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, env.use_agent_store,

@@ -5,6 +5,7 @@
 // stops with that reason.
 #pragma once
 
+#include "tributary/comm/group.h"
 #include "tributary/comm/store.h"
 #include "tributary/runtime/dist_env.h"
 #include "tributary/runtime/run_config.h"
@@ -12,5 +13,8 @@
 namespace tributary {
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env);
+
+// The process groups' options from the config: dist.collective_timeout_s.
+comm::GroupOptions group_options(const RunConfig& config);
 
 }  // namespace tributary

@@ -35,10 +35,9 @@ void lower_training_priority(int64_t nice, int rank) {
 
 Replicas::Replicas(const RunConfig& config, const DistEnv& env)
     : config_(config), ddp_(config.dist.algorithm == "ddp") {
-  using std::chrono::milliseconds;
   const auto& d = config.dist;
   auto store = rendezvous(config, env);
-  const comm::GroupOptions options{.collective_timeout = milliseconds(static_cast<int64_t>(d.collective_timeout_s * 1000))};
+  const comm::GroupOptions options = group_options(config);
   group_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options);
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
   exchange_ = std::make_unique<comm::Exchange>(

@@ -22,44 +22,10 @@ RunConfig& RunConfig::operator=(const RunConfig& other) {
   return *this;
 }
 
-void RunConfig::bind() {
-  schema_ = std::make_unique<ConfigSchema>();
-  auto& s = *schema_;
-  s.add("model.vocab_size", model.vocab_size, "vocabulary size; 0 takes the dataset tokenizer's", 0, 1 << 24);
-  s.add("model.num_layers", model.num_layers, "transformer blocks", 1, 1024);
-  s.add("model.num_levels", model.num_levels, "levels of consecutive blocks (must divide num_layers)", 1, 1024);
-  s.add("model.width", model.width, "residual width", 8, 1 << 16);
-  s.add("model.num_heads", model.num_heads, "attention heads (must divide width)", 1, 1024);
-  s.add("model.context", model.context, "sequence length T", 2, 1 << 20);
-  s.add("model.mlp", model.mlp, "MLP type", {"swiglu", "gelu"});
-  s.add("model.mlp_hidden", model.mlp_hidden, "MLP hidden width; 0 = 4*width (gelu) or 8/3*width (swiglu)", 0, 1 << 20);
-  s.add("model.positions", model.positions, "position encoding", {"rope", "learned"});
-  s.add("model.tie_embeddings", model.tie_embeddings, "share the token embedding with the output head");
-  s.add("model.rope_theta", model.rope_theta, "RoPE base", 1.0, 1e9);
-  s.add("model.norm_eps", model.norm_eps, "RMSNorm epsilon", 0.0, 1.0);
-  s.add("model.init_std", model.init_std, "std of the normal initialisation", 0.0, 10.0);
-  s.add("data.dir", data.dir, "token dataset directory (tributary data build / build-default)");
-  s.add("optim.lr", optim.lr, "peak AdamW learning rate", 0.0, 10.0);
-  s.add("optim.min_lr_ratio", optim.min_lr_ratio, "final lr as a fraction of the peak (cosine)", 0.0, 1.0);
-  s.add("optim.warmup_steps", optim.warmup_steps, "linear warm-up steps", 0);
-  s.add("optim.weight_decay", optim.weight_decay, "decoupled weight decay (matrices only)", 0.0, 10.0);
-  s.add("optim.beta1", optim.beta1, "AdamW beta1", 0.0, 0.999999);
-  s.add("optim.beta2", optim.beta2, "AdamW beta2", 0.0, 0.999999);
-  s.add("optim.eps", optim.eps, "AdamW epsilon", 0.0, 1.0);
-  s.add("optim.grad_clip", optim.grad_clip, "max global gradient norm; 0 disables", 0.0);
-  s.add("train.steps", train.steps, "optimizer steps", 1);
-  s.add("train.batch_size", train.batch_size, "sequences per micro-batch", 1);
-  s.add("train.grad_accum", train.grad_accum, "micro-batches per optimizer step", 1);
-  s.add("train.seed", train.seed, "seed for initialisation and data order", 0);
-  s.add("train.threads", train.threads, "intra-op threads; 0 = all cores", 0, 1024);
-  s.add("train.device", train.device, "torch device (cpu, cuda, cuda:1, ...)");
-  s.add("train.run_dir", train.run_dir, "where metrics.jsonl, checkpoints and plots go");
-  s.add("train.log_every", train.log_every, "steps between console/metrics lines", 1);
-  s.add("train.eval_every", train.eval_every, "steps between validations; 0 = only at the end", 0);
-  s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1);
-  s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
-  s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
-  s.add("train.init_from", train.init_from, "checkpoint whose weights the model starts from ('' = initialise)");
+namespace {
+
+// [dist], [parallel] and [dipaco]: how the processes of a run work together.
+void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& parallel, DipacoConfig& dipaco) {
   s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
   s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps, "DiLoCo: data-parallel steps before the first inner step", 0);
@@ -104,6 +70,49 @@ void RunConfig::bind() {
   s.add("dipaco.holdout_permille", dipaco.holdout_permille, "DiPaCo: held-out slice of each shard (early stopping)",
         0, 500);
   s.add("dipaco.eval_units", dipaco.eval_units, "DiPaCo: routed validation units evaluated at the end; 0 = all", 0);
+}
+
+}  // namespace
+
+void RunConfig::bind() {
+  schema_ = std::make_unique<ConfigSchema>();
+  auto& s = *schema_;
+  s.add("model.vocab_size", model.vocab_size, "vocabulary size; 0 takes the dataset tokenizer's", 0, 1 << 24);
+  s.add("model.num_layers", model.num_layers, "transformer blocks", 1, 1024);
+  s.add("model.num_levels", model.num_levels, "levels of consecutive blocks (must divide num_layers)", 1, 1024);
+  s.add("model.width", model.width, "residual width", 8, 1 << 16);
+  s.add("model.num_heads", model.num_heads, "attention heads (must divide width)", 1, 1024);
+  s.add("model.context", model.context, "sequence length T", 2, 1 << 20);
+  s.add("model.mlp", model.mlp, "MLP type", {"swiglu", "gelu"});
+  s.add("model.mlp_hidden", model.mlp_hidden, "MLP hidden width; 0 = 4*width (gelu) or 8/3*width (swiglu)", 0, 1 << 20);
+  s.add("model.positions", model.positions, "position encoding", {"rope", "learned"});
+  s.add("model.tie_embeddings", model.tie_embeddings, "share the token embedding with the output head");
+  s.add("model.rope_theta", model.rope_theta, "RoPE base", 1.0, 1e9);
+  s.add("model.norm_eps", model.norm_eps, "RMSNorm epsilon", 0.0, 1.0);
+  s.add("model.init_std", model.init_std, "std of the normal initialisation", 0.0, 10.0);
+  s.add("data.dir", data.dir, "token dataset directory (tributary data build / build-default)");
+  s.add("optim.lr", optim.lr, "peak AdamW learning rate", 0.0, 10.0);
+  s.add("optim.min_lr_ratio", optim.min_lr_ratio, "final lr as a fraction of the peak (cosine)", 0.0, 1.0);
+  s.add("optim.warmup_steps", optim.warmup_steps, "linear warm-up steps", 0);
+  s.add("optim.weight_decay", optim.weight_decay, "decoupled weight decay (matrices only)", 0.0, 10.0);
+  s.add("optim.beta1", optim.beta1, "AdamW beta1", 0.0, 0.999999);
+  s.add("optim.beta2", optim.beta2, "AdamW beta2", 0.0, 0.999999);
+  s.add("optim.eps", optim.eps, "AdamW epsilon", 0.0, 1.0);
+  s.add("optim.grad_clip", optim.grad_clip, "max global gradient norm; 0 disables", 0.0);
+  s.add("train.steps", train.steps, "optimizer steps", 1);
+  s.add("train.batch_size", train.batch_size, "sequences per micro-batch", 1);
+  s.add("train.grad_accum", train.grad_accum, "micro-batches per optimizer step", 1);
+  s.add("train.seed", train.seed, "seed for initialisation and data order", 0);
+  s.add("train.threads", train.threads, "intra-op threads; 0 = all cores", 0, 1024);
+  s.add("train.device", train.device, "torch device (cpu, cuda, cuda:1, ...)");
+  s.add("train.run_dir", train.run_dir, "where metrics.jsonl, checkpoints and plots go");
+  s.add("train.log_every", train.log_every, "steps between console/metrics lines", 1);
+  s.add("train.eval_every", train.eval_every, "steps between validations; 0 = only at the end", 0);
+  s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1);
+  s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
+  s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
+  s.add("train.init_from", train.init_from, "checkpoint whose weights the model starts from ('' = initialise)");
+  bind_distributed(s, dist, parallel, dipaco);
 }
 
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {

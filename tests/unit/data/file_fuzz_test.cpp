@@ -29,18 +29,7 @@ fs::path fresh_dataset() {
   return dir;
 }
 
-// Runs `load` on the text; returns "ok", "error" (a tributary::Error naming `origin`), or a description of a bug.
-template <typename Load>
-std::string outcome(const std::string& origin, Load&& load) {
-  try {
-    load();
-    return "ok";
-  } catch (const Error& e) {
-    return std::string(e.what()).find(origin) != std::string::npos ? "error" : "unnamed: " + std::string(e.what());
-  } catch (const std::exception& e) {
-    return "escaped " + std::string(typeid(e).name()) + ": " + e.what();
-  }
-}
+using test_support::fuzz_outcome;
 
 }  // namespace
 
@@ -53,7 +42,7 @@ TEST(FileFuzz, DatasetJson) {
   for (int i = 0; i < 3000 && std::chrono::steady_clock::now() - start < kBudget; ++i) {
     const std::string text = test_support::mutate_json(valid, rng);
     write_file(meta, text, false);
-    const std::string got = outcome(dir.string(), [&] {  // dataset.json or the shard it names
+    const std::string got = fuzz_outcome(dir.string(), [&] {  // dataset.json or the shard it names
       Dataset ds = Dataset::open(dir);
       ds.load_tokens("train");
       ds.load_tokens("val");
@@ -70,7 +59,7 @@ TEST(FileFuzz, DatasetJson) {
     auto j = valid;
     j[nlohmann::json::json_pointer(pointer)] = value;
     write_file(meta, j.dump(), false);
-    EXPECT_EQ(outcome(meta.string(), [&] { Dataset::open(dir).load_tokens("train"); }), "error") << pointer;
+    EXPECT_EQ(fuzz_outcome(meta.string(), [&] { Dataset::open(dir).load_tokens("train"); }), "error") << pointer;
   }
   fs::remove_all(dir);
 }
@@ -90,8 +79,8 @@ TEST(FileFuzz, PlanClusterAndWorkloadFiles) {
   for (int i = 0; i < 20000 && std::chrono::steady_clock::now() - start < kBudget; ++i) {
     const auto& base = i % 3 == 0 ? cluster : i % 3 == 1 ? matrix : workload;
     const std::string text = test_support::mutate_json(base, rng);
-    const std::string got = i % 3 == 2 ? outcome("fuzz.json", [&] { sched::parse_workload(text, "fuzz.json"); })
-                                       : outcome("fuzz.json", [&] { sched::parse_cluster(text, "fuzz.json"); });
+    const std::string got = i % 3 == 2 ? fuzz_outcome("fuzz.json", [&] { sched::parse_workload(text, "fuzz.json"); })
+                                       : fuzz_outcome("fuzz.json", [&] { sched::parse_cluster(text, "fuzz.json"); });
     ASSERT_TRUE(got == "ok" || got == "error") << "mutation " << i << ": " << got << "\n" << text;
     refused += got == "error";
   }

@@ -111,14 +111,13 @@ void PipelineStep::reduce_gradients() {
   }
   if (p_.groups.data && p_.groups.data->size() > 1) {
     // One all-reduce of the stage's flattened gradients: one round trip per step, not one per tensor.
-    std::vector<torch::Tensor> grads;
+    std::vector<torch::Tensor> grads, parts;
     for (auto& [name, t] : p_.params)
-      if (t.grad().defined()) grads.push_back(t.grad());
-    std::vector<torch::Tensor> flat = {torch::cat([&] {
-      std::vector<torch::Tensor> parts;
-      for (auto& g : grads) parts.push_back(g.reshape({-1}).to(torch::kCPU));
-      return parts;
-    }())};
+      if (t.grad().defined()) {
+        grads.push_back(t.grad());
+        parts.push_back(t.grad().reshape({-1}).to(torch::kCPU));
+      }
+    std::vector<torch::Tensor> flat = {torch::cat(parts)};
     p_.groups.data->all_reduce_sum(flat);
     flat[0].div_(double(p_.groups.data->size()));
     int64_t offset = 0;

@@ -125,8 +125,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
   }
   group_ = std::make_unique<comm::Group>(
       *store_, env_.rank, env_.world_size,
-      comm::GroupOptions{.collective_timeout = milliseconds(int64_t(config_.dist.collective_timeout_s * 1000))},
-      "dipaco/g0");
+      group_options(config_), "dipaco/g0");
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
 
