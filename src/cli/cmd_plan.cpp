@@ -31,6 +31,7 @@ void print_eval(const char* name, const Evaluation& e, double reference) {
 
 struct Args {
   std::string cluster, workload = "gpt3-xl", out;
+  std::vector<std::string> price;  // placement files to price instead of searching
   GeneticOptions ga;
   int64_t shuffle_seed = -1;
   int d_dp = 0, d_pp = 0;
@@ -88,12 +89,27 @@ void print_beyond(const Cluster& cluster, const Workload& w, const Plan& best) {
               slowest, memory, too_small.size());
 }
 
+// --price: the cost model's prediction for given placements (a plan's, Megatron's, any other), no search.
+void price_placements(const Cluster& cluster, const Workload& w, const std::vector<std::string>& files) {
+  for (const auto& file : files) {
+    const Placement placement = read_placement(file);
+    if (placement.d_dp * placement.d_pp != cluster.size())
+      fail("'{}' places {} x {} ranks but the cluster has {} devices: price it on the cluster it was planned for",
+           file, placement.d_dp, placement.d_pp, cluster.size());
+    CostModel model(cluster, w.c_dp(placement.d_dp, placement.d_pp), w.c_pp(placement.d_dp, placement.d_pp),
+                    placement.d_dp, placement.d_pp);
+    const Evaluation e = model.evaluate_pipelines(placement.pipelines);
+    std::printf("price %s: %.4f s per iteration = DP %.4f + 2 x PP %.4f\n", file.c_str(), e.total, e.dp, e.pp);
+  }
+}
+
 void run_plan(const Args& a) {
   validate(a.ga);  // user limits are user errors, checked before any GA thread starts
   Cluster cluster = load_cluster(a.cluster);
   std::vector<int> original;
   if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);
   Workload w = load_workload(a.workload);
+  if (!a.price.empty()) return price_placements(cluster, w, a.price);
   int d_dp = a.d_dp > 0 ? a.d_dp : w.d_dp, d_pp = a.d_pp > 0 ? a.d_pp : w.d_pp;
   if (d_dp == 0) {
     d_pp = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w.num_layers, 8)));
@@ -134,6 +150,7 @@ void add_plan(CLI::App& app) {
       ->required();
   cmd->add_option("workload", a->workload, "workload JSON, or the preset gpt3-xl (default)");
   cmd->add_option("--out", a->out, "write the placement (rank -> stage, pipeline) as JSON");
+  cmd->add_option("--price", a->price, "print the cost model's time for these placement files instead of searching");
   cmd->add_option("--shuffle-ids", a->shuffle_seed, "relabel devices randomly (seed) before scheduling");
   cmd->add_option("--seed", a->ga.seed, "GA seed");
   cmd->add_option("--budget", a->ga.time_budget_s, "time budget in seconds (a safety cap)");

@@ -4,6 +4,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <thread>
+
+#include "tributary/comm/link_lanes.h"
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
@@ -33,6 +36,10 @@ Group::Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, Gr
   reform(prefix);
 }
 
+void Group::pad(double modelled_s) const {
+  if (options_.link && modelled_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(modelled_s));
+}
+
 Group::Group(const Store& store, int rank, int world_size, GroupOptions options, std::string prefix)
     : Group(store.handle(), rank, world_size, std::move(options), std::move(prefix)) {}
 
@@ -46,6 +53,17 @@ void Group::reform(const std::string& prefix, int rank, int world_size) {
 
 void Group::reform(const std::string& prefix) {
   prefix_ = prefix;
+  lanes_.reset();
+  if (options_.link) {
+    if (options_.link->num_ranks != world_size_)
+      throw Error(fmt::format("group '{}': emulated links describe {} ranks but the group has {}", prefix,
+                              options_.link->num_ranks, world_size_));
+    lanes_ = std::make_unique<LinkLanes>(*options_.link, rank_,
+                                         [this](torch::Tensor& t, int dst, int tag, const std::string& what) {
+                                           std::vector<torch::Tensor> one = {t};
+                                           point_to_point(what, [&] { return pg_->send(one, dst, tag); }).wait();
+                                         });
+  }
   auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
   pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.host));
   pg_options->threads = 2;
@@ -59,7 +77,7 @@ void Group::reform(const std::string& prefix) {
 }
 
 template <typename MakeWork>
-void Group::run(const char* what, MakeWork&& make_work) {
+void Group::run(const char* what, MakeWork&& make_work, double modelled_s) {
   const auto start = SteadyClock::now();
   try {
     auto work = make_work();
@@ -68,32 +86,41 @@ void Group::run(const char* what, MakeWork&& make_work) {
     throw NetworkError(
         failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start, options_.collective_timeout, e));
   }
+  // After the real collective (which ends once the last rank arrived): every rank then spends the modelled time.
+  pad(modelled_s);
 }
+
+namespace {
+double bytes_of(const torch::Tensor& t) { return double(t.numel()) * double(t.element_size()); }
+}  // namespace
 
 void Group::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
   if (world_size_ == 1) return;
   for (auto& t : tensors) {
     std::vector<torch::Tensor> one = {t};
-    run("all_reduce", [&] { return pg_->allreduce(one); });
+    run("all_reduce", [&] { return pg_->allreduce(one); },
+        options_.link ? options_.link->allreduce_s(bytes_of(t)) : 0.0);
   }
 }
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what,
-                                     std::chrono::milliseconds timeout)
-    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout) {}
+                                     std::chrono::milliseconds timeout, std::function<void()> then)
+    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout), then_(std::move(then)) {}
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
 PendingCollective::~PendingCollective() = default;
 
 void PendingCollective::wait() {
-  if (!work_) return;
-  const auto start = SteadyClock::now();
-  try {
-    work_->wait(timeout_);
-  } catch (const std::exception& e) {
-    throw NetworkError(failure(what_, start, timeout_, e));
+  if (work_) {
+    const auto start = SteadyClock::now();
+    try {
+      work_->wait(timeout_);
+    } catch (const std::exception& e) {
+      throw NetworkError(failure(what_, start, timeout_, e));
+    }
+    work_.reset();
   }
-  work_.reset();
+  if (then_) std::exchange(then_, {})();
 }
 
 PendingCollective Group::all_reduce_sum_async(torch::Tensor& tensor) {
@@ -101,7 +128,8 @@ PendingCollective Group::all_reduce_sum_async(torch::Tensor& tensor) {
   if (world_size_ == 1) return PendingCollective({}, what, options_.collective_timeout);
   std::vector<torch::Tensor> one = {tensor};
   try {
-    return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout);
+    const double modelled = options_.link ? options_.link->allreduce_s(bytes_of(tensor)) : 0.0;
+    return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout, [this, modelled] { pad(modelled); });
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
   }
@@ -113,7 +141,9 @@ void Group::broadcast(std::vector<torch::Tensor>& tensors, int root) {
   opts.rootRank = root;
   for (auto& t : tensors) {
     std::vector<torch::Tensor> one = {t};
-    run("broadcast", [&] { return pg_->broadcast(one, opts); });
+    // Modelled as a ring pass of the payload (N-1 hops), the shape of a chain broadcast without pipelining.
+    run("broadcast", [&] { return pg_->broadcast(one, opts); },
+        options_.link ? options_.link->ring_allgather_s(bytes_of(t)) : 0.0);
   }
 }
 
@@ -122,7 +152,8 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(tensor));
   std::vector<torch::Tensor> in = {tensor.contiguous()};
-  run("all_gather", [&] { return pg_->allgather(out, in); });
+  run("all_gather", [&] { return pg_->allgather(out, in); },
+      options_.link ? options_.link->allgather_s(bytes_of(tensor)) : 0.0);
   return out[0];
 }
 
@@ -151,9 +182,16 @@ PendingCollective Group::point_to_point(const std::string& what, Start&& start) 
 }
 
 PendingCollective Group::send(torch::Tensor& tensor, int dst, int tag, const std::string& what) {
+  const std::string full = fmt::format("rank {}: {} (to rank {} of group '{}')", rank_, what, dst, prefix_);
+  if (lanes_) {  // delivered by the lane at the modelled arrival; the sender waits until its bytes have left
+    const auto left = lanes_->post(tensor, dst, tag, full);
+    return PendingCollective({}, full, options_.collective_timeout, [this, left] {
+      std::this_thread::sleep_until(left);
+      lanes_->rethrow_failure();
+    });
+  }
   std::vector<torch::Tensor> one = {tensor};
-  return point_to_point(fmt::format("rank {}: {} (to rank {} of group '{}')", rank_, what, dst, prefix_),
-                        [&] { return pg_->send(one, dst, tag); });
+  return point_to_point(full, [&] { return pg_->send(one, dst, tag); });
 }
 
 PendingCollective Group::recv(torch::Tensor& tensor, int src, int tag, const std::string& what) {
@@ -164,7 +202,7 @@ PendingCollective Group::recv(torch::Tensor& tensor, int src, int tag, const std
 
 void Group::barrier() {
   if (world_size_ == 1) return;
-  run("barrier", [&] { return pg_->barrier(); });
+  run("barrier", [&] { return pg_->barrier(); }, options_.link ? options_.link->allreduce_s(0) : 0.0);
 }
 
 c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank,

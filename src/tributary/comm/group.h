@@ -13,10 +13,13 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "tributary/comm/link_model.h"
 #include "tributary/comm/store.h"
 
 namespace c10d {
@@ -35,13 +38,19 @@ constexpr std::chrono::seconds kDefaultCollectiveTimeout{1800};
 struct GroupOptions {
   std::chrono::milliseconds collective_timeout = kDefaultCollectiveTimeout;
   std::string host = "127.0.0.1";  // interface Gloo binds to (loopback for local runs)
+  // Emulated WAN links between the group's ranks (group rank order): point-to-point messages are delivered at the
+  // modelled time (link_lanes.h) and collectives take the modelled time on top of the real one (LinkModel::
+  // allreduce_s; exchange.h says what a ring models). send_recv is not padded: Exchange models its rings itself (ExchangeOptions::link).
+  std::optional<LinkModel> link;
 };
 
 // A collective in flight (Group::all_reduce_sum_async). wait() returns when it completed, or throws NetworkError
 // naming the group once the collective deadline passes.
 class PendingCollective {
  public:
-  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::milliseconds timeout);
+  // `then` runs after the work completed (emulated link time; the wait of an emulated send, whose work is null).
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::milliseconds timeout,
+                    std::function<void()> then = {});
   PendingCollective(PendingCollective&&) noexcept;
   PendingCollective& operator=(PendingCollective&&) noexcept;
   ~PendingCollective();
@@ -51,7 +60,10 @@ class PendingCollective {
   c10::intrusive_ptr<c10d::Work> work_;
   std::string what_;
   std::chrono::milliseconds timeout_;
+  std::function<void()> then_;
 };
+
+class LinkLanes;
 
 class Group {
  public:
@@ -87,13 +99,15 @@ class Group {
   template <typename Start>
   PendingCollective point_to_point(const std::string& what, Start&& start);
   template <typename MakeWork>
-  void run(const char* what, MakeWork&& make_work);
+  void run(const char* what, MakeWork&& make_work, double modelled_s = 0);
+  void pad(double modelled_s) const;  // sleeps the emulated links' time of a collective (none without a link model)
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, world_size_;
   GroupOptions options_;
   std::string prefix_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::unique_ptr<LinkLanes> lanes_;  // emulated point-to-point (options_.link); destroyed before pg_
 };
 
 // The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as

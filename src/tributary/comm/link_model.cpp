@@ -16,6 +16,18 @@ LinkModel LinkModel::uniform(double bytes_per_s, double latency_s, int num_ranks
   return l;
 }
 
+LinkModel LinkModel::subset(const std::vector<int>& members) const {
+  LinkModel l;
+  l.num_ranks = static_cast<int>(members.size());
+  for (int a : members)
+    for (int b : members) {
+      TRIB_CHECK(a >= 0 && a < num_ranks && b >= 0 && b < num_ranks, "link subset member out of range");
+      l.latency_s.push_back(latency(a, b));
+      l.bytes_per_s.push_back(bandwidth(a, b));
+    }
+  return l;
+}
+
 // One ring step: every rank sends `chunk_bytes` to its neighbour at once; the slowest edge sets the time.
 double LinkModel::ring_step_s(double chunk_bytes) const {
   const int n = num_ranks;
@@ -29,6 +41,24 @@ double LinkModel::ring_step_s(double chunk_bytes) const {
 
 double LinkModel::ring_allreduce_s(double bytes) const {
   return num_ranks < 2 ? 0.0 : 2.0 * (num_ranks - 1) * ring_step_s(bytes / num_ranks);
+}
+
+double LinkModel::direct_exchange_s(double bytes) const {
+  double worst = 0;
+  for (int a = 0; a < num_ranks; ++a)
+    for (int b = 0; b < num_ranks; ++b)
+      if (a != b) worst = std::max(worst, latency(a, b) + bytes / bandwidth(a, b));
+  return worst;
+}
+
+double LinkModel::allreduce_s(double bytes) const {
+  const double ring = ring_allreduce_s(bytes);
+  return bytes <= kSmallPayloadBytes ? std::min(ring, direct_exchange_s(bytes)) : ring;
+}
+
+double LinkModel::allgather_s(double bytes_per_rank) const {
+  const double ring = ring_allgather_s(bytes_per_rank);
+  return bytes_per_rank <= kSmallPayloadBytes ? std::min(ring, direct_exchange_s(bytes_per_rank)) : ring;
 }
 
 double LinkModel::ring_allgather_s(double bytes_per_rank) const {

@@ -5,6 +5,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/wan.h"
 #include "tributary/sched/placement.h"
 
 namespace tributary {
@@ -18,31 +19,51 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
          p, env.world_size, p);
   layout_ = pipeline::StageLayout::parse(par.stage_layers, config.model.num_layers, p, "parallel.stage_layers");
   schedule_ = {pipeline::parse_schedule(par.schedule, "parallel.schedule"), p, par.micro_batches, par.warmup_margin};
-  stage_ = env.rank % p;
-  pipeline_ = env.rank / p;
   num_pipelines_ = env.world_size / p;
-  if (!par.placement.empty()) {  // the scheduler's placement renames the ranks (DT-FM applies it the same way)
+  // rank_at[i][j] = the rank that runs stage j of pipeline i. Megatron's order (TP = 1): stage j's replicas are the
+  // consecutive ranks j*D_DP .. j*D_DP + D_DP - 1, pipeline i is ranks i, i + D_DP, ... (sched's evaluate_megatron
+  // prices the same order), unless a placement renames the ranks (DT-FM applies it the same way).
+  // device_of_rank = the cluster device each rank emulates under dist.wan.
+  std::vector<std::vector<int>> rank_at(size_t(num_pipelines_), std::vector<int>(size_t(p), 0));
+  std::vector<int> device_of_rank(size_t(env.world_size));
+  for (int r = 0; r < env.world_size; ++r)
+    rank_at[size_t(r % num_pipelines_)][size_t(r / num_pipelines_)] = device_of_rank[size_t(r)] = r;
+  if (!par.placement.empty()) {
     const auto placement = sched::read_placement(par.placement);
     if (placement.d_pp != p || placement.d_dp * placement.d_pp != env.world_size)
       fail("parallel.placement = '{}' places {} pipelines x {} stages but this run has {} x {} (world size {}, "
            "parallel.pipeline_stages {}): plan for this world, or launch --nproc {}",
            par.placement, placement.d_dp, placement.d_pp, num_pipelines_, p, env.world_size, p,
            placement.d_dp * placement.d_pp);
-    for (int i = 0; i < placement.d_dp; ++i)
-      for (int j = 0; j < placement.d_pp; ++j)
-        if (placement.pipelines[size_t(i)][size_t(j)] == env.rank) pipeline_ = i, stage_ = j;
+    rank_at = placement.pipelines;
+    device_of_rank = placement.cluster_device;
   }
+  for (size_t i = 0; i < rank_at.size(); ++i)
+    for (size_t j = 0; j < rank_at[i].size(); ++j)
+      if (rank_at[i][j] == env.rank) pipeline_ = int64_t(i), stage_ = int64_t(j);
   log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage_, pipeline_, layout_.begin(stage_),
             layout_.end(stage_) - 1);
+  const auto world_links = wan_link_model_or_none(config.dist.wan, device_of_rank);
+  if (world_links && env.rank == 0) log::info("pipelines on {}", world_links->describe());
+  auto options_among = [&](std::vector<int> members) {  // a group's options: its view of the emulated links
+    comm::GroupOptions options = group_options(config);
+    if (world_links) options.link = world_links->subset(members);
+    return options;
+  };
+  std::vector<int> pipe_members = rank_at[size_t(pipeline_)], data_members;
+  for (const auto& pipeline : rank_at) data_members.push_back(pipeline[size_t(stage_)]);
   auto store = rendezvous(config, env);
-  const comm::GroupOptions options = group_options(config);
   // Each group has its own store prefix; every member creates it with its rank within the group.
-  pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options, fmt::format("pipe.{}", pipeline_));
+  pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options_among(pipe_members),
+                                        fmt::format("pipe.{}", pipeline_));
   if (num_pipelines_ > 1)
-    data_ = std::make_unique<comm::Group>(store, int(pipeline_), int(num_pipelines_), options,
+    data_ = std::make_unique<comm::Group>(store, int(pipeline_), int(num_pipelines_), options_among(data_members),
                                           fmt::format("data.{}", stage_));
   if (config.model.tie_embeddings && (stage_ == 0 || stage_ == p - 1))
-    tie_ = std::make_unique<comm::Group>(store, stage_ == 0 ? 0 : 1, 2, options, fmt::format("tie.{}", pipeline_));
+    tie_ = std::make_unique<comm::Group>(store, stage_ == 0 ? 0 : 1, 2,
+                                         options_among({pipe_members.front(), pipe_members.back()}),
+                                         fmt::format("tie.{}", pipeline_));
+  const comm::GroupOptions options = group_options(config);
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }
 

@@ -1,5 +1,5 @@
 // The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): the rendezvous, this
-// rank's place (rank = pipeline * D_PP + stage, Megatron's order, unless parallel.placement names a placement.json
+// rank's place (rank = stage * D_DP + pipeline, Megatron's order, unless parallel.placement names a placement.json
 // from `tributary plan`), its groups (its pipeline; its stage's replicas in
 // the other pipelines; first + last stage for the tied embedding), the stop vote over every rank, and the
 // consolidation that brings every stage's current parameters to every rank of the pipeline (for evaluation and the

@@ -173,10 +173,10 @@ void RunConfig::validate() const {
       fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
            train.grad_accum);
     if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
-    if (!dist.wan.empty() || dist.compression != "fp32")
-      fail("parallel.pipeline_stages > 1 does not emulate links or compress yet (dist.wan = '{}', dist.compression = "
-           "'{}'): leave both at their defaults for pipeline runs",
-           dist.wan, dist.compression);
+    if (dist.compression != "fp32")
+      fail("parallel.pipeline_stages > 1 does not compress activations or gradients yet (dist.compression = '{}'): "
+           "leave it at fp32 for pipeline runs",
+           dist.compression);
     if (dist.algorithm != "ddp")
       fail("parallel.pipeline_stages > 1 runs with dist.algorithm = ddp for now (DiLoCo per stage is not built yet); "
            "set --set dist.algorithm=ddp");

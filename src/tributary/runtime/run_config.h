@@ -67,7 +67,7 @@ struct DistConfig {
 };
 
 // Pipeline parallelism (parallel/pipeline/): the model's blocks split over pipeline_stages ranks (D_PP), the step's
-// batch over micro_batches; world size = D_DP x D_PP, rank = pipeline * D_PP + stage (Megatron's order), each stage's
+// batch over micro_batches; world size = D_DP x D_PP, rank = stage * D_DP + pipeline (Megatron's order), each stage's
 // replicas across pipelines averaging gradients every step.
 struct ParallelConfig {
   int64_t pipeline_stages = 1;      // D_PP; 1 = no pipeline

@@ -29,6 +29,13 @@ double parse_time_s(const std::string& s, const std::string& spec) {
 }  // namespace
 
 comm::LinkModel wan_link_model(const std::string& spec, int n) {
+  std::vector<int> first(static_cast<size_t>(std::max(n, 0)));
+  for (int r = 0; r < n; ++r) first[size_t(r)] = r;
+  return wan_link_model(spec, first);
+}
+
+comm::LinkModel wan_link_model(const std::string& spec, const std::vector<int>& device_of_rank) {
+  const int n = static_cast<int>(device_of_rank.size());
   comm::LinkModel l;
   l.num_ranks = n;
   l.latency_s.assign(static_cast<size_t>(n) * n, 0.0);
@@ -42,10 +49,15 @@ comm::LinkModel wan_link_model(const std::string& spec, int n) {
   }
   sched::Cluster c = sched::load_cluster(spec);
   if (c.size() < n) fail("dist.wan = '{}' describes {} devices but the run has {} ranks", spec, c.size(), n);
+  for (int d : device_of_rank)
+    if (d < 0 || d >= c.size())
+      fail("dist.wan = '{}' describes {} devices but a rank is placed on device {} (parallel.placement): plan and "
+           "train with the same cluster file", spec, c.size(), d);
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) {
-      l.latency_s[a * n + b] = c.latency_ms(a, b) / 1e3;
-      l.bytes_per_s[a * n + b] = c.bandwidth_gbps(a, b) * 1e9 / 8.0;
+      const int da = device_of_rank[size_t(a)], db = device_of_rank[size_t(b)];
+      l.latency_s[a * n + b] = c.latency_ms(da, db) / 1e3;
+      l.bytes_per_s[a * n + b] = c.bandwidth_gbps(da, db) * 1e9 / 8.0;
     }
   return l;
 }
@@ -53,6 +65,11 @@ comm::LinkModel wan_link_model(const std::string& spec, int n) {
 std::optional<comm::LinkModel> wan_link_model_or_none(const std::string& spec, int num_ranks) {
   if (spec.empty()) return std::nullopt;
   return wan_link_model(spec, num_ranks);
+}
+
+std::optional<comm::LinkModel> wan_link_model_or_none(const std::string& spec, const std::vector<int>& device_of_rank) {
+  if (spec.empty()) return std::nullopt;
+  return wan_link_model(spec, device_of_rank);
 }
 
 }  // namespace tributary

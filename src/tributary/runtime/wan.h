@@ -4,12 +4,16 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tributary/comm/link_model.h"
 
 namespace tributary {
 
 comm::LinkModel wan_link_model(const std::string& spec, int num_ranks);
+// Rank r emulates cluster device device_of_rank[r] (a placement's cluster_device); a uniform spec ignores it.
+comm::LinkModel wan_link_model(const std::string& spec, const std::vector<int>& device_of_rank);
 std::optional<comm::LinkModel> wan_link_model_or_none(const std::string& spec, int num_ranks);  // "" -> none
+std::optional<comm::LinkModel> wan_link_model_or_none(const std::string& spec, const std::vector<int>& device_of_rank);
 
 }  // namespace tributary

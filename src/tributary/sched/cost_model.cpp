@@ -241,21 +241,28 @@ Evaluation CostModel::evaluate(const Partition& p) const {
 }
 
 Evaluation CostModel::evaluate_megatron() const {
-  Partition p(static_cast<size_t>(d_pp_));
-  for (int j = 0; j < d_pp_; ++j)
-    for (int i = 0; i < d_dp_; ++i) p[j].push_back(j * d_dp_ + i);
+  std::vector<std::vector<int>> pipelines(static_cast<size_t>(d_dp_));
+  for (int i = 0; i < d_dp_; ++i)
+    for (int j = 0; j < d_pp_; ++j) pipelines[i].push_back(j * d_dp_ + i);
+  return evaluate_pipelines(pipelines);
+}
+
+Evaluation CostModel::evaluate_pipelines(const std::vector<std::vector<int>>& pipelines) const {
+  TRIB_CHECK(int(pipelines.size()) == d_dp_, "{} pipelines for D_DP = {}", pipelines.size(), d_dp_);
   Evaluation e;
-  for (const auto& g : p) e.dp = std::max(e.dp, dp_cost(g));
-  for (int j = 0; j + 1 < d_pp_; ++j) {
+  for (int j = 0; j < d_pp_; ++j) {
+    std::vector<int> group;
+    for (const auto& pipeline : pipelines) group.push_back(pipeline.at(size_t(j)));
+    e.dp = std::max(e.dp, dp_cost(group));
+  }
+  for (int j = 0; j + 1 < d_pp_; ++j) {  // the stage boundary waits for its slowest pipeline's link
     double worst = 0;
-    for (int i = 0; i < d_dp_; ++i) worst = std::max(worst, w_pp_(p[j][i], p[j + 1][i]));
+    for (const auto& pipeline : pipelines) worst = std::max(worst, w_pp_(pipeline[size_t(j)], pipeline[size_t(j + 1)]));
     e.pp += worst;
   }
   e.total = e.dp + 2.0 * e.pp;
   for (int j = 0; j < d_pp_; ++j) e.stage_order.push_back(j);
-  e.pipelines.assign(static_cast<size_t>(d_dp_), {});
-  for (int i = 0; i < d_dp_; ++i)
-    for (int j = 0; j < d_pp_; ++j) e.pipelines[i].push_back(p[j][i]);
+  e.pipelines = pipelines;
   return e;
 }
 

@@ -47,6 +47,9 @@ class CostModel {
   // Megatron's rank order: stage j on devices j*d_dp .. j*d_dp + d_dp - 1, stages in id order, the i-th device of a
   // stage feeding the i-th device of the next (no matching, no TSP).
   Evaluation evaluate_megatron() const;
+  // A fixed placement (pipelines[i][j] = device of stage j of pipeline i, e.g. a placement.json's): no matching, no
+  // TSP, only its cost.
+  Evaluation evaluate_pipelines(const std::vector<std::vector<int>>& pipelines) const;
 
  private:
   int n_, d_dp_, d_pp_;

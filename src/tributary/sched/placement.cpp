@@ -41,6 +41,17 @@ Placement read_placement(const std::string& path) {
     p.d_dp = j.at("d_dp").get<int>();
     p.d_pp = j.at("d_pp").get<int>();
     p.pipelines = j.at("pipelines").get<std::vector<std::vector<int>>>();
+    if (p.d_dp > 0 && p.d_pp > 0 && int64_t(p.d_dp) * p.d_pp <= 4096) {
+      p.cluster_device.resize(size_t(p.d_dp * p.d_pp));
+      for (size_t r = 0; r < p.cluster_device.size(); ++r) p.cluster_device[r] = int(r);
+    }
+    if (j.contains("ranks"))
+      for (const auto& r : j.at("ranks")) {
+        const int rank = r.at("rank").get<int>(), device = r.at("cluster_device").get<int>();
+        if (rank < 0 || rank >= int(p.cluster_device.size()) || device < 0)
+          fail("'{}': ranks lists rank {} on cluster device {}, outside the placement; {}", path, rank, device, remedy);
+        p.cluster_device[size_t(rank)] = device;
+      }
   } catch (const nlohmann::json::exception& e) {
     fail("'{}' is not a placement file ({}); {}", path, e.what(), remedy);
   }

@@ -19,9 +19,12 @@ std::string placement_json(const Cluster& cluster, const Evaluation& evaluation,
 
 // What the runtime reads back: pipelines[i][j] = the rank that runs stage j of pipeline i. Every rank 0..d_dp*d_pp-1
 // appears exactly once; anything else (syntax, types, shape, a rank missing or twice) is an Error naming the file.
+// cluster_device[rank] = the device of the cluster file as given that the rank emulates (rank itself when the file
+// has no "ranks" list or the plan did not shuffle ids).
 struct Placement {
   int d_dp = 0, d_pp = 0;
   std::vector<std::vector<int>> pipelines;
+  std::vector<int> cluster_device;
 };
 Placement read_placement(const std::string& path);
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <atomic>
 #include <thread>
 
 #include "tributary/comm/group.h"
@@ -58,6 +59,59 @@ TEST(Group, MissingPeerIsANetworkErrorNotAHang) {
   auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(comm::Group(store, 0, 2, {.collective_timeout = std::chrono::milliseconds(500)}), NetworkError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+#include "tributary/runtime/wan.h"
+
+TEST(Group, EmulatedLinksDeliverEachMessageAtItsModelledTimeBehindTheOneBefore) {
+  // 8 Mbit/s = 1 MB/s and 50 ms: a 100 kB message leaves in 0.1 s and arrives 0.05 s later; a second one posted at
+  // the same moment waits for the first to leave (link as a queue): it leaves at 0.2 s and arrives at 0.25 s.
+  std::atomic<int64_t> posted_ns{0};
+  comm::GroupOptions options{.link = wan_link_model("8Mbit,50ms", 2)};
+  auto since_post = [&] {
+    return double(std::chrono::steady_clock::now().time_since_epoch().count() - posted_ns.load()) / 1e9;
+  };
+  run_ranks(2, [&](comm::Group& g) {
+    g.barrier();
+    if (g.rank() == 0) {
+      auto a = torch::full({25000}, 1.0f), b = torch::full({25000}, 2.0f);
+      posted_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+      auto first = g.send(a, 1, 7, "first"), second = g.send(b, 1, 8, "second");
+      a.fill_(-1);  // the emulated send copied it: the caller's buffer is free at once
+      first.wait();
+      EXPECT_GE(since_post(), 0.1 - 1e-3) << "the sender waits until its bytes have left";
+      second.wait();
+      EXPECT_GE(since_post(), 0.2 - 1e-3);
+      EXPECT_LT(since_post(), 0.5);
+    } else {
+      auto a = torch::empty({25000}), b = torch::empty({25000});
+      g.recv(a, 0, 7, "first").wait();
+      const double first = since_post();
+      g.recv(b, 0, 8, "second").wait();
+      const double second = since_post();
+      EXPECT_TRUE(a.equal(torch::full({25000}, 1.0f)));
+      EXPECT_TRUE(b.equal(torch::full({25000}, 2.0f)));
+      EXPECT_GE(first, 0.15 - 1e-3);
+      EXPECT_GE(second, 0.25 - 1e-3);
+      EXPECT_LT(second, 0.6) << "the emulation must not add much beyond the model";
+    }
+    // A collective takes the modelled ring time: 2 steps of (50 ms + 50 kB / 1 MB/s) = 0.2 s.
+    std::vector<torch::Tensor> t = {torch::ones({25000})};
+    const auto start = std::chrono::steady_clock::now();
+    g.all_reduce_sum(t);
+    EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.2);
+    EXPECT_TRUE(t[0].equal(torch::full({25000}, 2.0f)));
+  }, options);
+}
+
+TEST(LinkModel, ASubsetKeepsThePairsOfItsMembersInTheirOrder) {
+  comm::LinkModel world = comm::LinkModel::uniform(1.0, 0.0, 3);
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) world.latency_s[size_t(a * 3 + b)] = 10 * a + b;
+  auto sub = world.subset({2, 0});
+  ASSERT_EQ(sub.num_ranks, 2);
+  EXPECT_EQ(sub.latency(0, 1), 20);
+  EXPECT_EQ(sub.latency(1, 0), 2);
 }
 
 #include "tributary/comm/exchange.h"

@@ -12,6 +12,7 @@
 #include "tributary/comm/group.h"
 #include "tributary/core/error.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
+#include "tributary/runtime/wan.h"
 
 using namespace tributary;
 using namespace tributary::pipeline;
@@ -76,7 +77,9 @@ Reference reference(int64_t steps) {
 }
 
 // Runs every stage of one pipeline as a thread; `body(stage, step)` gets a ready PipelineStep.
-void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, PipelineStep&, NamedTensors&)>& body) {
+// `wan`: emulated links on every group (runtime/wan.h spec), none if empty.
+void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, PipelineStep&, NamedTensors&)>& body,
+                  const std::string& wan = "") {
   const int64_t p = spec.stages;
   const auto layout = StageLayout::balanced(tiny().num_layers, p);
   std::vector<std::shared_ptr<Transformer>> models;
@@ -90,9 +93,10 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
   for (int64_t s = 0; s < p; ++s)
     threads.emplace_back([&, s] {
       try {
-        comm::Group pipe(store, int(s), int(p), {}, "pipe");
+        auto options = [&](int n) { return comm::GroupOptions{.link = wan_link_model_or_none(wan, n)}; };
+        comm::Group pipe(store, int(s), int(p), options(int(p)), "pipe");
         std::unique_ptr<comm::Group> tie;
-        if (p > 1 && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, comm::GroupOptions{}, "tie");
+        if (p > 1 && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, options(2), "tie");
         auto params = stage_params(named_parameters_of(*models[size_t(s)]), layout, s, tiny().blocks_per_level(), true);
         AdamW adam(params, kAdam);
         auto data = loader();
@@ -152,6 +156,18 @@ TEST(Pipeline, StagesEqualTheSingleProcessModel) {
       }
     }
   }
+}
+
+TEST(Pipeline, EmulatedLinksDelayTheStepsAndChangeNoNumber) {
+  torch::set_num_threads(1);
+  const Reference ref = reference(2);
+  // Each step waits at least: an activation forward and a gradient back (40 ms each plus bytes), the tied-embedding
+  // all-reduce and the loss/norm exchange (40 ms each).
+  const auto start = std::chrono::steady_clock::now();
+  run_pipeline({ScheduleKind::OneFOneB, 2, 2, 0}, [&](int64_t, PipelineStep& step, NamedTensors&) {
+    for (int64_t s = 0; s < 2; ++s) EXPECT_NEAR(step.run(s, lr(s)).loss, ref.losses[size_t(s)], 1e-6) << "step " << s;
+  }, "8Mbit,40ms");
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2 * 0.16);
 }
 
 TEST(Pipeline, BadLayoutsAreRefusedNamingTheKey) {

@@ -165,6 +165,12 @@ TEST(Scheduler, FindsTheOptimumOfSmallClusters) {
     CostModel m(random_cluster(8, 100 + seed), 0.65, 0.47, 2, 4);
     auto r = schedule_genetic(m, {.seed = seed, .population = 20, .offspring = 40});
     EXPECT_NEAR(r.evaluation.total, brute_force_optimum(m), 1e-9) << "seed " << seed;
+    // Pricing the plan's own pipelines as a fixed placement (plan --price) gives the plan's cost back.
+    EXPECT_NEAR(m.evaluate_pipelines(r.evaluation.pipelines).total, r.evaluation.total, 1e-9) << "seed " << seed;
+    // and any other placement of the same groups costs at least the optimum
+    auto swapped = r.evaluation.pipelines;
+    std::swap(swapped[0][1], swapped[1][1]);
+    EXPECT_GE(m.evaluate_pipelines(swapped).total, r.evaluation.total - 1e-9);
   }
 }
 
@@ -251,9 +257,15 @@ TEST(Placement, ReadBackAndBadFilesNamed) {
   write_file(file, R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 2]]})", false);
   const auto p = sched::read_placement(file);
   EXPECT_EQ(p.pipelines[1][0], 0);
+  EXPECT_EQ(p.cluster_device, (std::vector<int>{0, 1, 2, 3})) << "no ranks list: rank r is device r";
+  // A plan made on shuffled ids says which device of the file as given each rank emulates.
+  write_file(file, R"({"d_dp": 1, "d_pp": 2, "pipelines": [[1, 0]], "ranks": [{"rank": 0, "cluster_device": 5},
+                       {"rank": 1, "cluster_device": 2}]})", false);
+  EXPECT_EQ(sched::read_placement(file).cluster_device, (std::vector<int>{5, 2}));
   for (const char* bad : {R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 1]]})",
                           R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1]]})", R"({"d_dp": 2, "d_pp": 2})",
                           R"({"d_dp": "2", "d_pp": 2, "pipelines": []})", R"({"d_dp": 2, "d_pp": 2, "pipelines": [[4, 1], [0, 2]]})",
+                          R"({"d_dp": 1, "d_pp": 1, "pipelines": [[0]], "ranks": [{"rank": 3, "cluster_device": 0}]})",
                           "{"}) {
     write_file(file, bad, false);
     try {
