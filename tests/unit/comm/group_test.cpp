@@ -7,6 +7,7 @@
 
 #include "tributary/comm/group.h"
 #include "tributary/core/error.h"
+#include "support/thread_ranks.h"
 
 using namespace tributary;
 
@@ -14,20 +15,10 @@ namespace {
 
 void run_ranks(int n, const std::function<void(comm::Group&)>& body, comm::GroupOptions options = {}) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        comm::Group g(store, r, n, options);
-        body(g);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  test_support::run_threads(n, [&](int r) {
+    comm::Group g(store, r, n, options);
+    body(g);
+  });
 }
 
 }  // namespace

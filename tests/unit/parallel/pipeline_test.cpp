@@ -13,6 +13,7 @@
 #include "tributary/core/error.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/wan.h"
+#include "support/thread_ranks.h"
 
 using namespace tributary;
 using namespace tributary::pipeline;
@@ -88,28 +89,19 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
     models.push_back(std::make_shared<Transformer>(tiny()));
   }
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(p));
-  for (int64_t s = 0; s < p; ++s)
-    threads.emplace_back([&, s] {
-      try {
-        auto options = [&](int n) { return comm::GroupOptions{.link = wan_link_model_or_none(wan, n)}; };
-        comm::Group pipe(store, int(s), int(p), options(int(p)), "pipe");
-        std::unique_ptr<comm::Group> tie;
-        if (p > 1 && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, options(2), "tie");
-        auto params = stage_params(named_parameters_of(*models[size_t(s)]), layout, s, tiny().blocks_per_level(), true);
-        AdamW adam(params, kAdam);
-        auto data = loader();
-        PipelineStep step({*models[size_t(s)], params, adam, data, {&pipe, tie.get(), nullptr}, spec, layout, s,
-                           torch::kCPU, kClip});
-        body(s, step, params);
-      } catch (...) {
-        errors[size_t(s)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  test_support::run_threads(int(p), [&](int rank) {
+    const int64_t s = rank;
+    auto options = [&](int n) { return comm::GroupOptions{.link = wan_link_model_or_none(wan, n)}; };
+    comm::Group pipe(store, int(s), int(p), options(int(p)), "pipe");
+    std::unique_ptr<comm::Group> tie;
+    if (p > 1 && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, options(2), "tie");
+    auto params = stage_params(named_parameters_of(*models[size_t(s)]), layout, s, tiny().blocks_per_level(), true);
+    AdamW adam(params, kAdam);
+    auto data = loader();
+    PipelineStep step({*models[size_t(s)], params, adam, data, {&pipe, tie.get(), nullptr}, spec, layout, s,
+                       torch::kCPU, kClip});
+    body(s, step, params);
+  });
 }
 
 }  // namespace
