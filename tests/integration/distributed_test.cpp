@@ -184,6 +184,30 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   EXPECT_NE(out5.find("state of 2 worker(s) and this run has 1"), std::string::npos) << out5;
 }
 
+TEST_F(Distributed, APipelineRunResumesBitForBit) {
+  // 2 pipelines x 2 stages (1F1B, 2 micro-batches), DiLoCo per stage with H = 3: stopped after step 4 (mid-round),
+  // resumed, it ends where the uninterrupted run does: the consolidated model, and every rank's stage state.
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string pp = "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
+                         "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2 --set parallel.schedule=1f1b "
+                         "--set dist.algorithm=diloco --set dist.inner_steps=3 ";
+  const std::string launch = cli + " launch --nproc 4 --";
+  auto [rc1, out1] = sh(launch + tiny("pp_resume_full", pp));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] = sh(launch + tiny("pp_resume_cut", pp + "--stop-after-step 4"));
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_TRUE(fs::exists(work() / "pp_resume_cut" / "checkpoints" / "step-00000004" / "rank-3.outer.safetensors"))
+      << out2;
+  auto [rc3, out3] = sh(launch + tiny("pp_resume_cut", pp + "--resume"));
+  ASSERT_EQ(rc3, 0) << out3;
+  EXPECT_NE(out3.find("resumed from"), std::string::npos) << out3;
+  for (const char* file : {"model.safetensors", "optim.safetensors", "rank-0.outer.safetensors",
+                           "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors"}) {
+    auto a = flat_params(work() / "pp_resume_full", 6, file), b = flat_params(work() / "pp_resume_cut", 6, file);
+    EXPECT_TRUE(torch::equal(a, b)) << file << ": max diff " << (a - b).abs().max().item<double>();
+  }
+}
+
 TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
   // SIGTERM to launch reaches every worker; they agree on the stop within a few steps (runtime/stop_vote.h) — not at
   // the next outer step, which here is 50,000 steps away — and write one checkpoint together. Before the vote, DiLoCo
@@ -310,6 +334,31 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
   auto [rc5, out5] = sh(cli + tiny("pp_bad", four + "--set parallel.pipeline_stages=2 --set train.batch_size=4"));
   EXPECT_EQ(rc5, 2);
   EXPECT_NE(out5.find("needs at least 2 worker processes"), std::string::npos) << out5;
+}
+
+TEST_F(Distributed, DilocoPerStageTrainsWhatDilocoOnTheWholeModelDoes) {
+  // Each stage's replicas across the 2 pipelines take their own outer steps every H = 3 inner steps; the outer
+  // optimizer is elementwise, so stages synced apart equal the whole model synced at once (2 DiLoCo replicas).
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string common = "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
+                             "--set dist.algorithm=diloco --set dist.inner_steps=3 --set dist.compression=fp32 ";
+  auto [rc1, out1] = sh(cli + " launch --nproc 2 --" + tiny("dl_whole", common));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] = sh(cli + " launch --nproc 4 --" +
+                        tiny("dl_stages", common + "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2"));
+  ASSERT_EQ(rc2, 0) << out2;
+  auto a = flat_params(work() / "dl_whole"), b = flat_params(work() / "dl_stages");
+  // The outer Nesterov step (lr 0.7, momentum 0.9) scales the pipeline's float reordering up: atol 1e-4 (a stage that
+  // skipped its outer step would be off by its whole outer update).
+  EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4)) << "max diff " << (a - b).abs().max().item<double>();
+  auto s = nlohmann::json::parse(read_file(work() / "dl_stages" / "summary.json"));
+  EXPECT_EQ(s["algorithm"], "pipeline+diloco");
+  EXPECT_EQ(s["outer_steps"].get<int>(), 2);
+  // A stage's fragments are its own blocks: more fragments than a stage has blocks is refused naming the keys.
+  auto [rc3, out3] = sh(cli + " launch --nproc 4 --" +
+                        tiny("dl_bad", common + "--set parallel.pipeline_stages=2 --set dist.fragments=3"));
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("dist.fragments = 3 but pipeline stage 0 owns 2 block(s)"), std::string::npos) << out3;
 }
 
 TEST_F(Distributed, AFrozenStageEndsThePipelineWithinTheDeadlineNamingTheMessage) {

@@ -20,6 +20,12 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
   layout_ = pipeline::StageLayout::parse(par.stage_layers, config.model.num_layers, p, "parallel.stage_layers");
   schedule_ = {pipeline::parse_schedule(par.schedule, "parallel.schedule"), p, par.micro_batches, par.warmup_margin};
   num_pipelines_ = env.world_size / p;
+  if (num_pipelines_ > 1 && config.dist.algorithm == "diloco")
+    for (int64_t s = 0; s < p; ++s)  // a stage's fragments are its blocks strided: each needs one
+      if (layout_.end(s) - layout_.begin(s) < config.dist.fragments)
+        fail("dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
+             "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
+             config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
   // rank_at[i][j] = the rank that runs stage j of pipeline i. Megatron's order (TP = 1): stage j's replicas are the
   // consecutive ranks j*D_DP .. j*D_DP + D_DP - 1, pipeline i is ranks i, i + D_DP, ... (sched's evaluate_megatron
   // prices the same order), unless a placement renames the ranks (DT-FM applies it the same way).
@@ -56,14 +62,20 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", pipeline_));
-  if (num_pipelines_ > 1)
+  if (num_pipelines_ > 1 && config.dist.algorithm == "ddp")
     data_ = std::make_unique<comm::Group>(store, int(pipeline_), int(num_pipelines_), options_among(data_members),
                                           fmt::format("data.{}", stage_));
+  if (num_pipelines_ > 1 && config.dist.algorithm == "diloco")  // the exchange pads with the modelled time itself
+    stage_replicas_ = std::make_unique<Replicas>(
+        config, ReplicaGroup{.store = store, .rank = int(pipeline_), .size = int(num_pipelines_),
+                             .link = world_links ? std::optional(world_links->subset(data_members)) : std::nullopt,
+                             .prefix = fmt::format("diloco.{}", stage_)});
   if (config.model.tie_embeddings && (stage_ == 0 || stage_ == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage_ == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
                                          fmt::format("tie.{}", pipeline_));
   const comm::GroupOptions options = group_options(config);
+  world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }
 

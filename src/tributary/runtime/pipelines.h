@@ -1,7 +1,8 @@
 // The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): the rendezvous, this
 // rank's place (rank = stage * D_DP + pipeline, Megatron's order, unless parallel.placement names a placement.json
 // from `tributary plan`), its groups (its pipeline; its stage's replicas in
-// the other pipelines; first + last stage for the tied embedding), the stop vote over every rank, and the
+// the other pipelines, averaging gradients every step or, with dist.algorithm = diloco, taking DiLoCo outer steps;
+// first + last stage for the tied embedding), the stop vote over every rank, and the
 // consolidation that brings every stage's current parameters to every rank of the pipeline (for evaluation and the
 // dense checkpoint rank 0 writes). The step itself is parallel/pipeline/pipeline_step.h.
 #pragma once
@@ -13,6 +14,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {
@@ -22,6 +24,8 @@ class Pipelines {
   Pipelines(const RunConfig& config, const DistEnv& env);
   ~Pipelines();
 
+  int rank() const { return world_->rank(); }
+  int world_size() const { return world_->size(); }
   int64_t stage() const { return stage_; }
   int64_t stages() const { return layout_.stages(); }
   int64_t pipeline() const { return pipeline_; }
@@ -29,10 +33,17 @@ class Pipelines {
   const pipeline::StageLayout& layout() const { return layout_; }
   pipeline::ScheduleSpec schedule() const { return schedule_; }
   pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get()}; }
+  // DiLoCo per stage (dist.algorithm = diloco, more than one pipeline): this stage's replicas across the pipelines,
+  // which take outer steps every H inner steps instead of averaging gradients every step (then groups().data is
+  // null). Null otherwise.
+  Replicas* stage_replicas() { return stage_replicas_.get(); }
 
   bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
   // Every stage's numbers (same length on every rank) gathered over the pipeline: [stage][i].
   std::vector<std::vector<double>> gather_stages(const std::vector<double>& mine);
+  // Every rank of the run, for the multi-process checkpoint (runtime/replica_checkpoint.h).
+  void barrier() { world_->barrier(); }
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& t) { return world_->all_gather(t); }
   // Every stage broadcasts the parameters it owns over its pipeline: afterwards every rank's whole model is current.
   // Called by every rank at the same steps.
   void consolidate(NamedTensors& all_params, int64_t blocks_per_level);
@@ -42,6 +53,8 @@ class Pipelines {
   pipeline::ScheduleSpec schedule_;
   int64_t stage_ = 0, pipeline_ = 0, num_pipelines_ = 1;
   std::unique_ptr<comm::Group> pipe_, tie_, data_;
+  std::unique_ptr<comm::Group> world_;  // every rank: the checkpoint protocol
+  std::unique_ptr<Replicas> stage_replicas_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
 };
 

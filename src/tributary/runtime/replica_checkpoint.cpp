@@ -6,43 +6,61 @@ namespace tributary {
 
 std::string replica_model_file(int rank) { return fmt::format("rank-{}.model.safetensors", rank); }
 std::string replica_optim_file(int rank) { return fmt::format("rank-{}.optim.safetensors", rank); }
+std::string replica_outer_file(int rank) { return fmt::format("rank-{}.outer.safetensors", rank); }
 
-bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
-                         const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents) {
-  const bool lead = replicas.rank() == 0;
+bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int64_t step, const RankState& mine,
+                      CheckpointContents& contents) {
+  constexpr int kFiles = 3;  // model, optim, outer: the slots of a rank's row
+  const bool lead = peers.rank == 0;
   const fs::path staging = staging_dir(run_dir, step);
   if (lead) {
     fs::remove_all(staging);
     fs::create_directories(staging);
   }
-  replicas.barrier();  // the staging directory exists and is empty
-  std::vector<StagedFile> mine;
+  peers.barrier();  // the staging directory exists and is empty
+  std::vector<StagedFile> files;
   if (!lead) {
-    mine.push_back(stage_file(staging, replica_model_file(replicas.rank()),
-                              tensors_to_safetensors(params, {{"format", "tributary-model"}})));
-    mine.push_back(stage_file(staging, replica_optim_file(replicas.rank()),
-                              tensors_to_safetensors(optim_state, {{"format", "tributary-optim"}})));
+    files.push_back(stage_file(staging, replica_model_file(peers.rank),
+                               tensors_to_safetensors(mine.params, {{"format", "tributary-model"}})));
+    files.push_back(stage_file(staging, replica_optim_file(peers.rank),
+                               tensors_to_safetensors(mine.optim_state, {{"format", "tributary-optim"}})));
+    if (mine.outer)
+      files.push_back(stage_file(staging, replica_outer_file(peers.rank),
+                                 tensors_to_safetensors(*mine.outer, {{"format", "tributary-outer"}})));
+  } else if (mine.outer) {
+    contents.extra_tensors.emplace_back(replica_outer_file(0), *mine.outer);
   }
-  // One row per rank: loader epoch, cursor, then (bytes, xxh64) of its two files (zeros for rank 0).
-  auto row = torch::zeros({6}, torch::kInt64);
+  // One row per rank: loader epoch, cursor, then (bytes, xxh64) of each file it staged (zeros: none, and rank 0).
+  auto row = torch::zeros({2 + 2 * kFiles}, torch::kInt64);
   auto r = row.accessor<int64_t, 1>();
-  r[0] = static_cast<int64_t>(position.epoch);
-  r[1] = static_cast<int64_t>(position.cursor);
-  for (size_t i = 0; i < mine.size(); ++i) {
-    r[2 + 2 * i] = static_cast<int64_t>(mine[i].bytes);
-    r[3 + 2 * i] = static_cast<int64_t>(mine[i].xxh64);
+  r[0] = static_cast<int64_t>(mine.position.epoch);
+  r[1] = static_cast<int64_t>(mine.position.cursor);
+  for (size_t i = 0; i < files.size(); ++i) {
+    r[2 + 2 * i] = static_cast<int64_t>(files[i].bytes);
+    r[3 + 2 * i] = static_cast<int64_t>(files[i].xxh64);
   }
-  auto rows = replicas.all_gather(row);
+  auto rows = peers.all_gather(row);
   if (!lead) return false;
-  contents.state["world_size"] = replicas.size();
+  contents.state["world_size"] = peers.size;
   contents.state["loaders"] = nlohmann::json::array();
-  for (int rank = 0; rank < replicas.size(); ++rank) {
-    auto o = rows[rank].accessor<int64_t, 1>();
+  for (int rank = 0; rank < peers.size; ++rank) {
+    auto o = rows[size_t(rank)].accessor<int64_t, 1>();
     contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
     if (rank == 0) continue;
-    contents.staged.push_back({replica_model_file(rank), static_cast<uint64_t>(o[2]), static_cast<uint64_t>(o[3])});
-    contents.staged.push_back({replica_optim_file(rank), static_cast<uint64_t>(o[4]), static_cast<uint64_t>(o[5])});
+    const std::string names[kFiles] = {replica_model_file(rank), replica_optim_file(rank), replica_outer_file(rank)};
+    for (int f = 0; f < kFiles; ++f)
+      if (o[2 + 2 * f] != 0)
+        contents.staged.push_back({names[f], static_cast<uint64_t>(o[2 + 2 * f]), static_cast<uint64_t>(o[3 + 2 * f])});
   }
+  return true;
+}
+
+bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
+                         const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents) {
+  const CheckpointPeers peers{.rank = replicas.rank(), .size = replicas.size(),
+                              .barrier = [&] { replicas.barrier(); },
+                              .all_gather = [&](const torch::Tensor& t) { return replicas.all_gather(t); }};
+  if (!stage_rank_state(peers, run_dir, step, {params, optim_state, position}, contents)) return false;
   contents.state["replicas"] = replicas.progress();
   auto outer = replicas.outer_state();
   if (!outer.empty()) contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));

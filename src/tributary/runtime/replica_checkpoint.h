@@ -1,8 +1,10 @@
 // The multi-process part of a checkpoint (format: checkpoint.h). Every rank calls it at the same step: ranks >= 1
-// stage their replica (parameters, optimizer state + RNG) in staging_dir(), every rank's loader position and file
-// stamps (size, xxh64) are all-gathered, and rank 0 gets `contents` completed with them, the world size and
-// DiLoCo's outer state, ready for save_checkpoint().
+// stage their state (parameters, optimizer state + RNG, and for a pipeline stage under DiLoCo its stage's outer
+// state) in staging_dir(), every rank's loader position and file stamps (size, xxh64) are all-gathered, and rank 0
+// gets `contents` completed with them and the world size, ready for save_checkpoint().
 #pragma once
+
+#include <functional>
 
 #include "tributary/data/loader.h"
 #include "tributary/runtime/checkpoint.h"
@@ -10,11 +12,33 @@
 
 namespace tributary {
 
-// The files holding replica `rank`'s parameters and optimizer state (rank >= 1; rank 0's are model/optim).
+// The files holding rank `rank`'s parameters, optimizer state and (pipeline stages under DiLoCo) outer state; rank
+// 0's parameters and optimizer state are model/optim, its outer state is rank-0.outer.safetensors.
 std::string replica_model_file(int rank);
 std::string replica_optim_file(int rank);
+std::string replica_outer_file(int rank);
+
+// Every rank of the run, for the protocol: a barrier and an all-gather over all of them (in the order the rank runs
+// its other collectives).
+struct CheckpointPeers {
+  int rank = 0, size = 1;
+  std::function<void()> barrier;
+  std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
+};
+
+struct RankState {
+  const NamedTensors& params;
+  const NamedTensors& optim_state;
+  LoaderPosition position;
+  const NamedTensors* outer = nullptr;  // this rank's own outer state (a pipeline stage's DiLoCo); null: none
+};
 
 // Returns true on rank 0 (which then calls save_checkpoint with `contents`), false on the other ranks.
+bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int64_t step, const RankState& mine,
+                      CheckpointContents& contents);
+
+// The replicas of the whole model: stage_rank_state over them, plus DiLoCo's outer state (identical on every rank,
+// outer.safetensors) and the units' progress.
 bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
                          const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents);
 

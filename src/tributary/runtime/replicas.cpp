@@ -35,27 +35,42 @@ void lower_training_priority(int64_t nice, int rank) {
 
 Replicas::Replicas(const RunConfig& config, const DistEnv& env)
     : config_(config), ddp_(config.dist.algorithm == "ddp") {
-  const auto& d = config.dist;
   auto store = rendezvous(config, env);
-  const comm::GroupOptions options = group_options(config);
-  group_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options);
-  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
+  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
+  build(store, env.rank, env.world_size, wan_link_model_or_none(config.dist.wan, env.world_size), "group0");
+}
+
+Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
+    : config_(config), ddp_(config.dist.algorithm == "ddp") {
+  TRIB_CHECK(config.dist.warmup_ddp_steps == 0, "a part's replicas take no data-parallel warm-up");
+  build(group.store, group.rank, group.size, std::move(group.link), group.prefix);
+}
+
+void Replicas::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
+                     const std::string& prefix) {
+  const auto& d = config_.dist;
+  group_ = std::make_unique<comm::Group>(store, rank, size, group_options(config_), prefix);
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{.codec = d.compression,
                                      .bucket_mb = d.bucket_mb,
-                                     .link = wan_link_model_or_none(d.wan, env.world_size),
+                                     .link = std::move(link),
                                      .topk_ratio = d.topk_ratio,
                                      .powersgd_rank = d.powersgd_rank,
-                                     .seed = static_cast<uint64_t>(config.train.seed)});
-  if (env.rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
-  if (env.rank == 0 && !ddp_ && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
+                                     .seed = static_cast<uint64_t>(config_.train.seed)});
+  if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
+  if (rank == 0 && !ddp_ && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
     log::warn("dist.overlap_steps = {} >= dist.inner_steps / dist.fragments = {}: an exchange is always in flight, so "
               "checkpoints and stops wait for the end of the run",
               d.overlap_steps, d.inner_steps / d.fragments);
   thread_ = std::make_unique<comm::CommThread>();
   reducer_ = std::make_unique<ExchangeAverage>(*thread_, *exchange_);
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_);
-  lower_training_priority(d.compute_nice, env.rank);
+  lower_training_priority(d.compute_nice, rank);
+}
+
+bool Replicas::stop_agreed(bool local_stop) {
+  TRIB_CHECK(stop_vote_, "the replicas of a part of the model have no stop vote: the run's covers every rank");
+  return stop_vote_->step(local_stop);
 }
 
 Replicas::~Replicas() {

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -28,10 +30,22 @@
 
 namespace tributary {
 
+// The replicas of one part of the model inside a larger world (a pipeline stage's replicas across the pipelines):
+// their own process group under `prefix` on the run's store, and their view of the emulated links.
+struct ReplicaGroup {
+  comm::Store store;
+  int rank = 0, size = 1;
+  std::optional<comm::LinkModel> link;
+  std::string prefix;
+};
+
 class Replicas {
  public:
-  // Rendezvous: connects the store and forms the group; refuses ranks whose resolved configs differ.
+  // Rendezvous: connects the store and forms the group of every rank; refuses ranks whose resolved configs differ.
   Replicas(const RunConfig& config, const DistEnv& env);
+  // The replicas of a part of the model (the run's rendezvous is done): no stop vote of their own (the run's covers
+  // every rank), no data-parallel warm-up.
+  Replicas(const RunConfig& config, ReplicaGroup group);
   ~Replicas();
 
   int rank() const { return group_->rank(); }
@@ -63,8 +77,8 @@ class Replicas {
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   // Called every step on every rank: true on every rank at the same step, a few steps after any rank asked to stop
-  // (comm/lagged_vote.h); no outer step or blocking round trip needed.
-  bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
+  // (comm/lagged_vote.h); no outer step or blocking round trip needed. Only for the replicas of the whole world.
+  bool stop_agreed(bool local_stop);
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
   // The sgemm peak one replica can count on: rank 0 measures the whole machine while the others wait (measuring
@@ -72,6 +86,8 @@ class Replicas {
   double shared_matmul_peak(const torch::Device& device, int local_world_size);
 
  private:
+  void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
+             const std::string& prefix);
   void start_outer_loop(NamedTensors& params, int64_t offset);
 
   RunConfig config_;

@@ -57,6 +57,9 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("parallel.stage_layers", parallel.stage_layers, "pipeline: blocks per stage, e.g. '3,5'; '' = balanced");
   s.add("parallel.placement", parallel.placement,
         "pipeline: placement.json from `tributary plan --out` (which rank runs which stage); '' = rank order");
+  s.add("parallel.activation_compression", parallel.activation_compression,
+        "pipeline: activations and their gradients on the wire (int8: one scale per token)",
+        {"fp32", "fp16", "bf16", "int8"});
   s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
   s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
   s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");
@@ -173,13 +176,14 @@ void RunConfig::validate() const {
       fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
            train.grad_accum);
     if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
-    if (dist.compression != "fp32")
-      fail("parallel.pipeline_stages > 1 does not compress activations or gradients yet (dist.compression = '{}'): "
-           "leave it at fp32 for pipeline runs",
+    if (dist.algorithm == "ddp" && dist.compression != "fp32")
+      fail("parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
+           "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
            dist.compression);
-    if (dist.algorithm != "ddp")
-      fail("parallel.pipeline_stages > 1 runs with dist.algorithm = ddp for now (DiLoCo per stage is not built yet); "
-           "set --set dist.algorithm=ddp");
+    if (dist.algorithm == "diloco" && dist.warmup_ddp_steps > 0)
+      fail("dist.warmup_ddp_steps = {} with parallel.pipeline_stages > 1: DiLoCo per stage has no data-parallel "
+           "warm-up yet; set it to 0",
+           dist.warmup_ddp_steps);
   }
 }
 

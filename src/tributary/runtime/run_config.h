@@ -76,6 +76,7 @@ struct ParallelConfig {
   int64_t warmup_margin = 0;        // 1F1B: extra warm-up forwards per stage distance (tolerates link latency)
   std::string stage_layers;         // "" (balanced) | blocks per stage, e.g. "3,5"
   std::string placement;            // "" (Megatron's order) | placement.json from `tributary plan --out`
+  std::string activation_compression = "fp32";  // fp32 | fp16 | bf16 | int8 (parallel/pipeline/wire.h)
 };
 
 // DiPaCo (arXiv 2403.10616): a grid of modules, one path per routed shard. Each path trains dist.inner_steps (tau)

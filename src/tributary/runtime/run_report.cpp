@@ -36,6 +36,7 @@ void RunReport::write(const nlohmann::json& line) {
 void RunReport::step_done(double seconds, int64_t tokens, double loss) {
   round_seconds_ += seconds;
   interval_seconds_ += seconds;
+  train_s_ += seconds;
   interval_tokens_ += tokens;
   interval_loss_ += loss;
   interval_steps_ += 1;
@@ -83,7 +84,7 @@ void RunReport::evaluated(int64_t step, int64_t tokens_seen, const EvalResult& r
   summary.val_ppl = std::exp(result.loss);
   summary.val_bpb = result.loss / std::log(2.0) / setup_.bytes_per_token;
   write({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
-         {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}});
+         {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}, {"train_s", train_s_}});
   log::info("eval step {:>5} | val loss {:.4f} | ppl {:.2f} | {:.3f} bits/byte (unigram {:.3f})", step, result.loss,
             summary.val_ppl, summary.val_bpb, summary.unigram_bpb);
 }

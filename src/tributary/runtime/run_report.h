@@ -45,6 +45,7 @@ class RunReport {
   ReportSetup setup_;
   std::unique_ptr<MetricsWriter> metrics_;
   double round_seconds_ = 0, round_comm_s_ = 0, interval_seconds_ = 0, interval_loss_ = 0;
+  double train_s_ = 0;  // seconds in training steps this invocation (no evaluation, no checkpoints)
   int64_t interval_tokens_ = 0, interval_steps_ = 0;
 };
 

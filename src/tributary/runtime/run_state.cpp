@@ -2,6 +2,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
 
 namespace tributary {
@@ -86,6 +87,25 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
   return progress;
 }
 
+namespace {
+
+// A pipeline rank's parameters are its whole model as consolidated over its pipeline (its own stage current), so
+// `restore` reads them as it reads a replica's; DiLoCo per stage adds the stage's outer state per rank.
+bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t step, RankState mine,
+                          CheckpointContents& contents) {
+  const CheckpointPeers peers{.rank = pipelines.rank(), .size = pipelines.world_size(),
+                              .barrier = [&] { pipelines.barrier(); },
+                              .all_gather = [&](const torch::Tensor& t) { return pipelines.all_gather(t); }};
+  Replicas* replicas = pipelines.stage_replicas();
+  const NamedTensors outer = replicas ? replicas->outer_state() : NamedTensors{};
+  if (replicas) mine.outer = &outer;
+  if (!stage_rank_state(peers, run_dir, step, mine, contents)) return false;
+  contents.state["replicas"] = replicas ? replicas->progress() : nlohmann::json::array();
+  return true;
+}
+
+}  // namespace
+
 fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double elapsed) {
   NamedTensors optim_state = r.optimizer.state();
   optim_state.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
@@ -102,6 +122,8 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
                               fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
   const fs::path run_dir = r.config.train.run_dir;
   if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
+  if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, {r.params, optim_state, pos}, contents))
+    return {};
   return save_checkpoint(run_dir, step, contents, r.config.train.keep_checkpoints);
 }
 

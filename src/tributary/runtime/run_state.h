@@ -16,6 +16,7 @@
 namespace tributary {
 
 class Replicas;
+class Pipelines;
 
 // Resolves model.vocab_size from the dataset, checks a resume against the checkpoint (same config up to the
 // resumable keys, same number of workers), refuses to silently reuse a run directory, prepares it and writes
@@ -39,7 +40,8 @@ struct SaveRequest {
   NamedTensors& params;
   const AdamW& optimizer;
   const BatchLoader& loader;
-  Replicas* replicas = nullptr;
+  Replicas* replicas = nullptr;    // the replicas of the whole model
+  Pipelines* pipelines = nullptr;  // or the pipelines: every rank saves its stage's state
 };
 // Writes checkpoint step-N (every rank takes part in a multi-process checkpoint). Returns its path on rank 0, an
 // empty path elsewhere.

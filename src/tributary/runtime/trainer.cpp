@@ -15,6 +15,7 @@
 #include "tributary/runtime/inference.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/pipelines.h"
+#include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
@@ -51,9 +52,13 @@ class TrainingRun {
   bool lead_;
   std::unique_ptr<Replicas> replicas_;
   std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
+  // The replicas whose outer loop runs after each step: the whole model's (replicas_), or this pipeline stage's
+  // across the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
+  Replicas* synced_ = nullptr;
   NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
   pipeline::PipelineStep* pipeline_step_ = nullptr;  // the step, when it is a pipeline stage's
   pipeline::PipelineStats stage_stats_;              // summed over the run
+  double sync_bytes_ = 0;  // sent to keep this stage's replicas together: gradient all-reduce or DiLoCo exchanges
   std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
   std::shared_ptr<Transformer> model_;
@@ -80,11 +85,11 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     if (!env.distributed())
       fail("parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- train ...",
            config_.parallel.pipeline_stages);
-    if (options_.resume) fail("--resume of a pipeline run is not supported yet: its checkpoints hold the whole model "
-                              "but only stage 0's optimizer state; start it with train.init_from=<checkpoint>");
     pipelines_ = std::make_unique<Pipelines>(config_, env);
+    synced_ = pipelines_->stage_replicas();
   } else if (env.distributed()) {
     replicas_ = std::make_unique<Replicas>(config_, env);
+    synced_ = replicas_.get();
   }
   dataset_.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *dataset_);
@@ -106,7 +111,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir, .lead = lead_,
                                                     .resume_step = ckpt_ ? progress_.step : -1,
                                                     .total_steps = tc_.steps, .log_every = tc_.log_every,
-                                                    .world_size = env.world_size, .distributed = replicas_ != nullptr,
+                                                    .world_size = env.world_size, .distributed = synced_ != nullptr,
                                                     .flops_per_token = flops_per_token_,
                                                     .peak_flops = summary_.peak_flops,
                                                     .bytes_per_token = bytes_per_token});
@@ -143,11 +148,12 @@ void TrainingRun::build_model_and_data() {
 }
 
 void TrainingRun::start_replicas() {
-  if (!replicas_) return;
-  if (!ckpt_) return replicas_->start(params_);
-  std::optional<safetensors::File> outer;
-  if (ckpt_->has("outer.safetensors")) outer = ckpt_->tensors("outer.safetensors");
-  replicas_->start(params_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
+  if (!synced_) return;
+  if (!ckpt_) return synced_->start(trained_);
+  std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
+  const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
+  if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
+  synced_->start(trained_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
 }
 
 void TrainingRun::describe(int64_t threads) const {
@@ -163,36 +169,38 @@ void TrainingRun::describe(int64_t threads) const {
             summary_.peak_flops / 1e9);
   if (pipelines_) {
     const auto& par = config_.parallel;
-    log::info("{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}",
+    log::info("{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
+              "activations on the wire as {}",
               pipelines_->num_pipelines(), pipelines_->stages(),
               par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
               par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
-              tc_.batch_size / par.micro_batches);
+              tc_.batch_size / par.micro_batches, par.activation_compression);
   }
-  if (!replicas_) return;
+  if (!synced_) return;
   const auto& d = config_.dist;
-  log::info("{} replicas, {}{}, compression {}", replicas_->size(),
-            replicas_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
-            replicas_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
+  log::info("{} replicas{}, {}{}, compression {}", synced_->size(), pipelines_ ? " of each stage" : "",
+            synced_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+            synced_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
                                                  d.outer_momentum),
             d.compression);
 }
 
 bool TrainingRun::sync(int64_t step, double lr) {
-  if (!replicas_) return false;
-  bool synced = replicas_->after_step(step, lr, params_);            // DiLoCo: outer step every H inner steps
-  if (step == tc_.steps) synced |= replicas_->finish(step, params_);  // pending inner steps at the end
+  if (!synced_) return false;
+  bool synced = synced_->after_step(step, lr, trained_);            // DiLoCo: outer step every H inner steps
+  if (step == tc_.steps) synced |= synced_->finish(step, trained_);  // pending inner steps at the end
   return synced;
 }
 
 void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
-  if (!replicas_ || !(synced || (replicas_->averaging_gradients() && report_->log_due(step)))) return;
-  auto c = replicas_->take_stats();
+  if (!synced_ || !(synced || (synced_->averaging_gradients() && report_->log_due(step)))) return;
+  auto c = synced_->take_stats();
+  sync_bytes_ += c.bytes_sent;
   summary_.bytes_sent += c.bytes_sent;
   summary_.bytes_recv += c.bytes_recv;
   summary_.comm_s += c.comm_s;
-  report_->exchange_done(step, replicas_->ddp() ? step : replicas_->outer_steps(),
-                         replicas_->ddp() ? 1 : replicas_->inner_steps_now(), c, elapsed);
+  report_->exchange_done(step, synced_->ddp() ? step : synced_->outer_steps(),
+                         synced_->ddp() ? 1 : synced_->inner_steps_now(), c, elapsed);
 }
 
 void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
@@ -200,7 +208,8 @@ void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
   stage_stats_.gradient_bytes += s.gradient_bytes;
   stage_stats_.compute_s += s.compute_s;
   stage_stats_.blocked_s += s.blocked_s;
-  summary_.bytes_sent += double(s.activation_bytes + s.gradient_bytes);
+  sync_bytes_ += double(s.data_parallel_bytes);
+  summary_.bytes_sent += double(s.activation_bytes + s.gradient_bytes + s.data_parallel_bytes);
   summary_.comm_s += s.blocked_s;
 }
 
@@ -208,15 +217,15 @@ void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
 void TrainingRun::summarise_stages(double train_seconds) {
   const auto& s = stage_stats_;
   const auto all = pipelines_->gather_stages({s.compute_s, s.blocked_s, double(s.activation_bytes),
-                                              double(s.gradient_bytes), train_seconds});
+                                              double(s.gradient_bytes), train_seconds, sync_bytes_});
   summary_.stages = nlohmann::json::array();
   for (const auto& v : all)
     summary_.stages.push_back({{"compute_s", v[0]}, {"blocked_s", v[1]}, {"bubble", v[4] > 0 ? 1.0 - v[0] / v[4] : 0.0},
-                               {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}});
+                               {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}, {"sync_bytes", v[5]}});
 }
 
 void TrainingRun::save(int64_t step, double elapsed) {
-  auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get()}, step,
+  auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get(), pipelines_.get()}, step,
                        progress_.tokens, elapsed);
   if (!path.empty()) summary_.checkpoint = path;
 }
@@ -228,7 +237,8 @@ std::unique_ptr<TrainStep> TrainingRun::make_step() {
                                                       device_, tc_.grad_accum, config_.optim.grad_clip});
   auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
       *model_, trained_, *optimizer_, *loader_, pipelines_->groups(), pipelines_->schedule(), pipelines_->layout(),
-      pipelines_->stage(), device_, config_.optim.grad_clip});
+      pipelines_->stage(), device_, config_.optim.grad_clip,
+      pipeline::parse_wire(config_.parallel.activation_compression, "parallel.activation_compression")});
   pipeline_step_ = step.get();
   return step;
 }
@@ -262,11 +272,11 @@ TrainSummary TrainingRun::run() {
     report_exchange(step, synced, now);
     if (report_->log_due(step)) report_->log_step(step, progress_.tokens, result.loss, lr, result.grad_norm, now);
     const bool last = step == tc_.steps;
-    const bool quiescent = !replicas_ || replicas_->quiescent();
+    const bool quiescent = !synced_ || synced_->quiescent();
     const bool stop_now = stop.after_step(step, quiescent);
     // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
     // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-    const bool at_global = !replicas_ || replicas_->averaging_gradients() || synced;
+    const bool at_global = !synced_ || synced_->averaging_gradients() || synced;
     const bool eval_due = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last;
     const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
     // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
@@ -277,7 +287,7 @@ TrainSummary TrainingRun::run() {
                       fmt::format("'{}' val", config_.data.dir));
       report_->evaluated(step, progress_.tokens, evaluate(*model_, val, tc_.eval_batches, device_), now, summary_);
     }
-    if ((lead_ || replicas_) && (periodic || last || stop_now)) save(step, now);
+    if ((lead_ || replicas_ || pipelines_) && (periodic || last || stop_now)) save(step, now);
     if (stop_now && !last) {
       if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
                            summary_.checkpoint.string());
@@ -291,10 +301,8 @@ TrainSummary TrainingRun::run() {
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
   summary_.steps = step;
-  if (replicas_) {
-    summary_.world_size = replicas_->size();
-    summary_.outer_steps = replicas_->outer_steps();
-  }
+  if (replicas_) summary_.world_size = replicas_->size();
+  if (synced_) summary_.outer_steps = synced_->outer_steps();
   if (pipelines_) {
     summary_.world_size = options_.dist.world_size;
     summarise_stages(train_seconds);
@@ -304,7 +312,9 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   summary_.tokens_per_s = double((step - progress_.step) * tokens_per_step_) / train_seconds;
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
   report_->write_summary(summary_,
-                         replicas_ ? config_.dist.algorithm : std::string(pipelines_ ? "pipeline" : "single"),
+                         replicas_    ? config_.dist.algorithm
+                         : pipelines_ ? std::string(synced_ ? "pipeline+diloco" : "pipeline")
+                                      : std::string("single"),
                          config_.dist.compression);
 }
 

@@ -38,8 +38,9 @@ struct TrainSummary {
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;
-  // Pipelines: per stage of pipeline 0, compute and blocked seconds, the measured bubble (1 - compute / step time)
-  // and the bytes of activations and activation gradients it sent.
+  // Pipelines: per stage of pipeline 0, compute and blocked seconds, the measured bubble (1 - compute / step time),
+  // the bytes of activations and activation gradients it sent, and the bytes it sent to its replicas in the other
+  // pipelines (sync_bytes: the gradient all-reduce, or DiLoCo's pseudo-gradient exchanges).
   nlohmann::json stages;
   fs::path run_dir, checkpoint;
 };

@@ -80,7 +80,7 @@ Reference reference(int64_t steps) {
 // Runs every stage of one pipeline as a thread; `body(stage, step)` gets a ready PipelineStep.
 // `wan`: emulated links on every group (runtime/wan.h spec), none if empty.
 void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, PipelineStep&, NamedTensors&)>& body,
-                  const std::string& wan = "") {
+                  const std::string& wan = "", Wire wire = Wire::Fp32) {
   const int64_t p = spec.stages;
   const auto layout = StageLayout::balanced(tiny().num_layers, p);
   std::vector<std::shared_ptr<Transformer>> models;
@@ -99,7 +99,7 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
     AdamW adam(params, kAdam);
     auto data = loader();
     PipelineStep step({*models[size_t(s)], params, adam, data, {&pipe, tie.get(), nullptr}, spec, layout, s,
-                       torch::kCPU, kClip});
+                       torch::kCPU, kClip, wire});
     body(s, step, params);
   });
 }
@@ -174,4 +174,31 @@ TEST(Pipeline, BadLayoutsAreRefusedNamingTheKey) {
     }
   }
   EXPECT_THROW(StageLayout::balanced(2, 3), Error);
+}
+
+TEST(Pipeline, CompressedActivationsStayCloseAndSendFewerBytes) {
+  // fp16 / bf16 / int8 on the wire: the gradients move by the rounding only (relative error well under the size of
+  // one step's update), and the bytes sent are what the wire format says: 2 or C + 4 bytes per token instead of 4 C.
+  torch::set_num_threads(1);
+  const Reference ref = reference(1);
+  const int64_t tokens_per_mb = kBatch / 2 * tiny().context, C = tiny().width;
+  for (auto [wire, tol] : std::vector<std::pair<Wire, double>>{{Wire::Fp16, 2e-3}, {Wire::Bf16, 2e-2}, {Wire::Int8, 2e-2}}) {
+    SCOPED_TRACE(testing::Message() << "wire " << int(wire));
+    std::mutex mu;
+    run_pipeline({ScheduleKind::GPipe, 2, 2, 0}, [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+      step.forward_backward(0);
+      const auto stats = step.take_stats();
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(stage == 0 ? stats.activation_bytes : stats.gradient_bytes, 2 * wire_bytes(wire, tokens_per_mb, C));
+      double diff = 0, norm = 0;
+      for (auto& [n, t] : params) {
+        diff += (t.grad() - ref.grads.at(n)).pow(2).sum().item<double>();
+        norm += ref.grads.at(n).pow(2).sum().item<double>();
+      }
+      EXPECT_LT(std::sqrt(diff / norm), tol) << "stage " << stage;
+      if (stage == 1) {
+        EXPECT_GT(diff, 0) << "the activations arrived exactly: nothing was compressed";
+      }
+    }, "", wire);
+  }
 }

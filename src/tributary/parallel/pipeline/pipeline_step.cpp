@@ -43,10 +43,10 @@ void PipelineStep::execute(const Action& a, int64_t step) {
   };
   switch (a.op) {
     case Op::RecvAct: {
-      auto buffer = torch::empty({micro_, T, C}, torch::kFloat32);
+      auto buffer = wire_buffer(p_.wire, {micro_, T, C});
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb),
                                         fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}", p_.stage, a.mb, step + 1, p_.stage - 1)));
-      inputs_[mb] = buffer.to(p_.device).requires_grad_(true);
+      inputs_[mb] = wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device).requires_grad_(true);
       return;
     }
     case Op::Forward: {
@@ -64,17 +64,17 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendAct: {
-      send_buffers_.push_back(outputs_[mb].detach().to(torch::kCPU).contiguous());
-      stats_.activation_bytes += send_buffers_.back().numel() * 4;
+      send_buffers_.push_back(wire_encode(outputs_[mb], p_.wire));
+      stats_.activation_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1), tag(kActivation, step, a.mb),
                                             fmt::format("stage {}: activation of micro-batch {} at step {} to stage {}", p_.stage, a.mb, step + 1, p_.stage + 1)));
       return;
     }
     case Op::RecvGrad: {
-      auto buffer = torch::empty({micro_, T, C}, torch::kFloat32);
+      auto buffer = wire_buffer(p_.wire, {micro_, T, C});
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb),
                                         fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}", p_.stage, a.mb, step + 1, p_.stage + 1)));
-      out_grads_[mb] = buffer.to(p_.device);
+      out_grads_[mb] = wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device);
       return;
     }
     case Op::Backward: {
@@ -85,8 +85,8 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendGrad: {
-      send_buffers_.push_back(inputs_[mb].grad().to(torch::kCPU).contiguous());
-      stats_.gradient_bytes += send_buffers_.back().numel() * 4;
+      send_buffers_.push_back(wire_encode(inputs_[mb].grad(), p_.wire));
+      stats_.gradient_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1), tag(kGradient, step, a.mb),
                                             fmt::format("stage {}: gradient of micro-batch {} at step {} to stage {}", p_.stage, a.mb, step + 1, p_.stage - 1)));
       inputs_[mb] = torch::Tensor();
@@ -118,6 +118,8 @@ void PipelineStep::reduce_gradients() {
         parts.push_back(t.grad().reshape({-1}).to(torch::kCPU));
       }
     std::vector<torch::Tensor> flat = {torch::cat(parts)};
+    const int64_t n = p_.groups.data->size();
+    stats_.data_parallel_bytes += 2 * (n - 1) * flat[0].numel() * 4 / n;
     p_.groups.data->all_reduce_sum(flat);
     flat[0].div_(double(p_.groups.data->size()));
     int64_t offset = 0;

@@ -19,6 +19,7 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/pipeline/schedule.h"
 #include "tributary/parallel/pipeline/stage.h"
+#include "tributary/parallel/pipeline/wire.h"
 #include "tributary/parallel/train_step.h"
 
 namespace tributary::pipeline {
@@ -40,10 +41,12 @@ struct PipelineStepParts {
   int64_t stage = 0;
   torch::Device device = torch::kCPU;
   double grad_clip = 0;
+  Wire wire = Wire::Fp32;  // activations and activation gradients on the wire
 };
 
 struct PipelineStats {
-  int64_t activation_bytes = 0, gradient_bytes = 0;  // sent by this stage
+  int64_t activation_bytes = 0, gradient_bytes = 0;  // sent by this stage, as on the wire
+  int64_t data_parallel_bytes = 0;  // the stage's gradient all-reduce, as a ring sends it: 2 (n-1)/n x the gradients
   double compute_s = 0, blocked_s = 0;              // forward/backward vs waiting for messages
 };
 

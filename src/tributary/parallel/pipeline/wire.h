@@ -1,0 +1,28 @@
+// What a pipeline message carries on the wire (parallel.activation_compression): activations and activation
+// gradients as fp32 (exact), fp16 or bf16 (cast), or int8 with one fp32 scale per token row (absmax / 127, the
+// 8-bit activation compression SWARM and DT-FM's successors use): C + 4 bytes per token instead of 4 C. The receiver
+// decodes to fp32 before its blocks run; the loss of precision is the only change (no error feedback).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace tributary::pipeline {
+
+enum class Wire { Fp32, Fp16, Bf16, Int8 };
+
+Wire parse_wire(const std::string& text, const std::string& key);  // an Error naming `key` for anything else
+
+// Bytes of one message of `rows` token rows of width `cols`.
+int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols);
+
+// A contiguous CPU tensor to send: fp32 as is (float), otherwise wire_bytes(...) bytes (uint8).
+torch::Tensor wire_encode(const torch::Tensor& x, Wire wire);
+// A receive buffer for a message of `shape` (rows = all but the last dimension).
+torch::Tensor wire_buffer(Wire wire, torch::IntArrayRef shape);
+// The fp32 tensor of `shape` a received buffer holds.
+torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArrayRef shape);
+
+}  // namespace tributary::pipeline
