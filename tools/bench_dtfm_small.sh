@@ -9,12 +9,7 @@ B=${B:-./build/tributary}; D=${D:-./build/testdata}
 SRC=${SRC:-../shared/reference/networks/case5-worldwide.json}; DEVICES=${DEVICES:-0,1,8,9,24,25,48,49}
 SEED=${SEED:-7}; RANDOM_N=${RANDOM_N:-10}; REPS=${REPS:-3}; M=${M:-1}; SCHEDULE=${SCHEDULE:-gpipe}
 W=$(mktemp -d)
-python3 tools/cluster_subset.py "$SRC" "$DEVICES" "$SEED" $W/cluster.json
-# The trained model, as the scheduler sees it: 8 blocks of width 128, context 64, batch 8 per pipeline, fp32 on the wire.
-cat > $W/workload.json <<JSON
-{"name": "bench-small", "num_layers": 8, "width": 128, "seq_len": 64, "global_batch": 16, "num_parameters": 1739008,
- "bytes_per_parameter": 4, "bytes_per_activation": 4, "d_dp": 2, "d_pp": 4}
-JSON
+source tools/bench_small_setup.sh  # $W/cluster.json, $W/workload.json
 T="train --overwrite --set model.num_layers=8 --set model.width=128 --set model.num_heads=4 --set model.context=64
    --set model.tie_embeddings=false --set train.batch_size=8 --set optim.warmup_steps=2 --set train.eval_every=0
    --set train.eval_batches=1 --set train.threads=1 --set data.dir=$D --set train.steps=9 --set train.log_every=3

@@ -14,11 +14,7 @@ SRC=${SRC:-../shared/reference/networks/case5-worldwide.json}; DEVICES=${DEVICES
 SEED=${SEED:-7}; STEPS=${STEPS:-60}; DL_STEPS=${DL_STEPS:-$STEPS}; H=${H:-10}; EVAL_EVERY=${EVAL_EVERY:-5}
 COMPRESSION=${COMPRESSION:-fp32}; PLACEMENTS=${PLACEMENTS:-plan}; REPS=${REPS:-1}
 W=$(mktemp -d)
-python3 tools/cluster_subset.py "$SRC" "$DEVICES" "$SEED" $W/cluster.json
-cat > $W/workload.json <<JSON
-{"name": "bench-small", "num_layers": 8, "width": 128, "seq_len": 64, "global_batch": 16, "num_parameters": 1739008,
- "bytes_per_parameter": 4, "bytes_per_activation": 4, "d_dp": 2, "d_pp": 4}
-JSON
+source tools/bench_small_setup.sh  # $W/cluster.json, $W/workload.json
 $B plan $W/cluster.json $W/workload.json --out $W/plan.json --seed 1 | grep -E "^plan"
 python3 -c "import json; json.dump({'d_dp': 2, 'd_pp': 4, 'pipelines': [[j * 2 + i for j in range(4)] for i in range(2)]}, open('$W/megatron.json', 'w'))"
 T="train --overwrite --set model.num_layers=8 --set model.width=128 --set model.num_heads=4 --set model.context=64
