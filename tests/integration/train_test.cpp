@@ -168,6 +168,42 @@ TEST_F(Training, KeepsTheLastNCheckpoints) {
   EXPECT_EQ(names, (std::vector<std::string>{"step-00000016", "step-00000020"}));
 }
 
+TEST_F(Training, OneLocalChunkIsBitIdenticalToThePlainTrainer) {
+  // local.chunks = 1 runs the local-parallel step (one chunk, no auxiliary head): the same losses and checkpoint bytes
+  // as the plain trainer, with gradient accumulation on so the loss scaling is covered too.
+  std::vector<std::string> o = {"train.steps=8", "optim.warmup_steps=2", "train.batch_size=4", "train.grad_accum=2"};
+  auto plain = train(tiny("local_plain", o), {});
+  o.push_back("local.chunks=1");
+  auto local = train(tiny("local_one", o), {});
+  ASSERT_EQ(plain.losses.size(), local.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_EQ(plain.losses[i], local.losses[i]) << "step " << i + 1;
+  for (const char* file : {"model.safetensors", "optim.safetensors"})
+    EXPECT_EQ(hash64(read_file(plain.checkpoint / file)), hash64(read_file(local.checkpoint / file))) << file;
+  EXPECT_FALSE(fs::exists(local.checkpoint / "aux_heads.safetensors"));
+}
+
+TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
+  const std::vector<std::string> o = {"model.num_layers=4", "local.chunks=2", "local.mode=overlapping",
+                                      "local.aux_head=blocks"};
+  auto full = train(tiny("local_full", o), {});
+  EXPECT_LT(full.losses.back(), full.losses.front() - 0.5);
+  RunConfig split_config = tiny("local_split", o);
+  auto first = train(split_config, {.stop_after_step = 10});
+  auto second = train(split_config, {.resume = true});
+  ASSERT_EQ(first.losses.size() + second.losses.size(), full.losses.size());
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(first.losses[i], full.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(second.losses[i], full.losses[10 + i]) << "step " << 11 + i;
+  }
+  for (const char* file : {"model.safetensors", "optim.safetensors", "aux_heads.safetensors"})
+    EXPECT_EQ(hash64(read_file(full.checkpoint / file)), hash64(read_file(second.checkpoint / file))) << file;
+  const std::string metrics = read_file(full.run_dir / "metrics.jsonl");
+  EXPECT_NE(metrics.find("\"chunk_losses\":["), std::string::npos) << metrics.substr(0, 400);
+  // model.safetensors is the plain dense model: eval reads it like any other checkpoint.
+  auto [rc, out] = run_cli("eval " + full.run_dir.string() + " --batches 2 --threads 1");
+  EXPECT_EQ(rc, 0) << out;
+}
+
 TEST_F(Training, CliRejectsBadConfigAndGenerates) {
   auto [rc, out] = run_cli("train --set model.widht=3");
   EXPECT_EQ(rc, 2) << out;

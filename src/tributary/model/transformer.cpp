@@ -57,6 +57,16 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ro
   return h + mlp->forward(mlp_norm->forward(h));
 }
 
+void init_block(BlockImpl& block, double std, double residual_std) {
+  torch::NoGradGuard no_grad;
+  block.attn->qkv->weight.normal_(0.0, std);
+  block.attn->proj->weight.normal_(0.0, residual_std);
+  block.mlp->fc->weight.normal_(0.0, std);
+  block.mlp->proj->weight.normal_(0.0, residual_std);
+  block.attn_norm->weight.fill_(1.0);
+  block.mlp_norm->weight.fill_(1.0);
+}
+
 LevelModuleImpl::LevelModuleImpl(const ModelConfig& config) {
   auto list = register_module("blocks", std::make_shared<torch::nn::Module>());
   for (int64_t b = 0; b < config.blocks_per_level(); ++b)
@@ -98,16 +108,8 @@ void Transformer::reset_parameters() {
   const double residual_std = std / std::sqrt(2.0 * double(config_.num_layers));
   tok_embed->weight.normal_(0.0, std);
   if (pos_embed) pos_embed->weight.normal_(0.0, std);
-  for (auto& module : modules_) {
-    for (auto& block : module->blocks) {
-      block->attn->qkv->weight.normal_(0.0, std);
-      block->attn->proj->weight.normal_(0.0, residual_std);
-      block->mlp->fc->weight.normal_(0.0, std);
-      block->mlp->proj->weight.normal_(0.0, residual_std);
-      block->attn_norm->weight.fill_(1.0);
-      block->mlp_norm->weight.fill_(1.0);
-    }
-  }
+  for (auto& module : modules_)
+    for (auto& block : module->blocks) init_block(*block, std, residual_std);
   final_norm->weight.fill_(1.0);
   if (head) head->weight.normal_(0.0, std);
 }

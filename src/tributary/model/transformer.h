@@ -57,6 +57,9 @@ class BlockImpl : public torch::nn::Module {
   std::shared_ptr<MLPImpl> mlp;
 };
 
+// N(0, std) for the matrices, N(0, residual_std) for the residual output projections, norms at 1.
+void init_block(BlockImpl& block, double std, double residual_std);
+
 // One module of one level: blocks_per_level consecutive blocks.
 class LevelModuleImpl : public torch::nn::Module {
  public:
@@ -84,6 +87,9 @@ class Transformer : public torch::nn::Module {
   void reset_parameters();
 
   const ModelConfig& config() const { return config_; }
+  // RoPE tables (context, D), undefined with learned positions: blocks outside the model (auxiliary heads) use them.
+  const torch::Tensor& rope_cos() const { return rope_cos_; }
+  const torch::Tensor& rope_sin() const { return rope_sin_; }
   const std::vector<int64_t>& path() const { return path_; }
   int64_t num_parameters() const;
   // Parameters that take part in matrix multiplies (everything except norms, and the token embedding when untied).

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace tributary {
 
 struct StepResult {
   double loss = 0;       // mean over the step's micro-batches (this replica)
   double grad_norm = 0;  // before clipping
+  std::vector<double> chunk_losses;  // local parallelism: each chunk's own loss (the last is the model's head)
 };
 
 class TrainStep {

@@ -100,4 +100,20 @@ void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) 
   }
 }
 
+void Pipelines::consolidate_aux_heads(NamedTensors& aux_params) {
+  torch::NoGradGuard no_grad;
+  for (int64_t s = 0; s + 1 < stages(); ++s) {
+    const std::string prefix = fmt::format("aux.{}.", s);
+    std::vector<torch::Tensor*> owned;
+    std::vector<torch::Tensor> buffers;
+    for (auto& [name, t] : aux_params)
+      if (name.rfind(prefix, 0) == 0) {
+        owned.push_back(&t);
+        buffers.push_back(t.detach().to(torch::kCPU).contiguous());
+      }
+    pipe_->broadcast(buffers, int(s));
+    for (size_t i = 0; i < owned.size(); ++i) owned[i]->copy_(buffers[i]);
+  }
+}
+
 }  // namespace tributary

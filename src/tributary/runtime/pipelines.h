@@ -47,6 +47,9 @@ class Pipelines {
   // Every stage broadcasts the parameters it owns over its pipeline: afterwards every rank's whole model is current.
   // Called by every rank at the same steps.
   void consolidate(NamedTensors& all_params, int64_t blocks_per_level);
+  // Local parallelism: stage s broadcasts its auxiliary head ("aux.<s>.*") over its pipeline, so every rank's copy of
+  // every head is current (rank 0 checkpoints them all). Called by every rank at the same steps.
+  void consolidate_aux_heads(NamedTensors& aux_params);
 
  private:
   pipeline::StageLayout layout_;

@@ -7,7 +7,7 @@ namespace tributary {
 RunConfig::RunConfig() { bind(); }
 RunConfig::RunConfig(const RunConfig& other)
     : model(other.model), data(other.data), optim(other.optim), train(other.train), dist(other.dist),
-      parallel(other.parallel), dipaco(other.dipaco) {
+      parallel(other.parallel), dipaco(other.dipaco), local(other.local) {
   bind();
 }
 RunConfig& RunConfig::operator=(const RunConfig& other) {
@@ -18,6 +18,7 @@ RunConfig& RunConfig::operator=(const RunConfig& other) {
   dist = other.dist;
   parallel = other.parallel;
   dipaco = other.dipaco;
+  local = other.local;
   bind();
   return *this;
 }
@@ -75,6 +76,41 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dipaco.eval_units", dipaco.eval_units, "DiPaCo: routed validation units evaluated at the end; 0 = all", 0);
 }
 
+void bind_local(ConfigSchema& s, LocalConfig& local) {
+  s.add("local.chunks", local.chunks,
+        "local parallelism: chunks K with their own auxiliary loss and no backward messages; 0 = off", 0, 1024);
+  s.add("local.mode", local.mode, "local parallelism: how blocks form chunks", {"chunked", "greedy", "overlapping"});
+  s.add("local.overlap_blocks", local.overlap_blocks,
+        "overlapping: last blocks of a chunk that the next chunk's loss also trains", 1, 1024);
+  s.add("local.aux_head", local.aux_head, "auxiliary head: RMSNorm + vocabulary projection, after private blocks or not",
+        {"linear", "blocks"});
+  s.add("local.aux_head_blocks", local.aux_head_blocks, "aux_head = blocks: private transformer blocks per head", 1, 2);
+  s.add("local.aux_weight", local.aux_weight, "scale of each auxiliary head's loss", 0.0, 100.0);
+}
+
+// Cross-key rules of [local].
+void validate_local(const RunConfig& c) {
+  const LocalConfig& l = c.local;
+  if (l.chunks == 0) return;
+  const int64_t blocks = c.model.num_layers;
+  if (blocks % l.chunks != 0)
+    fail("local.chunks = {} must divide model.num_layers = {} (chunks have equal numbers of blocks)", l.chunks, blocks);
+  if (l.mode == "greedy" && l.chunks != blocks)
+    fail("local.mode = greedy is one block per chunk: set local.chunks = model.num_layers ({}), not {}", blocks,
+         l.chunks);
+  if (l.mode == "overlapping" && l.chunks > 1 && l.overlap_blocks >= blocks / l.chunks)
+    fail("local.overlap_blocks = {} must be smaller than the {} blocks of a chunk (model.num_layers / local.chunks)",
+         l.overlap_blocks, blocks / l.chunks);
+  if (!c.dipaco.modules.empty())
+    fail("local.chunks = {} with dipaco.modules: local parallelism inside DiPaCo paths is not supported yet; set "
+         "local.chunks = 0",
+         l.chunks);
+  if (c.parallel.pipeline_stages > 1 && l.chunks != c.parallel.pipeline_stages)
+    fail("local.chunks = {} with parallel.pipeline_stages = {}: across processes each stage is one chunk; set them "
+         "equal",
+         l.chunks, c.parallel.pipeline_stages);
+}
+
 }  // namespace
 
 void RunConfig::bind() {
@@ -116,6 +152,7 @@ void RunConfig::bind() {
   s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
   s.add("train.init_from", train.init_from, "checkpoint whose weights the model starts from ('' = initialise)");
   bind_distributed(s, dist, parallel, dipaco);
+  bind_local(s, local);
 }
 
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
@@ -164,6 +201,7 @@ void RunConfig::validate() const {
       fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
            train.steps, dist.inner_steps);
   }
+  validate_local(*this);
   if (optim.warmup_steps > train.steps)
     fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
   if (parallel.pipeline_stages > 1) {

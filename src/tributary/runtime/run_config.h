@@ -94,6 +94,19 @@ struct DipacoConfig {
   int64_t eval_units = 0;            // routed validation units to evaluate at the end; 0 = all
 };
 
+// Local parallelism (Laskin, Metz et al., arXiv 2012.03837; parallel/local/): the blocks cut into `chunks` chunks of
+// consecutive blocks, each ending in an auxiliary head with its own next-token loss and starting from a detached input,
+// so no gradient crosses a chunk boundary. The last chunk's head is the model's head. chunks = 0: global backprop.
+// With parallel.pipeline_stages > 1 each stage is one chunk.
+struct LocalConfig {
+  int64_t chunks = 0;               // K (must divide model.num_layers); 0 = off; 1 = one chunk (global backprop)
+  std::string mode = "chunked";     // chunked | greedy (one block per chunk) | overlapping
+  int64_t overlap_blocks = 1;       // overlapping: the last blocks of a chunk that the next chunk's loss also trains
+  std::string aux_head = "linear";  // linear (RMSNorm + projection to the vocabulary) | blocks (private blocks first)
+  int64_t aux_head_blocks = 1;      // aux_head = blocks: private transformer blocks before the projection
+  double aux_weight = 1.0;          // scale of an auxiliary head's loss (the model's head: 1)
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -102,6 +115,7 @@ struct RunConfig {
   DistConfig dist;
   ParallelConfig parallel;
   DipacoConfig dipaco;
+  LocalConfig local;
 
   RunConfig();
   RunConfig(const RunConfig& other);

@@ -58,19 +58,25 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
 }
 
 void RunReport::log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm,
-                         double elapsed) {
+                         double elapsed, const std::vector<double>& chunk_losses) {
   const double tps = double(interval_tokens_) / interval_seconds_;
   const double mfu = tps * setup_.flops_per_token / (setup_.peak_flops * setup_.world_size);
   const double eta = double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_);
-  write({{"step", step}, {"tokens", tokens_seen}, {"loss", loss}, {"loss_avg", interval_loss_ / double(interval_steps_)},
-         {"lr", lr}, {"grad_norm", grad_norm}, {"tokens_per_s", tps}, {"mfu", mfu}, {"elapsed_s", elapsed}});
+  nlohmann::json line = {{"step", step}, {"tokens", tokens_seen}, {"loss", loss},
+                         {"loss_avg", interval_loss_ / double(interval_steps_)}, {"lr", lr}, {"grad_norm", grad_norm},
+                         {"tokens_per_s", tps}, {"mfu", mfu}, {"elapsed_s", elapsed}};
+  if (!chunk_losses.empty()) line["chunk_losses"] = chunk_losses;
+  write(line);
+  const std::string chunks = chunk_losses.empty()
+                                 ? std::string()
+                                 : fmt::format(" (chunks {:.3f})", fmt::join(chunk_losses, " "));
   const std::string comm_share =
       setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / interval_seconds_) : std::string();
   round_comm_s_ = 0;
   if (setup_.lead)
-    log::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
-              setup_.total_steps, interval_loss_ / double(interval_steps_), lr, grad_norm, thousands(tps), 100 * mfu,
-              comm_share, format_duration(eta));
+    log::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
+              setup_.total_steps, interval_loss_ / double(interval_steps_), chunks, lr, grad_norm, thousands(tps),
+              100 * mfu, comm_share, format_duration(eta));
   interval_seconds_ = 0;
   interval_tokens_ = 0;
   interval_loss_ = 0;

@@ -36,7 +36,9 @@ class RunReport {
   void exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& stats,
                      double elapsed);
   bool log_due(int64_t step) const { return step % setup_.log_every == 0 || step == setup_.total_steps; }
-  void log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm, double elapsed);
+  // chunk_losses (local parallelism): each chunk's own loss, written as "chunk_losses" and printed after the loss.
+  void log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm, double elapsed,
+                const std::vector<double>& chunk_losses = {});
   void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, TrainSummary& summary);
   // summary.json: val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model).
   void write_summary(const TrainSummary& summary, const std::string& algorithm, const std::string& compression);

@@ -120,6 +120,7 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
   const fs::path tok_model = r.dataset.dir() / "tokenizer.model";
   CheckpointContents contents{r.params, optim_state, state, r.config.to_toml(),
                               fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
+  if (r.aux_heads && !r.aux_heads->empty()) contents.extra_tensors.emplace_back(kAuxHeadsFile, *r.aux_heads);
   const fs::path run_dir = r.config.train.run_dir;
   if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
   if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, {r.params, optim_state, pos}, contents))

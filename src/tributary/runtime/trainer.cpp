@@ -7,12 +7,15 @@
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
+#include "tributary/model/aux_head.h"
 #include "tributary/model/eval.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/optim/schedule.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/parallel/local/local_stage.h"
+#include "tributary/parallel/local/local_step.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
@@ -56,13 +59,15 @@ class TrainingRun {
   // across the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
   Replicas* synced_ = nullptr;
   NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
-  pipeline::PipelineStep* pipeline_step_ = nullptr;  // the step, when it is a pipeline stage's
+  std::function<pipeline::PipelineStats()> take_stage_stats_;  // the step's, when it is a pipeline stage's
   pipeline::PipelineStats stage_stats_;              // summed over the run
   double sync_bytes_ = 0;  // sent to keep this stage's replicas together: gradient all-reduce or DiLoCo exchanges
   std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
   std::shared_ptr<Transformer> model_;
   NamedTensors params_;
+  std::shared_ptr<AuxHeads> aux_heads_;  // local parallelism: the chunks' auxiliary heads (kept out of model_)
+  NamedTensors aux_params_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<BatchLoader> loader_;
   std::shared_ptr<const std::vector<uint32_t>> val_tokens_;
@@ -88,6 +93,10 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     pipelines_ = std::make_unique<Pipelines>(config_, env);
     synced_ = pipelines_->stage_replicas();
   } else if (env.distributed()) {
+    if (config_.local.chunks > 0)
+      fail("local.chunks = {} with {} processes: local parallelism runs in one process, or one chunk per pipeline "
+           "stage (parallel.pipeline_stages = local.chunks)",
+           config_.local.chunks, env.world_size);
     replicas_ = std::make_unique<Replicas>(config_, env);
     synced_ = replicas_.get();
   }
@@ -101,6 +110,9 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_, env.local_world_size)
                                   : measure_matmul_peak(device_);
   flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());
+  if (aux_heads_)  // the auxiliary heads are computed and trained too
+    flops_per_token_ += 6.0 * double(aux_heads_->num_matmul_parameters()) +
+                        6.0 * double(aux_heads_->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
                      (pipelines_ ? pipelines_->num_pipelines() : env.world_size);
   summary_.run_dir = tc_.run_dir;
@@ -125,6 +137,16 @@ void TrainingRun::build_model_and_data() {
   trained_ = pipelines_ ? pipeline::stage_params(params_, pipelines_->layout(), pipelines_->stage(),
                                                  config_.model.blocks_per_level(), config_.model.tie_embeddings)
                         : params_;
+  const LocalConfig& local = config_.local;
+  if (local.chunks > 0) {  // drawn after the model: its initialisation is the plain trainer's
+    aux_heads_ = std::make_shared<AuxHeads>(config_.model, local.chunks,
+                                            local.aux_head == "blocks" ? local.aux_head_blocks : 0);
+    aux_heads_->to(device_);
+    aux_params_ = named_parameters_of(*aux_heads_);
+    const std::string mine = pipelines_ ? fmt::format("aux.{}.", pipelines_->stage()) : "aux.";  // a stage: its head
+    for (const auto& [name, t] : aux_params_)
+      if (name.rfind(mine, 0) == 0) trained_.emplace_back(name, t);
+  }
   const auto& o = config_.optim;
   optimizer_ = std::make_unique<AdamW>(
       trained_, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
@@ -145,6 +167,7 @@ void TrainingRun::build_model_and_data() {
               fmt::format("'{}' val", config_.data.dir));
   if (!ckpt_ && !tc_.init_from.empty()) init_from(*model_, tc_.init_from);
   if (ckpt_) progress_ = restore(*ckpt_, *model_, *optimizer_, *loader_, options_.dist.rank);
+  if (ckpt_ && aux_heads_) load_parameters(*aux_heads_, ckpt_->tensors(kAuxHeadsFile));
 }
 
 void TrainingRun::start_replicas() {
@@ -175,6 +198,14 @@ void TrainingRun::describe(int64_t threads) const {
               par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
               par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
               tc_.batch_size / par.micro_batches, par.activation_compression);
+  }
+  if (aux_heads_) {
+    const auto& l = config_.local;
+    log::info("local parallelism: {} chunks of {} blocks ({}{}), auxiliary heads {}{}, weight {}{}", l.chunks,
+              config_.model.num_layers / l.chunks, l.mode,
+              l.mode == "overlapping" ? fmt::format(", {} overlap blocks", l.overlap_blocks) : "", l.aux_head,
+              l.aux_head == "blocks" ? fmt::format(" ({} private blocks)", l.aux_head_blocks) : "", l.aux_weight,
+              pipelines_ ? ", one chunk per pipeline stage" : ", in one process");
   }
   if (!synced_) return;
   const auto& d = config_.dist;
@@ -225,21 +256,44 @@ void TrainingRun::summarise_stages(double train_seconds) {
 }
 
 void TrainingRun::save(int64_t step, double elapsed) {
-  auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get(), pipelines_.get()}, step,
-                       progress_.tokens, elapsed);
+  auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get(), pipelines_.get(),
+                        &aux_params_},
+                       step, progress_.tokens, elapsed);
   if (!path.empty()) summary_.checkpoint = path;
 }
 
 // The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
 std::unique_ptr<TrainStep> TrainingRun::make_step() {
+  const LocalConfig& local = config_.local;
+  const auto plan = [&] {
+    return local::ChunkPlan::make(config_.model.num_layers, local.chunks, local.mode, local.overlap_blocks);
+  };
+  const auto wire = [&] {
+    return pipeline::parse_wire(config_.parallel.activation_compression, "parallel.activation_compression");
+  };
+  if (aux_heads_ && pipelines_) {
+    auto step = std::make_unique<local::LocalStage>(local::LocalStageParts{
+        .model = *model_, .heads = *aux_heads_, .params = trained_, .optimizer = *optimizer_, .loader = *loader_,
+        .groups = pipelines_->groups(), .plan = plan(), .stage = pipelines_->stage(),
+        .micro_batches = config_.parallel.micro_batches, .aux_weight = local.aux_weight, .device = device_,
+        .grad_clip = config_.optim.grad_clip, .tied_embeddings = config_.model.tie_embeddings, .wire = wire()});
+    take_stage_stats_ = [s = step.get()] { return s->take_stats(); };
+    return step;
+  }
+  if (aux_heads_)
+    return std::make_unique<local::LocalStep>(local::LocalStepParts{
+        .model = *model_, .heads = *aux_heads_, .params = params_, .aux_params = aux_params_,
+        .optimizer = *optimizer_, .loader = *loader_,
+        .plan = plan(), .aux_weight = local.aux_weight, .device = device_, .grad_accum = tc_.grad_accum,
+        .grad_clip = config_.optim.grad_clip, .blocks_per_level = config_.model.blocks_per_level(),
+        .tied_embeddings = config_.model.tie_embeddings});
   if (!pipelines_)
     return std::make_unique<DenseStep>(DenseStepParts{*model_, params_, *optimizer_, *loader_, replicas_.get(),
                                                       device_, tc_.grad_accum, config_.optim.grad_clip});
   auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
       *model_, trained_, *optimizer_, *loader_, pipelines_->groups(), pipelines_->schedule(), pipelines_->layout(),
-      pipelines_->stage(), device_, config_.optim.grad_clip,
-      pipeline::parse_wire(config_.parallel.activation_compression, "parallel.activation_compression")});
-  pipeline_step_ = step.get();
+      pipelines_->stage(), device_, config_.optim.grad_clip, wire()});
+  take_stage_stats_ = [s = step.get()] { return s->take_stats(); };
   return step;
 }
 
@@ -263,14 +317,15 @@ TrainSummary TrainingRun::run() {
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;
     const bool synced = sync(step, lr);
-    if (pipeline_step_) add_stage_stats(pipeline_step_->take_stats());
+    if (take_stage_stats_) add_stage_stats(take_stage_stats_());
     const double dt = seconds_since(step_start);
     train_seconds += dt;
     report_->step_done(dt, tokens_per_step_, result.loss);
     summary_.losses.push_back(result.loss);
     const double now = elapsed();
     report_exchange(step, synced, now);
-    if (report_->log_due(step)) report_->log_step(step, progress_.tokens, result.loss, lr, result.grad_norm, now);
+    if (report_->log_due(step))
+      report_->log_step(step, progress_.tokens, result.loss, lr, result.grad_norm, now, result.chunk_losses);
     const bool last = step == tc_.steps;
     const bool quiescent = !synced_ || synced_->quiescent();
     const bool stop_now = stop.after_step(step, quiescent);
@@ -280,8 +335,10 @@ TrainSummary TrainingRun::run() {
     const bool eval_due = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last;
     const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
     // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
-    if (pipelines_ && (eval_due || periodic || last || stop_now))
+    if (pipelines_ && (eval_due || periodic || last || stop_now)) {
       pipelines_->consolidate(params_, config_.model.blocks_per_level());
+      if (aux_heads_) pipelines_->consolidate_aux_heads(aux_params_);
+    }
     if (lead_ && eval_due) {
       BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
                       fmt::format("'{}' val", config_.data.dir));
@@ -313,7 +370,8 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
   report_->write_summary(summary_,
                          replicas_    ? config_.dist.algorithm
-                         : pipelines_ ? std::string(synced_ ? "pipeline+diloco" : "pipeline")
+                         : pipelines_ ? std::string(aux_heads_ ? "local-stages" : "pipeline") + (synced_ ? "+diloco" : "")
+                         : aux_heads_ ? std::string("local")
                                       : std::string("single"),
                          config_.dist.compression);
 }

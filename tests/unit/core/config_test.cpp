@@ -81,10 +81,31 @@ TEST(Config, ACopyKeepsEverySection) {
   // silently reverted to its defaults (found when [parallel] was added: pipeline runs trained as data parallel).
   RunConfig a;
   for (const char* o : {"model.width=96", "data.dir=x", "optim.lr=0.5", "train.steps=7", "dist.inner_steps=3",
-                        "parallel.pipeline_stages=2", "dipaco.modules=2x2"})
+                        "parallel.pipeline_stages=2", "dipaco.modules=2x2", "local.chunks=2"})
     a.schema().apply_override(o);
   RunConfig b = a, c;
   c = a;
   EXPECT_EQ(b.schema().flatten(), a.schema().flatten());
   EXPECT_EQ(c.schema().flatten(), a.schema().flatten());
+}
+
+TEST(Config, ImpossibleLocalParallelismIsRefusedNamingTheKey) {
+  auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
+  EXPECT_EQ(load({"model.num_layers=4", "local.chunks=2"}), "");
+  EXPECT_EQ(load({"model.num_layers=4", "local.chunks=4", "local.mode=greedy"}), "");
+  auto msg = load({"model.num_layers=4", "local.chunks=3"});
+  EXPECT_NE(msg.find("local.chunks = 3 must divide model.num_layers = 4"), std::string::npos) << msg;
+  msg = load({"model.num_layers=4", "local.chunks=2", "local.mode=greedy"});
+  EXPECT_NE(msg.find("set local.chunks = model.num_layers (4)"), std::string::npos) << msg;
+  msg = load({"model.num_layers=4", "local.chunks=2", "local.mode=overlapping", "local.overlap_blocks=2"});
+  EXPECT_NE(msg.find("local.overlap_blocks = 2 must be smaller than the 2 blocks of a chunk"), std::string::npos)
+      << msg;
+  msg = load({"model.num_layers=4", "local.chunks=2", "dipaco.modules=2", "dipaco.routes=r"});
+  EXPECT_NE(msg.find("with dipaco.modules"), std::string::npos) << msg;
+  msg = load({"model.num_layers=4", "local.chunks=2", "parallel.pipeline_stages=4"});
+  EXPECT_NE(msg.find("local.chunks = 2 with parallel.pipeline_stages = 4"), std::string::npos) << msg;
+  msg = load({"local.aux_head=mlp"});
+  EXPECT_NE(msg.find("local.aux_head"), std::string::npos) << msg;
+  msg = load({"local.aux_head_blocks=3"});
+  EXPECT_NE(msg.find("local.aux_head_blocks"), std::string::npos) << msg;
 }

@@ -4,6 +4,7 @@
 
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
+#include "tributary/parallel/pipeline/stage_gradients.h"
 
 namespace tributary::pipeline {
 namespace {
@@ -95,41 +96,6 @@ void PipelineStep::execute(const Action& a, int64_t step) {
   }
 }
 
-void PipelineStep::reduce_gradients() {
-  torch::NoGradGuard no_grad;
-  auto grad_of = [&](const std::string& name) -> torch::Tensor {
-    for (auto& [n, t] : p_.params)
-      if (n == name) return t.grad();
-    return {};
-  };
-  if (p_.groups.tie && (first_ || last_)) {  // the tied embedding: lookup gradient + head gradient
-    auto g = grad_of(kTiedEmbedding);
-    TRIB_CHECK(g.defined(), "stage {} has no gradient for the tied embedding", p_.stage);
-    std::vector<torch::Tensor> one = {g.to(torch::kCPU).contiguous()};
-    p_.groups.tie->all_reduce_sum(one);
-    g.copy_(one[0]);
-  }
-  if (p_.groups.data && p_.groups.data->size() > 1) {
-    // One all-reduce of the stage's flattened gradients: one round trip per step, not one per tensor.
-    std::vector<torch::Tensor> grads, parts;
-    for (auto& [name, t] : p_.params)
-      if (t.grad().defined()) {
-        grads.push_back(t.grad());
-        parts.push_back(t.grad().reshape({-1}).to(torch::kCPU));
-      }
-    std::vector<torch::Tensor> flat = {torch::cat(parts)};
-    const int64_t n = p_.groups.data->size();
-    stats_.data_parallel_bytes += 2 * (n - 1) * flat[0].numel() * 4 / n;
-    p_.groups.data->all_reduce_sum(flat);
-    flat[0].div_(double(p_.groups.data->size()));
-    int64_t offset = 0;
-    for (auto& g : grads) {
-      g.copy_(flat[0].narrow(0, offset, g.numel()).view_as(g));
-      offset += g.numel();
-    }
-  }
-}
-
 double PipelineStep::forward_backward(int64_t step) {
   p_.optimizer.zero_grad();
   p_.loader.next(batch_.data_ptr<int64_t>());
@@ -144,7 +110,7 @@ double PipelineStep::forward_backward(int64_t step) {
   for (auto& s : sends_) s.wait();  // every message of this step delivered before its buffer goes
   sends_.clear();
   send_buffers_.clear();
-  reduce_gradients();
+  stats_.data_parallel_bytes += reduce_stage_gradients(p_.params, p_.groups, p_.stage, first_, last_);
   return loss_sum_;  // meaningful on the last stage; run() shares it
 }
 

@@ -61,7 +61,6 @@ class PipelineStep : public TrainStep {
 
  private:
   void execute(const Action& a, int64_t step);
-  void reduce_gradients();
   int tag(int kind, int64_t step, int64_t mb) const;
 
   PipelineStepParts p_;

@@ -1,0 +1,47 @@
+// Local parallelism in one process (the compute-efficiency study), behind the step seam (parallel/train_step.h):
+// every chunk of the model runs the chunk protocol (chunks.h) on each micro-batch, then each chunk's gradients are
+// clipped on their own and AdamW steps every parameter, the auxiliary heads' included. With one chunk this is the
+// plain trainer's step, bit for bit.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "tributary/data/loader.h"
+#include "tributary/model/aux_head.h"
+#include "tributary/model/transformer.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/parallel/local/chunks.h"
+#include "tributary/parallel/train_step.h"
+
+namespace tributary::local {
+
+struct LocalStepParts {
+  Transformer& model;
+  AuxHeads& heads;
+  const NamedTensors& params;      // the model's, in model order
+  const NamedTensors& aux_params;  // the heads'
+  AdamW& optimizer;                // over params + aux_params
+  BatchLoader& loader;
+  ChunkPlan plan;
+  double aux_weight = 1.0;  // weight of each auxiliary loss; the model's head weighs 1
+  torch::Device device = torch::kCPU;
+  int64_t grad_accum = 1;
+  double grad_clip = 0;
+  int64_t blocks_per_level = 1;
+  bool tied_embeddings = true;
+};
+
+class LocalStep : public TrainStep {
+ public:
+  explicit LocalStep(LocalStepParts parts);
+  // StepResult.loss is the model's head (the last chunk's); chunk_losses every chunk's, the last included.
+  StepResult run(int64_t step, double lr) override;
+
+ private:
+  LocalStepParts p_;
+  std::vector<NamedTensors> groups_;
+  std::vector<double> weights_;
+  torch::Tensor batch_;  // (B, T+1) host buffer
+};
+
+}  // namespace tributary::local
