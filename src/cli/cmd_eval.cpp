@@ -4,7 +4,11 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
+#include "tributary/model/aux_head.h"
+#include "tributary/parallel/local/head_eval.h"
+#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/runtime/run_state.h"
 #include "tributary/routing/units.h"
 #include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/dipaco/routed_eval.h"
@@ -12,12 +16,36 @@
 #include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary::cli {
+namespace {
+
+// --all-heads: every chunk head's loss of a local-parallel checkpoint on the same batches.
+void print_all_heads(const std::string& checkpoint, LoadedModel& loaded, BatchLoader& loader, int64_t batches,
+                     const torch::Device& device) {
+  const LocalConfig& l = loaded.config.local;
+  if (l.chunks < 2)
+    fail("--all-heads: '{}' was not trained with local parallelism (local.chunks = {}), so it has no auxiliary heads",
+         checkpoint, l.chunks);
+  const auto ckpt = load_checkpoint(checkpoint);
+  AuxHeads heads(loaded.config.model, l.chunks, l.aux_head == "blocks" ? l.aux_head_blocks : 0);
+  load_parameters(heads, ckpt.tensors(kAuxHeadsFile));
+  heads.to(device);
+  const auto plan = local::ChunkPlan::make(loaded.config.model.num_layers, l.chunks, l.mode, l.overlap_blocks);
+  loader.set_position({0, 0});
+  const auto losses = local::evaluate_heads(*loaded.model, heads, plan, loader, batches, device);
+  for (size_t k = 0; k < losses.size(); ++k)
+    std::printf("  chunk %zu (blocks %lld-%lld) %s head: loss %.4f\n", k,
+                static_cast<long long>(plan.layout.begin(int64_t(k))),
+                static_cast<long long>(plan.layout.end(int64_t(k)) - 1), k + 1 == losses.size() ? "model" : "aux",
+                losses[k]);
+}
+
+}  // namespace
 
 void add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint, data, device = "cpu", split = "val";
     int64_t batches = 0, batch_size = 16, threads = 0, prefix = -1, units = 0, reroute = 0;
-    bool early_stopped = false;
+    bool early_stopped = false, all_heads = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "evaluate a checkpoint: loss, perplexity, bits per byte");
@@ -38,6 +66,7 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--reroute-every", args->reroute, "DiPaCo run: re-route every W tokens after the prefix")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_flag("--early-stopped", args->early_stopped, "DiPaCo run: each path's best held-out parameters");
+  cmd->add_flag("--all-heads", args->all_heads, "local parallelism: also the loss of every chunk's auxiliary head");
   cmd->callback([args]() {
     configure_threads(args->threads);
     check_blas();
@@ -81,6 +110,7 @@ void add_eval(CLI::App& app) {
                 static_cast<long long>(loaded.step), args->split.c_str(), result.loss, std::exp(result.loss), bpb,
                 static_cast<long long>(result.num_tokens),
                 dataset.unigram_val_bits_per_token() / dataset.bytes_per_token("val"));
+    if (args->all_heads) print_all_heads(args->checkpoint, loaded, loader, batches, device);
   });
 }
 

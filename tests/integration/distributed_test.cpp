@@ -12,50 +12,17 @@
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/launcher.h"
-#include "shell.h"
+#include "launch_support.h"
 
 using namespace tributary;
 
-namespace {
-
-fs::path work() { return fs::temp_directory_path() / "trib_distributed"; }
-fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
-
-std::pair<int, std::string> sh(const std::string& cmd) { return test_support::run_shell(cmd); }
-
-std::string tiny(const std::string& run, const std::string& extra) {
-  return std::string(" train --overwrite --set model.num_layers=2 --set model.width=64 --set model.context=64") +
-         " --set optim.warmup_steps=2 --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=5" +
-         " --set train.threads=1 --set data.dir=" + data().string() + " --set train.run_dir=" + (work() / run).string() +
-         " " + extra;
-}
-
-class Distributed : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    fs::create_directories(work());
-    if (!fs::exists(data() / "dataset.json"))
-      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(), {.val_permille = 50});
-  }
-};
-
-torch::Tensor flat_params(const fs::path& run, int step = 6, const std::string& file = "model.safetensors") {
-  auto f = safetensors::File::load(run / "checkpoints" / fmt::format("step-{:08d}", step) / file);
-  std::vector<torch::Tensor> parts;
-  for (const auto& [name, view] : f.tensors()) parts.push_back(to_torch(view).reshape({-1}));
-  return torch::cat(parts);
-}
-
-bool any_process_mentions(const std::string& marker) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::ifstream in(e.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    if (cmd.find(marker) != std::string::npos && cmd.find("gtest") == std::string::npos) return true;
-  }
-  return false;
-}
-
-}  // namespace
+using test_support::any_process_mentions;
+using test_support::Distributed;
+using test_support::expect_resume_bit_exact;
+using test_support::flat_params;
+using test_support::sh;
+using test_support::tiny;
+using test_support::work;
 
 TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   const std::string cli = TRIBUTARY_CLI;
@@ -159,25 +126,12 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   const std::string diloco = "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
                              "--set dist.fragments=2 --set dist.overlap_steps=1 ";
   const std::string launch = cli + " launch --nproc 2 --master-port 0 --";
-  auto [rc1, out1] = sh(launch + tiny("resume_full", diloco));
-  ASSERT_EQ(rc1, 0) << out1;
-  auto [rc2, out2] = sh(launch + tiny("resume_cut", diloco + "--stop-after-step 4"));
-  ASSERT_EQ(rc2, 0) << out2;
-  EXPECT_TRUE(fs::exists(work() / "resume_cut" / "checkpoints" / "step-00000005" / "rank-1.optim.safetensors")) << out2;
-  auto [rc3, out3] = sh(launch + tiny("resume_cut", diloco + "--resume"));
-  ASSERT_EQ(rc3, 0) << out3;
-  EXPECT_NE(out3.find("resumed from"), std::string::npos) << out3;
-  for (const char* file : {"model.safetensors", "rank-1.model.safetensors", "rank-1.optim.safetensors"}) {
-    auto a = flat_params(work() / "resume_full", 12, file), b = flat_params(work() / "resume_cut", 12, file);
-    EXPECT_TRUE(torch::equal(a, b)) << file << ": max diff " << (a - b).abs().max().item<double>();
-  }
+  expect_resume_bit_exact(launch, "resume", diloco, 4, 12,
+                          {"model.safetensors", "rank-1.model.safetensors", "rank-1.optim.safetensors"});
+  EXPECT_TRUE(fs::exists(work() / "resume_cut" / "checkpoints" / "step-00000005" / "rank-1.optim.safetensors"));
   // data parallel, stopped in the middle
   const std::string ddp = "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp ";
-  ASSERT_EQ(sh(launch + tiny("resume_ddp_full", ddp)).first, 0);
-  ASSERT_EQ(sh(launch + tiny("resume_ddp_cut", ddp + "--stop-after-step 3")).first, 0);
-  auto [rc4, out4] = sh(launch + tiny("resume_ddp_cut", ddp + "--resume"));
-  ASSERT_EQ(rc4, 0) << out4;
-  EXPECT_TRUE(torch::equal(flat_params(work() / "resume_ddp_full"), flat_params(work() / "resume_ddp_cut")));
+  expect_resume_bit_exact(launch, "resume_ddp", ddp, 3, 6, {"model.safetensors"});
   // another number of workers is refused, naming both
   auto [rc5, out5] = sh(cli + tiny("resume_cut", diloco + "--resume") + " 2>&1");
   EXPECT_NE(rc5, 0);
@@ -187,25 +141,13 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
 TEST_F(Distributed, APipelineRunResumesBitForBit) {
   // 2 pipelines x 2 stages (1F1B, 2 micro-batches), DiLoCo per stage with H = 3: stopped after step 4 (mid-round),
   // resumed, it ends where the uninterrupted run does: the consolidated model, and every rank's stage state.
-  const std::string cli = TRIBUTARY_CLI;
   const std::string pp = "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
                          "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2 --set parallel.schedule=1f1b "
                          "--set dist.algorithm=diloco --set dist.inner_steps=3 ";
-  const std::string launch = cli + " launch --nproc 4 --";
-  auto [rc1, out1] = sh(launch + tiny("pp_resume_full", pp));
-  ASSERT_EQ(rc1, 0) << out1;
-  auto [rc2, out2] = sh(launch + tiny("pp_resume_cut", pp + "--stop-after-step 4"));
-  ASSERT_EQ(rc2, 0) << out2;
-  EXPECT_TRUE(fs::exists(work() / "pp_resume_cut" / "checkpoints" / "step-00000004" / "rank-3.outer.safetensors"))
-      << out2;
-  auto [rc3, out3] = sh(launch + tiny("pp_resume_cut", pp + "--resume"));
-  ASSERT_EQ(rc3, 0) << out3;
-  EXPECT_NE(out3.find("resumed from"), std::string::npos) << out3;
-  for (const char* file : {"model.safetensors", "optim.safetensors", "rank-0.outer.safetensors",
-                           "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors"}) {
-    auto a = flat_params(work() / "pp_resume_full", 6, file), b = flat_params(work() / "pp_resume_cut", 6, file);
-    EXPECT_TRUE(torch::equal(a, b)) << file << ": max diff " << (a - b).abs().max().item<double>();
-  }
+  expect_resume_bit_exact(std::string(TRIBUTARY_CLI) + " launch --nproc 4 --", "pp_resume", pp, 4, 6,
+                          {"model.safetensors", "optim.safetensors", "rank-0.outer.safetensors",
+                           "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors"});
+  EXPECT_TRUE(fs::exists(work() / "pp_resume_cut" / "checkpoints" / "step-00000004" / "rank-3.outer.safetensors"));
 }
 
 TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {

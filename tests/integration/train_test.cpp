@@ -199,9 +199,19 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
     EXPECT_EQ(hash64(read_file(full.checkpoint / file)), hash64(read_file(second.checkpoint / file))) << file;
   const std::string metrics = read_file(full.run_dir / "metrics.jsonl");
   EXPECT_NE(metrics.find("\"chunk_losses\":["), std::string::npos) << metrics.substr(0, 400);
-  // model.safetensors is the plain dense model: eval reads it like any other checkpoint.
-  auto [rc, out] = run_cli("eval " + full.run_dir.string() + " --batches 2 --threads 1");
+  // model.safetensors is the plain dense model: eval reads it like any other checkpoint; --all-heads adds every
+  // chunk's head on the same batches, the last being the model's own loss again.
+  auto [rc, out] = run_cli("eval " + full.run_dir.string() + " --batches 2 --threads 1 --all-heads");
   EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("chunk 0 (blocks 0-1) aux head: loss "), std::string::npos) << out;
+  const auto model_loss = out.substr(out.find("val loss ") + 9, 6);
+  EXPECT_NE(out.find("chunk 1 (blocks 2-3) model head: loss " + model_loss), std::string::npos) << out;
+  std::tie(rc, out) = run_cli("eval " + first.run_dir.string() + " --batches 1 --threads 1 --all-heads");
+  EXPECT_EQ(rc, 0) << out;
+  auto plain = train(tiny("local_none", {"train.steps=2", "optim.warmup_steps=1"}), {});
+  std::tie(rc, out) = run_cli("eval " + plain.run_dir.string() + " --batches 1 --threads 1 --all-heads");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("was not trained with local parallelism (local.chunks = 0)"), std::string::npos) << out;
 }
 
 TEST_F(Training, CliRejectsBadConfigAndGenerates) {

@@ -75,6 +75,9 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
                                          options_among({pipe_members.front(), pipe_members.back()}),
                                          fmt::format("tie.{}", pipeline_));
   const comm::GroupOptions options = group_options(config);
+  if (config.local.chunks > 0)  // local stages: their lagged report, outside the link emulation like the stop vote
+    report_ = std::make_unique<comm::LaggedReduce>(store, int(stage_), int(p), options,
+                                                   fmt::format("report.{}", pipeline_), int(config.local.queue_steps));
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "tributary/comm/group.h"
+#include "tributary/comm/lagged_reduce.h"
 #include "tributary/comm/lagged_vote.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
@@ -37,6 +38,8 @@ class Pipelines {
   // which take outer steps every H inner steps instead of averaging gradients every step (then groups().data is
   // null). Null otherwise.
   Replicas* stage_replicas() { return stage_replicas_.get(); }
+  // Local parallelism (local.chunks > 0): the pipeline's lagged sum of the stages' numbers, lag local.queue_steps.
+  comm::LaggedReduce* stage_report() { return report_.get(); }
 
   bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
   // Every stage's numbers (same length on every rank) gathered over the pipeline: [stage][i].
@@ -59,6 +62,7 @@ class Pipelines {
   std::unique_ptr<comm::Group> world_;  // every rank: the checkpoint protocol
   std::unique_ptr<Replicas> stage_replicas_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
+  std::unique_ptr<comm::LaggedReduce> report_;
 };
 
 }  // namespace tributary

@@ -131,7 +131,10 @@ void Replicas::start(NamedTensors& params, int64_t step, const safetensors::File
   // global parameters (at step 0 they are the parameters).
   start_outer_loop(params, config_.dist.warmup_ddp_steps);
   if (step > 0) {
-    if (!outer) fail("the checkpoint at step {} has no outer.safetensors (the DiLoCo outer state); it is incomplete", step);
+    if (!outer)
+      fail("the checkpoint at step {} has no DiLoCo outer state for this rank (outer.safetensors; a pipeline rank R "
+           "reads rank-R.outer.safetensors); it is incomplete: resume from an earlier checkpoint",
+           step);
     outer_->load(*outer, fragments);
   }
   check_->now(outer_->globals(), when);

@@ -86,6 +86,9 @@ void bind_local(ConfigSchema& s, LocalConfig& local) {
         {"linear", "blocks"});
   s.add("local.aux_head_blocks", local.aux_head_blocks, "aux_head = blocks: private transformer blocks per head", 1, 2);
   s.add("local.aux_weight", local.aux_weight, "scale of each auxiliary head's loss", 0.0, 100.0);
+  s.add("local.queue_steps", local.queue_steps,
+        "across processes: steps a stage may run ahead of the next (in-flight micro-batches; losses reported as late)",
+        0, 64);
 }
 
 // Cross-key rules of [local].

@@ -105,6 +105,7 @@ struct LocalConfig {
   std::string aux_head = "linear";  // linear (RMSNorm + projection to the vocabulary) | blocks (private blocks first)
   int64_t aux_head_blocks = 1;      // aux_head = blocks: private transformer blocks before the projection
   double aux_weight = 1.0;          // scale of an auxiliary head's loss (the model's head: 1)
+  int64_t queue_steps = 2;          // across processes: steps a stage may run ahead of the stages after it
 };
 
 struct RunConfig {

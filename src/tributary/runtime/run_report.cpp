@@ -33,13 +33,15 @@ void RunReport::write(const nlohmann::json& line) {
   if (metrics_) metrics_->write(line.dump());
 }
 
-void RunReport::step_done(double seconds, int64_t tokens, double loss) {
+void RunReport::step_done(double seconds, int64_t tokens, std::optional<double> loss) {
   round_seconds_ += seconds;
   interval_seconds_ += seconds;
   train_s_ += seconds;
   interval_tokens_ += tokens;
-  interval_loss_ += loss;
   interval_steps_ += 1;
+  if (!loss) return;
+  interval_loss_ += *loss;
+  interval_losses_ += 1;
 }
 
 void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& c,
@@ -57,30 +59,36 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
   round_seconds_ = 0;
 }
 
-void RunReport::log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm,
-                         double elapsed, const std::vector<double>& chunk_losses) {
-  const double tps = double(interval_tokens_) / interval_seconds_;
+void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& result, double lr, double elapsed) {
+  // A result that comes after the last step (local stages report late) has an empty interval.
+  const double tps = interval_seconds_ > 0 ? double(interval_tokens_) / interval_seconds_ : 0.0;
   const double mfu = tps * setup_.flops_per_token / (setup_.peak_flops * setup_.world_size);
-  const double eta = double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_);
-  nlohmann::json line = {{"step", step}, {"tokens", tokens_seen}, {"loss", loss},
-                         {"loss_avg", interval_loss_ / double(interval_steps_)}, {"lr", lr}, {"grad_norm", grad_norm},
-                         {"tokens_per_s", tps}, {"mfu", mfu}, {"elapsed_s", elapsed}};
+  const double eta =
+      interval_steps_ > 0 ? double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_) : 0.0;
+  const double loss_avg = interval_losses_ > 0 ? interval_loss_ / double(interval_losses_) : result.loss;
+  const auto& chunk_losses = result.chunk_losses;
+  nlohmann::json line = {{"step", step}, {"tokens", tokens_seen}, {"loss", result.loss}, {"loss_avg", loss_avg},
+                         {"lr", lr}, {"grad_norm", result.grad_norm}, {"tokens_per_s", tps}, {"mfu", mfu},
+                         {"elapsed_s", elapsed}};
   if (!chunk_losses.empty()) line["chunk_losses"] = chunk_losses;
+  if (!result.stage_step_s.empty()) line["stage_step_s"] = result.stage_step_s;
+  if (!result.stage_bytes_forward.empty()) line["stage_bytes_forward"] = result.stage_bytes_forward;
   write(line);
   const std::string chunks = chunk_losses.empty()
                                  ? std::string()
-                                 : fmt::format(" (chunks {:.3f})", fmt::join(chunk_losses, " "));
+                                 : fmt::format(" (chunks at this step {:.3f})", fmt::join(chunk_losses, " "));
   const std::string comm_share =
-      setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / interval_seconds_) : std::string();
+      setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / std::max(interval_seconds_, 1e-9)) : std::string();
   round_comm_s_ = 0;
   if (setup_.lead)
     log::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
-              setup_.total_steps, interval_loss_ / double(interval_steps_), chunks, lr, grad_norm, thousands(tps),
+              setup_.total_steps, loss_avg, chunks, lr, result.grad_norm, thousands(tps),
               100 * mfu, comm_share, format_duration(eta));
   interval_seconds_ = 0;
   interval_tokens_ = 0;
   interval_loss_ = 0;
   interval_steps_ = 0;
+  interval_losses_ = 0;
 }
 
 void RunReport::evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed,

@@ -6,7 +6,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 #include "tributary/comm/exchange.h"
+#include "tributary/parallel/train_step.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/trainer.h"
@@ -30,15 +33,16 @@ class RunReport {
   explicit RunReport(const ReportSetup& setup);
 
   void write(const nlohmann::json& line);  // a metrics line (rank 0 only)
-  // Every step: the step's time and tokens (all replicas) for the interval statistics.
-  void step_done(double seconds, int64_t tokens, double loss);
+  // Every step: the step's time and tokens (all replicas) for the interval statistics, and a loss when one was
+  // reported (local stages report theirs late).
+  void step_done(double seconds, int64_t tokens, std::optional<double> loss);
   // After an exchange (or a logged data-parallel step): traffic and blocked time since the last one.
   void exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& stats,
                      double elapsed);
   bool log_due(int64_t step) const { return step % setup_.log_every == 0 || step == setup_.total_steps; }
-  // chunk_losses (local parallelism): each chunk's own loss, written as "chunk_losses" and printed after the loss.
-  void log_step(int64_t step, int64_t tokens_seen, double loss, double lr, double grad_norm, double elapsed,
-                const std::vector<double>& chunk_losses = {});
+  // The result of step `step`; local parallelism adds each chunk's loss ("chunk_losses", also printed), each
+  // stage's step seconds ("stage_step_s") and bytes sent forward ("stage_bytes_forward").
+  void log_step(int64_t step, int64_t tokens_seen, const StepResult& result, double lr, double elapsed);
   void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, TrainSummary& summary);
   // summary.json: val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model).
   void write_summary(const TrainSummary& summary, const std::string& algorithm, const std::string& compression);
@@ -48,7 +52,7 @@ class RunReport {
   std::unique_ptr<MetricsWriter> metrics_;
   double round_seconds_ = 0, round_comm_s_ = 0, interval_seconds_ = 0, interval_loss_ = 0;
   double train_s_ = 0;  // seconds in training steps this invocation (no evaluation, no checkpoints)
-  int64_t interval_tokens_ = 0, interval_steps_ = 0;
+  int64_t interval_tokens_ = 0, interval_steps_ = 0, interval_losses_ = 0;
 };
 
 std::string thousands(double value);  // 1234567 -> "1,234,567"

@@ -44,6 +44,7 @@ class TrainingRun {
   void report_exchange(int64_t step, bool synced, double elapsed);
   void add_stage_stats(const pipeline::PipelineStats& s);
   void summarise_stages(double train_seconds);
+  void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
   void finish(int64_t step, double train_seconds);
   double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
@@ -274,7 +275,8 @@ std::unique_ptr<TrainStep> TrainingRun::make_step() {
   if (aux_heads_ && pipelines_) {
     auto step = std::make_unique<local::LocalStage>(local::LocalStageParts{
         .model = *model_, .heads = *aux_heads_, .params = trained_, .optimizer = *optimizer_, .loader = *loader_,
-        .groups = pipelines_->groups(), .plan = plan(), .stage = pipelines_->stage(),
+        .groups = pipelines_->groups(), .report = pipelines_->stage_report(), .plan = plan(),
+        .stage = pipelines_->stage(),
         .micro_batches = config_.parallel.micro_batches, .aux_weight = local.aux_weight, .device = device_,
         .grad_clip = config_.optim.grad_clip, .tied_embeddings = config_.model.tie_embeddings, .wire = wire()});
     take_stage_stats_ = [s = step.get()] { return s->take_stats(); };
@@ -320,12 +322,10 @@ TrainSummary TrainingRun::run() {
     if (take_stage_stats_) add_stage_stats(take_stage_stats_());
     const double dt = seconds_since(step_start);
     train_seconds += dt;
-    report_->step_done(dt, tokens_per_step_, result.loss);
-    summary_.losses.push_back(result.loss);
+    report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
     const double now = elapsed();
     report_exchange(step, synced, now);
-    if (report_->log_due(step))
-      report_->log_step(step, progress_.tokens, result.loss, lr, result.grad_norm, now, result.chunk_losses);
+    if (result.reported) record(result, step, schedule.lr(step - 1 - result.lag), now);
     const bool last = step == tc_.steps;
     const bool quiescent = !synced_ || synced_->quiescent();
     const bool stop_now = stop.after_step(step, quiescent);
@@ -345,6 +345,9 @@ TrainSummary TrainingRun::run() {
       report_->evaluated(step, progress_.tokens, evaluate(*model_, val, tc_.eval_batches, device_), now, summary_);
     }
     if ((lead_ || replicas_ || pipelines_) && (periodic || last || stop_now)) save(step, now);
+    if (last || stop_now)  // the numbers of the last steps, when they come late
+      for (const StepResult& owed : train_step.drain())
+        record(owed, step, schedule.lr(step - 1 - owed.lag), now);
     if (stop_now && !last) {
       if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
                            summary_.checkpoint.string());
@@ -354,6 +357,15 @@ TrainSummary TrainingRun::run() {
   }
   finish(step, train_seconds);
   return summary_;
+}
+
+// A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
+// step `result.lag` steps before `step`, the one just run; `lr` is that earlier step's.
+void TrainingRun::record(const StepResult& result, int64_t step, double lr, double now) {
+  summary_.losses.push_back(result.loss);
+  const int64_t of = step - result.lag;
+  if (report_->log_due(of))
+    report_->log_step(of, progress_.tokens - result.lag * tokens_per_step_, result, lr, now);
 }
 
 void TrainingRun::finish(int64_t step, double train_seconds) {

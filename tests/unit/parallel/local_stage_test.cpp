@@ -11,6 +11,8 @@
 #include <mutex>
 
 #include "tributary/comm/group.h"
+#include "tributary/comm/lagged_reduce.h"
+#include "tributary/comm/store.h"
 #include "tributary/parallel/local/local_stage.h"
 #include "support/thread_ranks.h"
 
@@ -52,6 +54,7 @@ struct Case {
   std::string mode;
   int64_t head_blocks;
   bool tied;
+  int queue_steps;
 };
 
 struct Result {
@@ -103,11 +106,14 @@ Result in_process(const Case& c, const ChunkPlan& plan) {
 }  // namespace
 
 TEST(LocalStages, EqualTheChunksInOneProcess) {
+  // queue_steps = 0: every step's messages and numbers complete within the step; 2: a stage runs up to two steps
+  // ahead, its numbers arrive two steps late (drained at the end), and nothing computed changes.
   torch::set_num_threads(1);
-  for (const Case& c : std::vector<Case>{{2, "chunked", 0, true}, {2, "overlapping", 1, true},
-                                         {2, "overlapping", 0, false}, {4, "greedy", 1, true}}) {
+  for (const Case& c : std::vector<Case>{{2, "chunked", 0, true, 0}, {2, "chunked", 0, false, 2},
+                                         {2, "overlapping", 1, true, 0}, {2, "overlapping", 0, false, 2},
+                                         {4, "greedy", 1, true, 2}}) {
     SCOPED_TRACE(testing::Message() << "K=" << c.chunks << " " << c.mode << " head blocks " << c.head_blocks
-                                    << " tied " << c.tied);
+                                    << " tied " << c.tied << " queue " << c.queue_steps);
     const auto plan = ChunkPlan::make(4, c.chunks, c.mode, 1);
     const Result ref = in_process(c, plan);
     std::vector<Built> ranks;
@@ -117,6 +123,7 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
     test_support::run_threads(int(c.chunks), [&](int s) {
       const int p = int(c.chunks);
       comm::Group pipe(store, s, p, {}, "pipe");
+      comm::LaggedReduce report(comm::Store(store), s, p, {}, "report", c.queue_steps);
       std::unique_ptr<comm::Group> tie;
       if (c.tied && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, comm::GroupOptions{}, "tie");
       Built& b = ranks[size_t(s)];
@@ -126,13 +133,23 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
       AdamW adam(params, kAdam);
       auto data = loader();
       LocalStage stage({.model = *b.model, .heads = *b.heads, .params = params, .optimizer = adam, .loader = data,
-                        .groups = {&pipe, tie.get(), nullptr}, .plan = plan, .stage = s, .micro_batches = kMicro,
+                        .groups = {&pipe, tie.get(), nullptr}, .report = &report, .plan = plan, .stage = s, .micro_batches = kMicro,
                         .aux_weight = kAuxWeight, .grad_clip = kClip, .tied_embeddings = c.tied});
+      std::vector<StepResult> results;
       for (int64_t step = 0; step < kSteps; ++step) {
-        const StepResult r = stage.run(step, lr(step));
+        StepResult r = stage.run(step, lr(step));
+        EXPECT_EQ(r.reported, step >= c.queue_steps) << "step " << step;
+        if (r.reported) results.push_back(std::move(r));
+      }
+      for (auto& r : stage.drain()) results.push_back(std::move(r));
+      ASSERT_EQ(results.size(), size_t(kSteps));
+      for (size_t step = 0; step < results.size(); ++step) {
+        const StepResult& r = results[step];
         for (int64_t k = 0; k < c.chunks; ++k)
-          EXPECT_NEAR(r.chunk_losses[size_t(k)], ref.losses[size_t(step)][size_t(k)], 1e-6) << "step " << step;
-        EXPECT_NEAR(r.grad_norm, ref.norms[size_t(step)], 1e-5 * ref.norms[size_t(step)]) << "step " << step;
+          EXPECT_NEAR(r.chunk_losses[size_t(k)], ref.losses[step][size_t(k)], 1e-6) << "step " << step;
+        EXPECT_NEAR(r.grad_norm, ref.norms[step], 1e-5 * ref.norms[step]) << "step " << step;
+        EXPECT_EQ(r.stage_bytes_forward.back(), 0.0);  // the last stage sends nothing on
+        EXPECT_EQ(r.stage_bytes_forward[0], double(kBatch * 12 * 32 * 4)) << "one fp32 batch";
       }
       const auto stats = stage.take_stats();
       std::lock_guard<std::mutex> lock(mu);

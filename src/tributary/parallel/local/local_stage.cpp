@@ -1,6 +1,7 @@
 #include "tributary/parallel/local/local_stage.h"
 
 #include <cmath>
+#include <limits>
 
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
@@ -27,6 +28,7 @@ LocalStage::LocalStage(LocalStageParts parts)
   if (m < 1 || B % m != 0 || m > 0xFFFF)
     fail("parallel.micro_batches = {} must divide train.batch_size = {} (at most 65535)", m, B);
   TRIB_CHECK(p_.groups.pipe && p_.groups.pipe->size() == p_.plan.chunks() && p_.groups.pipe->rank() == p_.stage);
+  TRIB_CHECK(p_.report, "a local stage needs its lagged report");
   micro_ = B / m;
   auto all = clip_groups(named_parameters_of(p_.model), named_parameters_of(p_.heads), p_.plan,
                          p_.model.config().blocks_per_level(), p_.tied_embeddings);
@@ -48,12 +50,23 @@ torch::Tensor LocalStage::receive(int kind, int64_t step, int64_t mb, int peer) 
 }
 
 void LocalStage::send(const torch::Tensor& t, int kind, int64_t step, int64_t mb, int peer) {
-  send_buffers_.push_back(pipeline::wire_encode(t, p_.wire));
-  const int64_t bytes = send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
-  (kind == kActivation ? stats_.activation_bytes : stats_.gradient_bytes) += bytes;
-  sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), peer, tag(kind, step, mb),
-                                        fmt::format("stage {}: {} of micro-batch {} at step {} to stage {}",
-                                                    p_.stage, kKindName[kind], mb, step + 1, peer)));
+  auto buffer = pipeline::wire_encode(t, p_.wire);
+  (kind == kActivation ? stats_.activation_bytes : stats_.gradient_bytes) +=
+      buffer.numel() * int64_t(buffer.element_size());
+  auto work = p_.groups.pipe->send(buffer, peer, tag(kind, step, mb),
+                                   fmt::format("stage {}: {} of micro-batch {} at step {} to stage {}", p_.stage,
+                                               kKindName[kind], mb, step + 1, peer));
+  in_flight_.push_back({step, std::move(buffer), std::move(work)});
+}
+
+// The bounded queue: sends of steps before `oldest_kept_step` must have completed (their buffers go).
+void LocalStage::retire_sends(int64_t oldest_kept_step) {
+  while (!in_flight_.empty() && in_flight_.front().step < oldest_kept_step) {
+    const auto t0 = Clock::now();
+    in_flight_.front().work.wait();
+    stats_.blocked_s += seconds_since(t0);
+    in_flight_.pop_front();
+  }
 }
 
 // Overlapping: the next stage's loss gradient at this stage's output, through the last overlap blocks only.
@@ -91,14 +104,15 @@ double LocalStage::forward_backward(int64_t step) {
     if (overlap && !first_) send(x.grad(), kOverlapGradient, step, mb, int(p_.stage - 1));
   }
   if (overlap && !last_) take_overlap_gradients(step, outputs);
-  for (auto& s : sends_) s.wait();  // every message of this step delivered before its buffer goes
-  sends_.clear();
-  send_buffers_.clear();
+  retire_sends(step + 1 - p_.report->lag());  // lag 0: every message of this step delivered
   stats_.data_parallel_bytes += pipeline::reduce_stage_gradients(p_.params, p_.groups, p_.stage, first_, last_);
   return loss_sum;
 }
 
 StepResult LocalStage::run(int64_t step, double lr) {
+  const auto start = Clock::now();
+  last_step_ = step;
+  const int64_t bytes_before = stats_.activation_bytes;
   const double loss = forward_backward(step);
   // Each chunk clips on its own; the tied embedding's group is clipped alike on the first and the last stage and
   // counted once (stage 0) in the reported norm.
@@ -107,22 +121,44 @@ StepResult LocalStage::run(int64_t step, double lr) {
     const double norm = clip_grad_norm(clip_groups_[g], p_.grad_clip);
     if (g == 0 || first_) squared += norm * norm;
   }
-  const int64_t K = p_.plan.chunks();
-  auto shared = torch::zeros({K + 1}, torch::kFloat64);
-  shared[p_.stage] = loss;
-  shared[K] = squared;
-  std::vector<torch::Tensor> one = {shared};
-  p_.groups.pipe->all_reduce_sum(one);
-  StepResult result;
-  for (int64_t k = 0; k < K; ++k) result.chunk_losses.push_back(one[0][k].item<double>());
-  result.loss = result.chunk_losses.back();
-  result.grad_norm = std::sqrt(one[0][K].item<double>());
-  for (int64_t k = 0; k < K; ++k)
-    if (!std::isfinite(result.chunk_losses[size_t(k)]))
-      fail("loss of chunk {} became {} at step {}: lower optim.lr or raise optim.warmup_steps", k,
-           result.chunk_losses[size_t(k)], step + 1);
   p_.optimizer.step(lr);
-  return result;
+  // [loss per stage | step seconds per stage | bytes forward per stage | squared norm], summed over the pipeline.
+  const int64_t K = p_.plan.chunks();
+  std::vector<double> mine(size_t(3 * K + 1), 0.0);
+  mine[size_t(p_.stage)] = loss;
+  mine[size_t(K + p_.stage)] = seconds_since(start);
+  mine[size_t(2 * K + p_.stage)] = double(stats_.activation_bytes - bytes_before);
+  mine[size_t(3 * K)] = squared;
+  const auto shared = p_.report->step(mine);
+  if (!shared) return {.lag = p_.report->lag(), .reported = false};
+  return result_of(*shared, step - p_.report->lag());
+}
+
+StepResult LocalStage::result_of(const std::vector<double>& shared, int64_t step) const {
+  const auto K = size_t(p_.plan.chunks());
+  StepResult r;
+  r.chunk_losses.assign(shared.begin(), shared.begin() + long(K));
+  r.stage_step_s.assign(shared.begin() + long(K), shared.begin() + long(2 * K));
+  r.stage_bytes_forward.assign(shared.begin() + long(2 * K), shared.begin() + long(3 * K));
+  r.loss = r.chunk_losses.back();
+  r.grad_norm = std::sqrt(shared[3 * K]);
+  r.lag = p_.report->lag();
+  for (size_t k = 0; k < K; ++k)
+    if (!std::isfinite(r.chunk_losses[k]))
+      fail("loss of chunk {} became {} at step {}: lower optim.lr or raise optim.warmup_steps", k, r.chunk_losses[k],
+           step + 1);
+  return r;
+}
+
+std::vector<StepResult> LocalStage::drain() {
+  retire_sends(std::numeric_limits<int64_t>::max());
+  const auto owed = p_.report->drain();
+  std::vector<StepResult> out;
+  for (size_t i = 0; i < owed.size(); ++i) {
+    out.push_back(result_of(owed[i], last_step_ - int64_t(owed.size() - 1 - i)));
+    out.back().lag = int64_t(owed.size() - 1 - i);  // counted back from the last step run
+  }
+  return out;
 }
 
 }  // namespace tributary::local
