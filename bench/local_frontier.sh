@@ -7,12 +7,13 @@
 #     global backprop on 1 device: all of it; data parallel on B/B0 devices: 1/(B/B0) of it (B0 the smallest batch:
 #     the same run, only the time axis differs); local parallelism on K devices (one chunk each, no bubble): 1/K.
 # Writes $OUT.png (two panels, gnuplot) and $OUT.tsv. Run from the repository root after ./run build.
-# Overrides: B, D, STEPS, BATCHES, EVAL_EVERY, THREADS, OUT.
+# Overrides: B, D, STEPS, BATCHES, EVAL_EVERY, THREADS, OUT; PLOT_ONLY=1 redraws $OUT.png from an existing $OUT.tsv.
 set -e
 B=${B:-./build/tributary}; D=${D:-./build/testdata}; STEPS=${STEPS:-240}; BATCHES=${BATCHES:-"4 8 16"}
 EVAL_EVERY=${EVAL_EVERY:-40}; THREADS=${THREADS:-2}; OUT=${OUT:-docs/img/local_frontier}
 W=$(mktemp -d)
 mkdir -p "$(dirname "$OUT")"
+if [ -z "${PLOT_ONLY:-}" ]; then
 echo -e "method\tbatch\tdevices\tstep\tflops\tideal_flops\tval_loss" > "$OUT.tsv"
 B0=$(echo $BATCHES | tr ' ' '\n' | sort -n | head -1)
 for batch in $BATCHES; do
@@ -42,32 +43,39 @@ for l in open(f"{run}/metrics.jsonl"):
 PY
   done
 done
-# one gnuplot data block per (method, batch): blank-line separated, titled by the block's first row
-python3 - "$OUT.tsv" "$W/blocks.dat" <<'PY'
+fi
+# gnuplot: colour = method, point = batch; the left panel leaves out data parallel (the same points as global)
+python3 - "$OUT.tsv" "$W" "$OUT.png" "$STEPS" > "$W/plot.gp" <<'PY'
 import sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
-with open(sys.argv[2], "w") as out:
-    keys = []
-    for r in rows:
-        if (r[0], r[1]) not in keys:
-            keys.append((r[0], r[1]))
-    for m, b in keys:
-        out.write(f'"{m} B={b}"\n')
+tsv, work, png, steps = sys.argv[1:]
+rows = [l.rstrip("\n").split("\t") for l in open(tsv)][1:]
+colour = {"global": "#000000", "data-parallel": "#1b9e77", "local-K2": "#377eb8", "local-K4": "#e41a1c"}
+point = {}
+blocks = []
+for r in rows:
+    if (r[0], r[1]) not in blocks:
+        blocks.append((r[0], r[1]))
+for b in sorted({int(r[1]) for r in rows}):
+    point[str(b)] = [7, 5, 9, 11, 13][len(point) % 5]
+for i, (m, b) in enumerate(blocks):
+    with open(f"{work}/{i}.dat", "w") as out:
         for r in rows:
             if (r[0], r[1]) == (m, b):
                 out.write(f"{r[4]} {r[5]} {r[6]}\n")
-        out.write("\n\n")
-PY
-gnuplot <<GP
-set terminal pngcairo size 1400,560 noenhanced
-set output "$OUT.png"
-set multiplot layout 1,2 title "Local parallelism in small: 4 blocks, width 128, context 64, $STEPS steps per run"
-set key outside right font ",9"; set logscale x; set grid
+def plot(column, skip_dp):
+    parts = [f'"{work}/{i}.dat" using {column}:3 with linespoints lc rgb "{colour[m]}" pt {point[b]} title "{m} B={b}"'
+             for i, (m, b) in enumerate(blocks) if not (skip_dp and m == "data-parallel")]
+    return "plot " + ", \\\n  ".join(parts)
+print(f"""set terminal pngcairo size 1400,560 noenhanced
+set output "{png}"
+set multiplot layout 1,2 title "Local parallelism in small: 4 blocks, width 128, context 64, {steps} steps per run"
+set key top right font ",8"; set logscale x; set grid
 set xlabel "total training compute (FLOPs)"; set ylabel "validation loss"
-plot for [i=0:*] "$W/blocks.dat" index i using 1:3 with linespoints title columnheader(1)
+{plot(1, True)}
 set xlabel "idealised parallel time (FLOPs per device)"
-plot for [i=0:*] "$W/blocks.dat" index i using 2:3 with linespoints title columnheader(1)
-unset multiplot
-GP
+{plot(2, False)}
+unset multiplot""")
+PY
+gnuplot "$W/plot.gp"
 rm -rf "$W"
 echo "wrote $OUT.png and $OUT.tsv"
