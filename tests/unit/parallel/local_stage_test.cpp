@@ -14,6 +14,7 @@
 #include "tributary/comm/lagged_reduce.h"
 #include "tributary/comm/store.h"
 #include "tributary/parallel/local/local_stage.h"
+#include "support/lcg_tokens.h"
 #include "support/thread_ranks.h"
 
 using namespace tributary;
@@ -39,12 +40,7 @@ ModelConfig tiny(bool tied) {
 }
 
 std::shared_ptr<const std::vector<uint32_t>> tokens() {
-  static auto t = [] {
-    std::vector<uint32_t> v(3000);
-    uint64_t x = 3;
-    for (auto& id : v) id = static_cast<uint32_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 59) % 47;
-    return std::make_shared<const std::vector<uint32_t>>(std::move(v));
-  }();
+  static auto t = test_support::lcg_tokens(3000, 47, 3);
   return t;
 }
 BatchLoader loader() { return BatchLoader(tokens(), {.batch_size = kBatch, .context = 12, .seed = 4}, "test"); }

@@ -13,6 +13,7 @@
 #include "tributary/core/error.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/wan.h"
+#include "support/lcg_tokens.h"
 #include "support/thread_ranks.h"
 
 using namespace tributary;
@@ -34,12 +35,7 @@ ModelConfig tiny() {
 }
 
 std::shared_ptr<const std::vector<uint32_t>> tokens() {
-  static auto t = [] {
-    std::vector<uint32_t> v(4000);
-    uint64_t x = 7;
-    for (auto& id : v) id = static_cast<uint32_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 59) % 61;
-    return std::make_shared<const std::vector<uint32_t>>(std::move(v));
-  }();
+  static auto t = test_support::lcg_tokens(4000, 61, 7);
   return t;
 }
 
