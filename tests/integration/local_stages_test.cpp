@@ -16,13 +16,16 @@ const std::string kStages = "--set model.num_layers=4 --set train.steps=6 --set 
 }  // namespace
 
 TEST_F(Distributed, LocalStagesResumeBitForBitWithTheirHeads) {
-  // Overlapping chunks (gradients of the second chunk's loss go back through the last block of the first) with
-  // private-block heads: stopped after step 3 and resumed, every file of the last checkpoint equals the
-  // uninterrupted run's; the heads are written beside the model.
-  expect_resume_bit_exact(std::string(TRIBUTARY_CLI) + " launch --nproc 2 --", "local_resume",
-                          kStages + "--set local.mode=overlapping --set local.aux_head=blocks", 3, 6,
-                          {"model.safetensors", "optim.safetensors", "rank-1.model.safetensors",
-                           "rank-1.optim.safetensors", "aux_heads.safetensors"});
+  // 2 pipelines x 2 local stages with DiLoCo per stage (H = 4), overlapping chunks (the second chunk's loss trains the
+  // last block of the first) and private-block heads: stopped after step 3 (mid-round, when the replicas' heads
+  // differ) and resumed, every file of the last checkpoint equals the uninterrupted run's, each rank's heads included.
+  expect_resume_bit_exact(std::string(TRIBUTARY_CLI) + " launch --nproc 4 --", "local_resume",
+                          kStages + "--set local.mode=overlapping --set local.aux_head=blocks "
+                                    "--set dist.algorithm=diloco --set dist.inner_steps=4",
+                          3, 6,
+                          {"model.safetensors", "optim.safetensors", "aux_heads.safetensors", "rank-0.outer.safetensors",
+                           "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors",
+                           "rank-3.aux_heads.safetensors"});
 }
 
 TEST_F(Distributed, AFrozenLocalStageEndsTheRunWithinTheDeadline) {

@@ -7,10 +7,11 @@ namespace tributary {
 std::string replica_model_file(int rank) { return fmt::format("rank-{}.model.safetensors", rank); }
 std::string replica_optim_file(int rank) { return fmt::format("rank-{}.optim.safetensors", rank); }
 std::string replica_outer_file(int rank) { return fmt::format("rank-{}.outer.safetensors", rank); }
+std::string replica_aux_file(int rank) { return fmt::format("rank-{}.aux_heads.safetensors", rank); }
 
 bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int64_t step, const RankState& mine,
                       CheckpointContents& contents) {
-  constexpr int kFiles = 3;  // model, optim, outer: the slots of a rank's row
+  constexpr int kFiles = 4;  // model, optim, outer, aux heads: the slots of a rank's row
   const bool lead = peers.rank == 0;
   const fs::path staging = staging_dir(run_dir, step);
   if (lead) {
@@ -18,15 +19,18 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     fs::create_directories(staging);
   }
   peers.barrier();  // the staging directory exists and is empty
-  std::vector<StagedFile> files;
+  std::vector<StagedFile> files(kFiles);  // by slot; bytes = 0: none
   if (!lead) {
-    files.push_back(stage_file(staging, replica_model_file(peers.rank),
-                               tensors_to_safetensors(mine.params, {{"format", "tributary-model"}})));
-    files.push_back(stage_file(staging, replica_optim_file(peers.rank),
-                               tensors_to_safetensors(mine.optim_state, {{"format", "tributary-optim"}})));
+    files[0] = stage_file(staging, replica_model_file(peers.rank),
+                          tensors_to_safetensors(mine.params, {{"format", "tributary-model"}}));
+    files[1] = stage_file(staging, replica_optim_file(peers.rank),
+                          tensors_to_safetensors(mine.optim_state, {{"format", "tributary-optim"}}));
     if (mine.outer)
-      files.push_back(stage_file(staging, replica_outer_file(peers.rank),
-                                 tensors_to_safetensors(*mine.outer, {{"format", "tributary-outer"}})));
+      files[2] = stage_file(staging, replica_outer_file(peers.rank),
+                            tensors_to_safetensors(*mine.outer, {{"format", "tributary-outer"}}));
+    if (mine.aux)
+      files[3] = stage_file(staging, replica_aux_file(peers.rank),
+                            tensors_to_safetensors(*mine.aux, {{"format", "tributary-aux-heads"}}));
   } else if (mine.outer) {
     contents.extra_tensors.emplace_back(replica_outer_file(0), *mine.outer);
   }
@@ -47,7 +51,8 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     auto o = rows[size_t(rank)].accessor<int64_t, 1>();
     contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
     if (rank == 0) continue;
-    const std::string names[kFiles] = {replica_model_file(rank), replica_optim_file(rank), replica_outer_file(rank)};
+    const std::string names[kFiles] = {replica_model_file(rank), replica_optim_file(rank), replica_outer_file(rank),
+                                       replica_aux_file(rank)};
     for (int f = 0; f < kFiles; ++f)
       if (o[2 + 2 * f] != 0)
         contents.staged.push_back({names[f], static_cast<uint64_t>(o[2 + 2 * f]), static_cast<uint64_t>(o[3 + 2 * f])});

@@ -1,6 +1,6 @@
 // The multi-process part of a checkpoint (format: checkpoint.h). Every rank calls it at the same step: ranks >= 1
-// stage their state (parameters, optimizer state + RNG, and for a pipeline stage under DiLoCo its stage's outer
-// state) in staging_dir(), every rank's loader position and file stamps (size, xxh64) are all-gathered, and rank 0
+// stage their state (parameters, optimizer state + RNG, for a pipeline stage under DiLoCo its stage's outer state,
+// under local parallelism its auxiliary heads) in staging_dir(), every rank's loader position and file stamps (size, xxh64) are all-gathered, and rank 0
 // gets `contents` completed with them and the world size, ready for save_checkpoint().
 #pragma once
 
@@ -17,6 +17,9 @@ namespace tributary {
 std::string replica_model_file(int rank);
 std::string replica_optim_file(int rank);
 std::string replica_outer_file(int rank);
+// Local parallelism: rank R >= 1's copy of the auxiliary heads (its pipeline's, consolidated; rank 0's is
+// aux_heads.safetensors). Replicas of a stage may differ between DiLoCo's outer steps, so each rank keeps its own.
+std::string replica_aux_file(int rank);
 
 // Every rank of the run, for the protocol: a barrier and an all-gather over all of them (in the order the rank runs
 // its other collectives).
@@ -31,6 +34,7 @@ struct RankState {
   const NamedTensors& optim_state;
   LoaderPosition position;
   const NamedTensors* outer = nullptr;  // this rank's own outer state (a pipeline stage's DiLoCo); null: none
+  const NamedTensors* aux = nullptr;    // this rank's auxiliary heads (local parallelism); null: none
 };
 
 // Returns true on rank 0 (which then calls save_checkpoint with `contents`), false on the other ranks.

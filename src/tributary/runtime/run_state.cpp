@@ -123,7 +123,8 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
   if (r.aux_heads && !r.aux_heads->empty()) contents.extra_tensors.emplace_back(kAuxHeadsFile, *r.aux_heads);
   const fs::path run_dir = r.config.train.run_dir;
   if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
-  if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, {r.params, optim_state, pos}, contents))
+  const RankState mine{.params = r.params, .optim_state = optim_state, .position = pos, .aux = r.aux_heads};
+  if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, mine, contents))
     return {};
   return save_checkpoint(run_dir, step, contents, r.config.train.keep_checkpoints);
 }

@@ -168,7 +168,10 @@ void TrainingRun::build_model_and_data() {
               fmt::format("'{}' val", config_.data.dir));
   if (!ckpt_ && !tc_.init_from.empty()) init_from(*model_, tc_.init_from);
   if (ckpt_) progress_ = restore(*ckpt_, *model_, *optimizer_, *loader_, options_.dist.rank);
-  if (ckpt_ && aux_heads_) load_parameters(*aux_heads_, ckpt_->tensors(kAuxHeadsFile));
+  if (ckpt_ && aux_heads_)  // a pipeline rank's own copy (DiLoCo replicas differ between outer steps)
+    load_parameters(*aux_heads_, ckpt_->tensors(pipelines_ && options_.dist.rank != 0
+                                                    ? replica_aux_file(options_.dist.rank)
+                                                    : kAuxHeadsFile));
 }
 
 void TrainingRun::start_replicas() {
