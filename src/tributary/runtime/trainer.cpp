@@ -203,14 +203,12 @@ void TrainingRun::describe(int64_t threads) const {
               par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
               tc_.batch_size / par.micro_batches, par.activation_compression);
   }
-  if (aux_heads_) {
-    const auto& l = config_.local;
-    log::info("local parallelism: {} chunks of {} blocks ({}{}), auxiliary heads {}{}, weight {}{}", l.chunks,
-              config_.model.num_layers / l.chunks, l.mode,
-              l.mode == "overlapping" ? fmt::format(", {} overlap blocks", l.overlap_blocks) : "", l.aux_head,
-              l.aux_head == "blocks" ? fmt::format(" ({} private blocks)", l.aux_head_blocks) : "", l.aux_weight,
-              pipelines_ ? ", one chunk per pipeline stage" : ", in one process");
-  }
+  const auto& l = config_.local;
+  if (aux_heads_)
+    log::info("local parallelism: {} chunks of {} blocks ({}, overlap {}), auxiliary heads {} ({} private blocks), "
+              "weight {}, {}", l.chunks, config_.model.num_layers / l.chunks, l.mode,
+              l.mode == "overlapping" ? l.overlap_blocks : 0, l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0,
+              l.aux_weight, pipelines_ ? "one chunk per pipeline stage" : "in one process");
   if (!synced_) return;
   const auto& d = config_.dist;
   log::info("{} replicas{}, {}{}, compression {}", synced_->size(), pipelines_ ? " of each stage" : "",
@@ -266,7 +264,7 @@ void TrainingRun::save(int64_t step, double elapsed) {
   if (!path.empty()) summary_.checkpoint = path;
 }
 
-// The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
+// The step behind the seam: a local-parallel stage or chunks in one process, a pipeline stage, or the dense model.
 std::unique_ptr<TrainStep> TrainingRun::make_step() {
   const LocalConfig& local = config_.local;
   const auto plan = [&] {
@@ -302,6 +300,7 @@ std::unique_ptr<TrainStep> TrainingRun::make_step() {
   return step;
 }
 
+// The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
   const auto step_impl = make_step();
   TrainStep& train_step = *step_impl;
@@ -385,7 +384,7 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
   report_->write_summary(summary_,
                          replicas_    ? config_.dist.algorithm
-                         : pipelines_ ? std::string(aux_heads_ ? "local-stages" : "pipeline") + (synced_ ? "+diloco" : "")
+                         : pipelines_ ? (aux_heads_ ? "local-stages" : "pipeline") + std::string(synced_ ? "+diloco" : "")
                          : aux_heads_ ? std::string("local")
                                       : std::string("single"),
                          config_.dist.compression);
