@@ -279,17 +279,15 @@ std::unique_ptr<TrainStep> TrainingRun::make_step() {
         .groups = pipelines_->groups(), .report = pipelines_->stage_report(), .plan = plan(),
         .stage = pipelines_->stage(),
         .micro_batches = config_.parallel.micro_batches, .aux_weight = local.aux_weight, .device = device_,
-        .grad_clip = config_.optim.grad_clip, .tied_embeddings = config_.model.tie_embeddings, .wire = wire()});
+        .grad_clip = config_.optim.grad_clip, .wire = wire()});
     take_stage_stats_ = [s = step.get()] { return s->take_stats(); };
     return step;
   }
   if (aux_heads_)
     return std::make_unique<local::LocalStep>(local::LocalStepParts{
-        .model = *model_, .heads = *aux_heads_, .params = params_, .aux_params = aux_params_,
-        .optimizer = *optimizer_, .loader = *loader_,
+        .model = *model_, .heads = *aux_heads_, .optimizer = *optimizer_, .loader = *loader_,
         .plan = plan(), .aux_weight = local.aux_weight, .device = device_, .grad_accum = tc_.grad_accum,
-        .grad_clip = config_.optim.grad_clip, .blocks_per_level = config_.model.blocks_per_level(),
-        .tied_embeddings = config_.model.tie_embeddings});
+        .grad_clip = config_.optim.grad_clip});
   if (!pipelines_)
     return std::make_unique<DenseStep>(DenseStepParts{*model_, params_, *optimizer_, *loader_, replicas_.get(),
                                                       device_, tc_.grad_accum, config_.optim.grad_clip});

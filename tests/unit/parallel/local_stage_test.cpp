@@ -130,7 +130,7 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
       auto data = loader();
       LocalStage stage({.model = *b.model, .heads = *b.heads, .params = params, .optimizer = adam, .loader = data,
                         .groups = {&pipe, tie.get(), nullptr}, .report = &report, .plan = plan, .stage = s, .micro_batches = kMicro,
-                        .aux_weight = kAuxWeight, .grad_clip = kClip, .tied_embeddings = c.tied});
+                        .aux_weight = kAuxWeight, .grad_clip = kClip});
       std::vector<StepResult> results;
       for (int64_t step = 0; step < kSteps; ++step) {
         StepResult r = stage.run(step, lr(step));

@@ -89,6 +89,11 @@ std::vector<NamedTensors> clip_groups(const NamedTensors& model_params, const Na
   return groups;
 }
 
+std::vector<NamedTensors> clip_groups(const Transformer& model, const AuxHeads& heads, const ChunkPlan& plan) {
+  return clip_groups(named_parameters_of(model), named_parameters_of(heads), plan, model.config().blocks_per_level(),
+                     model.config().tie_embeddings);
+}
+
 double clip_chunks(const std::vector<NamedTensors>& groups, double max_norm) {
   double squared = 0;
   for (const auto& group : groups) {

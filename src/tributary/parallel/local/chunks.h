@@ -60,6 +60,8 @@ std::vector<double> local_forward_backward(Transformer& model, AuxHeads& heads, 
 // group, every parameter in model order (the plain trainer's global clipping).
 std::vector<NamedTensors> clip_groups(const NamedTensors& model_params, const NamedTensors& aux_params,
                                       const ChunkPlan& plan, int64_t blocks_per_level, bool tied_embeddings);
+// The same, everything read from the model (its parameters, levels, tied or not) and the heads.
+std::vector<NamedTensors> clip_groups(const Transformer& model, const AuxHeads& heads, const ChunkPlan& plan);
 // Clips each group to max_norm on its own; returns the norm of all gradients together, before clipping.
 double clip_chunks(const std::vector<NamedTensors>& groups, double max_norm);
 

@@ -30,8 +30,7 @@ LocalStage::LocalStage(LocalStageParts parts)
   TRIB_CHECK(p_.groups.pipe && p_.groups.pipe->size() == p_.plan.chunks() && p_.groups.pipe->rank() == p_.stage);
   TRIB_CHECK(p_.report, "a local stage needs its lagged report");
   micro_ = B / m;
-  auto all = clip_groups(named_parameters_of(p_.model), named_parameters_of(p_.heads), p_.plan,
-                         p_.model.config().blocks_per_level(), p_.tied_embeddings);
+  auto all = clip_groups(p_.model, p_.heads, p_.plan);
   clip_groups_.push_back(all.at(size_t(p_.stage)));
   const bool tied_group = static_cast<int64_t>(all.size()) > p_.plan.chunks();
   if (tied_group && (first_ || last_)) clip_groups_.push_back(all.back());

@@ -46,7 +46,6 @@ struct LocalStageParts {
   double aux_weight = 1.0;
   torch::Device device = torch::kCPU;
   double grad_clip = 0;
-  bool tied_embeddings = true;
   pipeline::Wire wire = pipeline::Wire::Fp32;
 };
 

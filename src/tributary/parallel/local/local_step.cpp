@@ -8,7 +8,7 @@ namespace tributary::local {
 
 LocalStep::LocalStep(LocalStepParts parts)
     : p_(std::move(parts)),
-      groups_(clip_groups(p_.params, p_.aux_params, p_.plan, p_.blocks_per_level, p_.tied_embeddings)),
+      groups_(clip_groups(p_.model, p_.heads, p_.plan)),
       weights_(static_cast<size_t>(p_.plan.chunks()), p_.aux_weight),
       batch_(torch::empty({p_.loader.batch_size(), p_.loader.context() + 1}, torch::kInt64)) {
   TRIB_CHECK(p_.heads.size() == p_.plan.chunks() - 1, "{} auxiliary heads for {} chunks", p_.heads.size(),

@@ -18,17 +18,13 @@ namespace tributary::local {
 struct LocalStepParts {
   Transformer& model;
   AuxHeads& heads;
-  const NamedTensors& params;      // the model's, in model order
-  const NamedTensors& aux_params;  // the heads'
-  AdamW& optimizer;                // over params + aux_params
+  AdamW& optimizer;  // over the model's and the heads' parameters
   BatchLoader& loader;
   ChunkPlan plan;
   double aux_weight = 1.0;  // weight of each auxiliary loss; the model's head weighs 1
   torch::Device device = torch::kCPU;
   int64_t grad_accum = 1;
   double grad_clip = 0;
-  int64_t blocks_per_level = 1;
-  bool tied_embeddings = true;
 };
 
 class LocalStep : public TrainStep {
