@@ -12,6 +12,17 @@ AdamW::AdamW(NamedTensors params, AdamWOptions options) : params_(std::move(para
     exp_avg_sq_.push_back(torch::zeros_like(p));
     decay_.push_back(p.dim() >= 2);
   }
+  lr_scale_.assign(params_.size(), 1.0);
+}
+
+void AdamW::set_lr_scale(const NamedTensors& group, double scale) {
+  TRIB_CHECK(scale > 0 && std::isfinite(scale), "learning-rate scale {}", scale);
+  for (const auto& [name, tensor] : group) {
+    size_t i = 0;
+    while (i < params_.size() && !params_[i].second.is_same(tensor)) ++i;
+    TRIB_CHECK(i < params_.size(), "'{}' is not a parameter of this optimizer", name);
+    lr_scale_[i] = scale;
+  }
 }
 
 void AdamW::step(double lr) {
@@ -20,12 +31,13 @@ void AdamW::step(double lr) {
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias_correction1 = 1.0 - std::pow(b1, double(num_steps_));
   const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, double(num_steps_)));
-  const double step_size = lr / bias_correction1;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i].second;
     const auto& g = p.grad();
     if (!g.defined()) continue;
-    if (decay_[i] && options_.weight_decay != 0) p.mul_(1.0 - lr * options_.weight_decay);
+    const double lr_i = lr * lr_scale_[i];  // exactly lr where the scale is 1
+    const double step_size = lr_i / bias_correction1;
+    if (decay_[i] && options_.weight_decay != 0) p.mul_(1.0 - lr_i * options_.weight_decay);
     exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
     exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
     auto denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);

@@ -26,6 +26,10 @@ class AdamW {
 
   void step(double lr);  // uses each parameter's .grad(); parameters without a gradient are skipped
   void zero_grad();
+  // From now on the parameters of `group` (the same tensors as some of this optimizer's) step with lr * scale: local
+  // parallelism's per-chunk learning rates. Weight decay scales with them, as with torch's per-group lr. A scale of 1
+  // leaves the step bit for bit as it was.
+  void set_lr_scale(const NamedTensors& group, double scale);
 
   int64_t num_steps() const { return num_steps_; }
   // State as named tensors: "<param>.exp_avg", "<param>.exp_avg_sq"; the step count travels in metadata.
@@ -36,6 +40,7 @@ class AdamW {
   NamedTensors params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
+  std::vector<double> lr_scale_;
   AdamWOptions options_;
   int64_t num_steps_ = 0;
 };

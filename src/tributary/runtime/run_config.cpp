@@ -1,5 +1,8 @@
 #include "tributary/runtime/run_config.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "tributary/core/error.h"
 
 namespace tributary {
@@ -89,6 +92,9 @@ void bind_local(ConfigSchema& s, LocalConfig& local) {
   s.add("local.queue_steps", local.queue_steps,
         "across processes: steps a stage may run ahead of the next (in-flight micro-batches; losses reported as late)",
         0, 64);
+  s.add("local.lr_scale", local.lr_scale,
+        "per-chunk learning rates: multipliers of optim.lr, one per chunk, e.g. '1,0.5' (a tied embedding steps with "
+        "the first chunk's); '' = all 1");
 }
 
 // Cross-key rules of [local].
@@ -112,9 +118,36 @@ void validate_local(const RunConfig& c) {
     fail("local.chunks = {} with parallel.pipeline_stages = {}: across processes each stage is one chunk; set them "
          "equal",
          l.chunks, c.parallel.pipeline_stages);
+  lr_scales(l);
 }
 
 }  // namespace
+
+std::vector<double> lr_scales(const LocalConfig& local) {
+  const auto K = static_cast<size_t>(std::max<int64_t>(local.chunks, 1));
+  if (local.lr_scale.empty()) return std::vector<double>(K, 1.0);
+  std::vector<double> out;
+  std::stringstream in(local.lr_scale);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    double v = 0;
+    try {
+      size_t used = 0;
+      v = std::stod(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      fail("local.lr_scale = '{}': '{}' is not a number (write one multiplier per chunk, e.g. \"1,0.5\")",
+           local.lr_scale, item);
+    }
+    if (!(v > 0 && v <= 100))
+      fail("local.lr_scale = '{}': {} is outside (0, 100] (a multiplier of optim.lr)", local.lr_scale, v);
+    out.push_back(v);
+  }
+  if (out.size() != K)
+    fail("local.lr_scale = '{}' names {} chunks but local.chunks = {}: give one multiplier per chunk",
+         local.lr_scale, out.size(), K);
+  return out;
+}
 
 void RunConfig::bind() {
   schema_ = std::make_unique<ConfigSchema>();

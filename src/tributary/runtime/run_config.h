@@ -106,7 +106,12 @@ struct LocalConfig {
   int64_t aux_head_blocks = 1;      // aux_head = blocks: private transformer blocks before the projection
   double aux_weight = 1.0;          // scale of an auxiliary head's loss (the model's head: 1)
   int64_t queue_steps = 2;          // across processes: steps a stage may run ahead of the stages after it
+  std::string lr_scale;             // per-chunk multipliers of optim.lr, e.g. "1,0.5"; '' = all 1
 };
+
+// local.lr_scale read: one multiplier of the learning rate per chunk (all 1 where the key is empty). Error naming the
+// key on a malformed list, a count other than local.chunks or a multiplier outside (0, 100].
+std::vector<double> lr_scales(const LocalConfig& local);
 
 struct RunConfig {
   ModelConfig model;

@@ -14,15 +14,12 @@
 #include "tributary/optim/schedule.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/parallel/local/local_stage.h"
-#include "tributary/parallel/local/local_step.h"
-#include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
-#include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/step_factory.h"
 #include "tributary/runtime/stop.h"
 
 namespace tributary {
@@ -37,7 +34,6 @@ class TrainingRun {
 
  private:
   void build_model_and_data();
-  std::unique_ptr<TrainStep> make_step();
   void start_replicas();
   void describe(int64_t threads) const;
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
@@ -264,44 +260,12 @@ void TrainingRun::save(int64_t step, double elapsed) {
   if (!path.empty()) summary_.checkpoint = path;
 }
 
-// The step behind the seam: a local-parallel stage or chunks in one process, a pipeline stage, or the dense model.
-std::unique_ptr<TrainStep> TrainingRun::make_step() {
-  const LocalConfig& local = config_.local;
-  const auto plan = [&] {
-    return local::ChunkPlan::make(config_.model.num_layers, local.chunks, local.mode, local.overlap_blocks);
-  };
-  const auto wire = [&] {
-    return pipeline::parse_wire(config_.parallel.activation_compression, "parallel.activation_compression");
-  };
-  if (aux_heads_ && pipelines_) {
-    auto step = std::make_unique<local::LocalStage>(local::LocalStageParts{
-        .model = *model_, .heads = *aux_heads_, .params = trained_, .optimizer = *optimizer_, .loader = *loader_,
-        .groups = pipelines_->groups(), .report = pipelines_->stage_report(), .plan = plan(),
-        .stage = pipelines_->stage(),
-        .micro_batches = config_.parallel.micro_batches, .aux_weight = local.aux_weight, .device = device_,
-        .grad_clip = config_.optim.grad_clip, .wire = wire()});
-    take_stage_stats_ = [s = step.get()] { return s->take_stats(); };
-    return step;
-  }
-  if (aux_heads_)
-    return std::make_unique<local::LocalStep>(local::LocalStepParts{
-        .model = *model_, .heads = *aux_heads_, .optimizer = *optimizer_, .loader = *loader_,
-        .plan = plan(), .aux_weight = local.aux_weight, .device = device_, .grad_accum = tc_.grad_accum,
-        .grad_clip = config_.optim.grad_clip});
-  if (!pipelines_)
-    return std::make_unique<DenseStep>(DenseStepParts{*model_, params_, *optimizer_, *loader_, replicas_.get(),
-                                                      device_, tc_.grad_accum, config_.optim.grad_clip});
-  auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
-      *model_, trained_, *optimizer_, *loader_, pipelines_->groups(), pipelines_->schedule(), pipelines_->layout(),
-      pipelines_->stage(), device_, config_.optim.grad_clip, wire()});
-  take_stage_stats_ = [s = step.get()] { return s->take_stats(); };
-  return step;
-}
-
 // The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
-  const auto step_impl = make_step();
-  TrainStep& train_step = *step_impl;
+  auto built = make_train_step({config_, *model_, params_, trained_, aux_heads_.get(), *optimizer_, *loader_,
+                                 replicas_.get(), pipelines_.get(), device_});
+  take_stage_stats_ = std::move(built.take_stage_stats);
+  TrainStep& train_step = *built.step;
   StopAgreement::Vote vote;
   if (replicas_) vote = [this](bool local) { return replicas_->stop_agreed(local); };
   if (pipelines_) vote = [this](bool local) { return pipelines_->stop_agreed(local); };

@@ -108,4 +108,11 @@ TEST(Config, ImpossibleLocalParallelismIsRefusedNamingTheKey) {
   EXPECT_NE(msg.find("local.aux_head"), std::string::npos) << msg;
   msg = load({"local.aux_head_blocks=3"});
   EXPECT_NE(msg.find("local.aux_head_blocks"), std::string::npos) << msg;
+  EXPECT_EQ(load({"model.num_layers=4", "local.chunks=2", "local.lr_scale=1,0.5"}), "");
+  msg = load({"model.num_layers=4", "local.chunks=2", "local.lr_scale=1,0.5,2"});
+  EXPECT_NE(msg.find("local.lr_scale = '1,0.5,2' names 3 chunks but local.chunks = 2"), std::string::npos) << msg;
+  msg = load({"model.num_layers=4", "local.chunks=2", "local.lr_scale=1,half"});
+  EXPECT_NE(msg.find("local.lr_scale = '1,half': 'half' is not a number"), std::string::npos) << msg;
+  msg = load({"model.num_layers=4", "local.chunks=2", "local.lr_scale=1,0"});
+  EXPECT_NE(msg.find("local.lr_scale = '1,0': 0 is outside (0, 100]"), std::string::npos) << msg;
 }

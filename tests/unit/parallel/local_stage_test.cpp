@@ -2,7 +2,7 @@
 // (local/chunks.h, detaching at the same boundaries): ranks as threads, each with its own Gloo groups over loopback
 // TCP. After three optimizer steps (clipping on, two micro-batches) the chunks' losses, the gradient norm and every
 // parameter agree at PyTorch's pipelining tolerance, for `chunked`, `greedy` and synchronous `overlapping`, tied and
-// untied embeddings; in `chunked` mode no gradient message is sent at all.
+// untied embeddings, with and without per-chunk learning rates; in `chunked` mode no gradient message is sent at all.
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -51,6 +51,7 @@ struct Case {
   int64_t head_blocks;
   bool tied;
   int queue_steps;
+  std::vector<double> lr_scale = {};  // per chunk (local.lr_scale); {} = all 1
 };
 
 struct Result {
@@ -80,6 +81,9 @@ Result in_process(const Case& c, const ChunkPlan& plan) {
   const auto groups = clip_groups(params, aux, plan, tiny(c.tied).blocks_per_level(), c.tied);
   std::vector<double> weights(size_t(c.chunks), kAuxWeight);
   weights.back() = 1.0;
+  std::vector<int64_t> chunk_of(groups.size(), 0);  // chunk k's group, then the tied embedding's (chunk 0's rate)
+  for (int64_t k = 0; k < c.chunks; ++k) chunk_of[size_t(k)] = k;
+  set_chunk_lr_scales(adam, groups, chunk_of, c.lr_scale);
   Result r;
   for (int64_t s = 0; s < kSteps; ++s) {
     adam.zero_grad();
@@ -106,10 +110,11 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
   // ahead, its numbers arrive two steps late (drained at the end), and nothing computed changes.
   torch::set_num_threads(1);
   for (const Case& c : std::vector<Case>{{2, "chunked", 0, true, 0}, {2, "chunked", 0, false, 2},
-                                         {2, "overlapping", 1, true, 0}, {2, "overlapping", 0, false, 2},
-                                         {4, "greedy", 1, true, 2}}) {
+                                         {2, "overlapping", 1, true, 0}, {2, "overlapping", 0, false, 2, {1.0, 0.5}},
+                                         {4, "greedy", 1, true, 2, {0.5, 1.0, 2.0, 1.0}}}) {
     SCOPED_TRACE(testing::Message() << "K=" << c.chunks << " " << c.mode << " head blocks " << c.head_blocks
-                                    << " tied " << c.tied << " queue " << c.queue_steps);
+                                    << " tied " << c.tied << " queue " << c.queue_steps << " lr scales "
+                                    << c.lr_scale.size());
     const auto plan = ChunkPlan::make(4, c.chunks, c.mode, 1);
     const Result ref = in_process(c, plan);
     std::vector<Built> ranks;
@@ -130,7 +135,7 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
       auto data = loader();
       LocalStage stage({.model = *b.model, .heads = *b.heads, .params = params, .optimizer = adam, .loader = data,
                         .groups = {&pipe, tie.get(), nullptr}, .report = &report, .plan = plan, .stage = s, .micro_batches = kMicro,
-                        .aux_weight = kAuxWeight, .grad_clip = kClip});
+                        .aux_weight = kAuxWeight, .grad_clip = kClip, .lr_scale = c.lr_scale});
       std::vector<StepResult> results;
       for (int64_t step = 0; step < kSteps; ++step) {
         StepResult r = stage.run(step, lr(step));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include "tributary/optim/adamw.h"
 #include "tributary/parallel/local/chunks.h"
 
 using namespace tributary;
@@ -147,4 +148,43 @@ TEST(LocalChunks, ClipGroupsHoldEveryParameterOnceAndTheTiedEmbeddingAlone) {
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << name;
   ASSERT_EQ(groups[2].size(), 1u);
   EXPECT_EQ(groups[2][0].first, "embed_tok.weight");
+}
+
+// local.lr_scale: chunk 1 at a quarter of the learning rate moves exactly a quarter as far in its first AdamW step
+// (the step is linear in lr); chunk 0 and the tied embedding (chunk 0's rate) move as with no scales, bit for bit.
+TEST(LocalChunks, PerChunkLearningRatesScaleOnlyTheirChunksStep) {
+  const auto c = tiny(/*tied=*/true);
+  const auto plan = ChunkPlan::make(4, 2, "chunked", 1);
+  struct Stepped {
+    std::vector<NamedTensors> groups;
+    std::vector<std::vector<torch::Tensor>> before;
+  };
+  Model models[2] = {make(c, 2, 1), make(c, 2, 1)};
+  Stepped stepped[2];
+  const std::vector<double> scales[2] = {{1.0, 1.0}, {1.0, 0.25}};
+  for (int i = 0; i < 2; ++i) {
+    Model& s = models[i];
+    auto params = named_parameters_of(*s.model);
+    for (auto& p : named_parameters_of(*s.heads)) params.push_back(p);
+    AdamW optimizer(params, {});
+    auto& st = stepped[i];
+    st.groups = clip_groups(*s.model, *s.heads, plan);
+    ASSERT_EQ(st.groups.size(), 3u);  // chunk 0, chunk 1, the tied embedding
+    set_chunk_lr_scales(optimizer, st.groups, {0, 1, 0}, scales[i]);
+    for (const auto& g : st.groups) {
+      st.before.emplace_back();
+      for (const auto& [name, p] : g) st.before.back().push_back(p.detach().clone());
+    }
+    local_forward_backward(*s.model, *s.heads, plan, s.tokens, s.targets, {1.0, 1.0}, 1);
+    optimizer.step(1e-2);
+  }
+  for (size_t g = 0; g < 3; ++g)
+    for (size_t j = 0; j < stepped[0].groups[g].size(); ++j) {
+      const auto& name = stepped[0].groups[g][j].first;
+      auto full = stepped[0].groups[g][j].second.detach() - stepped[0].before[g][j];
+      auto scaled = stepped[1].groups[g][j].second.detach() - stepped[1].before[g][j];
+      ASSERT_GT(full.abs().max().item<double>(), 0) << name;
+      if (g == 1) EXPECT_TRUE(torch::allclose(scaled, 0.25 * full, 1e-4, 1e-9)) << name;
+      else EXPECT_TRUE(torch::equal(stepped[0].groups[g][j].second, stepped[1].groups[g][j].second)) << name;
+    }
 }

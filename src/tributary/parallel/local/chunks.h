@@ -21,6 +21,10 @@
 #include "tributary/model/transformer.h"
 #include "tributary/parallel/pipeline/stage.h"
 
+namespace tributary {
+class AdamW;
+}
+
 namespace tributary::local {
 
 struct ChunkPlan {
@@ -62,6 +66,10 @@ std::vector<NamedTensors> clip_groups(const NamedTensors& model_params, const Na
                                       const ChunkPlan& plan, int64_t blocks_per_level, bool tied_embeddings);
 // The same, everything read from the model (its parameters, levels, tied or not) and the heads.
 std::vector<NamedTensors> clip_groups(const Transformer& model, const AuxHeads& heads, const ChunkPlan& plan);
+// Gives each chunk's group of `groups` (clip_groups' output, or some of its groups, `chunk_of[g]` naming group g's
+// chunk) its learning-rate multiplier in `optimizer`: per-chunk learning rates. Empty `scales`: nothing changes.
+void set_chunk_lr_scales(AdamW& optimizer, const std::vector<NamedTensors>& groups, const std::vector<int64_t>& chunk_of,
+                         const std::vector<double>& scales);
 // Clips each group to max_norm on its own; returns the norm of all gradients together, before clipping.
 double clip_chunks(const std::vector<NamedTensors>& groups, double max_norm);
 

@@ -34,6 +34,9 @@ LocalStage::LocalStage(LocalStageParts parts)
   clip_groups_.push_back(all.at(size_t(p_.stage)));
   const bool tied_group = static_cast<int64_t>(all.size()) > p_.plan.chunks();
   if (tied_group && (first_ || last_)) clip_groups_.push_back(all.back());
+  std::vector<int64_t> chunk_of{p_.stage, 0};  // this chunk's group, then the tied embedding's: chunk 0's lr
+  chunk_of.resize(clip_groups_.size());
+  set_chunk_lr_scales(p_.optimizer, clip_groups_, chunk_of, p_.lr_scale);
 }
 
 torch::Tensor LocalStage::receive(int kind, int64_t step, int64_t mb, int peer) {

@@ -47,6 +47,7 @@ struct LocalStageParts {
   torch::Device device = torch::kCPU;
   double grad_clip = 0;
   pipeline::Wire wire = pipeline::Wire::Fp32;
+  std::vector<double> lr_scale;  // per chunk, multiplies the step's lr (a tied embedding: the first chunk's); {} = 1
 };
 
 class LocalStage : public TrainStep {

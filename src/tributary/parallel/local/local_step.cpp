@@ -14,6 +14,9 @@ LocalStep::LocalStep(LocalStepParts parts)
   TRIB_CHECK(p_.heads.size() == p_.plan.chunks() - 1, "{} auxiliary heads for {} chunks", p_.heads.size(),
              p_.plan.chunks());
   weights_.back() = 1.0;
+  std::vector<int64_t> chunk_of(groups_.size(), 0);  // chunk k's group, then the tied embedding's (the first chunk's)
+  for (int64_t k = 0; k < p_.plan.chunks(); ++k) chunk_of[size_t(k)] = k;
+  set_chunk_lr_scales(p_.optimizer, groups_, chunk_of, p_.lr_scale);
 }
 
 StepResult LocalStep::run(int64_t step, double lr) {

@@ -25,6 +25,7 @@ struct LocalStepParts {
   torch::Device device = torch::kCPU;
   int64_t grad_accum = 1;
   double grad_clip = 0;
+  std::vector<double> lr_scale;  // per chunk, multiplies the step's lr (a tied embedding: the first chunk's); {} = 1
 };
 
 class LocalStep : public TrainStep {
