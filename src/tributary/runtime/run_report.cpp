@@ -91,14 +91,14 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
   interval_losses_ = 0;
 }
 
-void RunReport::evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed,
+void RunReport::evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, double eval_s,
                           TrainSummary& summary) {
   summary.val_loss = result.loss;
   summary.evaluated = true;
   summary.val_ppl = std::exp(result.loss);
   summary.val_bpb = result.loss / std::log(2.0) / setup_.bytes_per_token;
   write({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
-         {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}, {"train_s", train_s_}});
+         {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}, {"eval_s", eval_s}, {"train_s", train_s_}});
   log::info("eval step {:>5} | val loss {:.4f} | ppl {:.2f} | {:.3f} bits/byte (unigram {:.3f})", step, result.loss,
             summary.val_ppl, summary.val_bpb, summary.unigram_bpb);
 }

@@ -43,7 +43,10 @@ class RunReport {
   // The result of step `step`; local parallelism adds each chunk's loss ("chunk_losses", also printed), each
   // stage's step seconds ("stage_step_s") and bytes sent forward ("stage_bytes_forward").
   void log_step(int64_t step, int64_t tokens_seen, const StepResult& result, double lr, double elapsed);
-  void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, TrainSummary& summary);
+  // `eval_s`: seconds of this invocation's evaluations before this one, which `elapsed` holds (elapsed - eval_s: time not
+  // spent evaluating, the clock of time-to-loss measurements).
+  void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, double eval_s,
+                 TrainSummary& summary);
   // summary.json: val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model).
   void write_summary(const TrainSummary& summary, const std::string& algorithm, const std::string& compression);
 

@@ -74,6 +74,7 @@ class TrainingRun {
   int64_t tokens_per_step_ = 0;  // all replicas together
   size_t num_train_tokens_ = 0;
   double flops_per_token_ = 0;
+  double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())
   Clock::time_point run_start_;
 };
 
@@ -306,7 +307,10 @@ TrainSummary TrainingRun::run() {
     if (lead_ && eval_due) {
       BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
                       fmt::format("'{}' val", config_.data.dir));
-      report_->evaluated(step, progress_.tokens, evaluate(*model_, val, tc_.eval_batches, device_), now, summary_);
+      const auto eval_start = Clock::now();
+      const EvalResult result = evaluate(*model_, val, tc_.eval_batches, device_);
+      report_->evaluated(step, progress_.tokens, result, now, eval_seconds_, summary_);
+      eval_seconds_ += seconds_since(eval_start);
     }
     if ((lead_ || replicas_ || pipelines_) && (periodic || last || stop_now)) save(step, now);
     if (last || stop_now)  // the numbers of the last steps, when they come late

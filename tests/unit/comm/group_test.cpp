@@ -43,6 +43,25 @@ TEST(Group, CollectivesAndReform) {
   });
 }
 
+// Several tensors travel as one message per run of one dtype (group.cpp); every tensor, of any shape, dtype or layout,
+// lands whole and in place.
+TEST(Group, BroadcastOfManyTensorsDeliversEachInPlace) {
+  run_ranks(3, [](comm::Group& g) {
+    const double r = g.rank();
+    auto transposed = torch::arange(6, torch::kFloat).reshape({2, 3}).add(r).t();  // not contiguous
+    std::vector<torch::Tensor> b = {torch::full({2, 3}, r), torch::full({4}, r + 10), transposed,
+                                    torch::full({2}, int64_t(g.rank()), torch::kInt64), torch::full({1}, r + 20)};
+    auto first = b[0];
+    g.broadcast(b, 1);
+    EXPECT_TRUE(first.is_same(b[0]));
+    EXPECT_TRUE(b[0].equal(torch::full({2, 3}, 1.0)));
+    EXPECT_TRUE(b[1].equal(torch::full({4}, 11.0)));
+    EXPECT_TRUE(b[2].equal(torch::arange(6, torch::kFloat).reshape({2, 3}).add(1).t()));
+    EXPECT_TRUE(b[3].equal(torch::full({2}, int64_t(1), torch::kInt64)));
+    EXPECT_TRUE(b[4].equal(torch::full({1}, 21.0)));
+  });
+}
+
 TEST(Group, MissingPeerIsANetworkErrorNotAHang) {
   // Rank 1 of 2 never shows up: forming the group must fail within the deadline.
   auto store = c10::make_intrusive<c10d::HashStore>();
