@@ -20,7 +20,7 @@ struct Plan {
 };
 
 Plan plan_layout(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const GeneticOptions& o) {
-  CostModel model(cluster, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), d_dp, d_pp);
+  CostModel model(cluster, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), d_dp, d_pp, w.sync_every);
   return {d_dp, d_pp, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), schedule_genetic(model, o)};
 }
 
@@ -37,6 +37,7 @@ struct Args {
   int d_dp = 0, d_pp = 0;
   bool search_shape = false;
   int random_k = 5000;
+  int64_t sync_every = 0;  // > 0: overrides the workload's (DiLoCo's H)
 };
 
 // The given layout, or (--search-shape) every D_DP x D_PP that divides the devices and layers.
@@ -97,7 +98,7 @@ void price_placements(const Cluster& cluster, const Workload& w, const std::vect
       fail("'{}' places {} x {} ranks but the cluster has {} devices: price it on the cluster it was planned for",
            file, placement.d_dp, placement.d_pp, cluster.size());
     CostModel model(cluster, w.c_dp(placement.d_dp, placement.d_pp), w.c_pp(placement.d_dp, placement.d_pp),
-                    placement.d_dp, placement.d_pp);
+                    placement.d_dp, placement.d_pp, w.sync_every);
     const Evaluation e = model.evaluate_pipelines(placement.pipelines);
     std::printf("price %s: %.4f s per iteration = DP %.4f + 2 x PP %.4f\n", file.c_str(), e.total, e.dp, e.pp);
   }
@@ -109,6 +110,7 @@ void run_plan(const Args& a) {
   std::vector<int> original;
   if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);
   Workload w = load_workload(a.workload);
+  if (a.sync_every > 0) w.sync_every = a.sync_every;
   if (!a.price.empty()) return price_placements(cluster, w, a.price);
   int d_dp = a.d_dp > 0 ? a.d_dp : w.d_dp, d_pp = a.d_pp > 0 ? a.d_pp : w.d_pp;
   if (d_dp == 0) {
@@ -119,11 +121,14 @@ void run_plan(const Args& a) {
   const Plan& best = *std::min_element(plans.begin(), plans.end(), [](const Plan& x, const Plan& y) {
     return x.result.evaluation.total < y.result.evaluation.total;
   });
-  CostModel model(cluster, best.c_dp, best.c_pp, best.d_dp, best.d_pp);
+  CostModel model(cluster, best.c_dp, best.c_pp, best.d_dp, best.d_pp, w.sync_every);
   const Evaluation& e = best.result.evaluation;
-  std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB, c_PP %.4f GB\n",
+  std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB%s, c_PP %.4f GB\n",
               cluster.name.c_str(), cluster.size(), a.shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(),
-              best.d_dp, best.d_pp, best.c_dp, best.c_pp);
+              best.d_dp, best.d_pp, best.c_dp,
+              w.sync_every > 1 ? fmt::format(" (an exchange every {} iterations: DP priced at 1/{})", w.sync_every,
+                                             w.sync_every).c_str() : "",
+              best.c_pp);
   std::printf("plan: %.3f s per iteration = DP %.3f + 2 x PP %.3f   (GA: %lld evaluations in %.2f s%s)\n", e.total,
               e.dp, e.pp, static_cast<long long>(best.result.evaluations), best.result.seconds,
               best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
@@ -159,6 +164,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--islands", a->ga.islands, "parallel GA islands (threads)");
   cmd->add_option("--d-dp", a->d_dp, "data-parallel degree (default: the workload's)");
   cmd->add_option("--d-pp", a->d_pp, "pipeline degree (default: the workload's)");
+  cmd->add_option("--sync-every", a->sync_every,
+                  "iterations per data-parallel exchange (DiLoCo per stage: dist.inner_steps); default: the workload's "
+                  "sync_every, 1 = data parallel")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
   cmd->add_option("--random", a->random_k, "random partitions for the random baseline")
       ->check(CLI::Range(1, 10000000));

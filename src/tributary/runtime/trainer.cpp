@@ -186,10 +186,11 @@ void TrainingRun::describe(int64_t threads) const {
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(model_->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
+  const int64_t replicas = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size;  // of the model
   log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
             "{:.1f} GFLOP/s",
             config_.data.dir, thousands(double(num_train_tokens_)), thousands(double(val_tokens_->size())),
-            dataset_->tokenizer_kind(), thousands(double(tokens_per_step_ / options_.dist.world_size)), threads,
+            dataset_->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
             summary_.peak_flops / 1e9);
   if (pipelines_) {
     const auto& par = config_.parallel;

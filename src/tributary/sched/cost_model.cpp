@@ -20,15 +20,16 @@ void check_layout(const Cluster& cluster, int d_dp, int d_pp) {
          d_dp, d_pp, d_dp * d_pp, cluster.size());
 }
 
-CostModel::CostModel(const Cluster& cluster, double c_dp_gb, double c_pp_gb, int d_dp, int d_pp)
+CostModel::CostModel(const Cluster& cluster, double c_dp_gb, double c_pp_gb, int d_dp, int d_pp, int64_t sync_every)
     : n_(cluster.size()), d_dp_(d_dp), d_pp_(d_pp), w_pp_(n_), w_dp_(n_) {
   check_layout(cluster, d_dp, d_pp);
+  if (sync_every < 1) fail("sync_every = {}: the replicas exchange every H >= 1 iterations", sync_every);
   for (int a = 0; a < n_; ++a)
     for (int b = 0; b < n_; ++b) {
       if (a == b) continue;
       const double alpha = cluster.latency_ms(a, b) / 1000.0, beta = cluster.bandwidth_gbps(a, b);
       w_pp_(a, b) = alpha + c_pp_gb * 8.0 / beta;
-      w_dp_(a, b) = alpha + c_dp_gb * 8.0 / (double(d_dp) * beta);
+      w_dp_(a, b) = (alpha + c_dp_gb * 8.0 / (double(d_dp) * beta)) / double(sync_every);
     }
 }
 

@@ -5,6 +5,8 @@
 //   edge(C_j, C_j') = bottleneck perfect matching of the two groups under w_PP
 //   PP         = open-loop TSP (Hamiltonian path) over the D_PP groups with those edges
 //   total      = DP + 2 * PP   (seconds of communication per iteration)
+// Beyond the paper: with sync_every = H (DiLoCo per stage: the replicas exchange every H iterations) w_DP is divided by
+// H, latency included, so DP is the exchange's share of one iteration; H = 1 is the paper's model.
 // Units: alpha in ms -> s, c in GB -> Gbit (x8), beta in Gbit/s.
 // Beyond the paper, reported separately: compute time of the slowest device and a memory check.
 #pragma once
@@ -28,7 +30,7 @@ struct Evaluation {
 
 class CostModel {
  public:
-  CostModel(const Cluster& cluster, double c_dp_gb, double c_pp_gb, int d_dp, int d_pp);
+  CostModel(const Cluster& cluster, double c_dp_gb, double c_pp_gb, int d_dp, int d_pp, int64_t sync_every = 1);
 
   int d_dp() const { return d_dp_; }
   int d_pp() const { return d_pp_; }

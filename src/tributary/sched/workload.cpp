@@ -34,7 +34,8 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", origin);
   static const char* known[] = {"name", "num_layers", "width", "seq_len", "global_batch", "num_parameters",
-                                "bytes_per_parameter", "bytes_per_activation", "d_dp", "d_pp", "c_dp_gb", "c_pp_gb"};
+                                "bytes_per_parameter", "bytes_per_activation", "d_dp", "d_pp", "c_dp_gb", "c_pp_gb",
+                                "sync_every"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
@@ -46,7 +47,7 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
     if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 1e18)
       fail("{}: workload field '{}' must be a non-negative number", origin, it.key());
     const bool integral = it.key() == "num_layers" || it.key() == "width" || it.key() == "seq_len" ||
-                          it.key() == "d_dp" || it.key() == "d_pp";
+                          it.key() == "d_dp" || it.key() == "d_pp" || it.key() == "sync_every";
     if (integral && (!it->is_number_integer() || it->get<double>() > 1 << 24))
       fail("{}: workload field '{}' must be a whole number up to {}", origin, it.key(), 1 << 24);
   }
@@ -63,6 +64,8 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
   w.d_pp = j.value("d_pp", 0);
   w.c_dp_gb = j.value("c_dp_gb", 0.0);
   w.c_pp_gb = j.value("c_pp_gb", 0.0);
+  w.sync_every = j.value("sync_every", int64_t{1});
+  if (w.sync_every < 1) fail("{}: workload field 'sync_every' must be at least 1 (1 = data parallel every iteration)", origin);
   const bool derived = w.num_layers > 0 && w.width > 0 && w.seq_len > 0 && w.global_batch > 0;
   if (!derived && (w.c_dp_gb <= 0 || w.c_pp_gb <= 0))
     fail("{}: give either num_layers, width, seq_len and global_batch, or c_dp_gb and c_pp_gb", origin);

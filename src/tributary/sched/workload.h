@@ -19,9 +19,14 @@ struct Workload {
   double bytes_per_activation = 2;  // activations between stages (fp16)
   int d_dp = 0, d_pp = 0;           // the layout (0: search or take from the cluster size)
   double c_dp_gb = 0, c_pp_gb = 0;  // > 0: given directly (for the layout d_dp x d_pp), overriding the derivation
+  // Iterations per data-parallel exchange: 1 = data parallel (every iteration); DiLoCo's H: each stage's replicas
+  // exchange pseudo-gradients every H steps, so an iteration pays 1/H of the exchange, latency included (CostModel's
+  // sync_every). The planner then keeps the pipelines on the good links and lets the replicas cross the slow ones.
+  int64_t sync_every = 1;
 
   double parameters() const;
-  // c_DP and c_PP in GB (1e9 bytes) for a layout; the given constants apply to the workload's own layout only.
+  // c_DP (one exchange) and c_PP in GB (1e9 bytes) for a layout; the given constants apply to the workload's own
+  // layout only.
   double c_dp(int dp, int pp) const;
   double c_pp(int dp, int pp) const;
   // Training FLOPs of one tasklet (forward + backward of one stage on one macro-batch): 6 * params/pp * tokens.

@@ -174,6 +174,39 @@ TEST(Scheduler, FindsTheOptimumOfSmallClusters) {
   }
 }
 
+// DiLoCo per stage (workload sync_every = H): an iteration pays 1/H of the replicas' exchange, so the plan turns
+// around. 2 regions x 4 devices, D_DP 2 x D_PP 4, a heavy exchange and light activations: data parallel keeps each
+// stage's replicas in one region (the pipelines cross between regions once); with H = 100 each pipeline stays in one
+// region and the replicas cross.
+TEST(Scheduler, ADiLoCoWorkloadKeepsEachPipelineInOneRegion) {
+  Cluster c = random_cluster(8, 7);
+  for (int a = 0; a < 8; ++a)
+    for (int b = 0; b < 8; ++b) {
+      const bool same = (a < 4) == (b < 4);
+      c.latency_ms(a, b) = same ? 1 : 80;
+      c.bandwidth_gbps(a, b) = same ? 10 : 0.5;
+    }
+  Workload w = parse_workload(R"({"c_dp_gb": 2.0, "c_pp_gb": 0.1})", "w.json");
+  const auto region = [](int device) { return device < 4; };
+  for (int64_t h : {1, 100}) {
+    w.sync_every = h;
+    CostModel m(c, w.c_dp(2, 4), w.c_pp(2, 4), 2, 4, w.sync_every);
+    EXPECT_DOUBLE_EQ(m.w_dp(0, 5), (0.080 + 2.0 * 8 / (2 * 0.5)) / double(h)) << "latency and bytes, both / H";
+    auto r = schedule_genetic(m, {.seed = 3, .population = 20, .offspring = 30});
+    EXPECT_NEAR(r.evaluation.total, brute_force_optimum(m), 1e-9) << "H = " << h;
+    int pipelines_in_one_region = 0, replicas_in_one_region = 0;
+    for (const auto& pipe : r.evaluation.pipelines)
+      pipelines_in_one_region += std::all_of(pipe.begin(), pipe.end(), [&](int d) { return region(d) == region(pipe[0]); });
+    for (int s = 0; s < 4; ++s)
+      replicas_in_one_region += region(r.evaluation.pipelines[0][s]) == region(r.evaluation.pipelines[1][s]);
+    if (h == 1) EXPECT_EQ(replicas_in_one_region, 4) << "data parallel: each stage's replicas share a region";
+    else EXPECT_EQ(pipelines_in_one_region, 2) << "DiLoCo, H = 100: each pipeline in one region";
+  }
+  EXPECT_NE(error_of([] { parse_workload(R"({"c_dp_gb": 2, "c_pp_gb": 1, "sync_every": 0})", "w.json"); })
+                .find("w.json: workload field 'sync_every' must be at least 1"),
+            std::string::npos);
+}
+
 TEST(Scheduler, SameSeedSamePlan) {
   Workload w = load_workload("gpt3-xl");
   Cluster c = shuffle_ids(preset("case4-regional"), 11);
