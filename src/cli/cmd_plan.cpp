@@ -4,6 +4,8 @@
 #include "cli/commands.h"
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
+#include "tributary/runtime/plan_workload.h"
+#include "tributary/runtime/run_config.h"
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/placement.h"
 
@@ -38,6 +40,9 @@ struct Args {
   bool search_shape = false;
   int random_k = 5000;
   int64_t sync_every = 0;  // > 0: overrides the workload's (DiLoCo's H)
+  std::string config;      // a training configuration to derive the workload from, instead of a workload file
+  std::vector<std::string> overrides;
+  bool workload_given = false;
 };
 
 // The given layout, or (--search-shape) every D_DP x D_PP that divides the devices and layers.
@@ -109,7 +114,10 @@ void run_plan(const Args& a) {
   Cluster cluster = load_cluster(a.cluster);
   std::vector<int> original;
   if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);
-  Workload w = load_workload(a.workload);
+  if (!a.config.empty() && a.workload_given)
+    fail("plan: give a workload file or --config, not both (--config derives the workload from the training config)");
+  Workload w = a.config.empty() ? load_workload(a.workload)
+                                : workload_of(RunConfig::load(a.config, a.overrides), cluster.size(), a.config);
   if (a.sync_every > 0) w.sync_every = a.sync_every;
   if (!a.price.empty()) return price_placements(cluster, w, a.price);
   int d_dp = a.d_dp > 0 ? a.d_dp : w.d_dp, d_pp = a.d_pp > 0 ? a.d_pp : w.d_pp;
@@ -168,13 +176,20 @@ void add_plan(CLI::App& app) {
                   "iterations per data-parallel exchange (DiLoCo per stage: dist.inner_steps); default: the workload's "
                   "sync_every, 1 = data parallel")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--config", a->config,
+                  "derive the workload from this training config (model, batch, parallel.pipeline_stages, wire "
+                  "compression, DiLoCo's inner_steps), so the plan prices the run `train` will do");
+  cmd->add_option("--set", a->overrides, "override a key of --config: --set model.width=512 (repeatable)");
   cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
   cmd->add_option("--random", a->random_k, "random partitions for the random baseline")
       ->check(CLI::Range(1, 10000000));
   cmd->get_option("--d-dp")->check(CLI::Range(0, 1 << 20));
   cmd->get_option("--d-pp")->check(CLI::Range(0, 1 << 20));
   cmd->get_option("--shuffle-ids")->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
-  cmd->callback([a]() { run_plan(*a); });
+  cmd->callback([a, cmd]() {
+    a->workload_given = cmd->get_option("workload")->count() > 0;
+    run_plan(*a);
+  });
 }
 
 }  // namespace tributary::cli

@@ -25,6 +25,9 @@ struct ModelConfig {
   int64_t head_dim() const { return width / num_heads; }
   int64_t resolved_mlp_hidden() const;
   int64_t blocks_per_level() const { return num_layers / num_levels; }
+  // Parameters of the dense model (Transformer::num_parameters) for a vocabulary of `vocab` tokens, computed from the
+  // shape alone (the scheduler's workload needs it without building the model).
+  int64_t num_parameters(int64_t vocab) const;
 };
 
 }  // namespace tributary

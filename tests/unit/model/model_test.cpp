@@ -70,3 +70,17 @@ TEST(Transformer, LoadRefusesMismatchedCheckpoint) {
   load_parameters(same, safetensors::File::parse(bytes, "ok"));
   EXPECT_TRUE(same.parameters()[1].equal(m.parameters()[1]));
 }
+
+// The scheduler prices a model from its shape alone (ModelConfig::num_parameters): it must count what the model holds.
+TEST(Transformer, ShapeAloneCountsItsParameters) {
+  for (const char* mlp : {"swiglu", "gelu"})
+    for (const char* positions : {"rope", "learned"})
+      for (bool tied : {true, false}) {
+        ModelConfig c = small();
+        c.mlp = mlp;
+        c.positions = positions;
+        c.tie_embeddings = tied;
+        EXPECT_EQ(c.num_parameters(c.vocab_size), Transformer(c).num_parameters())
+            << mlp << " " << positions << " tied " << tied;
+      }
+}

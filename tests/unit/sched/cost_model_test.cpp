@@ -14,6 +14,7 @@
 #include "tributary/sched/cost_model.h"
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/placement.h"
+#include "tributary/runtime/plan_workload.h"
 
 using namespace tributary;
 using namespace tributary::sched;
@@ -309,4 +310,34 @@ TEST(Placement, ReadBackAndBadFilesNamed) {
     }
   }
   fs::remove_all(dir);
+}
+
+// plan --config: the workload is the training run's. 8 devices, 4 stages of an 8-block model, DiLoCo every 10 steps
+// with int8 pseudo-gradients and int8 activations; data parallel sends fp32 every step; what cannot be priced is named.
+TEST(Placement, TheWorkloadOfATrainingConfigIsTheRunsOwn) {
+  const std::vector<std::string> base = {"model.vocab_size=257", "model.num_layers=8", "model.width=128",
+                                         "model.num_heads=4", "model.context=64", "train.batch_size=8",
+                                         "parallel.pipeline_stages=4", "model.tie_embeddings=false"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return workload_of(RunConfig::load("", more), 8, "cfg.toml");
+  };
+  Workload w = with({"dist.algorithm=diloco", "dist.inner_steps=10", "dist.compression=int8",
+                     "parallel.activation_compression=int8"});
+  EXPECT_EQ(w.d_pp, 4);
+  EXPECT_EQ(w.d_dp, 2);
+  EXPECT_EQ(w.sync_every, 10);
+  EXPECT_EQ(w.bytes_per_parameter, 1.0);
+  EXPECT_EQ(w.bytes_per_activation, 1.0);
+  EXPECT_EQ(w.global_batch, 16.0) << "8 sequences per pipeline, 2 pipelines";
+  // 257 x 128 x 2 (untied embeddings) + 8 blocks x 213,248 + the final norm's 128 (model_test checks the formula)
+  EXPECT_EQ(w.num_parameters, 1771904.0);
+  EXPECT_DOUBLE_EQ(w.c_pp(2, 4), 64.0 * 128 * 1 * 8 / 1e9);
+  Workload ddp = with({"dist.algorithm=ddp", "dist.inner_steps=10"});
+  EXPECT_EQ(ddp.sync_every, 1);
+  EXPECT_EQ(ddp.bytes_per_parameter, 4.0) << "data parallel all-reduces fp32 gradients";
+  EXPECT_NE(error_of([&] { with({"dist.compression=topk"}); }).find("dist.compression = topk"), std::string::npos);
+  EXPECT_NE(error_of([&] { workload_of(RunConfig::load("", base), 6, "cfg.toml"); })
+                .find("parallel.pipeline_stages = 4 does not divide the cluster's 6 devices"),
+            std::string::npos);
 }
