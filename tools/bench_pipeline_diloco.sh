@@ -11,13 +11,14 @@
 # ACT: parallel.activation_compression of both runs (fp32, or e.g. int8; the DiLoCo plan prices its bytes).
 # Time = `elapsed_s - eval_s` of the evaluation record (wall clock in the loop less the evaluations' forward passes).
 # Run from the repository root after ./run build. Overrides: B, D, SRC, DEVICES, SEED, STEPS, DL_STEPS, H,
-# EVAL_EVERY, COMPRESSION (DiLoCo's codec), PLACEMENTS, REPS, DILOCO_PLAN, ACT.
+# EVAL_EVERY, COMPRESSION (DiLoCo's codec), PLACEMENTS, REPS, DILOCO_PLAN, ACT, WARMUP_DDP (DiLoCo's data-parallel
+# warm-up steps, dist.warmup_ddp_steps).
 set -e
 B=${B:-./build/tributary}; D=${D:-./build/testdata}
 SRC=${SRC:-../shared/reference/networks/case5-worldwide.json}; DEVICES=${DEVICES:-0,1,8,9,24,25,48,49}
 SEED=${SEED:-7}; STEPS=${STEPS:-60}; DL_STEPS=${DL_STEPS:-$STEPS}; H=${H:-10}; EVAL_EVERY=${EVAL_EVERY:-5}
 COMPRESSION=${COMPRESSION:-fp32}; PLACEMENTS=${PLACEMENTS:-plan}; REPS=${REPS:-1}; DILOCO_PLAN=${DILOCO_PLAN:-0}
-ACT=${ACT:-fp32}
+ACT=${ACT:-fp32}; WARMUP_DDP=${WARMUP_DDP:-0}
 W=$(mktemp -d)
 source tools/bench_small_setup.sh  # $W/cluster.json, $W/workload.json
 $B plan $W/cluster.json $W/workload.json --out $W/plan.json --seed 1 | grep -E "^plan"
@@ -65,7 +66,7 @@ for p in $PLACEMENTS; do
     dl_placement=$p; [ "$DILOCO_PLAN" = 1 ] && dl_placement=plan-diloco
     $B launch --nproc 8 -- $T --set train.run_dir=$W/run --set parallel.placement=$W/$dl_placement.json \
       --set train.steps=$DL_STEPS --set dist.algorithm=diloco --set dist.inner_steps=$H \
-      --set dist.compression=$COMPRESSION >$W/diloco.log 2>&1 || { echo "$p diloco: run failed (see $W/diloco.log)"; exit 1; }
-    report "$dl_placement diloco H=$H $COMPRESSION rep$rep" "$target"
+      --set dist.compression=$COMPRESSION --set dist.warmup_ddp_steps=$WARMUP_DDP >$W/diloco.log 2>&1 || { echo "$p diloco: run failed (see $W/diloco.log)"; exit 1; }
+    report "$dl_placement diloco H=$H $COMPRESSION warm-up $WARMUP_DDP rep$rep" "$target"
   done
 done

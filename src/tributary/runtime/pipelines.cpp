@@ -62,9 +62,12 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env) {
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", pipeline_));
-  if (num_pipelines_ > 1 && config.dist.algorithm == "ddp")
+  const bool diloco = config.dist.algorithm == "diloco";
+  if (num_pipelines_ > 1 && (!diloco || config.dist.warmup_ddp_steps > 0)) {  // data parallel, or DiLoCo's warm-up
     data_ = std::make_unique<comm::Group>(store, int(pipeline_), int(num_pipelines_), options_among(data_members),
                                           fmt::format("data.{}", stage_));
+    data_parallel_steps_ = diloco ? config.dist.warmup_ddp_steps : -1;
+  }
   if (num_pipelines_ > 1 && config.dist.algorithm == "diloco")  // the exchange pads with the modelled time itself
     stage_replicas_ = std::make_unique<Replicas>(
         config, ReplicaGroup{.store = store, .rank = int(pipeline_), .size = int(num_pipelines_),

@@ -33,10 +33,10 @@ class Pipelines {
   int64_t num_pipelines() const { return num_pipelines_; }
   const pipeline::StageLayout& layout() const { return layout_; }
   pipeline::ScheduleSpec schedule() const { return schedule_; }
-  pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get()}; }
+  pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get(), data_parallel_steps_}; }
   // DiLoCo per stage (dist.algorithm = diloco, more than one pipeline): this stage's replicas across the pipelines,
-  // which take outer steps every H inner steps instead of averaging gradients every step (then groups().data is
-  // null). Null otherwise.
+  // which take outer steps every H inner steps instead of averaging gradients every step (groups().data averages
+  // only during dist.warmup_ddp_steps, and is null without a warm-up). Null otherwise.
   Replicas* stage_replicas() { return stage_replicas_.get(); }
   // Local parallelism (local.chunks > 0): the pipeline's lagged sum of the stages' numbers, lag local.queue_steps.
   comm::LaggedReduce* stage_report() { return report_.get(); }
@@ -59,6 +59,7 @@ class Pipelines {
   pipeline::ScheduleSpec schedule_;
   int64_t stage_ = 0, pipeline_ = 0, num_pipelines_ = 1;
   std::unique_ptr<comm::Group> pipe_, tie_, data_;
+  int64_t data_parallel_steps_ = -1;  // data_ averages every step (-1) or during the DiLoCo warm-up only
   std::unique_ptr<comm::Group> world_;  // every rank: the checkpoint protocol
   std::unique_ptr<Replicas> stage_replicas_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;

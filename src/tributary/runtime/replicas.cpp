@@ -41,8 +41,8 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
 }
 
 Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
-    : config_(config), ddp_(config.dist.algorithm == "ddp") {
-  TRIB_CHECK(config.dist.warmup_ddp_steps == 0, "a part's replicas take no data-parallel warm-up");
+    : config_(config), ddp_(config.dist.algorithm == "ddp"), part_(true) {
+  TRIB_CHECK(!ddp_, "a part's data-parallel replicas average in its step, not here");
   build(group.store, group.rank, group.size, std::move(group.link), group.prefix);
 }
 
@@ -122,7 +122,7 @@ void Replicas::start(NamedTensors& params, int64_t step, const safetensors::File
   const std::string when = step == 0 ? "at start" : fmt::format("when resuming at step {}", step);
   in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
   if (ddp_ || in_warmup_) {
-    data_parallel_ = std::make_unique<DataParallel>(params, config_.dist.bucket_mb, *reducer_);
+    if (!part_) data_parallel_ = std::make_unique<DataParallel>(params, config_.dist.bucket_mb, *reducer_);
     check_->now(params, when);
     return;
   }
@@ -145,7 +145,7 @@ void Replicas::before_backward(bool last_micro_batch, bool single_micro_batch) {
 }
 
 void Replicas::after_backward(NamedTensors& params) {
-  if (averaging_gradients()) data_parallel_->after_backward(params);
+  if (data_parallel_ && averaging_gradients()) data_parallel_->after_backward(params);
 }
 
 bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {

@@ -44,7 +44,8 @@ class Replicas {
   // Rendezvous: connects the store and forms the group of every rank; refuses ranks whose resolved configs differ.
   Replicas(const RunConfig& config, const DistEnv& env);
   // The replicas of a part of the model (the run's rendezvous is done): no stop vote of their own (the run's covers
-  // every rank), no data-parallel warm-up.
+  // every rank). During a data-parallel warm-up the part's step averages its gradients itself (a pipeline stage over
+  // its data group); these replicas only start DiLoCo when it ends.
   Replicas(const RunConfig& config, ReplicaGroup group);
   ~Replicas();
 
@@ -93,6 +94,7 @@ class Replicas {
   RunConfig config_;
   bool ddp_;
   bool in_warmup_ = false;  // DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)
+  bool part_ = false;       // a part's replicas: its step averages the warm-up's gradients, not DataParallel hooks
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::Exchange> exchange_;

@@ -254,10 +254,6 @@ void RunConfig::validate() const {
       fail("parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
            "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
            dist.compression);
-    if (dist.algorithm == "diloco" && dist.warmup_ddp_steps > 0)
-      fail("dist.warmup_ddp_steps = {} with parallel.pipeline_stages > 1: DiLoCo per stage has no data-parallel "
-           "warm-up yet; set it to 0",
-           dist.warmup_ddp_steps);
   }
 }
 

@@ -107,7 +107,7 @@ double LocalStage::forward_backward(int64_t step) {
   }
   if (overlap && !last_) take_overlap_gradients(step, outputs);
   retire_sends(step + 1 - p_.report->lag());  // lag 0: every message of this step delivered
-  stats_.data_parallel_bytes += pipeline::reduce_stage_gradients(p_.params, p_.groups, p_.stage, first_, last_);
+  stats_.data_parallel_bytes += pipeline::reduce_stage_gradients(p_.params, p_.groups, p_.stage, first_, last_, step);
   return loss_sum;
 }
 

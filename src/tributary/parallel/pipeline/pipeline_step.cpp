@@ -110,7 +110,7 @@ double PipelineStep::forward_backward(int64_t step) {
   for (auto& s : sends_) s.wait();  // every message of this step delivered before its buffer goes
   sends_.clear();
   send_buffers_.clear();
-  stats_.data_parallel_bytes += reduce_stage_gradients(p_.params, p_.groups, p_.stage, first_, last_);
+  stats_.data_parallel_bytes += reduce_stage_gradients(p_.params, p_.groups, p_.stage, first_, last_, step);
   return loss_sum_;  // meaningful on the last stage; run() shares it
 }
 

@@ -28,6 +28,12 @@ struct PipelineGroups {
   comm::Group* pipe = nullptr;  // this pipeline's stages; group rank = stage
   comm::Group* tie = nullptr;   // {first stage, last stage} when embeddings are tied and stages > 1; else null
   comm::Group* data = nullptr;  // this stage's replicas in the other pipelines (data parallel); null for one pipeline
+  // Gradients are averaged over `data` in steps 0 .. data_parallel_steps - 1 only (DiLoCo per stage after a
+  // data-parallel warm-up); -1: every step (data parallel).
+  int64_t data_parallel_steps = -1;
+  bool averaging(int64_t step) const {
+    return data && data->size() > 1 && (data_parallel_steps < 0 || step < data_parallel_steps);
+  }
 };
 
 struct PipelineStepParts {

@@ -6,7 +6,7 @@
 namespace tributary::pipeline {
 
 int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& groups, int64_t stage, bool first,
-                               bool last) {
+                               bool last, int64_t step) {
   torch::NoGradGuard no_grad;
   if (groups.tie && (first || last)) {  // the tied embedding: lookup gradient + head gradient
     torch::Tensor g;
@@ -17,7 +17,7 @@ int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& group
     groups.tie->all_reduce_sum(one);
     g.copy_(one[0]);
   }
-  if (!groups.data || groups.data->size() < 2) return 0;
+  if (!groups.averaging(step)) return 0;
   std::vector<torch::Tensor> grads, parts;
   for (auto& [name, t] : params)
     if (t.grad().defined()) {
