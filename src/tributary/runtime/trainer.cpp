@@ -1,5 +1,7 @@
 #include "tributary/runtime/trainer.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 
 #include "tributary/core/clock.h"
@@ -59,6 +61,7 @@ class TrainingRun {
   std::function<pipeline::PipelineStats()> take_stage_stats_;  // the step's, when it is a pipeline stage's
   pipeline::PipelineStats stage_stats_;              // summed over the run
   double sync_bytes_ = 0;  // sent to keep this stage's replicas together: gradient all-reduce or DiLoCo exchanges
+  double peak_rss_mb_ = 0;  // a stage's process after its last step
   std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
   std::shared_ptr<Transformer> model_;
@@ -248,11 +251,13 @@ void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
 void TrainingRun::summarise_stages(double train_seconds) {
   const auto& s = stage_stats_;
   const auto all = pipelines_->gather_stages({s.compute_s, s.blocked_s, double(s.activation_bytes),
-                                              double(s.gradient_bytes), train_seconds, sync_bytes_});
+                                              double(s.gradient_bytes), train_seconds, sync_bytes_,
+                                              peak_rss_mb_});
   summary_.stages = nlohmann::json::array();
   for (const auto& v : all)
     summary_.stages.push_back({{"compute_s", v[0]}, {"blocked_s", v[1]}, {"bubble", v[4] > 0 ? 1.0 - v[0] / v[4] : 0.0},
-                               {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}, {"sync_bytes", v[5]}});
+                               {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}, {"sync_bytes", v[5]},
+                               {"peak_rss_mb", v[6]}});
 }
 
 void TrainingRun::save(int64_t step, double elapsed) {
@@ -285,7 +290,12 @@ TrainSummary TrainingRun::run() {
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;
     const bool synced = sync(step, lr);
-    if (take_stage_stats_) add_stage_stats(take_stage_stats_());
+    if (take_stage_stats_) {
+      add_stage_stats(take_stage_stats_());
+      rusage usage{};  // the peak resident memory of training (model, optimizer, stashed activations), read before
+      getrusage(RUSAGE_SELF, &usage);  // the last step's consolidation and checkpoint add theirs
+      peak_rss_mb_ = double(usage.ru_maxrss) / 1024.0;
+    }
     const double dt = seconds_since(step_start);
     train_seconds += dt;
     report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
