@@ -1,9 +1,9 @@
 #include "tributary/runtime/run_config.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "tributary/core/error.h"
+#include "tributary/core/number_list.h"
 
 namespace tributary {
 
@@ -126,23 +126,11 @@ void validate_local(const RunConfig& c) {
 std::vector<double> lr_scales(const LocalConfig& local) {
   const auto K = static_cast<size_t>(std::max<int64_t>(local.chunks, 1));
   if (local.lr_scale.empty()) return std::vector<double>(K, 1.0);
-  std::vector<double> out;
-  std::stringstream in(local.lr_scale);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    double v = 0;
-    try {
-      size_t used = 0;
-      v = std::stod(item, &used);
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      fail("local.lr_scale = '{}': '{}' is not a number (write one multiplier per chunk, e.g. \"1,0.5\")",
-           local.lr_scale, item);
-    }
+  const auto out =
+      parse_number_list(local.lr_scale, "local.lr_scale", "write one multiplier per chunk, e.g. \"1,0.5\"");
+  for (double v : out)
     if (!(v > 0 && v <= 100))
       fail("local.lr_scale = '{}': {} is outside (0, 100] (a multiplier of optim.lr)", local.lr_scale, v);
-    out.push_back(v);
-  }
   if (out.size() != K)
     fail("local.lr_scale = '{}' names {} chunks but local.chunks = {}: give one multiplier per chunk",
          local.lr_scale, out.size(), K);

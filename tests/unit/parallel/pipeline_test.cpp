@@ -161,7 +161,7 @@ TEST(Pipeline, EmulatedLinksDelayTheStepsAndChangeNoNumber) {
 TEST(Pipeline, BadLayoutsAreRefusedNamingTheKey) {
   EXPECT_EQ(StageLayout::balanced(5, 2).first_block, (std::vector<int64_t>{0, 3, 5}));
   EXPECT_EQ(StageLayout::parse("1,4", 5, 2, "parallel.stage_layers").first_block, (std::vector<int64_t>{0, 1, 5}));
-  for (const char* bad : {"1,3", "2,2,1", "0,5", "x,4"}) {
+  for (const char* bad : {"1,3", "2,2,1", "0,5", "x,4", "2.5,2.5"}) {
     try {
       StageLayout::parse(bad, 5, 2, "parallel.stage_layers");
       ADD_FAILURE() << bad;

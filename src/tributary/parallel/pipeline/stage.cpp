@@ -2,9 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <sstream>
+#include <cmath>
 
 #include "tributary/core/error.h"
+#include "tributary/core/number_list.h"
 #include "tributary/model/param_name.h"
 
 namespace tributary::pipeline {
@@ -22,18 +23,10 @@ StageLayout StageLayout::balanced(int64_t num_blocks, int64_t stages) {
 StageLayout StageLayout::parse(const std::string& text, int64_t num_blocks, int64_t stages, const std::string& key) {
   if (text.empty()) return balanced(num_blocks, stages);
   StageLayout out{{0}};
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    int64_t n = 0;
-    try {
-      size_t used = 0;
-      n = std::stoll(item, &used);
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      fail("{} = '{}': '{}' is not a number of blocks (write e.g. \"3,5\")", key, text, item);
-    }
-    if (n < 1) fail("{} = '{}': every stage needs at least one block", key, text);
+  for (double v : parse_number_list(text, key, "blocks per stage, e.g. \"3,5\"")) {
+    if (v < 1 || v != std::floor(v) || v > 1e9)
+      fail("{} = '{}': every stage needs a whole number of blocks, at least one", key, text);
+    const auto n = static_cast<int64_t>(v);
     out.first_block.push_back(out.first_block.back() + n);
   }
   if (out.stages() != stages)
