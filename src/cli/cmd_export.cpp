@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/hf_export.h"
 
 namespace tributary::cli {
 
@@ -23,6 +24,25 @@ void add_export_path(CLI::App& app) {
     auto dir = export_path(run, args->path, args->out, args->early_stopped);
     log::info("path {} ({}) written as a dense checkpoint: {}", args->path,
               fmt::format("{}", fmt::join(run.grid.modules_of_path(args->path), " + ")), dir.string());
+  });
+}
+
+void add_export(CLI::App& app) {
+  struct Args {
+    std::string run, format = "hf", out;
+    int64_t path = -1;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("export", "write a trained model in another layout (hf: Hugging Face Llama)");
+  cmd->add_option("run", args->run, "run directory (its latest checkpoint) or checkpoint directory")->required();
+  cmd->add_option("--format", args->format, "hf: config.json + model.safetensors of LlamaForCausalLM")
+      ->check(CLI::IsMember({"hf"}));
+  cmd->add_option("--out", args->out, "new or empty output directory")->required();
+  cmd->add_option("--path", args->path, "DiPaCo runs: the path to export (0 .. paths-1)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->callback([args]() {
+    const auto dir = export_hf(args->run, args->out, args->path >= 0 ? std::optional(args->path) : std::nullopt);
+    log::info("exported '{}' in the Hugging Face Llama layout: {}", args->run, dir.string());
   });
 }
 

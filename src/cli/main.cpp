@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_launch(app);
   tributary::cli::add_route(app);
   tributary::cli::add_export_path(app);
+  tributary::cli::add_export(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -111,6 +111,21 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   auto tokens = torch::randint(0, 257, {2, 40}, torch::kInt64);
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(routed.forward(tokens), loaded.model->forward(tokens)));
+  // export --format hf --path 2 writes that path in the Hugging Face layout: the same tensors as the dense export.
+  fs::remove_all(work() / "hf_path");
+  auto [rc4, out4] = sh(cli + " export " + (work() / "run").string() + " --format hf --path 2 --out " +
+                        (work() / "hf_path").string());
+  ASSERT_EQ(rc4, 0) << out4;
+  auto hf = safetensors::File::load(work() / "hf_path" / "model.safetensors");
+  for (const auto& [name, t] : named_parameters_of(*loaded.model))
+    if (name == "embed_tok.weight") {
+      EXPECT_TRUE(torch::equal(to_torch(hf.at("model.embed_tokens.weight")), t));
+    }
+  EXPECT_EQ(hf.tensors().size(), 1 + 9 * run.config.model.num_layers + 1 + (run.config.model.tie_embeddings ? 0 : 1));
+  auto [rc5, out5] = sh(cli + " export " + (work() / "run").string() + " --format hf --out " +
+                        (work() / "hf_nopath").string());
+  EXPECT_NE(rc5, 0);
+  EXPECT_NE(out5.find("is a DiPaCo run: say which path to export with --path P"), std::string::npos) << out5;
   // Out-of-range paths are refused with the valid range.
   auto [rc3, out3] = sh(cli + " export-path " + (work() / "run").string() + " --path 4 --out " +
                         (work() / "nope").string());

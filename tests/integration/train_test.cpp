@@ -208,6 +208,21 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   EXPECT_NE(out.find("chunk 1 (blocks 2-3) model head: loss " + model_loss), std::string::npos) << out;
   std::tie(rc, out) = run_cli("eval " + first.run_dir.string() + " --batches 1 --threads 1 --all-heads");
   EXPECT_EQ(rc, 0) << out;
+  // export writes the dense model in the Hugging Face Llama layout (model/hf_llama.h): the heads stay behind, and an
+  // --out that already holds files is refused, not overwritten.
+  const auto hf = full.run_dir.parent_path() / "local_hf";
+  fs::remove_all(hf);
+  const std::string do_export = "export " + full.run_dir.string() + " --format hf --out " + hf.string();
+  std::tie(rc, out) = run_cli(do_export);
+  EXPECT_EQ(rc, 0) << out;
+  const auto exported = safetensors::File::load(hf / "model.safetensors");
+  EXPECT_EQ(exported.tensors().count("model.layers.3.mlp.gate_proj.weight"), 1u);
+  for (const auto& [name, view] : exported.tensors()) EXPECT_EQ(name.find("aux"), std::string::npos) << name;
+  EXPECT_NE(read_file(hf / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
+  EXPECT_NE(read_file(hf / "tributary_tokenizer.json").find("\"byte\""), std::string::npos);
+  std::tie(rc, out) = run_cli(do_export);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("already holds files"), std::string::npos) << out;
   auto plain = train(tiny("local_none", {"train.steps=2", "optim.warmup_steps=1"}), {});
   std::tie(rc, out) = run_cli("eval " + plain.run_dir.string() + " --batches 1 --threads 1 --all-heads");
   EXPECT_NE(rc, 0) << out;

@@ -34,7 +34,7 @@ torch::Device parse_device(const std::string& spec) {
 LoadedModel load_model(const std::string& path, const torch::Device& device) {
   auto ckpt = load_checkpoint(path);
   LoadedModel out{RunConfig::from_toml(ckpt.config_toml, (ckpt.dir / "config.toml").string()), nullptr, nullptr,
-                  ckpt.state.value("step", int64_t{0})};
+                  ckpt.state.value("step", int64_t{0}), ckpt.dir};
   out.model = std::make_shared<Transformer>(out.config.model);
   load_parameters(*out.model, ckpt.model);
   out.model->to(device);

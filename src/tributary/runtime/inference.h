@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "tributary/core/fs.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/eval.h"
@@ -29,6 +30,7 @@ struct LoadedModel {
   std::shared_ptr<Transformer> model;
   std::unique_ptr<Tokenizer> tokenizer;
   int64_t step = 0;
+  fs::path dir;  // the checkpoint directory it came from
 };
 // `path`: a checkpoint directory or a run directory (its latest checkpoint).
 LoadedModel load_model(const std::string& path, const torch::Device& device);

@@ -1,0 +1,61 @@
+#include "tributary/runtime/hf_export.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tributary/core/error.h"
+#include "tributary/model/hf_llama.h"
+#include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/inference.h"
+
+namespace tributary {
+
+namespace {
+
+// A DiPaCo path assembled as a dense checkpoint in a scratch directory of our own, removed when done.
+struct PathCheckpoint {
+  fs::path dir;
+  PathCheckpoint(const fs::path& run_dir, int64_t path) {
+    const DipacoRun run = load_dipaco_run(run_dir);
+    run.grid.path_modules(path);  // Error naming the range when out of it
+    dir = fs::temp_directory_path() / fmt::format("tributary-export-{}-{}", ::getpid(), path);
+    fs::remove_all(dir);
+    export_path(run, path, dir, /*early_stopped=*/false);
+  }
+  ~PathCheckpoint() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+};
+
+}  // namespace
+
+fs::path export_hf(const std::string& run_or_checkpoint, const fs::path& out, std::optional<int64_t> path) {
+  if (fs::exists(out) && !fs::is_empty(out))
+    fail("--out '{}' already holds files: export into a new or empty directory (nothing there is overwritten)",
+         out.string());
+  const bool dipaco = fs::exists(fs::path(run_or_checkpoint) / "dipaco.json");
+  if (dipaco && !path) fail("'{}' is a DiPaCo run: say which path to export with --path P", run_or_checkpoint);
+  if (!dipaco && path) fail("--path {}: '{}' is not a DiPaCo run (it has one model)", *path, run_or_checkpoint);
+  std::optional<PathCheckpoint> assembled;
+  if (dipaco) assembled.emplace(run_or_checkpoint, *path);
+  const LoadedModel loaded = load_model(dipaco ? assembled->dir.string() : run_or_checkpoint, torch::kCPU);
+  const ModelConfig& c = loaded.config.model;
+  check_llama_shaped(c);
+  fs::create_directories(out);
+  write_file_atomic(out / "config.json", hf_llama_config_json(c));
+  write_file_atomic(out / "model.safetensors", tensors_to_safetensors(to_hf_llama(*loaded.model), {{"format", "pt"}}));
+  nlohmann::json tokenizer = {{"type", loaded.tokenizer->kind()}, {"vocab_size", loaded.tokenizer->vocab_size()},
+                              {"eot_id", loaded.tokenizer->eot_id()}};
+  if (loaded.tokenizer->kind() == "byte") {
+    tokenizer["ids"] = "id b < 256 is the byte b; 256 ends a document";
+  } else {
+    write_file_atomic(out / "tokenizer.model", read_file(loaded.dir / "tokenizer.model"));
+    tokenizer["file"] = "tokenizer.model";
+  }
+  write_file_atomic(out / "tributary_tokenizer.json", tokenizer.dump(2) + "\n");
+  return out;
+}
+
+}  // namespace tributary

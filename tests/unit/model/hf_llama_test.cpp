@@ -1,0 +1,104 @@
+// The Hugging Face Llama layout (model/hf_llama.h) against an independent Llama forward pass written from the
+// Hugging Face formulas (modeling_llama: RMSNorm, rotate_half RoPE with inv_freq = theta^(-2i/D), causal softmax of
+// q k^T / sqrt(D), SwiGLU = down(silu(gate x) * up x)) over the exported tensors only: its logits equal ours.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+
+#include "support/error_of.h"
+#include "tributary/model/hf_llama.h"
+
+using namespace tributary;
+
+namespace {
+
+ModelConfig llama_like(bool tied) {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.num_layers = 4;
+  c.num_levels = 2;  // blocks of two levels number on across them
+  c.width = 32;
+  c.num_heads = 4;
+  c.context = 16;
+  c.tie_embeddings = tied;
+  c.rope_theta = 500.0;
+  return c;
+}
+
+torch::Tensor rms(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
+}
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto h = x.chunk(2, -1);
+  return torch::cat({-h[1], h[0]}, -1);
+}
+
+torch::Tensor hf_forward(const std::map<std::string, torch::Tensor>& w, const nlohmann::json& cfg,
+                         const torch::Tensor& tokens) {
+  const int64_t B = tokens.size(0), T = tokens.size(1), C = cfg["hidden_size"], H = cfg["num_attention_heads"];
+  const int64_t D = C / H, L = cfg["num_hidden_layers"];
+  const double eps = cfg["rms_norm_eps"], theta = cfg["rope_theta"];
+  auto x = w.at("model.embed_tokens.weight").index_select(0, tokens.reshape(-1)).view({B, T, C});
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, D, 2, torch::kFloat64) / double(D));
+  auto freqs = torch::outer(torch::arange(T, torch::kFloat64), inv_freq);
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos().to(torch::kFloat32), sin = emb.sin().to(torch::kFloat32);
+  auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto h = rms(x, w.at(p + "input_layernorm.weight"), eps);
+    auto q = heads(torch::matmul(h, w.at(p + "self_attn.q_proj.weight").t()));
+    auto k = heads(torch::matmul(h, w.at(p + "self_attn.k_proj.weight").t()));
+    auto v = heads(torch::matmul(h, w.at(p + "self_attn.v_proj.weight").t()));
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(D));
+    auto att = torch::softmax(scores.masked_fill(mask, -INFINITY), -1);
+    auto o = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
+    x = x + torch::matmul(o, w.at(p + "self_attn.o_proj.weight").t());
+    h = rms(x, w.at(p + "post_attention_layernorm.weight"), eps);
+    auto gate = torch::matmul(h, w.at(p + "mlp.gate_proj.weight").t());
+    auto up = torch::matmul(h, w.at(p + "mlp.up_proj.weight").t());
+    x = x + torch::matmul(torch::silu(gate) * up, w.at(p + "mlp.down_proj.weight").t());
+  }
+  x = rms(x, w.at("model.norm.weight"), eps);
+  const bool tied = cfg["tie_word_embeddings"];
+  return torch::matmul(x, w.at(tied ? "model.embed_tokens.weight" : "lm_head.weight").t());
+}
+
+}  // namespace
+
+TEST(HfLlama, ExportedTensorsComputeOurLogitsWithTheHuggingFaceFormulas) {
+  for (bool tied : {true, false}) {
+    torch::manual_seed(5);
+    const ModelConfig c = llama_like(tied);
+    Transformer model(c);
+    const auto cfg = nlohmann::json::parse(hf_llama_config_json(c));
+    EXPECT_EQ(cfg["intermediate_size"], c.resolved_mlp_hidden());
+    EXPECT_EQ(cfg["num_key_value_heads"], c.num_heads);
+    std::map<std::string, torch::Tensor> w;
+    for (auto& [name, t] : to_hf_llama(model)) EXPECT_TRUE(w.emplace(name, t).second) << "twice: " << name;
+    EXPECT_EQ(w.size(), size_t(1 + 9 * c.num_layers + 1 + (tied ? 0 : 1))) << "tied " << tied;
+    EXPECT_EQ(w.count("lm_head.weight"), tied ? 0u : 1u);
+    auto tokens = torch::randint(c.vocab_size, {2, c.context}, torch::kInt64);
+    torch::NoGradGuard no_grad;
+    auto ours = model.forward(tokens), theirs = hf_forward(w, cfg, tokens);
+    EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-5))
+        << "tied " << tied << " max diff " << (ours - theirs).abs().max().item<double>();
+  }
+}
+
+TEST(HfLlama, AModelWithoutALlamaCounterpartIsRefusedNamingTheKey) {
+  ModelConfig c = llama_like(true);
+  c.mlp = "gelu";
+  EXPECT_NE(test_support::error_of([&] { hf_llama_config_json(c); }).find("model.mlp = gelu"), std::string::npos);
+  c = llama_like(true);
+  c.positions = "learned";
+  EXPECT_NE(test_support::error_of([&] { to_hf_llama(Transformer(c)); }).find("model.positions = learned"),
+            std::string::npos);
+}
