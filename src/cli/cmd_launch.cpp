@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "tributary/comm/store.h"
 #include "tributary/runtime/launcher.h"
 
 namespace tributary::cli {
@@ -13,9 +14,12 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--master-port", o->master_port, "rendezvous port (default: a free one, single machine only; required with --nnodes > 1)");
   cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
   cmd->add_option("--max-failures", o->max_failures,
-                  "workers (not rank 0) that may die while the others carry on (DiPaCo re-queues their tasks)");
+                  "workers (rank 0 included) that may die while the others carry on (DiPaCo re-queues their tasks; dist.fault_tolerant DiLoCo re-forms without them)");
   cmd->add_option("command", o->command, "the worker's tributary command, after --")->required();
   cmd->callback([o]() {
+    o->host_store = [](int port) -> std::shared_ptr<void> {
+      return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
+    };
     int code = launch(*o);
     if (code != 0) throw CLI::RuntimeError(code);
   });

@@ -66,6 +66,13 @@ class Exchange {
   void reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,
                             const std::function<void(torch::Tensor&)>& update);
 
+  // After the group re-formed with other members (fault tolerance): the ring tags restart (ranks may have left a
+  // failed round at different steps) and the emulated links are the new members' (`link`, when emulating).
+  void regroup(std::optional<LinkModel> link) {
+    tag_ = 0;
+    if (link_) link_ = std::move(link);
+  }
+
   CommStats stats() const;
   CommStats take_stats();  // returns and resets; safe to call while another thread runs average()
   const Codec& codec() const { return *codec_; }

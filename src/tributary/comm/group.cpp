@@ -45,15 +45,18 @@ Group::Group(const Store& store, int rank, int world_size, GroupOptions options,
 
 Group::~Group() = default;
 
-void Group::reform(const std::string& prefix, int rank, int world_size) {
+void Group::reform(const std::string& prefix, int rank, int world_size, std::optional<LinkModel> link) {
   rank_ = rank;
   world_size_ = world_size;
+  if (link) options_.link = std::move(link);
   reform(prefix);
 }
 
 void Group::reform(const std::string& prefix) {
   prefix_ = prefix;
   lanes_.reset();
+  if (abandoned_ && pg_) (void)pg_.release();  // its worker threads may wait on a dead peer until the deadline
+  abandoned_ = false;
   if (options_.link) {
     if (options_.link->num_ranks != world_size_)
       throw Error(fmt::format("group '{}': emulated links describe {} ranks but the group has {}", prefix,
@@ -81,7 +84,30 @@ void Group::run(const char* what, MakeWork&& make_work, double modelled_s) {
   const auto start = SteadyClock::now();
   try {
     auto work = make_work();
-    work->wait(options_.collective_timeout);
+    if (!abandon_) {
+      work->wait(options_.collective_timeout);
+    } else {
+      // In slices: a timed-out slice of a work that has not completed is not a failure (Work::wait throws on both).
+      constexpr auto kSlice = std::chrono::milliseconds(100);
+      for (;;) {
+        try {
+          work->wait(kSlice);
+          break;
+        } catch (const std::exception&) {
+          if (work->isCompleted()) throw;
+        }
+        if (SteadyClock::now() - start > options_.collective_timeout) work->wait(std::chrono::milliseconds(1));
+        if (abandon_()) {
+          abandoned_ = true;
+          throw NetworkError(fmt::format("rank {}: {} in group '{}' abandoned after {:.1f} s: a member of the group "
+                                         "died or failed this round",
+                                         rank_, what, prefix_,
+                                         std::chrono::duration<double>(SteadyClock::now() - start).count()));
+        }
+      }
+    }
+  } catch (const NetworkError&) {
+    throw;
   } catch (const std::exception& e) {
     throw NetworkError(
         failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start, options_.collective_timeout, e));

@@ -92,8 +92,14 @@ class Group {
   PendingCollective send(torch::Tensor& tensor, int dst, int tag, const std::string& what);
   PendingCollective recv(torch::Tensor& tensor, int src, int tag, const std::string& what);
   void reform(const std::string& prefix);
-  // Survivors of a failure re-form with a new membership: this process becomes `rank` of `world_size`.
-  void reform(const std::string& prefix, int rank, int world_size);
+  // Fault tolerance: while set, a collective (all_reduce_sum, broadcast, all_gather, barrier) waits in slices and is
+  // abandoned with a NetworkError as soon as `abandon()` says it cannot succeed (a member died), instead of at the
+  // collective deadline. The abandoned process group is leaked at the next reform (its threads may still wait on
+  // the dead peer; destroying it would wait with them). Point-to-point waits keep the collective deadline.
+  void set_abandon(std::function<bool()> abandon) { abandon_ = std::move(abandon); }
+  // Survivors of a failure re-form with a new membership: this process becomes `rank` of `world_size`; `link` is
+  // the emulated links among the new members (GroupOptions::link's subset), when the group emulates them.
+  void reform(const std::string& prefix, int rank, int world_size, std::optional<LinkModel> link = std::nullopt);
 
  private:
   template <typename Start>
@@ -108,6 +114,8 @@ class Group {
   std::string prefix_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::unique_ptr<LinkLanes> lanes_;  // emulated point-to-point (options_.link); destroyed before pg_
+  std::function<bool()> abandon_;
+  bool abandoned_ = false;  // a collective of pg_ was abandoned: leak pg_ at the next reform
 };
 
 // The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,19 @@ Store Store::connect(const std::string& master_addr, int master_port, int rank, 
   return Store(connect_store(master_addr, master_port, rank, world_size, server_exists, prefix, timeout), rank);
 }
 
+Store Store::host(int port, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = true;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  try {
+    return Store(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts), -1);
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, e.what()));
+  }
+}
+
 void Store::set(const std::string& key, const std::string& value) {
   impl_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
@@ -29,6 +43,11 @@ void Store::set(const std::string& key, const std::string& value) {
 std::string Store::get(const std::string& key) {
   auto bytes = impl_->get(key);
   return {bytes.begin(), bytes.end()};
+}
+
+std::string Store::set_once(const std::string& key, const std::string& desired) {
+  auto held = impl_->compareSet(key, {}, std::vector<uint8_t>(desired.begin(), desired.end()));
+  return {held.begin(), held.end()};
 }
 
 int64_t Store::add(const std::string& key, int64_t delta) { return impl_->add(key, delta); }

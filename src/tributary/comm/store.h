@@ -30,9 +30,16 @@ class Store {
   static Store connect(const std::string& master_addr, int master_port, int rank, int world_size, bool server_exists,
                        const std::string& prefix, std::chrono::milliseconds timeout);
 
+  // The run's store server itself, for a process that is not a worker (tributary launch, tributary store): it lives
+  // as long as the returned Store, so workers may come and go, rank 0 included.
+  static Store host(int port, std::chrono::milliseconds timeout);
+
   void set(const std::string& key, const std::string& value);
   std::string get(const std::string& key);  // waits for the key up to the store's timeout
   int64_t add(const std::string& key, int64_t delta);
+  // Sets `key` to `desired` only if it does not exist yet; returns the value it holds afterwards (the first writer's:
+  // how processes agree on one decision).
+  std::string set_once(const std::string& key, const std::string& desired);
   bool check(const std::vector<std::string>& keys);
   // Waits until every key exists; NetworkError naming `what` and this rank after `timeout`.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const std::string& what);

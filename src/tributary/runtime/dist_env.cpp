@@ -71,6 +71,7 @@ DistEnv resolve_dist_env(const std::map<std::string, std::string>& env) {
            "and WORLD_SIZE to train in one process, or start the workers with `tributary launch` / torchrun (or set "
            "MASTER_ADDR and MASTER_PORT on every worker)",
            env.at("RANK"), env.at("WORLD_SIZE"));
+    if (has(env, "TRIBUTARY_AGENT_STORE")) d.use_agent_store = true;  // tributary launch hosts the store
     auto agent = env.find("TORCHELASTIC_USE_AGENT_STORE");
     if (agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1")) {
       d.use_agent_store = true;
@@ -122,6 +123,16 @@ void maybe_inject_failure(int rank, int64_t step) {
   const std::string how = mode ? mode : "kill";
   if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
   ::raise(how == "stop" ? SIGSTOP : SIGKILL);
+}
+
+std::string injected_bad_update(int rank) {
+  const char* bad_rank = std::getenv("TRIBUTARY_BAD_UPDATE_RANK");
+  const char* how = std::getenv("TRIBUTARY_BAD_UPDATE");
+  if (!bad_rank || !how || std::atoi(bad_rank) != rank) return "";
+  const std::string kind = how;
+  if (kind != "nan" && kind != "scale100")
+    fail("TRIBUTARY_BAD_UPDATE='{}' is not an injected fault: use nan or scale100", kind);
+  return kind;
 }
 
 }  // namespace tributary

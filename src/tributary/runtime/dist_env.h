@@ -34,6 +34,9 @@ DistEnv resolve_dist_env_from_process();  // reads environ
 // Error instead (a rank refusing bad input of its own), =stop freezes it with SIGSTOP (a hung machine). The trainer
 // reports optimizer steps, DiPaCo a worker's inner steps over all its tasks.
 void maybe_inject_failure(int rank, int64_t step);
+// Bad updates for tests of dist.reject_norm_factor: with TRIBUTARY_BAD_UPDATE_RANK=R, rank R's every pseudo-gradient
+// is corrupted as TRIBUTARY_BAD_UPDATE says: "nan" (one value becomes NaN) or "scale100" (x100). "" for others.
+std::string injected_bad_update(int rank);
 
 // "node[01-04,07],gpu5" -> "node01": the first host of a compressed Slurm host list.
 std::string first_slurm_host(const std::string& nodelist);

@@ -155,6 +155,7 @@ std::vector<Worker> spawn_workers(const LaunchOptions& o, int port) {
       ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TRIBUTARY_LAUNCHED", "1", 1);
+      if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // launch on node 0 hosts it: no worker does
       std::vector<char*> argv;
       argv.push_back(exe);
       for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -225,6 +226,9 @@ class Supervisor {
     stop_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
   }
   void enforce_deadline();
+  // Stopped (SIGSTOP) workers left alone after every other worker exited: nobody will continue them (the others
+  // went on without them, dist.fault_tolerant): killed, counted as failures.
+  void kill_forgotten_stopped();
   std::string stopped_ranks() const;
 
   const LaunchOptions& o_;
@@ -256,7 +260,7 @@ void Supervisor::blame(int rank, int code) {
 
 void Supervisor::on_failure(const Worker& w, int code) {
   if (failed_rank_ >= 0 || stop_deadline_) return;
-  if (w.rank != 0 && tolerated_ < o_.max_failures) {
+  if (tolerated_ < o_.max_failures) {
     tolerated_ += 1;
     log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
               "carry on", w.rank, w.pid, code, tolerated_, o_.max_failures);
@@ -327,6 +331,21 @@ void Supervisor::enforce_deadline() {
   stop_deadline_ = Clock::now() + std::chrono::hours(1);
 }
 
+void Supervisor::kill_forgotten_stopped() {
+  bool stopped = false;
+  for (const auto& w : workers_) {
+    if (w.running && !w.stopped) return;
+    stopped |= w.running && w.stopped;
+  }
+  if (!stopped) return;
+  log::warn("launch: every other worker has exited; killing the stopped {}", stopped_ranks());
+  for (auto& w : workers_)
+    if (w.running && w.stopped) {
+      ::kill(w.pid, SIGKILL);
+      w.stopped = false;
+    }
+}
+
 int Supervisor::run() {
   g_signal = 0;
   g_signals = 0;
@@ -346,6 +365,7 @@ int Supervisor::run() {
       killed_ = true;
     }
     enforce_deadline();
+    kill_forgotten_stopped();
     bool any = false;
     for (auto& w : workers_) any |= w.running || w.fd >= 0;
     if (!any) break;
@@ -363,6 +383,10 @@ int Supervisor::run() {
 
 int launch(const LaunchOptions& o) {
   const int port = check_launch(o);
+  // The run's store lives here, not in rank 0, so that any worker may die (dist.fault_tolerant). Other machines'
+  // launches connect their workers to this one.
+  std::shared_ptr<void> store;
+  if (o.node_rank == 0 && o.host_store) store = o.host_store(port);
   std::vector<Worker> workers = spawn_workers(o, port);
   return Supervisor(o, workers).run();
 }

@@ -1,11 +1,14 @@
 // `tributary launch`: starts the local workers of a distributed run (like torchrun), prefixes their output with the
 // rank, and supervises them: when a worker fails, the others are stopped (SIGTERM, then SIGKILL after a grace
 // period) and launch exits with the failing worker's status, naming its rank. No orphans, no hang. With
-// max_failures = K, up to K workers other than rank 0 may die while the rest carry on; launch then exits 0 if every
-// other worker succeeds.
+// max_failures = K, up to K workers (rank 0 included) may die while the rest carry on; launch then exits 0 if every
+// other worker succeeds. Launch on node 0 hosts the run's store (as torchrun's agent does), so the store outlives
+// any worker.
 // Multi-machine: the same command on every machine with --nnodes/--node-rank/--master-addr.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,9 +22,12 @@ struct LaunchOptions {
   int master_port = -1;  // -1 (default) or 0: a free port, single node only; a fixed default would let a second
                          // launch on the same machine join the first run's store
   double grace_s = 10;                    // between SIGTERM and SIGKILL when stopping workers
-  int max_failures = 0;                   // workers (never rank 0, which hosts the store) that may die without
-                                          // stopping the others: for algorithms that survive it (DiPaCo)
+  int max_failures = 0;                   // workers that may die without stopping the others: for algorithms that
+                                          // survive it (DiPaCo, dist.fault_tolerant DiLoCo)
   std::vector<std::string> command;       // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
+  // Node 0: hosts the run's store on the port (kept alive until launch returns). Given by the CLI, which links
+  // comm/; this file stays free of LibTorch.
+  std::function<std::shared_ptr<void>(int port)> host_store;
 };
 
 // Runs to completion; returns the exit status launch should exit with.

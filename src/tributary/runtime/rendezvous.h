@@ -13,6 +13,8 @@
 namespace tributary {
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env);
+// A second connection to the run's store (after the rendezvous), for a thread of its own such as a heartbeat.
+comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 
 // The process groups' options from the config: dist.collective_timeout_s.
 comm::GroupOptions group_options(const RunConfig& config);

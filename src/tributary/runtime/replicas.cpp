@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <fmt/ranges.h>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -36,8 +38,17 @@ void lower_training_priority(int64_t nice, int rank) {
 Replicas::Replicas(const RunConfig& config, const DistEnv& env)
     : config_(config), ddp_(config.dist.algorithm == "ddp") {
   auto store = rendezvous(config, env);
-  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
-  build(store, env.rank, env.world_size, wan_link_model_or_none(config.dist.wan, env.world_size), "group0");
+  if (config.dist.fault_tolerant) {
+    if (env.rank == 0 && !env.use_agent_store)
+      log::warn("dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
+                "workers with `tributary launch` (it hosts the store itself)");
+    membership_ = std::make_unique<comm::Membership>(store, reconnect_store(config, env), env.rank, env.world_size,
+                                                     config.dist.heartbeat_timeout_s);
+  } else {
+    stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
+  }
+  build(store, env.rank, env.world_size, wan_link_model_or_none(config.dist.wan, env.world_size),
+        membership_ ? membership_->group_prefix() : "group0");
 }
 
 Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
@@ -53,7 +64,7 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{.codec = d.compression,
                                      .bucket_mb = d.bucket_mb,
-                                     .link = std::move(link),
+                                     .link = link,
                                      .topk_ratio = d.topk_ratio,
                                      .powersgd_rank = d.powersgd_rank,
                                      .seed = static_cast<uint64_t>(config_.train.seed)});
@@ -63,12 +74,29 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
               "checkpoints and stops wait for the end of the run",
               d.overlap_steps, d.inner_steps / d.fragments);
   thread_ = std::make_unique<comm::CommThread>();
-  reducer_ = std::make_unique<ExchangeAverage>(*thread_, *exchange_);
+  reducer_ = std::make_unique<ResilientAverage>(
+      *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(link),
+      [this](const std::vector<int>& dropped, const comm::Membership& now) {
+        reformations_ += 1;
+        if (now.rank() == 0)
+          log::warn("worker(s) {} dropped out; {} worker(s) {} go on as epoch {} (worker {} leads)",
+                    fmt::join(dropped, ", "), now.size(), fmt::join(now.members(), ", "), now.epoch(),
+                    now.members().front());
+      });
+  if (const std::string bad = injected_bad_update(rank); !bad.empty())
+    reducer_->set_tamper([bad](std::vector<torch::Tensor>& update) {
+      for (auto& t : update) t.mul_(100.0);
+      if (bad == "nan") update.front().view(-1)[0] = NAN;
+    });
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_);
   lower_training_priority(d.compute_nice, rank);
 }
 
 bool Replicas::stop_agreed(bool local_stop) {
+  if (membership_) {
+    reducer_->set_stop_wish(local_stop);
+    return reducer_->stop_decided();
+  }
   TRIB_CHECK(stop_vote_, "the replicas of a part of the model have no stop vote: the run's covers every rank");
   return stop_vote_->step(local_stop);
 }

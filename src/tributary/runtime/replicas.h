@@ -20,9 +20,11 @@
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_vote.h"
+#include "tributary/comm/membership.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/outer_loop.h"
+#include "tributary/optim/resilient_average.h"
 #include "tributary/parallel/data_parallel.h"
 #include "tributary/parallel/replica_check.h"
 #include "tributary/runtime/dist_env.h"
@@ -79,7 +81,13 @@ class Replicas {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   // Called every step on every rank: true on every rank at the same step, a few steps after any rank asked to stop
   // (comm/lagged_vote.h); no outer step or blocking round trip needed. Only for the replicas of the whole world.
+  // Fault tolerant: the wish travels with the next outer step's vote, and the run stops after that outer step.
   bool stop_agreed(bool local_stop);
+  // Fault tolerance (dist.fault_tolerant): the members now (rank() and size() are this process's place among them),
+  // how many re-formations so far, and the updates rejected since the last call (dist.reject_norm_factor).
+  bool fault_tolerant() const { return membership_ != nullptr; }
+  int64_t reformations() const { return reformations_; }
+  int64_t take_rejected() { return reducer_->take_rejected(); }
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
   // The sgemm peak one replica can count on: rank 0 measures the whole machine while the others wait (measuring
@@ -95,11 +103,13 @@ class Replicas {
   bool ddp_;
   bool in_warmup_ = false;  // DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)
   bool part_ = false;       // a part's replicas: its step averages the warm-up's gradients, not DataParallel hooks
+  std::unique_ptr<comm::Membership> membership_;  // dist.fault_tolerant
+  int64_t reformations_ = 0;
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<comm::CommThread> thread_;  // joined first by the destructor: its jobs use the members below
-  std::unique_ptr<Reducer> reducer_;          // the exchange's average, on the communication thread
+  std::unique_ptr<ResilientAverage> reducer_;  // the exchange's average, on the communication thread
   std::unique_ptr<ReplicaCheck> check_;
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<OuterLoop> outer_;

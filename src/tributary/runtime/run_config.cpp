@@ -51,6 +51,12 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dist.wan", dist.wan, "emulated links: '' | '10Mbit,100ms' | cluster JSON or preset");
   s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);
   s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
+  s.add("dist.fault_tolerant", dist.fault_tolerant,
+        "DiLoCo: survive dead or frozen workers (rounds are committed or redone by the survivors)");
+  s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s, "fault_tolerant: silence after which a worker is dead (s)",
+        0.5, 3600.0);
+  s.add("dist.reject_norm_factor", dist.reject_norm_factor,
+        "drop non-finite pseudo-gradients and those with a norm above this x the round's median; 0 = off", 0.0, 1e6);
   s.add("parallel.pipeline_stages", parallel.pipeline_stages, "pipeline stages D_PP (world = D_DP x D_PP); 1 = none",
         1, 1024);
   s.add("parallel.micro_batches", parallel.micro_batches, "pipeline: micro-batches per step (divides batch_size)", 1,
@@ -214,6 +220,25 @@ void RunConfig::validate() const {
   if (dist.fragments > dist.inner_steps)
     fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
          dist.fragments, dist.inner_steps);
+  if (dist.fault_tolerant) {
+    if (dist.algorithm != "diloco")
+      fail("dist.fault_tolerant = true is built for dist.algorithm = diloco (a data-parallel step is not yet "
+           "committed or redone); set dist.algorithm = diloco or dist.fault_tolerant = false");
+    if (dist.overlap_steps > 0)
+      fail("dist.fault_tolerant = true needs dist.overlap_steps = 0 (got {}): an overlapped round lands after the "
+           "training thread moved on, so it cannot yet be redone",
+           dist.overlap_steps);
+    if (parallel.pipeline_stages > 1 || !dipaco.modules.empty())
+      fail("dist.fault_tolerant = true covers DiLoCo replicas of the whole model; DiPaCo has its own "
+           "(dipaco.on_failure) and pipeline stages have none yet");
+    if (dist.heartbeat_timeout_s >= dist.collective_timeout_s)
+      fail("dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "
+           "by its silence before a collective gives up on it",
+           dist.heartbeat_timeout_s, dist.collective_timeout_s);
+  }
+  if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
+    fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
+         dist.reject_norm_factor);
   if (!dipaco.modules.empty()) {
     if (dipaco.routes.empty())
       fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);

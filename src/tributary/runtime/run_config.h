@@ -64,6 +64,11 @@ struct DistConfig {
   std::string wan;                   // "" | "10Mbit,100ms" | cluster JSON / preset: emulated links between ranks
   double store_timeout_s = 600;
   double collective_timeout_s = 1800;
+  // Fault tolerance (DiLoCo; optim/resilient_average.h): workers may die; survivors redo the round without them.
+  bool fault_tolerant = false;
+  double heartbeat_timeout_s = 10;   // fault_tolerant: a worker whose heartbeat stalls this long is dead
+  double reject_norm_factor = 0;     // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
+                                     // factor x the round's median norm; 0 = accept every update
 };
 
 // Pipeline parallelism (parallel/pipeline/): the model's blocks split over pipeline_stages ranks (D_PP), the step's

@@ -44,10 +44,15 @@ void RunReport::step_done(double seconds, int64_t tokens, std::optional<double> 
   interval_losses_ += 1;
 }
 
+void RunReport::take_lead(int64_t step) {
+  setup_.lead = true;
+  metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", step);
+}
+
 void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& c,
-                              double elapsed) {
+                              double elapsed, int world_size, int64_t rejected) {
   round_comm_s_ += c.comm_s;
-  write({{"step", step},
+  nlohmann::json line = {{"step", step},
          {"outer_step", outer_step},
          {"bytes_sent", c.bytes_sent},
          {"bytes_recv", c.bytes_recv},
@@ -55,7 +60,10 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
          {"modelled_link_s", c.modelled_s},
          {"compute_s", round_seconds_ - c.comm_s},
          {"inner_steps", inner_steps},
-         {"elapsed_s", elapsed}});
+         {"elapsed_s", elapsed}};
+  if (world_size > 0) line["world_size"] = world_size;
+  if (rejected >= 0) line["rejected"] = rejected;
+  write(line);
   round_seconds_ = 0;
 }
 
@@ -115,6 +123,7 @@ void RunReport::write_summary(const TrainSummary& s, const std::string& algorith
                       {"world_size", s.world_size}, {"bytes_sent", s.bytes_sent},
                       {"bytes_recv", s.bytes_recv}, {"comm_s", s.comm_s},
                       {"outer_steps", s.outer_steps}, {"algorithm", algorithm},
+                      {"rejected", s.rejected}, {"reformations", s.reformations},
                       {"compression", compression}};
   if (!s.stages.is_null()) j["stages"] = s.stages;
   if (!s.evaluated)

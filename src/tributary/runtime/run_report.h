@@ -37,8 +37,11 @@ class RunReport {
   // reported (local stages report theirs late).
   void step_done(double seconds, int64_t tokens, std::optional<double> loss);
   // After an exchange (or a logged data-parallel step): traffic and blocked time since the last one.
+  // Fault-tolerant or guarded runs add the members now (`world_size` > 0) and the updates rejected (`rejected` >= 0).
   void exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& stats,
-                     double elapsed);
+                     double elapsed, int world_size = 0, int64_t rejected = -1);
+  // Fault tolerance: this rank leads from now on (the one before it died); metrics.jsonl is continued after `step`.
+  void take_lead(int64_t step);
   bool log_due(int64_t step) const { return step % setup_.log_every == 0 || step == setup_.total_steps; }
   // The result of step `step`; local parallelism adds each chunk's loss ("chunk_losses", also printed), each
   // stage's step seconds ("stage_step_s") and bytes sent forward ("stage_bytes_forward").

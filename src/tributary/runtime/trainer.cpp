@@ -40,6 +40,7 @@ class TrainingRun {
   void describe(int64_t threads) const;
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
   void report_exchange(int64_t step, bool synced, double elapsed);
+  void follow_membership(int64_t step);
   void add_stage_stats(const pipeline::PipelineStats& s);
   void summarise_stages(double train_seconds);
   void record(const StepResult& result, int64_t step, double lr, double now);
@@ -233,8 +234,24 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   summary_.bytes_sent += c.bytes_sent;
   summary_.bytes_recv += c.bytes_recv;
   summary_.comm_s += c.comm_s;
+  const bool guarded = replicas_ && (replicas_->fault_tolerant() || config_.dist.reject_norm_factor > 0);
+  const int64_t rejected = guarded ? replicas_->take_rejected() : -1;
+  summary_.rejected += std::max<int64_t>(0, rejected);
   report_->exchange_done(step, synced_->ddp() ? step : synced_->outer_steps(),
-                         synced_->ddp() ? 1 : synced_->inner_steps_now(), c, elapsed);
+                         synced_->ddp() ? 1 : synced_->inner_steps_now(), c, elapsed,
+                         guarded ? synced_->size() : 0, rejected);
+}
+
+// Fault tolerance: after an outer step the members may have changed (a worker died). The lowest surviving worker
+// leads (metrics, evaluation, summary; checkpoints follow the group's rank 0 by themselves), and a step's tokens
+// are the survivors'.
+void TrainingRun::follow_membership(int64_t step) {
+  if (!replicas_ || !replicas_->fault_tolerant()) return;
+  tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
+  if (replicas_->rank() != 0 || lead_) return;
+  lead_ = true;
+  report_->take_lead(step);
+  log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", options_.dist.rank, step);
 }
 
 void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
@@ -290,6 +307,7 @@ TrainSummary TrainingRun::run() {
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;
     const bool synced = sync(step, lr);
+    if (synced) follow_membership(step);
     if (take_stage_stats_) {
       add_stage_stats(take_stage_stats_());
       rusage usage{};  // the peak resident memory of training (model, optimizer, stashed activations), read before
@@ -349,7 +367,10 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
   summary_.steps = step;
-  if (replicas_) summary_.world_size = replicas_->size();
+  if (replicas_) {
+    summary_.world_size = replicas_->size();
+    summary_.reformations = replicas_->reformations();
+  }
   if (synced_) summary_.outer_steps = synced_->outer_steps();
   if (pipelines_) {
     summary_.world_size = options_.dist.world_size;

@@ -116,3 +116,16 @@ TEST(Config, ImpossibleLocalParallelismIsRefusedNamingTheKey) {
   msg = load({"model.num_layers=4", "local.chunks=2", "local.lr_scale=1,0"});
   EXPECT_NE(msg.find("local.lr_scale = '1,0': 0 is outside (0, 100]"), std::string::npos) << msg;
 }
+
+TEST(Config, FaultToleranceThatCannotWorkIsRefusedNamingTheKey) {
+  auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
+  EXPECT_EQ(load({"dist.fault_tolerant=true", "dist.heartbeat_timeout_s=5", "dist.reject_norm_factor=10"}), "");
+  auto msg = load({"dist.fault_tolerant=true", "dist.algorithm=ddp"});
+  EXPECT_NE(msg.find("built for dist.algorithm = diloco"), std::string::npos) << msg;
+  msg = load({"dist.fault_tolerant=true", "dist.overlap_steps=2"});
+  EXPECT_NE(msg.find("needs dist.overlap_steps = 0"), std::string::npos) << msg;
+  msg = load({"dist.fault_tolerant=true", "dist.heartbeat_timeout_s=700", "dist.collective_timeout_s=600"});
+  EXPECT_NE(msg.find("dist.heartbeat_timeout_s (700) must be shorter"), std::string::npos) << msg;
+  msg = load({"dist.reject_norm_factor=0.5"});
+  EXPECT_NE(msg.find("dist.reject_norm_factor = 0.5 would reject the median"), std::string::npos) << msg;
+}

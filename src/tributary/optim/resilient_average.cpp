@@ -1,0 +1,107 @@
+#include "tributary/optim/resilient_average.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+
+ResilientAverage::ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group,
+                                   comm::Membership* membership, double reject_norm_factor,
+                                   std::optional<comm::LinkModel> link, Reformed reformed)
+    : thread_(thread),
+      exchange_(exchange),
+      group_(group),
+      membership_(membership),
+      reject_norm_factor_(reject_norm_factor),
+      link_(std::move(link)),
+      reformed_(std::move(reformed)) {}
+
+std::future<std::vector<torch::Tensor>> ResilientAverage::start(std::vector<torch::Tensor> tensors) {
+  return thread_.enqueue<std::vector<torch::Tensor>>(
+      [this, t = std::move(tensors)]() mutable { return reduce(std::move(t)); });
+}
+
+// The norms of every rank's update, the same on every rank; zeros in place of the rejected, and the average
+// rescaled to the accepted ranks. A factor x median test on the lower median: with two ranks the larger is judged
+// against the smaller.
+void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors) {
+  if (reject_norm_factor_ <= 0) return exchange_.average(tensors);
+  double squares = 0;
+  for (const auto& t : tensors) squares += t.to(torch::kFloat64).pow(2).sum().item<double>();
+  const double norm = std::isfinite(squares) ? std::sqrt(squares) : INFINITY;
+  const auto gathered = group_.all_gather(torch::tensor({norm}, torch::kFloat64));
+  std::vector<double> norms, finite;
+  for (const auto& g : gathered) norms.push_back(g.item<double>());
+  for (double n : norms)
+    if (std::isfinite(n)) finite.push_back(n);
+  std::sort(finite.begin(), finite.end());
+  const double median = finite.empty() ? 0 : finite[(finite.size() - 1) / 2];
+  std::vector<int> rejected;
+  for (size_t r = 0; r < norms.size(); ++r)
+    if (!std::isfinite(norms[r]) || (median > 0 && norms[r] > reject_norm_factor_ * median))
+      rejected.push_back(static_cast<int>(r));
+  const int n = group_.size(), accepted = n - static_cast<int>(rejected.size());
+  const bool mine = std::find(rejected.begin(), rejected.end(), group_.rank()) != rejected.end();
+  if (!rejected.empty() && group_.rank() == 0)
+    log::warn("update(s) of rank(s) {} rejected this round (norms {}; median {:.4g}, dist.reject_norm_factor {}): "
+              "averaged over the {} other rank(s)",
+              fmt::join(rejected, ", "), fmt::join(norms, ", "), median, reject_norm_factor_, accepted);
+  round_rejected_ = static_cast<int64_t>(rejected.size());
+  if (mine)
+    for (auto& t : tensors) t.zero_();
+  exchange_.average(tensors);
+  if (accepted > 0 && accepted < n)
+    for (auto& t : tensors) t.mul_(double(n) / double(accepted));
+}
+
+void ResilientAverage::regroup(const std::vector<int>& dropped) {
+  std::optional<comm::LinkModel> link;
+  if (link_) link = link_->subset(membership_->members());
+  group_.reform(membership_->group_prefix(), membership_->rank(), membership_->size(), link);
+  exchange_.regroup(link);
+  if (reformed_) reformed_(dropped, *membership_);
+}
+
+std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> tensors) {
+  round_rejected_ = 0;
+  if (tamper_) tamper_(tensors);
+  if (!membership_) {
+    guarded_average(tensors);
+    rejected_ += round_rejected_;
+    return tensors;
+  }
+  const std::string round = fmt::format("x{}", rounds_++);
+  std::vector<torch::Tensor> original;
+  for (const auto& t : tensors) original.push_back(t.clone());
+  for (;;) {
+    bool ok = true;
+    group_.set_abandon([this, &round] { return membership_->should_abandon(round); });
+    try {
+      guarded_average(tensors);
+    } catch (const NetworkError& e) {
+      ok = false;
+      log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(),
+                e.what());
+    }
+    group_.set_abandon({});
+    const comm::RoundDecision decision = membership_->decide(round, ok, stop_wish_);
+    if (decision.stop) stop_decided_ = true;
+    if (decision.commit) {
+      rejected_ += round_rejected_;  // the attempt that counted
+      return tensors;
+    }
+    if (membership_->rank() == 0 || !ok)
+      log::warn("worker {}: round {} discarded (worker(s) {} did not complete it); re-forming the group",
+                membership_->id(), round, fmt::join(decision.missing, ", "));
+    regroup(membership_->reform());
+    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
+  }
+}
+
+}  // namespace tributary

@@ -1,0 +1,65 @@
+// The average of DiLoCo's pseudo-gradients when replicas may die or misbehave: a Reducer (optim/reducer.h) that adds
+// two guards around comm::Exchange::average, on the communication thread.
+//
+// Rejection (dist.reject_norm_factor > 0): every rank all-gathers its update's norm first; an update that is
+// non-finite, or whose norm exceeds factor x the round's median norm (the lower median of the finite norms), is
+// replaced by zeros and the average is taken over the accepted ranks only (sum x N / accepted). Every rank sees the
+// same norms, so every rank rejects the same updates; the count is in take_rejected() (metrics "rejected").
+//
+// Fault tolerance (a comm::Membership): each reduction is a round, committed only when every member's collective
+// succeeded (Membership::decide). A discarded round is redone from the same pseudo-gradients by the survivors after
+// the group re-forms (Membership::reform, Group::reform under the new epoch's prefix), so the average is over those
+// who contributed and nothing is half applied. A member that hangs is abandoned at its heartbeat deadline, not the
+// collective's. Stop wishes travel with the votes: stop_decided() turns true on every member after the same round.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+
+#include "tributary/comm/link_model.h"
+#include "tributary/comm/membership.h"
+#include "tributary/optim/reducer.h"
+
+namespace tributary {
+
+class ResilientAverage : public Reducer {
+ public:
+  // After a re-formation: the members dropped and the new membership (the caller's accounting and log).
+  using Reformed = std::function<void(const std::vector<int>& dropped, const comm::Membership& now)>;
+  // `membership`: null without fault tolerance (a failed collective then throws as before). `link`: the world's
+  // emulated links (subset to the members after a re-formation), if any.
+  ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group,
+                   comm::Membership* membership, double reject_norm_factor, std::optional<comm::LinkModel> link,
+                   Reformed reformed);
+  std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors) override;
+  std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override {
+    return thread_.wait(std::move(pending));
+  }
+
+  // Tests: applied to this rank's update before the round (a fault injected on purpose).
+  void set_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { tamper_ = std::move(tamper); }
+  void set_stop_wish(bool stop) { stop_wish_ = stop; }  // training thread: sent with the next round's vote
+  bool stop_decided() const { return stop_decided_; }
+  int64_t take_rejected() { return rejected_.exchange(0); }
+
+ private:
+  std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors);
+  void guarded_average(std::vector<torch::Tensor>& tensors);
+  void regroup(const std::vector<int>& dropped);
+
+  comm::CommThread& thread_;
+  comm::Exchange& exchange_;
+  comm::Group& group_;
+  comm::Membership* membership_;
+  double reject_norm_factor_;
+  std::optional<comm::LinkModel> link_;
+  Reformed reformed_;
+  std::function<void(std::vector<torch::Tensor>&)> tamper_;
+  int64_t rounds_ = 0;
+  int64_t round_rejected_ = 0;  // reductions started (the same sequence on every member)
+  std::atomic<bool> stop_wish_{false}, stop_decided_{false};
+  std::atomic<int64_t> rejected_{0};
+};
+
+}  // namespace tributary

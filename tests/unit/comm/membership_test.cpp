@@ -1,0 +1,71 @@
+// Members as threads over one in-memory store: the round decision and the re-formation without a silent member.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "tributary/comm/membership.h"
+#include "tributary/core/error.h"
+#include "support/thread_ranks.h"
+
+using namespace tributary;
+
+TEST(Store, SetOnceKeepsTheFirstValue) {
+  auto store = comm::Store::in_memory();
+  EXPECT_EQ(store.set_once("decision", "first"), "first");
+  EXPECT_EQ(store.set_once("decision", "second"), "first");
+  EXPECT_EQ(store.get("decision"), "first");
+}
+
+TEST(Membership, ARoundCommitsOnlyWhenEveryMemberSucceeded) {
+  auto store = comm::Store::in_memory();
+  std::vector<comm::RoundDecision> got(3);
+  test_support::run_threads(3, [&](int id) {
+    comm::Membership m(store, store, id, 3, /*dead_after_s=*/2.0);
+    got[size_t(id)] = m.decide("x0", /*ok=*/true, /*stop_wish=*/id == 2);
+  });
+  for (const auto& d : got) {
+    EXPECT_TRUE(d.commit);
+    EXPECT_TRUE(d.stop) << "member 2's stop wish reaches every member";
+    EXPECT_TRUE(d.missing.empty());
+  }
+  test_support::run_threads(3, [&](int id) {
+    comm::Membership m(store, store, id, 3, 2.0);
+    const auto d = m.decide("x1", /*ok=*/id != 1, false);  // member 1's collective failed: nobody applies the round
+    EXPECT_FALSE(d.commit);
+    EXPECT_EQ(d.missing, std::vector<int>{1});
+  });
+}
+
+TEST(Membership, ASilentMemberIsDroppedAfterItsHeartbeatDeadline) {
+  auto store = comm::Store::in_memory();
+  const double dead_after = 0.5;
+  test_support::run_threads(2, [&](int id) {  // member 2 of 3 never starts (no heartbeat, no vote)
+    comm::Membership m(store, store, id, 3, dead_after);
+    const auto start = std::chrono::steady_clock::now();
+    const auto d = m.decide("x0", true, false);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_FALSE(d.commit);
+    EXPECT_EQ(d.missing, std::vector<int>{2});
+    EXPECT_GE(waited, dead_after);
+    EXPECT_LT(waited, dead_after + 1.0) << "detection within the heartbeat deadline + 1 s";
+    EXPECT_EQ(m.reform(), std::vector<int>{2});
+    EXPECT_EQ(m.epoch(), 1);
+    EXPECT_EQ(m.members(), (std::vector<int>{0, 1}));
+    EXPECT_EQ(m.rank(), id);
+    EXPECT_NE(m.group_prefix(), "ft/group-e0");
+    EXPECT_TRUE(m.decide("x0", true, false).commit) << "the new epoch's round needs only the survivors";
+  });
+}
+
+TEST(Membership, AMemberLeftOutOfTheNewEpochStops) {
+  auto store = comm::Store::in_memory();
+  store.set("ft/e1/members", "[0]");  // the others went on without member 1
+  comm::Membership m(store, store, 1, 2, 0.5);
+  try {
+    m.reform();
+    FAIL() << "a member left out must not go on as a replica";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("declared dead"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dist.heartbeat_timeout_s"), std::string::npos) << e.what();
+  }
+}
