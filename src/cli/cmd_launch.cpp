@@ -15,6 +15,9 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
   cmd->add_option("--max-failures", o->max_failures,
                   "workers (rank 0 included) that may die while the others carry on (DiPaCo re-queues their tasks; dist.fault_tolerant DiLoCo re-forms without them)");
+  cmd->add_option("--max-restarts", o->max_restarts,
+                  "dead workers restarted while the others run; they rejoin at the next outer step and heal from a "
+                  "peer (dist.fault_tolerant DiLoCo)");
   cmd->add_option("command", o->command, "the worker's tributary command, after --")->required();
   cmd->callback([o]() {
     o->host_store = [](int port) -> std::shared_ptr<void> {

@@ -51,7 +51,7 @@ void add_train(CLI::App& app) {
       return;
     }
     TrainSummary s = train(config, options);
-    if (options.dist.rank != 0) return;
+    if (!s.lead) return;  // rank 0, or the worker that took over from it (fault tolerance)
     log::info("done: {} steps, {} tokens in {:.0f} s | val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f}) | "
               "{:.0f} tok/s | MFU {:.1f}%",
               s.steps, s.tokens, s.elapsed_s, s.val_loss, s.val_bpb, s.unigram_bpb, s.tokens_per_s, 100 * s.mfu);

@@ -21,8 +21,10 @@ using test_support::work;
 namespace {
 
 // 4 workers, H = 4, 16 steps: a fault injected at step 6 falls in the second round.
-std::pair<int, std::string> ft_run(const std::string& env, const std::string& run, const std::string& extra = "") {
-  return sh(env + " " + std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --max-failures 1 --grace 2 --" +
+std::pair<int, std::string> ft_run(const std::string& env, const std::string& run, const std::string& extra = "",
+                                   const std::string& launch_extra = "") {
+  return sh(env + " " + std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --max-failures 1 --grace 2 " +
+            launch_extra + " --" +
             tiny(run, "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
                       "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
                       "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30 " + extra));
@@ -67,6 +69,23 @@ TEST_F(Distributed, FaultTolerantDilocoSurvivesTheDeathOfRankZero) {
   auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_STEP=6", "ft_kill0");
   expect_survived("ft_kill0", rc, out, 0);
   EXPECT_NE(out.find("worker 1 leads the run"), std::string::npos) << out;
+}
+
+TEST_F(Distributed, FaultTolerantDilocoHealsARestartedRankZeroFromAPeer) {
+  // launch --max-restarts 1 restarts the killed rank 0; it joins at the next outer step, receives the parameters,
+  // AdamW and outer state from the lead (worker 1 by then) and trains on: the world is 4 again, and the replica hash
+  // check after the join and after every later outer step passes.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_STEP=6", "ft_heal0", "", "--max-restarts 1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto s = summary_of("ft_heal0");
+  EXPECT_EQ(s["world_size"].get<int>(), 4);
+  EXPECT_EQ(s["outer_steps"].get<int>(), 4);
+  EXPECT_EQ(s["reformations"].get<int>(), 2) << "dropped, then joined";
+  EXPECT_EQ(world_sizes("ft_heal0"), (std::vector<int>{4, 3, 4, 4}));
+  EXPECT_NE(out.find("worker 0 joined at step 8 as rank 3 of 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarting it to rejoin the run"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(work() / "ft_heal0" / "checkpoints" / "step-00000016" / "rank-3.model.safetensors"))
+      << "the healed worker takes part in the checkpoint";
 }
 
 TEST_F(Distributed, FaultTolerantDilocoDropsAFrozenWorkerAtItsHeartbeatDeadline) {

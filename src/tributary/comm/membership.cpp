@@ -17,12 +17,82 @@ constexpr auto kPoll = std::chrono::milliseconds(20);
 
 }  // namespace
 
-Membership::Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s)
+Membership::Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining,
+                       std::chrono::milliseconds round_timeout)
     : store_(std::move(store)),
-      heartbeat_(std::move(heartbeat_store), kPrefix, id),
+      heartbeat_store_(std::move(heartbeat_store)),
       liveness_(store_, kPrefix, id, dead_after_s),
-      id_(id) {
+      id_(id),
+      world_size_(world_size),
+      round_timeout_(round_timeout) {
+  if (joining) return;
+  heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id);
   for (int m = 0; m < world_size; ++m) members_.push_back(m);
+}
+
+void Membership::enter(int epoch, std::vector<int> members) {
+  epoch_ = epoch;
+  members_ = std::move(members);
+  store_.set(kPrefix + "epoch", std::to_string(epoch));  // every member writes the same
+}
+
+// Workers whose join requests outnumber their admissions, ascending.
+std::vector<int> Membership::waiting_joiners() {
+  std::vector<int> out;
+  for (int w = 0; w < world_size_; ++w) {
+    if (std::find(members_.begin(), members_.end(), w) != members_.end()) continue;
+    const int64_t asked = store_.add(kPrefix + "join/" + std::to_string(w), 0);
+    if (asked > 0 && !store_.check({fmt::format("{}admitted/{}/{}", kPrefix, w, asked)})) out.push_back(w);
+  }
+  return out;
+}
+
+void Membership::admit(const std::vector<int>& joiners) {
+  std::vector<int> next = members_;
+  next.insert(next.end(), joiners.begin(), joiners.end());
+  const int epoch = epoch_ + 1;
+  const auto agreed = nlohmann::json::parse(
+      store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(next).dump()));
+  for (int j : joiners)
+    store_.set(fmt::format("{}admitted/{}/{}", kPrefix, j, store_.add(kPrefix + "join/" + std::to_string(j), 0)),
+               std::to_string(epoch));
+  enter(epoch, agreed.get<std::vector<int>>());
+}
+
+bool Membership::join(std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  auto check_deadline = [&](const char* what) {
+    if (std::chrono::steady_clock::now() - start > timeout)
+      throw NetworkError(fmt::format("worker {}: {} within {} s (dist.store_timeout_s); are the other workers still "
+                                     "running?", id_, what, timeout.count() / 1000.0));
+  };
+  // Its old self must be out first: a heartbeat on its id would keep the dead incarnation a member.
+  auto current_members = [&] {
+    std::vector<int> all;
+    if (!store_.check({kPrefix + "epoch"})) {  // epoch 0: everyone
+      for (int m = 0; m < world_size_; ++m) all.push_back(m);
+      return all;
+    }
+    const int epoch = std::stoi(store_.get(kPrefix + "epoch"));
+    return nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>();
+  };
+  const std::string finished = kPrefix + "finished";
+  for (auto m = current_members(); std::find(m.begin(), m.end(), id_) != m.end(); m = current_members()) {
+    if (store_.check({finished})) return false;
+    check_deadline("its previous incarnation was not dropped from the group");
+    std::this_thread::sleep_for(kPoll * 5);
+  }
+  const int64_t request = store_.add(kPrefix + "join/" + std::to_string(id_), 1);
+  heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id_);
+  const std::string admitted = fmt::format("{}admitted/{}/{}", kPrefix, id_, request);
+  while (!store_.check({admitted})) {
+    if (store_.check({finished})) return false;
+    check_deadline("it was not admitted to the group");
+    std::this_thread::sleep_for(kPoll * 5);
+  }
+  const int epoch = std::stoi(store_.get(admitted));
+  enter(epoch, nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>());
+  return true;
 }
 
 int Membership::rank() const {
@@ -42,7 +112,9 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
   store_.set(key(round, "vote/" + std::to_string(id_)), fmt::format("{}{}", ok ? 1 : 0, stop_wish ? 1 : 0));
   if (!ok) store_.add(key(round, "failures"), 1);
   const std::string decision_key = key(round, "decision");
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
+    const bool overdue = std::chrono::steady_clock::now() - start > round_timeout_;
     if (store_.check({decision_key})) break;  // another member decided already
     RoundDecision d{.commit = true};
     bool waiting = false;
@@ -52,7 +124,7 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
         const std::string v = store_.get(vote_key);
         if (v[0] != '1') d.missing.push_back(m);
         d.stop |= v[1] == '1';
-      } else if (liveness_.dead(m)) {
+      } else if (liveness_.dead(m) || overdue) {
         d.missing.push_back(m);
       } else {
         waiting = true;
@@ -60,15 +132,17 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
     }
     if (!waiting) {
       d.commit = d.missing.empty();
-      store_.set_once(decision_key,
-                      nlohmann::json{{"commit", d.commit}, {"stop", d.stop}, {"missing", d.missing}}.dump());
+      if (d.commit) d.joiners = waiting_joiners();
+      store_.set_once(decision_key, nlohmann::json{{"commit", d.commit}, {"stop", d.stop}, {"missing", d.missing},
+                                                   {"joiners", d.joiners}}
+                                        .dump());
       break;
     }
     std::this_thread::sleep_for(kPoll);
   }
   const auto j = nlohmann::json::parse(store_.get(decision_key));
   return {.commit = j.at("commit").get<bool>(), .stop = j.at("stop").get<bool>(),
-          .missing = j.at("missing").get<std::vector<int>>()};
+          .missing = j.at("missing").get<std::vector<int>>(), .joiners = j.at("joiners").get<std::vector<int>>()};
 }
 
 std::vector<int> Membership::reform() {
@@ -76,12 +150,14 @@ std::vector<int> Membership::reform() {
   const std::string base = fmt::format("{}e{}/", kPrefix, next);
   store_.set(base + "join/" + std::to_string(id_), "1");
   const std::string members_key = base + "members";
+  const auto start = std::chrono::steady_clock::now();
   while (!store_.check({members_key})) {
+    const bool overdue = std::chrono::steady_clock::now() - start > round_timeout_;
     std::vector<int> joined;
     bool waiting = false;
     for (int m : members_) {
       if (store_.check({base + "join/" + std::to_string(m)})) joined.push_back(m);
-      else if (!liveness_.dead(m)) waiting = true;
+      else if (!liveness_.dead(m) && !overdue) waiting = true;
     }
     if (!waiting) {
       store_.set_once(members_key, nlohmann::json(joined).dump());
@@ -98,8 +174,7 @@ std::vector<int> Membership::reform() {
   std::vector<int> dropped;
   for (int m : members_)
     if (std::find(now.begin(), now.end(), m) == now.end()) dropped.push_back(m);
-  members_ = now;
-  epoch_ = next;
+  enter(next, now);
   return dropped;
 }
 

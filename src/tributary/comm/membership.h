@@ -12,10 +12,13 @@
 //   reform   after a discarded round each survivor registers for the next epoch and waits until every member of
 //            the old one registered or is dead; the first list written is the new membership. A process left out
 //            (it was frozen past the deadline) gets an Error: it must not go on as a replica.
+//   join     a restarted (or new) worker waits until its old self is out of the membership, then asks to join and
+//            starts its heartbeat; the decision of the next committed round lists it, and after that round every
+//            member admits it (admit: the next epoch is the members, then the joiners — the lead stays first).
 // Every wait ends: a member either answers or its heartbeat goes stale.
 //
 // Keys (under "ft/"): hb/{id}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
-// e{E}/join/{id}, e{E}/members.
+// e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n}.
 #pragma once
 
 #include <memory>
@@ -31,12 +34,17 @@ struct RoundDecision {
   bool commit = false;
   bool stop = false;         // some member asked to stop (the run stops after this round, on every member)
   std::vector<int> missing;  // members that did not vote ok (failed, or dead)
+  std::vector<int> joiners;  // workers asking to join, admitted after this round when it commits
 };
 
 class Membership {
  public:
-  // `heartbeat_store`: a second connection for the heartbeat thread. Every one of `world_size` ids starts a member.
-  Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s);
+  // `heartbeat_store`: a second connection for the heartbeat thread. Every one of `world_size` ids starts a member;
+  // `joining`: this process restarts id and becomes a member only through join().
+  // `round_timeout`: a member that is alive but has not voted (or registered) after this long counts as missing, so
+  // no wait is unbounded even when a live member is stuck elsewhere.
+  Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining = false,
+             std::chrono::milliseconds round_timeout = std::chrono::minutes(30));
 
   int id() const { return id_; }
   int epoch() const { return epoch_; }
@@ -52,14 +60,25 @@ class Membership {
   RoundDecision decide(const std::string& round, bool ok, bool stop_wish);
   // The next epoch: the members alive now. Returns the members that were dropped.
   std::vector<int> reform();
+  // The next epoch: the members and then `joiners` (from a committed round's decision).
+  void admit(const std::vector<int>& joiners);
+  // A joiner: waits (up to `timeout`, naming it) until admitted, then is a member of that epoch: true. False when the
+  // run ended first (finish()).
+  bool join(std::chrono::milliseconds timeout);
+  // The lead at the end of the run: joiners still waiting give up.
+  void finish() { store_.set("ft/finished", "1"); }
 
  private:
   std::string key(const std::string& round, const std::string& what) const;
+  std::vector<int> waiting_joiners();
+  void enter(int epoch, std::vector<int> members);
 
-  Store store_;
-  Heartbeat heartbeat_;
+  Store store_, heartbeat_store_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // started at once, or by join()
   Liveness liveness_;
   int id_;
+  int world_size_;
+  std::chrono::milliseconds round_timeout_;
   int epoch_ = 0;
   std::vector<int> members_;
 };

@@ -32,6 +32,7 @@ class AdamW {
   void set_lr_scale(const NamedTensors& group, double scale);
 
   int64_t num_steps() const { return num_steps_; }
+  void set_num_steps(int64_t n) { num_steps_ = n; }  // a joining replica: its state() tensors were filled in place
   // State as named tensors: "<param>.exp_avg", "<param>.exp_avg_sq"; the step count travels in metadata.
   NamedTensors state() const;
   void load_state(const safetensors::File& file, int64_t num_steps);

@@ -31,6 +31,7 @@ class OuterOptimizer {
   const NamedTensors& global() const { return global_; }
   NamedTensors state() const;  // "<param>.outer_momentum"
   int64_t num_steps() const { return num_steps_; }
+  void set_num_steps(int64_t n) { num_steps_ = n; }  // a joining replica (its state arrived in place)
   // Resume: global parameters ("<param>") and momenta ("<param>.outer_momentum") from a checkpoint's file.
   void load_state(const safetensors::File& file, int64_t num_steps);
 

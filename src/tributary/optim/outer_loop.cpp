@@ -48,6 +48,14 @@ void OuterLoop::load(const safetensors::File& outer, const nlohmann::json& progr
   }
 }
 
+void OuterLoop::adopt_progress(const nlohmann::json& progress) {
+  TRIB_CHECK_EQ(progress.size(), units_.size(), "(fragments of the lead vs this replica)");
+  for (size_t f = 0; f < units_.size(); ++f) {
+    units_[f].last_sync = progress[f].at("last_sync").get<int64_t>();
+    units_[f].outer->set_num_steps(progress[f].at("outer_steps").get<int64_t>());
+  }
+}
+
 void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps) {
   u.pending = reducer_.start(u.outer->pseudo_gradient(subset(params, u)));
   u.apply_step = step + overlap_steps;

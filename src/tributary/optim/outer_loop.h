@@ -52,6 +52,8 @@ class OuterLoop {
   void start(NamedTensors& params, int64_t offset);
   // Resume: each unit's last sync and outer state from a checkpoint (progress() and outer_state() saved).
   void load(const safetensors::File& outer, const nlohmann::json& progress);
+  // A joining replica: each unit's last sync and outer-step count (its outer tensors were received in place).
+  void adopt_progress(const nlohmann::json& progress);
 
   bool after_step(int64_t step, double lr, NamedTensors& params);  // true if an outer step landed
   bool finish(int64_t step, NamedTensors& params);  // lands what is in flight and syncs pending inner steps

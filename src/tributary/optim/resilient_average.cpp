@@ -60,12 +60,11 @@ void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors) {
     for (auto& t : tensors) t.mul_(double(n) / double(accepted));
 }
 
-void ResilientAverage::regroup(const std::vector<int>& dropped) {
+void ResilientAverage::follow_membership() {
   std::optional<comm::LinkModel> link;
   if (link_) link = link_->subset(membership_->members());
   group_.reform(membership_->group_prefix(), membership_->rank(), membership_->size(), link);
   exchange_.regroup(link);
-  if (reformed_) reformed_(dropped, *membership_);
 }
 
 std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> tensors) {
@@ -94,12 +93,15 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     if (decision.stop) stop_decided_ = true;
     if (decision.commit) {
       rejected_ += round_rejected_;  // the attempt that counted
+      joiners_ = decision.joiners;
       return tensors;
     }
     if (membership_->rank() == 0 || !ok)
       log::warn("worker {}: round {} discarded (worker(s) {} did not complete it); re-forming the group",
                 membership_->id(), round, fmt::join(decision.missing, ", "));
-    regroup(membership_->reform());
+    const auto dropped = membership_->reform();
+    follow_membership();
+    if (reformed_) reformed_(dropped, *membership_);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
   }
 }

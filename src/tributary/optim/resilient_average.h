@@ -16,6 +16,7 @@
 #include <atomic>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/membership.h"
@@ -39,6 +40,13 @@ class ResilientAverage : public Reducer {
 
   // Tests: applied to this rank's update before the round (a fault injected on purpose).
   void set_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { tamper_ = std::move(tamper); }
+  // Workers asking to join, from the decision of the last committed round (read after waiting for it); cleared.
+  std::vector<int> take_joiners() { return std::exchange(joiners_, {}); }
+  // The group and exchange follow the membership after it changed outside a round (admit, join).
+  void follow_membership();
+  // Rounds started so far (their store keys): a joiner continues the members' count.
+  int64_t rounds() const { return rounds_; }
+  void set_rounds(int64_t n) { rounds_ = n; }
   void set_stop_wish(bool stop) { stop_wish_ = stop; }  // training thread: sent with the next round's vote
   bool stop_decided() const { return stop_decided_; }
   int64_t take_rejected() { return rejected_.exchange(0); }
@@ -46,7 +54,6 @@ class ResilientAverage : public Reducer {
  private:
   std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors);
   void guarded_average(std::vector<torch::Tensor>& tensors);
-  void regroup(const std::vector<int>& dropped);
 
   comm::CommThread& thread_;
   comm::Exchange& exchange_;
@@ -57,7 +64,8 @@ class ResilientAverage : public Reducer {
   Reformed reformed_;
   std::function<void(std::vector<torch::Tensor>&)> tamper_;
   int64_t rounds_ = 0;
-  int64_t round_rejected_ = 0;  // reductions started (the same sequence on every member)
+  int64_t round_rejected_ = 0;
+  std::vector<int> joiners_;  // reductions started (the same sequence on every member)
   std::atomic<bool> stop_wish_{false}, stop_decided_{false};
   std::atomic<int64_t> rejected_{0};
 };

@@ -72,6 +72,7 @@ DistEnv resolve_dist_env(const std::map<std::string, std::string>& env) {
            "MASTER_ADDR and MASTER_PORT on every worker)",
            env.at("RANK"), env.at("WORLD_SIZE"));
     if (has(env, "TRIBUTARY_AGENT_STORE")) d.use_agent_store = true;  // tributary launch hosts the store
+    d.joining = has(env, "TRIBUTARY_JOINING");
     auto agent = env.find("TORCHELASTIC_USE_AGENT_STORE");
     if (agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1")) {
       d.use_agent_store = true;

@@ -22,8 +22,10 @@ struct DistEnv {
   std::string store_prefix;     // non-empty when workers share an agent's store (torchrun)
   bool use_agent_store = false;  // torchrun's agent already runs the TCPStore server
   std::string source = "single";  // tributary | torchrun | slurm | mpi | single
+  bool joining = false;  // TRIBUTARY_JOINING: restarted by launch --max-restarts to join the running run
 
   bool distributed() const { return world_size > 1; }
+  bool lead() const { return rank == 0 && !joining; }  // writes metrics and the run directory at start
 };
 
 DistEnv resolve_dist_env(const std::map<std::string, std::string>& env);

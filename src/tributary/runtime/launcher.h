@@ -24,6 +24,8 @@ struct LaunchOptions {
   double grace_s = 10;                    // between SIGTERM and SIGKILL when stopping workers
   int max_failures = 0;                   // workers that may die without stopping the others: for algorithms that
                                           // survive it (DiPaCo, dist.fault_tolerant DiLoCo)
+  int max_restarts = 0;                   // dead workers restarted as joiners of the running run (dist.fault_tolerant
+                                          // DiLoCo heals them from a peer); a death beyond them counts as a failure
   std::vector<std::string> command;       // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
   // Node 0: hosts the run's store on the port (kept alive until launch returns). Given by the CLI, which links
   // comm/; this file stays free of LibTorch.

@@ -43,22 +43,29 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
       log::warn("dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
                 "workers with `tributary launch` (it hosts the store itself)");
     membership_ = std::make_unique<comm::Membership>(store, reconnect_store(config, env), env.rank, env.world_size,
-                                                     config.dist.heartbeat_timeout_s);
+                                                     config.dist.heartbeat_timeout_s, env.joining,
+                                                     group_options(config).collective_timeout);
+    store_ = store;
   } else {
     stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
   }
-  build(store, env.rank, env.world_size, wan_link_model_or_none(config.dist.wan, env.world_size),
-        membership_ ? membership_->group_prefix() : "group0");
+  auto link = wan_link_model_or_none(config.dist.wan, env.world_size);
+  if (env.joining) {  // a group of one until the members admit it (join())
+    build(store, 0, 1, link ? std::optional(link->subset({env.rank})) : std::nullopt,
+          fmt::format("ft/joining-{}-{}", env.rank, ::getpid()), link);
+    return;
+  }
+  build(store, env.rank, env.world_size, link, membership_ ? membership_->group_prefix() : "group0", link);
 }
 
 Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
     : config_(config), ddp_(config.dist.algorithm == "ddp"), part_(true) {
   TRIB_CHECK(!ddp_, "a part's data-parallel replicas average in its step, not here");
-  build(group.store, group.rank, group.size, std::move(group.link), group.prefix);
+  build(group.store, group.rank, group.size, group.link, group.prefix, group.link);
 }
 
 void Replicas::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
-                     const std::string& prefix) {
+                     const std::string& prefix, std::optional<comm::LinkModel> world_link) {
   const auto& d = config_.dist;
   group_ = std::make_unique<comm::Group>(store, rank, size, group_options(config_), prefix);
   exchange_ = std::make_unique<comm::Exchange>(
@@ -75,7 +82,7 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
               d.overlap_steps, d.inner_steps / d.fragments);
   thread_ = std::make_unique<comm::CommThread>();
   reducer_ = std::make_unique<ResilientAverage>(
-      *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(link),
+      *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(world_link),
       [this](const std::vector<int>& dropped, const comm::Membership& now) {
         reformations_ += 1;
         if (now.rank() == 0)
@@ -103,6 +110,10 @@ bool Replicas::stop_agreed(bool local_stop) {
 
 Replicas::~Replicas() {
   thread_.reset();  // join the communication thread before what its jobs use goes
+  if (membership_ && group_ && rank() == 0 && !membership_->members().empty()) try {
+      membership_->finish();  // workers still waiting to join give up
+    } catch (const std::exception&) {
+    }
 }
 
 double Replicas::shared_matmul_peak(const torch::Device& device, int local_world_size) {
@@ -187,7 +198,9 @@ bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
     return false;
   }
   check_->verify(/*wait=*/false);
-  return outer_->after_step(step, lr, params);
+  const bool landed = outer_->after_step(step, lr, params);
+  if (landed && membership_) joiners_ = reducer_->take_joiners();
+  return landed;
 }
 
 bool Replicas::finish(int64_t step, NamedTensors& params) {

@@ -41,6 +41,13 @@ struct ReplicaGroup {
   std::string prefix;
 };
 
+// What a worker joining mid-run receives from the lead (fault tolerance): `tensors` in place (the same names and
+// shapes on both sides: parameters, inner optimizer state), and `meta` (step, tokens, loader position, ...).
+struct HealState {
+  NamedTensors tensors;
+  nlohmann::json meta;
+};
+
 class Replicas {
  public:
   // Rendezvous: connects the store and forms the group of every rank; refuses ranks whose resolved configs differ.
@@ -87,7 +94,17 @@ class Replicas {
   // how many re-formations so far, and the updates rejected since the last call (dist.reject_norm_factor).
   bool fault_tolerant() const { return membership_ != nullptr; }
   int64_t reformations() const { return reformations_; }
-  int64_t take_rejected() { return reducer_->take_rejected(); }
+  // -1 when neither fault tolerance nor dist.reject_norm_factor guards the exchange.
+  int64_t take_rejected() {
+    return membership_ || config_.dist.reject_norm_factor > 0 ? reducer_->take_rejected() : -1;
+  }
+  // Live healing (runtime/replicas_heal.cpp). Members, right after an outer step landed: true when workers asked to
+  // join in its round; admit() then re-forms the group with them and sends them `state` and the outer state.
+  bool joiners_waiting() const { return !joiners_.empty() && !reducer_->stop_decided(); }
+  void admit(const HealState& state);
+  // A restarted worker (DistEnv::joining) instead of start(): waits to be admitted at a round boundary, receives the
+  // state into `state.tensors` and the outer loop's, and returns the lead's meta. Checks the replicas identical.
+  nlohmann::json join(NamedTensors& params, HealState state);
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
   // The sgemm peak one replica can count on: rank 0 measures the whole machine while the others wait (measuring
@@ -96,7 +113,7 @@ class Replicas {
 
  private:
   void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
-             const std::string& prefix);
+             const std::string& prefix, std::optional<comm::LinkModel> world_link);
   void start_outer_loop(NamedTensors& params, int64_t offset);
 
   RunConfig config_;
@@ -104,6 +121,8 @@ class Replicas {
   bool in_warmup_ = false;  // DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)
   bool part_ = false;       // a part's replicas: its step averages the warm-up's gradients, not DataParallel hooks
   std::unique_ptr<comm::Membership> membership_;  // dist.fault_tolerant
+  std::optional<comm::Store> store_;              // the run's (fault tolerance: the heal's meta)
+  std::vector<int> joiners_;                      // admitted after the outer step that just landed
   int64_t reformations_ = 0;
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;

@@ -228,6 +228,10 @@ void RunConfig::validate() const {
       fail("dist.fault_tolerant = true needs dist.overlap_steps = 0 (got {}): an overlapped round lands after the "
            "training thread moved on, so it cannot yet be redone",
            dist.overlap_steps);
+    if (dist.warmup_ddp_steps > 0)
+      fail("dist.fault_tolerant = true with dist.warmup_ddp_steps = {}: the data-parallel warm-up is not yet fault "
+           "tolerant; set dist.warmup_ddp_steps = 0",
+           dist.warmup_ddp_steps);
     if (parallel.pipeline_stages > 1 || !dipaco.modules.empty())
       fail("dist.fault_tolerant = true covers DiLoCo replicas of the whole model; DiPaCo has its own "
            "(dipaco.on_failure) and pipeline stages have none yet");

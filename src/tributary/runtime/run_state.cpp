@@ -31,8 +31,14 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
     fail("model.vocab_size = {} is smaller than the tokenizer of '{}' ({} ids); set it to 0 to take the tokenizer's",
          config.model.vocab_size, config.data.dir, dataset.vocab_size());
   const fs::path run_dir = config.train.run_dir;
-  const bool lead = options.dist.rank == 0;
+  const bool lead = options.dist.lead();
   std::optional<LoadedCheckpoint> ckpt;
+  if (options.dist.joining) {  // a restarted worker: the running run's directory is not its to check or clear
+    if (!config.dist.fault_tolerant)
+      fail("worker {} was restarted to join a running run, but only dist.fault_tolerant = true runs take joiners",
+           options.dist.rank);
+    return ckpt;
+  }
   if (options.resume) {
     ckpt = load_checkpoint(options.resume_from.empty() ? run_dir : fs::path(options.resume_from));
     check_resumable(*ckpt, config, options.dist.world_size);
@@ -50,6 +56,30 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
   if (ec) fail("cannot create train.run_dir = '{}': {}; choose a writable directory", run_dir.string(), ec.message());
   if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
   return ckpt;
+}
+
+HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const BatchLoader& loader,
+                     const RunProgress& progress) {
+  HealState state{.tensors = trained};
+  for (auto& t : optimizer.state()) state.tensors.push_back(std::move(t));
+  state.meta = {{"step", progress.step}, {"tokens", progress.tokens}, {"elapsed_s", progress.elapsed_before},
+                {"optimizer_steps", optimizer.num_steps()}, {"loader_epoch", loader.position().epoch},
+                {"loader_cursor", loader.position().cursor}};
+  return state;
+}
+
+void join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader, RunProgress& progress,
+              int64_t total_steps) {
+  const auto meta = replicas.join(trained, heal_state(trained, optimizer, loader, progress));
+  if (meta.value("finished", false)) {
+    progress.step = total_steps;
+    return;
+  }
+  progress.step = meta.at("step").get<int64_t>();
+  progress.tokens = meta.at("tokens").get<int64_t>();
+  progress.elapsed_before = meta.at("elapsed_s").get<double>();
+  optimizer.set_num_steps(meta.at("optimizer_steps").get<int64_t>());
+  loader.set_position({meta.at("loader_epoch").get<uint64_t>(), meta.at("loader_cursor").get<uint64_t>()});
 }
 
 void init_from(Transformer& model, const std::string& from) {

@@ -11,6 +11,7 @@
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/replicas.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary {
@@ -33,6 +34,17 @@ struct RunProgress {
 void init_from(Transformer& model, const std::string& from);
 // Loads this rank's replica (parameters, AdamW state, RNG, loader position) and returns the progress.
 RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank);
+
+// Fault tolerance: what a joining worker receives from the lead — the trained parameters and AdamW state (in
+// place, `trained` and `optimizer`'s state on both sides), the step, tokens and loader position — and applying the
+// lead's meta on the joiner. The joiner reads its own rank's windows from the lead's position on; the steps it
+// missed are not replayed.
+HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const BatchLoader& loader,
+                     const RunProgress& progress);
+// A restarted worker (DistEnv::joining) instead of Replicas::start: waits to be admitted and takes the lead's state;
+// when the run ended first, progress.step = total_steps (nothing left to train).
+void join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader, RunProgress& progress,
+              int64_t total_steps);
 
 struct SaveRequest {
   const RunConfig& config;

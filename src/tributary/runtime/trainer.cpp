@@ -83,7 +83,7 @@ class TrainingRun {
 };
 
 TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
-    : config_(config), options_(options), device_(parse_device(config.train.device)), lead_(options.dist.rank == 0) {
+    : config_(config), options_(options), device_(parse_device(config.train.device)), lead_(options.dist.lead()) {
   const DistEnv& env = options_.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
@@ -107,16 +107,16 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
-  start_replicas();
-  // Per-replica peak: in multi-process runs rank 0 measures the machine alone and the local replicas share it.
+  // Per-replica peak: rank 0 measures the machine alone, the local replicas share it (a joiner: in a group of one).
   summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_, env.local_world_size)
                                   : measure_matmul_peak(device_);
+  start_replicas();  // a joining worker may find the run over: then it trains nothing
   flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());
   if (aux_heads_)  // the auxiliary heads are computed and trained too
     flops_per_token_ += 6.0 * double(aux_heads_->num_matmul_parameters()) +
                         6.0 * double(aux_heads_->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
-                     (pipelines_ ? pipelines_->num_pipelines() : env.world_size);
+                     (pipelines_ ? pipelines_->num_pipelines() : replicas_ ? replicas_->size() : env.world_size);
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = model_->num_parameters();
   const double bytes_per_token = dataset_->bytes_per_token("val");
@@ -177,6 +177,7 @@ void TrainingRun::build_model_and_data() {
 
 void TrainingRun::start_replicas() {
   if (!synced_) return;
+  if (options_.dist.joining) return join_run(*replicas_, trained_, *optimizer_, *loader_, progress_, tc_.steps);
   if (!ckpt_) return synced_->start(trained_);
   std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
   const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
@@ -234,12 +235,11 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   summary_.bytes_sent += c.bytes_sent;
   summary_.bytes_recv += c.bytes_recv;
   summary_.comm_s += c.comm_s;
-  const bool guarded = replicas_ && (replicas_->fault_tolerant() || config_.dist.reject_norm_factor > 0);
-  const int64_t rejected = guarded ? replicas_->take_rejected() : -1;
+  const int64_t rejected = replicas_ ? replicas_->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
   report_->exchange_done(step, synced_->ddp() ? step : synced_->outer_steps(),
                          synced_->ddp() ? 1 : synced_->inner_steps_now(), c, elapsed,
-                         guarded ? synced_->size() : 0, rejected);
+                         rejected >= 0 ? synced_->size() : 0, rejected);
 }
 
 // Fault tolerance: after an outer step the members may have changed (a worker died). The lowest surviving worker
@@ -248,6 +248,7 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
 void TrainingRun::follow_membership(int64_t step) {
   if (!replicas_ || !replicas_->fault_tolerant()) return;
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
+  summary_.reformations = replicas_->reformations();  // an admission counts at the next outer step
   if (replicas_->rank() != 0 || lead_) return;
   lead_ = true;
   report_->take_lead(step);
@@ -345,6 +346,8 @@ TrainSummary TrainingRun::run() {
     if (last || stop_now)  // the numbers of the last steps, when they come late
       for (const StepResult& owed : train_step.drain())
         record(owed, step, schedule.lr(step - 1 - owed.lag), now);
+    if (synced && !last && !stop_now && replicas_ && replicas_->joiners_waiting())  // after this step's checkpoint
+      replicas_->admit(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
     if (stop_now && !last) {
       if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
                            summary_.checkpoint.string());
@@ -367,10 +370,8 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
   summary_.steps = step;
-  if (replicas_) {
-    summary_.world_size = replicas_->size();
-    summary_.reformations = replicas_->reformations();
-  }
+  summary_.lead = lead_;
+  if (replicas_) summary_.world_size = replicas_->size();
   if (synced_) summary_.outer_steps = synced_->outer_steps();
   if (pipelines_) {
     summary_.world_size = options_.dist.world_size;

@@ -1,0 +1,296 @@
+#include "tributary/runtime/launch_supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <thread>
+#include <utility>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_signals = 0;  // a second one kills the workers without waiting for their checkpoint
+void on_signal(int s) {
+  g_signal = s;
+  g_signals = g_signals + 1;
+}
+
+void flush_lines(Worker& w, bool final) {
+  size_t pos;
+  while ((pos = w.partial.find('\n')) != std::string::npos) {
+    std::fprintf(stdout, "[rank %d] %s\n", w.rank, w.partial.substr(0, pos).c_str());
+    w.partial.erase(0, pos + 1);
+  }
+  if (final && !w.partial.empty()) {
+    std::fprintf(stdout, "[rank %d] %s\n", w.rank, w.partial.c_str());
+    w.partial.clear();
+  }
+  std::fflush(stdout);
+}
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGSTOP: return "SIGSTOP";
+    case SIGTSTP: return "SIGTSTP";
+    case SIGTTIN: return "SIGTTIN";
+    case SIGTTOU: return "SIGTTOU";
+    default: return "a stop signal";
+  }
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+
+// Forwards what the workers printed, line by line with their rank prefix.
+void pump_output(std::vector<Worker>& workers) {
+  std::vector<pollfd> fds;
+  for (auto& w : workers)
+    if (w.fd >= 0) fds.push_back({w.fd, POLLIN, 0});
+  if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+  else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (auto& w : workers) {
+    if (w.fd < 0) continue;
+    char buf[8192];
+    for (;;) {
+      pollfd p{w.fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      ssize_t got = ::read(w.fd, buf, sizeof(buf));
+      if (got <= 0) {
+        ::close(w.fd);
+        w.fd = -1;
+        flush_lines(w, true);
+        break;
+      }
+      w.partial.append(buf, static_cast<size_t>(got));
+      flush_lines(w, false);
+    }
+  }
+}
+
+// The supervision of running workers: the first failure (beyond --max-failures) or a signal stops the rest with
+// SIGTERM, then SIGKILL after --grace; a second signal kills at once. A worker that exits with a NetworkError
+// (status 4) is usually the echo of a peer's failure (the peer's exit closed the connection), so launch waits up to
+// kBlameWindow for a rank that failed for a reason of its own and blames that one; a stopped (SIGSTOP) worker is
+// named at once and again when the others fail waiting for it.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, std::vector<Worker>& workers, Respawn respawn)
+      : o_(o), workers_(workers), respawn_(std::move(respawn)) {}
+  int run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kBlameWindow{3};
+
+  void reap();
+  void on_failure(const Worker& w, int code);
+  bool restart(const Worker& w, int code);  // --max-restarts: true if `w` is restarted
+  void blame(int rank, int code);
+  void settle_network_failure();
+  void stop_all(int sig) {
+    for (auto& w : workers_) {
+      if (!w.running) continue;
+      ::kill(w.pid, sig);
+      if (w.stopped) ::kill(w.pid, SIGCONT);  // a stopped process handles SIGTERM only once continued
+    }
+  }
+  void begin_stop() {
+    stop_all(SIGTERM);
+    stop_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
+  }
+  void enforce_deadline();
+  // Stopped (SIGSTOP) workers left alone after every other worker exited: nobody will continue them (the others
+  // went on without them, dist.fault_tolerant): killed, counted as failures.
+  void kill_forgotten_stopped();
+  std::string stopped_ranks() const;
+
+  const LaunchOptions& o_;
+  std::vector<Worker>& workers_;
+  Respawn respawn_;
+  std::vector<int> pending_restarts_;  // local ranks to fork again after this reap
+  int restarts_ = 0;
+  int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
+  bool killed_ = false;
+  std::optional<Clock::time_point> stop_deadline_;
+  struct NetworkFailure {
+    int rank, code;
+    Clock::time_point until;
+  };
+  std::optional<NetworkFailure> network_failure_;  // waiting for the cause
+  std::string cause_;                               // what the final line says when it is not the failed rank itself
+};
+
+std::string Supervisor::stopped_ranks() const {
+  std::vector<std::string> out;
+  for (const auto& w : workers_)
+    if (w.running && w.stopped) out.push_back(fmt::format("rank {} (pid {})", w.rank, w.pid));
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
+void Supervisor::blame(int rank, int code) {
+  failed_rank_ = rank;
+  result_ = code;
+  log::error("launch: rank {} exited with status {}; stopping the other workers", rank, code);
+  begin_stop();
+}
+
+// A dead worker comes back while the others still run (after the run, nothing is left to join).
+bool Supervisor::restart(const Worker& w, int code) {
+  if (restarts_ >= o_.max_restarts) return false;
+  bool others = false;
+  for (const auto& o : workers_) others |= o.running && !o.stopped && o.pid != w.pid;
+  if (!others) return false;
+  restarts_ += 1;
+  log::warn("launch: rank {} (pid {}) exited with status {}; restarting it to rejoin the run ({} of --max-restarts {})",
+            w.rank, w.pid, code, restarts_, o_.max_restarts);
+  pending_restarts_.push_back(w.rank - o_.node_rank * o_.nproc);
+  return true;
+}
+
+void Supervisor::on_failure(const Worker& w, int code) {
+  if (failed_rank_ >= 0 || stop_deadline_) return;
+  if (restart(w, code)) return;
+  if (tolerated_ < o_.max_failures) {
+    tolerated_ += 1;
+    log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
+              "carry on", w.rank, w.pid, code, tolerated_, o_.max_failures);
+  } else if (code == kNetworkErrorStatus) {
+    if (!network_failure_) network_failure_ = NetworkFailure{w.rank, code, Clock::now() + kBlameWindow};
+  } else {
+    if (network_failure_)
+      log::warn("launch: rank {}'s network error followed from rank {}'s failure", network_failure_->rank, w.rank);
+    network_failure_.reset();
+    blame(w.rank, code);
+  }
+}
+
+// No rank failed for a reason of its own within the window: the network failure is the cause as far as launch knows.
+void Supervisor::settle_network_failure() {
+  if (!network_failure_ || failed_rank_ >= 0 || stop_deadline_) return;
+  bool others_running = false;
+  for (const auto& w : workers_) others_running |= w.running;
+  if (others_running && Clock::now() < network_failure_->until) return;
+  const std::string stopped = stopped_ranks();
+  if (!stopped.empty()) {
+    log::error("launch: rank {} lost its peers while {} is stopped (SIGSTOP): the stopped rank is the likely cause",
+               network_failure_->rank, stopped);
+    cause_ = fmt::format("{} was stopped and rank {} gave up waiting for it", stopped, network_failure_->rank);
+  } else {
+    log::error("launch: rank {} reported a network failure and no local rank failed for a reason of its own; look at "
+               "the other machines' ranks and the network", network_failure_->rank);
+  }
+  const auto failure = *network_failure_;
+  network_failure_.reset();
+  blame(failure.rank, failure.code);
+}
+
+void Supervisor::reap() {
+  for (auto& w : workers_) {
+    int status;
+    if (!w.running || ::waitpid(w.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != w.pid) continue;
+    if (WIFSTOPPED(status)) {
+      w.stopped = true;
+      log::warn("launch: rank {} (pid {}) was stopped by {}; the other ranks wait for it (up to "
+                "dist.collective_timeout_s). `kill -CONT {}` resumes it",
+                w.rank, w.pid, stop_signal_name(WSTOPSIG(status)), w.pid);
+      continue;
+    }
+    if (WIFCONTINUED(status)) {
+      w.stopped = false;
+      log::info("launch: rank {} (pid {}) continues", w.rank, w.pid);
+      continue;
+    }
+    w.running = false;
+    w.stopped = false;
+    w.status = status;
+    if (const int code = exit_code_of(status); code != 0) on_failure(w, code);
+  }
+  for (int local : std::exchange(pending_restarts_, {})) workers_.push_back(respawn_(local));
+  settle_network_failure();
+}
+
+void Supervisor::enforce_deadline() {
+  if (!stop_deadline_ || Clock::now() <= *stop_deadline_) return;
+  bool any_running = false;
+  for (auto& w : workers_) any_running |= w.running;
+  if (any_running)
+    log::error("launch: the workers did not stop within --grace {} s; killing them. Their progress since the run's "
+               "last checkpoint is lost (resume continues from it, if any); a longer --grace lets them finish the "
+               "stop checkpoint",
+               o_.grace_s);
+  stop_all(SIGKILL);
+  stop_deadline_ = Clock::now() + std::chrono::hours(1);
+}
+
+void Supervisor::kill_forgotten_stopped() {
+  if (network_failure_ || failed_rank_ >= 0 || stop_deadline_) return;  // a failure being handled stops them
+  bool stopped = false;
+  for (const auto& w : workers_) {
+    if (w.running && !w.stopped) return;
+    stopped |= w.running && w.stopped;
+  }
+  if (!stopped) return;
+  log::warn("launch: every other worker has exited; killing the stopped {}", stopped_ranks());
+  for (auto& w : workers_)
+    if (w.running && w.stopped) {
+      ::kill(w.pid, SIGKILL);
+      w.stopped = false;
+    }
+}
+
+int Supervisor::run() {
+  g_signal = 0;
+  g_signals = 0;
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+  for (;;) {
+    pump_output(workers_);
+    reap();
+    if (g_signal && !stop_deadline_) {
+      log::warn("launch: signal {} received; stopping the workers", int(g_signal));
+      result_ = 128 + g_signal;
+      begin_stop();
+    }
+    if (g_signals >= 2 && !killed_) {
+      log::warn("launch: second signal; killing the workers now (no final checkpoint)");
+      stop_all(SIGKILL);
+      killed_ = true;
+    }
+    enforce_deadline();
+    kill_forgotten_stopped();
+    bool any = false;
+    for (auto& w : workers_) any |= w.running || w.fd >= 0;
+    if (!any) break;
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (failed_rank_ >= 0 && !cause_.empty())
+    log::error("launch: failed because {} (status {})", cause_, result_);
+  else if (failed_rank_ >= 0)
+    log::error("launch: failed because rank {} failed (status {})", failed_rank_, result_);
+  return result_;
+}
+
+
+}  // namespace
+
+int supervise(const LaunchOptions& options, std::vector<Worker>& workers, Respawn respawn) {
+  return Supervisor(options, workers, std::move(respawn)).run();
+}
+
+}  // namespace tributary

@@ -1,0 +1,76 @@
+// Live healing of fault-tolerant DiLoCo replicas (replicas.h): a restarted worker joins at a round boundary and
+// receives everything it needs from the lead over the group — no checkpoint reload, no restart of the others.
+// Both sides run the same collectives in the same order: re-form (Membership::admit / join), the lead's meta through
+// the store, one broadcast of the state tensors and the outer state, the replica hash check.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/runtime/replicas.h"
+
+namespace tributary {
+namespace {
+
+std::string heal_key(int epoch) { return fmt::format("ft/heal/e{}", epoch); }
+
+std::vector<torch::Tensor> tensors_of(const NamedTensors& a, const NamedTensors& b) {
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, t] : a) out.push_back(t);
+  for (const auto& [name, t] : b) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+void Replicas::admit(const HealState& state) {
+  const std::vector<int> joiners = std::exchange(joiners_, {});
+  membership_->admit(joiners);
+  reducer_->follow_membership();
+  if (rank() == 0) {
+    nlohmann::json meta = state.meta;
+    meta["outer"] = outer_->progress();
+    meta["rounds"] = reducer_->rounds();
+    store_->set(heal_key(membership_->epoch()), meta.dump());
+  }
+  auto tensors = tensors_of(state.tensors, outer_->outer_state());
+  thread_->run<int>([&] {
+    torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
+    group_->broadcast(tensors, 0);  // rank 0 is the first old member: joiners come last
+    return 0;
+  });
+  check_->now(outer_->globals(), fmt::format("after worker(s) {} joined", fmt::join(joiners, ", ")));
+  reformations_ += 1;
+  if (rank() == 0)
+    log::warn("worker(s) {} joined at step {}: {} worker(s) {} go on as epoch {}", fmt::join(joiners, ", "),
+              state.meta.value("step", int64_t{0}), size(), fmt::join(membership_->members(), ", "),
+              membership_->epoch());
+}
+
+nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
+  TRIB_CHECK(membership_, "only fault-tolerant replicas are joined");
+  start_outer_loop(params, config_.dist.warmup_ddp_steps);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
+  log::info("worker {}: waiting to join the run at its next outer step", membership_->id());
+  if (!membership_->join(timeout)) {
+    log::warn("worker {}: the run finished before it could join", membership_->id());
+    return {{"finished", true}};
+  }
+  reducer_->follow_membership();
+  store_->wait({heal_key(membership_->epoch())}, timeout, "the lead did not send the joining state");
+  auto meta = nlohmann::json::parse(store_->get(heal_key(membership_->epoch())));
+  auto tensors = tensors_of(state.tensors, outer_->outer_state());
+  thread_->run<int>([&] {
+    torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
+    group_->broadcast(tensors, 0);
+    return 0;
+  });
+  outer_->adopt_progress(meta.at("outer"));
+  reducer_->set_rounds(meta.at("rounds").get<int64_t>());
+  check_->now(outer_->globals(), fmt::format("when worker {} joined", membership_->id()));
+  log::info("worker {} joined at step {} as rank {} of {} (epoch {})", membership_->id(),
+            meta.value("step", int64_t{0}), rank(), size(), membership_->epoch());
+  return meta;
+}
+
+}  // namespace tributary
