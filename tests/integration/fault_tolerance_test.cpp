@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -81,8 +82,13 @@ TEST_F(Distributed, FaultTolerantDilocoHealsARestartedRankZeroFromAPeer) {
   EXPECT_EQ(s["world_size"].get<int>(), 4);
   EXPECT_EQ(s["outer_steps"].get<int>(), 4);
   EXPECT_EQ(s["reformations"].get<int>(), 2) << "dropped, then joined";
-  EXPECT_EQ(world_sizes("ft_heal0"), (std::vector<int>{4, 3, 4, 4}));
-  EXPECT_NE(out.find("worker 0 joined at step 8 as rank 3 of 4"), std::string::npos) << out;
+  // It joins at the first outer step after it asked (8, or 12 when its start-up took longer than two steps).
+  const auto sizes = world_sizes("ft_heal0");
+  EXPECT_TRUE(sizes == (std::vector<int>{4, 3, 4, 4}) || sizes == (std::vector<int>{4, 3, 3, 4}))
+      << fmt::format("{}", fmt::join(sizes, ","));
+  EXPECT_TRUE(out.find("worker 0 joined at step 8 as rank 3 of 4") != std::string::npos ||
+              out.find("worker 0 joined at step 12 as rank 3 of 4") != std::string::npos)
+      << out;
   EXPECT_NE(out.find("restarting it to rejoin the run"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(work() / "ft_heal0" / "checkpoints" / "step-00000016" / "rank-3.model.safetensors"))
       << "the healed worker takes part in the checkpoint";

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
 
 namespace tributary::comm {
 namespace {
@@ -25,14 +26,57 @@ Membership::Membership(Store store, Store heartbeat_store, int id, int world_siz
       id_(id),
       world_size_(world_size),
       round_timeout_(round_timeout) {
-  if (joining) return;
-  heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id);
-  for (int m = 0; m < world_size; ++m) members_.push_back(m);
+  if (!joining) {
+    heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id);
+    for (int m = 0; m < world_size; ++m) members_.push_back(m);
+  }
+  watcher_ = std::thread([this] { watch(); });
+}
+
+Membership::~Membership() {
+  stop_ = true;
+  watcher_.join();
+}
+
+void Membership::watch() {
+  Liveness liveness(heartbeat_store_, kPrefix, id_, liveness_.dead_after_s());
+  std::vector<int> reported;
+  while (!stop_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<int> members;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      members = members_;
+    }
+    try {
+      std::vector<int> alive, newly_dead;
+      for (int m : members) {
+        const auto known = std::find(reported.begin(), reported.end(), m);
+        if (!liveness.dead(m)) {
+          alive.push_back(m);
+          if (known != reported.end()) reported.erase(known);
+        } else if (known == reported.end()) {
+          reported.push_back(m);
+          newly_dead.push_back(m);
+        }
+      }
+      if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
+      for (int m : newly_dead)
+        log::warn("worker {}: worker {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the "
+                  "group re-forms without it at the next outer step",
+                  id_, m, liveness.dead_after_s());
+    } catch (const std::exception&) {
+      return;  // the store is gone: the main thread will find out
+    }
+  }
 }
 
 void Membership::enter(int epoch, std::vector<int> members) {
   epoch_ = epoch;
-  members_ = std::move(members);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    members_ = std::move(members);
+  }
   store_.set(kPrefix + "epoch", std::to_string(epoch));  // every member writes the same
 }
 

@@ -15,13 +15,17 @@
 //   join     a restarted (or new) worker waits until its old self is out of the membership, then asks to join and
 //            starts its heartbeat; the decision of the next committed round lists it, and after that round every
 //            member admits it (admit: the next epoch is the members, then the joiners — the lead stays first).
-// Every wait ends: a member either answers or its heartbeat goes stale.
+// Every wait ends: a member either answers or its heartbeat goes stale (or the round deadline passes). A watcher
+// thread logs a member's death when its heartbeat goes stale, not only when the next round finds out.
 //
 // Keys (under "ft/"): hb/{id}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
 // e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n}.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -67,9 +71,11 @@ class Membership {
   bool join(std::chrono::milliseconds timeout);
   // The lead at the end of the run: joiners still waiting give up.
   void finish() { store_.set("ft/finished", "1"); }
+  ~Membership();
 
  private:
   std::string key(const std::string& round, const std::string& what) const;
+  void watch();  // the watcher thread: says when a member's heartbeat goes stale, as soon as it does
   std::vector<int> waiting_joiners();
   void enter(int epoch, std::vector<int> members);
 
@@ -81,6 +87,9 @@ class Membership {
   std::chrono::milliseconds round_timeout_;
   int epoch_ = 0;
   std::vector<int> members_;
+  mutable std::mutex mutex_;         // members_ for the watcher
+  std::atomic<bool> stop_{false};
+  std::thread watcher_;
 };
 
 }  // namespace tributary::comm

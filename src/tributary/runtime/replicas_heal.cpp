@@ -27,20 +27,34 @@ void Replicas::admit(const HealState& state) {
   const std::vector<int> joiners = std::exchange(joiners_, {});
   membership_->admit(joiners);
   reducer_->follow_membership();
+  reformations_ += 1;
   if (rank() == 0) {
     nlohmann::json meta = state.meta;
     meta["outer"] = outer_->progress();
     meta["rounds"] = reducer_->rounds();
     store_->set(heal_key(membership_->epoch()), meta.dump());
   }
+  // The broadcast reaches every member: the others keep their own inner optimizer state (the parameters are the
+  // global ones on every member after an outer step, so they are equal anyway).
+  std::vector<torch::Tensor> own;
+  if (rank() != 0)
+    for (const auto& [name, t] : state.tensors) own.push_back(t.detach().clone());
   auto tensors = tensors_of(state.tensors, outer_->outer_state());
-  thread_->run<int>([&] {
-    torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
-    group_->broadcast(tensors, 0);  // rank 0 is the first old member: joiners come last
-    return 0;
-  });
-  check_->now(outer_->globals(), fmt::format("after worker(s) {} joined", fmt::join(joiners, ", ")));
-  reformations_ += 1;
+  try {
+    thread_->run<int>([&] {
+      torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
+      group_->broadcast(tensors, 0);  // rank 0 is the first old member: joiners come last
+      for (size_t i = 0; i < own.size(); ++i) state.tensors[i].second.copy_(own[i]);
+      return 0;
+    });
+    check_->now(outer_->globals(), fmt::format("after worker(s) {} joined", fmt::join(joiners, ", ")));
+  } catch (const NetworkError& e) {  // a member or joiner died meanwhile: the next round finds out who, and drops it
+    log::warn("worker {}: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
+              membership_->id(), fmt::join(joiners, ", "), e.what());
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < own.size(); ++i) state.tensors[i].second.copy_(own[i]);
+    return;
+  }
   if (rank() == 0)
     log::warn("worker(s) {} joined at step {}: {} worker(s) {} go on as epoch {}", fmt::join(joiners, ", "),
               state.meta.value("step", int64_t{0}), size(), fmt::join(membership_->members(), ", "),
@@ -61,7 +75,7 @@ nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   auto meta = nlohmann::json::parse(store_->get(heal_key(membership_->epoch())));
   auto tensors = tensors_of(state.tensors, outer_->outer_state());
   thread_->run<int>([&] {
-    torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
+    torch::NoGradGuard no_grad;
     group_->broadcast(tensors, 0);
     return 0;
   });

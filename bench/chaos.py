@@ -1,0 +1,198 @@
+"""Chaos run of issue 15 (docs/benchmarks.md): fault-tolerant DiLoCo through `tributary launch`, with random workers
+(rank 0 included) killed (SIGKILL) or frozen (SIGSTOP) at random times; launch restarts them (--max-restarts) and
+they heal from a peer. A frozen worker is reaped (SIGKILL) once the survivors dropped it, as an operator or a cloud
+would reap a hung machine, and is then restarted too. Also runs the same configuration without faults, and reports
+each fault from the launch log:
+  detected   injection -> the first survivor's "round ... failed" line (the collective failed or was abandoned)
+  resumed    detection -> "dropped out ... go on as epoch" (the survivors re-formed; the round is redone at once)
+  healed     the restart -> "worker W joined at step S" (it trains again from the next outer step on)
+  steps lost the victim's inner steps since its last outer step (lost with its memory)
+Measures; asserts nothing. Needs only the Python standard library.
+
+Usage: python3 bench/chaos.py --build build [--steps 600] [--faults 20] [--seed 1] [--heartbeat 5] [--inner-steps 50]
+       [--clean-too] [--out chaos.json]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def children(pid):
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return []
+    return [int(p) for p in out.split()]
+
+
+def rank_of(pid):
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    for kv in env:
+        if kv.startswith(b"RANK="):
+            return int(kv[5:])
+    return None
+
+
+class Run:
+    """One launch, its output lines timestamped as they arrive."""
+
+    def __init__(self, cli, run_dir, args, faults):
+        cmd = [cli, "launch", "--nproc", "4", "--master-port", "0", "--grace", "10",
+               "--max-restarts", "1000", "--max-failures", "3", "--",
+               "train", os.path.join(ROOT, "configs/diloco.toml"), "--overwrite",
+               f"--set=train.run_dir={run_dir}", f"--set=train.steps={args.steps}", "--set=train.log_every=1",
+               f"--set=train.eval_every={args.steps}", f"--set=dist.inner_steps={args.inner_steps}",
+               "--set=dist.fault_tolerant=true", f"--set=dist.heartbeat_timeout_s={args.heartbeat}",
+               "--set=dist.collective_timeout_s=600"]
+        self.start = time.monotonic()
+        self.lines = []  # (t, line)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.faults = faults
+        self.run_dir = run_dir
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic() - self.start, line.rstrip("\n")))
+
+    def now(self):
+        return time.monotonic() - self.start
+
+    def last_step(self):
+        for _, line in reversed(self.lines):
+            m = re.search(r"step +(\d+)/", line)
+            if m:
+                return int(m.group(1))
+        return 0
+
+
+def inject(run, args, rng):
+    """Spreads the faults over the middle of the run (none in its first or last 10% of steps, when the workers
+    start and write the final checkpoint)."""
+    last = 0.0
+    injected = 0
+    while injected < args.faults and run.proc.poll() is None:
+        step = run.last_step()
+        if step < 0.1 * args.steps:
+            time.sleep(0.5)
+            continue
+        if step > 0.9 * args.steps:
+            break
+        # one fault per `every` seconds on average, at least heartbeat + 3 s apart
+        if run.now() - last < args.heartbeat + 3 or rng.random() > 0.5 / args.every:
+            time.sleep(0.5)
+            continue
+        workers = [p for p in children(run.proc.pid) if rank_of(p) is not None]
+        if len(workers) < 4:  # a restart still starting: wait for the full world
+            time.sleep(0.5)
+            continue
+        pid = rng.choice(workers)
+        kind = rng.choice(["kill", "freeze"])
+        fault = {"t": run.now(), "rank": rank_of(pid), "pid": pid, "kind": kind, "step": run.last_step()}
+        os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+        run.faults.append(fault)
+        injected += 1
+        last = run.now()
+        if kind == "freeze":  # reaped once dropped (detection is by its silent heartbeat)
+            time.sleep(args.heartbeat + 3)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def first_after(lines, t, pattern, group=None):
+    rx = re.compile(pattern)
+    for when, line in lines:
+        if when >= t:
+            m = rx.search(line)
+            if m:
+                return when, (m.group(group) if group else line)
+    return None, None
+
+
+def analyse(run, args):
+    rows = []
+    for f in run.faults:
+        w = f["rank"]
+        detected, _ = first_after(run.lines, f["t"], r"round x\d+ of epoch \d+ failed")
+        resumed, _ = first_after(run.lines, f["t"], rf"worker\(s\) [0-9, ]*\b{w}\b[0-9, ]* dropped out")
+        restarted, _ = first_after(run.lines, f["t"], rf"launch: rank {w} .*restarting it")
+        healed, at = first_after(run.lines, f["t"], rf"worker {w} joined at step (\d+)", 1)
+        rows.append({**f,
+                     "detected_after_s": None if detected is None else round(detected - f["t"], 2),
+                     "resumed_after_detection_s": None if None in (detected, resumed) else round(resumed - detected, 2),
+                     "healed_after_restart_s": None if None in (restarted, healed) else round(healed - restarted, 2),
+                     "joined_at_step": None if at is None else int(at),
+                     "steps_lost": f["step"] % args.inner_steps})
+    return rows
+
+
+def summary_of(run_dir):
+    try:
+        return json.load(open(os.path.join(run_dir, "summary.json")))
+    except OSError:
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--faults", type=int, default=20)
+    ap.add_argument("--every", type=float, default=25, help="mean seconds between faults")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--heartbeat", type=float, default=5)
+    ap.add_argument("--inner-steps", type=int, default=50)
+    ap.add_argument("--clean-too", action="store_true", help="also run without faults, for the ratios")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    cli = os.path.join(ROOT, args.build, "tributary")
+    if not os.path.exists(os.path.join(ROOT, "data/default/dataset.json")):
+        sys.exit("data/default is missing: run `./run demo` (or tributary data build-default) first")
+    report = {"args": vars(args)}
+    rng = random.Random(args.seed)
+    chaos = Run(cli, "/tmp/tributary_chaos/faults", args, [])
+    inject(chaos, args, rng)
+    chaos.proc.wait()
+    chaos.reader.join(timeout=10)
+    report["chaos"] = {"exit": chaos.proc.returncode, "wall_s": round(chaos.now(), 1),
+                       "summary": summary_of(chaos.run_dir), "faults": analyse(chaos, args)}
+    with open("/tmp/tributary_chaos/faults.log", "w") as log:
+        log.writelines(f"{t:9.2f} {line}\n" for t, line in chaos.lines)
+    if args.clean_too:
+        clean = Run(cli, "/tmp/tributary_chaos/clean", args, [])
+        clean.proc.wait()
+        clean.reader.join(timeout=10)
+        report["clean"] = {"exit": clean.proc.returncode, "wall_s": round(clean.now(), 1),
+                           "summary": summary_of(clean.run_dir)}
+    text = json.dumps(report, indent=1)
+    if args.out:
+        open(args.out, "w").write(text)
+    print(text)
+    print("\n| # | t (s) | rank | fault | at step | detected after (s) | resumed after detection (s) | "
+          "healed after restart (s) | joined at step | steps lost |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(report["chaos"]["faults"], 1):
+        print(f"| {i} | {r['t']:.0f} | {r['rank']} | {r['kind']} | {r['step']} | {r['detected_after_s']} | "
+              f"{r['resumed_after_detection_s']} | {r['healed_after_restart_s']} | {r['joined_at_step']} | "
+              f"{r['steps_lost']} |")
+
+
+if __name__ == "__main__":
+    os.makedirs("/tmp/tributary_chaos", exist_ok=True)
+    main()
