@@ -3,8 +3,9 @@
 they heal from a peer. A frozen worker is reaped (SIGKILL) once the survivors dropped it, as an operator or a cloud
 would reap a hung machine, and is then restarted too. Also runs the same configuration without faults, and reports
 each fault from the launch log:
-  detected   injection -> the first survivor's "round ... failed" line (the collective failed or was abandoned)
-  resumed    detection -> "dropped out ... go on as epoch" (the survivors re-formed; the round is redone at once)
+  detected   injection -> the survivors' watcher says "worker W has sent no heartbeat" (dist.heartbeat_timeout_s)
+  stall      at the next outer step, the first "round ... failed" line -> "dropped out ... go on as epoch": the time
+             the survivors wait before redoing the round without W (until then they train on)
   healed     the restart -> "worker W joined at step S" (it trains again from the next outer step on)
   steps lost the victim's inner steps since its last outer step (lost with its memory)
 Measures; asserts nothing. Needs only the Python standard library.
@@ -129,13 +130,14 @@ def analyse(run, args):
     rows = []
     for f in run.faults:
         w = f["rank"]
-        detected, _ = first_after(run.lines, f["t"], r"round x\d+ of epoch \d+ failed")
+        detected, _ = first_after(run.lines, f["t"], rf"worker {w} has sent no heartbeat")
+        failed, _ = first_after(run.lines, f["t"], r"round x\d+ of epoch \d+ failed")
         resumed, _ = first_after(run.lines, f["t"], rf"worker\(s\) [0-9, ]*\b{w}\b[0-9, ]* dropped out")
         restarted, _ = first_after(run.lines, f["t"], rf"launch: rank {w} .*restarting it")
         healed, at = first_after(run.lines, f["t"], rf"worker {w} joined at step (\d+)", 1)
         rows.append({**f,
                      "detected_after_s": None if detected is None else round(detected - f["t"], 2),
-                     "resumed_after_detection_s": None if None in (detected, resumed) else round(resumed - detected, 2),
+                     "round_stall_s": None if None in (failed, resumed) else round(resumed - failed, 2),
                      "healed_after_restart_s": None if None in (restarted, healed) else round(healed - restarted, 2),
                      "joined_at_step": None if at is None else int(at),
                      "steps_lost": f["step"] % args.inner_steps})
@@ -143,8 +145,19 @@ def analyse(run, args):
 
 
 def summary_of(run_dir):
+    """summary.json, plus the committed tokens: per outer step, the members that contributed x its inner steps x
+    the tokens of one worker's step (a dead worker's steps since its last outer step are not counted)."""
     try:
-        return json.load(open(os.path.join(run_dir, "summary.json")))
+        s = json.load(open(os.path.join(run_dir, "summary.json")))
+        cfg = {"batch": 4, "context": 256}
+        committed = 0
+        for line in open(os.path.join(run_dir, "metrics.jsonl")):
+            j = json.loads(line)
+            if "outer_step" in j:
+                committed += j["world_size"] * j["inner_steps"] * cfg["batch"] * cfg["context"]
+        s["committed_tokens"] = committed
+        s["committed_tokens_per_s"] = committed / s["elapsed_s"]
+        return s
     except OSError:
         return None
 
@@ -184,12 +197,12 @@ def main():
     if args.out:
         open(args.out, "w").write(text)
     print(text)
-    print("\n| # | t (s) | rank | fault | at step | detected after (s) | resumed after detection (s) | "
+    print("\n| # | t (s) | rank | fault | at step | detected after (s) | round stall (s) | "
           "healed after restart (s) | joined at step | steps lost |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(report["chaos"]["faults"], 1):
         print(f"| {i} | {r['t']:.0f} | {r['rank']} | {r['kind']} | {r['step']} | {r['detected_after_s']} | "
-              f"{r['resumed_after_detection_s']} | {r['healed_after_restart_s']} | {r['joined_at_step']} | "
+              f"{r['round_stall_s']} | {r['healed_after_restart_s']} | {r['joined_at_step']} | "
               f"{r['steps_lost']} |")
 
 

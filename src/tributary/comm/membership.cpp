@@ -60,6 +60,10 @@ void Membership::watch() {
           newly_dead.push_back(m);
         }
       }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stale_ = reported;
+      }
       if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
       for (int m : newly_dead)
         log::warn("worker {}: worker {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the "
@@ -69,6 +73,11 @@ void Membership::watch() {
       return;  // the store is gone: the main thread will find out
     }
   }
+}
+
+bool Membership::known_dead(int id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::find(stale_.begin(), stale_.end(), id) != stale_.end();
 }
 
 void Membership::enter(int epoch, std::vector<int> members) {
@@ -149,6 +158,8 @@ std::string Membership::key(const std::string& round, const std::string& what) c
 
 bool Membership::should_abandon(const std::string& round) {
   if (store_.add(key(round, "failures"), 0) > 0) return true;
+  for (int m : members_)
+    if (known_dead(m)) return true;
   return !liveness_.dead_among(members_).empty();
 }
 
@@ -168,7 +179,7 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
         const std::string v = store_.get(vote_key);
         if (v[0] != '1') d.missing.push_back(m);
         d.stop |= v[1] == '1';
-      } else if (liveness_.dead(m) || overdue) {
+      } else if (known_dead(m) || liveness_.dead(m) || overdue) {
         d.missing.push_back(m);
       } else {
         waiting = true;
@@ -201,7 +212,7 @@ std::vector<int> Membership::reform() {
     bool waiting = false;
     for (int m : members_) {
       if (store_.check({base + "join/" + std::to_string(m)})) joined.push_back(m);
-      else if (!liveness_.dead(m) && !overdue) waiting = true;
+      else if (!known_dead(m) && !liveness_.dead(m) && !overdue) waiting = true;
     }
     if (!waiting) {
       store_.set_once(members_key, nlohmann::json(joined).dump());

@@ -87,7 +87,10 @@ class Membership {
   std::chrono::milliseconds round_timeout_;
   int epoch_ = 0;
   std::vector<int> members_;
-  mutable std::mutex mutex_;         // members_ for the watcher
+  mutable std::mutex mutex_;         // members_ for the watcher, stale_ for the rounds
+  std::vector<int> stale_;           // members the watcher found silent (it samples all the time; a round's own
+                                     // observer would need a whole heartbeat deadline of its own)
+  bool known_dead(int id) const;
   std::atomic<bool> stop_{false};
   std::thread watcher_;
 };

@@ -2,6 +2,7 @@
 
 
 #include <chrono>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "tributary/core/error.h"
@@ -10,33 +11,18 @@
 namespace tributary {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(50);
 const std::string kPrefix = "dipaco/";
 
 }  // namespace
 
-TaskQueue::TaskQueue(comm::Store store, comm::Store heartbeat_store,
-                     int worker, double dead_after_s)
-    : store_(std::move(store)), heartbeat_store_(std::move(heartbeat_store)), worker_(worker),
-      dead_after_s_(dead_after_s) {
-  heartbeat_store_.add(kPrefix + "hb/" + std::to_string(worker_), 1);
-  heartbeat_ = std::thread([this] {
-    while (!stop_) {
-      try {
-        heartbeat_store_.add(kPrefix + "hb/" + std::to_string(worker_), 1);
-      } catch (const std::exception&) {
-        return;  // the store is gone (the leader stopped): the main thread will find out on its next call
-      }
-      for (int i = 0; i < 10 && !stop_; ++i) std::this_thread::sleep_for(kPoll);
-    }
-  });
-}
+TaskQueue::TaskQueue(comm::Store store, comm::Store heartbeat_store, int worker, double dead_after_s)
+    : store_(std::move(store)),
+      worker_(worker),
+      dead_after_s_(dead_after_s),
+      heartbeat_(std::move(heartbeat_store), kPrefix, worker, std::chrono::milliseconds(500)) {}
 
-TaskQueue::~TaskQueue() {
-  stop_ = true;
-  heartbeat_.join();
-}
+TaskQueue::~TaskQueue() = default;
 
 std::string TaskQueue::get(const std::string& key) {
   return store_.get(kPrefix + key);
@@ -81,23 +67,12 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
 
 Verdict TaskQueue::decide(int64_t round, int64_t gen, const std::vector<int>& members,
                           const std::vector<int64_t>& round_tasks, bool requeue) {
-  struct Beat {
-    int64_t value = -1;
-    Clock::time_point changed;
-  };
-  std::map<int, Beat> beats;
+  comm::Liveness liveness(store_, kPrefix, worker_, dead_after_s_);
   for (;;) {
-    const auto now = Clock::now();
     std::vector<int> alive, dead;
     bool all_idle = true;
     for (int w : members) {
-      const int64_t value = store_.add(kPrefix + "hb/" + std::to_string(w), 0);
-      auto& b = beats[w];
-      if (value != b.value) {
-        b.value = value;
-        b.changed = now;
-      }
-      const bool is_dead = w != worker_ && std::chrono::duration<double>(now - b.changed).count() > dead_after_s_;
+      const bool is_dead = liveness.dead(w);
       (is_dead ? dead : alive).push_back(w);
       if (!is_dead && !has(fmt::format("r{}/g{}/idle/{}", round, gen, w))) all_idle = false;
     }

@@ -1,8 +1,8 @@
 // DiPaCo's task queue (arXiv 2403.10616 §3) on the run's store (comm/store.h): a round's (path, shard) tasks are claimed one at
 // a time with an atomic counter, so fast workers take more tasks than slow ones and everyone stays busy.
 //
-// Liveness: every worker bumps a heartbeat counter every 0.5 s from its own thread (its own store connection). When
-// a worker runs out of tasks it says so; the leader (the lowest-ranked member; rank 0 also hosts the store) then
+// Liveness (comm/heartbeat.h): every worker bumps a heartbeat counter every 0.5 s from its own thread (its own store
+// connection). When a worker runs out of tasks it says so; the leader (the lowest-ranked member) then
 // settles the round: a member whose heartbeat has not moved for `dead_after` seconds is dead, and every task it
 // claimed or finished this round is lost (its pseudo-gradients lived in its memory). Lost tasks are re-queued as a
 // new generation of the round (requeue) or dropped (skip); the verdict names the surviving members. Waiting has no
@@ -14,13 +14,12 @@
 
 #include <torch/torch.h>
 
-#include <atomic>
-#include <map>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tributary/comm/heartbeat.h"
 #include "tributary/comm/store.h"
 
 
@@ -54,11 +53,10 @@ class TaskQueue {
   void set(const std::string& key, const std::string& value);
   bool has(const std::string& key);
 
-  comm::Store store_, heartbeat_store_;
+  comm::Store store_;
   int worker_;
   double dead_after_s_;
-  std::atomic<bool> stop_{false};
-  std::thread heartbeat_;
+  comm::Heartbeat heartbeat_;
 };
 
 }  // namespace tributary
