@@ -75,6 +75,8 @@ void Membership::watch() {
   }
 }
 
+void Membership::finish() { store_.set(kPrefix + "finished", "1"); }
+
 bool Membership::known_dead(int id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::find(stale_.begin(), stale_.end(), id) != stale_.end();

@@ -70,7 +70,7 @@ class Membership {
   // run ended first (finish()).
   bool join(std::chrono::milliseconds timeout);
   // The lead at the end of the run: joiners still waiting give up.
-  void finish() { store_.set("ft/finished", "1"); }
+  void finish();
   ~Membership();
 
  private:

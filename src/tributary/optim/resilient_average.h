@@ -18,6 +18,8 @@
 #include <optional>
 #include <utility>
 
+#include "tributary/comm/comm_thread.h"
+#include "tributary/comm/exchange.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/membership.h"
 #include "tributary/optim/reducer.h"
