@@ -8,10 +8,13 @@ each fault from the launch log:
              the survivors wait before redoing the round without W (until then they train on)
   healed     the restart -> "worker W joined at step S" (it trains again from the next outer step on)
   steps lost the victim's inner steps since its last outer step (lost with its memory)
+With --algorithm ddp the same for fault-tolerant data parallel: every step is a round, so "stall" is the redone
+step's wait and no step is lost (the survivors complete the step of a death); "steps lost" is then 0 by
+construction and the victim's in-flight batch is what is lost.
 Measures; asserts nothing. Needs only the Python standard library.
 
-Usage: python3 bench/chaos.py --build build [--steps 600] [--faults 20] [--seed 1] [--heartbeat 5] [--inner-steps 50]
-       [--clean-too] [--out chaos.json]
+Usage: python3 bench/chaos.py --build build [--algorithm diloco|ddp] [--steps 600] [--faults 20] [--seed 1]
+       [--heartbeat 5] [--inner-steps 50] [--clean-too] [--out chaos.json]
 """
 import argparse
 import json
@@ -56,7 +59,7 @@ class Run:
                f"--set=train.run_dir={run_dir}", f"--set=train.steps={args.steps}", "--set=train.log_every=1",
                f"--set=train.eval_every={args.steps}", f"--set=dist.inner_steps={args.inner_steps}",
                "--set=dist.fault_tolerant=true", f"--set=dist.heartbeat_timeout_s={args.heartbeat}",
-               "--set=dist.collective_timeout_s=600"]
+               "--set=dist.collective_timeout_s=600", f"--set=dist.algorithm={args.algorithm}"]
         self.start = time.monotonic()
         self.lines = []  # (t, line)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
@@ -140,7 +143,7 @@ def analyse(run, args):
                      "round_stall_s": None if None in (failed, resumed) else round(resumed - failed, 2),
                      "healed_after_restart_s": None if None in (restarted, healed) else round(healed - restarted, 2),
                      "joined_at_step": None if at is None else int(at),
-                     "steps_lost": f["step"] % args.inner_steps})
+                     "steps_lost": 0 if args.algorithm == "ddp" else f["step"] % args.inner_steps})
     return rows
 
 
@@ -165,6 +168,7 @@ def summary_of(run_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
+    ap.add_argument("--algorithm", choices=["diloco", "ddp"], default="diloco")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--faults", type=int, default=20)
     ap.add_argument("--every", type=float, default=25, help="mean seconds between faults")
@@ -179,16 +183,17 @@ def main():
         sys.exit("data/default is missing: run `./run demo` (or tributary data build-default) first")
     report = {"args": vars(args)}
     rng = random.Random(args.seed)
-    chaos = Run(cli, "/tmp/tributary_chaos/faults", args, [])
+    tag = "" if args.algorithm == "diloco" else "_" + args.algorithm
+    chaos = Run(cli, f"/tmp/tributary_chaos/faults{tag}", args, [])
     inject(chaos, args, rng)
     chaos.proc.wait()
     chaos.reader.join(timeout=10)
     report["chaos"] = {"exit": chaos.proc.returncode, "wall_s": round(chaos.now(), 1),
                        "summary": summary_of(chaos.run_dir), "faults": analyse(chaos, args)}
-    with open("/tmp/tributary_chaos/faults.log", "w") as log:
+    with open(f"/tmp/tributary_chaos/faults{tag}.log", "w") as log:
         log.writelines(f"{t:9.2f} {line}\n" for t, line in chaos.lines)
     if args.clean_too:
-        clean = Run(cli, "/tmp/tributary_chaos/clean", args, [])
+        clean = Run(cli, f"/tmp/tributary_chaos/clean{tag}", args, [])
         clean.proc.wait()
         clean.reader.join(timeout=10)
         report["clean"] = {"exit": clean.proc.returncode, "wall_s": round(clean.now(), 1),

@@ -128,3 +128,66 @@ TEST_F(Distributed, NonFiniteAndOversizedUpdatesAreRejected) {
   ASSERT_EQ(rc1, 0) << out1;
   EXPECT_GT(summary_of("reject_off")["val_loss"].get<double>(), 1.5 * clean);
 }
+
+// world_size of every data-parallel exchange line in the metrics (one per log_every steps), in order.
+static std::vector<int> exchange_world_sizes(const std::string& run) {
+  std::vector<int> out;
+  std::istringstream in(read_file(work() / run / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("world_size") && j.contains("bytes_sent")) out.push_back(j.at("world_size").get<int>());
+  }
+  return out;
+}
+
+TEST_F(Distributed, FaultTolerantDataParallelCompletesTheStepOfADeathAndHealsTheWorker) {
+  // Every data-parallel step is a round: worker 2 dies in step 6's; the three survivors redo that one round over their
+  // own gradients (the step is completed, not lost), re-shard the data and go on; the restarted worker joins at a
+  // step boundary, healed from the lead, and the replica check (after the join) passes.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6", "ft_ddp", "--set dist.algorithm=ddp "
+                          "--set train.steps=40 --set train.log_every=1", "--max-restarts 1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto s = summary_of("ft_ddp");
+  EXPECT_EQ(s["steps"].get<int>(), 40);
+  EXPECT_EQ(s["world_size"].get<int>(), 4) << "the restarted worker joined";
+  EXPECT_EQ(s["reformations"].get<int>(), 2) << "dropped, then joined";
+  EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
+  std::smatch m;
+  const std::string text = out;
+  const std::regex discard(R"(worker 0: round (\S+) discarded)");
+  const auto discarded = std::distance(std::sregex_iterator(text.begin(), text.end(), discard), std::sregex_iterator());
+  EXPECT_EQ(discarded, 1) << "at most one step redone per failure\n" << out;
+  EXPECT_NE(out.find("data re-sharded over 3 worker(s) (was 4)"), std::string::npos) << out;
+  EXPECT_NE(out.find("data re-sharded over 4 worker(s) (was 3)"), std::string::npos) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 2 joined at step (\d+) as rank 3 of 4)"))) << out;
+  const auto sizes = exchange_world_sizes("ft_ddp");
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_EQ(sizes.front(), 4);
+  EXPECT_NE(std::find(sizes.begin(), sizes.end(), 3), sizes.end()) << "metrics show the smaller world";
+  EXPECT_EQ(sizes.back(), 4);
+}
+
+TEST_F(Distributed, ElasticResumeOfAFourWorkerDilocoCheckpointWithTwoAndThreeWorkers) {
+  const std::string args = "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set train.checkpoint_every=8";
+  auto launch = [](int n) {
+    return std::string(TRIBUTARY_CLI) + fmt::format(" launch --nproc {} --master-port 0 --", n);
+  };
+  auto [rc, out] = sh(launch(4) + tiny("elastic4", args + " --stop-after-step 8"));
+  ASSERT_EQ(rc, 0) << out;
+  const auto ckpt = work() / "elastic4" / "checkpoints" / "step-00000008";
+  ASSERT_TRUE(fs::exists(ckpt / "rank-3.model.safetensors")) << out;
+  for (int n : {2, 3}) {
+    const std::string run = fmt::format("elastic{}", n);
+    auto [rc2, out2] = sh(launch(n) + tiny(run, args + " --resume " + ckpt.string()));
+    ASSERT_EQ(rc2, 0) << out2;
+    EXPECT_NE(out2.find(fmt::format("resuming a checkpoint of 4 worker(s) with {}", n)), std::string::npos) << out2;
+    const auto s = summary_of(run);
+    EXPECT_EQ(s["steps"].get<int>(), 16);
+    EXPECT_EQ(s["world_size"].get<int>(), n);
+    EXPECT_EQ(s["outer_steps"].get<int>(), 4) << "the outer loop's count continues";
+    EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
+    EXPECT_TRUE(fs::exists(work() / run / "checkpoints" / "step-00000016" /
+                           fmt::format("rank-{}.model.safetensors", n - 1)));
+  }
+}

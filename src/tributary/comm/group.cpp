@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cstdlib>
 #include <thread>
 
 #include "tributary/comm/link_lanes.h"
@@ -40,8 +41,37 @@ void Group::pad(double modelled_s) const {
   if (options_.link && modelled_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(modelled_s));
 }
 
+namespace {
+GroupOptions with_host(GroupOptions options, const Store& store) {
+  if (options.host.empty()) options.host = store.local_address();
+  return options;
+}
+
+// GLOO_SOCKET_IFNAME=eth1,eth2 (torch's variable): one device per interface; else one bound to `host`.
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const std::string& host) {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME");
+  std::string list = ifnames ? ifnames : "";
+  for (size_t start = 0; !list.empty() && start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, comma - start);
+    if (!name.empty()) try {
+        devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      } catch (const std::exception& e) {
+        throw NetworkError(fmt::format("GLOO_SOCKET_IFNAME names the interface '{}', which Gloo cannot use: {}; name "
+                                       "an interface of this machine (ip -brief address)",
+                                       name, e.what()));
+      }
+    start = comma + 1;
+  }
+  if (devices.empty())
+    devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host.empty() ? "127.0.0.1" : host));
+  return devices;
+}
+}  // namespace
+
 Group::Group(const Store& store, int rank, int world_size, GroupOptions options, std::string prefix)
-    : Group(store.handle(), rank, world_size, std::move(options), std::move(prefix)) {}
+    : Group(store.handle(), rank, world_size, with_host(std::move(options), store), std::move(prefix)) {}
 
 Group::~Group() = default;
 
@@ -68,7 +98,7 @@ void Group::reform(const std::string& prefix) {
                                          });
   }
   auto pg_options = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
-  pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.host));
+  pg_options->devices = gloo_devices(options_.host);
   pg_options->threads = 2;
   try {
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, store_), rank_,

@@ -37,7 +37,9 @@ constexpr std::chrono::seconds kDefaultCollectiveTimeout{1800};
 
 struct GroupOptions {
   std::chrono::milliseconds collective_timeout = kDefaultCollectiveTimeout;
-  std::string host = "127.0.0.1";  // interface Gloo binds to (loopback for local runs)
+  // The address Gloo listens on. Empty: GLOO_SOCKET_IFNAME's interfaces (comma-separated, as torch reads it) when
+  // set, else the store's local_address() (the route to the master; loopback for local runs), else 127.0.0.1.
+  std::string host;
   // Emulated WAN links between the group's ranks (group rank order): point-to-point messages are delivered at the
   // modelled time (link_lanes.h) and collectives take the modelled time on top of the real one (LinkModel::
   // allreduce_s; exchange.h says what a ring models). send_recv is not padded: Exchange models its rings itself (ExchangeOptions::link).

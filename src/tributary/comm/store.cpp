@@ -4,6 +4,12 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "tributary/comm/group.h"
@@ -18,9 +24,44 @@ Store::~Store() = default;
 
 Store Store::in_memory() { return Store(c10::make_intrusive<c10d::HashStore>()); }
 
+namespace {
+
+// The local address the kernel picks to reach `host` (a UDP socket's connect sends nothing): the interface on the
+// route to the master, as a multi-machine run needs; 127.0.0.1 when the host is this machine's loopback.
+std::string local_address_towards(const std::string& host, int port, int rank) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+    throw NetworkError(fmt::format("rank {}: cannot resolve the master address '{}'; give an IPv4 address or a host "
+                                   "name this machine resolves (MASTER_ADDR, launch --master-addr)",
+                                   rank, host));
+  std::string address;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text))) address = text;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  if (address.empty())
+    throw NetworkError(fmt::format("rank {}: no route from this machine to the master address '{}'; check the "
+                                   "address, or name the interface to use with GLOO_SOCKET_IFNAME",
+                                   rank, host));
+  return address;
+}
+
+}  // namespace
+
 Store Store::connect(const std::string& master_addr, int master_port, int rank, int world_size, bool server_exists,
                      const std::string& prefix, std::chrono::milliseconds timeout) {
-  return Store(connect_store(master_addr, master_port, rank, world_size, server_exists, prefix, timeout), rank);
+  Store store(connect_store(master_addr, master_port, rank, world_size, server_exists, prefix, timeout), rank);
+  store.local_address_ = local_address_towards(master_addr, master_port, rank);
+  return store;
 }
 
 Store Store::host(int port, std::chrono::milliseconds timeout) {

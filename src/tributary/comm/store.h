@@ -45,10 +45,14 @@ class Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const std::string& what);
 
   const c10::intrusive_ptr<c10d::Store>& handle() const { return impl_; }  // for Group and LaggedVote (comm/)
+  // The address of this machine on the route to the store's host (connect()): where this process's process groups
+  // listen, so that workers on other machines reach them. 127.0.0.1 for a store on this machine's loopback.
+  const std::string& local_address() const { return local_address_; }
 
  private:
   c10::intrusive_ptr<c10d::Store> impl_;
   int rank_;
+  std::string local_address_ = "127.0.0.1";
 };
 
 }  // namespace tributary::comm

@@ -1,5 +1,6 @@
 #include "tributary/data/loader.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "tributary/core/error.h"
@@ -37,6 +38,21 @@ void BatchLoader::set_position(LoaderPosition position) {
          position.cursor, windows_per_epoch_);
   position_ = position;
   start_epoch();
+}
+
+void BatchLoader::reshard(int64_t rank, int64_t world_size) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    fail("cannot read data as replica {} of {}: the rank must lie in [0, world size)", rank, world_size);
+  const uint64_t taken = position_.cursor * static_cast<uint64_t>(options_.world_size);
+  const int64_t per_epoch = num_windows_ / world_size;
+  if (per_epoch < options_.batch_size)
+    fail("{} windows of context {} are {} per replica for {} replicas, fewer than one batch of {}; use more data or "
+         "fewer replicas",
+         num_windows_, options_.context, per_epoch, world_size, options_.batch_size);
+  options_.rank = rank;
+  options_.world_size = world_size;
+  windows_per_epoch_ = per_epoch;
+  position_.cursor = std::min(taken / static_cast<uint64_t>(world_size), static_cast<uint64_t>(per_epoch));
 }
 
 void BatchLoader::next(int64_t* out) {

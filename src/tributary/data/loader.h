@@ -1,7 +1,8 @@
 // Yields [B, T+1] windows of token ids from one split's token stream (inputs = [:, :T], targets = [:, 1:]).
 // Windows are the chunks stream[i*S, i*S+T+1) (S = stride, T by default); each epoch visits them in a permutation fixed by
 // (seed, epoch). The position (epoch, cursor) is part of every checkpoint, so resuming continues the exact order.
-// Replicas of a distributed run take every world-th window starting at their rank.
+// Replicas of a distributed run take every world-th window starting at their rank; reshard() follows a world that
+// changes size.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,13 @@ class BatchLoader {
   int64_t context() const { return options_.context; }
   LoaderPosition position() const { return position_; }
   void set_position(LoaderPosition position);
+  int64_t rank() const { return options_.rank; }
+  int64_t world_size() const { return options_.world_size; }
+  // The world changed (a replica died or joined, or a run resumed with another number of workers): read as `rank`
+  // of `world_size` from here on. Replicas move in lockstep, so cursor x world windows of this epoch's order are
+  // taken; the new cursor is that count / world_size, rounded down: fewer than world_size windows are read twice,
+  // none is skipped. Every replica must call it with the same position and world.
+  void reshard(int64_t rank, int64_t world_size);
 
  private:
   void start_epoch();

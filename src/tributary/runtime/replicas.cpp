@@ -156,12 +156,19 @@ void Replicas::start_outer_loop(NamedTensors& params, int64_t offset) {
   outer_->start(params, offset);
 }
 
+// Fault tolerant: one bucket, so that a step's gradients are one round, committed or redone whole by the survivors
+// (no overlap with the backward pass, the price of a step that is never half averaged).
+void Replicas::start_data_parallel(NamedTensors& params) {
+  const double bucket_mb = membership_ ? 1e9 : config_.dist.bucket_mb;
+  data_parallel_ = std::make_unique<DataParallel>(params, bucket_mb, *reducer_);
+}
+
 void Replicas::start(NamedTensors& params, int64_t step, const safetensors::File* outer,
                      const nlohmann::json& fragments) {
   const std::string when = step == 0 ? "at start" : fmt::format("when resuming at step {}", step);
   in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
   if (ddp_ || in_warmup_) {
-    if (!part_) data_parallel_ = std::make_unique<DataParallel>(params, config_.dist.bucket_mb, *reducer_);
+    if (!part_) start_data_parallel(params);
     check_->now(params, when);
     return;
   }
@@ -184,7 +191,9 @@ void Replicas::before_backward(bool last_micro_batch, bool single_micro_batch) {
 }
 
 void Replicas::after_backward(NamedTensors& params) {
-  if (data_parallel_ && averaging_gradients()) data_parallel_->after_backward(params);
+  if (!data_parallel_ || !averaging_gradients()) return;
+  data_parallel_->after_backward(params);
+  if (membership_) joiners_ = reducer_->take_joiners();  // every data-parallel step is a round
 }
 
 bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {

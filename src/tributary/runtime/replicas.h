@@ -46,6 +46,7 @@ struct ReplicaGroup {
 struct HealState {
   NamedTensors tensors;
   nlohmann::json meta;
+  size_t num_params = 0;  // the first num_params of `tensors` are the trained parameters
 };
 
 class Replicas {
@@ -98,12 +99,14 @@ class Replicas {
   int64_t take_rejected() {
     return membership_ || config_.dist.reject_norm_factor > 0 ? reducer_->take_rejected() : -1;
   }
-  // Live healing (runtime/replicas_heal.cpp). Members, right after an outer step landed: true when workers asked to
-  // join in its round; admit() then re-forms the group with them and sends them `state` and the outer state.
+  // Live healing (runtime/replicas_heal.cpp). Members, right after a round (an outer step landed, or a data-parallel
+  // step): true when workers asked to join in it; admit() then re-forms the group with them and sends them `state`
+  // and the outer state (none for data parallel).
   bool joiners_waiting() const { return !joiners_.empty() && !reducer_->stop_decided(); }
   void admit(const HealState& state);
   // A restarted worker (DistEnv::joining) instead of start(): waits to be admitted at a round boundary, receives the
-  // state into `state.tensors` and the outer loop's, and returns the lead's meta. Checks the replicas identical.
+  // state into `state.tensors` and the outer loop's, and returns the lead's meta. Checks the replicas identical
+  // (`params`: the parameters in `state.tensors`).
   nlohmann::json join(NamedTensors& params, HealState state);
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
@@ -115,6 +118,7 @@ class Replicas {
   void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
              const std::string& prefix, std::optional<comm::LinkModel> world_link);
   void start_outer_loop(NamedTensors& params, int64_t offset);
+  void start_data_parallel(NamedTensors& params);
 
   RunConfig config_;
   bool ddp_;

@@ -1,7 +1,9 @@
-// Live healing of fault-tolerant DiLoCo replicas (replicas.h): a restarted worker joins at a round boundary and
+// Live healing of fault-tolerant replicas (replicas.h): a restarted worker joins at a round boundary (after an outer
+// step, or after any data-parallel step) and
 // receives everything it needs from the lead over the group — no checkpoint reload, no restart of the others.
 // Both sides run the same collectives in the same order: re-form (Membership::admit / join), the lead's meta through
-// the store, one broadcast of the state tensors and the outer state, the replica hash check.
+// the store, one broadcast of the state tensors and the outer state (DiLoCo's), the replica hash check on what every
+// member holds alike (DiLoCo's global parameters, data parallel's parameters).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -21,6 +23,10 @@ std::vector<torch::Tensor> tensors_of(const NamedTensors& a, const NamedTensors&
   return out;
 }
 
+NamedTensors params_of(const HealState& state, size_t count) {
+  return NamedTensors(state.tensors.begin(), state.tensors.begin() + static_cast<std::ptrdiff_t>(count));
+}
+
 }  // namespace
 
 void Replicas::admit(const HealState& state) {
@@ -30,7 +36,7 @@ void Replicas::admit(const HealState& state) {
   reformations_ += 1;
   if (rank() == 0) {
     nlohmann::json meta = state.meta;
-    meta["outer"] = outer_->progress();
+    meta["outer"] = progress();
     meta["rounds"] = reducer_->rounds();
     store_->set(heal_key(membership_->epoch()), meta.dump());
   }
@@ -39,7 +45,7 @@ void Replicas::admit(const HealState& state) {
   std::vector<torch::Tensor> own;
   if (rank() != 0)
     for (const auto& [name, t] : state.tensors) own.push_back(t.detach().clone());
-  auto tensors = tensors_of(state.tensors, outer_->outer_state());
+  auto tensors = tensors_of(state.tensors, outer_state());
   try {
     thread_->run<int>([&] {
       torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
@@ -47,7 +53,8 @@ void Replicas::admit(const HealState& state) {
       for (size_t i = 0; i < own.size(); ++i) state.tensors[i].second.copy_(own[i]);
       return 0;
     });
-    check_->now(outer_->globals(), fmt::format("after worker(s) {} joined", fmt::join(joiners, ", ")));
+    check_->now(outer_ ? outer_->globals() : params_of(state, state.num_params),
+                fmt::format("after worker(s) {} joined", fmt::join(joiners, ", ")));
   } catch (const NetworkError& e) {  // a member or joiner died meanwhile: the next round finds out who, and drops it
     log::warn("worker {}: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
               membership_->id(), fmt::join(joiners, ", "), e.what());
@@ -63,7 +70,11 @@ void Replicas::admit(const HealState& state) {
 
 nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   TRIB_CHECK(membership_, "only fault-tolerant replicas are joined");
-  start_outer_loop(params, config_.dist.warmup_ddp_steps);
+  if (ddp_) {
+    start_data_parallel(params);
+  } else {
+    start_outer_loop(params, config_.dist.warmup_ddp_steps);
+  }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
   log::info("worker {}: waiting to join the run at its next outer step", membership_->id());
   if (!membership_->join(timeout)) {
@@ -73,15 +84,15 @@ nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   reducer_->follow_membership();
   store_->wait({heal_key(membership_->epoch())}, timeout, "the lead did not send the joining state");
   auto meta = nlohmann::json::parse(store_->get(heal_key(membership_->epoch())));
-  auto tensors = tensors_of(state.tensors, outer_->outer_state());
+  auto tensors = tensors_of(state.tensors, outer_state());
   thread_->run<int>([&] {
     torch::NoGradGuard no_grad;
     group_->broadcast(tensors, 0);
     return 0;
   });
-  outer_->adopt_progress(meta.at("outer"));
+  if (outer_) outer_->adopt_progress(meta.at("outer"));
   reducer_->set_rounds(meta.at("rounds").get<int64_t>());
-  check_->now(outer_->globals(), fmt::format("when worker {} joined", membership_->id()));
+  check_->now(outer_ ? outer_->globals() : params, fmt::format("when worker {} joined", membership_->id()));
   log::info("worker {} joined at step {} as rank {} of {} (epoch {})", membership_->id(),
             meta.value("step", int64_t{0}), rank(), size(), membership_->epoch());
   return meta;

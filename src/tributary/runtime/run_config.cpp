@@ -52,11 +52,12 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);
   s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
   s.add("dist.fault_tolerant", dist.fault_tolerant,
-        "DiLoCo: survive dead or frozen workers (rounds are committed or redone by the survivors)");
+        "DiLoCo and data parallel: survive dead or frozen workers (rounds are committed or redone by the survivors)");
   s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s, "fault_tolerant: silence after which a worker is dead (s)",
         0.5, 3600.0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
-        "drop non-finite pseudo-gradients and those with a norm above this x the round's median; 0 = off", 0.0, 1e6);
+        "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median; "
+        "0 = off", 0.0, 1e6);
   s.add("parallel.pipeline_stages", parallel.pipeline_stages, "pipeline stages D_PP (world = D_DP x D_PP); 1 = none",
         1, 1024);
   s.add("parallel.micro_batches", parallel.micro_batches, "pipeline: micro-batches per step (divides batch_size)", 1,
@@ -221,9 +222,6 @@ void RunConfig::validate() const {
     fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
          dist.fragments, dist.inner_steps);
   if (dist.fault_tolerant) {
-    if (dist.algorithm != "diloco")
-      fail("dist.fault_tolerant = true is built for dist.algorithm = diloco (a data-parallel step is not yet "
-           "committed or redone); set dist.algorithm = diloco or dist.fault_tolerant = false");
     if (dist.overlap_steps > 0)
       fail("dist.fault_tolerant = true needs dist.overlap_steps = 0 (got {}): an overlapped round lands after the "
            "training thread moved on, so it cannot yet be redone",
@@ -233,7 +231,7 @@ void RunConfig::validate() const {
            "tolerant; set dist.warmup_ddp_steps = 0",
            dist.warmup_ddp_steps);
     if (parallel.pipeline_stages > 1 || !dipaco.modules.empty())
-      fail("dist.fault_tolerant = true covers DiLoCo replicas of the whole model; DiPaCo has its own "
+      fail("dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
            "(dipaco.on_failure) and pipeline stages have none yet");
     if (dist.heartbeat_timeout_s >= dist.collective_timeout_s)
       fail("dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "

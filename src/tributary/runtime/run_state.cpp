@@ -17,10 +17,18 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
          "checkpoint's config ({}), or start a new run with another train.run_dir",
          ckpt.dir.string(), fmt::join(diffs, ", "), (ckpt.dir / "config.toml").string());
   const int saved_world = ckpt.state.value("world_size", 1);
-  if (saved_world != world_size)
-    fail("cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; resume with the same "
-         "number of workers (launch --nproc {})",
+  if (saved_world == world_size) return;
+  if (config.parallel.pipeline_stages > 1)
+    fail("cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; a pipeline run resumes "
+         "with the same number of workers (launch --nproc {})",
          ckpt.dir.string(), saved_world, world_size, saved_world);
+  if (world_size > 1 && config.dist.algorithm != "ddp" && !ckpt.has("outer.safetensors"))
+    fail("cannot resume '{}' (one process, no DiLoCo outer state) with {} DiLoCo workers: resume it with one "
+         "process, or start a DiLoCo run from its weights with --set train.init_from={}",
+         ckpt.dir.string(), world_size, ckpt.dir.string());
+  log::warn("resuming a checkpoint of {} worker(s) with {}: every worker starts from rank 0's parameters, AdamW state "
+            "and data position (re-sharded over {})",
+            saved_world, world_size, world_size);
 }
 
 }  // namespace
@@ -60,11 +68,12 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
 
 HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const BatchLoader& loader,
                      const RunProgress& progress) {
-  HealState state{.tensors = trained};
+  HealState state{.tensors = trained, .num_params = trained.size()};
   for (auto& t : optimizer.state()) state.tensors.push_back(std::move(t));
   state.meta = {{"step", progress.step}, {"tokens", progress.tokens}, {"elapsed_s", progress.elapsed_before},
                 {"optimizer_steps", optimizer.num_steps()}, {"loader_epoch", loader.position().epoch},
-                {"loader_cursor", loader.position().cursor}};
+                {"loader_cursor", loader.position().cursor},
+                {"loader_world", loader.world_size()}};
   return state;
 }
 
@@ -79,6 +88,8 @@ void join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, Batch
   progress.tokens = meta.at("tokens").get<int64_t>();
   progress.elapsed_before = meta.at("elapsed_s").get<double>();
   optimizer.set_num_steps(meta.at("optimizer_steps").get<int64_t>());
+  // The lead's position counts its share of the windows under its world; the trainer re-shards to the new one.
+  loader.reshard(0, meta.at("loader_world").get<int64_t>());
   loader.set_position({meta.at("loader_epoch").get<uint64_t>(), meta.at("loader_cursor").get<uint64_t>()});
 }
 
@@ -91,9 +102,12 @@ void init_from(Transformer& model, const std::string& from) {
   }
 }
 
-RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank) {
+RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank,
+                    int world_size) {
   // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
-  if (rank != 0) {
+  const int saved_world = ckpt.state.value("world_size", 1);
+  const bool elastic = saved_world != world_size;  // check_resumable allowed it: everyone takes rank 0's
+  if (rank != 0 && !elastic) {
     ckpt.model = ckpt.tensors(replica_model_file(rank));
     ckpt.optim = ckpt.tensors(replica_optim_file(rank));
   }
@@ -111,8 +125,12 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
   RunProgress progress{.step = ckpt.state.at("step").get<int64_t>(),
                        .tokens = ckpt.state.at("tokens").get<int64_t>(),
                        .elapsed_before = ckpt.state.value("elapsed_s", 0.0)};
-  const auto& position = ckpt.state.contains("loaders") ? ckpt.state.at("loaders").at(rank) : ckpt.state.at("loader");
+  const auto& position =
+      ckpt.state.contains("loaders") ? ckpt.state.at("loaders").at(elastic ? 0 : rank) : ckpt.state.at("loader");
+  const int64_t loader_rank = loader.rank(), loader_world = loader.world_size();
+  if (elastic) loader.reshard(0, saved_world);  // the position counts rank 0's share under the saved world
   loader.set_position({position.at("epoch").get<uint64_t>(), position.at("cursor").get<uint64_t>()});
+  if (elastic) loader.reshard(loader_rank, loader_world);
   log::info("resumed from '{}' at step {}", ckpt.dir.string(), progress.step);
   return progress;
 }

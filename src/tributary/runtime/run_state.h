@@ -33,7 +33,11 @@ struct RunProgress {
 // train.init_from (fresh runs only): the weights of another checkpoint; the optimizer and schedule start over.
 void init_from(Transformer& model, const std::string& from);
 // Loads this rank's replica (parameters, AdamW state, RNG, loader position) and returns the progress.
-RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank);
+// Elastic resume (replicas of the whole model, a checkpoint of another number of workers than `world_size`): every
+// rank loads rank 0's replica — its parameters (the global ones after an outer step), AdamW state and RNG — and the
+// data is re-sharded from rank 0's position (BatchLoader::reshard); DiLoCo's outer state is shared anyway.
+RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank,
+                    int world_size);
 
 // Fault tolerance: what a joining worker receives from the lead — the trained parameters and AdamW state (in
 // place, `trained` and `optimizer`'s state on both sides), the step, tokens and loader position — and applying the

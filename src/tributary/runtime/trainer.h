@@ -38,8 +38,8 @@ struct TrainSummary {
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;
-  int64_t rejected = 0, reformations = 0;
-  bool lead = true;  // this process wrote the run's metrics and summary (rank 0, or who took over from it)  // updates dropped (dist.reject_norm_factor); groups re-formed after deaths
+  int64_t rejected = 0, reformations = 0;  // updates dropped (dist.reject_norm_factor); groups re-formed (deaths, joins)
+  bool lead = true;  // this process wrote the run's metrics and summary (rank 0, or who took over from it)
   // Pipelines: per stage of pipeline 0, compute and blocked seconds, the measured bubble (1 - compute / step time),
   // the bytes of activations and activation gradients it sent, and the bytes it sent to its replicas in the other
   // pipelines (sync_bytes: the gradient all-reduce, or DiLoCo's pseudo-gradient exchanges).

@@ -1,0 +1,84 @@
+// The trainer's one run of one process (trainer.h's train()), split over three files so that none grows past a
+// screen of concepts: training_run_build.cpp builds it (model, data, replicas or pipelines, resume), trainer.cpp runs
+// the loop, training_run_membership.cpp follows a fault-tolerant run's changing membership. Internal to runtime/.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "tributary/core/clock.h"
+#include "tributary/data/dataset.h"
+#include "tributary/data/loader.h"
+#include "tributary/model/aux_head.h"
+#include "tributary/model/transformer.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/parallel/train_step.h"
+#include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/pipelines.h"
+#include "tributary/runtime/replicas.h"
+#include "tributary/runtime/run_report.h"
+#include "tributary/runtime/run_state.h"
+#include "tributary/runtime/trainer.h"
+
+namespace tributary::detail {
+
+// One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
+// numbers before the model), then the loop.
+class TrainingRun {
+ public:
+  TrainingRun(const RunConfig& config, const TrainOptions& options);
+  TrainSummary run();
+
+ private:
+  void build_model_and_data();
+  void start_replicas();
+  void describe(int64_t threads) const;
+  bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
+  void report_exchange(int64_t step, bool synced, double elapsed);
+  // Fault tolerance (training_run_membership.cpp), after a round: the members may have changed.
+  void follow_membership(int64_t step);
+  void reshard_data();
+  void admit_joiners(int64_t step, double now);
+  void add_stage_stats(const pipeline::PipelineStats& s);
+  void summarise_stages(double train_seconds);
+  void record(const StepResult& result, int64_t step, double lr, double now);
+  void save(int64_t step, double elapsed);
+  void finish(int64_t step, double train_seconds);
+  double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
+
+  RunConfig config_;
+  const TrainConfig& tc_ = config_.train;
+  TrainOptions options_;
+  torch::Device device_;
+  bool lead_;
+  std::unique_ptr<Replicas> replicas_;
+  std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
+  // The replicas whose outer loop runs after each step: the whole model's (replicas_), or this pipeline stage's
+  // across the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
+  Replicas* synced_ = nullptr;
+  NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
+  std::function<pipeline::PipelineStats()> take_stage_stats_;  // the step's, when it is a pipeline stage's
+  pipeline::PipelineStats stage_stats_;              // summed over the run
+  double sync_bytes_ = 0;  // sent to keep this stage's replicas together: gradient all-reduce or DiLoCo exchanges
+  double peak_rss_mb_ = 0;  // a stage's process after its last step
+  std::optional<Dataset> dataset_;
+  std::optional<LoadedCheckpoint> ckpt_;
+  std::shared_ptr<Transformer> model_;
+  NamedTensors params_;
+  std::shared_ptr<AuxHeads> aux_heads_;  // local parallelism: the chunks' auxiliary heads (kept out of model_)
+  NamedTensors aux_params_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::shared_ptr<const std::vector<uint32_t>> val_tokens_;
+  RunProgress progress_;
+  std::unique_ptr<RunReport> report_;
+  TrainSummary summary_;
+  int64_t tokens_per_step_ = 0;  // all replicas together
+  size_t num_train_tokens_ = 0;
+  double flops_per_token_ = 0;
+  double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())
+  Clock::time_point run_start_;
+};
+
+}  // namespace tributary::detail

@@ -1,0 +1,157 @@
+// Building a TrainingRun (training_run.h): in order, since the seed fixes the initialisation and nothing may draw
+// random numbers before the model; then resume, the replicas' start (or a joiner's heal) and the run's description.
+#include <fmt/format.h>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/inference.h"
+#include "tributary/runtime/replica_checkpoint.h"
+#include "tributary/runtime/training_run.h"
+
+namespace tributary::detail {
+
+TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
+    : config_(config), options_(options), device_(parse_device(config.train.device)), lead_(options.dist.lead()) {
+  const DistEnv& env = options_.dist;
+  if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
+  const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
+  if (lead_) check_blas();
+  if (config_.parallel.pipeline_stages > 1) {
+    if (!env.distributed())
+      fail("parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- train ...",
+           config_.parallel.pipeline_stages);
+    pipelines_ = std::make_unique<Pipelines>(config_, env);
+    synced_ = pipelines_->stage_replicas();
+  } else if (env.distributed()) {
+    if (config_.local.chunks > 0)
+      fail("local.chunks = {} with {} processes: local parallelism runs in one process, or one chunk per pipeline "
+           "stage (parallel.pipeline_stages = local.chunks)",
+           config_.local.chunks, env.world_size);
+    replicas_ = std::make_unique<Replicas>(config_, env);
+    synced_ = replicas_.get();
+  }
+  dataset_.emplace(Dataset::open(config_.data.dir));
+  ckpt_ = prepare_run(config_, options_, *dataset_);
+  build_model_and_data();
+  if (progress_.step >= tc_.steps)
+    fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
+  // Per-replica peak: rank 0 measures the machine alone, the local replicas share it (a joiner: in a group of one).
+  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_, env.local_world_size)
+                                  : measure_matmul_peak(device_);
+  start_replicas();  // a joining worker may find the run over: then it trains nothing
+  flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());
+  if (aux_heads_)  // the auxiliary heads are computed and trained too
+    flops_per_token_ += 6.0 * double(aux_heads_->num_matmul_parameters()) +
+                        6.0 * double(aux_heads_->num_blocks() * config_.model.width * config_.model.context);
+  tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
+                     (pipelines_ ? pipelines_->num_pipelines() : replicas_ ? replicas_->size() : env.world_size);
+  summary_.run_dir = tc_.run_dir;
+  summary_.num_parameters = model_->num_parameters();
+  const double bytes_per_token = dataset_->bytes_per_token("val");
+  summary_.unigram_bpb = dataset_->unigram_val_bits_per_token() / bytes_per_token;
+  describe(threads);
+  report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir, .lead = lead_,
+                                                    .resume_step = ckpt_ ? progress_.step : -1,
+                                                    .total_steps = tc_.steps, .log_every = tc_.log_every,
+                                                    .world_size = env.world_size, .distributed = synced_ != nullptr,
+                                                    .flops_per_token = flops_per_token_,
+                                                    .peak_flops = summary_.peak_flops,
+                                                    .bytes_per_token = bytes_per_token});
+}
+
+void TrainingRun::build_model_and_data() {
+  torch::manual_seed(static_cast<uint64_t>(tc_.seed));
+  model_ = std::make_shared<Transformer>(config_.model);
+  model_->to(device_);
+  params_ = named_parameters_of(*model_);
+  trained_ = pipelines_ ? pipeline::stage_params(params_, pipelines_->layout(), pipelines_->stage(),
+                                                 config_.model.blocks_per_level(), config_.model.tie_embeddings)
+                        : params_;
+  const LocalConfig& local = config_.local;
+  if (local.chunks > 0) {  // drawn after the model: its initialisation is the plain trainer's
+    aux_heads_ = std::make_shared<AuxHeads>(config_.model, local.chunks,
+                                            local.aux_head == "blocks" ? local.aux_head_blocks : 0);
+    aux_heads_->to(device_);
+    aux_params_ = named_parameters_of(*aux_heads_);
+    const std::string mine = pipelines_ ? fmt::format("aux.{}.", pipelines_->stage()) : "aux.";  // a stage: its head
+    for (const auto& [name, t] : aux_params_)
+      if (name.rfind(mine, 0) == 0) trained_.emplace_back(name, t);
+  }
+  const auto& o = config_.optim;
+  optimizer_ = std::make_unique<AdamW>(
+      trained_, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+  auto train_tokens = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("train"));
+  num_train_tokens_ = train_tokens->size();
+  val_tokens_ = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("val"));
+  // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
+  // process with batch N*b would.
+  loader_ = std::make_unique<BatchLoader>(
+      train_tokens,
+      LoaderOptions{.batch_size = tc_.batch_size, .context = config_.model.context,
+                    .seed = static_cast<uint64_t>(tc_.seed),
+                    .rank = pipelines_ ? pipelines_->pipeline() : options_.dist.rank,  // a pipeline's stages read alike
+                    .world_size = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size},
+      fmt::format("'{}' train", config_.data.dir));
+  // fail now, not at the first evaluation, if val is too small
+  BatchLoader(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+              fmt::format("'{}' val", config_.data.dir));
+  if (!ckpt_ && !tc_.init_from.empty()) init_from(*model_, tc_.init_from);
+  if (ckpt_) progress_ = restore(*ckpt_, *model_, *optimizer_, *loader_, options_.dist.rank,
+                                   options_.dist.world_size);
+  if (ckpt_ && aux_heads_)  // a pipeline rank's own copy (DiLoCo replicas differ between outer steps)
+    load_parameters(*aux_heads_, ckpt_->tensors(pipelines_ && options_.dist.rank != 0
+                                                    ? replica_aux_file(options_.dist.rank)
+                                                    : kAuxHeadsFile));
+}
+
+void TrainingRun::start_replicas() {
+  if (!synced_) return;
+  if (options_.dist.joining) {
+    join_run(*replicas_, trained_, *optimizer_, *loader_, progress_, tc_.steps);
+    return reshard_data();
+  }
+  if (!ckpt_) return synced_->start(trained_);
+  std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
+  const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
+  if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
+  synced_->start(trained_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
+}
+
+void TrainingRun::describe(int64_t threads) const {
+  if (!lead_) return;
+  const auto& m = config_.model;
+  log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
+            thousands(double(summary_.num_parameters)), thousands(double(model_->num_matmul_parameters())),
+            m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
+  const int64_t replicas = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size;  // of the model
+  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
+            "{:.1f} GFLOP/s",
+            config_.data.dir, thousands(double(num_train_tokens_)), thousands(double(val_tokens_->size())),
+            dataset_->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
+            summary_.peak_flops / 1e9);
+  if (pipelines_) {
+    const auto& par = config_.parallel;
+    log::info("{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
+              "activations on the wire as {}",
+              pipelines_->num_pipelines(), pipelines_->stages(),
+              par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
+              par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
+              tc_.batch_size / par.micro_batches, par.activation_compression);
+  }
+  const auto& l = config_.local;
+  if (aux_heads_)
+    log::info("local parallelism: {} chunks of {} blocks ({}, overlap {}), auxiliary heads {} ({} private blocks), "
+              "weight {}, {}", l.chunks, config_.model.num_layers / l.chunks, l.mode,
+              l.mode == "overlapping" ? l.overlap_blocks : 0, l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0,
+              l.aux_weight, pipelines_ ? "one chunk per pipeline stage" : "in one process");
+  if (!synced_) return;
+  const auto& d = config_.dist;
+  log::info("{} replicas{}, {}{}, compression {}", synced_->size(), pipelines_ ? " of each stage" : "",
+            synced_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+            synced_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
+                                                 d.outer_momentum),
+            d.compression);
+}
+
+}  // namespace tributary::detail

@@ -1,0 +1,42 @@
+// A fault-tolerant run's changing membership, seen from the loop (dist.fault_tolerant; the rounds themselves are
+// optim/resilient_average.h's, the heal runtime/replicas_heal.cpp's). After every round — a DiLoCo outer step, or a
+// data-parallel step — the members may be fewer (a worker died in it) or, after an admission, more:
+//   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0);
+//   - a step's tokens are the members';
+//   - the data is re-sharded over the members (BatchLoader::reshard), so no window of the epoch is skipped: the
+//     windows a dead worker had read in the round it died in were trained on by nobody (its update was lost with
+//     it); the survivors go on from the members' common position.
+#include "tributary/core/log.h"
+#include "tributary/runtime/training_run.h"
+
+namespace tributary::detail {
+
+void TrainingRun::follow_membership(int64_t step) {
+  if (!replicas_ || !replicas_->fault_tolerant()) return;
+  tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
+  summary_.reformations = replicas_->reformations();
+  reshard_data();
+  if (replicas_->rank() != 0 || lead_) return;
+  lead_ = true;
+  report_->take_lead(step);
+  log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", options_.dist.rank, step);
+}
+
+void TrainingRun::reshard_data() {
+  if (loader_->rank() == replicas_->rank() && loader_->world_size() == replicas_->size()) return;
+  const auto before = loader_->position();
+  const int64_t world_before = loader_->world_size();
+  loader_->reshard(replicas_->rank(), replicas_->size());
+  if (replicas_->rank() == 0)
+    log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", replicas_->size(), world_before,
+              before.epoch, before.cursor, loader_->position().cursor);
+}
+
+// Right after a round (and its checkpoint): workers that asked to join in it are admitted and healed from the lead.
+void TrainingRun::admit_joiners(int64_t step, double now) {
+  if (!replicas_ || !replicas_->joiners_waiting()) return;
+  replicas_->admit(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
+  follow_membership(step);
+}
+
+}  // namespace tributary::detail
