@@ -14,10 +14,14 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--master-port", o->master_port, "rendezvous port (default: a free one, single machine only; required with --nnodes > 1)");
   cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
   cmd->add_option("--max-failures", o->max_failures,
-                  "workers (rank 0 included) that may die while the others carry on (DiPaCo re-queues their tasks; dist.fault_tolerant DiLoCo re-forms without them)");
+                  "workers (rank 0 included) that may die while the others carry on (DiPaCo re-queues their tasks; "
+                  "dist.fault_tolerant DiLoCo and data parallel re-form without them)");
   cmd->add_option("--max-restarts", o->max_restarts,
-                  "dead workers restarted while the others run; they rejoin at the next outer step and heal from a "
-                  "peer (dist.fault_tolerant DiLoCo)");
+                  "dead workers restarted while the others run; they rejoin at the next round and heal from a peer "
+                  "(dist.fault_tolerant DiLoCo or data parallel)");
+  cmd->add_option("--store", o->store,
+                  "ADDR:PORT of a running `tributary store` (instead of node 0's launch hosting the store; replaces "
+                  "--master-addr/--master-port)");
   cmd->add_option("command", o->command, "the worker's tributary command, after --")->required();
   cmd->callback([o]() {
     o->host_store = [](int port) -> std::shared_ptr<void> {

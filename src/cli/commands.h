@@ -15,6 +15,7 @@ void add_data(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_launch(CLI::App& app);
+void add_store(CLI::App& app);
 void add_route(CLI::App& app);
 void add_export_path(CLI::App& app);
 void add_export(CLI::App& app);

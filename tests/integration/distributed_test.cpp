@@ -132,10 +132,12 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   // data parallel, stopped in the middle
   const std::string ddp = "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp ";
   expect_resume_bit_exact(launch, "resume_ddp", ddp, 3, 6, {"model.safetensors"});
-  // another number of workers is refused, naming both
-  auto [rc5, out5] = sh(cli + tiny("resume_cut", diloco + "--resume") + " 2>&1");
-  EXPECT_NE(rc5, 0);
-  EXPECT_NE(out5.find("state of 2 worker(s) and this run has 1"), std::string::npos) << out5;
+  // another number of workers (here one process) resumes from rank 0's replica, saying so
+  auto [rc5, out5] = sh(cli + tiny("resume_cut", diloco + "--resume " +
+                                                    (work() / "resume_cut" / "checkpoints" / "step-00000005").string()));
+  EXPECT_EQ(rc5, 0) << out5;
+  EXPECT_NE(out5.find("resuming a checkpoint of 2 worker(s) with 1: every worker starts from rank 0's"),
+            std::string::npos) << out5;
 }
 
 TEST_F(Distributed, APipelineRunResumesBitForBit) {
@@ -148,6 +150,13 @@ TEST_F(Distributed, APipelineRunResumesBitForBit) {
                           {"model.safetensors", "optim.safetensors", "rank-0.outer.safetensors",
                            "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors"});
   EXPECT_TRUE(fs::exists(work() / "pp_resume_cut" / "checkpoints" / "step-00000004" / "rank-3.outer.safetensors"));
+  // a pipeline run needs its number of workers back (each rank holds its own stage), and says so naming both
+  auto [rc, out] = sh(std::string(TRIBUTARY_CLI) + " launch --nproc 2 --master-port 0 --" +
+                      tiny("pp_resume_cut", pp + "--resume " + (work() / "pp_resume_cut" / "checkpoints" /
+                                                                 "step-00000004").string()));
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("state of 4 worker(s) and this run has 2; a pipeline run resumes with the same number"),
+            std::string::npos) << out;
 }
 
 TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {

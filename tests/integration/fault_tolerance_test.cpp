@@ -1,6 +1,8 @@
-// Fault-tolerant DiLoCo through `tributary launch` (which hosts the store): real processes killed with SIGKILL or
-// frozen with SIGSTOP mid-round, rank 0 included; and bad updates rejected. Replicas are hash-checked after every
-// outer step inside the run (a mismatch fails it), so a run that completes kept its survivors identical.
+// Fault-tolerant DiLoCo and data parallel through `tributary launch` (which hosts the store, or names a `tributary
+// store`): real processes killed with SIGKILL or frozen with SIGSTOP mid-round, rank 0 included, a whole machine of
+// workers lost, healed restarts; bad updates rejected; elastic resume with another number of workers. Replicas are
+// hash-checked after every outer step inside the run (a mismatch fails it), so a run that completes kept its
+// survivors identical.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -10,6 +12,7 @@
 #include <sstream>
 
 #include "tributary/core/fs.h"
+#include "tributary/runtime/launcher.h"
 #include "launch_support.h"
 
 using namespace tributary;
@@ -190,4 +193,40 @@ TEST_F(Distributed, ElasticResumeOfAFourWorkerDilocoCheckpointWithTwoAndThreeWor
     EXPECT_TRUE(fs::exists(work() / run / "checkpoints" / "step-00000016" /
                            fmt::format("rank-{}.model.safetensors", n - 1)));
   }
+}
+
+TEST_F(Distributed, FaultTolerantRunOutlivesTheWholeMachineOfRankZeroWithAStandaloneStore) {
+  // `tributary store` serves the run's store; two launches ("machines", two workers each) name it with --store.
+  // Machine 0's workers (ranks 0 and 1) die together at step 6 and its launch gives up; machine 1's workers re-form,
+  // worker 2 leads, and the run completes. With node 0's launch hosting the store, this loss ended the run.
+  const int port = free_tcp_port();
+  const std::string cli = TRIBUTARY_CLI, store = fmt::format("127.0.0.1:{}", port);
+  const std::string args = "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+                           "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30";
+  auto node = [&](int n) {
+    return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 2 --store {} --grace 2 --{}", cli, n, store,
+                       tiny("ft_store", args));
+  };
+  const std::string script = fmt::format(
+      "{cli} store --port {port} > {log}.store 2>&1 & st=$!; "
+      "for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.1; done; "
+      "TRIBUTARY_FAIL_RANK=0,1 TRIBUTARY_FAIL_STEP=6 {node0} > {log}.node0 2>&1 & n0=$!; "
+      "{node1}; rc=$?; wait $n0; echo node0 exit $?; kill $st; wait $st; echo store exit $?; exit $rc",
+      fmt::arg("cli", cli), fmt::arg("port", port), fmt::arg("log", (work() / "ft_store").string()),
+      fmt::arg("node0", node(0)), fmt::arg("node1", node(1)));
+  auto [rc, out] = sh("bash -c '" + script + "'");
+  ASSERT_EQ(rc, 0) << out;
+  const auto s = summary_of("ft_store");
+  EXPECT_EQ(s["steps"].get<int>(), 16);
+  EXPECT_EQ(s["world_size"].get<int>(), 2);
+  EXPECT_EQ(world_sizes("ft_store"), (std::vector<int>{4, 2, 2, 2}));
+  EXPECT_NE(out.find("worker 2 leads the run"), std::string::npos) << out;
+  EXPECT_EQ(out.find("node0 exit 0"), std::string::npos) << "machine 0's launch lost its workers\n" << out;
+  EXPECT_NE(out.find("store exit 0"), std::string::npos) << out;
+  // A --store where nothing answers is reported by launch at once, naming what to start.
+  auto [rc2, out2] = sh(cli + " launch --nproc 1 --store 127.0.0.1:1 -- train");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("nothing answers at 127.0.0.1:1 (--store): start `tributary store --port 1`"), std::string::npos)
+      << out2;
 }

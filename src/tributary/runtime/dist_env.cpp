@@ -120,7 +120,16 @@ void maybe_inject_failure(int rank, int64_t step) {
   static const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
   static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
   static const char* mode = std::getenv("TRIBUTARY_FAIL_MODE");
-  if (!failing_rank || !at || std::atoi(failing_rank) != rank || std::atoll(at) != step) return;
+  if (!failing_rank || !at || std::atoll(at) != step) return;
+  bool mine = false;  // one rank, or several: "0,1" (a whole machine lost)
+  for (const char* p = failing_rank; *p;) {
+    char* end = nullptr;
+    const long r = std::strtol(p, &end, 10);
+    if (end == p) break;
+    mine |= r == rank;
+    p = *end == ',' ? end + 1 : end;
+  }
+  if (!mine) return;
   const std::string how = mode ? mode : "kill";
   if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
   ::raise(how == "stop" ? SIGSTOP : SIGKILL);

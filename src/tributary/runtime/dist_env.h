@@ -31,7 +31,7 @@ struct DistEnv {
 DistEnv resolve_dist_env(const std::map<std::string, std::string>& env);
 DistEnv resolve_dist_env_from_process();  // reads environ
 
-// Fault injection for tests (like torchft's): TRIBUTARY_FAIL_RANK=R TRIBUTARY_FAIL_STEP=S kills rank R with SIGKILL
+// Fault injection for tests (like torchft's): TRIBUTARY_FAIL_RANK=R (or R1,R2,...) TRIBUTARY_FAIL_STEP=S kills rank R with SIGKILL
 // when it reports step S, the way a pre-empted machine disappears; TRIBUTARY_FAIL_MODE=error makes it fail with an
 // Error instead (a rank refusing bad input of its own), =stop freezes it with SIGSTOP (a hung machine). The trainer
 // reports optimizer steps, DiPaCo a worker's inner steps over all its tasks.

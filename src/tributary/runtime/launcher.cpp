@@ -102,7 +102,7 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
     ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
     ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
     ::setenv("TRIBUTARY_LAUNCHED", "1", 1);
-    if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // launch on node 0 hosts it: no worker does
+    if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // node 0's launch or `tributary store` hosts it
     if (joining) {
       ::setenv("TRIBUTARY_JOINING", "1", 1);
       ::unsetenv("TRIBUTARY_FAIL_RANK");
@@ -119,14 +119,44 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
   return {rank, pid, pipefd[0]};
 }
 
+// --store ADDR:PORT: the master address and port are the store's, which must answer now (a typo or a store not
+// started yet is reported here, not by every worker at its rendezvous deadline).
+LaunchOptions with_store(LaunchOptions o) {
+  if (o.store.empty()) return o;
+  const size_t colon = o.store.rfind(':');
+  char* end = nullptr;
+  const long port = colon == std::string::npos ? -1 : std::strtol(o.store.c_str() + colon + 1, &end, 10);
+  if (colon == 0 || port < 1 || port > 65535 || *end != '\0')
+    fail("launch: --store '{}' is not ADDR:PORT (e.g. 10.0.0.9:29500)", o.store);
+  if (o.master_port > 0 || o.master_addr != LaunchOptions{}.master_addr)
+    fail("launch: --store names the master address and port; drop --master-addr/--master-port");
+  o.master_addr = o.store.substr(0, colon);
+  o.master_port = static_cast<int>(port);
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  bool answers = false;
+  if (::getaddrinfo(o.master_addr.c_str(), std::to_string(port).c_str(), &hints, &found) == 0 && found) {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    answers = s >= 0 && ::connect(s, found->ai_addr, found->ai_addrlen) == 0;
+    if (s >= 0) ::close(s);
+    ::freeaddrinfo(found);
+  }
+  if (!answers)
+    fail("launch: nothing answers at {} (--store): start `tributary store --port {}` on that machine first", o.store,
+         port);
+  return o;
+}
+
 }  // namespace
 
-int launch(const LaunchOptions& o) {
+int launch(const LaunchOptions& options) {
+  const LaunchOptions o = with_store(options);
   const int port = check_launch(o);
-  // The run's store lives here, not in rank 0, so that any worker may die (dist.fault_tolerant). Other machines'
-  // launches connect their workers to this one.
+  // The run's store lives here (or in `tributary store`), not in rank 0, so that any worker may die
+  // (dist.fault_tolerant). Other machines' launches connect their workers to this one.
   std::shared_ptr<void> store;
-  if (o.node_rank == 0 && o.host_store) store = o.host_store(port);
+  if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
   std::vector<Worker> workers;
   for (int local = 0; local < o.nproc; ++local) workers.push_back(spawn_one(o, port, local, /*joining=*/false));
   return supervise(o, workers, [&o, port](int local) { return spawn_one(o, port, local, /*joining=*/true); });

@@ -26,6 +26,9 @@ struct LaunchOptions {
                                           // survive it (DiPaCo, dist.fault_tolerant DiLoCo)
   int max_restarts = 0;                   // dead workers restarted as joiners of the running run (dist.fault_tolerant
                                           // DiLoCo heals them from a peer); a death beyond them counts as a failure
+  // "ADDR:PORT": the run's store is served there already (`tributary store`, on a machine that outlives the
+  // workers'); no launch hosts it, and it replaces --master-addr/--master-port.
+  std::string store;
   std::vector<std::string> command;       // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
   // Node 0: hosts the run's store on the port (kept alive until launch returns). Given by the CLI, which links
   // comm/; this file stays free of LibTorch.
