@@ -59,6 +59,8 @@ void expect_survived(const std::string& run, int rc, const std::string& out, int
   EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
   EXPECT_EQ(world_sizes(run), (std::vector<int>{4, 3, 3, 3})) << "metrics show the smaller world";
   EXPECT_NE(out.find(fmt::format("worker(s) {} dropped out", dead)), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("discarded: worker(s) {} fell silent", dead)), std::string::npos)
+      << "the round's log names the cause\n" << out;
 }
 
 }  // namespace
@@ -160,6 +162,7 @@ TEST_F(Distributed, FaultTolerantDataParallelCompletesTheStepOfADeathAndHealsThe
   const std::regex discard(R"(worker 0: round (\S+) discarded)");
   const auto discarded = std::distance(std::sregex_iterator(text.begin(), text.end(), discard), std::sregex_iterator());
   EXPECT_EQ(discarded, 1) << "at most one step redone per failure\n" << out;
+  EXPECT_NE(out.find("discarded: worker(s) 2 fell silent"), std::string::npos) << out;
   EXPECT_NE(out.find("data re-sharded over 3 worker(s) (was 4)"), std::string::npos) << out;
   EXPECT_NE(out.find("data re-sharded over 4 worker(s) (was 3)"), std::string::npos) << out;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 2 joined at step (\d+) as rank 3 of 4)"))) << out;
@@ -170,7 +173,7 @@ TEST_F(Distributed, FaultTolerantDataParallelCompletesTheStepOfADeathAndHealsThe
   EXPECT_EQ(sizes.back(), 4);
 }
 
-TEST_F(Distributed, ElasticResumeOfAFourWorkerDilocoCheckpointWithTwoAndThreeWorkers) {
+TEST_F(Distributed, ElasticResumeOfFourWorkerCheckpointsWithFewerWorkers) {
   const std::string args = "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
                            "--set train.checkpoint_every=8";
   auto launch = [](int n) {
@@ -193,6 +196,15 @@ TEST_F(Distributed, ElasticResumeOfAFourWorkerDilocoCheckpointWithTwoAndThreeWor
     EXPECT_TRUE(fs::exists(work() / run / "checkpoints" / "step-00000016" /
                            fmt::format("rank-{}.model.safetensors", n - 1)));
   }
+  // Data parallel the same way: 4 workers stopped at step 4, resumed by 3.
+  const std::string ddp = "--set train.steps=8 --set train.batch_size=4 --set dist.algorithm=ddp";
+  auto [rc3, out3] = sh(launch(4) + tiny("elastic_ddp4", ddp + " --stop-after-step 4"));
+  ASSERT_EQ(rc3, 0) << out3;
+  auto [rc4, out4] = sh(launch(3) + tiny("elastic_ddp3", ddp + " --resume " +
+                                                           (work() / "elastic_ddp4" / "checkpoints" / "step-00000004").string()));
+  ASSERT_EQ(rc4, 0) << out4;
+  EXPECT_NE(out4.find("resuming a checkpoint of 4 worker(s) with 3"), std::string::npos) << out4;
+  EXPECT_EQ(summary_of("elastic_ddp3")["world_size"].get<int>(), 3);
 }
 
 TEST_F(Distributed, FaultTolerantRunOutlivesTheWholeMachineOfRankZeroWithAStandaloneStore) {

@@ -179,27 +179,32 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
       const std::string vote_key = key(round, "vote/" + std::to_string(m));
       if (store_.check({vote_key})) {
         const std::string v = store_.get(vote_key);
-        if (v[0] != '1') d.missing.push_back(m);
+        if (v[0] != '1') d.failed.push_back(m);
         d.stop |= v[1] == '1';
       } else if (known_dead(m) || liveness_.dead(m) || overdue) {
-        d.missing.push_back(m);
+        d.silent.push_back(m);
       } else {
         waiting = true;
       }
     }
     if (!waiting) {
-      d.commit = d.missing.empty();
+      d.commit = d.silent.empty() && d.failed.empty();
       if (d.commit) d.joiners = waiting_joiners();
-      store_.set_once(decision_key, nlohmann::json{{"commit", d.commit}, {"stop", d.stop}, {"missing", d.missing},
-                                                   {"joiners", d.joiners}}
+      store_.set_once(decision_key, nlohmann::json{{"commit", d.commit}, {"stop", d.stop}, {"silent", d.silent},
+                                                   {"failed", d.failed}, {"joiners", d.joiners}}
                                         .dump());
       break;
     }
     std::this_thread::sleep_for(kPoll);
   }
   const auto j = nlohmann::json::parse(store_.get(decision_key));
-  return {.commit = j.at("commit").get<bool>(), .stop = j.at("stop").get<bool>(),
-          .missing = j.at("missing").get<std::vector<int>>(), .joiners = j.at("joiners").get<std::vector<int>>()};
+  RoundDecision d{.commit = j.at("commit").get<bool>(), .stop = j.at("stop").get<bool>(),
+                  .silent = j.at("silent").get<std::vector<int>>(), .failed = j.at("failed").get<std::vector<int>>(),
+                  .joiners = j.at("joiners").get<std::vector<int>>()};
+  d.missing = d.silent;
+  d.missing.insert(d.missing.end(), d.failed.begin(), d.failed.end());
+  std::sort(d.missing.begin(), d.missing.end());
+  return d;
 }
 
 std::vector<int> Membership::reform() {

@@ -37,7 +37,9 @@ namespace tributary::comm {
 struct RoundDecision {
   bool commit = false;
   bool stop = false;         // some member asked to stop (the run stops after this round, on every member)
-  std::vector<int> missing;  // members that did not vote ok (failed, or dead)
+  std::vector<int> missing;  // members that did not vote ok: silent + failed
+  std::vector<int> silent;   // never voted: dead, frozen or cut off (their heartbeat stopped) — the cause
+  std::vector<int> failed;   // voted that their collective failed (usually with a silent member)
   std::vector<int> joiners;  // workers asking to join, admitted after this round when it commits
 };
 

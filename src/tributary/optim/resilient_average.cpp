@@ -97,8 +97,16 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
       return tensors;
     }
     if (membership_->rank() == 0 || !ok)
-      log::warn("worker {}: round {} discarded (worker(s) {} did not complete it); re-forming the group",
-                membership_->id(), round, fmt::join(decision.missing, ", "));
+      log::warn("worker {}: round {} discarded: {}; re-forming the group", membership_->id(), round,
+                decision.silent.empty()
+                    ? fmt::format("the collective failed on worker(s) {} and every member is alive",
+                                  fmt::join(decision.failed, ", "))
+                    : fmt::format("worker(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}",
+                                  fmt::join(decision.silent, ", "),
+                                  decision.failed.empty() ? std::string()
+                                                          : fmt::format(" and the collective failed with it on "
+                                                                        "worker(s) {}",
+                                                                        fmt::join(decision.failed, ", "))));
     const auto dropped = membership_->reform();
     follow_membership();
     if (reformed_) reformed_(dropped, *membership_);

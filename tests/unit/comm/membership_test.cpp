@@ -33,6 +33,8 @@ TEST(Membership, ARoundCommitsOnlyWhenEveryMemberSucceeded) {
     const auto d = m.decide("x1", /*ok=*/id != 1, false);  // member 1's collective failed: nobody applies the round
     EXPECT_FALSE(d.commit);
     EXPECT_EQ(d.missing, std::vector<int>{1});
+    EXPECT_EQ(d.failed, std::vector<int>{1});
+    EXPECT_TRUE(d.silent.empty()) << "it voted: alive";
   });
 }
 
@@ -46,6 +48,7 @@ TEST(Membership, ASilentMemberIsDroppedAfterItsHeartbeatDeadline) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_FALSE(d.commit);
     EXPECT_EQ(d.missing, std::vector<int>{2});
+    EXPECT_EQ(d.silent, std::vector<int>{2}) << "the cause is named apart from the members that merely failed";
     EXPECT_GE(waited, dead_after);
     EXPECT_LT(waited, dead_after + 1.0) << "detection within the heartbeat deadline + 1 s";
     EXPECT_EQ(m.reform(), std::vector<int>{2});

@@ -30,6 +30,7 @@
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/step_runner.h"
 #include "tributary/runtime/dipaco/path_data.h"
+#include "tributary/runtime/dipaco/resume.h"
 #include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/dipaco/task_queue.h"
 
@@ -40,7 +41,8 @@ namespace {
 // modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
 class Worker {
  public:
-  Worker(const RunConfig& config, const DistEnv& env, bool overwrite);
+  Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
+  int64_t start_round() const { return start_round_; }  // > 0 when resumed
   void run_round(int64_t round);
   DipacoSummary finish();
 
@@ -62,6 +64,7 @@ class Worker {
   PathGrid grid_;
   std::vector<std::string> module_ids_;
   int64_t rounds_;
+  int64_t start_round_ = 0;
   fs::path run_dir_;
   std::vector<PathData> data_;
   CosineSchedule schedule_;
@@ -81,7 +84,7 @@ class Worker {
   DipacoSummary summary_;
 };
 
-Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
+Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options)
     : config_(config), env_(env), device_(parse_device(config.train.device)), lead_(env.rank == 0),
       grid_(PathGrid::parse(config.dipaco.modules, config.model.num_levels, config.dipaco.private_stem,
                             "dipaco.modules")),
@@ -103,11 +106,21 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
   for (int64_t p = 0; p < grid_.num_paths(); ++p) data_.push_back(load_path_data(routes, p, config_));
   if (config_.model.vocab_size == 0) config_.model.vocab_size = data_.front().vocab_size;
 
-  if (is_dipaco_run(run_dir_) && !overwrite)
-    fail("train.run_dir '{}' already holds a DiPaCo run: pass --overwrite to start over or choose another directory",
+  std::optional<DipacoRun> resumed;
+  if (options.resume) {
+    if (!options.resume_from.empty() && fs::weakly_canonical(options.resume_from) != fs::weakly_canonical(run_dir_))
+      fail("a DiPaCo run resumes in its own directory (its per-path state lives there): pass --resume without a path "
+           "and --set train.run_dir={}",
+           options.resume_from);
+    resumed = load_resumable_dipaco_run(run_dir_, config_);
+    start_round_ = resumed->round;
+  } else if (is_dipaco_run(run_dir_) && !options.overwrite) {
+    fail("train.run_dir '{}' already holds a DiPaCo run: pass --resume to continue it, --overwrite to start over, or "
+         "choose another directory",
          run_dir_.string());
+  }
   // The leader clears what an earlier run left before the rendezvous, which nobody passes before the leader arrives.
-  if (lead_) {
+  if (lead_ && !resumed) {
     fs::remove_all(run_dir_ / "inner");
     fs::remove_all(run_dir_ / "best");
     fs::remove(run_dir_ / "dipaco.json");
@@ -129,16 +142,20 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, bool overwrite)
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
 
-  global_ = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed), config_.dipaco.init_from);
+  global_ = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
+                            resumed ? std::string() : config_.dipaco.init_from);
+  if (resumed) adopt_modules(global_, resumed->modules, run_dir_);
   members_.resize(static_cast<size_t>(env_.world_size));
   std::iota(members_.begin(), members_.end(), 0);
   own_modules();
-  check_identical("at start");
+  if (resumed) load_outer_states(run_dir_, start_round_, outer_);
+  check_identical(resumed ? fmt::format("when resuming after round {}", start_round_) : std::string("at start"));
 
   fs::create_directories(run_dir_ / "inner");
   fs::create_directories(run_dir_ / "best");
   metrics_ = std::make_unique<MetricsWriter>(
-      run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)));
+      run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
+      resumed ? start_round_ * config_.dist.inner_steps : -1);
   if (lead_) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
     auto count = [&](const std::vector<std::string>& ids) {
@@ -307,12 +324,15 @@ void Worker::run_round(int64_t round) {
   summary_.bytes_recv += stats.bytes_recv;
   summary_.comm_s += comm_s;
   summary_.rounds = round + 1;
-  metrics_->write(nlohmann::json{{"outer_step", round + 1}, {"round", round + 1}, {"bytes_sent", stats.bytes_sent},
+  metrics_->write(nlohmann::json{{"outer_step", round + 1}, {"round", round + 1},
+                                 {"step", (round + 1) * config_.dist.inner_steps}, {"bytes_sent", stats.bytes_sent},
                                  {"bytes_recv", stats.bytes_recv}, {"comm_s", comm_s}, {"compute_s", compute_s_},
                                  {"tasks", tasks_here}, {"dropped", verdict.dropped}, {"members", members_},
                                  {"modelled_link_s", stats.modelled_s}, {"round_s", seconds_since(round_start)},
                                  {"elapsed_s", seconds_since(start_)}}
                       .dump());
+  save_outer_states(run_dir_, round + 1, outer_);  // resume.h: before dipaco.json says the round is done
+  if (env_.distributed()) group_->barrier();
   if (lead_) {
     save_modules(run_dir_, config_, grid_, global_, round + 1);
     log::info("round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1,
@@ -352,12 +372,20 @@ DipacoSummary Worker::finish() {
 }  // namespace
 
 DipacoSummary train_dipaco(const RunConfig& config, const TrainOptions& options) {
-  if (options.resume) fail("--resume is not supported for DiPaCo runs yet; start a new run (train.run_dir)");
   const DistEnv& env = options.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   configure_threads(config.train.threads, env.local_world_size);
-  Worker worker(config, env, options.overwrite);
-  for (int64_t round = 0; round < config.train.steps / config.dist.inner_steps; ++round) worker.run_round(round);
+  Worker worker(config, env, options);
+  const int64_t rounds = config.train.steps / config.dist.inner_steps, tau = config.dist.inner_steps;
+  if (worker.start_round() > 0 && env.rank == 0) log::info("DiPaCo: resuming after round {}", worker.start_round());
+  for (int64_t round = worker.start_round(); round < rounds; ++round) {
+    worker.run_round(round);
+    if (options.stop_after_step > 0 && (round + 1) * tau >= options.stop_after_step && round + 1 < rounds) {
+      if (env.rank == 0)
+        log::info("stopped after round {} (step {}); continue with --resume", round + 1, (round + 1) * tau);
+      break;
+    }
+  }
   return worker.finish();
 }
 

@@ -16,7 +16,8 @@
 // Every process keeps the global parameters (any worker may draw any path next), checked identical by hash after
 // every round. Inner AdamW state is per path (RUN_DIR/inner/, so it follows the path from worker to worker: the
 // workers must share RUN_DIR). Per-path early stopping keeps each path's parameters from its best round on a
-// held-out slice of its shard (RUN_DIR/best/).
+// held-out slice of its shard (RUN_DIR/best/). A run resumes after its last complete round (--resume; what a round
+// leaves on disk: resume.h); --stop-after-step S stops after the round that reaches step S.
 #pragma once
 
 #include "tributary/runtime/trainer.h"

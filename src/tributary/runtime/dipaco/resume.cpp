@@ -1,0 +1,81 @@
+#include "tributary/runtime/dipaco/resume.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "tributary/core/config.h"
+#include "tributary/core/error.h"
+
+namespace tributary {
+namespace {
+
+fs::path outer_file(const fs::path& run_dir, const std::string& module, int64_t round) {
+  return run_dir / "outer" / fmt::format("{}.round-{}.safetensors", module, round);
+}
+
+}  // namespace
+
+DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& config) {
+  if (!is_dipaco_run(run_dir))
+    fail("cannot resume: train.run_dir '{}' holds no DiPaCo run (no dipaco.json); start one without --resume",
+         run_dir.string());
+  DipacoRun run = load_dipaco_run(run_dir);
+  RunConfig saved = run.config;
+  if (saved.model.vocab_size == 0) saved.model.vocab_size = config.model.vocab_size;
+  const auto diffs = config_differences(saved.schema().flatten(), config.schema().flatten(), RunConfig::resumable_keys());
+  if (!diffs.empty())
+    fail("cannot resume the DiPaCo run in '{}': the configuration differs in {} (run vs now). Resume with its config "
+         "({}), or start a new run with another train.run_dir",
+         run_dir.string(), fmt::join(diffs, ", "), (run_dir / "config.toml").string());
+  if (run.round * config.dist.inner_steps >= config.train.steps)
+    fail("the DiPaCo run in '{}' has done all its {} rounds: nothing to resume", run_dir.string(), run.round);
+  return run;
+}
+
+void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path& run_dir) {
+  torch::NoGradGuard no_grad;
+  for (auto& [module, tensors] : modules) {
+    const auto it = resumed.find(module);
+    if (it == resumed.end()) fail("cannot resume: the run in '{}' has no module '{}'", run_dir.string(), module);
+    for (auto& [name, t] : tensors) {
+      const auto src = std::find_if(it->second.begin(), it->second.end(), [&](const auto& e) { return e.first == name; });
+      if (src == it->second.end() || src->second.sizes() != t.sizes())
+        fail("cannot resume: module '{}' of the run in '{}' has no tensor '{}' of shape {}", module, run_dir.string(),
+             name, fmt::join(t.sizes(), "x"));
+      t.copy_(src->second);
+    }
+  }
+}
+
+void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer) {
+  fs::create_directories(run_dir / "outer");
+  for (const auto& [module, opt] : outer) {
+    NamedTensors tensors = opt->global();
+    for (auto& t : opt->state()) tensors.push_back(std::move(t));
+    write_file_atomic(outer_file(run_dir, module, round),
+                      tensors_to_safetensors(tensors, {{"module", module}, {"steps", std::to_string(opt->num_steps())}}));
+    if (round >= 2) fs::remove(outer_file(run_dir, module, round - 2));
+  }
+}
+
+void load_outer_states(const fs::path& run_dir, int64_t round, OuterStates& outer) {
+  for (auto& [module, opt] : outer) {
+    const fs::path file = outer_file(run_dir, module, round);
+    if (!fs::exists(file))
+      fail("cannot resume: '{}' (module {}'s outer state after round {}) is missing; the run directory is incomplete: "
+           "start the run again",
+           file.string(), module, round);
+    auto f = safetensors::File::load(file);
+    int64_t steps = -1;
+    try {
+      steps = std::stoll(f.metadata().at("steps"));
+    } catch (const std::exception&) {
+      fail("'{}' has no step count in its metadata: it is not an outer-state file of this run", file.string());
+    }
+    opt->load_state(f, steps);
+  }
+}
+
+}  // namespace tributary
