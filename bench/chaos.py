@@ -3,7 +3,8 @@
 they heal from a peer. A frozen worker is reaped (SIGKILL) once the survivors dropped it, as an operator or a cloud
 would reap a hung machine, and is then restarted too. Also runs the same configuration without faults, and reports
 each fault from the launch log:
-  detected   injection -> the survivors' watcher says "worker W has sent no heartbeat" (dist.heartbeat_timeout_s)
+  detected   injection -> the survivors' watcher says "worker W has sent no heartbeat" (dist.heartbeat_timeout_s),
+             or, for a kill, "worker W exited (its launch reported the death)" (launch tells the store at once)
   stall      at the next outer step, the first "round ... failed" line -> "dropped out ... go on as epoch": the time
              the survivors wait before redoing the round without W (until then they train on)
   healed     the restart -> "worker W joined at step S" (it trains again from the next outer step on)
@@ -133,7 +134,8 @@ def analyse(run, args):
     rows = []
     for f in run.faults:
         w = f["rank"]
-        detected, _ = first_after(run.lines, f["t"], rf"worker {w} has sent no heartbeat")
+        detected, _ = first_after(run.lines, f["t"],
+                                  rf"worker {w} (has sent no heartbeat|exited \(its launch reported the death\))")
         failed, _ = first_after(run.lines, f["t"], r"round x\d+ of epoch \d+ failed")
         resumed, _ = first_after(run.lines, f["t"], rf"worker\(s\) [0-9, ]*\b{w}\b[0-9, ]* dropped out")
         restarted, _ = first_after(run.lines, f["t"], rf"launch: rank {w} .*restarting it")

@@ -1,5 +1,8 @@
+#include <optional>
+
 #include "cli/commands.h"
 #include "tributary/comm/store.h"
+#include "tributary/core/log.h"
 #include "tributary/runtime/launcher.h"
 
 namespace tributary::cli {
@@ -26,6 +29,20 @@ void add_launch(CLI::App& app) {
   cmd->callback([o]() {
     o->host_store = [](int port) -> std::shared_ptr<void> {
       return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
+    };
+    // Deaths go to the workers' keys (comm/membership.h "lost"), through a client made at the first one.
+    auto reporter = std::make_shared<std::optional<comm::Store>>();
+    o->report_lost = [reporter](const std::string& addr, int port, int rank) {
+      try {
+        if (!*reporter)
+          *reporter = comm::Store::connect(addr, port, rank, 1, /*server_exists=*/true, "/tributary",
+                                           std::chrono::seconds(5));
+        (*reporter)->add("ft/lost/" + std::to_string(rank), 1);
+        (*reporter)->add("ft/lost", 1);
+      } catch (const std::exception& e) {
+        log::warn("launch: could not report rank {}'s death to the run's store ({}); its peers find out by its "
+                  "heartbeat", rank, e.what());
+      }
     };
     int code = launch(*o);
     if (code != 0) throw CLI::RuntimeError(code);

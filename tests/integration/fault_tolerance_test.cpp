@@ -163,6 +163,9 @@ TEST_F(Distributed, FaultTolerantDataParallelCompletesTheStepOfADeathAndHealsThe
   const auto discarded = std::distance(std::sregex_iterator(text.begin(), text.end(), discard), std::sregex_iterator());
   EXPECT_EQ(discarded, 1) << "at most one step redone per failure\n" << out;
   EXPECT_NE(out.find("discarded: worker(s) 2 fell silent"), std::string::npos) << out;
+  // launch reports the kill to the store: the survivors drop worker 2 at once, not at its 2 s heartbeat deadline
+  EXPECT_NE(out.find("worker 2 exited (its launch reported the death)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("worker 2 has sent no heartbeat"), std::string::npos) << out;
   EXPECT_NE(out.find("data re-sharded over 3 worker(s) (was 4)"), std::string::npos) << out;
   EXPECT_NE(out.find("data re-sharded over 4 worker(s) (was 3)"), std::string::npos) << out;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 2 joined at step (\d+) as rank 3 of 4)"))) << out;

@@ -38,23 +38,52 @@ Membership::~Membership() {
   watcher_.join();
 }
 
+// Workers whose launch reported their death (launch --max-failures/--max-restarts add to "lost/<id>" and to
+// "lost" when a worker exits with an error or a signal) since their current incarnation started ("incarnation/<id>":
+// the count a restarted worker found when it began). One store read per call unless the total moved.
+std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>& members) {
+  const int64_t total = store.add(kPrefix + "lost", 0);
+  if (total == lost_total_seen_ && members == lost_members_seen_) return lost_;
+  lost_total_seen_ = total;
+  lost_members_seen_ = members;
+  lost_.clear();
+  for (int m : members) {
+    const int64_t deaths = store.add(kPrefix + "lost/" + std::to_string(m), 0);
+    if (deaths == 0) continue;
+    const std::string inc_key = kPrefix + "incarnation/" + std::to_string(m);
+    const int64_t incarnation = store.check({inc_key}) ? std::stoll(store.get(inc_key)) : 0;
+    if (deaths > incarnation) lost_.push_back(m);
+  }
+  return lost_;
+}
+
 void Membership::watch() {
   Liveness liveness(heartbeat_store_, kPrefix, id_, liveness_.dead_after_s());
-  std::vector<int> reported;
+  std::vector<int> reported, lost_logged;
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<int> members;
+    uint64_t generation = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       members = members_;
+      generation = generation_;
     }
     try {
-      std::vector<int> alive, newly_dead;
+      std::vector<int> alive, newly_dead, newly_lost;
+      const std::vector<int> lost = reported_lost(heartbeat_store_, members);
       for (int m : members) {
         const auto known = std::find(reported.begin(), reported.end(), m);
-        if (!liveness.dead(m)) {
+        if (std::find(lost.begin(), lost.end(), m) != lost.end()) {  // its launch saw it die: no need to wait
+          if (known == reported.end()) reported.push_back(m);
+          if (std::find(lost_logged.begin(), lost_logged.end(), m) == lost_logged.end()) {
+            lost_logged.push_back(m);
+            newly_lost.push_back(m);
+          }
+        } else if (!liveness.dead(m)) {
           alive.push_back(m);
           if (known != reported.end()) reported.erase(known);
+          lost_logged.erase(std::remove(lost_logged.begin(), lost_logged.end(), m), lost_logged.end());
         } else if (known == reported.end()) {
           reported.push_back(m);
           newly_dead.push_back(m);
@@ -62,9 +91,14 @@ void Membership::watch() {
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (generation != generation_) continue;  // the membership changed meanwhile: look again with the new one
         stale_ = reported;
       }
       if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
+      for (int m : newly_lost)
+        log::warn("worker {}: worker {} exited (its launch reported the death); the group re-forms without it at the "
+                  "next round",
+                  id_, m);
       for (int m : newly_dead)
         log::warn("worker {}: worker {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the "
                   "group re-forms without it at the next outer step",
@@ -86,7 +120,12 @@ void Membership::enter(int epoch, std::vector<int> members) {
   epoch_ = epoch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A member admitted now is a new incarnation: what the watcher said of its predecessor no longer holds.
+    for (int m : members)
+      if (std::find(members_.begin(), members_.end(), m) == members_.end())
+        stale_.erase(std::remove(stale_.begin(), stale_.end(), m), stale_.end());
     members_ = std::move(members);
+    generation_ += 1;
   }
   store_.set(kPrefix + "epoch", std::to_string(epoch));  // every member writes the same
 }
@@ -137,6 +176,9 @@ bool Membership::join(std::chrono::milliseconds timeout) {
     check_deadline("its previous incarnation was not dropped from the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
+  // This incarnation's deaths so far: a death its launch reports later is this one's (reported_lost).
+  store_.set(kPrefix + "incarnation/" + std::to_string(id_),
+             std::to_string(store_.add(kPrefix + "lost/" + std::to_string(id_), 0)));
   const int64_t request = store_.add(kPrefix + "join/" + std::to_string(id_), 1);
   heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id_);
   const std::string admitted = fmt::format("{}admitted/{}/{}", kPrefix, id_, request);

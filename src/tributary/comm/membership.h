@@ -16,10 +16,13 @@
 //            starts its heartbeat; the decision of the next committed round lists it, and after that round every
 //            member admits it (admit: the next epoch is the members, then the joiners — the lead stays first).
 // Every wait ends: a member either answers or its heartbeat goes stale (or the round deadline passes). A watcher
-// thread logs a member's death when its heartbeat goes stale, not only when the next round finds out.
+// thread logs a member's death when its heartbeat goes stale, not only when the next round finds out — or at once
+// when the worker's launch reports that it exited (a kill is then known in milliseconds, not a heartbeat deadline;
+// a frozen or cut-off worker is still found by its silence).
 //
 // Keys (under "ft/"): hb/{id}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
-// e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n}.
+// e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n},
+// lost and lost/{id} (deaths launch reported), incarnation/{id} (a restarted worker's count of them at its start).
 #pragma once
 
 #include <atomic>
@@ -78,6 +81,7 @@ class Membership {
  private:
   std::string key(const std::string& round, const std::string& what) const;
   void watch();  // the watcher thread: says when a member's heartbeat goes stale, as soon as it does
+  std::vector<int> reported_lost(Store& store, const std::vector<int>& members);  // watcher thread only
   std::vector<int> waiting_joiners();
   void enter(int epoch, std::vector<int> members);
 
@@ -90,9 +94,12 @@ class Membership {
   int epoch_ = 0;
   std::vector<int> members_;
   mutable std::mutex mutex_;         // members_ for the watcher, stale_ for the rounds
+  uint64_t generation_ = 0;          // bumped by every change of members_: a watcher pass over an older one is void
   std::vector<int> stale_;           // members the watcher found silent (it samples all the time; a round's own
                                      // observer would need a whole heartbeat deadline of its own)
   bool known_dead(int id) const;
+  int64_t lost_total_seen_ = -1;  // reported_lost's cache (the watcher's)
+  std::vector<int> lost_members_seen_, lost_;
   std::atomic<bool> stop_{false};
   std::thread watcher_;
 };

@@ -218,7 +218,10 @@ void Supervisor::reap() {
     w.running = false;
     w.stopped = false;
     w.status = status;
-    if (const int code = exit_code_of(status); code != 0) on_failure(w, code);
+    if (const int code = exit_code_of(status); code != 0) {
+      if (o_.report_lost) o_.report_lost(o_.master_addr, o_.master_port, w.rank);
+      on_failure(w, code);
+    }
   }
   for (int local : std::exchange(pending_restarts_, {})) workers_.push_back(respawn_(local));
   settle_network_failure();

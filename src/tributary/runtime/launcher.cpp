@@ -151,8 +151,9 @@ LaunchOptions with_store(LaunchOptions o) {
 }  // namespace
 
 int launch(const LaunchOptions& options) {
-  const LaunchOptions o = with_store(options);
+  LaunchOptions o = with_store(options);
   const int port = check_launch(o);
+  o.master_port = port;  // the supervisor reports deaths to the store there
   // The run's store lives here (or in `tributary store`), not in rank 0, so that any worker may die
   // (dist.fault_tolerant). Other machines' launches connect their workers to this one.
   std::shared_ptr<void> store;

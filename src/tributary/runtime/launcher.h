@@ -33,6 +33,9 @@ struct LaunchOptions {
   // Node 0: hosts the run's store on the port (kept alive until launch returns). Given by the CLI, which links
   // comm/; this file stays free of LibTorch.
   std::function<std::shared_ptr<void>(int port)> host_store;
+  // A worker exited with an error or a signal: tell the run's store (at addr:port), so that fault-tolerant peers
+  // drop it at once instead of at its heartbeat deadline. Given by the CLI; must not throw.
+  std::function<void(const std::string& addr, int port, int rank)> report_lost;
 };
 
 // Runs to completion; returns the exit status launch should exit with.

@@ -72,3 +72,26 @@ TEST(Membership, AMemberLeftOutOfTheNewEpochStops) {
     EXPECT_NE(std::string(e.what()).find("dist.heartbeat_timeout_s"), std::string::npos) << e.what();
   }
 }
+
+TEST(Membership, ADeathReportedByLaunchIsActedOnBeforeTheHeartbeatDeadline) {
+  // Member 2 never starts, and its launch has reported it dead (what launch does when a worker exits with an error or
+  // a signal): the others decide without waiting the 5 s heartbeat deadline.
+  auto store = comm::Store::in_memory();
+  store.add("ft/lost/2", 1);
+  store.add("ft/lost", 1);
+  test_support::run_threads(2, [&](int id) {
+    comm::Membership m(store, store, id, 3, /*dead_after_s=*/5.0);
+    const auto start = std::chrono::steady_clock::now();
+    const auto d = m.decide("x0", true, false);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_FALSE(d.commit);
+    EXPECT_EQ(d.silent, std::vector<int>{2});
+    EXPECT_LT(waited, 1.0) << "not the heartbeat deadline";
+  });
+  // A restarted incarnation records the deaths so far: the old report does not count against it.
+  store.set("ft/incarnation/2", "1");
+  test_support::run_threads(3, [&](int id) {
+    comm::Membership m(store, store, id, 3, 5.0);
+    EXPECT_TRUE(m.decide("x1", true, false).commit);
+  });
+}
