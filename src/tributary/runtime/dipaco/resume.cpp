@@ -34,6 +34,22 @@ DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& co
   return run;
 }
 
+std::optional<DipacoRun> open_dipaco_run_dir(const fs::path& run_dir, const RunConfig& config, bool resume,
+                                             const std::string& resume_from, bool overwrite) {
+  if (resume) {
+    if (!resume_from.empty() && fs::weakly_canonical(resume_from) != fs::weakly_canonical(run_dir))
+      fail("a DiPaCo run resumes in its own directory (its per-path state lives there): pass --resume without a path "
+           "and --set train.run_dir={}",
+           resume_from);
+    return load_resumable_dipaco_run(run_dir, config);
+  }
+  if (is_dipaco_run(run_dir) && !overwrite)
+    fail("train.run_dir '{}' already holds a DiPaCo run: pass --resume to continue it, --overwrite to start over, or "
+         "choose another directory",
+         run_dir.string());
+  return std::nullopt;
+}
+
 void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path& run_dir) {
   torch::NoGradGuard no_grad;
   for (auto& [module, tensors] : modules) {

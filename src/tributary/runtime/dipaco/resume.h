@@ -12,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tributary/core/fs.h"
@@ -26,6 +27,10 @@ using OuterStates = std::map<std::string, std::unique_ptr<OuterOptimizer>>;  // 
 // The run in `run_dir`, checked against `config`: Error naming the differing keys (train.steps, the grid, the
 // model ...) and what to do.
 DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& config);
+// At start: the run to continue (`resume`; it resumes in its own directory), or none for a fresh run — which refuses
+// a directory already holding a DiPaCo run unless `overwrite`.
+std::optional<DipacoRun> open_dipaco_run_dir(const fs::path& run_dir, const RunConfig& config, bool resume,
+                                             const std::string& resume_from, bool overwrite);
 // The resumed modules' tensors into `modules` (every module of the grid, in the model's tensor order; files store
 // tensors sorted by name), by name; Error naming a module or tensor the run lacks.
 void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path& run_dir);

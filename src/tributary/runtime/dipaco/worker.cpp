@@ -106,19 +106,9 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   for (int64_t p = 0; p < grid_.num_paths(); ++p) data_.push_back(load_path_data(routes, p, config_));
   if (config_.model.vocab_size == 0) config_.model.vocab_size = data_.front().vocab_size;
 
-  std::optional<DipacoRun> resumed;
-  if (options.resume) {
-    if (!options.resume_from.empty() && fs::weakly_canonical(options.resume_from) != fs::weakly_canonical(run_dir_))
-      fail("a DiPaCo run resumes in its own directory (its per-path state lives there): pass --resume without a path "
-           "and --set train.run_dir={}",
-           options.resume_from);
-    resumed = load_resumable_dipaco_run(run_dir_, config_);
-    start_round_ = resumed->round;
-  } else if (is_dipaco_run(run_dir_) && !options.overwrite) {
-    fail("train.run_dir '{}' already holds a DiPaCo run: pass --resume to continue it, --overwrite to start over, or "
-         "choose another directory",
-         run_dir_.string());
-  }
+  std::optional<DipacoRun> resumed =
+      open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
+  if (resumed) start_round_ = resumed->round;
   // The leader clears what an earlier run left before the rendezvous, which nobody passes before the leader arrives.
   if (lead_ && !resumed) {
     fs::remove_all(run_dir_ / "inner");
