@@ -76,7 +76,7 @@ nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
     start_outer_loop(params, config_.dist.warmup_ddp_steps);
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
-  log::info("worker {}: waiting to join the run at its next outer step", membership_->id());
+  log::info("worker {}: waiting to join the run at its next round", membership_->id());
   if (!membership_->join(timeout)) {
     log::warn("worker {}: the run finished before it could join", membership_->id());
     return {{"finished", true}};

@@ -8,7 +8,7 @@
 namespace tributary {
 namespace {
 
-void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int world_size) {
+void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int world_size, bool lead) {
   RunConfig saved = RunConfig::from_toml(ckpt.config_toml, (ckpt.dir / "config.toml").string());
   if (saved.model.vocab_size == 0) saved.model.vocab_size = config.model.vocab_size;
   auto diffs = config_differences(saved.schema().flatten(), config.schema().flatten(), RunConfig::resumable_keys());
@@ -26,9 +26,10 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
     fail("cannot resume '{}' (one process, no DiLoCo outer state) with {} DiLoCo workers: resume it with one "
          "process, or start a DiLoCo run from its weights with --set train.init_from={}",
          ckpt.dir.string(), world_size, ckpt.dir.string());
-  log::warn("resuming a checkpoint of {} worker(s) with {}: every worker starts from rank 0's parameters, AdamW state "
-            "and data position (re-sharded over {})",
-            saved_world, world_size, world_size);
+  if (lead)
+    log::warn("resuming a checkpoint of {} worker(s) with {}: every worker starts from rank 0's parameters, AdamW "
+              "state and data position (re-sharded over {})",
+              saved_world, world_size, world_size);
 }
 
 }  // namespace
@@ -49,7 +50,7 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
   }
   if (options.resume) {
     ckpt = load_checkpoint(options.resume_from.empty() ? run_dir : fs::path(options.resume_from));
-    check_resumable(*ckpt, config, options.dist.world_size);
+    check_resumable(*ckpt, config, options.dist.world_size, lead);
   } else if (latest_checkpoint(run_dir) && !options.overwrite) {
     fail("train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
          "or choose another directory with --set train.run_dir=...",
