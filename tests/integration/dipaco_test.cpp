@@ -244,3 +244,22 @@ TEST_F(Dipaco, AStoppedRunResumesBitForBit) {
     if (auto j = nlohmann::json::parse(line); j.contains("outer_step")) rounds.push_back(j["round"].get<int>());
   EXPECT_EQ(rounds, (std::vector<int>{1, 2, 3, 4}));
 }
+
+TEST_F(Dipaco, ASlowWorkerTakesFewerPathsFromTheQueue) {
+  // dist.slow_workers makes worker 1 four times slower (a sleep after each inner step): the task queue hands the
+  // fast worker more of each round's 4 paths. Counted from each worker's own metrics (one line per task).
+  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                      dipaco("slow", "routes", "--set dist.slow_workers=1:4"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker 1 runs 4x slower"), std::string::npos) << out;
+  auto tasks_of = [](const std::string& file) {
+    int n = 0;
+    std::istringstream in(read_file(work() / "slow" / file));
+    for (std::string line; std::getline(in, line);)
+      if (nlohmann::json::parse(line).contains("path")) n += 1;
+    return n;
+  };
+  const int fast = tasks_of("metrics.jsonl"), slow = tasks_of("metrics-rank1.jsonl");
+  EXPECT_EQ(fast + slow, 8) << "2 rounds x 4 paths";
+  EXPECT_GT(fast, slow) << "fast " << fast << ", slow " << slow;
+}

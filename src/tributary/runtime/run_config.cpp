@@ -4,6 +4,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
+#include "tributary/runtime/slowdown.h"
 
 namespace tributary {
 
@@ -43,6 +44,8 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
         "lower the training thread's priority by this much so communication threads run first (more workers than "
         "cores)",
         0, 19);
+  s.add("dist.slow_workers", dist.slow_workers,
+        "emulated slow machines: 'R:F,...' makes worker R F times slower (a sleep after each step); '' = none");
   s.add("dist.compression", dist.compression, "what goes on the wire",
         {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd"});
   s.add("dist.topk_ratio", dist.topk_ratio, "top-k: fraction of values sent", 1e-6, 1.0);
@@ -238,6 +241,7 @@ void RunConfig::validate() const {
            "by its silence before a collective gives up on it",
            dist.heartbeat_timeout_s, dist.collective_timeout_s);
   }
+  parse_slow_workers(dist.slow_workers);  // an Error naming the key and the bad entry
   if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
          dist.reject_norm_factor);

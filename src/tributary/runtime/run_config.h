@@ -57,6 +57,7 @@ struct DistConfig {
   int64_t overlap_steps = 0;         // tau: apply a fragment's outer update tau inner steps after sending it
   double merge_alpha = 0.5;          // with overlap: local = alpha * local + (1 - alpha) * global
   int64_t compute_nice = 0;          // > 0: the training thread runs this much nicer than the communication threads
+  std::string slow_workers;          // "R:F,...": worker R runs F x slower (runtime/slowdown.h); "" = none
   std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4 | terngrad | topk | powersgd
   double topk_ratio = 0.01;
   int64_t powersgd_rank = 4;

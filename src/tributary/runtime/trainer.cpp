@@ -81,6 +81,7 @@ TrainSummary TrainingRun::run() {
     const auto step_start = Clock::now();
     const double lr = schedule.lr(step);
     const StepResult result = train_step.run(step, lr);
+    slowdown_->after_step(seconds_since(step_start));  // dist.slow_workers (data parallel: the step's all-reduce too)
     step += 1;
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;

@@ -19,6 +19,7 @@
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
+#include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::detail {
@@ -79,6 +80,7 @@ class TrainingRun {
   double flops_per_token_ = 0;
   double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())
   Clock::time_point run_start_;
+  std::optional<Slowdown> slowdown_;  // dist.slow_workers: this worker's emulated slowness
 };
 
 }  // namespace tributary::detail

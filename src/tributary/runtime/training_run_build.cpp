@@ -16,6 +16,9 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   const DistEnv& env = options_.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
+  slowdown_.emplace(config_.dist.slow_workers, env.rank, env.world_size);
+  if (slowdown_->factor() > 1)
+    log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each step)", env.rank, slowdown_->factor());
   if (lead_) check_blas();
   if (config_.parallel.pipeline_stages > 1) {
     if (!env.distributed())

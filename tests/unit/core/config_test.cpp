@@ -4,6 +4,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/runtime/run_config.h"
+#include "tributary/runtime/slowdown.h"
 
 using namespace tributary;
 
@@ -127,4 +128,20 @@ TEST(Config, FaultToleranceThatCannotWorkIsRefusedNamingTheKey) {
   EXPECT_NE(msg.find("dist.heartbeat_timeout_s (700) must be shorter"), std::string::npos) << msg;
   msg = load({"dist.reject_norm_factor=0.5"});
   EXPECT_NE(msg.find("dist.reject_norm_factor = 0.5 would reject the median"), std::string::npos) << msg;
+}
+
+TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {
+  auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
+  EXPECT_EQ(load({"dist.slow_workers=1:3,2:1.5"}), "");
+  EXPECT_EQ(parse_slow_workers("1:3,2:1.5"), (std::map<int, double>{{1, 3.0}, {2, 1.5}}));
+  EXPECT_TRUE(parse_slow_workers("").empty());
+  for (const std::string bad : {"1", "1:0.5", "x:2", "1:2x", "-1:2", "1:1000"}) {
+    const auto msg = load({"dist.slow_workers=" + bad});
+    EXPECT_NE(msg.find("dist.slow_workers = '" + bad + "'"), std::string::npos) << msg;
+  }
+  EXPECT_NE(load({"dist.slow_workers=1:2,1:3"}).find("names worker 1 twice"), std::string::npos);
+  EXPECT_EQ(Slowdown("1:3", 1, 2).factor(), 3.0);
+  EXPECT_EQ(Slowdown("1:3", 0, 2).factor(), 1.0);
+  EXPECT_NE(error_of([] { Slowdown("4:2", 0, 2); }).find("names worker 4, but the run has 2 worker(s)"),
+            std::string::npos);
 }

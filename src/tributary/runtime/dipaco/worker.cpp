@@ -28,6 +28,7 @@
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/json_file.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/step_runner.h"
 #include "tributary/runtime/dipaco/path_data.h"
 #include "tributary/runtime/dipaco/resume.h"
@@ -66,6 +67,7 @@ class Worker {
   int64_t rounds_;
   int64_t start_round_ = 0;
   fs::path run_dir_;
+  Slowdown slowdown_;  // dist.slow_workers
   std::vector<PathData> data_;
   CosineSchedule schedule_;
   comm::ExchangeOptions exchange_options_;
@@ -89,7 +91,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       grid_(PathGrid::parse(config.dipaco.modules, config.model.num_levels, config.dipaco.private_stem,
                             "dipaco.modules")),
       module_ids_(grid_.modules()), rounds_(config.train.steps / config.dist.inner_steps),
-      run_dir_(config.train.run_dir),
+      run_dir_(config.train.run_dir), slowdown_(config.dist.slow_workers, env.rank, env.world_size),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
       exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                         .seed = static_cast<uint64_t>(config.train.seed)} {
@@ -106,6 +108,9 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   for (int64_t p = 0; p < grid_.num_paths(); ++p) data_.push_back(load_path_data(routes, p, config_));
   if (config_.model.vocab_size == 0) config_.model.vocab_size = data_.front().vocab_size;
 
+  if (slowdown_.factor() > 1)
+    log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each inner step)", env_.rank,
+              slowdown_.factor());
   std::optional<DipacoRun> resumed =
       open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
   if (resumed) start_round_ = resumed->round;
@@ -217,7 +222,9 @@ void Worker::train_task(int64_t p, int64_t round) {
   for (int64_t i = 0; i < tau; ++i) {
     const int64_t step = round * tau + i;
     try {
+      const auto step_start = Clock::now();
       loss_sum += inner.run(step, schedule_.lr(step)).loss;
+      slowdown_.after_step(seconds_since(step_start));
     } catch (const Error& e) {
       fail("path {}: {} (or lower dist.outer_lr)", p, e.what());
     }

@@ -1,0 +1,26 @@
+// dist.slow_workers = "R:F[,R:F...]": worker R runs F times slower than it would, by sleeping (F - 1) x the measured
+// time of each training step after it. Emulates the unlike machines of a heterogeneous run on one machine (DiPaCo's
+// task queue gives a slow worker fewer paths; DiLoCo and data parallel wait for it at every synchronisation), so
+// that what heterogeneity costs each algorithm can be measured side by side. No LibTorch.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace tributary {
+
+// rank -> factor (> 1, at most 100); Error naming dist.slow_workers and the bad entry.
+std::map<int, double> parse_slow_workers(const std::string& spec);
+
+class Slowdown {
+ public:
+  // Error naming dist.slow_workers when a listed rank is not in [0, world_size).
+  Slowdown(const std::string& spec, int rank, int world_size);
+  double factor() const { return factor_; }
+  void after_step(double step_seconds) const;  // sleeps (factor - 1) x step_seconds; nothing for factor 1
+
+ private:
+  double factor_ = 1;
+};
+
+}  // namespace tributary
