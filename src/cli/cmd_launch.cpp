@@ -1,9 +1,11 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/launcher.h"
+#include "tributary/runtime/rendezvous.h"
 
 namespace tributary::cli {
 
@@ -30,15 +32,12 @@ void add_launch(CLI::App& app) {
     o->host_store = [](int port) -> std::shared_ptr<void> {
       return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
     };
-    // Deaths go to the workers' keys (comm/membership.h "lost"), through a client made at the first one.
+    // Deaths go to the members' keys, through a connection made at the first one.
     auto reporter = std::make_shared<std::optional<comm::Store>>();
     o->report_lost = [reporter](const std::string& addr, int port, int rank) {
       try {
-        if (!*reporter)
-          *reporter = comm::Store::connect(addr, port, rank, 1, /*server_exists=*/true, "/tributary",
-                                           std::chrono::seconds(5));
-        (*reporter)->add("ft/lost/" + std::to_string(rank), 1);
-        (*reporter)->add("ft/lost", 1);
+        if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
+        comm::Membership::report_lost(**reporter, rank);
       } catch (const std::exception& e) {
         log::warn("launch: could not report rank {}'s death to the run's store ({}); its peers find out by its "
                   "heartbeat", rank, e.what());

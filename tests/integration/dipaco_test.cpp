@@ -261,5 +261,7 @@ TEST_F(Dipaco, ASlowWorkerTakesFewerPathsFromTheQueue) {
   };
   const int fast = tasks_of("metrics.jsonl"), slow = tasks_of("metrics-rank1.jsonl");
   EXPECT_EQ(fast + slow, 8) << "2 rounds x 4 paths";
-  EXPECT_GT(fast, slow) << "fast " << fast << ", slow " << slow;
+  // Equal speeds split a round 2/2 (or 3/1 by chance); 4x slower, the slow worker's one path outlasts the fast one's
+  // three in every round.
+  EXPECT_GE(fast, 6) << "fast " << fast << ", slow " << slow;
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tributary/comm/link_lanes.h"
+#include "tributary/core/number_list.h"
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
@@ -51,18 +52,15 @@ GroupOptions with_host(GroupOptions options, const Store& store) {
 std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const std::string& host) {
   std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
   const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME");
-  std::string list = ifnames ? ifnames : "";
-  for (size_t start = 0; !list.empty() && start <= list.size();) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, comma - start);
-    if (!name.empty()) try {
-        devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
-      } catch (const std::exception& e) {
-        throw NetworkError(fmt::format("GLOO_SOCKET_IFNAME names the interface '{}', which Gloo cannot use: {}; name "
-                                       "an interface of this machine (ip -brief address)",
-                                       name, e.what()));
-      }
-    start = comma + 1;
+  for (const std::string& name : split_list(ifnames ? ifnames : "")) {
+    if (name.empty()) continue;
+    try {
+      devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    } catch (const std::exception& e) {
+      throw NetworkError(fmt::format("GLOO_SOCKET_IFNAME names the interface '{}', which Gloo cannot use: {}; name an "
+                                     "interface of this machine (ip -brief address)",
+                                     name, e.what()));
+    }
   }
   if (devices.empty())
     devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host.empty() ? "127.0.0.1" : host));

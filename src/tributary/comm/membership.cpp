@@ -111,6 +111,11 @@ void Membership::watch() {
 
 void Membership::finish() { store_.set(kPrefix + "finished", "1"); }
 
+void Membership::report_lost(Store& store, int id) {
+  store.add(kPrefix + "lost/" + std::to_string(id), 1);
+  store.add(kPrefix + "lost", 1);  // last: the watchers read the per-worker counts when the total moved
+}
+
 bool Membership::known_dead(int id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::find(stale_.begin(), stale_.end(), id) != stale_.end();
@@ -240,13 +245,9 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
     std::this_thread::sleep_for(kPoll);
   }
   const auto j = nlohmann::json::parse(store_.get(decision_key));
-  RoundDecision d{.commit = j.at("commit").get<bool>(), .stop = j.at("stop").get<bool>(),
-                  .silent = j.at("silent").get<std::vector<int>>(), .failed = j.at("failed").get<std::vector<int>>(),
-                  .joiners = j.at("joiners").get<std::vector<int>>()};
-  d.missing = d.silent;
-  d.missing.insert(d.missing.end(), d.failed.begin(), d.failed.end());
-  std::sort(d.missing.begin(), d.missing.end());
-  return d;
+  return {.commit = j.at("commit").get<bool>(), .stop = j.at("stop").get<bool>(),
+          .silent = j.at("silent").get<std::vector<int>>(), .failed = j.at("failed").get<std::vector<int>>(),
+          .joiners = j.at("joiners").get<std::vector<int>>()};
 }
 
 std::vector<int> Membership::reform() {

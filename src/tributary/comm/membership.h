@@ -40,7 +40,6 @@ namespace tributary::comm {
 struct RoundDecision {
   bool commit = false;
   bool stop = false;         // some member asked to stop (the run stops after this round, on every member)
-  std::vector<int> missing;  // members that did not vote ok: silent + failed
   std::vector<int> silent;   // never voted: dead, frozen or cut off (their heartbeat stopped) — the cause
   std::vector<int> failed;   // voted that their collective failed (usually with a silent member)
   std::vector<int> joiners;  // workers asking to join, admitted after this round when it commits
@@ -76,6 +75,9 @@ class Membership {
   bool join(std::chrono::milliseconds timeout);
   // The lead at the end of the run: joiners still waiting give up.
   void finish();
+  // For a supervisor (tributary launch) that saw worker `id` exit with an error or a signal: the members drop it at
+  // once instead of at its heartbeat deadline. `store` is the run's (the workers' key prefix).
+  static void report_lost(Store& store, int id);
   ~Membership();
 
  private:

@@ -7,11 +7,16 @@
 
 namespace tributary {
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
 std::vector<double> parse_number_list(const std::string& text, const std::string& key, const std::string& hint) {
   std::vector<double> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  for (const std::string& item : split_list(text)) {
     try {
       size_t used = 0;
       out.push_back(std::stod(item, &used));

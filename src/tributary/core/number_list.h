@@ -6,6 +6,8 @@
 
 namespace tributary {
 
+// The items of a comma-separated list, each as written (empty items kept); empty text: {}.
+std::vector<std::string> split_list(const std::string& text);
 // Each item parsed whole; Error "<key> = '<text>': '<item>' is not a number (<hint>)" otherwise. Empty text: {}.
 std::vector<double> parse_number_list(const std::string& text, const std::string& key, const std::string& hint);
 

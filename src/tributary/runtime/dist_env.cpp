@@ -1,10 +1,12 @@
 #include "tributary/runtime/dist_env.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <string_view>
 
 #include "tributary/core/error.h"
+#include "tributary/core/number_list.h"
 
 extern char** environ;
 
@@ -121,15 +123,8 @@ void maybe_inject_failure(int rank, int64_t step) {
   static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
   static const char* mode = std::getenv("TRIBUTARY_FAIL_MODE");
   if (!failing_rank || !at || std::atoll(at) != step) return;
-  bool mine = false;  // one rank, or several: "0,1" (a whole machine lost)
-  for (const char* p = failing_rank; *p;) {
-    char* end = nullptr;
-    const long r = std::strtol(p, &end, 10);
-    if (end == p) break;
-    mine |= r == rank;
-    p = *end == ',' ? end + 1 : end;
-  }
-  if (!mine) return;
+  const auto ranks = split_list(failing_rank);  // one rank, or several: "0,1" (a whole machine lost)
+  if (std::find(ranks.begin(), ranks.end(), std::to_string(rank)) == ranks.end()) return;
   const std::string how = mode ? mode : "kill";
   if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
   ::raise(how == "stop" ? SIGSTOP : SIGKILL);

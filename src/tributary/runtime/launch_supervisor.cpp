@@ -219,7 +219,9 @@ void Supervisor::reap() {
     w.stopped = false;
     w.status = status;
     if (const int code = exit_code_of(status); code != 0) {
-      if (o_.report_lost) o_.report_lost(o_.master_addr, o_.master_port, w.rank);
+      // Only a run that goes on without the worker (the others are stopped otherwise) has peers to tell.
+      if (o_.report_lost && (o_.max_failures > 0 || o_.max_restarts > 0))
+        o_.report_lost(o_.master_addr, o_.master_port, w.rank);
       on_failure(w, code);
     }
   }

@@ -12,6 +12,7 @@ namespace {
 
 using std::chrono::milliseconds;
 const std::string kAbortKey = "rendezvous/refused";
+const std::string kKeyPrefix = "/tributary";  // every run key, under the agent's prefix if any
 
 [[noreturn]] void refuse(comm::Store& store, const std::string& why) {
   store.set(kAbortKey, why);
@@ -54,13 +55,17 @@ comm::GroupOptions group_options(const RunConfig& config) {
 comm::Store reconnect_store(const RunConfig& config, const DistEnv& env) {
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   return comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, /*server_exists=*/true,
-                              env.store_prefix + "/tributary", store_timeout);
+                              env.store_prefix + kKeyPrefix, store_timeout);
+}
+
+comm::Store connect_supervisor(const std::string& addr, int port, milliseconds timeout) {
+  return comm::Store::connect(addr, port, /*rank=*/-1, 1, /*server_exists=*/true, kKeyPrefix, timeout);
 }
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   auto store = comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, env.use_agent_store,
-                                    env.store_prefix + "/tributary", store_timeout);
+                                    env.store_prefix + kKeyPrefix, store_timeout);
   // The world size first: rank 0's is the run's.
   store.set("world_size/" + std::to_string(env.rank), std::to_string(env.world_size));
   if (env.rank != 0) {

@@ -1,5 +1,7 @@
 #include "tributary/runtime/run_config.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 #include "tributary/core/error.h"
@@ -274,6 +276,15 @@ void RunConfig::validate() const {
            "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
            dist.compression);
   }
+}
+
+void RunConfig::check_resumable_from(RunConfig saved, const std::string& what, const std::string& saved_file) const {
+  if (saved.model.vocab_size == 0) saved.model.vocab_size = model.vocab_size;
+  const auto diffs = config_differences(saved.schema().flatten(), schema().flatten(), resumable_keys());
+  if (!diffs.empty())
+    fail("cannot resume from '{}': the configuration differs in {} (saved vs now). Resume with its config ({}), or "
+         "start a new run with another train.run_dir",
+         what, fmt::join(diffs, ", "), saved_file);
 }
 
 const std::vector<std::string>& RunConfig::resumable_keys() {

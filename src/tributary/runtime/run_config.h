@@ -145,6 +145,10 @@ struct RunConfig {
 
   // Keys that may change between a checkpoint and its resume without changing the computation.
   static const std::vector<std::string>& resumable_keys();
+  // Resuming `what` (a checkpoint or run directory) saved with `saved` under this config: Error naming every key
+  // that differs (keys of resumable_keys() may) and the saved config file to resume with. A saved vocab_size of 0
+  // (take the tokenizer's) counts as this run's.
+  void check_resumable_from(RunConfig saved, const std::string& what, const std::string& saved_file) const;
 
  private:
   void bind();

@@ -9,13 +9,8 @@ namespace tributary {
 namespace {
 
 void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int world_size, bool lead) {
-  RunConfig saved = RunConfig::from_toml(ckpt.config_toml, (ckpt.dir / "config.toml").string());
-  if (saved.model.vocab_size == 0) saved.model.vocab_size = config.model.vocab_size;
-  auto diffs = config_differences(saved.schema().flatten(), config.schema().flatten(), RunConfig::resumable_keys());
-  if (!diffs.empty())
-    fail("cannot resume from '{}': the configuration differs in {} (checkpoint vs now). Resume with the "
-         "checkpoint's config ({}), or start a new run with another train.run_dir",
-         ckpt.dir.string(), fmt::join(diffs, ", "), (ckpt.dir / "config.toml").string());
+  const std::string saved_file = (ckpt.dir / "config.toml").string();
+  config.check_resumable_from(RunConfig::from_toml(ckpt.config_toml, saved_file), ckpt.dir.string(), saved_file);
   const int saved_world = ckpt.state.value("world_size", 1);
   if (saved_world == world_size) return;
   if (config.parallel.pipeline_stages > 1)

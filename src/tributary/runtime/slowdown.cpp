@@ -5,15 +5,13 @@
 #include <thread>
 
 #include "tributary/core/error.h"
+#include "tributary/core/number_list.h"
 
 namespace tributary {
 
 std::map<int, double> parse_slow_workers(const std::string& spec) {
   std::map<int, double> out;
-  size_t start = 0;
-  while (start < spec.size()) {
-    const size_t comma = std::min(spec.find(',', start), spec.size());
-    const std::string entry = spec.substr(start, comma - start);
+  for (const std::string& entry : split_list(spec)) {
     const size_t colon = entry.find(':');
     char* rank_end = nullptr;
     char* factor_end = nullptr;
@@ -27,7 +25,6 @@ std::map<int, double> parse_slow_workers(const std::string& spec) {
     if (out.count(static_cast<int>(rank)))
       fail("dist.slow_workers = '{}' names worker {} twice", spec, rank);
     out[static_cast<int>(rank)] = factor;
-    start = comma + 1;
   }
   return out;
 }

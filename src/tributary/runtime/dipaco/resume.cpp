@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "tributary/core/config.h"
 #include "tributary/core/error.h"
 
 namespace tributary {
@@ -22,13 +21,7 @@ DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& co
     fail("cannot resume: train.run_dir '{}' holds no DiPaCo run (no dipaco.json); start one without --resume",
          run_dir.string());
   DipacoRun run = load_dipaco_run(run_dir);
-  RunConfig saved = run.config;
-  if (saved.model.vocab_size == 0) saved.model.vocab_size = config.model.vocab_size;
-  const auto diffs = config_differences(saved.schema().flatten(), config.schema().flatten(), RunConfig::resumable_keys());
-  if (!diffs.empty())
-    fail("cannot resume the DiPaCo run in '{}': the configuration differs in {} (run vs now). Resume with its config "
-         "({}), or start a new run with another train.run_dir",
-         run_dir.string(), fmt::join(diffs, ", "), (run_dir / "config.toml").string());
+  config.check_resumable_from(run.config, run_dir.string(), (run_dir / "config.toml").string());
   if (run.round * config.dist.inner_steps >= config.train.steps)
     fail("the DiPaCo run in '{}' has done all its {} rounds: nothing to resume", run_dir.string(), run.round);
   return run;
