@@ -91,8 +91,9 @@ void Membership::watch() {
       }
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (generation != generation_) continue;  // the membership changed meanwhile: look again with the new one
-        stale_ = reported;
+        // The membership changed meanwhile: this pass's view is not the rounds' (the next pass looks again), but
+        // what it saw of the old members is still worth saying below.
+        if (generation == generation_) stale_ = reported;
       }
       if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
       for (int m : newly_lost)
