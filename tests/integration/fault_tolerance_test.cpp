@@ -176,6 +176,60 @@ TEST_F(Distributed, FaultTolerantDataParallelCompletesTheStepOfADeathAndHealsThe
   EXPECT_EQ(sizes.back(), 4);
 }
 
+TEST_F(Distributed, FaultTolerantStreamingDilocoWithOverlapSurvivesAKilledWorker) {
+  // Two fragments (syncs at 4, 8, ... and 6, 10, ...), each exchange overlapping the next inner step. Worker 1 dies
+  // after step 9: the exchange sent at step 10 runs on the communication thread while the survivors train step 11,
+  // fails there, re-forms and is redone by three; it lands at step 11 on every survivor (the round's outcome is taken
+  // when it lands, not when the communication thread decided it). The hash check after every landed outer step
+  // keeps passing.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=9", "ft_stream",
+                          "--set dist.fragments=2 --set dist.overlap_steps=1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto s = summary_of("ft_stream");
+  EXPECT_EQ(s["steps"].get<int>(), 16);
+  EXPECT_EQ(s["world_size"].get<int>(), 3);
+  EXPECT_EQ(s["outer_steps"].get<int>(), 8) << "4 per fragment: the discarded round is redone, not skipped";
+  EXPECT_EQ(s["reformations"].get<int>(), 1);
+  EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
+  const auto sizes = world_sizes("ft_stream");
+  ASSERT_EQ(sizes.size(), 7u) << "one line per step with a landing; both fragments land at step 16\n"
+                              << fmt::format("{}", fmt::join(sizes, ","));
+  EXPECT_EQ(sizes.front(), 4);
+  EXPECT_EQ(sizes.back(), 3) << "metrics show the smaller world";
+  EXPECT_NE(out.find("worker(s) 1 dropped out"), std::string::npos) << out;
+  EXPECT_NE(out.find("discarded: worker(s) 1 fell silent"), std::string::npos) << out;
+}
+
+TEST_F(Distributed, FaultTolerantDilocoWarmUpCompletesTheStepOfADeathAndHealsTheWorkerIntoIt) {
+  // DiLoCo's data-parallel warm-up (32 steps) is fault tolerant like data parallel: worker 3 dies in step 4's round,
+  // the survivors complete that step; the restarted worker joins during the warm-up (as a data-parallel replica) and
+  // goes on into the streaming DiLoCo phase with the others. Every worker is slowed 4x so the warm-up outlasts the
+  // restart.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=3 TRIBUTARY_FAIL_STEP=4", "ft_warm",
+                          "--set train.steps=48 --set dist.warmup_ddp_steps=32 --set dist.fragments=2 "
+                          "--set dist.overlap_steps=1 --set dist.slow_workers=0:4,1:4,2:4,3:4",
+                          "--max-restarts 1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto s = summary_of("ft_warm");
+  EXPECT_EQ(s["steps"].get<int>(), 48);
+  EXPECT_EQ(s["world_size"].get<int>(), 4) << "the restarted worker joined";
+  EXPECT_EQ(s["reformations"].get<int>(), 2) << "dropped, then joined";
+  EXPECT_EQ(s["outer_steps"].get<int>(), 8) << "16 DiLoCo steps, 2 fragments, H = 4";
+  const std::string text = out;
+  const std::regex discard(R"(worker 0: round (\S+) discarded)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(text.begin(), text.end(), discard), std::sregex_iterator()), 1)
+      << "one step redone for the death\n" << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 3 joined at step (\d+) as rank 3 of 4)"))) << out;
+  EXPECT_LT(std::stoi(m[1]), 32) << "joined during the warm-up\n" << out;
+  // Exchange lines: 6 of the warm-up (every 5 steps; the first after the death shows 3), then 7 DiLoCo steps with a
+  // landing (both fragments land at step 48), all by the four.
+  const auto sizes = world_sizes("ft_warm");
+  ASSERT_EQ(sizes.size(), 13u) << fmt::format("{}", fmt::join(sizes, ","));
+  EXPECT_EQ(sizes.front(), 3) << "the warm-up went on with three";
+  EXPECT_EQ(std::vector<int>(sizes.end() - 7, sizes.end()), std::vector<int>(7, 4)) << "every outer step by the four";
+}
+
 TEST_F(Distributed, ElasticResumeOfFourWorkerCheckpointsWithFewerWorkers) {
   const std::string args = "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
                            "--set train.checkpoint_every=8";

@@ -40,9 +40,12 @@ class CommThread {
   T wait(std::future<T> result) {
     const auto start = Clock::now();
     T value = result.get();
-    blocked_s_ += seconds_since(start);
+    const double waited = seconds_since(start);
+    blocked_s_ += waited;
+    blocked_total_s_ += waited;
     return value;
   }
+  double blocked_total_s() const { return blocked_total_s_; }  // since the start; never reset
   double take_blocked_s() {
     const double s = blocked_s_;
     blocked_s_ = 0;
@@ -52,7 +55,7 @@ class CommThread {
  private:
   void push(std::function<void()> job);
 
-  double blocked_s_ = 0;  // touched by the training thread only
+  double blocked_s_ = 0, blocked_total_s_ = 0;  // touched by the training thread only
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;

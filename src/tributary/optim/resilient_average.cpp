@@ -60,6 +60,17 @@ void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors) {
     for (auto& t : tensors) t.mul_(double(n) / double(accepted));
 }
 
+std::vector<torch::Tensor> ResilientAverage::wait(std::future<std::vector<torch::Tensor>> pending) {
+  auto result = thread_.wait(std::move(pending));
+  if (!membership_) return result;
+  std::lock_guard<std::mutex> lock(outcomes_mutex_);
+  TRIB_CHECK(!outcomes_.empty(), "a fault-tolerant round was collected without an outcome");
+  stop_decided_ |= outcomes_.front().stop;
+  joiners_ = std::move(outcomes_.front().joiners);
+  outcomes_.pop_front();
+  return result;
+}
+
 void ResilientAverage::follow_membership() {
   std::optional<comm::LinkModel> link;
   if (link_) link = link_->subset(membership_->members());
@@ -90,10 +101,10 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     }
     group_.set_abandon({});
     const comm::RoundDecision decision = membership_->decide(round, ok, stop_wish_);
-    if (decision.stop) stop_decided_ = true;
     if (decision.commit) {
       rejected_ += round_rejected_;  // the attempt that counted
-      joiners_ = decision.joiners;
+      std::lock_guard<std::mutex> lock(outcomes_mutex_);
+      outcomes_.push_back({decision.stop, decision.joiners});
       return tensors;
     }
     if (membership_->rank() == 0 || !ok)
@@ -109,6 +120,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
                                                                         fmt::join(decision.failed, ", "))));
     const auto dropped = membership_->reform();
     follow_membership();
+    reformations_ += 1;
     if (reformed_) reformed_(dropped, *membership_);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
   }

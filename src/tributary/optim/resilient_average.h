@@ -11,10 +11,15 @@
 // the group re-forms (Membership::reform, Group::reform under the new epoch's prefix), so the average is over those
 // who contributed and nothing is half applied. A member that hangs is abandoned at its heartbeat deadline, not the
 // collective's. Stop wishes travel with the votes: stop_decided() turns true on every member after the same round.
+// A round's outcome (stop, joiners) is taken by the training thread when it collects that round (wait()), not when
+// the communication thread decides it: an overlapped round (Streaming DiLoCo) is decided while training goes on, at
+// a different step on each member, but collected at the same step on all of them.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -36,13 +41,12 @@ class ResilientAverage : public Reducer {
                    comm::Membership* membership, double reject_norm_factor, std::optional<comm::LinkModel> link,
                    Reformed reformed);
   std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors) override;
-  std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override {
-    return thread_.wait(std::move(pending));
-  }
+  // Collects a round (rounds are collected in the order they were started) and takes its outcome.
+  std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override;
 
   // Tests: applied to this rank's update before the round (a fault injected on purpose).
   void set_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { tamper_ = std::move(tamper); }
-  // Workers asking to join, from the decision of the last committed round (read after waiting for it); cleared.
+  // Workers asking to join, from the decision of the last collected round; cleared.
   std::vector<int> take_joiners() { return std::exchange(joiners_, {}); }
   // The group and exchange follow the membership after it changed outside a round (admit, join).
   void follow_membership();
@@ -50,7 +54,8 @@ class ResilientAverage : public Reducer {
   int64_t rounds() const { return rounds_; }
   void set_rounds(int64_t n) { rounds_ = n; }
   void set_stop_wish(bool stop) { stop_wish_ = stop; }  // training thread: sent with the next round's vote
-  bool stop_decided() const { return stop_decided_; }
+  bool stop_decided() const { return stop_decided_; }  // as of the last collected round (training thread)
+  int64_t reformations() const { return reformations_; }
   int64_t take_rejected() { return rejected_.exchange(0); }
 
  private:
@@ -67,8 +72,16 @@ class ResilientAverage : public Reducer {
   std::function<void(std::vector<torch::Tensor>&)> tamper_;
   int64_t rounds_ = 0;
   int64_t round_rejected_ = 0;
-  std::vector<int> joiners_;  // reductions started (the same sequence on every member)
-  std::atomic<bool> stop_wish_{false}, stop_decided_{false};
+  struct Outcome {
+    bool stop = false;
+    std::vector<int> joiners;
+  };
+  std::mutex outcomes_mutex_;
+  std::deque<Outcome> outcomes_;  // decided by the communication thread, not yet collected
+  std::vector<int> joiners_;      // of the last collected round
+  bool stop_decided_ = false;     // training thread
+  std::atomic<int64_t> reformations_{0};
+  std::atomic<bool> stop_wish_{false};
   std::atomic<int64_t> rejected_{0};
 };
 

@@ -83,8 +83,7 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
   thread_ = std::make_unique<comm::CommThread>();
   reducer_ = std::make_unique<ResilientAverage>(
       *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(world_link),
-      [this](const std::vector<int>& dropped, const comm::Membership& now) {
-        reformations_ += 1;
+      [](const std::vector<int>& dropped, const comm::Membership& now) {  // on the communication thread
         if (now.rank() == 0)
           log::warn("worker(s) {} dropped out; {} worker(s) {} go on as epoch {} (worker {} leads)",
                     fmt::join(dropped, ", "), now.size(), fmt::join(now.members(), ", "), now.epoch(),
@@ -95,7 +94,9 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
       for (auto& t : update) t.mul_(100.0);
       if (bad == "nan") update.front().view(-1)[0] = NAN;
     });
-  check_ = std::make_unique<ReplicaCheck>(*thread_, *group_);
+  std::function<bool()> abandon;
+  if (membership_) abandon = [m = membership_.get()] { return m->should_abandon("check"); };
+  check_ = std::make_unique<ReplicaCheck>(*thread_, *group_, std::move(abandon));
   lower_training_priority(d.compute_nice, rank);
 }
 

@@ -94,7 +94,7 @@ class Replicas {
   // Fault tolerance (dist.fault_tolerant): the members now (rank() and size() are this process's place among them),
   // how many re-formations so far, and the updates rejected since the last call (dist.reject_norm_factor).
   bool fault_tolerant() const { return membership_ != nullptr; }
-  int64_t reformations() const { return reformations_; }
+  int64_t reformations() const { return reducer_->reformations() + admissions_; }
   // -1 when neither fault tolerance nor dist.reject_norm_factor guards the exchange.
   int64_t take_rejected() {
     return membership_ || config_.dist.reject_norm_factor > 0 ? reducer_->take_rejected() : -1;
@@ -110,6 +110,8 @@ class Replicas {
   nlohmann::json join(NamedTensors& params, HealState state);
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
+  // The training thread's time blocked on communication since the start (dist.slow_workers slows compute only).
+  double blocked_total_s() const { return thread_->blocked_total_s(); }
   // The sgemm peak one replica can count on: rank 0 measures the whole machine while the others wait (measuring
   // concurrently would measure contention), and the peak is shared by the local replicas.
   double shared_matmul_peak(const torch::Device& device, int local_world_size);
@@ -127,7 +129,7 @@ class Replicas {
   std::unique_ptr<comm::Membership> membership_;  // dist.fault_tolerant
   std::optional<comm::Store> store_;              // the run's (fault tolerance: the heal's meta)
   std::vector<int> joiners_;                      // admitted after the outer step that just landed
-  int64_t reformations_ = 0;
+  int64_t admissions_ = 0;
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::Exchange> exchange_;

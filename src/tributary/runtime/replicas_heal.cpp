@@ -1,6 +1,7 @@
 // Live healing of fault-tolerant replicas (replicas.h): a restarted worker joins at a round boundary (after an outer
-// step, or after any data-parallel step) and
-// receives everything it needs from the lead over the group — no checkpoint reload, no restart of the others.
+// step — Streaming DiLoCo's overlapped ones when they land, so nothing is in flight — or after any data-parallel step,
+// the warm-up's included) and receives everything it needs from the lead over the group — no checkpoint reload, no
+// restart of the others.
 // Both sides run the same collectives in the same order: re-form (Membership::admit / join), the lead's meta through
 // the store, one broadcast of the state tensors and the outer state (DiLoCo's), the replica hash check on what every
 // member holds alike (DiLoCo's global parameters, data parallel's parameters).
@@ -30,10 +31,11 @@ NamedTensors params_of(const HealState& state, size_t count) {
 }  // namespace
 
 void Replicas::admit(const HealState& state) {
+  TRIB_CHECK(quiescent(), "joiners are admitted only while no exchange is in flight");
   const std::vector<int> joiners = std::exchange(joiners_, {});
   membership_->admit(joiners);
   reducer_->follow_membership();
-  reformations_ += 1;
+  admissions_ += 1;
   if (rank() == 0) {
     nlohmann::json meta = state.meta;
     meta["outer"] = progress();
@@ -70,11 +72,6 @@ void Replicas::admit(const HealState& state) {
 
 nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   TRIB_CHECK(membership_, "only fault-tolerant replicas are joined");
-  if (ddp_) {
-    start_data_parallel(params);
-  } else {
-    start_outer_loop(params, config_.dist.warmup_ddp_steps);
-  }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
   log::info("worker {}: waiting to join the run at its next round", membership_->id());
   if (!membership_->join(timeout)) {
@@ -84,6 +81,13 @@ nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   reducer_->follow_membership();
   store_->wait({heal_key(membership_->epoch())}, timeout, "the lead did not send the joining state");
   auto meta = nlohmann::json::parse(store_->get(heal_key(membership_->epoch())));
+  // The members' phase: data parallel, DiLoCo's data-parallel warm-up, or DiLoCo (whose outer state comes along).
+  in_warmup_ = !ddp_ && meta.value("step", int64_t{0}) < config_.dist.warmup_ddp_steps;
+  if (ddp_ || in_warmup_) {
+    start_data_parallel(params);
+  } else {
+    start_outer_loop(params, config_.dist.warmup_ddp_steps);
+  }
   auto tensors = tensors_of(state.tensors, outer_state());
   thread_->run<int>([&] {
     torch::NoGradGuard no_grad;

@@ -227,14 +227,10 @@ void RunConfig::validate() const {
     fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
          dist.fragments, dist.inner_steps);
   if (dist.fault_tolerant) {
-    if (dist.overlap_steps > 0)
-      fail("dist.fault_tolerant = true needs dist.overlap_steps = 0 (got {}): an overlapped round lands after the "
-           "training thread moved on, so it cannot yet be redone",
-           dist.overlap_steps);
-    if (dist.warmup_ddp_steps > 0)
-      fail("dist.fault_tolerant = true with dist.warmup_ddp_steps = {}: the data-parallel warm-up is not yet fault "
-           "tolerant; set dist.warmup_ddp_steps = 0",
-           dist.warmup_ddp_steps);
+    if (dist.overlap_steps > 0 && dist.overlap_steps >= dist.inner_steps / dist.fragments)
+      fail("dist.fault_tolerant = true needs dist.overlap_steps ({}) < dist.inner_steps / dist.fragments ({}): a "
+           "fault-tolerant round may change the members, so one must land before the next starts",
+           dist.overlap_steps, dist.inner_steps / dist.fragments);
     if (parallel.pipeline_stages > 1 || !dipaco.modules.empty())
       fail("dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
            "(dipaco.on_failure) and pipeline stages have none yet");

@@ -1,5 +1,7 @@
 // dist.slow_workers = "R:F[,R:F...]": worker R runs F times slower than it would, by sleeping (F - 1) x the measured
-// time of each training step after it. Emulates the unlike machines of a heterogeneous run on one machine (DiPaCo's
+// compute time of each training step after it (the caller leaves out the time blocked on communication: a slower
+// machine waiting for the others is not slower at waiting, and counting the wait would feed every worker's sleep into
+// the others' when all are slowed). Emulates the unlike machines of a heterogeneous run on one machine (DiPaCo's
 // task queue gives a slow worker fewer paths; DiLoCo and data parallel wait for it at every synchronisation), so
 // that what heterogeneity costs each algorithm can be measured side by side. No LibTorch.
 #pragma once

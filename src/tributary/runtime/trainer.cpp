@@ -79,14 +79,17 @@ TrainSummary TrainingRun::run() {
   int64_t step = progress_.step;
   while (step < tc_.steps) {
     const auto step_start = Clock::now();
+    const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
     const double lr = schedule.lr(step);
     const StepResult result = train_step.run(step, lr);
-    slowdown_->after_step(seconds_since(step_start));  // dist.slow_workers (data parallel: the step's all-reduce too)
+    // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
+    slowdown_->after_step(seconds_since(step_start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
     step += 1;
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;
+    const bool averaged = synced_ && synced_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
     const bool synced = sync(step, lr);
-    const bool round = synced || (synced_ && synced_->ddp());  // the replicas' membership may change only at a round
+    const bool round = synced || averaged;  // the replicas' membership may change only at a round
     if (round) follow_membership(step);
     if (take_stage_stats_) {
       add_stage_stats(take_stage_stats_());

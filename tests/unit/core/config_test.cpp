@@ -122,8 +122,13 @@ TEST(Config, FaultToleranceThatCannotWorkIsRefusedNamingTheKey) {
   auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
   EXPECT_EQ(load({"dist.fault_tolerant=true", "dist.heartbeat_timeout_s=5", "dist.reject_norm_factor=10"}), "");
   EXPECT_EQ(load({"dist.fault_tolerant=true", "dist.algorithm=ddp"}), "");  // data parallel steps are rounds too
-  auto msg = load({"dist.fault_tolerant=true", "dist.overlap_steps=2"});
-  EXPECT_NE(msg.find("needs dist.overlap_steps = 0"), std::string::npos) << msg;
+  // Streaming DiLoCo's overlap and DiLoCo's data-parallel warm-up are fault tolerant too, with one round in flight
+  EXPECT_EQ(load({"dist.fault_tolerant=true", "dist.inner_steps=8", "dist.fragments=2", "dist.overlap_steps=3",
+                  "dist.warmup_ddp_steps=10"}),
+            "");
+  auto msg = load({"dist.fault_tolerant=true", "dist.inner_steps=8", "dist.fragments=2", "dist.overlap_steps=4"});
+  EXPECT_NE(msg.find("needs dist.overlap_steps (4) < dist.inner_steps / dist.fragments (4)"), std::string::npos)
+      << msg;
   msg = load({"dist.fault_tolerant=true", "dist.heartbeat_timeout_s=700", "dist.collective_timeout_s=600"});
   EXPECT_NE(msg.find("dist.heartbeat_timeout_s (700) must be shorter"), std::string::npos) << msg;
   msg = load({"dist.reject_norm_factor=0.5"});
