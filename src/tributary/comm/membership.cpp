@@ -148,6 +148,11 @@ std::vector<int> Membership::waiting_joiners() {
 }
 
 void Membership::admit(const std::vector<int>& joiners) {
+  // From now on a death of the joiner counts: the deaths launch reported before it started are its predecessors'
+  // (written before the new epoch, so no watcher sees it a member with the old count).
+  for (int j : joiners)
+    if (const std::string k = kPrefix + "joining/" + std::to_string(j); store_.check({k}))
+      store_.set(kPrefix + "incarnation/" + std::to_string(j), store_.get(k));
   std::vector<int> next = members_;
   next.insert(next.end(), joiners.begin(), joiners.end());
   const int epoch = epoch_ + 1;
@@ -176,15 +181,24 @@ bool Membership::join(std::chrono::milliseconds timeout) {
     const int epoch = std::stoi(store_.get(kPrefix + "epoch"));
     return nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>();
   };
+  // Or its launch reported the death: the members drop it at their next round whatever its heartbeat says, so this
+  // one may ask now and be admitted right after that round (the incarnation count moves only at the admission).
+  const std::string lost_key = kPrefix + "lost/" + std::to_string(id_);
+  const std::string inc_key = kPrefix + "incarnation/" + std::to_string(id_);
+  auto predecessor_reported = [&] {
+    const int64_t incarnation = store_.check({inc_key}) ? std::stoll(store_.get(inc_key)) : 0;
+    return store_.add(lost_key, 0) > incarnation;
+  };
   const std::string finished = kPrefix + "finished";
-  for (auto m = current_members(); std::find(m.begin(), m.end(), id_) != m.end(); m = current_members()) {
+  for (auto m = current_members(); std::find(m.begin(), m.end(), id_) != m.end() && !predecessor_reported();
+       m = current_members()) {
     if (store_.check({finished})) return false;
     check_deadline("its previous incarnation was not dropped from the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
-  // This incarnation's deaths so far: a death its launch reports later is this one's (reported_lost).
-  store_.set(kPrefix + "incarnation/" + std::to_string(id_),
-             std::to_string(store_.add(kPrefix + "lost/" + std::to_string(id_), 0)));
+  // This incarnation's deaths so far: a death its launch reports later is this one's (reported_lost); the members
+  // make it the incarnation's count when they admit it.
+  store_.set(kPrefix + "joining/" + std::to_string(id_), std::to_string(store_.add(lost_key, 0)));
   const int64_t request = store_.add(kPrefix + "join/" + std::to_string(id_), 1);
   heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id_);
   const std::string admitted = fmt::format("{}admitted/{}/{}", kPrefix, id_, request);

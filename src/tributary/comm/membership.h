@@ -12,7 +12,8 @@
 //   reform   after a discarded round each survivor registers for the next epoch and waits until every member of
 //            the old one registered or is dead; the first list written is the new membership. A process left out
 //            (it was frozen past the deadline) gets an Error: it must not go on as a replica.
-//   join     a restarted (or new) worker waits until its old self is out of the membership, then asks to join and
+//   join     a restarted (or new) worker waits until its old self is out of the membership (or its launch reported
+//            the old self's death: the members drop it at their next round anyway), then asks to join and
 //            starts its heartbeat; the decision of the next committed round lists it, and after that round every
 //            member admits it (admit: the next epoch is the members, then the joiners — the lead stays first).
 // Every wait ends: a member either answers or its heartbeat goes stale (or the round deadline passes). A watcher
@@ -22,7 +23,8 @@
 //
 // Keys (under "ft/"): hb/{id}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
 // e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n},
-// lost and lost/{id} (deaths launch reported), incarnation/{id} (a restarted worker's count of them at its start).
+// lost and lost/{id} (deaths launch reported), joining/{id} (a joiner's count of them at its start), incarnation/{id}
+// (that count, set by the members when they admit it).
 #pragma once
 
 #include <atomic>

@@ -1,7 +1,9 @@
 // Members as threads over one in-memory store: the round decision and the re-formation without a silent member.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "tributary/comm/membership.h"
 #include "tributary/core/error.h"
@@ -93,4 +95,38 @@ TEST(Membership, ADeathReportedByLaunchIsActedOnBeforeTheHeartbeatDeadline) {
     comm::Membership m(store, store, id, 3, 5.0);
     EXPECT_TRUE(m.decide("x1", true, false).commit);
   });
+}
+
+TEST(Membership, ARestartedWorkerWhosePredecessorWasReportedAsksAtOnceAndJoinsAtTheRoundThatDropsIt) {
+  // Worker 2 died and its launch reported it; its restarted incarnation need not wait until the members drop the old
+  // one: it asks at once, so the round that drops its predecessor (discarded, re-formed, redone) already admits it.
+  auto store = comm::Store::in_memory();
+  store.add("ft/lost/2", 1);
+  store.add("ft/lost", 1);
+  std::atomic<bool> asked_early{true};
+  test_support::run_threads(3, [&](int id) {
+    if (id == 2) {
+      comm::Membership joiner(store, store, 2, 3, /*dead_after_s=*/5.0, /*joining=*/true);
+      ASSERT_TRUE(joiner.join(std::chrono::seconds(10)));
+      EXPECT_EQ(joiner.epoch(), 2);
+      EXPECT_EQ(joiner.members(), (std::vector<int>{0, 1, 2}));
+      EXPECT_TRUE(joiner.decide("x1", true, false).commit) << "the old report does not count against it";
+      return;
+    }
+    comm::Membership m(store, store, id, 3, 5.0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (store.add("ft/join/2", 0) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (store.add("ft/join/2", 0) == 0) asked_early = false;
+    EXPECT_FALSE(m.decide("x0", true, false).commit) << "its predecessor is silent";
+    EXPECT_EQ(m.reform(), std::vector<int>{2});
+    const auto redone = m.decide("x0", true, false);
+    ASSERT_TRUE(redone.commit);
+    EXPECT_EQ(redone.joiners, std::vector<int>{2}) << "admitted right after the round that dropped its predecessor";
+    m.admit(redone.joiners);
+    EXPECT_EQ(m.members(), (std::vector<int>{0, 1, 2}));
+    EXPECT_TRUE(m.decide("x1", true, false).commit);
+  });
+  EXPECT_TRUE(asked_early) << "the joiner waited for its predecessor to be dropped";
+  EXPECT_EQ(store.get("ft/incarnation/2"), "1") << "the members recorded the deaths before this incarnation";
 }
