@@ -7,7 +7,10 @@ each fault from the launch log:
              or, for a kill, "worker W exited (its launch reported the death)" (launch tells the store at once)
   stall      at the next outer step, the first "round ... failed" line -> "dropped out ... go on as epoch": the time
              the survivors wait before redoing the round without W (until then they train on)
-  healed     the restart -> "worker W joined at step S" (it trains again from the next outer step on)
+  trains     the restart -> "worker W healed from the lead at step S" (DiLoCo: the lead sent it its state between
+             two steps; from here on it trains, and its pseudo-gradient counts in the round it joins)
+  counted    the restart -> "worker W joined at step S": it is a member, its update averaged in that round (DiLoCo:
+             the end of the round it was healed in; data parallel: the step after its admission)
   steps lost the victim's inner steps since its last outer step (lost with its memory)
 With --algorithm ddp the same for fault-tolerant data parallel: every step is a round, so "stall" is the redone
 step's wait and no step is lost (the survivors complete the step of a death); "steps lost" is then 0 by
@@ -140,18 +143,21 @@ def analyse(run, args):
         resumed, _ = first_after(run.lines, f["t"], rf"worker\(s\) [0-9, ]*\b{w}\b[0-9, ]* dropped out")
         restarted, _ = first_after(run.lines, f["t"], rf"launch: rank {w} .*restarting it")
         healed, at = first_after(run.lines, f["t"], rf"worker {w} joined at step (\d+)", 1)
+        trains, _ = first_after(run.lines, f["t"], rf"worker {w} healed from the lead at step")
         rows.append({**f,
                      "detected_after_s": None if detected is None else round(detected - f["t"], 2),
                      "round_stall_s": None if None in (failed, resumed) else round(resumed - failed, 2),
+                     "trains_after_restart_s": None if None in (restarted, trains) else round(trains - restarted, 2),
                      "healed_after_restart_s": None if None in (restarted, healed) else round(healed - restarted, 2),
                      "joined_at_step": None if at is None else int(at),
                      "steps_lost": 0 if args.algorithm == "ddp" else f["step"] % args.inner_steps})
     return rows
 
 
-def summary_of(run_dir):
+def summary_of(run_dir, lines=(), inner_steps=1):
     """summary.json, plus the committed tokens: per outer step, the members that contributed x its inner steps x
-    the tokens of one worker's step (a dead worker's steps since its last outer step are not counted)."""
+    the tokens of one worker's step (a dead worker's steps since its last outer step are not counted), less, for a
+    replacement healed mid-round, the steps of that round before its heal (it forked the lead there)."""
     try:
         s = json.load(open(os.path.join(run_dir, "summary.json")))
         cfg = {"batch": 4, "context": 256}
@@ -160,6 +166,10 @@ def summary_of(run_dir):
             j = json.loads(line)
             if "outer_step" in j:
                 committed += j["world_size"] * j["inner_steps"] * cfg["batch"] * cfg["context"]
+        for _, line in lines:
+            m = re.search(r"worker \d+ healed from the lead at step (\d+)", line)
+            if m:
+                committed -= (int(m.group(1)) % inner_steps) * cfg["batch"] * cfg["context"]
         s["committed_tokens"] = committed
         s["committed_tokens_per_s"] = committed / s["elapsed_s"]
         return s
@@ -191,7 +201,8 @@ def main():
     chaos.proc.wait()
     chaos.reader.join(timeout=10)
     report["chaos"] = {"exit": chaos.proc.returncode, "wall_s": round(chaos.now(), 1),
-                       "summary": summary_of(chaos.run_dir), "faults": analyse(chaos, args)}
+                       "summary": summary_of(chaos.run_dir, chaos.lines, args.inner_steps),
+                       "faults": analyse(chaos, args)}
     with open(f"/tmp/tributary_chaos/faults{tag}.log", "w") as log:
         log.writelines(f"{t:9.2f} {line}\n" for t, line in chaos.lines)
     if args.clean_too:
@@ -205,12 +216,12 @@ def main():
         open(args.out, "w").write(text)
     print(text)
     print("\n| # | t (s) | rank | fault | at step | detected after (s) | round stall (s) | "
-          "healed after restart (s) | joined at step | steps lost |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "trains after restart (s) | counted after restart (s) | joined at step | steps lost |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(report["chaos"]["faults"], 1):
         print(f"| {i} | {r['t']:.0f} | {r['rank']} | {r['kind']} | {r['step']} | {r['detected_after_s']} | "
-              f"{r['round_stall_s']} | {r['healed_after_restart_s']} | {r['joined_at_step']} | "
-              f"{r['steps_lost']} |")
+              f"{r['round_stall_s']} | {r['trains_after_restart_s']} | {r['healed_after_restart_s']} | "
+              f"{r['joined_at_step']} | {r['steps_lost']} |")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,29 @@ TEST_F(Distributed, FaultTolerantDilocoHealsARestartedRankZeroFromAPeer) {
       << "the healed worker takes part in the checkpoint";
 }
 
+TEST_F(Distributed, FaultTolerantDilocoHealsARestartedWorkerMidRoundAndCountsItInThatRound) {
+  // H = 20 and every worker slowed 10x, so a round outlasts a restart. Worker 2 dies at step 6; launch restarts it
+  // and it asks to join at once; the lead sends it its state at its next step (no round boundary needed), the
+  // replacement trains on, and the lead's proposal before round x0's collective swaps the dead worker for it: no
+  // round is discarded, every outer step averages four pseudo-gradients, and the hash check after each passes.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6", "ft_midround",
+                          "--set train.steps=60 --set dist.inner_steps=20 "
+                          "--set dist.slow_workers=0:10,1:10,2:10,3:10",
+                          "--max-restarts 1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto s = summary_of("ft_midround");
+  EXPECT_EQ(s["world_size"].get<int>(), 4);
+  EXPECT_EQ(s["outer_steps"].get<int>(), 3);
+  EXPECT_EQ(s["reformations"].get<int>(), 1) << "one change of members: the replacement for its old self";
+  EXPECT_EQ(s["tokens"].get<int64_t>(), 60 * 4 * 4 * 64) << "every step counted four workers";
+  EXPECT_EQ(world_sizes("ft_midround"), (std::vector<int>{4, 4, 4}));
+  EXPECT_EQ(out.find("discarded"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 2 healed from the lead at step (\d+))"))) << out;
+  EXPECT_LT(std::stoi(m[1]), 20) << "healed inside the round of its death";
+  EXPECT_NE(out.find("worker 2 joined at step 20 (round x0) as rank 3 of 4"), std::string::npos) << out;
+}
+
 TEST_F(Distributed, FaultTolerantDilocoDropsAFrozenWorkerAtItsHeartbeatDeadline) {
   auto [rc, out] = ft_run("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6", "ft_stop1");
   expect_survived("ft_stop1", rc, out, 1);

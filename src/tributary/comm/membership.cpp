@@ -41,11 +41,12 @@ Membership::~Membership() {
 // Workers whose launch reported their death (launch --max-failures/--max-restarts add to "lost/<id>" and to
 // "lost" when a worker exits with an error or a signal) since their current incarnation started ("incarnation/<id>":
 // the count a restarted worker found when it began). One store read per call unless the total moved.
-std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>& members) {
+std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>& members, uint64_t generation) {
   const int64_t total = store.add(kPrefix + "lost", 0);
-  if (total == lost_total_seen_ && members == lost_members_seen_) return lost_;
+  // A new membership may hold a new incarnation under an old id (same list): read the counts again.
+  if (total == lost_total_seen_ && generation == lost_generation_seen_) return lost_;
   lost_total_seen_ = total;
-  lost_members_seen_ = members;
+  lost_generation_seen_ = generation;
   lost_.clear();
   for (int m : members) {
     const int64_t deaths = store.add(kPrefix + "lost/" + std::to_string(m), 0);
@@ -60,6 +61,7 @@ std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>&
 void Membership::watch() {
   Liveness liveness(heartbeat_store_, kPrefix, id_, liveness_.dead_after_s());
   std::vector<int> reported, lost_logged;
+  int64_t asks_seen = 0;
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::vector<int> members;
@@ -70,8 +72,12 @@ void Membership::watch() {
       generation = generation_;
     }
     try {
+      if (const int64_t asks = heartbeat_store_.add(kPrefix + "join", 0); asks != asks_seen) {
+        asks_seen = asks;
+        asked_ = true;
+      }
       std::vector<int> alive, newly_dead, newly_lost;
-      const std::vector<int> lost = reported_lost(heartbeat_store_, members);
+      const std::vector<int> lost = reported_lost(heartbeat_store_, members, generation);
       for (int m : members) {
         const auto known = std::find(reported.begin(), reported.end(), m);
         if (std::find(lost.begin(), lost.end(), m) != lost.end()) {  // its launch saw it die: no need to wait
@@ -122,13 +128,14 @@ bool Membership::known_dead(int id) const {
   return std::find(stale_.begin(), stale_.end(), id) != stale_.end();
 }
 
-void Membership::enter(int epoch, std::vector<int> members) {
+void Membership::enter(int epoch, std::vector<int> members, const std::vector<int>& joiners) {
   epoch_ = epoch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // A member admitted now is a new incarnation: what the watcher said of its predecessor no longer holds.
     for (int m : members)
-      if (std::find(members_.begin(), members_.end(), m) == members_.end())
+      if (std::find(members_.begin(), members_.end(), m) == members_.end() ||
+          std::find(joiners.begin(), joiners.end(), m) != joiners.end())
         stale_.erase(std::remove(stale_.begin(), stale_.end(), m), stale_.end());
     members_ = std::move(members);
     generation_ += 1;
@@ -142,29 +149,16 @@ std::vector<int> Membership::waiting_joiners() {
   for (int w = 0; w < world_size_; ++w) {
     if (std::find(members_.begin(), members_.end(), w) != members_.end()) continue;
     const int64_t asked = store_.add(kPrefix + "join/" + std::to_string(w), 0);
-    if (asked > 0 && !store_.check({fmt::format("{}admitted/{}/{}", kPrefix, w, asked)})) out.push_back(w);
+    if (asked > 0 && !store_.check({fmt::format("{}admitted/{}/{}", kPrefix, w, asked)}) &&
+        !store_.check({fmt::format("{}offer/{}/{}", kPrefix, w, asked)}))
+      out.push_back(w);
   }
   return out;
 }
 
-void Membership::admit(const std::vector<int>& joiners) {
-  // From now on a death of the joiner counts: the deaths launch reported before it started are its predecessors'
-  // (written before the new epoch, so no watcher sees it a member with the old count).
-  for (int j : joiners)
-    if (const std::string k = kPrefix + "joining/" + std::to_string(j); store_.check({k}))
-      store_.set(kPrefix + "incarnation/" + std::to_string(j), store_.get(k));
-  std::vector<int> next = members_;
-  next.insert(next.end(), joiners.begin(), joiners.end());
-  const int epoch = epoch_ + 1;
-  const auto agreed = nlohmann::json::parse(
-      store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(next).dump()));
-  for (int j : joiners)
-    store_.set(fmt::format("{}admitted/{}/{}", kPrefix, j, store_.add(kPrefix + "join/" + std::to_string(j), 0)),
-               std::to_string(epoch));
-  enter(epoch, agreed.get<std::vector<int>>());
-}
 
-bool Membership::join(std::chrono::milliseconds timeout) {
+
+JoinResult Membership::join(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   auto check_deadline = [&](const char* what) {
     if (std::chrono::steady_clock::now() - start > timeout)
@@ -192,7 +186,7 @@ bool Membership::join(std::chrono::milliseconds timeout) {
   const std::string finished = kPrefix + "finished";
   for (auto m = current_members(); std::find(m.begin(), m.end(), id_) != m.end() && !predecessor_reported();
        m = current_members()) {
-    if (store_.check({finished})) return false;
+    if (store_.check({finished})) return {};
     check_deadline("its previous incarnation was not dropped from the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
@@ -200,16 +194,20 @@ bool Membership::join(std::chrono::milliseconds timeout) {
   // make it the incarnation's count when they admit it.
   store_.set(kPrefix + "joining/" + std::to_string(id_), std::to_string(store_.add(lost_key, 0)));
   const int64_t request = store_.add(kPrefix + "join/" + std::to_string(id_), 1);
+  store_.add(kPrefix + "join", 1);  // last: the lead's watcher looks when this count moves
   heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id_);
   const std::string admitted = fmt::format("{}admitted/{}/{}", kPrefix, id_, request);
-  while (!store_.check({admitted})) {
-    if (store_.check({finished})) return false;
+  const std::string offered = fmt::format("{}offer/{}/{}", kPrefix, id_, request);
+  for (;;) {
+    if (store_.check({admitted})) break;
+    if (store_.check({offered})) return {JoinResult::kOffered, store_.get(offered)};
+    if (store_.check({finished})) return {};
     check_deadline("it was not admitted to the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
   const int epoch = std::stoi(store_.get(admitted));
   enter(epoch, nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>());
-  return true;
+  return {JoinResult::kAdmitted, ""};
 }
 
 int Membership::rank() const {

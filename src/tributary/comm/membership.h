@@ -12,6 +12,10 @@
 //   reform   after a discarded round each survivor registers for the next epoch and waits until every member of
 //            the old one registered or is dead; the first list written is the new membership. A process left out
 //            (it was frozen past the deadline) gets an Error: it must not go on as a replica.
+//   heal     (DiLoCo rounds) a joiner need not wait for a round boundary: the lead offers it its state between two
+//            steps (offer), the joiner trains on from there, and becomes a member right before the next round's
+//            collective (open_round: the lead proposes the members it does not know dead, then the joiners it
+//            healed; first proposal written wins), so its pseudo-gradient counts in that round already.
 //   join     a restarted (or new) worker waits until its old self is out of the membership (or its launch reported
 //            the old self's death: the members drop it at their next round anyway), then asks to join and
 //            starts its heartbeat; the decision of the next committed round lists it, and after that round every
@@ -21,7 +25,7 @@
 // when the worker's launch reports that it exited (a kill is then known in milliseconds, not a heartbeat deadline;
 // a frozen or cut-off worker is still found by its silence).
 //
-// Keys (under "ft/"): hb/{id}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
+// Keys (under "ft/"): hb/{id}, join (requests of all workers), offer/{id}/{n}, pre/{round}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
 // e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n},
 // lost and lost/{id} (deaths launch reported), joining/{id} (a joiner's count of them at its start), incarnation/{id}
 // (that count, set by the members when they admit it).
@@ -45,6 +49,19 @@ struct RoundDecision {
   std::vector<int> silent;   // never voted: dead, frozen or cut off (their heartbeat stopped) — the cause
   std::vector<int> failed;   // voted that their collective failed (usually with a silent member)
   std::vector<int> joiners;  // workers asking to join, admitted after this round when it commits
+};
+
+// What a joiner's wait ended with: admitted after a round (a member now), offered a heal by the lead (`offer`: the
+// lead's text; a member from the next round on, see open_round), or the run finished first.
+struct JoinResult {
+  enum Kind { kAdmitted, kOffered, kFinished } kind = kFinished;
+  std::string offer;
+};
+
+// A worker's request to join: its id and the count of its requests so far.
+struct JoinRequest {
+  int id = 0;
+  int64_t number = 0;
 };
 
 class Membership {
@@ -72,9 +89,18 @@ class Membership {
   std::vector<int> reform();
   // The next epoch: the members and then `joiners` (from a committed round's decision).
   void admit(const std::vector<int>& joiners);
-  // A joiner: waits (up to `timeout`, naming it) until admitted, then is a member of that epoch: true. False when the
-  // run ended first (finish()).
-  bool join(std::chrono::milliseconds timeout);
+  // A joiner: waits (up to `timeout`, naming it) until admitted (then a member of that epoch) or offered a heal.
+  JoinResult join(std::chrono::milliseconds timeout);
+  // The lead: true when a worker asked to join since the last call (the watcher counts requests: no store read here).
+  bool asked() { return asked_.exchange(false); }
+  // The lead: the requests that were neither admitted nor offered, of workers whose old self is out or known dead.
+  std::vector<JoinRequest> offerable();
+  void offer(const JoinRequest& request, const std::string& text);
+  // Before a DiLoCo round's collective, on every member and on every joiner healed for it (whose members() is still
+  // empty). `healed`: the lead's joiners whose heal arrived. True when the members changed (the caller re-forms).
+  // A member left out stops with an Error (as in reform); so does a healed joiner when the lead died before it was
+  // admitted (its launch restarts it).
+  bool open_round(const std::string& round, const std::vector<int>& healed);
   // The lead at the end of the run: joiners still waiting give up.
   void finish();
   // For a supervisor (tributary launch) that saw worker `id` exit with an error or a signal: the members drop it at
@@ -85,9 +111,10 @@ class Membership {
  private:
   std::string key(const std::string& round, const std::string& what) const;
   void watch();  // the watcher thread: says when a member's heartbeat goes stale, as soon as it does
-  std::vector<int> reported_lost(Store& store, const std::vector<int>& members);  // watcher thread only
+  std::vector<int> reported_lost(Store& store, const std::vector<int>& members,
+                                 uint64_t generation);  // watcher thread only
   std::vector<int> waiting_joiners();
-  void enter(int epoch, std::vector<int> members);
+  void enter(int epoch, std::vector<int> members, const std::vector<int>& joiners = {});
 
   Store store_, heartbeat_store_;
   std::unique_ptr<Heartbeat> heartbeat_;  // started at once, or by join()
@@ -103,8 +130,10 @@ class Membership {
                                      // observer would need a whole heartbeat deadline of its own)
   bool known_dead(int id) const;
   int64_t lost_total_seen_ = -1;  // reported_lost's cache (the watcher's)
-  std::vector<int> lost_members_seen_, lost_;
-  std::atomic<bool> stop_{false};
+  uint64_t lost_generation_seen_ = ~uint64_t{0};
+  std::vector<int> lost_;
+  std::atomic<bool> stop_{false}, asked_{false};
+  void enter_with_joiners(int epoch, const std::vector<int>& members, const std::vector<int>& joiners);
   std::thread watcher_;
 };
 

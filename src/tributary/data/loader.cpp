@@ -40,6 +40,21 @@ void BatchLoader::set_position(LoaderPosition position) {
   start_epoch();
 }
 
+LoaderPosition BatchLoader::advanced(LoaderPosition from, int64_t batches) const {
+  auto left = static_cast<uint64_t>(std::max<int64_t>(0, batches * options_.batch_size));
+  const auto per_epoch = static_cast<uint64_t>(windows_per_epoch_);
+  while (left > 0) {
+    if (from.cursor >= per_epoch) {
+      from.epoch += 1;
+      from.cursor = 0;
+    }
+    const uint64_t take = std::min(left, per_epoch - from.cursor);
+    from.cursor += take;
+    left -= take;
+  }
+  return from;
+}
+
 void BatchLoader::reshard(int64_t rank, int64_t world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     fail("cannot read data as replica {} of {}: the rank must lie in [0, world size)", rank, world_size);

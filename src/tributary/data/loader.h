@@ -39,6 +39,8 @@ class BatchLoader {
   int64_t context() const { return options_.context; }
   LoaderPosition position() const { return position_; }
   void set_position(LoaderPosition position);
+  // Where next() would be after `batches` more batches from `from`, under the current world (epochs wrap as in next()).
+  LoaderPosition advanced(LoaderPosition from, int64_t batches) const;
   int64_t rank() const { return options_.rank; }
   int64_t world_size() const { return options_.world_size; }
   // The world changed (a replica died or joined, or a run resumed with another number of workers): read as `rank`

@@ -87,6 +87,10 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     return tensors;
   }
   const std::string round = fmt::format("x{}", rounds_++);
+  if (open_round_ && open_round_(round)) {
+    follow_membership();
+    reformations_ += 1;
+  }
   std::vector<torch::Tensor> original;
   for (const auto& t : tensors) original.push_back(t.clone());
   for (;;) {

@@ -50,6 +50,10 @@ class ResilientAverage : public Reducer {
   std::vector<int> take_joiners() { return std::exchange(joiners_, {}); }
   // The group and exchange follow the membership after it changed outside a round (admit, join).
   void follow_membership();
+  // DiLoCo rounds: called with the round's name before its first collective, on the communication thread; true when
+  // it changed the members (Membership::open_round admits the joiners the lead healed during the round). The group
+  // then re-forms before the collective.
+  void set_open_round(std::function<bool(const std::string& round)> open) { open_round_ = std::move(open); }
   // Rounds started so far (their store keys): a joiner continues the members' count.
   int64_t rounds() const { return rounds_; }
   void set_rounds(int64_t n) { rounds_ = n; }
@@ -70,6 +74,7 @@ class ResilientAverage : public Reducer {
   std::optional<comm::LinkModel> link_;
   Reformed reformed_;
   std::function<void(std::vector<torch::Tensor>&)> tamper_;
+  std::function<bool(const std::string&)> open_round_;
   int64_t rounds_ = 0;
   int64_t round_rejected_ = 0;
   struct Outcome {

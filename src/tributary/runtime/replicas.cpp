@@ -155,6 +155,7 @@ void Replicas::start_outer_loop(NamedTensors& params, int64_t offset) {
     }
   });
   outer_->start(params, offset);
+  if (membership_) reducer_->set_open_round([this](const std::string& round) { return open_round(round); });
 }
 
 // Fault tolerant: one bucket, so that a step's gradients are one round, committed or redone whole by the survivors
@@ -198,6 +199,7 @@ void Replicas::after_backward(NamedTensors& params) {
 }
 
 bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
+  step_now_ = step;
   if (ddp_) return false;
   if (in_warmup_) {
     if (step < config_.dist.warmup_ddp_steps) return false;

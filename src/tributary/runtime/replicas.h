@@ -10,6 +10,7 @@
 // in the same order on every rank: all of them go through the communication thread's FIFO.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,8 +107,16 @@ class Replicas {
   void admit(const HealState& state);
   // A restarted worker (DistEnv::joining) instead of start(): waits to be admitted at a round boundary, receives the
   // state into `state.tensors` and the outer loop's, and returns the lead's meta. Checks the replicas identical
-  // (`params`: the parameters in `state.tensors`).
+  // (`params`: the parameters in `state.tensors`). In DiLoCo's phase the lead heals it mid-round instead: the meta
+  // then says "pending" (it trains on alone and becomes a member right before the next round's collective;
+  // "members_world": the members' number until then).
   nlohmann::json join(NamedTensors& params, HealState state);
+  // Mid-round heal, the lead's side (DiLoCo's phase, nothing in flight): true when a worker asked to join;
+  // offer_heal() then sends it `state` (the lead's live parameters and AdamW state: the joiner forks the lead's
+  // trajectory with its own data) and the outer state over a group of two, on the communication thread.
+  bool heal_wanted();
+  void offer_heal(const HealState& state);
+  bool pending() const { return pending_; }  // a joiner healed mid-round, not a member yet
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
   // The training thread's time blocked on communication since the start (dist.slow_workers slows compute only).
@@ -129,6 +138,11 @@ class Replicas {
   std::unique_ptr<comm::Membership> membership_;  // dist.fault_tolerant
   std::optional<comm::Store> store_;              // the run's (fault tolerance: the heal's meta)
   std::vector<int> joiners_;                      // admitted after the outer step that just landed
+  std::vector<int> healed_;                       // communication thread: healed mid-round, members at next round
+  std::atomic<bool> pending_{false};
+  std::atomic<int64_t> step_now_{0};  // the training thread's step, for the communication thread's log lines
+  bool open_round(const std::string& round);     // communication thread (ResilientAverage::set_open_round)
+  nlohmann::json join_healed(const std::string& offer, NamedTensors& params, HealState& state);
   int64_t admissions_ = 0;
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;

@@ -10,6 +10,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/replicas.h"
 
 namespace tributary {
@@ -73,11 +74,13 @@ void Replicas::admit(const HealState& state) {
 nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   TRIB_CHECK(membership_, "only fault-tolerant replicas are joined");
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
-  log::info("worker {}: waiting to join the run at its next round", membership_->id());
-  if (!membership_->join(timeout)) {
+  log::info("worker {}: waiting to join the run", membership_->id());
+  const comm::JoinResult joined = membership_->join(timeout);
+  if (joined.kind == comm::JoinResult::kFinished) {
     log::warn("worker {}: the run finished before it could join", membership_->id());
     return {{"finished", true}};
   }
+  if (joined.kind == comm::JoinResult::kOffered) return join_healed(joined.offer, params, state);
   reducer_->follow_membership();
   store_->wait({heal_key(membership_->epoch())}, timeout, "the lead did not send the joining state");
   auto meta = nlohmann::json::parse(store_->get(heal_key(membership_->epoch())));
@@ -99,6 +102,89 @@ nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   check_->now(outer_ ? outer_->globals() : params, fmt::format("when worker {} joined", membership_->id()));
   log::info("worker {} joined at step {} as rank {} of {} (epoch {})", membership_->id(),
             meta.value("step", int64_t{0}), rank(), size(), membership_->epoch());
+  return meta;
+}
+
+}  // namespace tributary
+
+namespace tributary {
+
+// --- Mid-round heal (DiLoCo's phase) -----------------------------------------------------------------------------
+// A joiner asks; the lead, at its next step boundary with nothing in flight, writes an offer (the meta: step, tokens,
+// loader position, the outer loop's progress, the next round's number, the pair group's prefix) and sends its live
+// parameters, AdamW state and the outer state over a group of two on its communication thread (copies: training goes
+// on meanwhile). The joiner trains on from the lead's step; before the next round's collective the lead proposes the
+// members (Membership::open_round): its old self out, the healed joiner in. So a replacement contributes to the
+// round in which it started, instead of waiting for a round boundary to be admitted and a whole round to train.
+
+bool Replicas::heal_wanted() {
+  return membership_ && outer_ && !in_warmup_ && !pending_ && membership_->rank() == 0 && quiescent() &&
+         !reducer_->stop_decided() && membership_->asked();
+}
+
+void Replicas::offer_heal(const HealState& state) {
+  for (const comm::JoinRequest& request : membership_->offerable()) {
+    const std::string prefix = fmt::format("ft/heal-{}-{}", request.id, request.number);
+    nlohmann::json meta = state.meta;
+    meta["outer"] = progress();
+    meta["rounds"] = reducer_->rounds();
+    meta["prefix"] = prefix;
+    meta["members_world"] = size();
+    std::vector<torch::Tensor> copies;
+    for (const auto& t : tensors_of(state.tensors, outer_state())) copies.push_back(t.detach().clone());
+    membership_->offer(request, meta.dump());
+    log::info("worker {}: healing worker {} at step {}; it joins at round x{}", membership_->id(), request.id,
+              state.meta.value("step", int64_t{0}), reducer_->rounds());
+    auto options = group_options(config_);
+    options.collective_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config_.dist.heartbeat_timeout_s * 1000));
+    thread_->enqueue<int>([this, copies = std::move(copies), prefix, options, id = request.id]() mutable {
+      try {
+        comm::Group pair(*store_, 0, 2, options, prefix);
+        pair.broadcast(copies, 0);
+        healed_.push_back(id);
+      } catch (const Error& e) {  // the joiner died meanwhile: it is not proposed; its launch may restart it
+        log::warn("worker {}: healing worker {} failed ({}); it is not admitted", membership_->id(), id, e.what());
+      }
+      return 0;
+    });
+  }
+}
+
+bool Replicas::open_round(const std::string& round) {
+  const std::vector<int> healed = std::exchange(healed_, {});
+  const bool was_pending = pending_;
+  if (!membership_->open_round(round, healed)) return false;
+  pending_ = false;
+  if (membership_->rank() == 0)
+    log::warn("worker(s) {} healed during the round joined at step {} (round {}): {} worker(s) {} go on as epoch {}",
+              fmt::join(healed, ", "), step_now_.load(), round, membership_->size(),
+              fmt::join(membership_->members(), ", "), membership_->epoch());
+  if (was_pending)
+    log::info("worker {} joined at step {} (round {}) as rank {} of {} (epoch {})", membership_->id(),
+              step_now_.load(), round, membership_->rank(), membership_->size(), membership_->epoch());
+  return true;
+}
+
+nlohmann::json Replicas::join_healed(const std::string& offer, NamedTensors& params, HealState& state) {
+  auto meta = nlohmann::json::parse(offer);
+  start_outer_loop(params, config_.dist.warmup_ddp_steps);  // offers come in DiLoCo's phase only
+  auto tensors = tensors_of(state.tensors, outer_state());
+  auto options = group_options(config_);
+  options.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.dist.heartbeat_timeout_s * 1000));
+  thread_->run<int>([&] {
+    torch::NoGradGuard no_grad;
+    comm::Group pair(*store_, 1, 2, options, meta.at("prefix").get<std::string>());
+    pair.broadcast(tensors, 0);
+    return 0;
+  });
+  outer_->adopt_progress(meta.at("outer"));
+  reducer_->set_rounds(meta.at("rounds").get<int64_t>());
+  pending_ = true;
+  meta["pending"] = true;
+  log::info("worker {} healed from the lead at step {}: it trains on and joins at round x{}", membership_->id(),
+            meta.value("step", int64_t{0}), meta.at("rounds").get<int64_t>());
   return meta;
 }
 

@@ -73,12 +73,12 @@ HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const 
   return state;
 }
 
-void join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader, RunProgress& progress,
-              int64_t total_steps) {
+std::optional<PendingHeal> join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
+                                    RunProgress& progress, int64_t total_steps) {
   const auto meta = replicas.join(trained, heal_state(trained, optimizer, loader, progress));
   if (meta.value("finished", false)) {
     progress.step = total_steps;
-    return;
+    return std::nullopt;
   }
   progress.step = meta.at("step").get<int64_t>();
   progress.tokens = meta.at("tokens").get<int64_t>();
@@ -86,7 +86,11 @@ void join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, Batch
   optimizer.set_num_steps(meta.at("optimizer_steps").get<int64_t>());
   // The lead's position counts its share of the windows under its world; the trainer re-shards to the new one.
   loader.reshard(0, meta.at("loader_world").get<int64_t>());
-  loader.set_position({meta.at("loader_epoch").get<uint64_t>(), meta.at("loader_cursor").get<uint64_t>()});
+  const LoaderPosition lead{meta.at("loader_epoch").get<uint64_t>(), meta.at("loader_cursor").get<uint64_t>()};
+  loader.set_position(lead);
+  if (!meta.value("pending", false)) return std::nullopt;
+  loader.set_position({lead.epoch + 1, lead.cursor});
+  return PendingHeal{lead, progress.step, meta.at("members_world").get<int64_t>()};
 }
 
 void init_from(Transformer& model, const std::string& from) {

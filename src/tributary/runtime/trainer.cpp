@@ -129,6 +129,7 @@ TrainSummary TrainingRun::run() {
       for (const StepResult& owed : train_step.drain())
         record(owed, step, schedule.lr(step - 1 - owed.lag), now);
     if (round && !last && !stop_now) admit_joiners(step, now);  // after this step's checkpoint
+    if (!last && !stop_now) offer_heals(step, now);
     if (stop_now && !last) {
       if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
                            summary_.checkpoint.string());

@@ -41,6 +41,7 @@ class TrainingRun {
   void follow_membership(int64_t step);
   void reshard_data();
   void admit_joiners(int64_t step, double now);
+  void offer_heals(int64_t step, double now);
   void add_stage_stats(const pipeline::PipelineStats& s);
   void summarise_stages(double train_seconds);
   void record(const StepResult& result, int64_t step, double lr, double now);
@@ -76,6 +77,7 @@ class TrainingRun {
   std::unique_ptr<RunReport> report_;
   TrainSummary summary_;
   int64_t tokens_per_step_ = 0;  // all replicas together
+  std::optional<PendingHeal> pending_heal_;  // a joiner healed mid-round, until it is a member
   size_t num_train_tokens_ = 0;
   double flops_per_token_ = 0;
   double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())

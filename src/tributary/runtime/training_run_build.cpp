@@ -48,7 +48,10 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     flops_per_token_ += 6.0 * double(aux_heads_->num_matmul_parameters()) +
                         6.0 * double(aux_heads_->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
-                     (pipelines_ ? pipelines_->num_pipelines() : replicas_ ? replicas_->size() : env.world_size);
+                     (pipelines_        ? pipelines_->num_pipelines()
+                      : pending_heal_    ? pending_heal_->members_world  // the members' count until it is one
+                      : replicas_        ? replicas_->size()
+                                         : env.world_size);
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = model_->num_parameters();
   const double bytes_per_token = dataset_->bytes_per_token("val");
@@ -111,8 +114,9 @@ void TrainingRun::build_model_and_data() {
 void TrainingRun::start_replicas() {
   if (!synced_) return;
   if (options_.dist.joining) {
-    join_run(*replicas_, trained_, *optimizer_, *loader_, progress_, tc_.steps);
-    return reshard_data();
+    pending_heal_ = join_run(*replicas_, trained_, *optimizer_, *loader_, progress_, tc_.steps);
+    if (!pending_heal_) reshard_data();  // a healed joiner re-shards when it becomes a member
+    return;
   }
   if (!ckpt_) return synced_->start(trained_);
   std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared

@@ -3,6 +3,7 @@
 // data-parallel step — the members may be fewer (a worker died in it) or, after an admission, more:
 //   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0);
 //   - a step's tokens are the members';
+//   - a joiner the lead healed mid-round takes the members' data position when it becomes one;
 //   - the data is re-sharded over the members (BatchLoader::reshard), so no window of the epoch is skipped: the
 //     windows a dead worker had read in the round it died in were trained on by nobody (its update was lost with
 //     it); the survivors go on from the members' common position.
@@ -13,6 +14,12 @@ namespace tributary::detail {
 
 void TrainingRun::follow_membership(int64_t step) {
   if (!replicas_ || !replicas_->fault_tolerant()) return;
+  if (pending_heal_) {
+    if (replicas_->pending()) return;
+    // Healed mid-round, a member now: the members' position, then the common re-shard below.
+    loader_->set_position(loader_->advanced(pending_heal_->position, step - pending_heal_->step));
+    pending_heal_.reset();
+  }
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
   summary_.reformations = replicas_->reformations();
   reshard_data();
@@ -30,6 +37,13 @@ void TrainingRun::reshard_data() {
   if (replicas_->rank() == 0)
     log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", replicas_->size(), world_before,
               before.epoch, before.cursor, loader_->position().cursor);
+}
+
+// At any step of DiLoCo's phase with nothing in flight, the lead heals the workers that asked to join since; they
+// become members before the next round's collective (Replicas::offer_heal).
+void TrainingRun::offer_heals(int64_t step, double now) {
+  if (!replicas_ || !replicas_->heal_wanted()) return;
+  replicas_->offer_heal(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
 }
 
 // Right after a round (and its checkpoint): workers that asked to join in it are admitted and healed from the lead.

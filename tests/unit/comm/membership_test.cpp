@@ -107,7 +107,7 @@ TEST(Membership, ARestartedWorkerWhosePredecessorWasReportedAsksAtOnceAndJoinsAt
   test_support::run_threads(3, [&](int id) {
     if (id == 2) {
       comm::Membership joiner(store, store, 2, 3, /*dead_after_s=*/5.0, /*joining=*/true);
-      ASSERT_TRUE(joiner.join(std::chrono::seconds(10)));
+      ASSERT_EQ(joiner.join(std::chrono::seconds(10)).kind, comm::JoinResult::kAdmitted);
       EXPECT_EQ(joiner.epoch(), 2);
       EXPECT_EQ(joiner.members(), (std::vector<int>{0, 1, 2}));
       EXPECT_TRUE(joiner.decide("x1", true, false).commit) << "the old report does not count against it";

@@ -1,0 +1,121 @@
+// Admissions to a fault-tolerant group (comm/membership.h): after a committed round (admit), or — DiLoCo's
+// mid-round heal — before a round's collective, with the joiners the lead healed meanwhile (offerable, offer,
+// open_round).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tributary/comm/membership.h"
+#include "tributary/core/error.h"
+
+namespace tributary::comm {
+namespace {
+
+const std::string kPrefix = "ft/";
+constexpr auto kPoll = std::chrono::milliseconds(20);
+
+}  // namespace
+
+void Membership::admit(const std::vector<int>& joiners) {
+  std::vector<int> next = members_;
+  next.insert(next.end(), joiners.begin(), joiners.end());
+  const int epoch = epoch_ + 1;
+  const auto agreed = nlohmann::json::parse(
+      store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(next).dump()));
+  enter_with_joiners(epoch, agreed.get<std::vector<int>>(), joiners);
+}
+
+std::vector<JoinRequest> Membership::offerable() {
+  std::vector<JoinRequest> out;
+  bool waiting = false;
+  for (int w = 0; w < world_size_; ++w) {
+    const int64_t asked = store_.add(kPrefix + "join/" + std::to_string(w), 0);
+    if (asked == 0 || store_.check({fmt::format("{}admitted/{}/{}", kPrefix, w, asked)}) ||
+        store_.check({fmt::format("{}offer/{}/{}", kPrefix, w, asked)}))
+      continue;
+    const bool member = std::find(members_.begin(), members_.end(), w) != members_.end();
+    if (member && !known_dead(w)) {
+      waiting = true;  // its old self is still a member: ask again later
+      continue;
+    }
+    out.push_back({w, asked});
+  }
+  if (waiting) asked_ = true;
+  return out;
+}
+
+void Membership::offer(const JoinRequest& request, const std::string& text) {
+  store_.set(fmt::format("{}offer/{}/{}", kPrefix, request.id, request.number), text);
+}
+
+// `joiners` (among `members`; a healed one may replace its old self) count their deaths from here, and are admitted.
+void Membership::enter_with_joiners(int epoch, const std::vector<int>& members, const std::vector<int>& joiners) {
+  for (int j : joiners) {
+    if (const std::string k = kPrefix + "joining/" + std::to_string(j); store_.check({k}))
+      store_.set(kPrefix + "incarnation/" + std::to_string(j), store_.get(k));
+    store_.set(fmt::format("{}admitted/{}/{}", kPrefix, j, store_.add(kPrefix + "join/" + std::to_string(j), 0)),
+               std::to_string(epoch));
+  }
+  store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(members).dump());
+  enter(epoch, members, joiners);
+}
+
+bool Membership::open_round(const std::string& round, const std::vector<int>& healed) {
+  const std::string key = kPrefix + "pre/" + round;
+  const auto start = std::chrono::steady_clock::now();
+  auto overdue = [&] { return std::chrono::steady_clock::now() - start > round_timeout_; };
+  // What a member proposes: no change, or the members it does not know dead (a healed joiner replaces its old
+  // self) and then the joiners it healed, as the next epoch.
+  auto proposal = [&](const std::vector<int>& joiners) {
+    if (joiners.empty())
+      return nlohmann::json{{"epoch", epoch_}, {"members", members_}, {"joiners", std::vector<int>{}}}.dump();
+    std::vector<int> next;
+    for (int m : members_)
+      if ((m == id_ || !known_dead(m)) && std::find(joiners.begin(), joiners.end(), m) == joiners.end())
+        next.push_back(m);
+    next.insert(next.end(), joiners.begin(), joiners.end());
+    return nlohmann::json{{"epoch", epoch_ + 1}, {"members", next}, {"joiners", joiners}}.dump();
+  };
+  std::string text;
+  if (members_.empty()) {  // a healed joiner: it becomes a member here, or never
+    while (!store_.check({key})) {
+      if (overdue() || store_.check({kPrefix + "finished"}))
+        fail("worker {} was healed by the lead but no member opened round {} (the run ended or the members "
+             "stopped); it stops here",
+             id_, round);
+      std::this_thread::sleep_for(kPoll);
+    }
+    text = store_.get(key);
+  } else if (members_.front() == id_) {
+    text = store_.set_once(key, proposal(healed));
+  } else {
+    const int lead = members_.front();
+    while (!store_.check({key})) {
+      if (known_dead(lead) || liveness_.dead(lead) || overdue()) {  // the lead's joiners cannot be admitted
+        store_.set_once(key, proposal({}));
+        break;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    text = store_.get(key);
+  }
+  const auto j = nlohmann::json::parse(text);
+  const int epoch = j.at("epoch").get<int>();
+  const auto members = j.at("members").get<std::vector<int>>();
+  if (epoch == epoch_ && !members_.empty()) return false;
+  if (std::find(members.begin(), members.end(), id_) == members.end()) {
+    if (members_.empty())
+      fail("worker {} was healed by the lead, but the lead died before it could admit it (round {}); it stops here "
+           "and its launch may restart it",
+           id_, round);
+    fail("worker {} was declared dead by the lead (its heartbeat was silent for more than dist.heartbeat_timeout_s "
+         "= {} s) and the group went on without it; it stops here",
+         id_, liveness_.dead_after_s());
+  }
+  enter_with_joiners(epoch, members, j.at("joiners").get<std::vector<int>>());
+  return true;
+}
+
+}  // namespace tributary::comm
