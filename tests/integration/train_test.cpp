@@ -5,9 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
+#include "tributary/core/tb_events.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/checkpoint.h"
@@ -57,6 +61,27 @@ TEST_F(Training, LearnsWellBelowUnigramEntropy) {
   EXPECT_LT(s.val_bpb, 0.8 * s.unigram_bpb) << "val " << s.val_bpb << " bits/byte vs unigram " << s.unigram_bpb;
   EXPECT_LT(s.losses.back(), s.losses.front() - 1.0);
   EXPECT_TRUE(fs::exists(s.run_dir / "metrics.jsonl"));
+  // TensorBoard: RUN/tb holds one event file whose scalars are every number of every metrics line, at its step.
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(s.run_dir / "tb")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  const auto events = read_events(files[0]);
+  std::map<std::pair<std::string, int64_t>, float> scalars;
+  for (const auto& e : events) scalars[{e.tag, e.step}] = e.value;
+  std::istringstream metrics(read_file(s.run_dir / "metrics.jsonl"));
+  int64_t checked = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    for (const auto& [key, value] : j.items()) {
+      if (key == "step" || !value.is_number()) continue;
+      const auto it = scalars.find({key, j.at("step").get<int64_t>()});
+      ASSERT_NE(it, scalars.end()) << key << " at step " << j.at("step");
+      EXPECT_FLOAT_EQ(it->second, value.get<float>()) << key;
+      checked += 1;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int64_t>(events.size()));
+  EXPECT_TRUE(scalars.count({"val_loss", 400})) << "the evaluation too";
 }
 
 TEST_F(Training, ResumeIsBitForBit) {

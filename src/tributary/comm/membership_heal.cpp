@@ -68,7 +68,10 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
   auto overdue = [&] { return std::chrono::steady_clock::now() - start > round_timeout_; };
   // What a member proposes: no change, or the members it does not know dead (a healed joiner replaces its old
   // self) and then the joiners it healed, as the next epoch.
-  auto proposal = [&](const std::vector<int>& joiners) {
+  auto proposal = [&](const std::vector<int>& healed_now) {
+    std::vector<int> joiners;  // once each: an id is one worker
+    for (int j : healed_now)
+      if (std::find(joiners.begin(), joiners.end(), j) == joiners.end()) joiners.push_back(j);
     if (joiners.empty())
       return nlohmann::json{{"epoch", epoch_}, {"members", members_}, {"joiners", std::vector<int>{}}}.dump();
     std::vector<int> next;

@@ -5,6 +5,8 @@
 // Both sides run the same collectives in the same order: re-form (Membership::admit / join), the lead's meta through
 // the store, one broadcast of the state tensors and the outer state (DiLoCo's), the replica hash check on what every
 // member holds alike (DiLoCo's global parameters, data parallel's parameters).
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -142,6 +144,8 @@ void Replicas::offer_heal(const HealState& state) {
       try {
         comm::Group pair(*store_, 0, 2, options, prefix);
         pair.broadcast(copies, 0);
+        // A worker healed again (its first replacement died before the round) is proposed once, as its latest.
+        healed_.erase(std::remove(healed_.begin(), healed_.end(), id), healed_.end());
         healed_.push_back(id);
       } catch (const Error& e) {  // the joiner died meanwhile: it is not proposed; its launch may restart it
         log::warn("worker {}: healing worker {} failed ({}); it is not admitted", membership_->id(), id, e.what());

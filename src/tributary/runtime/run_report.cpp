@@ -26,7 +26,9 @@ std::string thousands(double value) {
 }
 
 RunReport::RunReport(const ReportSetup& setup) : setup_(setup) {
-  if (setup_.lead) metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step);
+  if (setup_.lead)
+    metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step,
+                                               setup_.run_dir / "tb");
 }
 
 void RunReport::write(const nlohmann::json& line) {
@@ -46,7 +48,7 @@ void RunReport::step_done(double seconds, int64_t tokens, std::optional<double> 
 
 void RunReport::take_lead(int64_t step) {
   setup_.lead = true;
-  metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", step);
+  metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", step, setup_.run_dir / "tb");
 }
 
 void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& c,

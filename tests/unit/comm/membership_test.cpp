@@ -130,3 +130,22 @@ TEST(Membership, ARestartedWorkerWhosePredecessorWasReportedAsksAtOnceAndJoinsAt
   EXPECT_TRUE(asked_early) << "the joiner waited for its predecessor to be dropped";
   EXPECT_EQ(store.get("ft/incarnation/2"), "1") << "the members recorded the deaths before this incarnation";
 }
+
+TEST(Membership, BeforeARoundTheLeadSwapsADeadWorkerForItsHealedReplacementOnce) {
+  // Worker 2 died; the lead healed its replacement twice (the first replacement died too): the round's members list
+  // worker 2 once, in the place after the others; every member and the replacement agree on the new epoch.
+  auto store = comm::Store::in_memory();
+  std::vector<std::vector<int>> seen(3);
+  test_support::run_threads(3, [&](int id) {
+    comm::Membership m(store, store, id, 3, /*dead_after_s=*/5.0, /*joining=*/id == 2);
+    EXPECT_TRUE(m.open_round("x0", id == 0 ? std::vector<int>{2, 2} : std::vector<int>{}));
+    EXPECT_EQ(m.epoch(), 1);
+    seen[size_t(id)] = m.members();
+  });
+  for (const auto& members : seen) EXPECT_EQ(members, (std::vector<int>{0, 1, 2}));
+  // A round without healed joiners changes nothing.
+  test_support::run_threads(2, [&](int id) {
+    comm::Membership m(store, store, id, 3, 5.0);
+    EXPECT_FALSE(m.open_round("x1", {}));
+  });
+}

@@ -150,7 +150,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   fs::create_directories(run_dir_ / "best");
   metrics_ = std::make_unique<MetricsWriter>(
       run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
-      resumed ? start_round_ * config_.dist.inner_steps : -1);
+      resumed ? start_round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
   if (lead_) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
     auto count = [&](const std::vector<std::string>& ids) {
