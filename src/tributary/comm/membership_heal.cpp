@@ -82,7 +82,9 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
     return nlohmann::json{{"epoch", epoch_ + 1}, {"members", next}, {"joiners", joiners}}.dump();
   };
   std::string text;
+  const std::string ready = kPrefix + "ready/" + round + "/";
   if (members_.empty()) {  // a healed joiner: it becomes a member here, or never
+    store_.set(ready + std::to_string(id_), "1");
     while (!store_.check({key})) {
       if (overdue() || store_.check({kPrefix + "finished"}))
         fail("worker {} was healed by the lead but no member opened round {} (the run ended or the members "
@@ -92,7 +94,18 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
     }
     text = store_.get(key);
   } else if (members_.front() == id_) {
-    text = store_.set_once(key, proposal(healed));
+    // Only joiners already at this round are proposed: the group is formed at once by everyone in it (a late one
+    // would keep the others in the formation, where a death is costlier than in a round). A joiner not ready within
+    // a heartbeat deadline is left out and stops (its launch may restart it).
+    std::vector<int> arrived;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(liveness_.dead_after_s() * 1000));
+    for (int j : healed) {
+      while (!store_.check({ready + std::to_string(j)}) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(kPoll);
+      if (store_.check({ready + std::to_string(j)})) arrived.push_back(j);
+    }
+    text = store_.set_once(key, proposal(arrived));
   } else {
     const int lead = members_.front();
     while (!store_.check({key})) {
@@ -110,8 +123,8 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
   if (epoch == epoch_ && !members_.empty()) return false;
   if (std::find(members.begin(), members.end(), id_) == members.end()) {
     if (members_.empty())
-      fail("worker {} was healed by the lead, but the lead died before it could admit it (round {}); it stops here "
-           "and its launch may restart it",
+      fail("worker {} was healed by the lead but not admitted at round {} (the lead died, or this worker reached the "
+           "round more than dist.heartbeat_timeout_s after it); it stops here and its launch may restart it",
            id_, round);
     fail("worker {} was declared dead by the lead (its heartbeat was silent for more than dist.heartbeat_timeout_s "
          "= {} s) and the group went on without it; it stops here",

@@ -87,17 +87,29 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     return tensors;
   }
   const std::string round = fmt::format("x{}", rounds_++);
+  // Forming a group can fail like a collective (a member died meanwhile): that attempt of the round failed.
+  auto form = [&] {
+    try {
+      follow_membership();
+      return true;
+    } catch (const NetworkError& e) {
+      log::warn("worker {}: round {} of epoch {} could not form its group: {}", membership_->id(), round,
+                membership_->epoch(), e.what());
+      return false;
+    }
+  };
+  bool formed = true;
   if (open_round_ && open_round_(round)) {
-    follow_membership();
     reformations_ += 1;
+    formed = form();
   }
   std::vector<torch::Tensor> original;
   for (const auto& t : tensors) original.push_back(t.clone());
   for (;;) {
-    bool ok = true;
+    bool ok = formed;
     group_.set_abandon([this, &round] { return membership_->should_abandon(round); });
     try {
-      guarded_average(tensors);
+      if (ok) guarded_average(tensors);
     } catch (const NetworkError& e) {
       ok = false;
       log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(),
@@ -123,7 +135,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
                                                                         "worker(s) {}",
                                                                         fmt::join(decision.failed, ", "))));
     const auto dropped = membership_->reform();
-    follow_membership();
+    formed = form();
     reformations_ += 1;
     if (reformed_) reformed_(dropped, *membership_);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
