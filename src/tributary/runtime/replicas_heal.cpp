@@ -27,6 +27,15 @@ std::vector<torch::Tensor> tensors_of(const NamedTensors& a, const NamedTensors&
   return out;
 }
 
+// The group of two a mid-round heal travels over: a dead peer is given up after a heartbeat deadline, not a
+// collective's.
+comm::GroupOptions heal_group_options(const RunConfig& config) {
+  auto options = group_options(config);
+  options.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.dist.heartbeat_timeout_s * 1000));
+  return options;
+}
+
 NamedTensors params_of(const HealState& state, size_t count) {
   return NamedTensors(state.tensors.begin(), state.tensors.begin() + static_cast<std::ptrdiff_t>(count));
 }
@@ -107,10 +116,6 @@ nlohmann::json Replicas::join(NamedTensors& params, HealState state) {
   return meta;
 }
 
-}  // namespace tributary
-
-namespace tributary {
-
 // --- Mid-round heal (DiLoCo's phase) -----------------------------------------------------------------------------
 // A joiner asks; the lead, at its next step boundary with nothing in flight, writes an offer (the meta: step, tokens,
 // loader position, the outer loop's progress, the next round's number, the pair group's prefix) and sends its live
@@ -120,9 +125,11 @@ namespace tributary {
 // round in which it started, instead of waiting for a round boundary to be admitted and a whole round to train.
 
 bool Replicas::heal_wanted() {
-  return membership_ && outer_ && !in_warmup_ && !pending_ && membership_->rank() == 0 && quiescent() &&
+  // quiescent() first: with nothing in flight the communication thread does not touch the membership.
+  return membership_ && outer_ && !in_warmup_ && !pending_ && quiescent() && membership_->rank() == 0 &&
          !reducer_->stop_decided() && membership_->asked();
 }
+
 
 void Replicas::offer_heal(const HealState& state) {
   for (const comm::JoinRequest& request : membership_->offerable()) {
@@ -137,10 +144,8 @@ void Replicas::offer_heal(const HealState& state) {
     membership_->offer(request, meta.dump());
     log::info("worker {}: healing worker {} at step {}; it joins at round x{}", membership_->id(), request.id,
               state.meta.value("step", int64_t{0}), reducer_->rounds());
-    auto options = group_options(config_);
-    options.collective_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(config_.dist.heartbeat_timeout_s * 1000));
-    thread_->enqueue<int>([this, copies = std::move(copies), prefix, options, id = request.id]() mutable {
+    thread_->enqueue<int>([this, copies = std::move(copies), prefix, options = heal_group_options(config_),
+                           id = request.id]() mutable {
       try {
         comm::Group pair(*store_, 0, 2, options, prefix);
         pair.broadcast(copies, 0);
@@ -161,9 +166,9 @@ bool Replicas::open_round(const std::string& round) {
   if (!membership_->open_round(round, healed)) return false;
   pending_ = false;
   if (membership_->rank() == 0)
-    log::warn("worker(s) {} healed during the round joined at step {} (round {}): {} worker(s) {} go on as epoch {}",
-              fmt::join(healed, ", "), step_now_.load(), round, membership_->size(),
-              fmt::join(membership_->members(), ", "), membership_->epoch());
+    log::warn("worker(s) healed during the round joined at step {} (round {}): {} worker(s) {} go on as epoch {}",
+              step_now_.load(), round, membership_->size(), fmt::join(membership_->members(), ", "),
+              membership_->epoch());
   if (was_pending)
     log::info("worker {} joined at step {} (round {}) as rank {} of {} (epoch {})", membership_->id(),
               step_now_.load(), round, membership_->rank(), membership_->size(), membership_->epoch());
@@ -174,12 +179,9 @@ nlohmann::json Replicas::join_healed(const std::string& offer, NamedTensors& par
   auto meta = nlohmann::json::parse(offer);
   start_outer_loop(params, config_.dist.warmup_ddp_steps);  // offers come in DiLoCo's phase only
   auto tensors = tensors_of(state.tensors, outer_state());
-  auto options = group_options(config_);
-  options.collective_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config_.dist.heartbeat_timeout_s * 1000));
   thread_->run<int>([&] {
     torch::NoGradGuard no_grad;
-    comm::Group pair(*store_, 1, 2, options, meta.at("prefix").get<std::string>());
+    comm::Group pair(*store_, 1, 2, heal_group_options(config_), meta.at("prefix").get<std::string>());
     pair.broadcast(tensors, 0);
     return 0;
   });
