@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <functional>
+#include <tuple>
+#include <vector>
 
 #include "tributary/core/error.h"
 #include "tributary/core/tb_events.h"
+#include "support/error_of.h"
 
 using namespace tributary;
+using test_support::error_of;
 
 namespace {
 
@@ -20,13 +23,12 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+// A fresh directory's event file holding `scalars` (tag, step, value), the writer closed.
+fs::path write_events(const fs::path& dir, const std::vector<std::tuple<std::string, int64_t, double>>& scalars) {
+  EventWriter w(dir);
+  double wall = 1000.25;
+  for (const auto& [tag, step, value] : scalars) w.scalar(tag, step, value, wall++);
+  return w.path();
 }
 
 }  // namespace
@@ -38,15 +40,7 @@ TEST(TensorBoard, Crc32cMatchesTheCheckValue) {
 
 TEST(TensorBoard, ScalarsAreWrittenAndDecodedBack) {
   const auto dir = fresh_dir("roundtrip");
-  fs::path path;
-  {
-    EventWriter w(dir);
-    path = w.path();
-    w.scalar("loss", 10, 2.5, 1000.25);
-    w.scalar("val_loss", 20, 1.75, 1001.5);
-    w.scalar("tokens_per_s", 20, 123456.0, 1001.5);
-    w.flush();
-  }
+  const fs::path path = write_events(dir, {{"loss", 10, 2.5}, {"val_loss", 20, 1.75}, {"tokens_per_s", 20, 123456.0}});
   EXPECT_NE(path.filename().string().find("tfevents"), std::string::npos) << "TensorBoard looks for this name";
   const auto events = read_events(path);
   ASSERT_EQ(events.size(), 3u);
@@ -54,6 +48,7 @@ TEST(TensorBoard, ScalarsAreWrittenAndDecodedBack) {
   EXPECT_EQ(events[0].step, 10);
   EXPECT_FLOAT_EQ(events[0].value, 2.5f);
   EXPECT_DOUBLE_EQ(events[0].wall_time, 1000.25);
+  EXPECT_DOUBLE_EQ(events[1].wall_time, 1001.25);
   EXPECT_EQ(events[1].tag, "val_loss");
   EXPECT_EQ(events[1].step, 20);
   EXPECT_FLOAT_EQ(events[2].value, 123456.0f);
@@ -62,12 +57,7 @@ TEST(TensorBoard, ScalarsAreWrittenAndDecodedBack) {
 
 TEST(TensorBoard, ADamagedFileIsAnErrorNamingItAndTheRecord) {
   const auto dir = fresh_dir("damaged");
-  fs::path path;
-  {
-    EventWriter w(dir);
-    path = w.path();
-    w.scalar("loss", 1, 3.0, 1.0);
-  }
+  const fs::path path = write_events(dir, {{"loss", 1, 3.0}});
   std::string bytes = read_file(path);
   std::string flipped = bytes;
   flipped[flipped.size() - 6] ^= 0x01;  // inside the last record's data
