@@ -43,6 +43,15 @@ void add_launch(CLI::App& app) {
                   "heartbeat", rank, e.what());
       }
     };
+    o->run_started = [reporter](const std::string& addr, int port) {
+      try {
+        if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
+        return (*reporter)->check({kRunStartedKey});
+      } catch (const std::exception& e) {
+        log::warn("launch: could not read the run's store ({}); restarting as if the run had started", e.what());
+        return true;
+      }
+    };
     int code = launch(*o);
     if (code != 0) throw CLI::RuntimeError(code);
   });

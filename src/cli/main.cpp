@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
     // A usage mistake is a user error like any other: one [ERROR] line, exit 2 (CLI11's own codes are 104-109).
     tributary::log::error("{} (see --help)", e.what());
     return 2;
+  } catch (const tributary::RunLost& e) {
+    tributary::log::error("{}", e.what());
+    report_to_torchelastic(e.what());
+    return tributary::kRunLostStatus;
   } catch (const tributary::NetworkError& e) {
     // A peer or the network failed: often the echo of another rank's failure. Its own status lets `launch` blame
     // the rank that failed first for a reason of its own.

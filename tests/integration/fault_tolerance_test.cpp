@@ -5,12 +5,14 @@
 // survivors identical.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
+#include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/runtime/launcher.h"
 #include "launch_support.h"
@@ -54,7 +56,7 @@ void expect_survived(const std::string& run, int rc, const std::string& out, int
   const auto s = summary_of(run);
   EXPECT_EQ(s["world_size"].get<int>(), 3);
   EXPECT_EQ(s["outer_steps"].get<int>(), 4) << "the discarded round is redone, not skipped";
-  EXPECT_EQ(s["reformations"].get<int>(), 1);
+  EXPECT_EQ(s["reformations"].get<int>(), 1) << out;
   EXPECT_EQ(s["steps"].get<int>(), 16);
   EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
   EXPECT_EQ(world_sizes(run), (std::vector<int>{4, 3, 3, 3})) << "metrics show the smaller world";
@@ -126,6 +128,34 @@ TEST_F(Distributed, FaultTolerantDilocoHealsARestartedWorkerMidRoundAndCountsItI
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 2 healed from the lead at step (\d+))"))) << out;
   EXPECT_LT(std::stoi(m[1]), 20) << "healed inside the round of its death";
   EXPECT_NE(out.find("worker 2 joined at step 20 (round x0) as rank 3 of 4"), std::string::npos) << out;
+}
+
+TEST_F(Distributed, AFaultTolerantRunThatLostEveryWorkerEndsAsRunLostInsteadOfRestartingForever) {
+  // All four workers die at step 2 (a whole cluster pre-empted). launch restarts them, but nobody holds the run's
+  // state any more: the first replacement to see that exits with status 5, and launch stops the others instead of
+  // restarting them (each used to wait for dist.store_timeout_s, then be restarted, up to --max-restarts).
+  const auto start = std::chrono::steady_clock::now();
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=0,1,2,3 TRIBUTARY_FAIL_STEP=2", "ft_all_lost", "", "--max-restarts 20");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(rc, kRunLostStatus) << out;
+  EXPECT_NE(out.find("no member of the run is left to heal from"), std::string::npos) << out;
+  EXPECT_NE(out.find("found no live member to heal from"), std::string::npos) << out;
+  int restarts = 0;
+  for (size_t at = out.find("restarting it to rejoin"); at != std::string::npos;
+       at = out.find("restarting it to rejoin", at + 1))
+    ++restarts;
+  EXPECT_LE(restarts, 4) << "each dead worker restarted once at most\n" << out;
+  EXPECT_LT(took, 25.0) << "not the 30 s store deadline of a replacement\n" << out;
+}
+
+TEST_F(Distributed, AWorkerThatFailsAtStartUpIsNotRestarted) {
+  // A mistake in the configuration fails every worker at start-up; restarting them would fail the same way, over and
+  // over up to --max-restarts (it used to: 20 restarts in a row). launch restarts only after the run got going.
+  auto [rc, out] = ft_run("", "ft_bad_config", "--set optim.warmup_steps=100", "--max-restarts 20");
+  EXPECT_EQ(rc, kUserErrorStatus) << out;
+  EXPECT_NE(out.find("optim.warmup_steps (100) is longer than train.steps (16)"), std::string::npos) << out;
+  EXPECT_NE(out.find("before the run got through start-up"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restarting it to rejoin"), std::string::npos) << out;
 }
 
 TEST_F(Distributed, FaultTolerantDilocoDropsAFrozenWorkerAtItsHeartbeatDeadline) {
@@ -215,7 +245,7 @@ TEST_F(Distributed, FaultTolerantStreamingDilocoWithOverlapSurvivesAKilledWorker
   EXPECT_EQ(s["steps"].get<int>(), 16);
   EXPECT_EQ(s["world_size"].get<int>(), 3);
   EXPECT_EQ(s["outer_steps"].get<int>(), 8) << "4 per fragment: the discarded round is redone, not skipped";
-  EXPECT_EQ(s["reformations"].get<int>(), 1);
+  EXPECT_EQ(s["reformations"].get<int>(), 1) << out;
   EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
   const auto sizes = world_sizes("ft_stream");
   ASSERT_EQ(sizes.size(), 7u) << "one line per step with a landing; both fragments land at step 16\n"

@@ -202,12 +202,30 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
     if (store_.check({admitted})) break;
     if (store_.check({offered})) return {JoinResult::kOffered, store_.get(offered)};
     if (store_.check({finished})) return {};
+    if (const auto members = current_members(); none_alive(members))
+      throw RunLost(fmt::format(
+          "worker {}: no member of the run is left to heal from (epoch {}'s members {} are all dead or reported "
+          "lost by their launch): the run's state died with them. Restarting workers cannot help; resume from the "
+          "last checkpoint (train --resume) to go on",
+          id_, store_.check({kPrefix + "epoch"}) ? store_.get(kPrefix + "epoch") : "0", fmt::join(members, ", ")));
     check_deadline("it was not admitted to the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
   const int epoch = std::stoi(store_.get(admitted));
   enter(epoch, nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>());
   return {JoinResult::kAdmitted, ""};
+}
+
+// A joiner's view of `members` (its own id stands for its dead predecessor: the joiner itself is not one of them).
+bool Membership::none_alive(const std::vector<int>& members) {
+  for (int m : members) {
+    if (m == id_) continue;
+    const std::string inc_key = kPrefix + "incarnation/" + std::to_string(m);
+    const int64_t incarnation = store_.check({inc_key}) ? std::stoll(store_.get(inc_key)) : 0;
+    if (store_.add(kPrefix + "lost/" + std::to_string(m), 0) > incarnation) continue;  // its launch saw it die
+    if (!liveness_.dead(m)) return false;
+  }
+  return true;
 }
 
 int Membership::rank() const {

@@ -90,6 +90,7 @@ class Membership {
   // The next epoch: the members and then `joiners` (from a committed round's decision).
   void admit(const std::vector<int>& joiners);
   // A joiner: waits (up to `timeout`, naming it) until admitted (then a member of that epoch) or offered a heal.
+  // RunLost once every member is dead or reported lost (nobody holds the run's state any more).
   JoinResult join(std::chrono::milliseconds timeout);
   // The lead: true when a worker asked to join since the last call (the watcher counts requests: no store read here).
   bool asked() { return asked_.exchange(false); }
@@ -114,6 +115,7 @@ class Membership {
   std::vector<int> reported_lost(Store& store, const std::vector<int>& members,
                                  uint64_t generation);  // watcher thread only
   std::vector<int> waiting_joiners();
+  bool none_alive(const std::vector<int>& members);  // a joiner: nobody to heal from (every other member is dead)
   void enter(int epoch, std::vector<int> members, const std::vector<int>& joiners = {});
 
   Store store_, heartbeat_store_;

@@ -24,11 +24,20 @@ class NetworkError : public Error {
   explicit NetworkError(const std::string& message) : Error(message) {}
 };
 
+// A fault-tolerant run has no member left: every process that held its state is gone, so a restarted worker has
+// nobody to heal from. Restarting cannot help (launch stops instead); the run continues only from a checkpoint.
+class RunLost : public Error {
+ public:
+  explicit RunLost(const std::string& message) : Error(message) {}
+};
+
 // Exit statuses of the CLI: 2 a user Error, 3 a bug (internal check or library exception), 4 a NetworkError (a peer
-// or the network failed: look at the other ranks for the cause; `launch` does).
+// or the network failed: look at the other ranks for the cause; `launch` does), 5 RunLost (`launch` restarts nothing
+// after it).
 inline constexpr int kUserErrorStatus = 2;
 inline constexpr int kBugStatus = 3;
 inline constexpr int kNetworkErrorStatus = 4;
+inline constexpr int kRunLostStatus = 5;
 
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -155,6 +155,12 @@ bool Supervisor::restart(const Worker& w, int code) {
   bool others = false;
   for (const auto& o : workers_) others |= o.running && !o.stopped && o.pid != w.pid;
   if (!others) return false;
+  if (o_.run_started && !o_.run_started(o_.master_addr, o_.master_port)) {
+    log::warn("launch: rank {} (pid {}) exited with status {} before the run got through start-up; a restart would "
+              "fail the same way, so it is not restarted",
+              w.rank, w.pid, code);
+    return false;
+  }
   restarts_ += 1;
   log::warn("launch: rank {} (pid {}) exited with status {}; restarting it to rejoin the run ({} of --max-restarts {})",
             w.rank, w.pid, code, restarts_, o_.max_restarts);
@@ -164,6 +170,11 @@ bool Supervisor::restart(const Worker& w, int code) {
 
 void Supervisor::on_failure(const Worker& w, int code) {
   if (failed_rank_ >= 0 || stop_deadline_) return;
+  if (code == kRunLostStatus) {  // nobody is left to heal from: a restart would find the same, again and again
+    log::error("launch: rank {} found no live member to heal from: every worker that held the run's state is gone, "
+               "so restarting cannot help. Resume from the last checkpoint (train --resume)", w.rank);
+    return blame(w.rank, code);
+  }
   if (restart(w, code)) return;
   if (tolerated_ < o_.max_failures) {
     tolerated_ += 1;

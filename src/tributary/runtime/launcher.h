@@ -36,7 +36,13 @@ struct LaunchOptions {
   // A worker exited with an error or a signal: tell the run's store (at addr:port), so that fault-tolerant peers
   // drop it at once instead of at its heartbeat deadline. Given by the CLI; must not throw.
   std::function<void(const std::string& addr, int port, int rank)> report_lost;
+  // Whether the run got through start-up (kRunStartedKey is on its store): a worker that dies before that (a bad
+  // config, a missing dataset) would die again, so launch restarts nothing then. Given by the CLI; must not throw.
+  std::function<bool(const std::string& addr, int port)> run_started;
 };
+
+// Set on the run's store by a fault-tolerant run's rank 0 once every worker built its model and data.
+inline constexpr const char* kRunStartedKey = "run/started";
 
 // Runs to completion; returns the exit status launch should exit with.
 int launch(const LaunchOptions& options);

@@ -13,6 +13,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/runtime/launcher.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/wan.h"
 
@@ -117,8 +118,18 @@ Replicas::~Replicas() {
     }
 }
 
+// The machine's peak is measured once, by rank 0, while the others wait in the broadcast: measured while they were
+// still building their models it came out ~2x low (the chaos run's MFU read 111-123%). A joiner takes the run's
+// value from the store: measuring while the members train would be as wrong.
 double Replicas::shared_matmul_peak(const torch::Device& device, int local_world_size) {
+  const std::string key = "run/peak_flops";
+  if (membership_ && membership_->members().empty() && store_->check({key}))
+    return std::stod(store_->get(key)) / std::max(1, local_world_size);
   auto peak = torch::zeros({1}, torch::kFloat64);
+  thread_->run<int>([&] {
+    group_->barrier();  // everyone idle (in the broadcast below) before rank 0 measures
+    return 0;
+  });
   if (rank() == 0) {
     const int threads = at::get_num_threads();
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -130,6 +141,10 @@ double Replicas::shared_matmul_peak(const torch::Device& device, int local_world
     group_->broadcast(t, 0);
     return 0;
   });
+  if (store_ && rank() == 0) {
+    store_->set(key, fmt::format("{:.17g}", peak.item<double>()));
+    store_->set(kRunStartedKey, "1");  // every member got here: launch may restart the dead from now on
+  }
   return peak.item<double>() / std::max(1, local_world_size);
 }
 

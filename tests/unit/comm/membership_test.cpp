@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "tributary/comm/membership.h"
@@ -148,4 +149,37 @@ TEST(Membership, BeforeARoundTheLeadSwapsADeadWorkerForItsHealedReplacementOnce)
     comm::Membership m(store, store, id, 3, 5.0);
     EXPECT_FALSE(m.open_round("x1", {}));
   });
+}
+
+TEST(Membership, AJoinerWithNoLiveMemberLeftFailsAsRunLostWithinTheHeartbeatDeadline) {
+  // The lone member (worker 0; worker 1 was dropped) dies while worker 1's replacement waits to be admitted: nobody
+  // holds the run's state any more. The joiner says so within the heartbeat deadline instead of waiting out its own.
+  auto store = comm::Store::in_memory();
+  const double dead_after = 0.5;
+  auto lead = std::make_unique<comm::Membership>(store, store, 0, 2, dead_after);
+  ASSERT_FALSE(lead->decide("x0", true, false).commit) << "worker 1 never started";
+  ASSERT_EQ(lead->reform(), std::vector<int>{1});
+  std::string error;
+  std::thread joiner([&] {
+    comm::Membership m(store, store, 1, 2, dead_after, /*joining=*/true);
+    try {
+      m.join(std::chrono::seconds(30));
+    } catch (const RunLost& e) {
+      error = e.what();
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (store.add("ft/join/1", 0) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(store.add("ft/join/1", 0), 1) << "the joiner asked";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * 500));
+  EXPECT_TRUE(error.empty()) << "a live lead keeps it waiting: " << error;
+  const auto died = std::chrono::steady_clock::now();
+  lead.reset();  // its heartbeat stops
+  joiner.join();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - died).count();
+  EXPECT_NE(error.find("no member of the run is left to heal from"), std::string::npos) << error;
+  EXPECT_NE(error.find("members 0 are all dead"), std::string::npos) << error;
+  EXPECT_NE(error.find("train --resume"), std::string::npos) << error;
+  EXPECT_LT(waited, dead_after + 1.5) << "within the heartbeat deadline, not the joiner's 30 s";
 }
