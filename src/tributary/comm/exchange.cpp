@@ -14,19 +14,23 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string wire_codec(const std::string& name) { return name == "topk" || name == "powersgd" ? "fp32" : name; }
+std::string wire_codec(const std::string& name) {
+  return name == "topk" || name == "powersgd" || name == "sparseloco" ? "fp32" : name;
+}
 
 }  // namespace
 
 Exchange::Exchange(Group& group, const ExchangeOptions& options)
     : group_(group),
       options_(options),
-      mode_(options.codec == "topk"       ? Mode::top_k
-            : options.codec == "powersgd" ? Mode::power_sgd
+      mode_(options.codec == "topk"         ? Mode::top_k
+            : options.codec == "sparseloco" ? Mode::sparse
+            : options.codec == "powersgd"   ? Mode::power_sgd
             : wire_codec(options.codec) == "fp32" || options.codec == "none" ? Mode::all_reduce
                                                                               : Mode::quantized_ring),
       codec_(make_codec(wire_codec(options.codec), options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
       bucket_numel_(std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4))) {
+  if (mode_ == Mode::sparse) sparse_.emplace(options.sparse);
   if (options.link) {
     TRIB_CHECK_EQ(options.link->num_ranks, group.size(), "(ranks of the link model vs the group)");
     link_ = options.link;
@@ -45,8 +49,9 @@ CommStats Exchange::take_stats() {
   return s;
 }
 
-void Exchange::average(std::vector<torch::Tensor>& tensors) {
+void Exchange::average(std::vector<torch::Tensor>& tensors, int stream) {
   if (group_.size() == 1) return;
+  stream_ = stream;
   if (mode_ == Mode::power_sgd) {
     average_powersgd(tensors);
     return;
@@ -105,18 +110,16 @@ void Exchange::all_reduce_mean(torch::Tensor& t) {
 void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
   const int n = group_.size();
   const auto start = Clock::now();
-  if (residual_.size() <= bucket_index) residual_.resize(bucket_index + 1);
-  auto& residual = residual_[bucket_index];
+  auto& residual = residual_[{stream_, bucket_index}];
   if (!residual.defined()) residual = torch::zeros_like(flat);
   auto x = flat + residual;  // error feedback
   const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(options_.topk_ratio * double(x.numel())));
   auto idx = std::get<1>(x.abs().topk(k)).to(torch::kInt32);
   auto values = x.index_select(0, idx.to(torch::kInt64));
-  residual = x.clone();
-  residual.index_fill_(0, idx.to(torch::kInt64), 0.0);
   // payload: k x (u32 index, f32 value)
   auto payload = torch::cat({idx.view(torch::kUInt8), values.contiguous().view(torch::kUInt8)});
   auto gathered = group_.all_gather(payload);
+  residual = x.index_fill_(0, idx.to(torch::kInt64), 0.0);  // only once the exchange happened
   flat.zero_();
   for (const auto& p : gathered) {
     auto pi = p.narrow(0, 0, k * 4).view(torch::kInt32).to(torch::kInt64);
@@ -128,12 +131,27 @@ void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
   account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
 }
 
+void Exchange::average_sparse(torch::Tensor& flat, size_t bucket_index) {
+  const int n = group_.size();
+  const auto start = Clock::now();
+  auto& residual = residual_[{stream_, bucket_index}];
+  if (!residual.defined()) residual = torch::zeros_like(flat);
+  auto e = residual * options_.sparse_decay + flat;  // error feedback: what earlier rounds did not send, decayed
+  torch::Tensor sent;
+  const auto payload = sparse_->encode(e, sent);
+  // Sparse payloads do not add up on the way (their indices differ): every rank gathers all and decodes them in rank
+  // order, so the sums, and the update every replica applies, are bit-identical.
+  const auto gathered = group_.all_gather(payload);
+  residual = e.sub_(sent);  // only once the exchange happened
+  flat.zero_();
+  for (const auto& p : gathered) sparse_->decode_add(p, flat);
+  flat.div_(n);
+  const double bytes = double(payload.numel());
+  account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
+}
+
 void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
   const int64_t r = options_.powersgd_rank;
-  if (residual_.size() < tensors.size()) {
-    residual_.resize(tensors.size());
-    q_.resize(tensors.size());
-  }
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> uncompressed;
   std::vector<size_t> uncompressed_index;
@@ -146,21 +164,23 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
       continue;
     }
     auto m = t.detach().to(torch::kFloat32).reshape({rows, cols});
-    if (!residual_[i].defined()) {
-      residual_[i] = torch::zeros_like(m);
+    auto& residual = residual_[{stream_, i}];
+    auto& q_i = q_[{stream_, i}];
+    if (!residual.defined()) {
+      residual = torch::zeros_like(m);
       // Same initial Q on every rank: a generator seeded by the run seed and the tensor's position.
       auto gen = at::detail::createCPUGenerator(options_.seed * 1000003 + i);
-      q_[i] = at::randn({cols, r}, gen, torch::kFloat32);
+      q_i = at::randn({cols, r}, gen, torch::kFloat32);
     }
-    m = m + residual_[i];
-    auto p = torch::mm(m, q_[i]);  // (rows, r)
+    m = m + residual;
+    auto p = torch::mm(m, q_i);  // (rows, r)
     all_reduce_mean(p);
     p = std::get<0>(torch::linalg_qr(p));  // orthonormal columns (rows, r)
     auto q = torch::mm(m.t(), p);           // (cols, r)
     all_reduce_mean(q);
     auto approx = torch::mm(p, q.t());
-    residual_[i] = m - approx;
-    q_[i] = q;
+    residual = m - approx;
+    q_i = q;
     t.copy_(approx.view(t.sizes()));
   }
   if (!uncompressed.empty()) {
@@ -246,6 +266,7 @@ void Exchange::average_bucket(torch::Tensor& flat, size_t bucket_index) {
     case Mode::all_reduce: all_reduce_mean(flat); break;
     case Mode::quantized_ring: quantized_ring_all_reduce(flat); break;
     case Mode::top_k: average_topk(flat, bucket_index); break;
+    case Mode::sparse: average_sparse(flat, bucket_index); break;
     case Mode::power_sgd: TRIB_CHECK(false, "(PowerSGD works per tensor, not per bucket)");
   }
 }

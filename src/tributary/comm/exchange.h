@@ -3,6 +3,8 @@
 // Stateful compressors (error feedback: what was not sent is added to the next round's input, per tensor/bucket;
 // the calls must therefore pass the same tensors in the same order every round):
 //   topk      every rank all-gathers the others' k largest-magnitude (index, value) pairs of each bucket;
+//   sparseloco SparseLoCo (comm/sparse_chunks.h): error feedback e = decay e + x, then the top-k of every chunk of e
+//             as packed indices and 2-bit values; every rank all-gathers the payloads and decodes them identically.
 //   powersgd  per matrix M (n x m, tensors with >= 2 dims viewed as first dim x rest): P = M Q, all-reduce P,
 //             orthogonalise, Q = M^T P, all-reduce Q, M ~ P Q^T / N (Vogels et al., PyTorch's DDP hook), warm-started
 //             Q; compressed only where (n + m) r < n m, the rest goes as fp32 all-reduce.
@@ -24,6 +26,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,6 +36,7 @@
 #include "tributary/comm/codec.h"
 #include "tributary/comm/group.h"
 #include "tributary/comm/link_model.h"
+#include "tributary/comm/sparse_chunks.h"
 
 namespace tributary::comm {
 
@@ -49,6 +53,8 @@ struct ExchangeOptions {
   std::optional<LinkModel> link;  // emulated links between the group's ranks (none: no emulation)
   double topk_ratio = 0.01;    // top-k: fraction of each bucket's values sent (index u32 + value f32)
   int64_t powersgd_rank = 4;   // PowerSGD: rank r of the low-rank factors
+  SparseChunkOptions sparse;   // sparseloco: chunk, k and bits
+  double sparse_decay = 0.95;  // sparseloco: error feedback kept from round to round (SparseLoCo's beta)
   uint64_t seed = 0;           // stochastic codecs and PowerSGD's initial Q
 };
 
@@ -56,8 +62,10 @@ class Exchange {
  public:
   Exchange(Group& group, const ExchangeOptions& options);
 
-  // Replaces every tensor (fp32, CPU) by its average over the ranks.
-  void average(std::vector<torch::Tensor>& tensors);
+  // Replaces every tensor (fp32, CPU) by its average over the ranks. `stream`: which of the caller's recurring
+  // exchanges this is (a Streaming DiLoCo fragment, a data-parallel bucket): stateful codecs keep their error feedback
+  // per stream, bucket and tensor.
+  void average(std::vector<torch::Tensor>& tensors, int stream = 0);
   // An all-reduce with an owner's step in the middle (DiPaCo's per-module outer step): a ring reduce-scatter of
   // `flat` in the caller's chunks (begin: size + 1 offsets), after which rank r holds the full sum of chunk
   // (r + 1) mod size and replaces it in place with `update`; then a ring all-gather of the updated chunks. Bytes are
@@ -76,6 +84,8 @@ class Exchange {
   CommStats stats() const;
   CommStats take_stats();  // returns and resets; safe to call while another thread runs average()
   const Codec& codec() const { return *codec_; }
+  // The stateful codecs' error feedback by (stream, bucket or tensor): what this rank has not sent yet.
+  const std::map<std::pair<int, size_t>, torch::Tensor>& error_feedback() const { return residual_; }
   const std::optional<LinkModel>& link_model() const { return link_; }
 
  private:
@@ -83,17 +93,20 @@ class Exchange {
   void quantized_ring_all_reduce(torch::Tensor& flat);
   void ring(torch::Tensor& flat, const std::vector<int64_t>& begin, const std::function<void(torch::Tensor&)>& update);
   void average_topk(torch::Tensor& flat, size_t bucket_index);
+  void average_sparse(torch::Tensor& flat, size_t bucket_index);
   void average_powersgd(std::vector<torch::Tensor>& tensors);
   void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
   void account(double bytes_sent, double bytes_recv, double modelled_s, std::chrono::steady_clock::time_point start);
   // How a bucket is averaged, decided once from the options.
-  enum class Mode { all_reduce, quantized_ring, top_k, power_sgd };
+  enum class Mode { all_reduce, quantized_ring, top_k, sparse, power_sgd };
 
   Group& group_;
   ExchangeOptions options_;
   Mode mode_;
-  std::vector<torch::Tensor> residual_;  // error feedback (topk: per bucket, powersgd: per tensor)
-  std::vector<torch::Tensor> q_;         // PowerSGD warm start, per tensor
+  // Error feedback, per (stream, bucket) for topk and sparseloco, per (stream, tensor) for PowerSGD (and its Q).
+  std::map<std::pair<int, size_t>, torch::Tensor> residual_, q_;
+  int stream_ = 0;  // of the average() in progress
+  std::optional<SparseChunks> sparse_;
   std::unique_ptr<Codec> codec_;  // the wire format of quantized_ring (fp32 otherwise)
   int64_t bucket_numel_;
   std::optional<LinkModel> link_;

@@ -57,7 +57,7 @@ void OuterLoop::adopt_progress(const nlohmann::json& progress) {
 }
 
 void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps) {
-  u.pending = reducer_.start(u.outer->pseudo_gradient(subset(params, u)));
+  u.pending = reducer_.start(u.outer->pseudo_gradient(subset(params, u)), static_cast<int>(&u - units_.data()));
   u.apply_step = step + overlap_steps;
   u.merge = overlap_steps > 0;
   u.last_sync = step;

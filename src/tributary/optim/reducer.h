@@ -18,7 +18,9 @@ namespace tributary {
 class Reducer {
  public:
   virtual ~Reducer() = default;
-  virtual std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors) = 0;
+  // `stream`: which of the caller's recurring reductions this is (a fragment, a bucket); stateful codecs keep their
+  // error feedback per stream (comm::Exchange::average).
+  virtual std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors, int stream = 0) = 0;
   virtual std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) { return pending.get(); }
 };
 

@@ -22,16 +22,16 @@ ResilientAverage::ResilientAverage(comm::CommThread& thread, comm::Exchange& exc
       link_(std::move(link)),
       reformed_(std::move(reformed)) {}
 
-std::future<std::vector<torch::Tensor>> ResilientAverage::start(std::vector<torch::Tensor> tensors) {
+std::future<std::vector<torch::Tensor>> ResilientAverage::start(std::vector<torch::Tensor> tensors, int stream) {
   return thread_.enqueue<std::vector<torch::Tensor>>(
-      [this, t = std::move(tensors)]() mutable { return reduce(std::move(t)); });
+      [this, stream, t = std::move(tensors)]() mutable { return reduce(std::move(t), stream); });
 }
 
 // The norms of every rank's update, the same on every rank; zeros in place of the rejected, and the average
 // rescaled to the accepted ranks. A factor x median test on the lower median: with two ranks the larger is judged
 // against the smaller.
-void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors) {
-  if (reject_norm_factor_ <= 0) return exchange_.average(tensors);
+void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int stream) {
+  if (reject_norm_factor_ <= 0) return exchange_.average(tensors, stream);
   double squares = 0;
   for (const auto& t : tensors) squares += t.to(torch::kFloat64).pow(2).sum().item<double>();
   const double norm = std::isfinite(squares) ? std::sqrt(squares) : INFINITY;
@@ -55,7 +55,7 @@ void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors) {
   round_rejected_ = static_cast<int64_t>(rejected.size());
   if (mine)
     for (auto& t : tensors) t.zero_();
-  exchange_.average(tensors);
+  exchange_.average(tensors, stream);
   if (accepted > 0 && accepted < n)
     for (auto& t : tensors) t.mul_(double(n) / double(accepted));
 }
@@ -78,11 +78,11 @@ void ResilientAverage::follow_membership() {
   exchange_.regroup(link);
 }
 
-std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> tensors) {
+std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> tensors, int stream) {
   round_rejected_ = 0;
   if (tamper_) tamper_(tensors);
   if (!membership_) {
-    guarded_average(tensors);
+    guarded_average(tensors, stream);
     rejected_ += round_rejected_;
     return tensors;
   }
@@ -109,7 +109,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     bool ok = formed;
     group_.set_abandon([this, &round] { return membership_->should_abandon(round); });
     try {
-      if (ok) guarded_average(tensors);
+      if (ok) guarded_average(tensors, stream);
     } catch (const NetworkError& e) {
       ok = false;
       log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(),

@@ -40,7 +40,7 @@ class ResilientAverage : public Reducer {
   ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group,
                    comm::Membership* membership, double reject_norm_factor, std::optional<comm::LinkModel> link,
                    Reformed reformed);
-  std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors) override;
+  std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors, int stream = 0) override;
   // Collects a round (rounds are collected in the order they were started) and takes its outcome.
   std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override;
 
@@ -63,8 +63,8 @@ class ResilientAverage : public Reducer {
   int64_t take_rejected() { return rejected_.exchange(0); }
 
  private:
-  std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors);
-  void guarded_average(std::vector<torch::Tensor>& tensors);
+  std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors, int stream);
+  void guarded_average(std::vector<torch::Tensor>& tensors, int stream);
 
   comm::CommThread& thread_;
   comm::Exchange& exchange_;

@@ -39,20 +39,21 @@ void DataParallel::on_gradient(size_t k, const torch::Tensor& grad) {
   Bucket& b = buckets_[bucket_of_[k]];
   b.flat.narrow(0, static_cast<int64_t>(offset_in_bucket_[k]), grad.numel())
       .copy_(grad.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32));
-  if (++b.ready == static_cast<int64_t>(b.params.size())) b.pending = reducer_.start({b.flat});
+  if (++b.ready == static_cast<int64_t>(b.params.size()))
+    b.pending = reducer_.start({b.flat}, static_cast<int>(bucket_of_[k]));
 }
 
 void DataParallel::after_backward(NamedTensors& params) {
   if (!armed_) {  // gradient accumulation: average once, after the last micro-batch
     std::vector<torch::Tensor> grads;
     for (auto& [name, p] : params) grads.push_back(p.mutable_grad());
-    reducer_.wait(reducer_.start(grads));  // averaged in place
+    reducer_.wait(reducer_.start(grads, static_cast<int>(buckets_.size())));  // averaged in place (its own stream)
     return;
   }
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
     if (b.ready != static_cast<int64_t>(b.params.size()))  // a parameter without gradient: send what we have
-      b.pending = reducer_.start({b.flat});
+      b.pending = reducer_.start({b.flat}, static_cast<int>(&b - buckets_.data()));
     auto averaged = reducer_.wait(std::move(b.pending))[0];
     for (size_t k : b.params) {
       auto& p = params[k].second;

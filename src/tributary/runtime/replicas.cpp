@@ -75,6 +75,9 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
                                      .link = link,
                                      .topk_ratio = d.topk_ratio,
                                      .powersgd_rank = d.powersgd_rank,
+                                     .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk,
+                                                .bits = static_cast<int>(d.sparse_bits)},
+                                     .sparse_decay = d.error_feedback_decay,
                                      .seed = static_cast<uint64_t>(config_.train.seed)});
   if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
   if (rank == 0 && !ddp_ && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)

@@ -49,9 +49,15 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dist.slow_workers", dist.slow_workers,
         "emulated slow machines: 'R:F,...' makes worker R F times slower (a sleep after each step); '' = none");
   s.add("dist.compression", dist.compression, "what goes on the wire",
-        {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd"});
+        {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd", "sparseloco"});
   s.add("dist.topk_ratio", dist.topk_ratio, "top-k: fraction of values sent", 1e-6, 1.0);
   s.add("dist.powersgd_rank", dist.powersgd_rank, "PowerSGD: rank of the factors", 1, 1024);
+  s.add("dist.sparse_chunk", dist.sparse_chunk, "sparseloco: values per chunk", 1, int64_t{1} << 24);
+  s.add("dist.sparse_topk", dist.sparse_topk, "sparseloco: values kept per chunk (<= sparse_chunk)", 1,
+        int64_t{1} << 24);
+  s.add("dist.sparse_bits", dist.sparse_bits, "sparseloco: bits per kept value (sign + magnitude)", 2, 8);
+  s.add("dist.error_feedback_decay", dist.error_feedback_decay,
+        "sparseloco: share of the unsent error kept for the next round", 0.0, 1.0);
   s.add("dist.bucket_mb", dist.bucket_mb, "MB per collective", 0.001, 4096.0);
   s.add("dist.wan", dist.wan, "emulated links: '' | '10Mbit,100ms' | cluster JSON or preset");
   s.add("dist.store_timeout_s", dist.store_timeout_s, "rendezvous deadline (s)", 1.0, 86400.0);
@@ -246,7 +252,7 @@ void RunConfig::validate() const {
   if (!dipaco.modules.empty()) {
     if (dipaco.routes.empty())
       fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);
-    if (dist.compression == "topk" || dist.compression == "powersgd")
+    if (dist.compression == "topk" || dist.compression == "powersgd" || dist.compression == "sparseloco")
       fail("DiPaCo sends its pseudo-gradients through the owners' ring, which carries fp32, fp16, bf16, int8, fp4 or "
            "terngrad; dist.compression = '{}' needs whole-tensor averaging: choose one of those",
            dist.compression);
@@ -254,6 +260,14 @@ void RunConfig::validate() const {
       fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
            train.steps, dist.inner_steps);
   }
+  if (dist.fault_tolerant && (dist.compression == "topk" || dist.compression == "powersgd" ||
+                              dist.compression == "sparseloco"))
+    fail("dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
+         "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",
+         dist.compression);
+  if (dist.sparse_topk > dist.sparse_chunk)
+    fail("dist.sparse_topk = {} is more than dist.sparse_chunk = {}: a chunk cannot keep more values than it has",
+         dist.sparse_topk, dist.sparse_chunk);
   validate_local(*this);
   if (optim.warmup_steps > train.steps)
     fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);

@@ -58,9 +58,13 @@ struct DistConfig {
   double merge_alpha = 0.5;          // with overlap: local = alpha * local + (1 - alpha) * global
   int64_t compute_nice = 0;          // > 0: the training thread runs this much nicer than the communication threads
   std::string slow_workers;          // "R:F,...": worker R runs F x slower (runtime/slowdown.h); "" = none
-  std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4 | terngrad | topk | powersgd
+  std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4 | terngrad | topk | powersgd | sparseloco
   double topk_ratio = 0.01;
   int64_t powersgd_rank = 4;
+  int64_t sparse_chunk = 4096;  // SparseLoCo's defaults: top-64 of every 4,096 values, 2 bits, error feedback x 0.95
+  int64_t sparse_topk = 64;
+  int64_t sparse_bits = 2;
+  double error_feedback_decay = 0.95;
   double bucket_mb = 25;
   std::string wan;                   // "" | "10Mbit,100ms" | cluster JSON / preset: emulated links between ranks
   double store_timeout_s = 600;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "tributary/comm/group.h"
+#include "tributary/comm/sparse_chunks.h"
 #include "tributary/core/error.h"
 #include "support/thread_ranks.h"
 
@@ -188,6 +189,84 @@ TEST(Exchange, TopKErrorFeedbackSendsEverythingEventually) {
     // 4 values (10%) x 8 bytes per round, sent to the one other rank
     EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, rounds * 4 * 8);
   });
+}
+
+TEST(SparseChunks, RoundTripAndExactWireSizeForOddShapesAndRemainders) {
+  // 10,000 values in chunks of 4,096: two full chunks (12-bit indices) and a remainder of 1,808 (11 bits); 64 kept
+  // per chunk at 2 bits; a chunk shorter than k keeps all of its values.
+  for (const auto& [numel, chunk, k, bits] : std::vector<std::tuple<int64_t, int64_t, int64_t, int>>{
+           {10000, 4096, 64, 2}, {37, 16, 5, 3}, {5, 16, 8, 4}, {1, 1, 1, 2}, {4096, 4096, 4096, 8}}) {
+    comm::SparseChunks codec({.chunk = chunk, .k = k, .bits = bits});
+    const int64_t chunks = (numel + chunk - 1) / chunk;
+    int64_t payload_bits = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t len = std::min(chunk, numel - c * chunk);
+      int index_bits = 1;
+      while ((int64_t{1} << index_bits) < len) ++index_bits;
+      payload_bits += std::min(k, len) * (index_bits + bits);
+    }
+    EXPECT_EQ(codec.payload_bytes(numel), 8 * chunks + (payload_bits + 7) / 8) << numel;
+    auto gen = at::detail::createCPUGenerator(5);
+    auto x = at::randn({numel}, gen, torch::kFloat32);
+    torch::Tensor sent;
+    auto payload = codec.encode(x, sent);
+    ASSERT_EQ(payload.numel(), codec.payload_bytes(numel));
+    auto decoded = torch::zeros({numel});
+    codec.decode_add(payload, decoded);
+    EXPECT_TRUE(torch::equal(decoded, sent)) << "a replica decodes exactly what the sender subtracts";
+    for (int64_t c = 0; c < chunks; ++c) {  // per chunk: k values kept, the largest magnitudes, signs right
+      const int64_t begin = c * chunk, len = std::min(chunk, numel - begin);
+      auto xs = x.narrow(0, begin, len), ds = decoded.narrow(0, begin, len);
+      const auto kept = ds.ne(0);
+      EXPECT_EQ(kept.sum().item<int64_t>(), std::min(k, len)) << numel << " chunk " << c;
+      EXPECT_GE(xs.abs().masked_select(kept).min().item<float>(),
+                len > k ? xs.abs().masked_select(kept.logical_not()).max().item<float>() : 0.f);
+      EXPECT_TRUE((ds.masked_select(kept).sign() == xs.masked_select(kept).sign()).all().item<bool>());
+      const float hi = xs.abs().masked_select(kept).max().item<float>();
+      // sign + (bits - 1) magnitude bits between the kept values' smallest and largest magnitude
+      const float step = (hi - xs.abs().masked_select(kept).min().item<float>()) / float((1 << (bits - 1)) - 1);
+      EXPECT_LE((ds - xs).masked_select(kept).abs().max().item<float>(), step / 2 * 1.0001f + 1e-6f);
+    }
+  }
+  EXPECT_THROW(comm::SparseChunks({.chunk = 16, .k = 17}), Error);
+  EXPECT_THROW(comm::SparseChunks({.chunk = 16, .k = 4, .bits = 1}), Error);
+}
+
+TEST(Exchange, SparseLoCoErrorFeedbackCarriesTheResidualAndReplicasStayBitIdentical) {
+  // Without decay, what the ranks applied plus what sits in their error feedback is exactly what they put in: the
+  // sum of the averages over the rounds + the mean residual == the mean of the pseudo-gradients' sum. Two streams
+  // (two fragments of different sizes) keep their own feedback.
+  std::vector<torch::Tensor> applied(3);
+  run_ranks(3, [&](comm::Group& g) {
+    comm::Exchange ex(g, {.codec = "sparseloco", .sparse = {.chunk = 64, .k = 4, .bits = 2}, .sparse_decay = 1.0});
+    auto gen = at::detail::createCPUGenerator(100 + g.rank());
+    auto total_in = torch::zeros({300}, torch::kFloat64), total_out = torch::zeros({300}, torch::kFloat64);
+    auto other = torch::zeros({70});
+    for (int round = 0; round < 30; ++round) {
+      auto x = at::randn({300}, gen, torch::kFloat32);
+      std::vector<torch::Tensor> t = {x.narrow(0, 0, 100).clone(), x.narrow(0, 100, 200).clone()};
+      ex.average(t, /*stream=*/0);
+      std::vector<torch::Tensor> o = {torch::ones({70}) * (g.rank() + 1)};
+      ex.average(o, /*stream=*/1);
+      other += o[0];
+      total_in += x.to(torch::kFloat64);
+      total_out += torch::cat(t).to(torch::kFloat64);
+    }
+    // Everyone's input summed over the rounds, averaged over the ranks == what was applied + the ranks' mean residual.
+    auto in = total_in.to(torch::kFloat32);
+    auto residual = ex.error_feedback().at({0, 0}).clone();
+    ASSERT_EQ(residual.numel(), 300) << "one bucket for both tensors";
+    std::vector<torch::Tensor> sums = {in, residual};
+    g.all_reduce_sum(sums);
+    EXPECT_TRUE(torch::allclose(total_out.to(torch::kFloat32) + residual / 3, in / 3, 1e-4, 1e-4));
+    EXPECT_GT(residual.abs().sum().item<double>(), 1.0) << "most values are still waiting: a real residual";
+    applied[size_t(g.rank())] = total_out;
+    EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, 30.0 * 2 * (comm::SparseChunks({.chunk = 64, .k = 4}).payload_bytes(300) +
+                                                        comm::SparseChunks({.chunk = 64, .k = 4}).payload_bytes(70)));
+    EXPECT_GT(other.abs().sum().item<double>(), 0) << "stream 1 went through its own feedback";
+  });
+  EXPECT_TRUE(torch::equal(applied[0], applied[1]) && torch::equal(applied[0], applied[2]))
+      << "every replica applied bit-identical updates";
 }
 
 TEST(Exchange, PowerSgdRecoversLowRankAveragesExactly) {

@@ -15,7 +15,7 @@ namespace {
 struct OneReplica : Reducer {
   const int64_t* step = nullptr;
   std::vector<std::pair<int64_t, size_t>> sends;
-  std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> t) override {
+  std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> t, int /*stream*/) override {
     sends.emplace_back(*step, t.size());
     std::promise<std::vector<torch::Tensor>> p;
     p.set_value(std::move(t));
