@@ -105,5 +105,9 @@ TEST_F(TwoMachines, FaultTolerantDilocoOutlivesACutLinkToTheOtherMachine) {
   EXPECT_EQ(s["steps"].get<int>(), 24);
   EXPECT_EQ(s["world_size"].get<int>(), 2) << "node 1's workers were dropped";
   EXPECT_GE(s["reformations"].get<int>(), 1);
-  EXPECT_NE(out.find("has sent no heartbeat"), std::string::npos) << out;
+  // The watcher's line, or — when the round found them silent first and re-formed before the watcher's next pass
+  // (0.1 s) — the round's own.
+  EXPECT_TRUE(out.find("has sent no heartbeat") != std::string::npos ||
+              out.find("worker(s) 2, 3 fell silent (dead, frozen or cut off: no vote, no heartbeat)") != std::string::npos)
+      << out;
 }
