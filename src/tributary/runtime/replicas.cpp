@@ -144,7 +144,7 @@ double Replicas::shared_matmul_peak(const torch::Device& device, int local_world
     group_->broadcast(t, 0);
     return 0;
   });
-  if (store_ && rank() == 0) {
+  if (store_ && rank() == 0 && !membership_->members().empty()) {  // the run's rank 0, not a joiner's group of one
     store_->set(key, fmt::format("{:.17g}", peak.item<double>()));
     store_->set(kRunStartedKey, "1");  // every member got here: launch may restart the dead from now on
   }
