@@ -116,13 +116,18 @@ void Group::run(const char* what, MakeWork&& make_work, double modelled_s) {
       work->wait(options_.collective_timeout);
     } else {
       // In slices: a timed-out slice of a work that has not completed is not a failure (Work::wait throws on both).
+      // A work may complete between the slice's timeout and the look at it: waiting once more then gives its own
+      // outcome (returns, or throws its error) — rethrowing the timeout failed sound rounds under load.
       constexpr auto kSlice = std::chrono::milliseconds(100);
       for (;;) {
         try {
           work->wait(kSlice);
           break;
         } catch (const std::exception&) {
-          if (work->isCompleted()) throw;
+          if (work->isCompleted()) {
+            work->wait(kSlice);
+            break;
+          }
         }
         if (SteadyClock::now() - start > options_.collective_timeout) work->wait(std::chrono::milliseconds(1));
         if (abandon_()) {
