@@ -112,8 +112,10 @@ TEST_F(Distributed, FaultTolerantDilocoHealsARestartedWorkerMidRoundAndCountsItI
   // restarts it and it asks to join at once; the lead sends it its state at its next step (no round boundary needed),
   // the replacement trains on, and the lead's proposal before round x0's collective swaps the dead worker for it: no
   // round is discarded, every outer step averages four pseudo-gradients, and the hash check after each passes.
+  // Heartbeat deadline 5 s (the kill is reported by launch at once): with 2 s a CI run's member took the lead, alive
+  // but starved, for dead and proposed no change.
   auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=2", "ft_midround",
-                          "--set train.steps=20 --set dist.inner_steps=20 "
+                          "--set train.steps=20 --set dist.inner_steps=20 --set dist.heartbeat_timeout_s=5 "
                           "--set dist.slow_workers=0:10,1:10,2:10,3:10",
                           "--max-restarts 1");
   ASSERT_EQ(rc, 0) << out;

@@ -120,8 +120,13 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
   const auto j = nlohmann::json::parse(text);
   const int epoch = j.at("epoch").get<int>();
   const auto members = j.at("members").get<std::vector<int>>();
+  const auto joiners = j.at("joiners").get<std::vector<int>>();
   if (epoch == epoch_ && !members_.empty()) return false;
-  if (std::find(members.begin(), members.end(), id_) == members.end()) {
+  // A healed joiner is admitted only as a joiner: its id in the members of a proposal without it (a member's
+  // "no change" when the lead looked dead) is its dead predecessor, whose group it cannot form.
+  const bool listed = members_.empty() ? std::find(joiners.begin(), joiners.end(), id_) != joiners.end()
+                                       : std::find(members.begin(), members.end(), id_) != members.end();
+  if (!listed) {
     if (members_.empty())
       fail("worker {} was healed by the lead but not admitted at round {} (the lead died, or this worker reached the "
            "round more than dist.heartbeat_timeout_s after it); it stops here and its launch may restart it",
@@ -130,7 +135,7 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
          "= {} s) and the group went on without it; it stops here",
          id_, liveness_.dead_after_s());
   }
-  enter_with_joiners(epoch, members, j.at("joiners").get<std::vector<int>>());
+  enter_with_joiners(epoch, members, joiners);
   return true;
 }
 

@@ -183,3 +183,19 @@ TEST(Membership, AJoinerWithNoLiveMemberLeftFailsAsRunLostWithinTheHeartbeatDead
   EXPECT_NE(error.find("train --resume"), std::string::npos) << error;
   EXPECT_LT(waited, dead_after + 1.5) << "within the heartbeat deadline, not the joiner's 30 s";
 }
+
+TEST(Membership, AHealedJoinerRefusesAProposalThatListsOnlyItsDeadPredecessor) {
+  // A member that took the lead for dead proposes "no change": the members as they were, worker 2's dead predecessor
+  // among them, no joiners. The healed replacement must not take that as its admission (it would try to form the old
+  // epoch's group with a dead peer); it stops, and its launch may restart it.
+  auto store = comm::Store::in_memory();
+  store.set("ft/pre/x0", R"({"epoch": 0, "members": [0, 1, 2], "joiners": []})");
+  comm::Membership joiner(store, store, 2, 3, /*dead_after_s=*/5.0, /*joining=*/true);
+  try {
+    joiner.open_round("x0", {});
+    ADD_FAILURE() << "admitted by a proposal without it";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not admitted at round x0"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(joiner.members().empty());
+}
