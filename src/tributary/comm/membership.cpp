@@ -41,6 +41,19 @@ Membership::~Membership() {
 // Workers whose launch reported their death (launch --max-failures/--max-restarts add to "lost/<id>" and to
 // "lost" when a worker exits with an error or a signal) since their current incarnation started ("incarnation/<id>":
 // the count a restarted worker found when it began). One store read per call unless the total moved.
+namespace {
+
+// Whether worker `id`'s launch reported a death of its current incarnation (deaths counted past the count that
+// incarnation started with).
+bool death_reported(Store& store, int id) {
+  const int64_t deaths = store.add(kPrefix + "lost/" + std::to_string(id), 0);
+  if (deaths == 0) return false;
+  const std::string inc_key = kPrefix + "incarnation/" + std::to_string(id);
+  return deaths > (store.check({inc_key}) ? std::stoll(store.get(inc_key)) : 0);
+}
+
+}  // namespace
+
 std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>& members, uint64_t generation) {
   const int64_t total = store.add(kPrefix + "lost", 0);
   // A new membership may hold a new incarnation under an old id (same list): read the counts again.
@@ -48,13 +61,8 @@ std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>&
   lost_total_seen_ = total;
   lost_generation_seen_ = generation;
   lost_.clear();
-  for (int m : members) {
-    const int64_t deaths = store.add(kPrefix + "lost/" + std::to_string(m), 0);
-    if (deaths == 0) continue;
-    const std::string inc_key = kPrefix + "incarnation/" + std::to_string(m);
-    const int64_t incarnation = store.check({inc_key}) ? std::stoll(store.get(inc_key)) : 0;
-    if (deaths > incarnation) lost_.push_back(m);
-  }
+  for (int m : members)
+    if (death_reported(store, m)) lost_.push_back(m);
   return lost_;
 }
 
@@ -178,11 +186,7 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
   // Or its launch reported the death: the members drop it at their next round whatever its heartbeat says, so this
   // one may ask now and be admitted right after that round (the incarnation count moves only at the admission).
   const std::string lost_key = kPrefix + "lost/" + std::to_string(id_);
-  const std::string inc_key = kPrefix + "incarnation/" + std::to_string(id_);
-  auto predecessor_reported = [&] {
-    const int64_t incarnation = store_.check({inc_key}) ? std::stoll(store_.get(inc_key)) : 0;
-    return store_.add(lost_key, 0) > incarnation;
-  };
+  auto predecessor_reported = [&] { return death_reported(store_, id_); };
   const std::string finished = kPrefix + "finished";
   for (auto m = current_members(); std::find(m.begin(), m.end(), id_) != m.end() && !predecessor_reported();
        m = current_members()) {
@@ -219,10 +223,7 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
 // A joiner's view of `members` (its own id stands for its dead predecessor: the joiner itself is not one of them).
 bool Membership::none_alive(const std::vector<int>& members) {
   for (int m : members) {
-    if (m == id_) continue;
-    const std::string inc_key = kPrefix + "incarnation/" + std::to_string(m);
-    const int64_t incarnation = store_.check({inc_key}) ? std::stoll(store_.get(inc_key)) : 0;
-    if (store_.add(kPrefix + "lost/" + std::to_string(m), 0) > incarnation) continue;  // its launch saw it die
+    if (m == id_ || death_reported(store_, m)) continue;  // its predecessor, or its launch saw it die
     if (!liveness_.dead(m)) return false;
   }
   return true;

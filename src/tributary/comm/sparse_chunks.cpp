@@ -17,8 +17,9 @@ int index_bits(int64_t length) {  // the fewest bits that address `length` posit
 
 // Encoder and decoder both call this, so a replica decodes exactly the value the sender subtracted from its error
 // feedback.
+// levels >= 2 (bits >= 2).
 inline float level(float lo, float hi, int64_t j, int64_t levels) {
-  return levels == 1 ? hi : lo + (hi - lo) * (static_cast<float>(j) / static_cast<float>(levels - 1));
+  return lo + (hi - lo) * (static_cast<float>(j) / static_cast<float>(levels - 1));
 }
 
 class BitWriter {

@@ -139,6 +139,11 @@ void validate_local(const RunConfig& c) {
   lr_scales(l);
 }
 
+// Codecs that keep what they did not send on the worker, to send it later.
+bool keeps_error_feedback(const std::string& codec) {
+  return codec == "topk" || codec == "powersgd" || codec == "sparseloco";
+}
+
 }  // namespace
 
 std::vector<double> lr_scales(const LocalConfig& local) {
@@ -252,7 +257,7 @@ void RunConfig::validate() const {
   if (!dipaco.modules.empty()) {
     if (dipaco.routes.empty())
       fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);
-    if (dist.compression == "topk" || dist.compression == "powersgd" || dist.compression == "sparseloco")
+    if (keeps_error_feedback(dist.compression))
       fail("DiPaCo sends its pseudo-gradients through the owners' ring, which carries fp32, fp16, bf16, int8, fp4 or "
            "terngrad; dist.compression = '{}' needs whole-tensor averaging: choose one of those",
            dist.compression);
@@ -260,8 +265,7 @@ void RunConfig::validate() const {
       fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
            train.steps, dist.inner_steps);
   }
-  if (dist.fault_tolerant && (dist.compression == "topk" || dist.compression == "powersgd" ||
-                              dist.compression == "sparseloco"))
+  if (dist.fault_tolerant && keeps_error_feedback(dist.compression))
     fail("dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
          "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",
          dist.compression);
