@@ -18,49 +18,12 @@
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/routes.h"
-#include "shell.h"
+#include "dipaco_fixture.h"
 #include "support/json_fuzz.h"
 
 using namespace tributary;
 
-namespace {
-
-// Per process: CTest runs each test as its own process, possibly in parallel, and each builds its own routes.
-fs::path work() { return fs::temp_directory_path() / ("trib_dipaco_" + std::to_string(::getpid())); }
-fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
-std::pair<int, std::string> sh(const std::string& cmd) { return test_support::run_shell(cmd); }
-const std::string cli = TRIBUTARY_CLI;
-
-std::string model_flags() {
-  return " --set model.num_layers=2 --set model.num_levels=2 --set model.width=64 --set model.context=64"
-         " --set train.threads=1 --set optim.warmup_steps=2 --set train.batch_size=8 --set data.dir=" +
-         data().string();
-}
-
-std::string dipaco(const std::string& run, const std::string& routes, const std::string& extra) {
-  return " train --overwrite" + model_flags() + " --set train.steps=20 --set dist.inner_steps=10" +
-         " --set dipaco.modules=2x2 --set dipaco.routes=" + (work() / routes).string() +
-         " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
-         " --set dipaco.heartbeat_timeout_s=5 --set train.run_dir=" + (work() / run).string() + " " + extra;
-}
-
-class Dipaco : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    fs::create_directories(work());
-    if (!fs::exists(data() / "dataset.json"))
-      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(), {.val_permille = 50});
-    auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
-                        " --set train.run_dir=" + (work() / "dense").string());
-    ASSERT_EQ(rc, 0) << out;
-    auto [rc2, out2] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
-                          " --modules 2x2 --method product --overwrite --out " + (work() / "routes").string());
-    ASSERT_EQ(rc2, 0) << out2;
-  }
-  static void TearDownTestSuite() { fs::remove_all(work()); }
-};
-
-}  // namespace
+using namespace dipaco_test;
 
 TEST_F(Dipaco, RoutingIsDeterministicForASeed) {
   auto [rc, out] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +

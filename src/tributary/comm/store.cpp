@@ -95,6 +95,8 @@ int64_t Store::add(const std::string& key, int64_t delta) { return impl_->add(ke
 
 bool Store::check(const std::vector<std::string>& keys) { return impl_->check(keys); }
 
+bool Store::remove(const std::string& key) { return impl_->deleteKey(key); }
+
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const std::string& what) {
   try {
     impl_->wait(keys, timeout);

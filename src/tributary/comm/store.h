@@ -41,6 +41,7 @@ class Store {
   // how processes agree on one decision).
   std::string set_once(const std::string& key, const std::string& desired);
   bool check(const std::vector<std::string>& keys);
+  bool remove(const std::string& key);  // true if it existed (the store keeps values in memory: drop what is done)
   // Waits until every key exists; NetworkError naming `what` and this rank after `timeout`.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const std::string& what);
 

@@ -81,9 +81,12 @@ comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
   wait_for_ranks(store, "config/", env.world_size, store_timeout, env.rank);
   const auto reference = RunConfig::from_toml(store.get("config/0"), "rank 0's config").schema().flatten();
   std::vector<std::string> problems;
+  std::vector<std::string> local_keys = {"train.threads", "train.device", "dist.compute_nice"};
+  // Path-local DiPaCo workers share nothing through the filesystem: each machine may keep its own run directory.
+  if (config.dipaco.path_local) local_keys.push_back("train.run_dir");
   for (int r = 1; r < env.world_size; ++r) {
     auto other = RunConfig::from_toml(store.get("config/" + std::to_string(r)), "rank config").schema().flatten();
-    auto diffs = config_differences(reference, other, {"train.threads", "train.device", "dist.compute_nice"});
+    auto diffs = config_differences(reference, other, local_keys);
     if (!diffs.empty()) problems.push_back(fmt::format("rank {} differs from rank 0 in {}", r, fmt::join(diffs, ", ")));
   }
   if (!problems.empty())

@@ -95,6 +95,9 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dipaco.holdout_permille", dipaco.holdout_permille, "DiPaCo: held-out slice of each shard (early stopping)",
         0, 500);
   s.add("dipaco.eval_units", dipaco.eval_units, "DiPaCo: routed validation units evaluated at the end; 0 = all", 0);
+  s.add("dipaco.path_local", dipaco.path_local,
+        "DiPaCo: workers hold and ship only their paths' modules (through owners and the store)");
+  s.add("dipaco.fetch_codec", dipaco.fetch_codec, "DiPaCo path_local: module values fetched as", {"fp32", "fp16", "bf16"});
 }
 
 void bind_local(ConfigSchema& s, LocalConfig& local) {

@@ -102,6 +102,11 @@ struct DipacoConfig {
   double heartbeat_timeout_s = 10;   // a worker whose heartbeat stalls this long is dead
   int64_t holdout_permille = 20;     // per-path early stopping: this slice of the path's shard is held out
   int64_t eval_units = 0;            // routed validation units to evaluate at the end; 0 = all
+  // Path-local workers (runtime/dipaco/module_depot.h, optim/module_owners.h): a worker holds only its owned modules
+  // and the path it trains, sends only its paths' pseudo-gradients to their owners and fetches modules through the
+  // run's store; path state travels through the store (no shared run directory). false: the owners' ring.
+  bool path_local = false;
+  std::string fetch_codec = "fp32";  // path_local: module values fetched as fp32 | fp16 | bf16
 };
 
 // Local parallelism (Laskin, Metz et al., arXiv 2012.03837; parallel/local/): the blocks cut into `chunks` chunks of

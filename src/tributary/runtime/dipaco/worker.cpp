@@ -16,7 +16,6 @@
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/optim/module_ring.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/schedule.h"
 #include "tributary/routing/router.h"
@@ -30,7 +29,9 @@
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/dipaco/held_modules.h"
 #include "tributary/runtime/dipaco/path_data.h"
+#include "tributary/runtime/dipaco/path_state.h"
 #include "tributary/runtime/dipaco/resume.h"
 #include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/dipaco/task_queue.h"
@@ -50,13 +51,9 @@ class Worker {
  private:
   void train_task(int64_t path, int64_t round);
   void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
-  void exchange_and_step();
-  void check_identical(const std::string& when);
-  int owner_of(size_t module) const;
   int group_rank_of(int worker) const {
     return static_cast<int>(std::find(members_.begin(), members_.end(), worker) - members_.begin());
   }
-  void own_modules();
 
   RunConfig config_;
   DistEnv env_;
@@ -76,9 +73,9 @@ class Worker {
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<TaskQueue> queue_;
   std::unique_ptr<MetricsWriter> metrics_;
-  ModuleSet global_;                                              // every module's global parameters (replica)
-  std::map<std::string, std::unique_ptr<OuterOptimizer>> outer_;  // master copy + momentum of the owned modules
-  std::vector<int> members_;                                      // live workers, ascending
+  std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
+  std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
+  std::vector<int> members_;           // live workers, ascending
   std::map<std::string, ModuleAccumulator> accs_;                 // this round's contributions, by module
   int64_t inner_steps_done_ = 0;
   double compute_s_ = 0;
@@ -131,34 +128,32 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   } else {
     store_ = heartbeat_store = comm::Store::in_memory();
   }
-  group_ = std::make_unique<comm::Group>(
-      *store_, env_.rank, env_.world_size,
-      group_options(config_), "dipaco/g0");
+  members_.resize(static_cast<size_t>(env_.world_size));
+  std::iota(members_.begin(), members_.end(), 0);
+  ModuleSet initial = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
+                                      resumed ? std::string() : config_.dipaco.init_from);
+  if (resumed) adopt_modules(initial, resumed->modules, run_dir_);
+  held_ = std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(initial));
+  comm::GroupOptions group_opts = group_options(config_);
+  // Path-local uploads go point to point over the emulated links; the ring models its own (exchange_options_.link).
+  if (config_.dipaco.path_local) group_opts.link = held_->link();
+  group_ = std::make_unique<comm::Group>(*store_, env_.rank, env_.world_size, group_opts, "dipaco/g0");
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
 
-  global_ = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
-                            resumed ? std::string() : config_.dipaco.init_from);
-  if (resumed) adopt_modules(global_, resumed->modules, run_dir_);
-  members_.resize(static_cast<size_t>(env_.world_size));
-  std::iota(members_.begin(), members_.end(), 0);
-  own_modules();
-  if (resumed) load_outer_states(run_dir_, start_round_, outer_);
-  check_identical(resumed ? fmt::format("when resuming after round {}", start_round_) : std::string("at start"));
-
-  fs::create_directories(run_dir_ / "inner");
-  fs::create_directories(run_dir_ / "best");
+  held_->own(start_round_);
+  if (resumed) load_outer_states(run_dir_, start_round_, held_->outer());
+  held_->check_identical(*group_, resumed ? fmt::format("when resuming after round {}", start_round_)
+                                          : std::string("at start"));
+  if (config_.dipaco.path_local)
+    held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
+  state_ = std::make_unique<PathState>(run_dir_, held_->depot());
   metrics_ = std::make_unique<MetricsWriter>(
       run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
       resumed ? start_round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
   if (lead_) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
-    auto count = [&](const std::vector<std::string>& ids) {
-      int64_t n = 0;
-      for (const auto& id : ids)
-        for (const auto& [name, t] : global_.at(id)) n += t.numel();
-      return n;
-    };
+    auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
     log::info("DiPaCo {} grid: {} paths over {} modules; {} parameters per path, {} in all; {} rounds of tau = {} "
               "inner steps; {} worker(s); routes '{}'",
               grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)),
@@ -166,49 +161,19 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   }
 }
 
-// Owners: modules dealt round-robin over the initial workers; a dead owner's modules pass to a survivor, which
-// restarts their momentum from zero (the state died with the owner).
-int Worker::owner_of(size_t module) const {
-  const int first = static_cast<int>(module % size_t(env_.world_size));
-  if (std::find(members_.begin(), members_.end(), first) != members_.end()) return first;
-  return members_[module % members_.size()];
-}
-
-void Worker::own_modules() {
-  for (size_t i = 0; i < module_ids_.size(); ++i)
-    if (owner_of(i) == env_.rank && !outer_.count(module_ids_[i]))
-      outer_[module_ids_[i]] = std::make_unique<OuterOptimizer>(
-          global_.at(module_ids_[i]), OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
-}
-
-void Worker::check_identical(const std::string& when) {
-  Hasher h;
-  for (const auto& [id, tensors] : global_) hash_tensors(h, tensors);
-  auto all = group_->all_gather(torch::tensor({static_cast<int64_t>(h.digest())}, torch::kInt64));
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r].item<int64_t>() != all[0].item<int64_t>())
-      fail("DiPaCo workers hold different global modules {} (worker {} vs {}); this is a bug or a corrupted exchange",
-           when, members_[r], members_[0]);
-}
-
 void Worker::train_task(int64_t p, int64_t round) {
   const auto& tc = config_.train;
   const int64_t T = config_.model.context, tau = config_.dist.inner_steps;
   const auto task_start = Clock::now();
+  const ModuleSet view = held_->path_view(p, round);  // path-local: fetched now, dropped when the task ends
   Transformer model(config_.model, grid_.path_modules(p));
-  load_path(model, grid_, global_, p);
+  load_path(model, grid_, view, p);
   model.to(device_);
   model.train();
   NamedTensors params = named_parameters_of(model);
   AdamW optimizer(params, {.beta1 = config_.optim.beta1, .beta2 = config_.optim.beta2, .eps = config_.optim.eps,
                            .weight_decay = config_.optim.weight_decay});
-  // Inner state per (path, round): a task re-run after its worker died starts from the previous round's state even
-  // if the dead worker had already written this round's.
-  auto inner_file = [&](int64_t r) { return run_dir_ / "inner" / fmt::format("path-{}.round-{}.safetensors", p, r); };
-  if (round > 0 && fs::exists(inner_file(round - 1))) {
-    auto f = safetensors::File::load(inner_file(round - 1));
-    optimizer.load_state(f, std::stoll(f.metadata().at("steps")));
-  }
+  if (auto f = state_->inner(p, round - 1)) optimizer.load_state(*f, std::stoll(f->metadata().at("steps")));
   BatchLoader loader(data_[p].train,
                      {.batch_size = tc.batch_size, .context = T, .seed = static_cast<uint64_t>(tc.seed + p),
                       .stride = T + 1},
@@ -234,7 +199,7 @@ void Worker::train_task(int64_t p, int64_t round) {
   {
     torch::NoGradGuard no_grad;
     for (auto& [module, tensors] : split_by_module(params, grid_, p)) {
-      const auto& g = global_.at(module);
+      const auto& g = view.at(module);
       std::vector<torch::Tensor> delta;
       for (size_t k = 0; k < tensors.size(); ++k) {
         TRIB_CHECK_EQ(g[k].first, tensors[k].first, "(module tensor order)");
@@ -247,19 +212,10 @@ void Worker::train_task(int64_t p, int64_t round) {
   double holdout = 0;
   if (data_[p].holdout.defined()) {
     holdout = evaluate_units(model, data_[p].holdout, kRoutingPrefix, device_).mean();
-    const fs::path best_json = run_dir_ / "best" / fmt::format("path-{}.json", p);
-    const double best = fs::exists(best_json)
-                            ? with_json_file(best_json, "remove it (it is rewritten by the next round)",
-                                             [](const nlohmann::json& j) { return j.at("holdout_loss").get<double>(); })
-                            : std::numeric_limits<double>::infinity();
-    if (holdout < best) {
-      write_file_atomic(best_path_file(run_dir_, p), tensors_to_safetensors(params));
-      write_file_atomic(best_json, nlohmann::json{{"round", round}, {"holdout_loss", holdout}}.dump());
-    }
+    if (holdout < state_->best_holdout(p)) state_->save_best(p, round, holdout, tensors_to_safetensors(params));
   }
-  write_file_atomic(inner_file(round),
-                    tensors_to_safetensors(optimizer.state(), {{"steps", std::to_string(optimizer.num_steps())}}));
-  if (round > 1) fs::remove(inner_file(round - 2));
+  state_->save_inner(p, round,
+                     tensors_to_safetensors(optimizer.state(), {{"steps", std::to_string(optimizer.num_steps())}}));
   const double dt = seconds_since(task_start);
   compute_s_ += dt;
   // step/tokens count one path's inner steps (every path takes the same number), so `tributary plot` works.
@@ -277,18 +233,12 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
   verdict = queue_->settle(round, gen, members_, round_tasks, config_.dipaco.on_failure == "requeue");
   if (verdict.members == members_) return;
   members_ = verdict.members;
-  group_->reform(fmt::format("dipaco/r{}g{}", round, gen), group_rank_of(env_.rank), static_cast<int>(members_.size()));
-  exchange_options_.link = wan_link_model_or_none(config_.dist.wan, static_cast<int>(members_.size()));
+  held_->set_members(members_, round);
+  group_->reform(fmt::format("dipaco/r{}g{}", round, gen), group_rank_of(env_.rank), static_cast<int>(members_.size()),
+                 held_->path_local() ? held_->link() : std::nullopt);
+  exchange_options_.link = held_->link();
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  own_modules();
   if (lead_) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
-}
-
-void Worker::exchange_and_step() {
-  std::vector<int> owner;
-  for (size_t i = 0; i < module_ids_.size(); ++i) owner.push_back(group_rank_of(owner_of(i)));
-  ModuleRing ring{module_ids_, global_, accs_, outer_, std::move(owner), config_.dipaco.norm_rescale};
-  reduce_and_step(ring, *group_, *exchange_);
 }
 
 void Worker::run_round(int64_t round) {
@@ -313,27 +263,38 @@ void Worker::run_round(int64_t round) {
   summary_.tasks_dropped += static_cast<int64_t>(verdict.dropped.size());
 
   const auto comm_start = Clock::now();
-  exchange_and_step();
-  check_identical(fmt::format("after round {}", round + 1));
-  auto stats = exchange_->take_stats();
+  const auto [reduce_sent, reduce_recv] = held_->reduce(round, accs_, *group_, *exchange_);
+  if (!held_->path_local()) held_->check_identical(*group_, fmt::format("after round {}", round + 1));
   const double comm_s = seconds_since(comm_start);
-  summary_.bytes_sent += stats.bytes_sent;
-  summary_.bytes_recv += stats.bytes_recv;
+  // Path-local: the upload plus what went through the store (module values, path state), per direction.
+  const DepotBytes depot = held_->take_depot_bytes();
+  const double sent = reduce_sent + depot.published + depot.state_put;
+  const double recv = reduce_recv + depot.fetched + depot.state_got;
+  summary_.bytes_sent += sent;
+  summary_.bytes_recv += recv;
   summary_.comm_s += comm_s;
   summary_.rounds = round + 1;
-  metrics_->write(nlohmann::json{{"outer_step", round + 1}, {"round", round + 1},
-                                 {"step", (round + 1) * config_.dist.inner_steps}, {"bytes_sent", stats.bytes_sent},
-                                 {"bytes_recv", stats.bytes_recv}, {"comm_s", comm_s}, {"compute_s", compute_s_},
-                                 {"tasks", tasks_here}, {"dropped", verdict.dropped}, {"members", members_},
-                                 {"modelled_link_s", stats.modelled_s}, {"round_s", seconds_since(round_start)},
-                                 {"elapsed_s", seconds_since(start_)}}
-                      .dump());
-  save_outer_states(run_dir_, round + 1, outer_);  // resume.h: before dipaco.json says the round is done
+  nlohmann::json line{{"outer_step", round + 1}, {"round", round + 1}, {"step", (round + 1) * config_.dist.inner_steps},
+                      {"bytes_sent", sent}, {"bytes_recv", recv}, {"comm_s", comm_s}, {"compute_s", compute_s_},
+                      {"tasks", tasks_here}, {"dropped", verdict.dropped}, {"members", members_},
+                      {"modelled_link_s", held_->modelled_s()}, {"round_s", seconds_since(round_start)},
+                      {"elapsed_s", seconds_since(start_)}};
+  if (held_->path_local()) {
+    line["bytes_up"] = reduce_sent;  // pseudo-gradients (+ weights, + the touched mask) to the owners
+    line["bytes_published"] = depot.published;
+    line["bytes_fetched"] = depot.fetched;
+    line["bytes_state"] = depot.state_put + depot.state_got;
+    line["fetch_s"] = depot.fetch_s;
+  }
+  metrics_->write(line.dump());
+  save_outer_states(run_dir_, round + 1, held_->outer());  // resume.h: before dipaco.json says the round is done
   if (env_.distributed()) group_->barrier();
   if (lead_) {
-    save_modules(run_dir_, config_, grid_, global_, round + 1);
+    // Path-local, the leader fetches every module to write the run's files (the checkpoint's cost, not counted above).
+    save_modules(run_dir_, config_, grid_, held_->all(round + 1), round + 1);
+    held_->take_depot_bytes();
     log::info("round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1,
-              rounds_, tasks_here, stats.bytes_sent / 1e6, comm_s, seconds_since(round_start),
+              rounds_, tasks_here, sent / 1e6, comm_s, seconds_since(round_start),
               verdict.dropped.empty() ? std::string()
                                       : fmt::format(" | dropped paths {}", fmt::join(verdict.dropped, ", ")));
   }
@@ -343,6 +304,7 @@ DipacoSummary Worker::finish() {
   summary_.run_dir = run_dir_;
   summary_.elapsed_s = seconds_since(start_);
   if (lead_) {
+    state_->gather_best(grid_.num_paths());
     auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
     auto early = evaluate_routed(run_dir_, true, config_.dipaco.eval_units, device_);
     summary_.val_loss = routed.loss;

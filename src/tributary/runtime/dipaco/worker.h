@@ -13,11 +13,12 @@
 //      workers) with m's full sum; the owner takes m's Nesterov step and an all-gather ships the change to everyone
 //      (an all-reduce's bytes). Weights and path counts go through an exact fp32 all-reduce. Nobody but the owner
 //      holds a module's outer state.
-// Every process keeps the global parameters (any worker may draw any path next), checked identical by hash after
-// every round. Inner AdamW state is per path (RUN_DIR/inner/, so it follows the path from worker to worker: the
-// workers must share RUN_DIR). Per-path early stopping keeps each path's parameters from its best round on a
-// held-out slice of its shard (RUN_DIR/best/). A run resumes after its last complete round (--resume; what a round
-// leaves on disk: resume.h); --stop-after-step S stops after the round that reaches step S.
+// What a worker holds of the modules and how the round's sums reach the owners: held_modules.h (the owners' ring, or
+// path-local workers: dipaco.path_local). Inner AdamW state is per path and follows the path from worker to worker;
+// per-path early stopping keeps each path's parameters from its best round on a held-out slice of its shard
+// (path_state.h: the shared RUN_DIR, or the run's store for path-local workers, which need no shared directory).
+// A run resumes after its last complete round (--resume; what a round leaves on disk: resume.h); --stop-after-step S
+// stops after the round that reaches step S.
 #pragma once
 
 #include "tributary/runtime/trainer.h"

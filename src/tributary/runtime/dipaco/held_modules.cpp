@@ -1,0 +1,126 @@
+#include "tributary/runtime/dipaco/held_modules.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tributary/core/error.h"
+#include "tributary/core/hash.h"
+#include "tributary/optim/module_owners.h"
+#include "tributary/optim/module_ring.h"
+#include "tributary/runtime/wan.h"
+
+namespace tributary {
+
+HeldModules::HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial)
+    : config_(config), grid_(grid), rank_(rank), world_(world), module_ids_(grid.modules()), members_(size_t(world)),
+      global_(std::move(initial)) {
+  std::iota(members_.begin(), members_.end(), 0);
+  for (const auto& [id, tensors] : global_)
+    for (const auto& [name, t] : tensors) {
+      layout_[id].push_back(name);
+      numel_[id] += t.numel();
+    }
+}
+
+int HeldModules::owner_of(size_t module) const {
+  const int first = static_cast<int>(module % size_t(world_));
+  if (std::find(members_.begin(), members_.end(), first) != members_.end()) return first;
+  return members_[module % members_.size()];
+}
+
+int HeldModules::group_rank_of(int worker) const {
+  return static_cast<int>(std::find(members_.begin(), members_.end(), worker) - members_.begin());
+}
+
+void HeldModules::own(int64_t round) {
+  for (size_t i = 0; i < module_ids_.size(); ++i) {
+    const std::string& id = module_ids_[i];
+    if (owner_of(i) != rank_ || outer_.count(id)) continue;
+    // Path-local: a dead owner's module as it published it for this round.
+    if (!global_.count(id)) global_[id] = depot_->fetch(round, id, layout_.at(id), 0, 0);
+    outer_[id] = std::make_unique<OuterOptimizer>(global_.at(id),
+                                                  OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
+  }
+}
+
+void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round) {
+  codec_ = comm::make_codec(config_.dist.compression, static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
+  depot_ = std::make_unique<ModuleDepot>(store, config_.dipaco.fetch_codec, fetch_timeout);
+  depot_->set_link(link());
+  publish_owned(round);
+  for (auto it = global_.begin(); it != global_.end();) it = outer_.count(it->first) ? std::next(it) : global_.erase(it);
+}
+
+void HeldModules::set_members(std::vector<int> members, int64_t round) {
+  members_ = std::move(members);
+  if (depot_) depot_->set_link(link());
+  own(round);
+}
+
+std::optional<comm::LinkModel> HeldModules::link() const {
+  auto all = wan_link_model_or_none(config_.dist.wan, world_);
+  if (all && members_.size() != size_t(world_)) return all->subset(members_);
+  return all;
+}
+
+ModuleSet HeldModules::path_view(int64_t p, int64_t round) {
+  ModuleSet view;
+  for (const auto& id : grid_.modules_of_path(p)) {
+    if (global_.count(id)) {
+      view[id] = global_.at(id);
+      continue;
+    }
+    const size_t i = size_t(std::find(module_ids_.begin(), module_ids_.end(), id) - module_ids_.begin());
+    view[id] = depot_->fetch(round, id, layout_.at(id), group_rank_of(owner_of(i)), group_rank_of(rank_));
+  }
+  return view;
+}
+
+ModuleSet HeldModules::all(int64_t round) {
+  ModuleSet all = global_;
+  for (const auto& id : module_ids_)
+    if (!all.count(id)) all[id] = depot_->fetch(round, id, layout_.at(id), 0, 0);
+  return all;
+}
+
+int64_t HeldModules::numel(const std::vector<std::string>& ids) const {
+  int64_t n = 0;
+  for (const auto& id : ids) n += numel_.at(id);
+  return n;
+}
+
+void HeldModules::check_identical(comm::Group& group, const std::string& when) const {
+  Hasher h;
+  for (const auto& [id, tensors] : global_) hash_tensors(h, tensors);
+  auto all = group.all_gather(torch::tensor({static_cast<int64_t>(h.digest())}, torch::kInt64));
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r].item<int64_t>() != all[0].item<int64_t>())
+      fail("DiPaCo workers hold different global modules {} (worker {} vs {}); this is a bug or a corrupted exchange",
+           when, members_[r], members_[0]);
+}
+
+void HeldModules::publish_owned(int64_t round) {
+  for (auto& [id, opt] : outer_) global_[id] = depot_->publish(round, id, opt->global());
+}
+
+std::pair<double, double> HeldModules::reduce(int64_t round, const std::map<std::string, ModuleAccumulator>& accumulated,
+                                              comm::Group& group, comm::Exchange& exchange) {
+  std::vector<int> owner;
+  for (size_t i = 0; i < module_ids_.size(); ++i) owner.push_back(group_rank_of(owner_of(i)));
+  if (!depot_) {
+    ModuleRing ring{module_ids_, global_, accumulated, outer_, std::move(owner), config_.dipaco.norm_rescale};
+    reduce_and_step(ring, group, exchange);
+    auto stats = exchange.take_stats();
+    modelled_s_ = stats.modelled_s;
+    return {stats.bytes_sent, stats.bytes_recv};
+  }
+  auto bytes = reduce_to_owners({module_ids_, accumulated, outer_, std::move(owner), config_.dipaco.norm_rescale,
+                                 *codec_},
+                                group);
+  // Everyone has sent and received: nobody fetches this round's values any more.
+  for (const auto& [id, opt] : outer_) depot_->forget(round, id);
+  publish_owned(round + 1);
+  return {bytes.sent + bytes.control, bytes.recv};
+}
+
+}  // namespace tributary

@@ -1,0 +1,42 @@
+// Where a DiPaCo path's state lives between its tasks (a path moves from worker to worker, round after round):
+//   inner AdamW state   RUN_DIR/inner/path-{p}.round-{r}.safetensors   (the state after round r)
+//   early stopping      RUN_DIR/best/path-{p}.safetensors + .json      (parameters and held-out loss of its best round)
+// With files only (the owners' ring, the default) the workers must share RUN_DIR. With a depot (dipaco.path_local)
+// the state travels through the run's store and each worker also writes the files into its own RUN_DIR: a fresh store
+// (--resume) falls back to them, and the leader gathers every path's best copy before the early-stopped evaluation.
+// Inner state is kept per (path, round): a task re-run after its worker died starts from the previous round's state
+// even if the dead worker had already saved this round's.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "tributary/core/fs.h"
+#include "tributary/core/safetensors.h"
+
+namespace tributary {
+
+class ModuleDepot;
+
+class PathState {
+ public:
+  PathState(fs::path run_dir, ModuleDepot* depot);  // depot: null = files in the shared run directory
+
+  // Path p's AdamW state after round `round`, or nothing (no such round yet).
+  std::optional<safetensors::File> inner(int64_t path, int64_t round);
+  void save_inner(int64_t path, int64_t round, const std::string& bytes);  // forgets round - 2
+  // The lowest held-out loss path p reached so far (+inf before its first task).
+  double best_holdout(int64_t path);
+  void save_best(int64_t path, int64_t round, double holdout, const std::string& params);
+  // The leader: every path's best copy into its own RUN_DIR/best (a no-op without a depot).
+  void gather_best(int64_t num_paths);
+
+ private:
+  fs::path inner_file(int64_t path, int64_t round) const;
+  fs::path best_json(int64_t path) const;
+
+  fs::path run_dir_;
+  ModuleDepot* depot_;
+};
+
+}  // namespace tributary

@@ -1,0 +1,56 @@
+// The DiPaCo integration tests' fixture: a dense feature model and 2x2 routes built once per test process (CTest runs
+// each test as its own process, possibly in parallel), and the command line of a small DiPaCo run.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <string>
+
+#include "tributary/core/fs.h"
+#include "tributary/data/dataset.h"
+#include "tributary/routing/units.h"
+#include "shell.h"
+
+namespace dipaco_test {
+
+inline tributary::fs::path work() { return tributary::fs::temp_directory_path() / ("trib_dipaco_" + std::to_string(::getpid())); }
+inline tributary::fs::path data() {
+  return tributary::test_support::test_data_dir((tributary::fs::temp_directory_path() / "trib_integration" / "data").string());
+}
+inline std::pair<int, std::string> sh(const std::string& cmd) { return tributary::test_support::run_shell(cmd); }
+inline const std::string cli = TRIBUTARY_CLI;
+
+inline std::string model_flags() {
+  return " --set model.num_layers=2 --set model.num_levels=2 --set model.width=64 --set model.context=64"
+         " --set train.threads=1 --set optim.warmup_steps=2 --set train.batch_size=8 --set data.dir=" +
+         data().string();
+}
+
+// `train` arguments of a 2x2 DiPaCo run of 2 rounds x 10 inner steps into work()/run.
+inline std::string dipaco(const std::string& run, const std::string& routes, const std::string& extra) {
+  return " train --overwrite" + model_flags() + " --set train.steps=20 --set dist.inner_steps=10" +
+         " --set dipaco.modules=2x2 --set dipaco.routes=" + (work() / routes).string() +
+         " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
+         " --set dipaco.heartbeat_timeout_s=5 --set train.run_dir=" + (work() / run).string() + " " + extra;
+}
+
+class Dipaco : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tributary::fs::create_directories(work());
+    if (!tributary::fs::exists(data() / "dataset.json"))
+      tributary::build_dataset(tributary::build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(),
+                               {.val_permille = 50});
+    auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
+                        " --set train.run_dir=" + (work() / "dense").string());
+    ASSERT_EQ(rc, 0) << out;
+    auto [rc2, out2] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
+                          " --modules 2x2 --method product --overwrite --out " + (work() / "routes").string());
+    ASSERT_EQ(rc2, 0) << out2;
+  }
+  static void TearDownTestSuite() { tributary::fs::remove_all(work()); }
+};
+
+}  // namespace dipaco_test

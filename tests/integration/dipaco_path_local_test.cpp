@@ -1,0 +1,111 @@
+// Path-local DiPaCo workers (dipaco.path_local, issue 16) with real processes: a worker holds and ships only its paths'
+// modules (pseudo-gradients point to point to each module's owner, modules fetched through the run's store) and
+// trains what the owners' ring trains; the workers need no shared run directory.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <fmt/format.h>
+
+#include <set>
+#include <sstream>
+
+#include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/launcher.h"
+#include "dipaco_fixture.h"
+
+using namespace tributary;
+using namespace dipaco_test;
+
+namespace {
+
+// Every module's tensors agree within `atol` (measured: 2.4e-7 at most; the sums are grouped by worker and by owner differently: fp32 rounding).
+void expect_same_modules(const DipacoRun& a, const DipacoRun& b, double atol) {
+  for (const auto& id : a.grid.modules()) {
+    const auto& x = a.modules.at(id);
+    const auto& y = b.modules.at(id);
+    ASSERT_EQ(x.size(), y.size()) << id;
+    for (size_t k = 0; k < x.size(); ++k)
+      EXPECT_LE((x[k].second - y[k].second).abs().max().item<double>(), atol) << id << " " << x[k].first;
+  }
+}
+
+std::vector<nlohmann::json> lines_of(const fs::path& file) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(file));
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
+  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("ring", "routes", ""));
+  ASSERT_EQ(rc, 0) << out;
+  auto [rc2, out2] =
+      sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("local", "routes", "--set dipaco.path_local=true"));
+  ASSERT_EQ(rc2, 0) << out2;
+  const auto ring = load_dipaco_run(work() / "ring"), local = load_dipaco_run(work() / "local");
+  EXPECT_EQ(local.round, 2);
+  expect_same_modules(ring, local, 2e-6);
+
+  // What each worker sent to the owners in each round, to the byte: the pseudo-gradient sums (fp32) and weights of the
+  // modules its paths touched that another worker owns (module i is owned by worker i mod 2), plus one byte per
+  // module for the touched-module mask.
+  const auto ids = local.grid.modules();
+  std::map<std::string, int64_t> numel;
+  for (const auto& [id, tensors] : local.modules)
+    for (const auto& [name, t] : tensors) numel[id] += t.numel();
+  double ring_sent = 0, local_up = 0;
+  for (int w : {0, 1}) {
+    const std::string file = w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl";
+    std::map<int, std::set<std::string>> touched;  // by round (1-based)
+    std::map<int, double> up;
+    for (const auto& j : lines_of(work() / "local" / file)) {
+      if (j.contains("path"))
+        for (const auto& m : local.grid.modules_of_path(j["path"].get<int64_t>()))
+          touched[j["round"].get<int>() + 1].insert(m);
+      if (j.contains("outer_step")) up[j["round"].get<int>()] = j["bytes_up"].get<double>();
+    }
+    ASSERT_EQ(up.size(), 2u) << file;
+    for (const auto& [round, bytes] : up) {
+      double expected = double(ids.size());
+      for (const auto& m : touched[round]) {
+        const size_t i = size_t(std::find(ids.begin(), ids.end(), m) - ids.begin());
+        if (int(i % 2) != w) expected += 4.0 * double(numel[m]) + 16;
+      }
+      EXPECT_EQ(bytes, expected) << "worker " << w << ", round " << round;
+      local_up += bytes;
+    }
+    for (const auto& j : lines_of(work() / "ring" / file))
+      if (j.contains("outer_step")) ring_sent += j["bytes_sent"].get<double>();
+  }
+  // The ring ships every module through every worker; a path-local worker only its paths' modules, once.
+  EXPECT_LT(local_up, 0.75 * ring_sent) << local_up << " vs " << ring_sent;
+}
+
+TEST_F(Dipaco, PathLocalWorkersNeedNoSharedRunDirectory) {
+  // Two "machines" (one launch each, one worker each), each with its own run directory: inner AdamW state,
+  // early-stopping copies and modules move through the run's store. The leader's directory ends with the whole run.
+  const int port = free_tcp_port();
+  auto node = [&](int n) {
+    return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --{}", cli, n, port,
+                       dipaco(fmt::format("node{}", n), "routes", "--set dipaco.path_local=true"));
+  };
+  auto [rc, out] = sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+  ASSERT_EQ(rc, 0) << out;
+  auto [rc2, out2] =
+      sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("shared", "routes", "--set dipaco.path_local=true"));
+  ASSERT_EQ(rc2, 0) << out2;
+  const auto apart = load_dipaco_run(work() / "node0"), shared = load_dipaco_run(work() / "shared");
+  expect_same_modules(shared, apart, 2e-6);
+  EXPECT_FALSE(fs::exists(work() / "node1" / "modules")) << "only the leader writes the module files";
+  EXPECT_TRUE(fs::exists(work() / "node1" / "metrics-rank1.jsonl"));
+  for (int64_t p = 0; p < apart.grid.num_paths(); ++p)
+    EXPECT_TRUE(fs::exists(best_path_file(work() / "node0", p))) << "path " << p << "'s early-stopping copy";
+  auto summary = [](const std::string& run) { return nlohmann::json::parse(read_file(work() / run / "summary.json")); };
+  EXPECT_NEAR(summary("node0")["val_loss"].get<double>(), summary("shared")["val_loss"].get<double>(), 1e-4);
+  EXPECT_NEAR(summary("node0")["val_loss_early_stopped"].get<double>(),
+              summary("shared")["val_loss_early_stopped"].get<double>(), 1e-4);
+}
