@@ -20,7 +20,8 @@ using namespace dipaco_test;
 
 namespace {
 
-// Every module's tensors agree within `atol` (measured: 2.4e-7 at most; the sums are grouped by worker and by owner differently: fp32 rounding).
+// Every module's tensors agree within `atol` (measured: 2.4e-7 at most; the sums are grouped by worker and by owner
+// differently: fp32 rounding).
 void expect_same_modules(const DipacoRun& a, const DipacoRun& b, double atol) {
   for (const auto& id : a.grid.modules()) {
     const auto& x = a.modules.at(id);

@@ -48,7 +48,8 @@ void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseco
   depot_ = std::make_unique<ModuleDepot>(store, config_.dipaco.fetch_codec, fetch_timeout);
   depot_->set_link(link());
   publish_owned(round);
-  for (auto it = global_.begin(); it != global_.end();) it = outer_.count(it->first) ? std::next(it) : global_.erase(it);
+  for (auto it = global_.begin(); it != global_.end();)  // from here on, only what this worker owns
+    it = outer_.count(it->first) ? std::next(it) : global_.erase(it);
 }
 
 void HeldModules::set_members(std::vector<int> members, int64_t round) {
@@ -103,7 +104,8 @@ void HeldModules::publish_owned(int64_t round) {
   for (auto& [id, opt] : outer_) global_[id] = depot_->publish(round, id, opt->global());
 }
 
-std::pair<double, double> HeldModules::reduce(int64_t round, const std::map<std::string, ModuleAccumulator>& accumulated,
+std::pair<double, double> HeldModules::reduce(int64_t round,
+                                              const std::map<std::string, ModuleAccumulator>& accumulated,
                                               comm::Group& group, comm::Exchange& exchange) {
   std::vector<int> owner;
   for (size_t i = 0; i < module_ids_.size(); ++i) owner.push_back(group_rank_of(owner_of(i)));

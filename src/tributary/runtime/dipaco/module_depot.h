@@ -1,8 +1,8 @@
 // Where path-local DiPaCo workers (dipaco.path_local) get what they do not hold: the run's store (comm::Store, the
 // TCPStore that `tributary launch` hosts), not a shared filesystem and not every worker's memory.
 //   modules      after each round every owner publishes its modules' new values, encoded with dipaco.fetch_codec
-//                (fp32 exact; fp16/bf16 halve the download); a worker fetches the modules of the path it claims, trains,
-//                and drops them. The owner trains from the same decoded values as everyone (its master copy stays
+//                (fp32 exact; fp16/bf16 halve the download); a worker fetches the modules of the path it claims,
+//                trains, and drops them. The owner trains from the same decoded values as everyone (its master copy stays
 //                exact), so every worker starts a path from identical parameters.
 //   path state   a path's inner AdamW state and its early-stopping copy follow the path from worker to worker.
 // A module's bytes go owner -> store host -> worker: the store host is a hub whose link carries every download (the
