@@ -46,22 +46,35 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
                           const std::vector<int64_t>& round_tasks, bool requeue) {
   set(fmt::format("r{}/g{}/idle/{}", round, gen, worker_), "1");
   const std::string verdict_key = fmt::format("r{}/g{}/verdict", round, gen);
-  Verdict v;
-  if (worker_ == members.front()) {
-    v = decide(round, gen, members, round_tasks, requeue);
-    nlohmann::json j = {{"again", v.again}, {"tasks", v.tasks}, {"members", v.members}, {"dropped", v.dropped}};
-    set(verdict_key, j.dump());
-  } else {
-    while (!has(verdict_key)) std::this_thread::sleep_for(kPoll);
-    auto j = nlohmann::json::parse(get(verdict_key));
-    v.again = j.at("again").get<bool>();
-    v.tasks = j.at("tasks").get<std::vector<int64_t>>();
-    v.members = j.at("members").get<std::vector<int>>();
-    v.dropped = j.at("dropped").get<std::vector<int64_t>>();
-    if (std::find(v.members.begin(), v.members.end(), worker_) == v.members.end())
-      fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dipaco.heartbeat_timeout_s "
-           "= {} s); raise the timeout if workers stall that long", worker_, round, dead_after_s_);
+  // The decider is the first member still alive: when the leader dies while the others wait for its verdict, the
+  // next one decides (its liveness read says so after dipaco.heartbeat_timeout_s). The first verdict written wins,
+  // so a leader taken for dead that still decides cannot split the workers.
+  comm::Liveness liveness(store_, kPrefix, worker_, dead_after_s_);
+  while (!has(verdict_key)) {
+    int decider = worker_;
+    for (int w : members)
+      if (w == worker_ || !liveness.dead(w)) {
+        decider = w;
+        break;
+      }
+    if (decider == worker_) {
+      Verdict mine = decide(round, gen, members, round_tasks, requeue);
+      nlohmann::json j = {{"again", mine.again}, {"tasks", mine.tasks}, {"members", mine.members},
+                          {"dropped", mine.dropped}};
+      store_.set_once(kPrefix + verdict_key, j.dump());
+      break;
+    }
+    std::this_thread::sleep_for(kPoll);
   }
+  auto j = nlohmann::json::parse(get(verdict_key));
+  Verdict v;
+  v.again = j.at("again").get<bool>();
+  v.tasks = j.at("tasks").get<std::vector<int64_t>>();
+  v.members = j.at("members").get<std::vector<int>>();
+  v.dropped = j.at("dropped").get<std::vector<int64_t>>();
+  if (std::find(v.members.begin(), v.members.end(), worker_) == v.members.end())
+    fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dipaco.heartbeat_timeout_s "
+         "= {} s); raise the timeout if workers stall that long", worker_, round, dead_after_s_);
   return v;
 }
 

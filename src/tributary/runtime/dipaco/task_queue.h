@@ -6,7 +6,8 @@
 // settles the round: a member whose heartbeat has not moved for `dead_after` seconds is dead, and every task it
 // claimed or finished this round is lost (its pseudo-gradients lived in its memory). Lost tasks are re-queued as a
 // new generation of the round (requeue) or dropped (skip); the verdict names the surviving members. Waiting has no
-// deadline of its own as long as the leader sees heartbeats: a slow worker is waited for, a dead one is not.
+// deadline of its own as long as the leader sees heartbeats: a slow worker is waited for, a dead one is not. A dead
+// leader is no exception: the members waiting for its verdict see its heartbeat stop and the next live member decides.
 //
 // Keys (under the store's "dipaco/" prefix): hb/{worker}, r{R}/g{G}/next, r{R}/claim/{path}, r{R}/done/{path},
 // r{R}/g{G}/idle/{worker}, r{R}/g{G}/verdict.

@@ -58,7 +58,7 @@ class Worker {
   RunConfig config_;
   DistEnv env_;
   torch::Device device_;
-  bool lead_;
+  bool lead_;  // the lowest live worker: writes the module files, metrics.jsonl (rank 0) and the summary
   PathGrid grid_;
   std::vector<std::string> module_ids_;
   int64_t rounds_;
@@ -238,6 +238,9 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
                  held_->path_local() ? held_->link() : std::nullopt);
   exchange_options_.link = held_->link();
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
+  if (!lead_ && members_.front() == env_.rank)
+    log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
+  lead_ = members_.front() == env_.rank;  // the lowest live worker writes the run's files
   if (lead_) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
 }
 
