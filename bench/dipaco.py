@@ -8,7 +8,7 @@ Pipeline (all on the built-in corpus, every model evaluated on the validation un
      steps, and a dense model with as many parameters as the whole DiPaCo trained from scratch for PRE + STEPS.
 
 Usage: /usr/bin/python3 bench/dipaco.py --build build [--grid 2x2] [--steps 300] [--pre 200] [--nproc 2]
-       [--only dense,kmeans,product,discriminative]"""
+       [--only dense,kmeans,product,discriminative] [--path-local]"""
 import argparse
 import json
 import math
@@ -45,6 +45,8 @@ def main():
     ap.add_argument("--only", default="dense,kmeans,product,discriminative")
     ap.add_argument("--rescale", default=None, help="dipaco.norm_rescale (default: the config's)")
     ap.add_argument("--tag", default="", help="suffix of the DiPaCo run directories")
+    ap.add_argument("--path-local", action="store_true", help="dipaco.path_local = true (issue 16)")
+    ap.add_argument("--set", action="append", default=[], help="more KEY=VALUE overrides of the DiPaCo runs")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     cli = os.path.join(os.path.abspath(a.build), "tributary")
@@ -68,6 +70,9 @@ def main():
                f"--set=dist.inner_steps={a.tau}"]
         if a.rescale:
             cmd.append(f"--set=dipaco.norm_rescale={a.rescale}")
+        if a.path_local:
+            cmd.append("--set=dipaco.path_local=true")
+        cmd += [f"--set={kv}" for kv in a.set]
         _, secs = sh(cmd)
         s = json.load(open(os.path.join(run_dir, "summary.json")))
         report = json.load(open(os.path.join(routes, "report.json")))

@@ -98,6 +98,10 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dipaco.path_local", dipaco.path_local,
         "DiPaCo: workers hold and ship only their paths' modules (through owners and the store)");
   s.add("dipaco.fetch_codec", dipaco.fetch_codec, "DiPaCo path_local: module values fetched as", {"fp32", "fp16", "bf16"});
+  s.add("dipaco.inner_state", dipaco.inner_state,
+        "DiPaCo: a path's AdamW state follows it between tasks, or every task starts afresh", {"travel", "reset"});
+  s.add("dipaco.eval_every_rounds", dipaco.eval_every_rounds,
+        "DiPaCo: routed validation every this many rounds (into the metrics); 0 = only at the end", 0);
 }
 
 void bind_local(ConfigSchema& s, LocalConfig& local) {

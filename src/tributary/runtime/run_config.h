@@ -107,6 +107,10 @@ struct DipacoConfig {
   // run's store; path state travels through the store (no shared run directory). false: the owners' ring.
   bool path_local = false;
   std::string fetch_codec = "fp32";  // path_local: module values fetched as fp32 | fp16 | bf16
+  // A path's inner AdamW state between its tasks: travel (kept per path; it moves with the path: 2x the path's
+  // parameters each way per task) | reset (every task starts AdamW afresh: no state moves).
+  std::string inner_state = "travel";
+  int64_t eval_every_rounds = 0;  // the leader's routed validation every this many rounds (metrics); 0 = at the end
 };
 
 // Local parallelism (Laskin, Metz et al., arXiv 2012.03837; parallel/local/): the blocks cut into `chunks` chunks of

@@ -79,6 +79,7 @@ class Worker {
   std::map<std::string, ModuleAccumulator> accs_;                 // this round's contributions, by module
   int64_t inner_steps_done_ = 0;
   double compute_s_ = 0;
+  double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
   Clock::time_point start_ = Clock::now();
   DipacoSummary summary_;
 };
@@ -173,7 +174,9 @@ void Worker::train_task(int64_t p, int64_t round) {
   NamedTensors params = named_parameters_of(model);
   AdamW optimizer(params, {.beta1 = config_.optim.beta1, .beta2 = config_.optim.beta2, .eps = config_.optim.eps,
                            .weight_decay = config_.optim.weight_decay});
-  if (auto f = state_->inner(p, round - 1)) optimizer.load_state(*f, std::stoll(f->metadata().at("steps")));
+  const bool keep_state = config_.dipaco.inner_state == "travel";
+  if (keep_state)
+    if (auto f = state_->inner(p, round - 1)) optimizer.load_state(*f, std::stoll(f->metadata().at("steps")));
   BatchLoader loader(data_[p].train,
                      {.batch_size = tc.batch_size, .context = T, .seed = static_cast<uint64_t>(tc.seed + p),
                       .stride = T + 1},
@@ -214,8 +217,9 @@ void Worker::train_task(int64_t p, int64_t round) {
     holdout = evaluate_units(model, data_[p].holdout, kRoutingPrefix, device_).mean();
     if (holdout < state_->best_holdout(p)) state_->save_best(p, round, holdout, tensors_to_safetensors(params));
   }
-  state_->save_inner(p, round,
-                     tensors_to_safetensors(optimizer.state(), {{"steps", std::to_string(optimizer.num_steps())}}));
+  if (keep_state)
+    state_->save_inner(p, round,
+                       tensors_to_safetensors(optimizer.state(), {{"steps", std::to_string(optimizer.num_steps())}}));
   const double dt = seconds_since(task_start);
   compute_s_ += dt;
   // step/tokens count one path's inner steps (every path takes the same number), so `tributary plot` works.
@@ -296,6 +300,19 @@ void Worker::run_round(int64_t round) {
     // Path-local, the leader fetches every module to write the run's files (the checkpoint's cost, not counted above).
     save_modules(run_dir_, config_, grid_, held_->all(round + 1), round + 1);
     held_->take_depot_bytes();
+    const int64_t every = config_.dipaco.eval_every_rounds;
+    if (every > 0 && (round + 1) % every == 0 && round + 1 < rounds_) {  // the last round: finish() evaluates
+      const auto eval_start = Clock::now();
+      const auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
+      eval_s_ += seconds_since(eval_start);
+      // elapsed_s includes every evaluation so far (eval_s): the others wait for the leader at the next settle.
+      metrics_->write(nlohmann::json{{"round", round + 1}, {"step", (round + 1) * config_.dist.inner_steps},
+                                     {"val_loss", routed.loss}, {"val_ppl", std::exp(routed.loss)}, {"eval_s", eval_s_},
+                                     {"elapsed_s", seconds_since(start_)}}
+                          .dump());
+      log::info("round {:>3}/{} | routed val loss {:.4f} (ppl {:.3f})", round + 1, rounds_, routed.loss,
+                std::exp(routed.loss));
+    }
     log::info("round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1,
               rounds_, tasks_here, sent / 1e6, comm_s, seconds_since(round_start),
               verdict.dropped.empty() ? std::string()
