@@ -12,6 +12,7 @@
 #include "tributary/data/dataset.h"
 #include "tributary/routing/units.h"
 #include "shell.h"
+#include "test_corpus.h"
 
 namespace dipaco_test {
 
@@ -40,9 +41,7 @@ class Dipaco : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     tributary::fs::create_directories(work());
-    if (!tributary::fs::exists(data() / "dataset.json"))
-      tributary::build_dataset(tributary::build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(),
-                               {.val_permille = 50});
+    tributary::test_support::ensure_test_corpus(data());
     auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
                         " --set train.run_dir=" + (work() / "dense").string());
     ASSERT_EQ(rc, 0) << out;

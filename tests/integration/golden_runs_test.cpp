@@ -31,6 +31,7 @@
 #include "tributary/data/dataset.h"
 #include "tributary/data/corpus.h"
 #include "shell.h"
+#include "test_corpus.h"
 
 using namespace tributary;
 using nlohmann::json;
@@ -197,8 +198,7 @@ class GoldenRuns : public ::testing::Test {
  protected:
   void SetUp() override {
     fs::create_directories(work());
-    if (!fs::exists(data() / "dataset.json"))
-      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(), {.val_permille = 50});
+    test_support::ensure_test_corpus(data());
   }
   void TearDown() override { fs::remove_all(work()); }
 };

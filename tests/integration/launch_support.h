@@ -14,6 +14,7 @@
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
 #include "shell.h"
+#include "test_corpus.h"
 
 namespace tributary::test_support {
 
@@ -38,9 +39,7 @@ class Distributed : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     tributary::fs::create_directories(work());
-    if (!tributary::fs::exists(data() / "dataset.json"))
-      tributary::build_dataset(tributary::build_default_corpus({.max_bytes_per_domain = 300 << 10}), data(),
-                               {.val_permille = 50});
+    tributary::test_support::ensure_test_corpus(data());
   }
 };
 

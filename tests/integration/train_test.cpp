@@ -17,6 +17,7 @@
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/trainer.h"
 #include "shell.h"
+#include "test_corpus.h"
 
 using namespace tributary;
 
@@ -34,8 +35,7 @@ class Training : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     fs::create_directories(work_dir());
-    if (!fs::exists(data_dir() / "dataset.json"))
-      build_dataset(build_default_corpus({.max_bytes_per_domain = 300 << 10}), data_dir(), {.val_permille = 50});
+    test_support::ensure_test_corpus(data_dir());
   }
 
   static RunConfig tiny(const std::string& run, std::vector<std::string> extra = {}) {
