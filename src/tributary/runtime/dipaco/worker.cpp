@@ -112,8 +112,10 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   std::optional<DipacoRun> resumed =
       open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
   if (resumed) start_round_ = resumed->round;
-  // The leader clears what an earlier run left before the rendezvous, which nobody passes before the leader arrives.
-  if (lead_ && !resumed) {
+  // Every worker clears what an earlier run left in its run directory (path-local workers may each have their own:
+  // a stale inner state there would be read when the store lacks a path's, e.g. after a skipped task) before the
+  // rendezvous, which nobody passes before everyone arrived.
+  if (!resumed) {
     fs::remove_all(run_dir_ / "inner");
     fs::remove_all(run_dir_ / "best");
     fs::remove(run_dir_ / "dipaco.json");
