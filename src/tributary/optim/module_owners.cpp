@@ -17,102 +17,120 @@ int64_t numel_of(const NamedTensors& tensors) {
 struct Message {
   std::vector<size_t> modules;
   int64_t numel = 0;
-  torch::Tensor wire;  // encoded sums, concatenated
-  torch::Tensor meta;  // fp64 [weight, paths] per module
+  torch::Tensor wire;    // encoded sums, concatenated
+  torch::Tensor meta;    // fp64 [weight, paths] per module
+  torch::Tensor values;  // the receiver's decoded sums
 };
 
-}  // namespace
-
-OwnerReduceBytes reduce_to_owners(const OwnerReduce& r, comm::Group& group) {
+// touched[w][i]: worker w's paths went through module i this round (one byte per module from every worker).
+std::vector<std::vector<bool>> who_touched(const OwnerReduce& r, comm::Group& group) {
   const size_t M = r.module_ids.size();
-  const int n = group.size(), me = group.rank();
-  OwnerReduceBytes bytes;
-  // Who touched what: one byte per module from every worker.
   auto mask = torch::zeros({static_cast<int64_t>(M)}, torch::kUInt8);
   for (size_t i = 0; i < M; ++i) {
     auto it = r.accumulated.find(r.module_ids[i]);
     if (it != r.accumulated.end() && it->second.paths > 0) mask[int64_t(i)] = 1;
   }
-  bytes.control = double(M);
-  const std::vector<torch::Tensor> touched = n == 1 ? std::vector<torch::Tensor>{mask} : group.all_gather(mask);
-  auto touched_by = [&](int w, size_t i) { return touched[size_t(w)][int64_t(i)].item<uint8_t>() != 0; };
+  const std::vector<torch::Tensor> all = group.size() == 1 ? std::vector<torch::Tensor>{mask} : group.all_gather(mask);
+  std::vector<std::vector<bool>> touched;
+  for (const auto& t : all) {
+    auto bytes = t.contiguous();
+    touched.emplace_back(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + M);
+  }
+  return touched;
+}
 
-  // Messages: sends[o] from this worker to owner o; recvs[w] from worker w to this owner.
-  std::vector<Message> sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n));
+// Encodes this worker's sums of m.modules and starts sending them to owner `o`; returns the bytes.
+double post_send(const OwnerReduce& r, comm::Group& group, int o, Message& m,
+                 std::vector<comm::PendingCollective>& pending) {
+  std::vector<torch::Tensor> parts;
+  m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
+  for (size_t k = 0; k < m.modules.size(); ++k) {
+    const auto& acc = r.accumulated.at(r.module_ids[m.modules[k]]);
+    for (const auto& s : acc.sum) parts.push_back(s.reshape({-1}));
+    m.meta[int64_t(k)][0] = acc.weight;
+    m.meta[int64_t(k)][1] = double(acc.paths);
+  }
+  auto flat = torch::cat(parts).contiguous();
+  m.numel = flat.numel();
+  m.wire = torch::empty({static_cast<int64_t>(r.codec.encoded_bytes(m.numel))}, torch::kUInt8);
+  r.codec.encode(flat, m.wire.data_ptr<uint8_t>());
+  const std::string what = fmt::format("DiPaCo pseudo-gradients of {} module(s) to their owner", m.modules.size());
+  const int me = group.rank();
+  pending.push_back(group.send(m.wire, o, 2 * me, what));
+  pending.push_back(group.send(m.meta, o, 2 * me + 1, what + " (weights)"));
+  return double(m.wire.numel()) + double(m.meta.numel() * 8);
+}
+
+// Starts receiving worker w's sums of this owner's modules m.modules; returns the bytes.
+double post_recv(const OwnerReduce& r, comm::Group& group, int w, Message& m,
+                 std::vector<comm::PendingCollective>& pending) {
+  for (size_t i : m.modules) m.numel += numel_of(r.owned.at(r.module_ids[i])->global());
+  m.wire = torch::empty({static_cast<int64_t>(r.codec.encoded_bytes(m.numel))}, torch::kUInt8);
+  m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
+  const std::string what = fmt::format("DiPaCo pseudo-gradients of {} owned module(s)", m.modules.size());
+  pending.push_back(group.recv(m.wire, w, 2 * w, what));
+  pending.push_back(group.recv(m.meta, w, 2 * w + 1, what + " (weights)"));
+  return double(m.wire.numel()) + double(m.meta.numel() * 8);
+}
+
+// The owner's step of module i: the sums added in group-rank order (its own at its own rank), then Nesterov.
+// `offset`/`row`: how far each sender's message has been read (modules come in module order).
+void step_owned(const OwnerReduce& r, size_t i, int me, const std::vector<std::vector<bool>>& touched,
+                std::vector<Message>& recvs, std::vector<int64_t>& offset, std::vector<int64_t>& row) {
+  OuterOptimizer& opt = *r.owned.at(r.module_ids[i]);
+  std::vector<torch::Tensor> sum;
+  for (const auto& [name, t] : opt.global()) sum.push_back(torch::zeros_like(t));
+  double weight = 0;
+  int64_t paths = 0;
+  for (size_t w = 0; w < touched.size(); ++w) {
+    if (!touched[w][i]) continue;
+    if (int(w) == me) {
+      const auto& acc = r.accumulated.at(r.module_ids[i]);
+      for (size_t k = 0; k < sum.size(); ++k) sum[k].add_(acc.sum[k]);
+      weight += acc.weight;
+      paths += acc.paths;
+      continue;
+    }
+    for (auto& s : sum) {
+      s.add_(recvs[w].values.narrow(0, offset[w], s.numel()).view(s.sizes()));
+      offset[w] += s.numel();
+    }
+    const auto meta = recvs[w].meta[row[w]++];
+    weight += meta[0].item<double>();
+    paths += std::llround(meta[1].item<double>());
+  }
+  if (paths > 0) opt.apply(finalize(sum, weight, paths, r.norm_rescale));
+}
+
+}  // namespace
+
+OwnerReduceBytes reduce_to_owners(const OwnerReduce& r, comm::Group& group) {
+  const size_t M = r.module_ids.size();
+  const size_t n = static_cast<size_t>(group.size());
+  const int me = group.rank();
+  OwnerReduceBytes bytes;
+  bytes.control = double(M);
+  const auto touched = who_touched(r, group);
+  // sends[o]: from this worker to owner o; recvs[w]: from worker w to this owner.
+  std::vector<Message> sends(n), recvs(n);
   for (size_t i = 0; i < M; ++i) {
     const int o = r.owner[i];
-    if (o != me && touched_by(me, i)) sends[size_t(o)].modules.push_back(i);
+    if (o != me && touched[size_t(me)][i]) sends[size_t(o)].modules.push_back(i);
     if (o == me)
-      for (int w = 0; w < n; ++w)
-        if (w != me && touched_by(w, i)) recvs[size_t(w)].modules.push_back(i);
+      for (size_t w = 0; w < n; ++w)
+        if (int(w) != me && touched[w][i]) recvs[w].modules.push_back(i);
   }
   std::vector<comm::PendingCollective> pending;
-  for (int o = 0; o < n; ++o) {
-    Message& m = sends[size_t(o)];
-    if (m.modules.empty()) continue;
-    std::vector<torch::Tensor> parts;
-    m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
-    for (size_t k = 0; k < m.modules.size(); ++k) {
-      const auto& acc = r.accumulated.at(r.module_ids[m.modules[k]]);
-      for (const auto& s : acc.sum) parts.push_back(s.reshape({-1}));
-      m.meta[int64_t(k)][0] = acc.weight;
-      m.meta[int64_t(k)][1] = double(acc.paths);
-    }
-    auto flat = torch::cat(parts).contiguous();
-    m.numel = flat.numel();
-    m.wire = torch::empty({static_cast<int64_t>(r.codec.encoded_bytes(m.numel))}, torch::kUInt8);
-    r.codec.encode(flat, m.wire.data_ptr<uint8_t>());
-    const std::string what = fmt::format("DiPaCo pseudo-gradients of {} module(s) to their owner", m.modules.size());
-    pending.push_back(group.send(m.wire, o, 2 * me, what));
-    pending.push_back(group.send(m.meta, o, 2 * me + 1, what + " (weights)"));
-    bytes.sent += double(m.wire.numel()) + double(m.meta.numel() * 8);
-  }
-  for (int w = 0; w < n; ++w) {
-    Message& m = recvs[size_t(w)];
-    if (m.modules.empty()) continue;
-    for (size_t i : m.modules) m.numel += numel_of(r.owned.at(r.module_ids[i])->global());
-    m.wire = torch::empty({static_cast<int64_t>(r.codec.encoded_bytes(m.numel))}, torch::kUInt8);
-    m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
-    const std::string what = fmt::format("DiPaCo pseudo-gradients of {} owned module(s)", m.modules.size());
-    pending.push_back(group.recv(m.wire, w, 2 * w, what));
-    pending.push_back(group.recv(m.meta, w, 2 * w + 1, what + " (weights)"));
-    bytes.recv += double(m.wire.numel()) + double(m.meta.numel() * 8);
+  for (size_t w = 0; w < n; ++w) {
+    if (!sends[w].modules.empty()) bytes.sent += post_send(r, group, int(w), sends[w], pending);
+    if (!recvs[w].modules.empty()) bytes.recv += post_recv(r, group, int(w), recvs[w], pending);
   }
   for (auto& p : pending) p.wait();
-
-  // The owner's sums, added in group-rank order (its own contribution at its own rank), then its outer steps.
-  std::vector<std::vector<torch::Tensor>> decoded(static_cast<size_t>(n));
-  for (int w = 0; w < n; ++w)
-    if (!recvs[size_t(w)].modules.empty())
-      decoded[size_t(w)] = {r.codec.decode(recvs[size_t(w)].wire.data_ptr<uint8_t>(), recvs[size_t(w)].numel)};
-  std::vector<int64_t> offset(static_cast<size_t>(n), 0), row(static_cast<size_t>(n), 0);
-  for (size_t i = 0; i < M; ++i) {
-    if (r.owner[i] != me) continue;
-    OuterOptimizer& opt = *r.owned.at(r.module_ids[i]);
-    std::vector<torch::Tensor> sum;
-    for (const auto& [name, t] : opt.global()) sum.push_back(torch::zeros_like(t));
-    double weight = 0;
-    int64_t paths = 0;
-    for (int w = 0; w < n; ++w) {
-      if (!touched_by(w, i)) continue;
-      if (w == me) {
-        const auto& acc = r.accumulated.at(r.module_ids[i]);
-        for (size_t k = 0; k < sum.size(); ++k) sum[k].add_(acc.sum[k]);
-        weight += acc.weight;
-        paths += acc.paths;
-        continue;
-      }
-      const torch::Tensor& flat = decoded[size_t(w)][0];
-      for (auto& s : sum) {
-        s.add_(flat.narrow(0, offset[size_t(w)], s.numel()).view(s.sizes()));
-        offset[size_t(w)] += s.numel();
-      }
-      const auto meta = recvs[size_t(w)].meta[row[size_t(w)]++];
-      weight += meta[0].item<double>();
-      paths += std::llround(meta[1].item<double>());
-    }
-    if (paths > 0) opt.apply(finalize(sum, weight, paths, r.norm_rescale));
-  }
+  for (auto& m : recvs)
+    if (!m.modules.empty()) m.values = r.codec.decode(m.wire.data_ptr<uint8_t>(), m.numel);
+  std::vector<int64_t> offset(n, 0), row(n, 0);
+  for (size_t i = 0; i < M; ++i)
+    if (r.owner[i] == me) step_owned(r, i, me, touched, recvs, offset, row);
   return bytes;
 }
 
