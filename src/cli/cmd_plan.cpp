@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
+#include "tributary/runtime/plan_calibrate.h"
 #include "tributary/runtime/plan_workload.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/sched/genetic.h"
@@ -21,13 +22,26 @@ struct Plan {
   ScheduleResult result;
 };
 
-Plan plan_layout(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const GeneticOptions& o) {
+// The paper's communication model, plus (compute = true) each device's tasklet time from its `tflops`.
+CostModel make_model(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, bool compute) {
   CostModel model(cluster, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), d_dp, d_pp, w.sync_every);
+  if (compute) model.set_compute(tasklet_seconds(cluster, w, d_dp, d_pp), static_cast<int>(w.micro_batches));
+  return model;
+}
+
+Plan plan_layout(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const GeneticOptions& o,
+                 bool compute) {
+  const CostModel model = make_model(cluster, w, d_dp, d_pp, compute);
   return {d_dp, d_pp, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), schedule_genetic(model, o)};
 }
 
-void print_eval(const char* name, const Evaluation& e, double reference) {
-  std::printf("  %-26s total %8.3f s = DP %7.3f + 2 x PP %7.3f   (%.2fx the plan)\n", name, e.total, e.dp, e.pp,
+std::string terms(const Evaluation& e, bool compute) {
+  return compute ? fmt::format("DP {:.3f} + 2 x PP {:.3f} + compute {:.3f}", e.dp, e.pp, e.compute)
+                 : fmt::format("DP {:.3f} + 2 x PP {:.3f}", e.dp, e.pp);
+}
+
+void print_eval(const char* name, const Evaluation& e, double reference, bool compute) {
+  std::printf("  %-26s total %8.3f s = %s   (%.2fx the plan)\n", name, e.total, terms(e, compute).c_str(),
               e.total / reference);
 }
 
@@ -43,6 +57,8 @@ struct Args {
   std::string config;      // a training configuration to derive the workload from, instead of a workload file
   std::vector<std::string> overrides;
   bool workload_given = false;
+  bool compute = false;    // add each device's compute time (its `tflops`) to the paper's communication cost
+  bool calibrate = false;  // measure this machine's speed on --config's model; devices without `tflops` take it
 };
 
 // The given layout, or (--search-shape) every D_DP x D_PP that divides the devices and layers.
@@ -53,14 +69,14 @@ std::vector<Plan> make_plans(const Cluster& cluster, const Workload& w, int d_dp
       if (cluster.size() % pp != 0 || (w.num_layers > 0 && w.num_layers % pp != 0)) continue;
       int dp = cluster.size() / pp;
       if (dp > 64) continue;  // matching works on groups of at most 64
-      plans.push_back(plan_layout(cluster, w, dp, pp, a.ga));
+      plans.push_back(plan_layout(cluster, w, dp, pp, a.ga, a.compute));
       std::printf("layout %2d x %2d: cost %.3f s (%.2f s to plan)\n", dp, pp, plans.back().result.evaluation.total,
                   plans.back().result.seconds);
     }
     if (plans.empty()) fail("no D_DP x D_PP layout divides {} devices and {} layers", cluster.size(), w.num_layers);
   } else {
     check_layout(cluster, d_dp, d_pp);
-    plans.push_back(plan_layout(cluster, w, d_dp, d_pp, a.ga));
+    plans.push_back(plan_layout(cluster, w, d_dp, d_pp, a.ga, a.compute));
   }
   return plans;
 }
@@ -96,30 +112,56 @@ void print_beyond(const Cluster& cluster, const Workload& w, const Plan& best) {
 }
 
 // --price: the cost model's prediction for given placements (a plan's, Megatron's, any other), no search.
-void price_placements(const Cluster& cluster, const Workload& w, const std::vector<std::string>& files) {
+void price_placements(const Cluster& cluster, const Workload& w, const std::vector<std::string>& files, bool compute) {
   for (const auto& file : files) {
     const Placement placement = read_placement(file);
     if (placement.d_dp * placement.d_pp != cluster.size())
       fail("'{}' places {} x {} ranks but the cluster has {} devices: price it on the cluster it was planned for",
            file, placement.d_dp, placement.d_pp, cluster.size());
-    CostModel model(cluster, w.c_dp(placement.d_dp, placement.d_pp), w.c_pp(placement.d_dp, placement.d_pp),
-                    placement.d_dp, placement.d_pp, w.sync_every);
+    const CostModel model = make_model(cluster, w, placement.d_dp, placement.d_pp, compute);
     const Evaluation e = model.evaluate_pipelines(placement.pipelines);
-    std::printf("price %s: %.4f s per iteration = DP %.4f + 2 x PP %.4f\n", file.c_str(), e.total, e.dp, e.pp);
+    std::printf("price %s: %.4f s per iteration = DP %.4f + 2 x PP %.4f", file.c_str(), e.total, e.dp, e.pp);
+    if (compute) std::printf(" + compute %.4f", e.compute);
+    std::printf("\n");
   }
 }
 
-void run_plan(const Args& a) {
+// --calibrate: this machine's speed on the config's model becomes the speed of every device without a `tflops`.
+void calibrate(Cluster& cluster, const RunConfig& config) {
+  const Calibration c = calibrate_speed(config);
+  int filled = 0;
+  for (auto& d : cluster.devices)
+    if (!(d.tflops > 0)) {
+      d.tflops = c.tflops;
+      ++filled;
+    }
+  std::printf("calibrated on this machine: %.4f TFLOP/s (median of %d, %.4f-%.4f; forward + backward of %lld x %lld "
+              "tokens, %.3g parameters, %s, %lld threads); %d of %d devices without 'tflops' take it\n",
+              c.tflops, c.repeats, c.tflops_min, c.tflops_max, static_cast<long long>(c.sequences),
+              static_cast<long long>(c.tokens / std::max<int64_t>(1, c.sequences)), c.parameters, c.device.c_str(),
+              static_cast<long long>(c.threads), filled, cluster.size());
+}
+
+void run_plan(Args a) {
   validate(a.ga);  // user limits are user errors, checked before any GA thread starts
   Cluster cluster = load_cluster(a.cluster);
   std::vector<int> original;
   if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);
   if (!a.config.empty() && a.workload_given)
     fail("plan: give a workload file or --config, not both (--config derives the workload from the training config)");
-  Workload w = a.config.empty() ? load_workload(a.workload)
-                                : workload_of(RunConfig::load(a.config, a.overrides), cluster.size(), a.config);
+  if (a.calibrate && a.config.empty())
+    fail("plan --calibrate measures the model a training config trains: add --config <train.toml>");
+  Workload w;
+  if (a.config.empty()) {
+    w = load_workload(a.workload);
+  } else {
+    const RunConfig config = RunConfig::load(a.config, a.overrides);
+    w = workload_of(config, cluster.size(), a.config);
+    if (a.calibrate) calibrate(cluster, config);
+  }
+  a.compute |= a.calibrate;
   if (a.sync_every > 0) w.sync_every = a.sync_every;
-  if (!a.price.empty()) return price_placements(cluster, w, a.price);
+  if (!a.price.empty()) return price_placements(cluster, w, a.price, a.compute);
   int d_dp = a.d_dp > 0 ? a.d_dp : w.d_dp, d_pp = a.d_pp > 0 ? a.d_pp : w.d_pp;
   if (d_dp == 0) {
     d_pp = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(w.num_layers, 8)));
@@ -129,7 +171,7 @@ void run_plan(const Args& a) {
   const Plan& best = *std::min_element(plans.begin(), plans.end(), [](const Plan& x, const Plan& y) {
     return x.result.evaluation.total < y.result.evaluation.total;
   });
-  CostModel model(cluster, best.c_dp, best.c_pp, best.d_dp, best.d_pp, w.sync_every);
+  const CostModel model = make_model(cluster, w, best.d_dp, best.d_pp, a.compute);
   const Evaluation& e = best.result.evaluation;
   std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB%s, c_PP %.4f GB\n",
               cluster.name.c_str(), cluster.size(), a.shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(),
@@ -137,13 +179,13 @@ void run_plan(const Args& a) {
               w.sync_every > 1 ? fmt::format(" (an exchange every {} iterations: DP priced at 1/{})", w.sync_every,
                                              w.sync_every).c_str() : "",
               best.c_pp);
-  std::printf("plan: %.3f s per iteration = DP %.3f + 2 x PP %.3f   (GA: %lld evaluations in %.2f s%s)\n", e.total,
-              e.dp, e.pp, static_cast<long long>(best.result.evaluations), best.result.seconds,
+  std::printf("plan: %.3f s per iteration = %s   (GA: %lld evaluations in %.2f s%s)\n", e.total,
+              terms(e, a.compute).c_str(), static_cast<long long>(best.result.evaluations), best.result.seconds,
               best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
   print_layout(cluster, model, best);
   std::printf("baselines:\n");
-  print_eval("GA plan", e, e.total);
-  print_eval("Megatron rank order", model.evaluate_megatron(), e.total);
+  print_eval("GA plan", e, e.total, a.compute);
+  print_eval("Megatron rank order", model.evaluate_megatron(), e.total, a.compute);
   auto random = random_baseline(model, a.random_k, a.ga.seed);
   std::printf("  %-26s best %8.3f s, mean %.3f s over %d   (%.2fx / %.2fx the plan)\n", "random partitions",
               random.best, random.mean, a.random_k, random.best / e.total, random.mean / e.total);
@@ -180,6 +222,12 @@ void add_plan(CLI::App& app) {
                   "derive the workload from this training config (model, batch, parallel.pipeline_stages, wire "
                   "compression, DiLoCo's inner_steps), so the plan prices the run `train` will do");
   cmd->add_option("--set", a->overrides, "override a key of --config: --set model.width=512 (repeatable)");
+  cmd->add_flag("--compute", a->compute,
+                "beyond the paper: add compute time per iteration from each device's 'tflops' (every device needs "
+                "one) to the communication cost, GPipe fill and drain over parallel.micro_batches");
+  cmd->add_flag("--calibrate", a->calibrate,
+                "measure this machine's training speed on --config's model (forward + backward, median of 5) and give "
+                "it to every device without 'tflops'; implies --compute");
   cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
   cmd->add_option("--random", a->random_k, "random partitions for the random baseline")
       ->check(CLI::Range(1, 10000000));

@@ -36,6 +36,7 @@ sched::Workload workload_of(const RunConfig& c, int devices, const std::string& 
   w.num_parameters = double(c.model.num_parameters(vocab));
   const bool diloco = c.dist.algorithm != "ddp";
   w.sync_every = diloco ? c.dist.inner_steps : 1;
+  w.micro_batches = c.parallel.micro_batches;
   w.bytes_per_parameter = diloco ? bytes_of(c.dist.compression) : 4.0;  // data parallel all-reduces fp32 gradients
   if (w.bytes_per_parameter == 0)
     fail("dist.compression = {}: its bytes depend on its settings and the data; plan with a workload file that gives "

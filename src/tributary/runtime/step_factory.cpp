@@ -35,7 +35,8 @@ BuiltStep make_train_step(const StepInputs& in) {
   } else {
     auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
         in.model, in.trained, in.optimizer, in.loader, in.pipelines->groups(), in.pipelines->schedule(),
-        in.pipelines->layout(), in.pipelines->stage(), in.device, c.optim.grad_clip, wire()});
+        in.pipelines->layout(), in.pipelines->stage(), in.device, c.optim.grad_clip, wire(), in.slowdown});
+    out.slows_itself = true;
     out.take_stage_stats = [s = step.get()] { return s->take_stats(); };
     out.step = std::move(step);
   }

@@ -33,11 +33,15 @@ struct StepInputs {
   Replicas* replicas;    // the whole model's replicas (data parallel averages gradients in the step); may be null
   Pipelines* pipelines;  // this process's pipeline stage; null without pipeline stages
   torch::Device device;
+  double slowdown = 1;  // dist.slow_workers' factor for this process
 };
 
 struct BuiltStep {
   std::unique_ptr<TrainStep> step;
   std::function<pipeline::PipelineStats()> take_stage_stats;  // set for a pipeline or local stage
+  // The step sleeps for dist.slow_workers itself (a pipeline stage, after each forward and backward: a sleep after
+  // the whole step would also stretch its waits for the neighbours); otherwise the loop sleeps after each step.
+  bool slows_itself = false;
 };
 
 BuiltStep make_train_step(const StepInputs& in);

@@ -65,7 +65,7 @@ void TrainingRun::save(int64_t step, double elapsed) {
 // The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
   auto built = make_train_step({config_, *model_, params_, trained_, aux_heads_.get(), *optimizer_, *loader_,
-                                 replicas_.get(), pipelines_.get(), device_});
+                                 replicas_.get(), pipelines_.get(), device_, slowdown_->factor()});
   take_stage_stats_ = std::move(built.take_stage_stats);
   TrainStep& train_step = *built.step;
   StopAgreement::Vote vote;
@@ -83,7 +83,8 @@ TrainSummary TrainingRun::run() {
     const double lr = schedule.lr(step);
     const StepResult result = train_step.run(step, lr);
     // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
-    slowdown_->after_step(seconds_since(step_start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
+    if (!built.slows_itself)
+      slowdown_->after_step(seconds_since(step_start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
     step += 1;
     maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
     progress_.tokens += tokens_per_step_;

@@ -18,7 +18,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
   slowdown_.emplace(config_.dist.slow_workers, env.rank, env.world_size);
   if (slowdown_->factor() > 1)
-    log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each step)", env.rank, slowdown_->factor());
+    log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each step, or after each forward and "
+              "backward of a pipeline stage)", env.rank, slowdown_->factor());
   if (lead_) check_blas();
   if (config_.parallel.pipeline_stages > 1) {
     if (!env.distributed())

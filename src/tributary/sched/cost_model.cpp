@@ -1,6 +1,7 @@
 #include "tributary/sched/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "tributary/core/error.h"
@@ -208,6 +209,7 @@ double CostModel::open_tsp(const Matrix& edges, std::vector<int>* order) {
 }
 
 double CostModel::cost(const Partition& p) const {
+  if (has_compute()) return evaluate(p).total;  // the compute term needs the pipelines the matchings form
   double dp = 0;
   for (const auto& g : p) dp = std::max(dp, dp_cost(g));
   Matrix edges(d_pp_);
@@ -223,22 +225,68 @@ Evaluation CostModel::evaluate(const Partition& p) const {
   for (int i = 0; i < d_pp_; ++i)
     for (int j = i + 1; j < d_pp_; ++j) edges(i, j) = edges(j, i) = bottleneck_matching(p[i], p[j]);
   e.pp = open_tsp(edges, &e.stage_order);
-  e.total = e.dp + 2.0 * e.pp;
-  // Pipelines: follow the matchings along the stage order.
-  e.pipelines.assign(static_cast<size_t>(d_dp_), {});
-  std::vector<int> current(p[e.stage_order[0]].begin(), p[e.stage_order[0]].end());
-  for (int i = 0; i < d_dp_; ++i) e.pipelines[i].push_back(current[i]);
+  e.pipelines = pipelines_of(p, e.stage_order);
+  e.compute = compute_cost(e.pipelines);
+  e.total = e.dp + 2.0 * e.pp + e.compute;
+  return e;
+}
+
+std::vector<std::vector<int>> CostModel::pipelines_of(const Partition& p, const std::vector<int>& stage_order) const {
+  std::vector<std::vector<int>> pipelines(static_cast<size_t>(d_dp_));
+  for (int i = 0; i < d_dp_; ++i) pipelines[i].push_back(p[stage_order[0]][i]);
   for (int s = 1; s < d_pp_; ++s) {
-    const auto& prev = p[e.stage_order[s - 1]];
-    const auto& next = p[e.stage_order[s]];
+    const auto& prev = p[stage_order[s - 1]];
+    const auto& next = p[stage_order[s]];
     std::vector<int> match;
     bottleneck_matching(prev, next, &match);
     for (int i = 0; i < d_dp_; ++i) {
-      int pos = static_cast<int>(std::find(prev.begin(), prev.end(), e.pipelines[i].back()) - prev.begin());
-      e.pipelines[i].push_back(next[match[pos]]);
+      int pos = static_cast<int>(std::find(prev.begin(), prev.end(), pipelines[i].back()) - prev.begin());
+      pipelines[i].push_back(next[match[pos]]);
     }
   }
-  return e;
+  return pipelines;
+}
+
+void CostModel::set_compute(std::vector<double> tasklet_s, int micro_batches) {
+  if (static_cast<int>(tasklet_s.size()) != n_)
+    fail("{} tasklet times for a cluster of {} devices", tasklet_s.size(), n_);
+  for (size_t d = 0; d < tasklet_s.size(); ++d)
+    if (!(tasklet_s[d] >= 0) || !std::isfinite(tasklet_s[d]))
+      fail("device {}: tasklet time {} s is not a finite non-negative number", d, tasklet_s[d]);
+  if (micro_batches < 1) fail("micro_batches = {}: a macro-batch has at least one micro-batch", micro_batches);
+  tasklet_s_ = std::move(tasklet_s);
+  micro_batches_ = micro_batches;
+}
+
+double CostModel::compute_cost(const std::vector<std::vector<int>>& pipelines) const {
+  if (tasklet_s_.empty()) return 0;
+  double worst = 0;
+  for (const auto& pipeline : pipelines) {
+    double sum = 0, slowest = 0;
+    for (int d : pipeline) {
+      sum += tasklet_s_[static_cast<size_t>(d)];
+      slowest = std::max(slowest, tasklet_s_[static_cast<size_t>(d)]);
+    }
+    worst = std::max(worst, (sum + double(micro_batches_ - 1) * slowest) / double(micro_batches_));
+  }
+  return worst;
+}
+
+std::vector<double> tasklet_seconds(const Cluster& cluster, const Workload& workload, int d_dp, int d_pp) {
+  const double flops = workload.tasklet_flops(d_dp, d_pp);
+  if (!(flops > 0))
+    fail("workload '{}': no tasklet FLOPs (give num_layers, width, seq_len and global_batch) to price compute",
+         workload.name);
+  std::vector<double> seconds;
+  for (int d = 0; d < cluster.size(); ++d) {
+    const Device& dev = cluster.devices[d];
+    if (!(dev.tflops > 0))
+      fail("cluster '{}': device {}{} has no 'tflops': give every device its measured speed (run `tributary plan "
+           "--calibrate --config <train.toml>` on that machine) or leave compute out",
+           cluster.name, d, dev.region.empty() ? "" : fmt::format(" ({})", dev.region));
+    seconds.push_back(flops / (dev.tflops * 1e12));
+  }
+  return seconds;
 }
 
 Evaluation CostModel::evaluate_megatron() const {
@@ -261,7 +309,8 @@ Evaluation CostModel::evaluate_pipelines(const std::vector<std::vector<int>>& pi
     for (const auto& pipeline : pipelines) worst = std::max(worst, w_pp_(pipeline[size_t(j)], pipeline[size_t(j + 1)]));
     e.pp += worst;
   }
-  e.total = e.dp + 2.0 * e.pp;
+  e.compute = compute_cost(pipelines);
+  e.total = e.dp + 2.0 * e.pp + e.compute;
   for (int j = 0; j < d_pp_; ++j) e.stage_order.push_back(j);
   e.pipelines = pipelines;
   return e;

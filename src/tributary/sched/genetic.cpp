@@ -130,7 +130,9 @@ class State {
   double compute_total() {
     double dp = 0;
     for (double v : dp_) dp = std::max(dp, v);
-    return dp + 2.0 * CostModel::open_tsp(edges_, &order_);
+    const double pp = CostModel::open_tsp(edges_, &order_);
+    if (!model_->has_compute()) return dp + 2.0 * pp;
+    return dp + 2.0 * pp + model_->compute_cost(model_->pipelines_of(groups_, order_));
   }
 
   // Tie-breaker on the plateaus of the max/bottleneck terms: every group's DP cost, and for consecutive stages of the

@@ -35,7 +35,7 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
   if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", origin);
   static const char* known[] = {"name", "num_layers", "width", "seq_len", "global_batch", "num_parameters",
                                 "bytes_per_parameter", "bytes_per_activation", "d_dp", "d_pp", "c_dp_gb", "c_pp_gb",
-                                "sync_every"};
+                                "sync_every", "micro_batches"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
@@ -47,7 +47,8 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
     if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 1e18)
       fail("{}: workload field '{}' must be a non-negative number", origin, it.key());
     const bool integral = it.key() == "num_layers" || it.key() == "width" || it.key() == "seq_len" ||
-                          it.key() == "d_dp" || it.key() == "d_pp" || it.key() == "sync_every";
+                          it.key() == "d_dp" || it.key() == "d_pp" || it.key() == "sync_every" ||
+                          it.key() == "micro_batches";
     if (integral && (!it->is_number_integer() || it->get<double>() > 1 << 24))
       fail("{}: workload field '{}' must be a whole number up to {}", origin, it.key(), 1 << 24);
   }
@@ -65,6 +66,8 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
   w.c_dp_gb = j.value("c_dp_gb", 0.0);
   w.c_pp_gb = j.value("c_pp_gb", 0.0);
   w.sync_every = j.value("sync_every", int64_t{1});
+  w.micro_batches = j.value("micro_batches", int64_t{1});
+  if (w.micro_batches < 1) fail("{}: workload field 'micro_batches' must be at least 1", origin);
   if (w.sync_every < 1) fail("{}: workload field 'sync_every' must be at least 1 (1 = data parallel every iteration)", origin);
   const bool derived = w.num_layers > 0 && w.width > 0 && w.seq_len > 0 && w.global_batch > 0;
   if (!derived && (w.c_dp_gb <= 0 || w.c_pp_gb <= 0))

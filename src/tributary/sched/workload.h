@@ -23,6 +23,8 @@ struct Workload {
   // exchange pseudo-gradients every H steps, so an iteration pays 1/H of the exchange, latency included (CostModel's
   // sync_every). The planner then keeps the pipelines on the good links and lets the replicas cross the slow ones.
   int64_t sync_every = 1;
+  // Micro-batches per macro-batch (parallel.micro_batches): only the compute term uses it (CostModel::set_compute).
+  int64_t micro_batches = 1;
 
   double parameters() const;
   // c_DP (one exchange) and c_PP in GB (1e9 bytes) for a layout; the given constants apply to the workload's own

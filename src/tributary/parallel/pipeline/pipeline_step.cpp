@@ -1,6 +1,8 @@
 #include "tributary/parallel/pipeline/pipeline_step.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
@@ -10,6 +12,11 @@ namespace tributary::pipeline {
 namespace {
 
 constexpr int kActivation = 0, kGradient = 1;
+
+// dist.slow_workers inside the schedule: (factor - 1) x the computation that just ran.
+void slow_down(double factor, Clock::time_point start) {
+  if (factor > 1) std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1) * seconds_since(start)));
+}
 
 }  // namespace
 
@@ -61,6 +68,7 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       } else {
         outputs_[mb] = y;
       }
+      slow_down(p_.slowdown, start);
       stats_.compute_s += seconds_since(start);
       return;
     }
@@ -82,6 +90,7 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       if (last_) outputs_[mb].backward();
       else outputs_[mb].backward(out_grads_[mb]);
       outputs_[mb] = out_grads_[mb] = torch::Tensor();  // the activations of this micro-batch are released
+      slow_down(p_.slowdown, start);
       stats_.compute_s += seconds_since(start);
       return;
     }

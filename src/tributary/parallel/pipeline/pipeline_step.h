@@ -48,6 +48,9 @@ struct PipelineStepParts {
   torch::Device device = torch::kCPU;
   double grad_clip = 0;
   Wire wire = Wire::Fp32;  // activations and activation gradients on the wire
+  // dist.slow_workers: this stage's device is this many times slower; every forward and backward sleeps (factor - 1)
+  // x its own compute time right after it, so the neighbours see a slow stage where a slow device would be.
+  double slowdown = 1;
 };
 
 struct PipelineStats {
