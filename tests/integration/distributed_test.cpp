@@ -121,14 +121,17 @@ TEST_F(Distributed, DilocoAfterADataParallelWarmUp) {
 
 TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   // DiLoCo with 2 fragments and overlap 1: the stop requested after step 4 waits for the exchange in flight (it
-  // lands at 5); the resumed run must end exactly where the uninterrupted one does, on every rank.
+  // lands at 5); the resumed run must end exactly where the uninterrupted one does, on every rank. SparseLoCo: each
+  // rank's error feedback (what it has not sent yet) resumes too.
   const std::string cli = TRIBUTARY_CLI;
   const std::string diloco = "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
-                             "--set dist.fragments=2 --set dist.overlap_steps=1 ";
+                             "--set dist.fragments=2 --set dist.overlap_steps=1 --set dist.compression=sparseloco ";
   const std::string launch = cli + " launch --nproc 2 --master-port 0 --";
   expect_resume_bit_exact(launch, "resume", diloco, 4, 12,
-                          {"model.safetensors", "rank-1.model.safetensors", "rank-1.optim.safetensors"});
-  EXPECT_TRUE(fs::exists(work() / "resume_cut" / "checkpoints" / "step-00000005" / "rank-1.optim.safetensors"));
+                          {"model.safetensors", "rank-1.model.safetensors", "rank-1.optim.safetensors",
+                           "rank-0.codec.safetensors", "rank-1.codec.safetensors"});
+  for (const char* file : {"rank-1.optim.safetensors", "rank-0.codec.safetensors", "rank-1.codec.safetensors"})
+    EXPECT_TRUE(fs::exists(work() / "resume_cut" / "checkpoints" / "step-00000005" / file)) << file;
   // data parallel, stopped in the middle
   const std::string ddp = "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp ";
   expect_resume_bit_exact(launch, "resume_ddp", ddp, 3, 6, {"model.safetensors"});

@@ -1,6 +1,7 @@
 #include "tributary/comm/exchange.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "tributary/core/error.h"
@@ -95,6 +96,30 @@ void Exchange::account(double sent, double recv, double modelled, Clock::time_po
   stats_.modelled_s += modelled;
   stats_.comm_s += std::chrono::duration<double>(Clock::now() - start).count();
   stats_.exchanges += 1;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Exchange::codec_state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const char* kind : {"residual", "q"})
+    for (const auto& [key, t] : kind[0] == 'r' ? residual_ : q_)
+      if (t.defined()) state.emplace_back(fmt::format("{}.{}.{}", kind, key.first, key.second), t);
+  return state;
+}
+
+void Exchange::load_codec_state(const std::vector<std::pair<std::string, torch::Tensor>>& state,
+                                const std::string& origin) {
+  residual_.clear();
+  q_.clear();
+  for (const auto& [name, t] : state) {
+    char kind[16] = {};
+    int stream = -1;
+    unsigned long long index = 0;
+    int used = 0;
+    if (std::sscanf(name.c_str(), "%15[a-z].%d.%llu%n", kind, &stream, &index, &used) != 3 ||
+        used != int(name.size()) || stream < 0 || (std::string(kind) != "residual" && std::string(kind) != "q"))
+      fail("'{}': '{}' is not an error-feedback tensor (residual.<stream>.<index> or q.<stream>.<index>)", origin, name);
+    (kind[0] == 'r' ? residual_ : q_)[{stream, size_t(index)}] = t.to(torch::kFloat32).clone();
+  }
 }
 
 void Exchange::all_reduce_mean(torch::Tensor& t) {

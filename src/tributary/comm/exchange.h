@@ -86,6 +86,12 @@ class Exchange {
   const Codec& codec() const { return *codec_; }
   // The stateful codecs' error feedback by (stream, bucket or tensor): what this rank has not sent yet.
   const std::map<std::pair<int, size_t>, torch::Tensor>& error_feedback() const { return residual_; }
+  // The same for a checkpoint, named "residual.<stream>.<index>" (and PowerSGD's "q.<stream>.<index>"): this rank's
+  // own, so each rank saves and resumes it; empty for the stateless codecs. Call only with no exchange in flight.
+  std::vector<std::pair<std::string, torch::Tensor>> codec_state() const;
+  // Restores codec_state() (resume): a later average() goes on from it bit for bit. Error naming `origin` for a name
+  // that is not one of the above.
+  void load_codec_state(const std::vector<std::pair<std::string, torch::Tensor>>& state, const std::string& origin);
   const std::optional<LinkModel>& link_model() const { return link_; }
 
  private:

@@ -8,10 +8,11 @@ std::string replica_model_file(int rank) { return fmt::format("rank-{}.model.saf
 std::string replica_optim_file(int rank) { return fmt::format("rank-{}.optim.safetensors", rank); }
 std::string replica_outer_file(int rank) { return fmt::format("rank-{}.outer.safetensors", rank); }
 std::string replica_aux_file(int rank) { return fmt::format("rank-{}.aux_heads.safetensors", rank); }
+std::string replica_codec_file(int rank) { return fmt::format("rank-{}.codec.safetensors", rank); }
 
 bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int64_t step, const RankState& mine,
                       CheckpointContents& contents) {
-  constexpr int kFiles = 4;  // model, optim, outer, aux heads: the slots of a rank's row
+  constexpr int kFiles = 5;  // model, optim, outer, aux heads, codec: the slots of a rank's row
   const bool lead = peers.rank == 0;
   const fs::path staging = staging_dir(run_dir, step);
   if (lead) {
@@ -31,8 +32,12 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     if (mine.aux)
       files[3] = stage_file(staging, replica_aux_file(peers.rank),
                             tensors_to_safetensors(*mine.aux, {{"format", "tributary-aux-heads"}}));
-  } else if (mine.outer) {
-    contents.extra_tensors.emplace_back(replica_outer_file(0), *mine.outer);
+    if (mine.codec && !mine.codec->empty())
+      files[4] = stage_file(staging, replica_codec_file(peers.rank),
+                            tensors_to_safetensors(*mine.codec, {{"format", "tributary-codec-state"}}));
+  } else {
+    if (mine.outer) contents.extra_tensors.emplace_back(replica_outer_file(0), *mine.outer);
+    if (mine.codec && !mine.codec->empty()) contents.extra_tensors.emplace_back(replica_codec_file(0), *mine.codec);
   }
   // One row per rank: loader epoch, cursor, then (bytes, xxh64) of each file it staged (zeros: none, and rank 0).
   auto row = torch::zeros({2 + 2 * kFiles}, torch::kInt64);
@@ -52,7 +57,7 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
     if (rank == 0) continue;
     const std::string names[kFiles] = {replica_model_file(rank), replica_optim_file(rank), replica_outer_file(rank),
-                                       replica_aux_file(rank)};
+                                       replica_aux_file(rank), replica_codec_file(rank)};
     for (int f = 0; f < kFiles; ++f)
       if (o[2 + 2 * f] != 0)
         contents.staged.push_back({names[f], static_cast<uint64_t>(o[2 + 2 * f]), static_cast<uint64_t>(o[3 + 2 * f])});
@@ -65,7 +70,9 @@ bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t st
   const CheckpointPeers peers{.rank = replicas.rank(), .size = replicas.size(),
                               .barrier = [&] { replicas.barrier(); },
                               .all_gather = [&](const torch::Tensor& t) { return replicas.all_gather(t); }};
-  if (!stage_rank_state(peers, run_dir, step, {params, optim_state, position}, contents)) return false;
+  const NamedTensors codec = replicas.codec_state();
+  if (!stage_rank_state(peers, run_dir, step, {params, optim_state, position, nullptr, nullptr, &codec}, contents))
+    return false;
   contents.state["replicas"] = replicas.progress();
   auto outer = replicas.outer_state();
   if (!outer.empty()) contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));

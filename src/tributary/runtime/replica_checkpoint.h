@@ -20,6 +20,8 @@ std::string replica_outer_file(int rank);
 // Local parallelism: rank R >= 1's copy of the auxiliary heads (its pipeline's, consolidated; rank 0's is
 // aux_heads.safetensors). Replicas of a stage may differ between DiLoCo's outer steps, so each rank keeps its own.
 std::string replica_aux_file(int rank);
+// Rank R's codec state (error feedback of top-k, SparseLoCo, PowerSGD), rank 0's too: it differs between ranks.
+std::string replica_codec_file(int rank);
 
 // Every rank of the run, for the protocol: a barrier and an all-gather over all of them (in the order the rank runs
 // its other collectives).
@@ -35,6 +37,7 @@ struct RankState {
   LoaderPosition position;
   const NamedTensors* outer = nullptr;  // this rank's own outer state (a pipeline stage's DiLoCo); null: none
   const NamedTensors* aux = nullptr;    // this rank's auxiliary heads (local parallelism); null: none
+  const NamedTensors* codec = nullptr;  // this rank's codec state (error feedback); null or empty: none
 };
 
 // Returns true on rank 0 (which then calls save_checkpoint with `contents`), false on the other ranks.

@@ -85,6 +85,12 @@ class Replicas {
   // count (the rest — offsets, the warm-up, QSR's H — follows from the config and the step).
   NamedTensors outer_state() const { return outer_ ? outer_->outer_state() : NamedTensors{}; }
   nlohmann::json progress() const { return outer_ ? outer_->progress() : nlohmann::json::array(); }
+  // This rank's own codec state (top-k / SparseLoCo / PowerSGD error feedback; empty otherwise): each rank saves
+  // its own, and a resume with the same workers restores it (load_codec_state, after start()).
+  NamedTensors codec_state() const { return exchange_->codec_state(); }
+  void load_codec_state(const NamedTensors& state, const std::string& origin) {
+    exchange_->load_codec_state(state, origin);
+  }
   // Small collectives for the checkpoint protocol (in the communication thread's FIFO).
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);

@@ -146,7 +146,11 @@ bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t
                               .all_gather = [&](const torch::Tensor& t) { return pipelines.all_gather(t); }};
   Replicas* replicas = pipelines.stage_replicas();
   const NamedTensors outer = replicas ? replicas->outer_state() : NamedTensors{};
-  if (replicas) mine.outer = &outer;
+  const NamedTensors codec = replicas ? replicas->codec_state() : NamedTensors{};
+  if (replicas) {
+    mine.outer = &outer;
+    mine.codec = &codec;
+  }
   if (!stage_rank_state(peers, run_dir, step, mine, contents)) return false;
   contents.state["replicas"] = replicas ? replicas->progress() : nlohmann::json::array();
   return true;

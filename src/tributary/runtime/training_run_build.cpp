@@ -124,6 +124,18 @@ void TrainingRun::start_replicas() {
   const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
   if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
   synced_->start(trained_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
+  // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
+  const std::string codec_file = replica_codec_file(options_.dist.rank);
+  const bool same_world = ckpt_->state.value("world_size", 1) == options_.dist.world_size;
+  if (same_world && ckpt_->has(codec_file)) {
+    const auto file = ckpt_->tensors(codec_file);
+    NamedTensors state;
+    for (const auto& [name, view] : file.tensors()) state.emplace_back(name, to_torch(view));
+    synced_->load_codec_state(state, (ckpt_->dir / codec_file).string());
+  } else if (!same_world && ckpt_->has(replica_codec_file(0)) && lead_) {
+    log::info("dist.compression = {}: resuming with another number of workers, the error feedback starts from zero",
+              config_.dist.compression);
+  }
 }
 
 void TrainingRun::describe(int64_t threads) const {

@@ -285,6 +285,36 @@ TEST(Exchange, PowerSgdRecoversLowRankAveragesExactly) {
   });
 }
 
+TEST(Exchange, CodecStateResumesBitForBit) {
+  // A checkpoint's codec state (PowerSGD: residual and Q) restored into a fresh exchange goes on exactly as the
+  // original does; a name that is not codec state is refused naming the file.
+  run_ranks(2, [](comm::Group& g) {
+    const comm::ExchangeOptions options{.codec = "powersgd", .powersgd_rank = 2, .seed = 3};
+    comm::Exchange original(g, options);
+    auto gen = at::detail::createCPUGenerator(20 + g.rank());
+    auto round = [&](comm::Exchange& ex, const torch::Tensor& x) {
+      std::vector<torch::Tensor> t = {x.clone()};
+      ex.average(t);
+      return t[0];
+    };
+    for (int r = 0; r < 2; ++r) round(original, at::randn({16, 12}, gen, torch::kFloat32));
+    const auto state = original.codec_state();
+    ASSERT_EQ(state.size(), 2u);  // residual.0.0 and q.0.0
+    comm::Exchange resumed(g, options);
+    resumed.load_codec_state(state, "rank.codec.safetensors");
+    const auto next = at::randn({16, 12}, gen, torch::kFloat32);
+    EXPECT_TRUE(torch::equal(round(original, next), round(resumed, next)));
+    std::string msg;
+    try {
+      resumed.load_codec_state({{"momentum.0.0", torch::zeros({2})}}, "rank.codec.safetensors");
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("'rank.codec.safetensors': 'momentum.0.0' is not an error-feedback tensor"), std::string::npos)
+        << msg;
+  });
+}
+
 TEST(Exchange, OwnerUpdateInsideTheRingSeesFullSumsAndReachesEveryRank) {
   // 3 ranks, uneven chunks; rank r's input is r + 1 everywhere, so every reduced value is 6. The owner of chunk c
   // (rank (c + 2) mod 3) replaces its sums by sum * 10 + owner; every rank must end with the same result, and the
