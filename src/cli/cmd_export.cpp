@@ -2,6 +2,7 @@
 #include "tributary/core/log.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/hf_export.h"
+#include "tributary/runtime/hf_import.h"
 
 namespace tributary::cli {
 
@@ -43,6 +44,24 @@ void add_export(CLI::App& app) {
   cmd->callback([args]() {
     const auto dir = export_hf(args->run, args->out, args->path >= 0 ? std::optional(args->path) : std::nullopt);
     log::info("exported '{}' in the Hugging Face Llama layout: {}", args->run, dir.string());
+  });
+}
+
+void add_import(CLI::App& app) {
+  struct Args {
+    std::string dir, out, data = "data/default";
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("import", "read a Hugging Face Llama checkpoint as a model-only checkpoint of ours");
+  cmd->add_option("dir", args->dir, "directory with config.json, model.safetensors (or shards) and a tokenizer")
+      ->required();
+  cmd->add_option("--out", args->out, "new or empty run directory (eval, generate, export, train.init_from load it)")
+      ->required();
+  cmd->add_option("--data", args->data, "dataset for eval's validation split (its tokenizer must be the model's)");
+  cmd->callback([args]() {
+    const auto dir = import_hf(args->dir, args->out, args->data);
+    log::info("imported '{}' as a checkpoint: {} (train from it: --set train.init_from={})", args->dir, dir.string(),
+              args->out);
   });
 }
 

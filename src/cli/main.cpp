@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_route(app);
   tributary::cli::add_export_path(app);
   tributary::cli::add_export(app);
+  tributary::cli::add_import(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -245,6 +245,25 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   for (const auto& [name, view] : exported.tensors()) EXPECT_EQ(name.find("aux"), std::string::npos) << name;
   EXPECT_NE(read_file(hf / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
   EXPECT_NE(read_file(hf / "tributary_tokenizer.json").find("\"byte\""), std::string::npos);
+  // import reads the export back as a checkpoint of ours: its export is the same bytes, its eval the same loss
+  const auto imported = full.run_dir.parent_path() / "local_imported", again = full.run_dir.parent_path() / "local_hf2";
+  fs::remove_all(imported);
+  fs::remove_all(again);
+  std::tie(rc, out) = run_cli("import " + hf.string() + " --out " + imported.string() + " --data " + data_dir().string());
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = run_cli("export " + imported.string() + " --format hf --out " + again.string());
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* file : {"config.json", "model.safetensors", "tributary_tokenizer.json"})
+    EXPECT_EQ(read_file(hf / file), read_file(again / file)) << file;
+  std::tie(rc, out) = run_cli("eval " + imported.string() + " --batches 2 --threads 1");
+  EXPECT_NE(out.find("val loss " + model_loss), std::string::npos) << out;
+  // ... and starts training: the import has one level of 4 blocks, this model two of 2 (blocks match in model order)
+  auto from_hf = train(tiny("local_from_hf", {"model.num_layers=4", "model.num_levels=2", "train.steps=1",
+                                              "optim.warmup_steps=0", "train.init_from=" + imported.string()}),
+                       {});
+  EXPECT_TRUE(std::isfinite(from_hf.losses.at(0)));
+  std::tie(rc, out) = run_cli("import " + full.run_dir.string() + " --out " + (imported / "x").string());
+  EXPECT_NE(out.find("config.json' is missing"), std::string::npos) << out;
   std::tie(rc, out) = run_cli(do_export);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("already holds files"), std::string::npos) << out;

@@ -1,6 +1,9 @@
 #include "tributary/model/hf_llama.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -30,46 +33,122 @@ std::string hf_llama_config_json(const ModelConfig& c) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// The Hugging Face tensors one of our parameters is made of, in row order, with their rows: our fused projections
+// are row blocks of theirs (attn.qkv = [q; k; v], mlp.fc = [gate; up]).
+std::vector<std::pair<std::string, int64_t>> hf_pieces(const std::string& name, const ModelConfig& c, int64_t rows) {
+  const auto place = parse_param_name(name);
+  TRIB_CHECK(place.has_value(), "parameter '{}' has no place in the model", name);
+  if (place->part != ParamPlace::Part::Block) {
+    const char* hf = name == "embed_tok.weight" ? "model.embed_tokens.weight"
+                     : name == "final_norm.weight" ? "model.norm.weight"
+                     : name == "head.weight"       ? "lm_head.weight"
+                                                   : nullptr;
+    if (!hf) fail("parameter '{}' has no Llama counterpart", name);
+    return {{hf, rows}};
+  }
+  const int64_t C = c.width, F = c.resolved_mlp_hidden();
+  const std::string layer = fmt::format("model.layers.{}.", place->model_block(c.blocks_per_level()));
+  const std::string& r = place->rest;
+  if (r == "attn_norm.weight") return {{layer + "input_layernorm.weight", rows}};
+  if (r == "attn.qkv.weight")
+    return {{layer + "self_attn.q_proj.weight", C}, {layer + "self_attn.k_proj.weight", C},
+            {layer + "self_attn.v_proj.weight", C}};
+  if (r == "attn.proj.weight") return {{layer + "self_attn.o_proj.weight", rows}};
+  if (r == "mlp_norm.weight") return {{layer + "post_attention_layernorm.weight", rows}};
+  if (r == "mlp.fc.weight")  // swiglu(h) = silu(h[:F]) * h[F:]
+    return {{layer + "mlp.gate_proj.weight", F}, {layer + "mlp.up_proj.weight", F}};
+  if (r == "mlp.proj.weight") return {{layer + "mlp.down_proj.weight", rows}};
+  fail("parameter '{}' has no Llama counterpart", name);
+}
+
+}  // namespace
+
 NamedTensors to_hf_llama(const Transformer& model) {
   const ModelConfig& c = model.config();
   check_llama_shaped(c);
-  const int64_t C = c.width, F = c.resolved_mlp_hidden();
   NamedTensors out;
   for (const auto& [name, t] : named_parameters_of(model)) {
     const torch::Tensor w = t.detach().to(torch::kCPU).contiguous();
-    const auto place = parse_param_name(name);
-    TRIB_CHECK(place.has_value(), "parameter '{}' has no place in the model", name);
-    if (place->part != ParamPlace::Part::Block) {
-      const char* hf = name == "embed_tok.weight" ? "model.embed_tokens.weight"
-                       : name == "final_norm.weight" ? "model.norm.weight"
-                       : name == "head.weight"       ? "lm_head.weight"
-                                                     : nullptr;
-      TRIB_CHECK(hf, "parameter '{}' has no Llama counterpart", name);
-      out.emplace_back(hf, w);
-      continue;
-    }
-    const std::string layer = fmt::format("model.layers.{}.", place->model_block(c.blocks_per_level()));
-    const std::string& r = place->rest;
-    if (r == "attn_norm.weight") {
-      out.emplace_back(layer + "input_layernorm.weight", w);
-    } else if (r == "attn.qkv.weight") {
-      out.emplace_back(layer + "self_attn.q_proj.weight", w.narrow(0, 0, C).clone());
-      out.emplace_back(layer + "self_attn.k_proj.weight", w.narrow(0, C, C).clone());
-      out.emplace_back(layer + "self_attn.v_proj.weight", w.narrow(0, 2 * C, C).clone());
-    } else if (r == "attn.proj.weight") {
-      out.emplace_back(layer + "self_attn.o_proj.weight", w);
-    } else if (r == "mlp_norm.weight") {
-      out.emplace_back(layer + "post_attention_layernorm.weight", w);
-    } else if (r == "mlp.fc.weight") {  // swiglu(h) = silu(h[:F]) * h[F:]
-      out.emplace_back(layer + "mlp.gate_proj.weight", w.narrow(0, 0, F).clone());
-      out.emplace_back(layer + "mlp.up_proj.weight", w.narrow(0, F, F).clone());
-    } else if (r == "mlp.proj.weight") {
-      out.emplace_back(layer + "mlp.down_proj.weight", w);
-    } else {
-      fail("parameter '{}' has no Llama counterpart", name);
+    int64_t row = 0;
+    const auto pieces = hf_pieces(name, c, w.size(0));
+    for (const auto& [hf, rows] : pieces) {
+      out.emplace_back(hf, pieces.size() == 1 ? w : w.narrow(0, row, rows).clone());
+      row += rows;
     }
   }
   return out;
 }
+
+NamedTensors from_hf_llama(const Transformer& model, const std::map<std::string, torch::Tensor>& hf,
+                           const std::string& origin) {
+  const ModelConfig& c = model.config();
+  NamedTensors out;
+  std::set<std::string> used;
+  for (const auto& [name, t] : named_parameters_of(model)) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& [hf_name, rows] : hf_pieces(name, c, t.size(0))) {
+      const auto it = hf.find(hf_name);
+      if (it == hf.end()) fail("{}: tensor '{}' is missing (the config describes {} layers)", origin, hf_name,
+                               c.num_layers);
+      std::vector<int64_t> want = t.sizes().vec();
+      want[0] = rows;
+      if (it->second.sizes().vec() != want)
+        fail("{}: tensor '{}' has shape {} where the config.json implies {}", origin, hf_name,
+             fmt::format("{}", fmt::join(it->second.sizes().vec(), "x")), fmt::format("{}", fmt::join(want, "x")));
+      parts.push_back(it->second.to(torch::kFloat32));
+      used.insert(hf_name);
+    }
+    out.emplace_back(name, parts.size() == 1 ? parts[0].contiguous() : torch::cat(parts, 0));
+  }
+  for (const auto& [hf_name, t] : hf)
+    if (!used.count(hf_name) && hf_name.find("rotary_emb.inv_freq") == std::string::npos)  // recomputed, not learned
+      fail("{}: tensor '{}' has no place in a Llama model of this config (biases, other architectures: not supported)",
+           origin, hf_name);
+  return out;
+}
+
+ModelConfig llama_model_config(const std::string& json_text, const std::string& origin) {
+  const auto j = nlohmann::json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", origin);
+  const auto archs = j.value("architectures", nlohmann::json::array());
+  if (j.value("model_type", std::string("llama")) != "llama" ||
+      (archs.is_array() && !archs.empty() && archs[0] != "LlamaForCausalLM"))
+    fail("{}: 'architectures' / 'model_type' say {} / {}: only LlamaForCausalLM (model_type llama) can be imported",
+         origin, archs.dump(), j.value("model_type", std::string("?")));
+  auto integer = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
+      fail("{}: '{}' must be a positive integer", origin, key);
+    return j[key].get<int64_t>();
+  };
+  ModelConfig c;
+  c.width = integer("hidden_size");
+  c.num_layers = integer("num_hidden_layers");
+  c.num_heads = integer("num_attention_heads");
+  c.mlp_hidden = integer("intermediate_size");
+  c.vocab_size = integer("vocab_size");
+  c.context = integer("max_position_embeddings");
+  c.num_levels = 1;
+  c.mlp = "swiglu";
+  c.positions = "rope";
+  if (j.value("num_key_value_heads", c.num_heads) != c.num_heads)
+    fail("{}: num_key_value_heads = {} < num_attention_heads = {} (grouped-query attention) is not supported yet",
+         origin, j["num_key_value_heads"].dump(), c.num_heads);
+  if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != c.width / c.num_heads)
+    fail("{}: head_dim = {} is not hidden_size / num_attention_heads = {}", origin, j["head_dim"].dump(),
+         c.width / c.num_heads);
+  if (j.value("hidden_act", std::string("silu")) != "silu")
+    fail("{}: hidden_act = {}: only silu (SwiGLU) is supported", origin, j["hidden_act"].dump());
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (j.value(key, false)) fail("{}: {} = true: biases are not supported", origin, key);
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    fail("{}: rope_scaling = {}: only plain RoPE is supported", origin, j["rope_scaling"].dump());
+  c.rope_theta = j.value("rope_theta", 10000.0);
+  c.norm_eps = j.value("rms_norm_eps", 1e-6);
+  c.tie_embeddings = j.value("tie_word_embeddings", false);
+  return c;
+}
+
 
 }  // namespace tributary

@@ -3,6 +3,7 @@
 // fused projections split: attn.qkv = [q_proj; k_proj; v_proj] (rows), mlp.fc = [gate_proj; up_proj].
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "tributary/model/config.h"
@@ -19,5 +20,15 @@ std::string hf_llama_config_json(const ModelConfig& config);
 // {q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, and lm_head when untied. Blocks are
 // numbered in model order across levels.
 NamedTensors to_hf_llama(const Transformer& model);
+
+// The inverse (import): our parameters for `model` (built from llama_model_config) from the Hugging Face tensors by
+// name, any float dtype, converted to fp32. Error naming `origin` and the tensor: one missing, misshapen, or with no
+// place in the model (biases, other architectures; rotary_emb.inv_freq buffers are ignored).
+NamedTensors from_hf_llama(const Transformer& model, const std::map<std::string, torch::Tensor>& hf,
+                           const std::string& origin);
+// Our model configuration from a LlamaForCausalLM config.json (context = max_position_embeddings). Error naming
+// `origin` and the field for what the model cannot represent: another architecture, grouped-query attention
+// (num_key_value_heads < num_attention_heads), biases, rope_scaling, another activation.
+ModelConfig llama_model_config(const std::string& json_text, const std::string& origin);
 
 }  // namespace tributary

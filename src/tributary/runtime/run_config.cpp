@@ -6,6 +6,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
+#include "tributary/runtime/outer_auto.h"
 #include "tributary/runtime/slowdown.h"
 
 namespace tributary {
@@ -35,9 +36,13 @@ namespace {
 void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& parallel, DipacoConfig& dipaco) {
   s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
-  s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps, "DiLoCo: data-parallel steps before the first inner step", 0);
+  s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps,
+        "DiLoCo: data-parallel steps before the first inner step; -1: a third of the steps when the run has fewer "
+        "than 20 outer steps, else 0",
+        -1);
   s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
-  s.add("dist.outer_momentum", dist.outer_momentum, "DiLoCo: outer Nesterov momentum", 0.0, 0.999999);
+  s.add("dist.outer_momentum", dist.outer_momentum,
+        "DiLoCo: outer Nesterov momentum; -1: 1 - 10 / (outer steps of the run), within [0.5, 0.9]", -1.0, 0.999999);
   s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);
   s.add("dist.fragments", dist.fragments, "Streaming DiLoCo: fragments synced at staggered times", 1, 1024);
   s.add("dist.overlap_steps", dist.overlap_steps, "inner steps an outer exchange overlaps with (tau)", 0);
@@ -214,6 +219,7 @@ RunConfig RunConfig::load(const std::string& file, const std::vector<std::string
   if (!file.empty()) config.schema().merge_toml_file(file);
   for (const auto& o : overrides) config.schema().apply_override(o);
   config.validate();
+  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps);
   return config;
 }
 
@@ -221,6 +227,7 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
   RunConfig config;
   config.schema().merge_toml(text, origin);
   config.validate();
+  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps);
   return config;
 }
 

@@ -49,15 +49,16 @@ struct DistConfig {
   std::string algorithm = "diloco";  // diloco | ddp
   int64_t inner_steps = 50;          // H
   int64_t warmup_ddp_steps = 0;      // DiLoCo: train this many steps as data parallel first (the paper starts
-                                     // DiLoCo from a pre-trained model)
+                                     // DiLoCo from a pre-trained model); -1: from the run (runtime/outer_auto.h)
   double outer_lr = 0.7;
-  double outer_momentum = 0.9;
+  double outer_momentum = 0.9;       // -1: from the run's number of outer steps (runtime/outer_auto.h)
   double qsr_alpha = 0;              // > 0: H = max(inner_steps, floor((alpha / lr)^2)) as the inner lr decays
   int64_t fragments = 1;             // Streaming DiLoCo: fragments synced at staggered times (blocks strided)
   int64_t overlap_steps = 0;         // tau: apply a fragment's outer update tau inner steps after sending it
   double merge_alpha = 0.5;          // with overlap: local = alpha * local + (1 - alpha) * global
   int64_t compute_nice = 0;          // > 0: the training thread runs this much nicer than the communication threads
   std::string slow_workers;          // "R:F,...": worker R runs F x slower (runtime/slowdown.h); "" = none
+  std::string auto_note;             // not a key: what resolve_outer_auto chose, printed by the lead at start-up
   std::string compression = "fp32";  // fp32 | fp16 | bf16 | int8 | fp4 | terngrad | topk | powersgd | sparseloco
   double topk_ratio = 0.01;
   int64_t powersgd_rank = 4;

@@ -2,6 +2,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/model/param_name.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
 
@@ -93,13 +94,47 @@ std::optional<PendingHeal> join_run(Replicas& replicas, NamedTensors& trained, A
   return PendingHeal{lead, progress.step, meta.at("members_world").get<int64_t>()};
 }
 
+namespace {
+
+// A block parameter's place independent of how blocks are grouped into levels ("block 3: attn.qkv.weight"), so that
+// a dense checkpoint of 1 level (an imported Llama) starts a model of 2 and the other way round; other names as they
+// are. Modules other than 0 (a DiPaCo grid) keep their level-bound name.
+std::string level_free_name(const std::string& name, int64_t blocks_per_level) {
+  const auto place = parse_param_name(name);
+  if (!place || place->part != ParamPlace::Part::Block || place->module != 0) return name;
+  return fmt::format("block {}: {}", place->model_block(blocks_per_level), place->rest);
+}
+
+}  // namespace
+
 void init_from(Transformer& model, const std::string& from) {
   auto init = load_checkpoint(from);
-  try {
-    load_parameters(model, init.model);
-  } catch (const Error& e) {
-    fail("train.init_from = '{}' does not match this run's model: {}", from, e.what());
+  const RunConfig saved = RunConfig::from_toml(init.config_toml, (init.dir / "config.toml").string());
+  const ModelConfig& ours = model.config();
+  if (saved.model.num_levels == ours.num_levels || saved.model.num_layers != ours.num_layers) {
+    try {
+      load_parameters(model, init.model);
+    } catch (const Error& e) {
+      fail("train.init_from = '{}' does not match this run's model: {}", from, e.what());
+    }
+    return;
   }
+  std::map<std::string, std::string> source;  // level-free name -> the checkpoint's name
+  for (const auto& [name, view] : init.model.tensors())
+    source.emplace(level_free_name(name, saved.model.blocks_per_level()), name);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : named_parameters_of(model)) {
+    const auto it = source.find(level_free_name(name, ours.blocks_per_level()));
+    if (it == source.end())
+      fail("train.init_from = '{}' does not match this run's model: it has no tensor for '{}'", from, name);
+    const torch::Tensor w = to_torch(init.model.at(it->second));
+    if (w.sizes() != t.sizes())
+      fail("train.init_from = '{}' does not match this run's model: '{}' has shape {} where '{}' needs {}", from,
+           it->second, fmt::format("{}", fmt::join(w.sizes(), "x")), name, fmt::format("{}", fmt::join(t.sizes(), "x")));
+    t.copy_(w);
+  }
+  log::info("train.init_from = '{}': {} levels of blocks there, {} here (blocks matched in model order)", from,
+            saved.model.num_levels, ours.num_levels);
 }
 
 RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank,

@@ -172,6 +172,7 @@ void TrainingRun::describe(int64_t threads) const {
             synced_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
                                                  d.outer_momentum),
             d.compression);
+  if (!synced_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
 }
 
 }  // namespace tributary::detail

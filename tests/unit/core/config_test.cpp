@@ -150,3 +150,31 @@ TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {
   EXPECT_NE(error_of([] { Slowdown("4:2", 0, 2); }).find("names worker 4, but the run has 2 worker(s)"),
             std::string::npos);
 }
+
+TEST(Config, AutoOuterSettingsFollowTheRunsLength) {
+  // -1 = from the run (runtime/outer_auto.h); explicit values stay as given; the resolved config round-trips.
+  auto load = [](const std::string& sets) {
+    return RunConfig::from_toml("[dist]\nwarmup_ddp_steps = -1\nouter_momentum = -1\ninner_steps = 50\n" + sets,
+                                "auto.toml");
+  };
+  const RunConfig short_run = load("[train]\nsteps = 300\n");  // 6 outer steps: warm up a third, then momentum 0.5
+  EXPECT_EQ(short_run.dist.warmup_ddp_steps, 100);
+  EXPECT_DOUBLE_EQ(short_run.dist.outer_momentum, 0.5);
+  EXPECT_NE(short_run.dist.auto_note.find("100 data-parallel warm-up steps, outer momentum 0.5"), std::string::npos)
+      << short_run.dist.auto_note;
+  const RunConfig mid_run = load("[train]\nsteps = 1500\n");  // 30 outer steps: no warm-up, 1 - 10/30
+  EXPECT_EQ(mid_run.dist.warmup_ddp_steps, 0);
+  EXPECT_NEAR(mid_run.dist.outer_momentum, 2.0 / 3, 1e-12);
+  const RunConfig long_run = load("[train]\nsteps = 50000\n");  // 1000 outer steps: the paper's 0.9
+  EXPECT_DOUBLE_EQ(long_run.dist.outer_momentum, 0.9);
+  const RunConfig given = RunConfig::from_toml("[dist]\nouter_momentum = 0.8\n[train]\nsteps = 300\n", "given.toml");
+  EXPECT_DOUBLE_EQ(given.dist.outer_momentum, 0.8);
+  EXPECT_EQ(given.dist.warmup_ddp_steps, 0);
+  EXPECT_TRUE(given.dist.auto_note.empty());
+  const RunConfig again = RunConfig::from_toml(short_run.to_toml(), "saved.toml");  // a resume reads the resolved one
+  EXPECT_EQ(again.dist.warmup_ddp_steps, 100);
+  EXPECT_DOUBLE_EQ(again.dist.outer_momentum, 0.5);
+  EXPECT_NE(error_of([] { RunConfig::from_toml("[dist]\nouter_momentum = -2\n", "bad.toml"); })
+                .find("dist.outer_momentum"),
+            std::string::npos);
+}

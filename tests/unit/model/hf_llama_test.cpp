@@ -102,3 +102,72 @@ TEST(HfLlama, AModelWithoutALlamaCounterpartIsRefusedNamingTheKey) {
   EXPECT_NE(test_support::error_of([&] { to_hf_llama(Transformer(c)); }).find("model.positions = learned"),
             std::string::npos);
 }
+
+TEST(HfLlama, ImportIsTheInverseOfExport) {
+  // bf16 on disk (as many published checkpoints) reads as fp32; config.json gives back the model's shape.
+  torch::manual_seed(6);
+  const ModelConfig c = llama_like(false);
+  Transformer model(c);
+  std::map<std::string, torch::Tensor> hf;
+  for (auto& [name, t] : to_hf_llama(model)) hf.emplace(name, t);
+  const ModelConfig back = llama_model_config(hf_llama_config_json(c), "config.json");
+  EXPECT_EQ(back.width, c.width);
+  EXPECT_EQ(back.num_layers, c.num_layers);
+  EXPECT_EQ(back.resolved_mlp_hidden(), c.resolved_mlp_hidden());
+  EXPECT_EQ(back.tie_embeddings, false);
+  EXPECT_DOUBLE_EQ(back.rope_theta, 500.0);
+  Transformer imported(back);
+  const auto params = from_hf_llama(imported, hf, "dir");
+  const auto originals = named_parameters_of(Transformer(back));
+  for (size_t i = 0; i < params.size(); ++i) {  // our names for one level; the model had two: compare by position
+    const auto& t = params[i].second;
+    EXPECT_EQ(params[i].first, originals[i].first);
+    EXPECT_TRUE(torch::equal(t, named_parameters_of(model)[i].second.detach())) << params[i].first;
+  }
+  auto bf16 = hf;
+  for (auto& [name, t] : bf16) t = t.to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(from_hf_llama(imported, bf16, "dir")[1].second,
+                           hf.at("model.layers.0.input_layernorm.weight").to(torch::kBFloat16).to(torch::kFloat32)));
+}
+
+TEST(HfLlama, ImportRefusesWhatTheModelCannotRepresentNamingTheField) {
+  const ModelConfig c = llama_like(true);
+  auto cfg = nlohmann::json::parse(hf_llama_config_json(c));
+  auto error = [&](const nlohmann::json& j) {
+    return test_support::error_of([&] { llama_model_config(j.dump(), "hf/config.json"); });
+  };
+  auto gqa = cfg;
+  gqa["num_key_value_heads"] = 2;
+  EXPECT_NE(error(gqa).find("hf/config.json: num_key_value_heads = 2"), std::string::npos) << error(gqa);
+  auto other = cfg;
+  other["architectures"] = {"MistralForCausalLM"};
+  EXPECT_NE(error(other).find("only LlamaForCausalLM"), std::string::npos) << error(other);
+  auto bias = cfg;
+  bias["attention_bias"] = true;
+  EXPECT_NE(error(bias).find("attention_bias = true"), std::string::npos);
+  auto missing = cfg;
+  missing.erase("hidden_size");
+  EXPECT_NE(error(missing).find("'hidden_size' must be a positive integer"), std::string::npos);
+  EXPECT_NE(test_support::error_of([] { llama_model_config("[1, 2]", "hf/config.json"); }).find("not a JSON object"),
+            std::string::npos);
+
+  Transformer model(c);
+  std::map<std::string, torch::Tensor> hf;
+  for (auto& [name, t] : to_hf_llama(model)) hf.emplace(name, t);
+  auto without = hf;
+  without.erase("model.layers.3.mlp.up_proj.weight");
+  EXPECT_NE(test_support::error_of([&] { from_hf_llama(model, without, "hf"); })
+                .find("hf: tensor 'model.layers.3.mlp.up_proj.weight' is missing"),
+            std::string::npos);
+  auto misshapen = hf;
+  misshapen["model.norm.weight"] = torch::ones({c.width + 1});
+  EXPECT_NE(test_support::error_of([&] { from_hf_llama(model, misshapen, "hf"); })
+                .find("tensor 'model.norm.weight' has shape 33 where the config.json implies 32"),
+            std::string::npos);
+  auto extra = hf;
+  extra["model.layers.0.self_attn.q_proj.bias"] = torch::zeros({c.width});
+  extra["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::zeros({4});  // a buffer: ignored
+  EXPECT_NE(test_support::error_of([&] { from_hf_llama(model, extra, "hf"); })
+                .find("tensor 'model.layers.0.self_attn.q_proj.bias' has no place"),
+            std::string::npos);
+}

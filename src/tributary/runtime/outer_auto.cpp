@@ -1,0 +1,26 @@
+#include "tributary/runtime/outer_auto.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace tributary {
+
+std::string resolve_outer_auto(DistConfig& dist, int64_t steps) {
+  const bool auto_warmup = dist.warmup_ddp_steps < 0, auto_momentum = dist.outer_momentum < 0;
+  if (!auto_warmup && !auto_momentum) return "";
+  const int64_t h = std::max<int64_t>(1, dist.inner_steps);
+  constexpr int64_t kFewOuterSteps = 20;
+  if (auto_warmup) dist.warmup_ddp_steps = steps / h < kFewOuterSteps ? steps / 3 : 0;
+  const double outer_steps = double(std::max<int64_t>(0, steps - dist.warmup_ddp_steps)) / double(h);
+  if (auto_momentum)
+    dist.outer_momentum = outer_steps > 0 ? std::clamp(1.0 - 10.0 / outer_steps, 0.5, 0.9) : 0.5;
+  return fmt::format("DiLoCo settings from the run ({} steps, H = {}: {:.0f} outer steps{}): {}{}", steps, h,
+                     outer_steps, auto_warmup && dist.warmup_ddp_steps > 0 ? " after the warm-up" : "",
+                     auto_warmup ? fmt::format("{} data-parallel warm-up steps", dist.warmup_ddp_steps) : "",
+                     auto_momentum ? fmt::format("{}outer momentum {:.3g}", auto_warmup ? ", " : "",
+                                                 dist.outer_momentum)
+                                   : "");
+}
+
+}  // namespace tributary
