@@ -117,7 +117,8 @@ void Exchange::load_codec_state(const std::vector<std::pair<std::string, torch::
     int used = 0;
     if (std::sscanf(name.c_str(), "%15[a-z].%d.%llu%n", kind, &stream, &index, &used) != 3 ||
         used != int(name.size()) || stream < 0 || (std::string(kind) != "residual" && std::string(kind) != "q"))
-      fail("'{}': '{}' is not an error-feedback tensor (residual.<stream>.<index> or q.<stream>.<index>)", origin, name);
+      fail("'{}': '{}' is not an error-feedback tensor (residual.<stream>.<index> or q.<stream>.<index>)", origin,
+           name);
     (kind[0] == 'r' ? residual_ : q_)[{stream, size_t(index)}] = t.to(torch::kFloat32).clone();
   }
 }

@@ -7,9 +7,10 @@
 //   manifest.json       written last: every file's size and xxh64. A directory without it is not a checkpoint.
 // Multi-process runs add, per rank R >= 1, rank-R.model.safetensors and rank-R.optim.safetensors (that replica's
 // parameters, optimizer state and RNG; rank 0's are model/optim) and outer.safetensors (DiLoCo's global parameters
-// and momentum, identical on every rank), and with a stateful codec rank-R.codec.safetensors for every rank, 0 included
-// (its error feedback: what it has not sent yet). The other ranks write their files into staging_dir() first; rank 0 then
-// writes its own files and the manifest covering all of them, and renames: one rename publishes every rank's state.
+// and momentum, identical on every rank), and with a stateful codec rank-R.codec.safetensors for every rank, 0
+// included (its error feedback: what it has not sent yet). The other ranks write their files into staging_dir() first;
+// rank 0 then writes its own files and the manifest covering all of them, and renames: one rename publishes every
+// rank's state.
 // Writes go to a temp directory (fsync per file), then one rename; only then are old checkpoints pruned (keep N).
 #pragma once
 
