@@ -41,6 +41,7 @@ echo "calibrated: $X TFLOP/s per device (slow devices: $X / $F)"
 step_time() {  # seconds per step over steps 5..15, from rank 0's metrics
   python3 -c "import json; r=[json.loads(l) for l in open('$W/run/metrics.jsonl') if 'tokens_per_s' in l]; print('%.3f' % ((r[-1]['elapsed_s'] - r[0]['elapsed_s']) / (r[-1]['step'] - r[0]['step'])))"
 }
+echo '{"d_dp": 2, "d_pp": 4, "pipelines": [[0, 2, 4, 6], [1, 3, 5, 7]]}' > $W/megatron.json  # rank order
 IFS=';' read -ra pairs <<< "$PAIRS"
 for pair in "${pairs[@]}"; do
   python3 - $W $X $F $pair <<'PY'
@@ -49,8 +50,6 @@ w, x, f, slow = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), [int(d) for
 c = json.load(open(f"{w}/links.json"))
 c["devices"] = [{"tflops": x / f if d in slow else x} for d in range(len(c["latency_ms"]))]
 json.dump(c, open(f"{w}/cluster.json", "w"))
-json.dump({"d_dp": 2, "d_pp": 4, "pipelines": [[j * 2 + i for j in range(4)] for i in range(2)]},
-          open(f"{w}/megatron.json", "w"))
 PY
   $B plan $W/cluster.json --config $W/train.toml --seed 1 --out $W/comm.json > /dev/null
   $B plan $W/cluster.json --config $W/train.toml --seed 1 --compute --out $W/compute.json > /dev/null

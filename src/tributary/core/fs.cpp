@@ -65,6 +65,12 @@ void rename_durable(const fs::path& from, const fs::path& to) {
   fsync_path(parent);
 }
 
+void require_empty_output(const fs::path& dir, std::string_view option) {
+  if (fs::exists(dir) && !fs::is_empty(dir))
+    fail("{} '{}' already holds files: write into a new or empty directory (nothing there is overwritten)", option,
+         dir.string());
+}
+
 void write_file_atomic(const fs::path& path, std::string_view data) {
   fs::path tmp = path;
   tmp += fmt::format(".tmp-{}", ::getpid());

@@ -17,5 +17,8 @@ void write_file_atomic(const fs::path& path, std::string_view data);
 void fsync_path(const fs::path& path);  // file or directory
 // rename(from, to) and fsync of the parent directory, so the rename itself survives a crash.
 void rename_durable(const fs::path& from, const fs::path& to);
+// An output directory that must be new or empty (export, import: nothing there is overwritten); Error naming `option`
+// and the directory otherwise.
+void require_empty_output(const fs::path& dir, std::string_view option);
 
 }  // namespace tributary

@@ -32,9 +32,7 @@ struct PathCheckpoint {
 }  // namespace
 
 fs::path export_hf(const std::string& run_or_checkpoint, const fs::path& out, std::optional<int64_t> path) {
-  if (fs::exists(out) && !fs::is_empty(out))
-    fail("--out '{}' already holds files: export into a new or empty directory (nothing there is overwritten)",
-         out.string());
+  require_empty_output(out, "--out");
   const bool dipaco = fs::exists(fs::path(run_or_checkpoint) / "dipaco.json");
   if (dipaco && !path) fail("'{}' is a DiPaCo run: say which path to export with --path P", run_or_checkpoint);
   if (!dipaco && path) fail("--path {}: '{}' is not a DiPaCo run (it has one model)", *path, run_or_checkpoint);

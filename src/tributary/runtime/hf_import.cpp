@@ -61,9 +61,7 @@ std::string tokenizer_kind(const fs::path& dir) {
 }  // namespace
 
 fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& data_dir) {
-  if (fs::exists(out) && !fs::is_empty(out))
-    fail("--out '{}' already holds files: import into a new or empty directory (nothing there is overwritten)",
-         out.string());
+  require_empty_output(out, "--out");
   const fs::path config_file = dir / "config.json";
   if (!fs::exists(config_file)) fail("'{}' is missing: is '{}' a Hugging Face model directory?", config_file.string(),
                                      dir.string());

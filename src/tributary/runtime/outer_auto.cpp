@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
 
 namespace tributary {
 
@@ -15,12 +18,11 @@ std::string resolve_outer_auto(DistConfig& dist, int64_t steps) {
   const double outer_steps = double(std::max<int64_t>(0, steps - dist.warmup_ddp_steps)) / double(h);
   if (auto_momentum)
     dist.outer_momentum = outer_steps > 0 ? std::clamp(1.0 - 10.0 / outer_steps, 0.5, 0.9) : 0.5;
-  return fmt::format("DiLoCo settings from the run ({} steps, H = {}: {:.0f} outer steps{}): {}{}", steps, h,
-                     outer_steps, auto_warmup && dist.warmup_ddp_steps > 0 ? " after the warm-up" : "",
-                     auto_warmup ? fmt::format("{} data-parallel warm-up steps", dist.warmup_ddp_steps) : "",
-                     auto_momentum ? fmt::format("{}outer momentum {:.3g}", auto_warmup ? ", " : "",
-                                                 dist.outer_momentum)
-                                   : "");
+  std::vector<std::string> chosen;
+  if (auto_warmup) chosen.push_back(fmt::format("{} data-parallel warm-up steps", dist.warmup_ddp_steps));
+  if (auto_momentum) chosen.push_back(fmt::format("outer momentum {:.3g}", dist.outer_momentum));
+  return fmt::format("DiLoCo settings from the run ({} steps, H = {}: {:.0f} outer steps{}): {}", steps, h, outer_steps,
+                     dist.warmup_ddp_steps > 0 ? " after the warm-up" : "", fmt::join(chosen, ", "));
 }
 
 }  // namespace tributary
