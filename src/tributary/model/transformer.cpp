@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
+#include "tributary/model/causal_attention.h"
 #include "tributary/model/fused_ops.h"
 
 namespace tributary {
@@ -22,10 +23,9 @@ AttentionImpl::AttentionImpl(const ModelConfig& config)
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                      const torch::Tensor& rope_sin) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, D = head_dim_;
-  // q comes out pre-scaled by 1/sqrt(D); the causal mask is applied inside the softmax.
+  // q comes out pre-scaled by 1/sqrt(D); the attention computes only the causal (lower) triangle.
   auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin, 1.0 / std::sqrt(double(D)));  // (B*H, T, D)
-  auto att = causal_softmax(torch::bmm(q, k.transpose(1, 2)));  // (B*H, T, T)
-  auto y = torch::bmm(att, v).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
+  auto y = causal_attention(q, k, v).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
   return proj->forward(y);
 }
 

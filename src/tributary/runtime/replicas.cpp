@@ -121,34 +121,31 @@ Replicas::~Replicas() {
     }
 }
 
-// The machine's peak is measured once, by rank 0, while the others wait in the broadcast: measured while they were
-// still building their models it came out ~2x low (the chaos run's MFU read 111-123%). A joiner takes the run's
-// value from the store: measuring while the members train would be as wrong.
-double Replicas::shared_matmul_peak(const torch::Device& device, int local_world_size) {
+// The peak a worker divides by is what it gets under the run's conditions: every rank measures at once, after a
+// barrier, with its own thread count, so the workers sharing a machine contend for it as they will in training; the
+// run's value is the mean over ranks (one figure on every console line and in the metrics). Measured by rank 0 while
+// the others were still building their models it came out ~2x low (the chaos run's MFU read 111-123%); measured by
+// rank 0 alone on every core and divided by the local workers, it assumed they share it evenly. A joiner takes the
+// run's value from the store: measuring while the members train would be as wrong.
+double Replicas::shared_matmul_peak(const torch::Device& device) {
   const std::string key = "run/peak_flops";
-  if (membership_ && membership_->members().empty() && store_->check({key}))
-    return std::stod(store_->get(key)) / std::max(1, local_world_size);
-  auto peak = torch::zeros({1}, torch::kFloat64);
+  if (membership_ && membership_->members().empty() && store_->check({key})) return std::stod(store_->get(key));
   thread_->run<int>([&] {
-    group_->barrier();  // everyone idle (in the broadcast below) before rank 0 measures
+    group_->barrier();  // every rank idle before all of them measure
     return 0;
   });
-  if (rank() == 0) {
-    const int threads = at::get_num_threads();
-    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    peak.fill_(measure_matmul_peak(device));
-    at::set_num_threads(threads);
-  }
+  auto peak = torch::full({1}, measure_matmul_peak(device), torch::kFloat64);
   thread_->run<int>([&] {
     std::vector<torch::Tensor> t = {peak};
-    group_->broadcast(t, 0);
+    group_->all_reduce_sum(t);
     return 0;
   });
+  const double per_worker = peak.item<double>() / std::max<int64_t>(1, group_->size());
   if (store_ && rank() == 0 && !membership_->members().empty()) {  // the run's rank 0, not a joiner's group of one
-    store_->set(key, fmt::format("{:.17g}", peak.item<double>()));
+    store_->set(key, fmt::format("{:.17g}", per_worker));
     store_->set(kRunStartedKey, "1");  // every member got here: launch may restart the dead from now on
   }
-  return peak.item<double>() / std::max(1, local_world_size);
+  return per_worker;
 }
 
 comm::CommStats Replicas::take_stats() {

@@ -127,9 +127,9 @@ class Replicas {
   comm::CommStats take_stats();
   // The training thread's time blocked on communication since the start (dist.slow_workers slows compute only).
   double blocked_total_s() const { return thread_->blocked_total_s(); }
-  // The sgemm peak one replica can count on: rank 0 measures the whole machine while the others wait (measuring
-  // concurrently would measure contention), and the peak is shared by the local replicas.
-  double shared_matmul_peak(const torch::Device& device, int local_world_size);
+  // The sgemm peak one replica can count on under the run's conditions: every rank measures at the same time with
+  // its own threads (the contention of training), and the mean over ranks is every rank's figure. Collective.
+  double shared_matmul_peak(const torch::Device& device);
 
  private:
   void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,

@@ -40,8 +40,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
-  // Per-replica peak: rank 0 measures the machine alone, the local replicas share it (a joiner: in a group of one).
-  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_, env.local_world_size)
+  // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
+  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_)
                                   : measure_matmul_peak(device_);
   start_replicas();  // a joining worker may find the run over: then it trains nothing
   flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());

@@ -1,0 +1,147 @@
+#include "tributary/model/simd_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tributary {
+
+namespace {
+
+// 8 floats: one AVX2 register; GCC's vector extension lowers it to whatever the clone targets. Unaligned and
+// allowed to alias the floats it is loaded from.
+typedef float v8 __attribute__((vector_size(32), aligned(4), may_alias));
+
+#define TRIB_INLINE inline __attribute__((always_inline))
+
+// R rows x V vectors of C held in registers across the whole k loop: 6 x 2 = 12 accumulators, plus 2 loads of B and
+// a broadcast, fit AVX2's 16 registers (the shape OpenBLAS's Haswell kernel uses too).
+template <int R, int V>
+TRIB_INLINE void tile(int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
+                      int64_t ldc, bool accumulate) {
+  v8 s[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) s[r][v] = accumulate ? *reinterpret_cast<const v8*>(c + r * ldc + 8 * v) : v8{};
+  for (int64_t p = 0; p < k; ++p) {
+    v8 bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = *reinterpret_cast<const v8*>(b + p * ldb + 8 * v);
+    for (int r = 0; r < R; ++r) {
+      const float x = a[r * a_row + p * a_col];
+      for (int v = 0; v < V; ++v) s[r][v] += x * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) *reinterpret_cast<v8*>(c + r * ldc + 8 * v) = s[r][v];
+}
+
+template <int R>
+TRIB_INLINE void row_block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
+                           int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  for (int64_t c0 = 0; c0 < n; c0 += 16) tile<R, 2>(k, a, a_row, a_col, b + c0, ldb, c + c0, ldc, accumulate);
+}
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+// exp on 8 lanes (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, 2^n from the exponent bits); within 2 ulp
+// of std::exp on the range softmax feeds it (x <= 0). Arguments below -87.3 return 0 rather than a denormal.
+TRIB_INLINE v8 exp8(v8 x) {
+  const v8 lo = x < -87.3f ? v8{} + 1.0f : v8{};  // lanes that underflow (as 1.0 masks)
+  x = x < -87.3f ? v8{} - 87.3f : x;
+  x = x > 88.3f ? v8{} + 88.3f : x;
+  v8 fx = x * 1.44269504088896341f + 0.5f;
+  v8i n = __builtin_convertvector(fx, v8i);          // truncates toward 0
+  v8 fn = __builtin_convertvector(n, v8);
+  n = fn > fx ? n - 1 : n;                           // floor
+  fn = __builtin_convertvector(n, v8);
+  x = x - fn * 0.693359375f - fn * -2.12194440e-4f;
+  v8 y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * x + 8.3334519073e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * x * x + x + 1.0f;
+  const v8i bits = (n + 127) << 23;
+  v8 out = y * reinterpret_cast<const v8&>(bits);
+  return lo > 0.0f ? v8{} : out;
+}
+
+TRIB_INLINE float lane_sum(v8 v) {
+  float s = 0;
+  for (int i = 0; i < 8; ++i) s += v[i];
+  return s;
+}
+
+TRIB_INLINE float lane_max(v8 v) {
+  float m = v[0];
+  for (int i = 1; i < 8; ++i) m = std::max(m, v[i]);
+  return m;
+}
+
+}  // namespace
+
+void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
+                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  for (int64_t r0 = 0; r0 < m; r0 += 6) {
+    const float* ar = a + r0 * a_row;
+    float* cr = c + r0 * ldc;
+    switch (std::min<int64_t>(6, m - r0)) {
+      case 6: row_block<6>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+      case 5: row_block<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+      case 4: row_block<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+      case 3: row_block<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+      case 2: row_block<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+      default: row_block<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+    }
+  }
+}
+
+}  // namespace tributary
+
+namespace tributary {
+
+void causal_softmax_rows(float* s, int64_t rows, int64_t ld, int64_t width, int64_t first_seen) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    const int64_t seen = first_seen + i, full = seen / 8 * 8;
+    v8 mv = v8{} + row[0];
+    for (int64_t j = 0; j < full; j += 8) {
+      const v8 x = *reinterpret_cast<const v8*>(row + j);
+      mv = x > mv ? x : mv;
+    }
+    float m = lane_max(mv);
+    for (int64_t j = full; j < seen; ++j) m = std::max(m, row[j]);
+    v8 sv{};
+    for (int64_t j = 0; j < full; j += 8) {
+      const v8 e = exp8(*reinterpret_cast<const v8*>(row + j) - m);
+      *reinterpret_cast<v8*>(row + j) = e;
+      sv += e;
+    }
+    float sum = lane_sum(sv);
+    if (full < seen) {  // the tail through the same exp, on a zero-padded vector
+      v8 t{};
+      for (int64_t j = full; j < seen; ++j) t[j - full] = row[j] - m;
+      const v8 e = exp8(t);
+      for (int64_t j = full; j < seen; ++j) sum += (row[j] = e[j - full]);
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < seen; ++j) row[j] *= inv;
+    for (int64_t j = seen; j < width; ++j) row[j] = 0.0f;
+  }
+}
+
+void causal_softmax_backward_rows(float* g, const float* p, int64_t rows, int64_t ld, int64_t width,
+                                  int64_t first_seen) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* gr = g + i * ld;
+    const float* pr = p + i * ld;
+    const int64_t seen = first_seen + i, full = seen / 8 * 8;
+    v8 dv{};
+    for (int64_t j = 0; j < full; j += 8)
+      dv += *reinterpret_cast<const v8*>(gr + j) * *reinterpret_cast<const v8*>(pr + j);
+    float dot = lane_sum(dv);
+    for (int64_t j = full; j < seen; ++j) dot += gr[j] * pr[j];
+    for (int64_t j = 0; j < seen; ++j) gr[j] = pr[j] * (gr[j] - dot);
+    for (int64_t j = seen; j < width; ++j) gr[j] = 0.0f;
+  }
+}
+
+}  // namespace tributary
