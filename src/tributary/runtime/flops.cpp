@@ -29,6 +29,27 @@ double measure_matmul_peak(const torch::Device& device, int64_t n, int repeats) 
   return best;
 }
 
+double measure_matmul_sustained(const torch::Device& device, double seconds, int64_t n) {
+  torch::NoGradGuard no_grad;
+  if (n <= 0) n = device.is_cuda() ? 8192 : 1024;
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+  auto gen = at::detail::createCPUGenerator(42);  // private: measuring must not advance the global RNG
+  auto a = at::randn({n, n}, gen, torch::kFloat32).to(opts), b = at::randn({n, n}, gen, torch::kFloat32).to(opts);
+  auto c = torch::empty({n, n}, opts);
+  torch::mm_out(c, a, b);  // warm-up (outside the window: the first call allocates BLAS buffers)
+  if (device.is_cuda()) torch::cuda::synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  int64_t products = 0;
+  double elapsed = 0;
+  do {
+    torch::mm_out(c, a, b);
+    if (device.is_cuda()) torch::cuda::synchronize();
+    ++products;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < seconds);
+  return 2.0 * double(n) * double(n) * double(n) * double(products) / elapsed;
+}
+
 double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters) {
   return 6.0 * double(num_matmul_parameters) +
          6.0 * double(config.num_layers * config.num_heads * config.head_dim() * config.context);

@@ -14,6 +14,12 @@ namespace tributary {
 // 1024 on a CPU, 8192 on a GPU (a 1024^3 product is too short to fill an H100 and would understate its peak).
 double measure_matmul_peak(const torch::Device& device, int64_t n = 0, int repeats = 6);
 
+// The fp32 matmul rate sustained over a window of `seconds` (same sizes): every product completed in the window
+// counts. For workers that measure at once while sharing a machine: a best-of-N catches moments when the others are
+// between products (4 workers on 2 cores each read 84 GFLOP/s, 1.4x the machine's whole peak), a common window sees
+// the contention training will have.
+double measure_matmul_sustained(const torch::Device& device, double seconds, int64_t n = 0);
+
 // Training FLOPs per token (forward + backward): 6 * matmul parameters + 6 * layers * heads * head_dim * context
 // (the attention score and value matmuls over a causal context; see shared/reference/ecosystem.md, PaLM appendix B).
 double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters);

@@ -122,7 +122,8 @@ Replicas::~Replicas() {
 }
 
 // The peak a worker divides by is what it gets under the run's conditions: every rank measures at once, after a
-// barrier, with its own thread count, so the workers sharing a machine contend for it as they will in training; the
+// barrier, with its own thread count, over the same 1 s window (flops.h says why not best-of-N), so the workers
+// sharing a machine contend for it as they will in training; the
 // run's value is the mean over ranks (one figure on every console line and in the metrics). Measured by rank 0 while
 // the others were still building their models it came out ~2x low (the chaos run's MFU read 111-123%); measured by
 // rank 0 alone on every core and divided by the local workers, it assumed they share it evenly. A joiner takes the
@@ -134,7 +135,7 @@ double Replicas::shared_matmul_peak(const torch::Device& device) {
     group_->barrier();  // every rank idle before all of them measure
     return 0;
   });
-  auto peak = torch::full({1}, measure_matmul_peak(device), torch::kFloat64);
+  auto peak = torch::full({1}, measure_matmul_sustained(device, 1.0), torch::kFloat64);
   thread_->run<int>([&] {
     std::vector<torch::Tensor> t = {peak};
     group_->all_reduce_sum(t);
