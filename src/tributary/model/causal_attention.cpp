@@ -1,6 +1,7 @@
 #include "tributary/model/causal_attention.h"
 
 #include <ATen/Parallel.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -130,10 +131,20 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const bool fused = fused_kernels_apply(q) && fused_kernels_apply(k) && fused_kernels_apply(v) &&
                      q.size(2) % kSmallGemmColumns == 0 && simd_kernels_supported();
   if (fused) {
-    TRIB_CHECK(block >= 0 && block % kSmallGemmColumns == 0, "causal_attention: block %d is not a multiple of %d",
-               int(block), int(kSmallGemmColumns));
+    TRIB_CHECK(block >= 0 && block % kSmallGemmColumns == 0, "causal_attention: block {} is not a multiple of {}", block,
+               kSmallGemmColumns);
     return CausalAttentionFn::apply(q, k, v, block > 0 ? block : causal_attention_block(q.size(1)));
   }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)  // SDPA with `scale`
+  // LibTorch 2.1+ on a GPU: PyTorch's fused (flash / memory-efficient) attention, which skips the masked half too.
+  // q already carries the scale; (1, N, T, D) is the 4-d layout the flash kernel takes. Not built here (1.13): the
+  // CUDA build on the lent GPU machine compiles it (docs/benchmarks.md §6).
+  if (q.is_cuda() && fused_kernels_enabled()) {
+    return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0,
+                                            /*is_causal=*/true, /*scale=*/1.0)
+        .squeeze(0);
+  }
+#endif
   return torch::bmm(causal_softmax(torch::bmm(q, k.transpose(1, 2))), v);
 }
 

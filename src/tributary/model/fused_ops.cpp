@@ -311,6 +311,8 @@ bool fused_kernels_apply(const torch::Tensor& t) {
 
 void set_fused_kernels_enabled(bool enabled) { g_fused_enabled = enabled; }
 
+bool fused_kernels_enabled() { return g_fused_enabled.load(); }
+
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   if (fused_kernels_apply(x) && fused_kernels_apply(weight)) return RMSNormFn::apply(x, weight, eps);
   return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;

@@ -35,5 +35,6 @@ torch::Tensor causal_softmax(const torch::Tensor& scores);
 bool fused_kernels_apply(const torch::Tensor& t);
 // Tests switch the fused path off to compare against the composite reference.
 void set_fused_kernels_enabled(bool enabled);
+bool fused_kernels_enabled();
 
 }  // namespace tributary
