@@ -3,9 +3,6 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
-#include <cmath>
-#include <limits>
-
 #include "tributary/core/error.h"
 #include "tributary/model/fused_ops.h"
 #include "tributary/model/simd_kernels.h"

@@ -3,26 +3,26 @@
 //
 // Why: the composite path (bmm(q, k^T), a masked softmax over the full (T, T) matrix, bmm(att, v)) multiplies the
 // masked upper half too: half of the score and output products, and of their four backward products, is work on
-// zeros. Here the queries are cut into blocks of `block` rows; block b multiplies only against the keys it can see
-// (columns < its last row + 1), so the products cover (nb + 1) / (2 nb) of the square for nb blocks, and the masked
-// softmax runs fused on each block's scores. The probabilities are kept per block for the backward (about half of the
-// composite path's (T, T) matrix).
+// zeros, and OpenBLAS runs these inner-dimension-64 products at about a third of its peak. Here each head is one
+// task (heads split over threads whole); its queries are cut into blocks of `block` rows, and block b multiplies only
+// against the keys it can see, with the masked softmax fused on its scores; the products are simd_kernels'
+// register-blocked multiply. The probabilities are kept for the backward (T x T per head, upper triangle untouched),
+// which computes dS for every row and then dK, dV per 16-key block over all the query rows that see it.
 //
-// Determinism: every product is a batched matrix multiply over whole blocks and every accumulation (dK, dV over the
-// query blocks) runs in a fixed block order, so results are bit-identical for a given thread count, as the other
-// fused ops are (resume determinism relies on it).
+// Determinism: a head's work never depends on how heads are split over threads and every sum runs in a fixed order,
+// so results are bit-identical for any thread count (resume determinism relies on it).
 //
 // Shapes: q, k, v (N, T, D) with N = batch x heads; q already carries the 1/sqrt(D) scale. Rows attend to columns
-// j <= i (queries and keys of the same length). Anything other than float32 on the CPU, or a disabled fused path
-// (tests), takes the composite formula, which is the reference semantics.
+// j <= i (queries and keys of the same length). The kernel needs float32 on a CPU with AVX2 + FMA and D a multiple
+// of 16; otherwise (or with the fused path disabled, in tests): on CUDA with LibTorch 2.1+ PyTorch's fused attention,
+// elsewhere the composite formula, which is the reference semantics.
 #pragma once
 
 #include <torch/torch.h>
 
 namespace tributary {
 
-// block: query rows per block; 0 picks causal_attention_block(T). A block >= T is the composite path's work (one
-// block, the full square) with the fused softmax.
+// block: query rows per block, a multiple of 16; 0 picks causal_attention_block(T).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                int64_t block = 0);
 

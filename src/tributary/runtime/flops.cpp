@@ -8,46 +8,57 @@
 
 namespace tributary {
 
+namespace {
+
+// Two random n x n fp32 operands and an output on `device`, from a private generator (measuring must not advance the
+// global RNG: resume would diverge otherwise), after one warm-up product (it allocates the BLAS buffers).
+struct MatmulProbe {
+  torch::Tensor a, b, c;
+  bool cuda;
+  MatmulProbe(const torch::Device& device, int64_t n) : cuda(device.is_cuda()) {
+    auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+    auto gen = at::detail::createCPUGenerator(42);
+    a = at::randn({n, n}, gen, torch::kFloat32).to(opts);
+    b = at::randn({n, n}, gen, torch::kFloat32).to(opts);
+    c = torch::empty({n, n}, opts);
+    run();
+  }
+  void run() {
+    torch::mm_out(c, a, b);
+    if (cuda) torch::cuda::synchronize();
+  }
+  double flops() const { return 2.0 * double(a.size(0)) * double(a.size(0)) * double(a.size(0)); }
+};
+
+int64_t probe_size(const torch::Device& device, int64_t n) { return n > 0 ? n : device.is_cuda() ? 8192 : 1024; }
+
+}  // namespace
+
 double measure_matmul_peak(const torch::Device& device, int64_t n, int repeats) {
   torch::NoGradGuard no_grad;
-  if (n <= 0) n = device.is_cuda() ? 8192 : 1024;
-  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
-  // A private generator: measuring must not advance the global RNG (resume would diverge otherwise).
-  auto gen = at::detail::createCPUGenerator(42);
-  auto a = at::randn({n, n}, gen, torch::kFloat32).to(opts), b = at::randn({n, n}, gen, torch::kFloat32).to(opts);
-  auto c = torch::empty({n, n}, opts);
-  torch::mm_out(c, a, b);  // warm-up
+  MatmulProbe probe(device, probe_size(device, n));
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
-    if (device.is_cuda()) torch::cuda::synchronize();
     auto start = std::chrono::steady_clock::now();
-    torch::mm_out(c, a, b);
-    if (device.is_cuda()) torch::cuda::synchronize();
+    probe.run();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s);
+    best = std::max(best, probe.flops() / s);
   }
   return best;
 }
 
 double measure_matmul_sustained(const torch::Device& device, double seconds, int64_t n) {
   torch::NoGradGuard no_grad;
-  if (n <= 0) n = device.is_cuda() ? 8192 : 1024;
-  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
-  auto gen = at::detail::createCPUGenerator(42);  // private: measuring must not advance the global RNG
-  auto a = at::randn({n, n}, gen, torch::kFloat32).to(opts), b = at::randn({n, n}, gen, torch::kFloat32).to(opts);
-  auto c = torch::empty({n, n}, opts);
-  torch::mm_out(c, a, b);  // warm-up (outside the window: the first call allocates BLAS buffers)
-  if (device.is_cuda()) torch::cuda::synchronize();
+  MatmulProbe probe(device, probe_size(device, n));
   const auto start = std::chrono::steady_clock::now();
   int64_t products = 0;
   double elapsed = 0;
   do {
-    torch::mm_out(c, a, b);
-    if (device.is_cuda()) torch::cuda::synchronize();
+    probe.run();
     ++products;
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   } while (elapsed < seconds);
-  return 2.0 * double(n) * double(n) * double(n) * double(products) / elapsed;
+  return probe.flops() * double(products) / elapsed;
 }
 
 double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters) {

@@ -123,11 +123,11 @@ Replicas::~Replicas() {
 
 // The peak a worker divides by is what it gets under the run's conditions: every rank measures at once, after a
 // barrier, with its own thread count, over the same 1 s window (flops.h says why not best-of-N), so the workers
-// sharing a machine contend for it as they will in training; the
-// run's value is the mean over ranks (one figure on every console line and in the metrics). Measured by rank 0 while
-// the others were still building their models it came out ~2x low (the chaos run's MFU read 111-123%); measured by
-// rank 0 alone on every core and divided by the local workers, it assumed they share it evenly. A joiner takes the
-// run's value from the store: measuring while the members train would be as wrong.
+// sharing a machine contend for it as they will in training; the run's value is the mean over ranks (one figure on
+// every console line and in the metrics). Measured by rank 0 while the others were still building their models it
+// came out ~2x low (the chaos run's MFU read 111-123%); measured by rank 0 alone on every core and divided by the
+// local workers, it assumed they share it evenly. A joiner takes the run's value from the store: measuring while the
+// members train would be as wrong.
 double Replicas::shared_matmul_peak(const torch::Device& device) {
   const std::string key = "run/peak_flops";
   if (membership_ && membership_->members().empty() && store_->check({key})) return std::stod(store_->get(key));
