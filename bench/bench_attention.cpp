@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
       ratio.push_back(composite.back() / blocked.back());
       nlohmann::json row = {{"T", T}, {"heads_x_batch", N}, {"head_dim", D}, {"composite_s", composite.back()},
                             {"blocked_s", blocked.back()}, {"threads", at::get_num_threads()},
-                            {"block", block > 0 ? block : causal_attention_block(T)}};
+                            {"block", block > 0 ? block : kCausalAttentionBlock}};
       std::printf("%s\n", row.dump().c_str());
       std::fflush(stdout);
     }

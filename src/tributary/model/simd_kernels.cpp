@@ -6,7 +6,7 @@ namespace tributary {
 
 namespace {
 
-// 8 floats: one AVX2 register; GCC's vector extension lowers it to whatever the clone targets. Unaligned and
+// 8 floats: one AVX2 register (GCC's vector extension; this file is compiled with -mavx2 -mfma). Unaligned and
 // allowed to alias the floats it is loaded from.
 typedef float v8 __attribute__((vector_size(32), aligned(4), may_alias));
 
@@ -16,10 +16,8 @@ typedef float v8 __attribute__((vector_size(32), aligned(4), may_alias));
 // a broadcast, fit AVX2's 16 registers (the shape OpenBLAS's Haswell kernel uses too).
 template <int R, int V>
 TRIB_INLINE void tile(int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
-                      int64_t ldc, bool accumulate) {
-  v8 s[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) s[r][v] = accumulate ? *reinterpret_cast<const v8*>(c + r * ldc + 8 * v) : v8{};
+                      int64_t ldc) {
+  v8 s[R][V] = {};
   for (int64_t p = 0; p < k; ++p) {
     v8 bv[V];
     for (int v = 0; v < V; ++v) bv[v] = *reinterpret_cast<const v8*>(b + p * ldb + 8 * v);
@@ -34,8 +32,8 @@ TRIB_INLINE void tile(int64_t k, const float* a, int64_t a_row, int64_t a_col, c
 
 template <int R>
 TRIB_INLINE void row_block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
-                           int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  for (int64_t c0 = 0; c0 < n; c0 += 16) tile<R, 2>(k, a, a_row, a_col, b + c0, ldb, c + c0, ldc, accumulate);
+                           int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t c0 = 0; c0 < n; c0 += 16) tile<R, 2>(k, a, a_row, a_col, b + c0, ldb, c + c0, ldc);
 }
 
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -79,24 +77,20 @@ TRIB_INLINE float lane_max(v8 v) {
 }  // namespace
 
 void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
-                int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+                int64_t ldb, float* c, int64_t ldc) {
   for (int64_t r0 = 0; r0 < m; r0 += 6) {
     const float* ar = a + r0 * a_row;
     float* cr = c + r0 * ldc;
     switch (std::min<int64_t>(6, m - r0)) {
-      case 6: row_block<6>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
-      case 5: row_block<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
-      case 4: row_block<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
-      case 3: row_block<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
-      case 2: row_block<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
-      default: row_block<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, accumulate); break;
+      case 6: row_block<6>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
+      case 5: row_block<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
+      case 4: row_block<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
+      case 3: row_block<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
+      case 2: row_block<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
+      default: row_block<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
     }
   }
 }
-
-}  // namespace tributary
-
-namespace tributary {
 
 void causal_softmax_rows(float* s, int64_t rows, int64_t ld, int64_t width, int64_t first_seen) {
   for (int64_t i = 0; i < rows; ++i) {

@@ -18,12 +18,12 @@ bool simd_kernels_supported();
 
 inline constexpr int64_t kSmallGemmColumns = 16;  // small_gemm's n must be a multiple of this
 
-//   C[m x n] (+)= sum_k A(r, k) B[k, 0:n]     with A(r, k) = a[r * a_row + k * a_col]
+//   C[m x n] = sum_k A(r, k) B[k, 0:n]     with A(r, k) = a[r * a_row + k * a_col]
 // A is read element by element (any strides, so a transposed operand costs nothing); B and C are row-major with
 // leading dimensions ldb and ldc; n must be a multiple of kSmallGemmColumns (callers pad). The sum over k runs in
 // order 0..k-1 for every element whatever m and n are, so results do not depend on how a caller tiles its work.
 void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
-                int64_t ldb, float* c, int64_t ldc, bool accumulate);
+                int64_t ldb, float* c, int64_t ldc);
 
 // Causal softmax in place on `rows` rows (leading dimension ld) of a block: row i sees its first `first_seen + i`
 // columns; the rest of the row up to `width` becomes 0.
