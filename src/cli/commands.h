@@ -20,6 +20,7 @@ void add_route(CLI::App& app);
 void add_export_path(CLI::App& app);
 void add_export(CLI::App& app);
 void add_import(CLI::App& app);
+void add_report(CLI::App& app);
 
 // Validators for numeric flags: out-of-range, NaN and infinite values are parse errors (exit 2, one [ERROR] line).
 // CLI::Range alone lets NaN through (every comparison with NaN is false).

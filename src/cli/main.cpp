@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_export_path(app);
   tributary::cli::add_export(app);
   tributary::cli::add_import(app);
+  tributary::cli::add_report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

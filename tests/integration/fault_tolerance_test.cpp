@@ -16,6 +16,7 @@
 #include "tributary/core/fs.h"
 #include "tributary/runtime/launcher.h"
 #include "launch_support.h"
+#include "report_check.h"
 
 using namespace tributary;
 
@@ -70,6 +71,10 @@ void expect_survived(const std::string& run, int rc, const std::string& out, int
 TEST_F(Distributed, FaultTolerantDilocoSurvivesAKilledWorker) {
   auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6", "ft_kill2");
   expect_survived("ft_kill2", rc, out, 2);
+  // The run report shows the death: the members' count fell to 3 at the round it happened in; workers 0, 1 and 3
+  // have their own lines to the end (worker 2's stop at its death); every section renders in a real browser.
+  test_support::expect_report_opens(work() / "ft_kill2",
+                                    {"4 -&gt; 3 workers", "<td>worker 3</td>", "<td>worker 2</td>", "Workers per round"});
 }
 
 TEST_F(Distributed, FaultTolerantDilocoSurvivesTheDeathOfRankZero) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "support/error_of.h"
+#include "support/hf_python.h"
 
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/inference.h"
 #include "tributary/runtime/trainer.h"
 #include "shell.h"
 #include "test_corpus.h"
@@ -245,6 +247,14 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   for (const auto& [name, view] : exported.tensors()) EXPECT_EQ(name.find("aux"), std::string::npos) << name;
   EXPECT_NE(read_file(hf / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
   EXPECT_NE(read_file(hf / "tributary_tokenizer.json").find("\"byte\""), std::string::npos);
+  {  // the Python proof: plain PyTorch with modeling_llama's formulas, from the exported files alone, gives our logits
+    const LoadedModel trained = load_model(full.run_dir.string(), torch::kCPU);
+    auto tokens = torch::randint(257, {2, 24}, torch::kInt64);
+    torch::NoGradGuard no_grad;
+    const auto ours = trained.model->forward(tokens);
+    const auto theirs = test_support::hf_python_logits(hf, tokens, 257);
+    EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4)) << (ours - theirs).abs().max().item<double>();
+  }
   // import reads the export back as a checkpoint of ours: its export is the same bytes, its eval the same loss
   const auto imported = full.run_dir.parent_path() / "local_imported", again = full.run_dir.parent_path() / "local_hf2";
   fs::remove_all(imported);

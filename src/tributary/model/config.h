@@ -13,6 +13,8 @@ struct ModelConfig {
   int64_t num_levels = 1;  // blocks are grouped into this many consecutive levels (DiPaCo modules, pipeline stages)
   int64_t width = 256;
   int64_t num_heads = 4;
+  int64_t num_kv_heads = 0;  // 0: num_heads; fewer: grouped-query attention, each key/value head serves
+                             // num_heads / num_kv_heads consecutive query heads (Llama's num_key_value_heads)
   int64_t context = 256;
   std::string mlp = "swiglu";     // swiglu | gelu
   int64_t mlp_hidden = 0;         // 0: 4*width for gelu, 8/3*width rounded up to 64 for swiglu
@@ -23,6 +25,7 @@ struct ModelConfig {
   double init_std = 0.02;
 
   int64_t head_dim() const { return width / num_heads; }
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int64_t resolved_mlp_hidden() const;
   int64_t blocks_per_level() const { return num_layers / num_levels; }
   // Parameters of the dense model (Transformer::num_parameters) for a vocabulary of `vocab` tokens, computed from the

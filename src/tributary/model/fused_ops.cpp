@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 
+#include "tributary/core/error.h"
+
 namespace tributary {
 
 using torch::autograd::AutogradContext;
@@ -167,14 +169,16 @@ inline void rope_backward(const float* __restrict g, float* __restrict gx, const
 }
 
 struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
+  // A row of qkv is [q: H heads | k: KV heads | v: KV heads] of D values each (KV < H: grouped-query attention).
   // cos/sin: (T, D), or empty tensors (numel 0) for no rotation. Autograd Functions need defined tensor arguments.
-  static tensor_list forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t H, const torch::Tensor& cos,
-                             const torch::Tensor& sin, double q_scale) {
+  static tensor_list forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t H, int64_t KV,
+                             const torch::Tensor& cos, const torch::Tensor& sin, double q_scale) {
     auto qkv = qkv_in.contiguous();
-    const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / H;
+    const int64_t B = qkv.size(0), T = qkv.size(1), W = qkv.size(2), D = W / (H + 2 * KV);
+    const int64_t heads[3] = {H, KV, KV}, offset[3] = {0, H * D, (H + KV) * D};
     auto opts = qkv.options();
-    tensor_list out = {torch::empty({B * H, T, D}, opts), torch::empty({B * H, T, D}, opts),
-                       torch::empty({B * H, T, D}, opts)};
+    tensor_list out = {torch::empty({B * H, T, D}, opts), torch::empty({B * KV, T, D}, opts),
+                       torch::empty({B * KV, T, D}, opts)};
     auto cosc = cos.contiguous();
     auto sinc = sin.contiguous();
     const float qs = static_cast<float>(q_scale);
@@ -185,12 +189,13 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
     at::parallel_for(0, B * T, 16, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / T, t = i % T;
-        const float* row = src + i * 3 * C;
+        const float* row = src + i * W;
         for (int64_t part = 0; part < 3; ++part) {
           const bool rotate = part < 2 && cp;
-          for (int64_t h = 0; h < H; ++h) {
-            float* o = dst[part] + ((b * H + h) * T + t) * D;
-            rope_forward(row + part * C + h * D, o, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
+          for (int64_t h = 0; h < heads[part]; ++h) {
+            float* o = dst[part] + ((b * heads[part] + h) * T + t) * D;
+            rope_forward(row + offset[part] + h * D, o, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr,
+                         D);
             if (part == 0 && qs != 1.0f)
               for (int64_t d = 0; d < D; ++d) o[d] *= qs;
           }
@@ -201,6 +206,8 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
     ctx->saved_data["B"] = B;
     ctx->saved_data["T"] = T;
     ctx->saved_data["H"] = H;
+    ctx->saved_data["KV"] = KV;
+    ctx->saved_data["D"] = D;
     ctx->saved_data["q_scale"] = q_scale;
     return out;
   }
@@ -209,17 +216,13 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
     auto saved = ctx->get_saved_variables();
     auto cos = saved[0], sin = saved[1];
     const int64_t B = ctx->saved_data["B"].toInt(), T = ctx->saved_data["T"].toInt(), H = ctx->saved_data["H"].toInt();
+    const int64_t KV = ctx->saved_data["KV"].toInt(), D = ctx->saved_data["D"].toInt(), W = (H + 2 * KV) * D;
+    const int64_t heads[3] = {H, KV, KV}, offset[3] = {0, H * D, (H + KV) * D};
     const float qs = static_cast<float>(ctx->saved_data["q_scale"].toDouble());
     torch::Tensor g[3];
-    int64_t D = 0;
-    for (int p = 0; p < 3; ++p) {
-      if (grads[p].defined()) {
-        g[p] = grads[p].contiguous();
-        D = g[p].size(2);
-      }
-    }
-    const int64_t C = H * D;
-    auto gqkv = torch::zeros({B, T, 3 * C}, g[0].defined() ? g[0].options() : g[2].options());
+    for (int p = 0; p < 3; ++p)
+      if (grads[p].defined()) g[p] = grads[p].contiguous();
+    auto gqkv = torch::zeros({B, T, W}, g[0].defined() ? g[0].options() : g[2].options());
     const float* cp = cos.numel() > 0 ? cos.data_ptr<float>() : nullptr;
     const float* sp = sin.numel() > 0 ? sin.data_ptr<float>() : nullptr;
     const float* gp[3] = {g[0].defined() ? g[0].data_ptr<float>() : nullptr,
@@ -229,13 +232,13 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
     at::parallel_for(0, B * T, 16, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / T, t = i % T;
-        float* row = dst + i * 3 * C;
+        float* row = dst + i * W;
         for (int64_t part = 0; part < 3; ++part) {
           if (!gp[part]) continue;
           const bool rotate = part < 2 && cp;
-          for (int64_t h = 0; h < H; ++h) {
-            const float* gi = gp[part] + ((b * H + h) * T + t) * D;
-            float* o = row + part * C + h * D;
+          for (int64_t h = 0; h < heads[part]; ++h) {
+            const float* gi = gp[part] + ((b * heads[part] + h) * T + t) * D;
+            float* o = row + offset[part] + h * D;
             rope_backward(gi, o, rotate ? cp + t * D : nullptr, rotate ? sp + t * D : nullptr, D);
             if (part == 0 && qs != 1.0f)
               for (int64_t d = 0; d < D; ++d) o[d] *= qs;
@@ -243,7 +246,7 @@ struct SplitHeadsRopeFn : public torch::autograd::Function<SplitHeadsRopeFn> {
         }
       }
     });
-    return {gqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {gqkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -332,16 +335,20 @@ torch::Tensor causal_softmax(const torch::Tensor& scores) {
 }
 
 std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t num_heads, const torch::Tensor& cos,
-                                              const torch::Tensor& sin, double q_scale) {
-  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = num_heads, D = C / H;
+                                              const torch::Tensor& sin, double q_scale, int64_t num_kv_heads) {
+  const int64_t H = num_heads, KV = num_kv_heads > 0 ? num_kv_heads : H;
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / (H + 2 * KV);
+  TRIB_CHECK(qkv.size(2) == (H + 2 * KV) * D, "split_heads_rope: qkv width {} is not (H + 2 KV) * D with H = {}, KV = {}",
+             qkv.size(2), H, KV);
   if (fused_kernels_apply(qkv)) {
     auto none = torch::empty({0}, qkv.options());
     torch::Tensor c = cos.defined() ? cos.narrow(0, 0, T) : none, s = sin.defined() ? sin.narrow(0, 0, T) : none;
-    auto out = SplitHeadsRopeFn::apply(qkv, H, c, s, q_scale);
+    auto out = SplitHeadsRopeFn::apply(qkv, H, KV, c, s, q_scale);
     return {out[0], out[1], out[2]};
   }
-  auto parts = qkv.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
-  auto q = parts[0], k = parts[1], v = parts[2];
+  auto parts = qkv.split({H * D, KV * D, KV * D}, -1);
+  auto heads = [&](const torch::Tensor& x, int64_t n) { return x.view({B, T, n, D}).transpose(1, 2); };  // (B, n, T, D)
+  auto q = heads(parts[0], H), k = heads(parts[1], KV), v = heads(parts[2], KV);
   if (cos.defined()) {
     auto c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);
     auto rotate = [&](const torch::Tensor& x) {
@@ -352,7 +359,7 @@ std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t 
     k = rotate(k);
   }
   if (q_scale != 1.0) q = q * q_scale;
-  return {q.reshape({B * H, T, D}), k.reshape({B * H, T, D}), v.reshape({B * H, T, D})};
+  return {q.reshape({B * H, T, D}), k.reshape({B * KV, T, D}), v.reshape({B * KV, T, D})};
 }
 
 }  // namespace tributary

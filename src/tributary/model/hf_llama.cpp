@@ -25,7 +25,7 @@ std::string hf_llama_config_json(const ModelConfig& c) {
   const nlohmann::json j = {
       {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
       {"hidden_size", c.width}, {"intermediate_size", c.resolved_mlp_hidden()},
-      {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_heads},
+      {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.kv_heads()},
       {"num_hidden_layers", c.num_layers}, {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
       {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.context},
       {"tie_word_embeddings", c.tie_embeddings}, {"hidden_act", "silu"}, {"attention_bias", false},
@@ -48,13 +48,13 @@ std::vector<std::pair<std::string, int64_t>> hf_pieces(const std::string& name, 
     if (!hf) fail("parameter '{}' has no Llama counterpart", name);
     return {{hf, rows}};
   }
-  const int64_t C = c.width, F = c.resolved_mlp_hidden();
+  const int64_t C = c.width, F = c.resolved_mlp_hidden(), KV = c.kv_heads() * c.head_dim();
   const std::string layer = fmt::format("model.layers.{}.", place->model_block(c.blocks_per_level()));
   const std::string& r = place->rest;
   if (r == "attn_norm.weight") return {{layer + "input_layernorm.weight", rows}};
   if (r == "attn.qkv.weight")
-    return {{layer + "self_attn.q_proj.weight", C}, {layer + "self_attn.k_proj.weight", C},
-            {layer + "self_attn.v_proj.weight", C}};
+    return {{layer + "self_attn.q_proj.weight", C}, {layer + "self_attn.k_proj.weight", KV},
+            {layer + "self_attn.v_proj.weight", KV}};
   if (r == "attn.proj.weight") return {{layer + "self_attn.o_proj.weight", rows}};
   if (r == "mlp_norm.weight") return {{layer + "post_attention_layernorm.weight", rows}};
   if (r == "mlp.fc.weight")  // swiglu(h) = silu(h[:F]) * h[F:]
@@ -132,9 +132,14 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   c.num_levels = 1;
   c.mlp = "swiglu";
   c.positions = "rope";
-  if (j.value("num_key_value_heads", c.num_heads) != c.num_heads)
-    fail("{}: num_key_value_heads = {} < num_attention_heads = {} (grouped-query attention) is not supported yet",
-         origin, j["num_key_value_heads"].dump(), c.num_heads);
+  if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()) {
+    const int64_t kv = integer("num_key_value_heads");
+    if (c.num_heads % kv != 0)
+      fail("{}: num_key_value_heads = {} does not divide num_attention_heads = {}: grouped-query attention needs "
+           "the same number of query heads per key/value head",
+           origin, kv, c.num_heads);
+    if (kv != c.num_heads) c.num_kv_heads = kv;  // equal: plain multi-head attention, our default (0)
+  }
   if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != c.width / c.num_heads)
     fail("{}: head_dim = {} is not hidden_size / num_attention_heads = {}", origin, j["head_dim"].dump(),
          c.width / c.num_heads);

@@ -1,6 +1,7 @@
 // Our dense model in the Hugging Face Llama layout (LlamaForCausalLM, transformers' modeling_llama): the same
 // computation (RMSNorm, rotate-half RoPE, SwiGLU, causal attention scaled by 1/sqrt(D)) under its names, with our
-// fused projections split: attn.qkv = [q_proj; k_proj; v_proj] (rows), mlp.fc = [gate_proj; up_proj].
+// fused projections split: attn.qkv = [q_proj; k_proj; v_proj] (rows; k and v have num_key_value_heads heads),
+// mlp.fc = [gate_proj; up_proj].
 #pragma once
 
 #include <map>
@@ -27,8 +28,9 @@ NamedTensors to_hf_llama(const Transformer& model);
 NamedTensors from_hf_llama(const Transformer& model, const std::map<std::string, torch::Tensor>& hf,
                            const std::string& origin);
 // Our model configuration from a LlamaForCausalLM config.json (context = max_position_embeddings). Error naming
-// `origin` and the field for what the model cannot represent: another architecture, grouped-query attention
-// (num_key_value_heads < num_attention_heads), biases, rope_scaling, another activation.
+// `origin` and the field for what the model cannot represent: another architecture, num_key_value_heads that does not
+// divide num_attention_heads (fewer that do: grouped-query attention, model.num_kv_heads), biases, rope_scaling,
+// another activation.
 ModelConfig llama_model_config(const std::string& json_text, const std::string& origin);
 
 }  // namespace tributary

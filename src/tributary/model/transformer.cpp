@@ -15,16 +15,24 @@ RMSNormImpl::RMSNormImpl(int64_t width, double eps) : eps_(eps) {
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& config)
-    : num_heads_(config.num_heads), head_dim_(config.head_dim()) {
-  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(config.width, 3 * config.width).bias(false)));
+    : num_heads_(config.num_heads), num_kv_heads_(config.kv_heads()), head_dim_(config.head_dim()) {
+  const int64_t rows = (num_heads_ + 2 * num_kv_heads_) * head_dim_;  // [q | k | v]
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(config.width, rows).bias(false)));
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(config.width, config.width).bias(false)));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                      const torch::Tensor& rope_sin) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, D = head_dim_;
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, KV = num_kv_heads_, D = head_dim_;
   // q comes out pre-scaled by 1/sqrt(D); the attention computes only the causal (lower) triangle.
-  auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin, 1.0 / std::sqrt(double(D)));  // (B*H, T, D)
+  auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin, 1.0 / std::sqrt(double(D)), KV);
+  if (KV < H) {  // grouped-query: query head h reads key/value head h / (H / KV); autograd sums the copies back
+    auto repeat = [&](const torch::Tensor& t) {
+      return t.view({B, KV, 1, T, D}).expand({B, KV, H / KV, T, D}).reshape({B * H, T, D});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
   auto y = causal_attention(q, k, v).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
   return proj->forward(y);
 }

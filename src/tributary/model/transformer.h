@@ -30,11 +30,11 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& config);
   // x: (B, T, C); rope_cos/sin: (>= T, D) or undefined. Attention is causal.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin);
-  torch::nn::Linear qkv{nullptr};   // (3C, C)
+  torch::nn::Linear qkv{nullptr};   // ((H + 2 KV) D, C): rows [q | k | v]; KV = H but with grouped-query attention
   torch::nn::Linear proj{nullptr};  // (C, C)
 
  private:
-  int64_t num_heads_, head_dim_;
+  int64_t num_heads_, num_kv_heads_, head_dim_;
 };
 
 class MLPImpl : public torch::nn::Module {

@@ -180,6 +180,8 @@ void RunConfig::bind() {
   s.add("model.num_levels", model.num_levels, "levels of consecutive blocks (must divide num_layers)", 1, 1024);
   s.add("model.width", model.width, "residual width", 8, 1 << 16);
   s.add("model.num_heads", model.num_heads, "attention heads (must divide width)", 1, 1024);
+  s.add("model.num_kv_heads", model.num_kv_heads,
+        "key/value heads; 0 = num_heads, fewer = grouped-query attention (must divide num_heads)", 0, 1024);
   s.add("model.context", model.context, "sequence length T", 2, 1 << 20);
   s.add("model.mlp", model.mlp, "MLP type", {"swiglu", "gelu"});
   s.add("model.mlp_hidden", model.mlp_hidden, "MLP hidden width; 0 = 4*width (gelu) or 8/3*width (swiglu)", 0, 1 << 20);
@@ -234,6 +236,10 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
 void RunConfig::validate() const {
   if (model.width % model.num_heads != 0)
     fail("model.width ({}) must be divisible by model.num_heads ({})", model.width, model.num_heads);
+  if (model.num_heads % model.kv_heads() != 0)
+    fail("model.num_kv_heads ({}) must divide model.num_heads ({}): each key/value head serves the same number of "
+         "query heads",
+         model.num_kv_heads, model.num_heads);
   if (model.positions == "rope" && model.head_dim() % 2 != 0)
     fail("RoPE needs an even head dimension: model.width / model.num_heads = {}; change model.num_heads or model.width",
          model.head_dim());

@@ -29,6 +29,11 @@ RunReport::RunReport(const ReportSetup& setup) : setup_(setup) {
   if (setup_.lead)
     metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step,
                                                setup_.run_dir / "tb");
+  if (setup_.distributed) {
+    fs::create_directories(setup_.run_dir / "workers");
+    worker_ = std::make_unique<MetricsWriter>(setup_.run_dir / "workers" / fmt::format("rank{}.jsonl", setup_.rank),
+                                              setup_.worker_resume_step);
+  }
 }
 
 void RunReport::write(const nlohmann::json& line) {
@@ -66,6 +71,11 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
   if (world_size > 0) line["world_size"] = world_size;
   if (rejected >= 0) line["rejected"] = rejected;
   write(line);
+  if (world_size > 0) setup_.world_size = world_size;  // a fault-tolerant run's members from now on
+  if (worker_)
+    worker_->write(nlohmann::json{{"step", step}, {"outer_step", outer_step}, {"comm_s", c.comm_s},
+                                  {"compute_s", round_seconds_ - c.comm_s}, {"bytes_sent", c.bytes_sent},
+                                  {"elapsed_s", elapsed}}.dump());
   round_seconds_ = 0;
 }
 
@@ -84,6 +94,12 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
   if (!result.stage_step_s.empty()) line["stage_step_s"] = result.stage_step_s;
   if (!result.stage_bytes_forward.empty()) line["stage_bytes_forward"] = result.stage_bytes_forward;
   write(line);
+  if (worker_) {  // this worker alone: its share of the step's tokens over its own time, against its own peak
+    const double own = tps / std::max(setup_.world_size, 1);
+    worker_->write(nlohmann::json{{"step", step}, {"tokens_per_s", own},
+                                  {"mfu", own * setup_.flops_per_token / setup_.peak_flops}, {"loss", loss_avg},
+                                  {"elapsed_s", elapsed}}.dump());
+  }
   const std::string chunks = chunk_losses.empty()
                                  ? std::string()
                                  : fmt::format(" (chunks at this step {:.3f})", fmt::join(chunk_losses, " "));

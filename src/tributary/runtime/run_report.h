@@ -1,5 +1,7 @@
 // What a training run tells its user: metrics.jsonl (rank 0), the console lines, and summary.json. The loop calls it
 // at fixed points; it owns the interval accounting (tokens/s, MFU, ETA, the share of time blocked in communication).
+// In a distributed run every worker also writes workers/rank{R}.jsonl: its own tokens/s and MFU at each logged step,
+// and at each exchange its compute and blocked seconds — what `tributary report` draws per worker.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,8 @@ struct ReportSetup {
   int64_t log_every = 1;
   int world_size = 1;
   bool distributed = false;
+  int rank = 0;                    // the worker's launch rank: distributed runs also write workers/rank{rank}.jsonl
+  int64_t worker_resume_step = -1; // that file keeps its lines up to this step (a resume, or a healed worker's rejoin)
   double flops_per_token = 0, peak_flops = 0;
   double bytes_per_token = 1;  // validation bytes per token (bits/byte)
 };
@@ -56,6 +60,7 @@ class RunReport {
  private:
   ReportSetup setup_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<MetricsWriter> worker_;  // workers/rank{R}.jsonl (distributed runs)
   double round_seconds_ = 0, round_comm_s_ = 0, interval_seconds_ = 0, interval_loss_ = 0;
   double train_s_ = 0;  // seconds in training steps this invocation (no evaluation, no checkpoints)
   int64_t interval_tokens_ = 0, interval_steps_ = 0, interval_losses_ = 0;

@@ -2,6 +2,8 @@
 // random numbers before the model; then resume, the replicas' start (or a joiner's heal) and the run's description.
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/flops.h"
@@ -62,6 +64,12 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                                     .resume_step = ckpt_ ? progress_.step : -1,
                                                     .total_steps = tc_.steps, .log_every = tc_.log_every,
                                                     .world_size = env.world_size, .distributed = synced_ != nullptr,
+                                                    .rank = env.rank,
+                                                    // a restarted worker keeps the lines of its first life
+                                                    .worker_resume_step = ckpt_ ? progress_.step
+                                                                          : env.joining
+                                                                              ? std::numeric_limits<int64_t>::max()
+                                                                              : -1,
                                                     .flops_per_token = flops_per_token_,
                                                     .peak_flops = summary_.peak_flops,
                                                     .bytes_per_token = bytes_per_token});

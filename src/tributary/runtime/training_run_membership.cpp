@@ -1,7 +1,8 @@
 // A fault-tolerant run's changing membership, seen from the loop (dist.fault_tolerant; the rounds themselves are
 // optim/resilient_average.h's, the heal runtime/replicas_heal.cpp's). After every round — a DiLoCo outer step, or a
 // data-parallel step — the members may be fewer (a worker died in it) or, after an admission, more:
-//   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0);
+//   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0); the lead
+//     records each change of lead and of the members' count in metrics.jsonl ("event" lines);
 //   - a step's tokens are the members';
 //   - a joiner the lead healed mid-round takes the members' data position when it becomes one;
 //   - the data is re-sharded over the members (BatchLoader::reshard), so no window of the epoch is skipped: the
@@ -22,11 +23,17 @@ void TrainingRun::follow_membership(int64_t step) {
   }
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
   summary_.reformations = replicas_->reformations();
+  const int64_t members_before = loader_->world_size();
   reshard_data();
-  if (replicas_->rank() != 0 || lead_) return;
-  lead_ = true;
-  report_->take_lead(step);
-  log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", options_.dist.rank, step);
+  if (replicas_->rank() == 0 && !lead_) {
+    lead_ = true;
+    report_->take_lead(step);
+    log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", options_.dist.rank, step);
+    report_->write({{"step", step}, {"event", "lead"}, {"lead_worker", options_.dist.rank}});
+  }
+  if (lead_ && replicas_->size() != members_before)  // `tributary report` lists these as faults and joins
+    report_->write({{"step", step}, {"event", "membership"}, {"members", replicas_->size()},
+                    {"members_before", members_before}});
 }
 
 void TrainingRun::reshard_data() {

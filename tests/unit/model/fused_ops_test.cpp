@@ -71,6 +71,24 @@ TEST(FusedOps, SplitHeadsWithAndWithoutRope) {
       {torch::randn({B, T, 3 * H * D})}, "split_heads");
 }
 
+TEST(FusedOps, SplitHeadsGroupedQuery) {
+  // 4 query heads over 2 key/value heads: qkv rows are [q: 4 D | k: 2 D | v: 2 D].
+  torch::manual_seed(5);
+  const int64_t B = 2, T = 5, H = 4, KV = 2, D = 8;
+  auto angles = torch::rand({T, D / 2}) * 6;
+  auto full = torch::cat({angles, angles}, -1);
+  auto cos = full.cos(), sin = full.sin();
+  compare(
+      [&](const auto& in) {
+        auto c = cos.to(in[0].scalar_type()), s = sin.to(in[0].scalar_type());
+        auto out = split_heads_rope(in[0], H, c, s, 0.5, KV);
+        EXPECT_EQ(out[0].sizes().vec(), (std::vector<int64_t>{B * H, T, D}));
+        EXPECT_EQ(out[1].sizes().vec(), (std::vector<int64_t>{B * KV, T, D}));
+        return std::vector<torch::Tensor>{out[0], out[1], out[2]};
+      },
+      {torch::randn({B, T, (H + 2 * KV) * D})}, "split_heads_rope grouped");
+}
+
 TEST(FusedOps, CausalSoftmax) {
   torch::manual_seed(3);
   compare([](const auto& in) { return std::vector<torch::Tensor>{causal_softmax(in[0])}; },

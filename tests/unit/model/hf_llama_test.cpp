@@ -9,6 +9,8 @@
 #include <map>
 
 #include "support/error_of.h"
+#include "support/hf_python.h"
+#include "tributary/core/fs.h"
 #include "tributary/model/hf_llama.h"
 
 using namespace tributary;
@@ -40,7 +42,7 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 torch::Tensor hf_forward(const std::map<std::string, torch::Tensor>& w, const nlohmann::json& cfg,
                          const torch::Tensor& tokens) {
   const int64_t B = tokens.size(0), T = tokens.size(1), C = cfg["hidden_size"], H = cfg["num_attention_heads"];
-  const int64_t D = C / H, L = cfg["num_hidden_layers"];
+  const int64_t D = C / H, L = cfg["num_hidden_layers"], KV = cfg["num_key_value_heads"];
   const double eps = cfg["rms_norm_eps"], theta = cfg["rope_theta"];
   auto x = w.at("model.embed_tokens.weight").index_select(0, tokens.reshape(-1)).view({B, T, C});
   auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, D, 2, torch::kFloat64) / double(D));
@@ -48,7 +50,8 @@ torch::Tensor hf_forward(const std::map<std::string, torch::Tensor>& w, const nl
   auto emb = torch::cat({freqs, freqs}, -1);
   auto cos = emb.cos().to(torch::kFloat32), sin = emb.sin().to(torch::kFloat32);
   auto mask = torch::ones({T, T}, torch::kBool).triu(1);
-  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, -1, D}).transpose(1, 2); };
+  auto repeat_kv = [&](const torch::Tensor& t) { return t.repeat_interleave(H / KV, 1); };  // modeling_llama's repeat_kv
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto h = rms(x, w.at(p + "input_layernorm.weight"), eps);
@@ -56,7 +59,8 @@ torch::Tensor hf_forward(const std::map<std::string, torch::Tensor>& w, const nl
     auto k = heads(torch::matmul(h, w.at(p + "self_attn.k_proj.weight").t()));
     auto v = heads(torch::matmul(h, w.at(p + "self_attn.v_proj.weight").t()));
     q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    k = repeat_kv(k * cos + rotate_half(k) * sin);
+    v = repeat_kv(v);
     auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(D));
     auto att = torch::softmax(scores.masked_fill(mask, -INFINITY), -1);
     auto o = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
@@ -74,13 +78,15 @@ torch::Tensor hf_forward(const std::map<std::string, torch::Tensor>& w, const nl
 }  // namespace
 
 TEST(HfLlama, ExportedTensorsComputeOurLogitsWithTheHuggingFaceFormulas) {
-  for (bool tied : {true, false}) {
+  for (const auto& [tied, kv_heads] : {std::pair{true, 0}, std::pair{false, 0}, std::pair{true, 2}}) {
     torch::manual_seed(5);
-    const ModelConfig c = llama_like(tied);
+    ModelConfig c = llama_like(tied);
+    c.num_kv_heads = kv_heads;  // 2 of 4: grouped-query attention
     Transformer model(c);
     const auto cfg = nlohmann::json::parse(hf_llama_config_json(c));
     EXPECT_EQ(cfg["intermediate_size"], c.resolved_mlp_hidden());
-    EXPECT_EQ(cfg["num_key_value_heads"], c.num_heads);
+    EXPECT_EQ(cfg["num_key_value_heads"], kv_heads > 0 ? kv_heads : c.num_heads);
+    EXPECT_EQ(model.num_parameters(), c.num_parameters(c.vocab_size));
     std::map<std::string, torch::Tensor> w;
     for (auto& [name, t] : to_hf_llama(model)) EXPECT_TRUE(w.emplace(name, t).second) << "twice: " << name;
     EXPECT_EQ(w.size(), size_t(1 + 9 * c.num_layers + 1 + (tied ? 0 : 1))) << "tied " << tied;
@@ -89,7 +95,35 @@ TEST(HfLlama, ExportedTensorsComputeOurLogitsWithTheHuggingFaceFormulas) {
     torch::NoGradGuard no_grad;
     auto ours = model.forward(tokens), theirs = hf_forward(w, cfg, tokens);
     EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-5))
-        << "tied " << tied << " max diff " << (ours - theirs).abs().max().item<double>();
+        << "tied " << tied << " kv heads " << kv_heads << " max diff " << (ours - theirs).abs().max().item<double>();
+  }
+}
+
+TEST(HfLlama, PlainPyTorchComputesOurLogitsFromTheExportedFilesAlone) {
+  // tests/reference/hf_llama_logits.py reads config.json and model.safetensors with a few lines of Python and runs
+  // modeling_llama's forward pass (repeat_kv for grouped-query attention) in python3-torch. Weights are drawn large
+  // (std 0.3, norm gains too) so that a misplaced head or row changes the logits by far more than the tolerance.
+  for (const auto& [tied, kv_heads] : {std::pair{true, 0}, std::pair{false, 2}}) {
+    torch::manual_seed(7);
+    ModelConfig c = llama_like(tied);
+    c.num_kv_heads = kv_heads;
+    Transformer model(c);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model.parameters()) p.copy_(torch::randn_like(p) * 0.3);
+    }
+    const fs::path dir = fs::temp_directory_path() / fmt::format("hf_python_{}_{}", ::getpid(), kv_heads);
+    fs::create_directories(dir);
+    write_file_atomic(dir / "config.json", hf_llama_config_json(c));
+    write_file_atomic(dir / "model.safetensors", tensors_to_safetensors(to_hf_llama(model), {{"format", "pt"}}));
+    auto tokens = torch::randint(c.vocab_size, {2, c.context}, torch::kInt64);
+    const auto theirs = test_support::hf_python_logits(dir, tokens, c.vocab_size);
+    fs::remove_all(dir);
+    torch::NoGradGuard no_grad;
+    const auto ours = model.forward(tokens);
+    EXPECT_GT(ours.abs().max().item<double>(), 1.0);  // logits far from 0: the comparison means something
+    EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4))
+        << "kv heads " << kv_heads << " max diff " << (ours - theirs).abs().max().item<double>();
   }
 }
 
@@ -138,7 +172,11 @@ TEST(HfLlama, ImportRefusesWhatTheModelCannotRepresentNamingTheField) {
   };
   auto gqa = cfg;
   gqa["num_key_value_heads"] = 2;
-  EXPECT_NE(error(gqa).find("hf/config.json: num_key_value_heads = 2"), std::string::npos) << error(gqa);
+  EXPECT_EQ(llama_model_config(gqa.dump(), "hf/config.json").num_kv_heads, 2);
+  gqa["num_key_value_heads"] = 3;
+  EXPECT_NE(error(gqa).find("hf/config.json: num_key_value_heads = 3 does not divide num_attention_heads = 4"),
+            std::string::npos)
+      << error(gqa);
   auto other = cfg;
   other["architectures"] = {"MistralForCausalLM"};
   EXPECT_NE(error(other).find("only LlamaForCausalLM"), std::string::npos) << error(other);

@@ -1,0 +1,169 @@
+// The run report's sections about workers and the network: per-worker throughput, communication per outer step, the
+// compute/blocked timeline, and faults.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+#include "tributary/runtime/report/sections.h"
+
+namespace tributary::report {
+namespace {
+
+constexpr size_t kMaxSpansPerWorker = 600;  // a long data-parallel run: the last ones (the page stays small)
+
+bool is_exchange(const nlohmann::json& j) { return j.contains("comm_s") && j.contains("compute_s"); }
+
+std::string worker_name(int rank) { return fmt::format("worker {}", rank); }
+
+}  // namespace
+
+Section workers_section(const RunFiles& run) {
+  std::map<int, Lines> workers = run.workers;
+  std::string intro;
+  if (workers.empty() && !run.steps.empty()) {
+    workers[0] = run.steps;
+    intro = "<p>One process: its own numbers are the run's.</p>";
+  }
+  if (workers.empty()) return {"workers", "Workers", not_applicable("no step was logged")};
+  std::vector<std::vector<std::string>> rows;
+  std::vector<Series> speed;
+  for (const auto& [rank, lines] : workers) {
+    std::vector<double> tps, mfu;
+    double compute = 0, blocked = 0, sent = 0;
+    int64_t tasks = 0;
+    std::set<int64_t> paths;
+    Series s{worker_name(rank), {}};
+    for (const auto& j : lines) {
+      if (is_exchange(j)) {
+        compute += number(j, "compute_s");
+        blocked += number(j, "comm_s");
+        sent += number(j, "bytes_sent");
+      } else if (j.contains("tokens_per_s")) {
+        tps.push_back(number(j, "tokens_per_s"));
+        if (j.contains("mfu")) mfu.push_back(number(j, "mfu"));
+        if (j.contains("path")) {
+          ++tasks;
+          paths.insert(int64_t(number(j, "path")));
+        }
+        s.points.emplace_back(number(j, j.contains("path") ? "round" : "step"), tps.back());
+      }
+    }
+    const double share = compute + blocked > 0 ? 100 * blocked / (compute + blocked) : std::nan("");
+    rows.push_back({worker_name(rank), fixed(median(tps), 0), mfu.empty() ? "-" : fixed(100 * median(mfu), 1),
+                    fixed(compute, 1), fixed(blocked, 1), fixed(share, 1), short_number(sent),
+                    run.tasks.empty() ? "-" : fmt::format("{} ({} paths)", tasks, paths.size())});
+    speed.push_back(std::move(s));
+  }
+  const bool dipaco = !run.tasks.empty();
+  return {"workers", "Workers",
+          intro +
+              table({"worker", "tokens/s (median)", "MFU % (median)", "compute s", "blocked s", "blocked %",
+                     "bytes sent", "DiPaCo tasks"},
+                    rows) +
+              line_chart(speed, {"Tokens/s per worker", dipaco ? "round (one point per task)" : "step",
+                                 "tokens/s (this worker)"})};
+}
+
+Section communication_section(const RunFiles& run) {
+  const Lines& lines = run.rounds.empty() ? run.exchanges : run.rounds;
+  if (lines.empty())
+    return {"communication", "Communication",
+            not_applicable("no exchange was logged: a single-process run (or one stopped before its first outer "
+                           "step) sends nothing")};
+  std::vector<Bar> bars;
+  Series share{"blocked share of the round", {}, lines.size() < 60};
+  double sent = 0, recv = 0, comm = 0, modelled = 0;
+  for (const auto& j : lines) {
+    const double s = number(j, "bytes_sent"), r = number(j, "bytes_recv"), c = number(j, "comm_s");
+    bars.push_back({fmt::format("{}", int64_t(number(j, "outer_step", number(j, "step")))), {s / 1e6, r / 1e6}});
+    const double compute = number(j, "compute_s");
+    if (c + compute > 0) share.points.emplace_back(number(j, "outer_step", number(j, "step")), 100 * c / (c + compute));
+    sent += s;
+    recv += r;
+    comm += c;
+    modelled += number(j, "modelled_link_s");
+  }
+  const std::string compression = run.summary.is_object() ? run.summary.value("compression", std::string("-")) : "-";
+  const std::string totals = table(
+      {"exchanges", "sent (lead)", "received (lead)", "per exchange (median sent)", "blocked s", "modelled link s",
+       "codec"},
+      {{fmt::format("{}", lines.size()), short_number(sent) + "B", short_number(recv) + "B",
+        short_number(median([&] {
+          std::vector<double> v;
+          for (const auto& j : lines) v.push_back(number(j, "bytes_sent"));
+          return v;
+        }())) + "B",
+        fixed(comm, 2), fixed(modelled, 2), compression}});
+  return {"communication", "Communication",
+          totals + bar_chart(bars, {"sent", "received"}, {"Traffic per outer step (lead worker)", "outer step", "MB"}) +
+              line_chart({share}, {"Share of each round spent blocked in communication", "outer step", "%"})};
+}
+
+Section timeline_section(const RunFiles& run) {
+  std::vector<std::string> rows;
+  std::vector<Span> spans;
+  for (const auto& [rank, lines] : run.workers) {
+    std::vector<const nlohmann::json*> exchanges;
+    for (const auto& j : lines)
+      if (is_exchange(j) && j.contains("elapsed_s")) exchanges.push_back(&j);
+    if (exchanges.empty()) continue;
+    const size_t first = exchanges.size() > kMaxSpansPerWorker ? exchanges.size() - kMaxSpansPerWorker : 0;
+    for (size_t i = first; i < exchanges.size(); ++i) {
+      const auto& j = *exchanges[i];
+      const double end = number(j, "elapsed_s"), blocked = number(j, "comm_s"), compute = number(j, "compute_s");
+      spans.push_back({rows.size(), end - blocked - compute, end - blocked, 0});
+      spans.push_back({rows.size(), end - blocked, end, 1});
+    }
+    rows.push_back(worker_name(rank));
+  }
+  if (rows.empty())
+    return {"timeline", "Timeline",
+            not_applicable(run.exchanges.empty() ? "a single-process run: nobody waits for anybody"
+                                                 : "no per-worker files (workers/rank*.jsonl): this run was made "
+                                                   "before they were written")};
+  return {"timeline", "Timeline",
+          "<p>Each outer step of each worker: training (its inner steps) then blocked in the exchange until the "
+          "slowest worker's update arrived. Gaps are evaluations and checkpoints.</p>" +
+              timeline(rows, spans, {"training", "blocked in communication"},
+                       {"Outer steps per worker along the wall clock", "seconds since start", ""})};
+}
+
+Section faults_section(const RunFiles& run) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& e : run.events) {
+    const std::string what = e.value("event", std::string());
+    const std::string detail =
+        what == "membership" ? fmt::format("{} -> {} workers", number(e, "members_before"), number(e, "members"))
+        : what == "lead"     ? fmt::format("worker {} leads from here on", number(e, "lead_worker"))
+                             : e.dump();
+    rows.push_back({fmt::format("{}", int64_t(number(e, "step"))), what, detail});
+  }
+  double rejected = 0;
+  Series members{"workers in the round", {}, true};
+  for (const auto& j : run.exchanges) {
+    rejected += number(j, "rejected");
+    if (j.contains("world_size")) members.points.emplace_back(number(j, "step"), number(j, "world_size"));
+  }
+  for (const auto& r : run.rounds) {  // DiPaCo: tasks of dead workers are dropped and re-queued
+    if (r.contains("dropped") && r["dropped"].is_array() && !r["dropped"].empty())
+      rows.push_back({fmt::format("{}", int64_t(number(r, "step"))), "dropped tasks", r["dropped"].dump()});
+    if (r.contains("members") && r["members"].is_array())
+      members.points.emplace_back(number(r, "round"), double(r["members"].size()));
+  }
+  const auto& s = run.summary;
+  const double reformations = s.is_object() ? number(s, "reformations") : 0;
+  rejected = std::max(rejected, s.is_object() ? number(s, "rejected") : 0.0);
+  std::string html = table({"step", "event", "detail"}, rows.empty()
+                                                            ? std::vector<std::vector<std::string>>{{"-", "none", "no "
+                                                              "worker was lost or joined"}}
+                                                            : rows);
+  html += table({"group re-formations", "updates rejected", "DiPaCo tasks dropped"},
+                {{fixed(reformations, 0), fixed(rejected, 0),
+                  s.is_object() && s.contains("tasks_dropped") ? fixed(number(s, "tasks_dropped"), 0) : "-"}});
+  if (!members.points.empty())
+    html += line_chart({members}, {"Workers per round", run.rounds.empty() ? "step" : "round", "workers"});
+  return {"faults", "Faults and joins", html};
+}
+
+}  // namespace tributary::report

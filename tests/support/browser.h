@@ -1,0 +1,43 @@
+// A real headless browser for the run report's test: Debian's chromium (installed by ./run setup) loads the page
+// from disk, runs its script and prints the resulting DOM. The report's own script records its verdict on <body>.
+#pragma once
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "integration/shell.h"
+
+namespace tributary::test_support {
+
+struct BrowserResult {
+  std::string dom;     // the DOM after load, serialised
+  std::string log;     // chromium's log: script errors surface as "Uncaught ..."
+};
+
+// nullopt when chromium is not installed (the caller skips, naming ./run setup).
+inline std::optional<BrowserResult> headless_dom(const std::filesystem::path& html) {
+  if (std::system("command -v chromium >/dev/null 2>&1") != 0) return std::nullopt;
+  const auto tmp = std::filesystem::temp_directory_path() / fmt::format("trib_chromium_{}", ::getpid());
+  std::filesystem::create_directories(tmp);
+  const auto [rc, dom] = run_shell(fmt::format(
+      "(timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+      "--user-data-dir={0}/profile --enable-logging=stderr --dump-dom 'file://{1}' 2>{0}/stderr)",
+      tmp.string(), std::filesystem::absolute(html).string()));
+  BrowserResult out{dom, ""};
+  if (FILE* f = std::fopen((tmp / "stderr").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.log.append(buf, n);
+    std::fclose(f);
+  }
+  std::filesystem::remove_all(tmp);
+  if (rc != 0) out.log += fmt::format("\n(chromium exited with {})", rc);
+  return out;
+}
+
+}  // namespace tributary::test_support

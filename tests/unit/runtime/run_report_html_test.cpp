@@ -1,0 +1,101 @@
+// `tributary report`'s reading and rendering (runtime/report/): what a run directory holds becomes the page's
+// sections; what is not a run is refused naming the directory, file and line. The browser test of a real
+// multi-worker run is in integration/fault_tolerance_test.cpp.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "support/error_of.h"
+#include "tributary/core/fs.h"
+#include "tributary/runtime/report/html_report.h"
+
+using namespace tributary;
+
+namespace {
+
+struct RunDir {
+  fs::path dir = fs::temp_directory_path() / fmt::format("trib_report_{}_{}", ::getpid(),
+                                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  RunDir() {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~RunDir() { fs::remove_all(dir); }
+  void put(const std::string& name, const std::string& text) const {
+    fs::create_directories((dir / name).parent_path());
+    write_file_atomic(dir / name, text);
+  }
+};
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(RunReportHtml, WhatIsNotARunIsRefusedNamingTheDirectoryFileAndLine) {
+  RunDir run;
+  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir / "nope"); }).find("is not a directory"),
+            std::string::npos);
+  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); })
+                .find(run.dir.string() + "' is not a run directory: it has no metrics.jsonl"),
+            std::string::npos);
+  run.put("metrics.jsonl", "{\"step\":1,\"loss\":5}\nnot json\n{\"step\":2,\"loss\":4}\n");
+  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); })
+                .find("metrics.jsonl line 2 is not a JSON object"),
+            std::string::npos);
+  run.put("metrics.jsonl", "{\"step\":1,\"loss\":5}\n");
+  run.put("summary.json", "[1,2]");
+  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); }).find("summary.json is not a JSON object"),
+            std::string::npos);
+  run.put("summary.json", "{}");
+  EXPECT_NE(test_support::error_of([&] { report::write_report(run.dir, run.dir / "no" / "such" / "r.html"); })
+                .find("does not exist"),
+            std::string::npos);
+}
+
+TEST(RunReportHtml, AnUnfinishedSingleProcessRunFillsEverySectionAndSaysWhatItLacks) {
+  // A crash mid-write leaves a torn last line: skipped and mentioned, the rest drawn.
+  RunDir run;
+  run.put("metrics.jsonl",
+          "{\"step\":10,\"tokens\":1000,\"loss\":4.0,\"loss_avg\":4.5,\"tokens_per_s\":900,\"mfu\":0.4,\"elapsed_s\":1}\n"
+          "{\"step\":20,\"tokens\":2000,\"val_loss\":3.5,\"elapsed_s\":2.5}\n"
+          "{\"step\":20,\"tokens\":2000,\"loss\":3.0,\"loss_avg\":3.2,\"tokens_per_s\":950,\"mfu\":0.42,\"elapsed_s\":2}\n"
+          "{\"step\":30,\"tok");
+  run.put("config.toml", "[model]\nwidth = 64\n");
+  const std::string page = report::render_html(report::read_run_files(run.dir));
+  for (const char* id : {"overview", "loss", "workers", "communication", "timeline", "faults", "dipaco", "pipeline",
+                         "config"})
+    EXPECT_EQ(count(page, fmt::format("<section id=\"{}\">", id)), 1u) << id;
+  EXPECT_NE(page.find("the last line is torn"), std::string::npos);
+  EXPECT_NE(page.find("unfinished: no summary.json"), std::string::npos);
+  EXPECT_NE(page.find("not a DiPaCo run"), std::string::npos);
+  EXPECT_NE(page.find("single-process run"), std::string::npos);
+  EXPECT_NE(page.find("width = 64"), std::string::npos);
+  EXPECT_EQ(count(page, "<svg class=\"chart\""), 3u) << "loss vs tokens, vs time, tokens/s";
+  EXPECT_EQ(page.find("no data"), std::string::npos) << "every chart has points";
+  EXPECT_EQ(page.find("http"), page.find("http://www.w3.org/2000/svg")) << "no address but the SVG namespace";
+}
+
+TEST(RunReportHtml, WorkersStagesAndMembershipComeFromTheirFiles) {
+  RunDir run;
+  run.put("metrics.jsonl",
+          "{\"step\":4,\"tokens\":400,\"loss\":4.0,\"tokens_per_s\":900,\"mfu\":0.4,\"elapsed_s\":1,"
+          "\"stage_step_s\":[0.1,0.2]}\n"
+          "{\"step\":4,\"outer_step\":1,\"bytes_sent\":1e6,\"bytes_recv\":1e6,\"comm_s\":0.5,\"compute_s\":2,"
+          "\"elapsed_s\":2.5,\"world_size\":2}\n"
+          "{\"step\":4,\"event\":\"membership\",\"members\":1,\"members_before\":2}\n");
+  run.put("workers/rank0.jsonl", "{\"step\":4,\"outer_step\":1,\"comm_s\":0.5,\"compute_s\":2,\"elapsed_s\":2.5}\n");
+  run.put("workers/rank1.jsonl", "{\"step\":4,\"outer_step\":1,\"comm_s\":0.1,\"compute_s\":2.4,\"elapsed_s\":2.5}\n");
+  run.put("summary.json", R"({"algorithm":"diloco","world_size":1,"stages":[{"compute_s":3,"blocked_s":1,"bubble":0.25},
+                              {"compute_s":2,"blocked_s":2,"bubble":0.5}],"rejected":2,"reformations":1})");
+  const std::string page = report::render_html(report::read_run_files(run.dir));
+  EXPECT_NE(page.find("<td>worker 1</td>"), std::string::npos);
+  EXPECT_NE(page.find("2 -&gt; 1 workers"), std::string::npos);
+  EXPECT_NE(page.find("<td>stage 1</td><td>2.00</td><td>2.00</td><td>50.0</td>"), std::string::npos);
+  EXPECT_NE(page.find("step seconds per stage"), std::string::npos);
+  EXPECT_EQ(count(page, "<title>worker 1 blocked in communication: 2.40-2.50 s</title>"), 1u);
+}
