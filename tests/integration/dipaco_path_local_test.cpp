@@ -89,13 +89,26 @@ TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
 TEST_F(Dipaco, PathLocalWorkersNeedNoSharedRunDirectory) {
   // Two "machines" (one launch each, one worker each), each with its own run directory: inner AdamW state,
   // early-stopping copies and modules move through the run's store. The leader's directory ends with the whole run.
-  const int port = free_tcp_port();
-  auto node = [&](int n) {
-    return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --{}", cli, n, port,
-                       dipaco(fmt::format("node{}", n), "routes", "--set dipaco.path_local=true"));
+  // The run stops after round 1 and resumes, each worker in its own directory: worker 1 takes the round from the
+  // leader, its modules from its own outer-state files, and puts its path state back into the new store. It trains
+  // what the uninterrupted run with a shared directory trains (the inner state, momentum and early-stopping copies
+  // carry over; lose any of them and the modules differ by far more than the tolerance).
+  auto nodes = [&](const std::string& extra) {
+    const int port = free_tcp_port();
+    auto node = [&](int n) {
+      return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --{}", cli, n, port,
+                         dipaco(fmt::format("node{}", n), "routes", "--set dipaco.path_local=true " + extra));
+    };
+    return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
   };
-  auto [rc, out] = sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+  auto [rc0, out0] = nodes("--stop-after-step 10");
+  ASSERT_EQ(rc0, 0) << out0;
+  EXPECT_NE(out0.find("stopped after round 1"), std::string::npos) << out0;
+  // Resumed with the leader 4x slower, worker 1 takes 3 of the 4 paths: at least one whose inner state and
+  // early-stopping copy only the leader's directory holds.
+  auto [rc, out] = nodes("--resume --set dist.slow_workers=0:4");
   ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("DiPaCo: resuming after round 1"), std::string::npos) << out;
   auto [rc2, out2] =
       sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("shared", "routes", "--set dipaco.path_local=true"));
   ASSERT_EQ(rc2, 0) << out2;

@@ -324,7 +324,8 @@ void RunConfig::check_resumable_from(RunConfig saved, const std::string& what, c
 const std::vector<std::string>& RunConfig::resumable_keys() {
   static const std::vector<std::string> keys = {"train.log_every", "train.eval_every", "train.eval_batches",
                                                 "train.checkpoint_every", "train.keep_checkpoints", "train.run_dir",
-                                                "train.device", "data.dir", "dist.compute_nice"};
+                                                "train.device", "data.dir", "dist.compute_nice",
+                                                "dist.slow_workers"};  // a machine's speed, not what it computes
   return keys;
 }
 

@@ -74,4 +74,23 @@ void PathState::gather_best(int64_t num_paths) {
   }
 }
 
+void PathState::republish_inner(int64_t num_paths, int64_t round) {
+  if (!depot_ || round < 0) return;
+  for (int64_t p = 0; p < num_paths; ++p)
+    if (fs::exists(inner_file(p, round))) depot_->put(inner_key(p, round), read_file(inner_file(p, round)));
+}
+
+void PathState::republish_best(int64_t num_paths) {
+  if (!depot_) return;
+  const auto round_of = [](const nlohmann::json& j) { return j.at("round").get<int64_t>(); };
+  for (int64_t p = 0; p < num_paths; ++p) {
+    if (!fs::exists(best_json(p)) || !fs::exists(best_path_file(run_dir_, p))) continue;
+    const int64_t mine = with_json_file(best_json(p), "remove it (it is rewritten by the next round)", round_of);
+    if (auto theirs = depot_->get(best_key(p, "json")))
+      if (round_of(nlohmann::json::parse(*theirs)) >= mine) continue;
+    depot_->put(best_key(p, "params"), read_file(best_path_file(run_dir_, p)));
+    depot_->put(best_key(p, "json"), read_file(best_json(p)));
+  }
+}
+
 }  // namespace tributary

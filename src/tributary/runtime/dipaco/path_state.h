@@ -3,7 +3,8 @@
 //   early stopping      RUN_DIR/best/path-{p}.safetensors + .json      (parameters and held-out loss of its best round)
 // With files only (the owners' ring, the default) the workers must share RUN_DIR. With a depot (dipaco.path_local)
 // the state travels through the run's store and each worker also writes the files into its own RUN_DIR: a fresh store
-// (--resume) falls back to them, and the leader gathers every path's best copy before the early-stopped evaluation.
+// (--resume) gets them back from every worker's directory (republish_*), and the leader gathers every path's best copy
+// before the early-stopped evaluation.
 // Inner state is kept per (path, round): a task re-run after its worker died starts from the previous round's state
 // even if the dead worker had already saved this round's.
 #pragma once
@@ -30,6 +31,12 @@ class PathState {
   void save_best(int64_t path, int64_t round, double holdout, const std::string& params);
   // The leader: every path's best copy into its own RUN_DIR/best (a no-op without a depot).
   void gather_best(int64_t num_paths);
+  // --resume with a run directory per worker: a fresh store holds no path state, and the files a path needs may sit in
+  // another worker's directory. Each worker puts what its own directory holds back into the store: every path's inner
+  // state after round `round` (the state its next task loads), and its early-stopping copies unless the store already
+  // has a later one (call in turn, worker after worker: the latest round wins). No-ops without a depot.
+  void republish_inner(int64_t num_paths, int64_t round);
+  void republish_best(int64_t num_paths);
 
  private:
   fs::path inner_file(int64_t path, int64_t round) const;

@@ -73,8 +73,9 @@ void load_outer_states(const fs::path& run_dir, int64_t round, OuterStates& oute
   for (auto& [module, opt] : outer) {
     const fs::path file = outer_file(run_dir, module, round);
     if (!fs::exists(file))
-      fail("cannot resume: '{}' (module {}'s outer state after round {}) is missing; the run directory is incomplete: "
-           "start the run again",
+      fail("cannot resume: '{}' (module {}'s outer state after round {}) is missing: the run directory is incomplete, "
+           "or (path-local workers with their own directories) this worker did not own the module before; resume "
+           "with the same workers, each in its own directory, or start the run again",
            file.string(), module, round);
     auto f = safetensors::File::load(file);
     int64_t steps = -1;
@@ -84,6 +85,25 @@ void load_outer_states(const fs::path& run_dir, int64_t round, OuterStates& oute
       fail("'{}' has no step count in its metadata: it is not an outer-state file of this run", file.string());
     }
     opt->load_state(f, steps);
+  }
+}
+
+int64_t agree_on_resumed_round(comm::Group& group, int64_t round, bool from_lead) {
+  std::vector<torch::Tensor> lead = {torch::tensor({round}, torch::kInt64)};
+  group.broadcast(lead, 0);
+  const int64_t agreed = lead[0].item<int64_t>();
+  if (!from_lead && agreed != round)
+    fail("cannot resume: this worker's run directory says round {} but the lead's says round {}; resume every worker "
+         "from the same stop (or give each its own directory)",
+         round, agreed);
+  return agreed;
+}
+
+void republish_path_state(PathState& state, comm::Group& group, int64_t num_paths, int64_t round) {
+  state.republish_inner(num_paths, round - 1);  // a task of round `round` loads its path's state after round - 1
+  for (int turn = 0; turn < group.size(); ++turn) {  // in turn: the latest early-stopping copy wins
+    if (turn == group.rank()) state.republish_best(num_paths);
+    group.barrier();
   }
 }
 

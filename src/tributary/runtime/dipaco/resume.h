@@ -8,6 +8,10 @@
 // path's loader position and learning rate, the best-path copies (best/), the metrics (cut back to the round).
 // Module ownership is recomputed from the workers of the resumed run, so another number of workers may resume.
 // A round interrupted by a crash is run again from the start.
+// Path-local workers with a run directory each (no shared filesystem): only the lead's holds dipaco.json and the
+// module files; every owner's holds its modules' outer state (which has their master copies) and the path state it
+// wrote. Such a run resumes with the same workers, each in its own directory: the others take the round from the lead
+// and put their path state back into the fresh store.
 #pragma once
 
 #include <map>
@@ -15,9 +19,11 @@
 #include <optional>
 #include <string>
 
+#include "tributary/comm/group.h"
 #include "tributary/core/fs.h"
 #include "tributary/optim/outer.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/dipaco/path_state.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {
@@ -38,5 +44,10 @@ void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path&
 void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
 // Each owned module's outer state of round `round`; Error naming a missing or damaged file.
 void load_outer_states(const fs::path& run_dir, int64_t round, OuterStates& outer);
+// Path-local --resume: the lead's round for everyone (collective). `from_lead`: this worker's directory has no
+// dipaco.json; otherwise its own round must be the lead's (Error naming both).
+int64_t agree_on_resumed_round(comm::Group& group, int64_t round, bool from_lead);
+// Path-local --resume: every worker's path state back into the store, worker after worker (collective).
+void republish_path_state(PathState& state, comm::Group& group, int64_t num_paths, int64_t round);
 
 }  // namespace tributary

@@ -49,6 +49,7 @@ class Worker {
   DipacoSummary finish();
 
  private:
+  void load_routed_data();
   void train_task(int64_t path, int64_t round);
   void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
   int group_rank_of(int worker) const {
@@ -93,29 +94,24 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
       exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                         .seed = static_cast<uint64_t>(config.train.seed)} {
-  const fs::path routes = config_.dipaco.routes;
-  const RouteInfo route_info = read_route_info(routes);
-  const std::string& routed_grid = route_info.modules;
-  const int64_t routed_context = route_info.context;
-  if (routed_grid != grid_.describe())
-    fail("dipaco.routes = '{}' was routed for a {} grid but dipaco.modules = '{}'; route again with --modules {}",
-         routes.string(), routed_grid, grid_.describe(), grid_.describe());
-  if (routed_context != config_.model.context)
-    fail("dipaco.routes = '{}' holds units of {} tokens but model.context = {}; route with --context {}",
-         routes.string(), routed_context + 1, config_.model.context, config_.model.context);
-  for (int64_t p = 0; p < grid_.num_paths(); ++p) data_.push_back(load_path_data(routes, p, config_));
-  if (config_.model.vocab_size == 0) config_.model.vocab_size = data_.front().vocab_size;
+  load_routed_data();
 
   if (slowdown_.factor() > 1)
     log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each inner step)", env_.rank,
               slowdown_.factor());
+  // Path-local workers may each have their own run directory; only the lead's holds dipaco.json and the modules. A
+  // worker resuming in a directory without them takes the round from the lead and its owned modules from its own
+  // outer-state files (the master copies); the rest travels through the store.
+  const bool from_lead = options.resume && config_.dipaco.path_local && !lead_ && !is_dipaco_run(run_dir_);
   std::optional<DipacoRun> resumed =
-      open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
+      from_lead ? std::nullopt
+                : open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
   if (resumed) start_round_ = resumed->round;
+  const bool resuming = resumed.has_value() || from_lead;
   // Every worker clears what an earlier run left in its run directory (path-local workers may each have their own:
   // a stale inner state there would be read when the store lacks a path's, e.g. after a skipped task) before the
   // rendezvous, which nobody passes before everyone arrived.
-  if (!resumed) {
+  if (!resuming) {
     fs::remove_all(run_dir_ / "inner");
     fs::remove_all(run_dir_ / "best");
     fs::remove(run_dir_ / "dipaco.json");
@@ -134,7 +130,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   members_.resize(static_cast<size_t>(env_.world_size));
   std::iota(members_.begin(), members_.end(), 0);
   ModuleSet initial = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
-                                      resumed ? std::string() : config_.dipaco.init_from);
+                                      resuming ? std::string() : config_.dipaco.init_from);
   if (resumed) adopt_modules(initial, resumed->modules, run_dir_);
   held_ = std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(initial));
   comm::GroupOptions group_opts = group_options(config_);
@@ -144,23 +140,26 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
 
+  if (config_.dipaco.path_local && resuming) start_round_ = agree_on_resumed_round(*group_, start_round_, from_lead);
   held_->own(start_round_);
-  if (resumed) load_outer_states(run_dir_, start_round_, held_->outer());
-  held_->check_identical(*group_, resumed ? fmt::format("when resuming after round {}", start_round_)
-                                          : std::string("at start"));
+  if (resuming) load_outer_states(run_dir_, start_round_, held_->outer());
+  if (!(config_.dipaco.path_local && resuming))  // path-local: a worker resumes its owned modules only
+    held_->check_identical(*group_, resumed ? fmt::format("when resuming after round {}", start_round_)
+                                            : std::string("at start"));
   if (config_.dipaco.path_local)
     held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
   state_ = std::make_unique<PathState>(run_dir_, held_->depot());
+  if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
   metrics_ = std::make_unique<MetricsWriter>(
       run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
-      resumed ? start_round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
+      resuming ? start_round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
   if (lead_) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
     auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
     log::info("DiPaCo {} grid: {} paths over {} modules; {} parameters per path, {} in all; {} rounds of tau = {} "
               "inner steps; {} worker(s); routes '{}'",
               grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)),
-              count(module_ids_), rounds_, config_.dist.inner_steps, env_.world_size, routes.string());
+              count(module_ids_), rounds_, config_.dist.inner_steps, env_.world_size, config_.dipaco.routes);
   }
 }
 
@@ -320,6 +319,20 @@ void Worker::run_round(int64_t round) {
               verdict.dropped.empty() ? std::string()
                                       : fmt::format(" | dropped paths {}", fmt::join(verdict.dropped, ", ")));
   }
+}
+
+// Each path's shard from dipaco.routes, refused naming the key when it was routed for another grid or context.
+void Worker::load_routed_data() {
+  const fs::path routes = config_.dipaco.routes;
+  const RouteInfo route_info = read_route_info(routes);
+  if (route_info.modules != grid_.describe())
+    fail("dipaco.routes = '{}' was routed for a {} grid but dipaco.modules = '{}'; route again with --modules {}",
+         routes.string(), route_info.modules, grid_.describe(), grid_.describe());
+  if (route_info.context != config_.model.context)
+    fail("dipaco.routes = '{}' holds units of {} tokens but model.context = {}; route with --context {}",
+         routes.string(), route_info.context + 1, config_.model.context, config_.model.context);
+  for (int64_t p = 0; p < grid_.num_paths(); ++p) data_.push_back(load_path_data(routes, p, config_));
+  if (config_.model.vocab_size == 0) config_.model.vocab_size = data_.front().vocab_size;
 }
 
 DipacoSummary Worker::finish() {
