@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <map>
 #include <fmt/format.h>
 
@@ -147,4 +148,19 @@ TEST_F(Dipaco, APathLocalRunSurvivesTheDeathOfItsLeader) {
       rounds += 1;
     }
   EXPECT_EQ(rounds, 2);
+}
+
+TEST_F(Dipaco, ARingRunSurvivesTheDeathOfItsLeader) {
+  // The owners' ring (every worker holds every module) through the same settle and leader switch: worker 0 dies in
+  // round 2, worker 1 decides, leads and writes the module files; the dead worker's task runs again.
+  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_STEP=12 " + cli +
+                      " launch --nproc 3 --master-port 0 --max-failures 1 --" + dipaco("ring_leader_killed", "routes", ""));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker 1 leads the run from round"), std::string::npos) << out;
+  EXPECT_NE(out.find("continuing with 2 worker(s): 1, 2"), std::string::npos) << out;
+  auto summary = nlohmann::json::parse(read_file(work() / "ring_leader_killed" / "summary.json"));
+  EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
+  EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
+  EXPECT_TRUE(std::isfinite(summary["val_loss"].get<double>()));
+  EXPECT_EQ(load_dipaco_run(work() / "ring_leader_killed").round, 2);
 }
