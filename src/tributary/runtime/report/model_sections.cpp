@@ -52,6 +52,19 @@ std::string routing_table(const nlohmann::json& routes, int64_t paths) {
   return "<p>Share of each domain's training sequences routed to each path (%):</p>" + table(header, rows);
 }
 
+// One series per element of the array `key` of each step line ("stage 0", "stage 1", ...), over the steps.
+std::vector<Series> per_index(const Lines& steps, const char* key, const char* name) {
+  std::vector<Series> out;
+  for (const auto& j : steps) {
+    const auto& v = j[key];
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (out.size() <= i) out.push_back({fmt::format("{} {}", name, i), {}});
+      out[i].points.emplace_back(number(j, "step"), v[i].get<double>());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Section dipaco_section(const RunFiles& run) {
@@ -110,28 +123,12 @@ Section pipeline_section(const RunFiles& run) {
                   rows) +
             bar_chart(bars, {"compute", "blocked"}, {"Pipeline 0: seconds per stage", "stage", "seconds"});
   }
-  if (!run.steps.empty() && run.steps.front().contains("stage_step_s")) {
-    std::vector<Series> per_stage;
-    for (const auto& j : run.steps) {
-      const auto& v = j["stage_step_s"];
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (per_stage.size() <= i) per_stage.push_back({fmt::format("stage {}", i), {}});
-        per_stage[i].points.emplace_back(number(j, "step"), v[i].get<double>());
-      }
-    }
-    html += line_chart(per_stage, {"Local parallelism: step seconds per stage", "step", "seconds"});
-  }
-  if (!run.steps.empty() && run.steps.front().contains("chunk_losses")) {
-    std::vector<Series> per_chunk;
-    for (const auto& j : run.steps) {
-      const auto& v = j["chunk_losses"];
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (per_chunk.size() <= i) per_chunk.push_back({fmt::format("chunk {}", i), {}});
-        per_chunk[i].points.emplace_back(number(j, "step"), v[i].get<double>());
-      }
-    }
-    html += line_chart(per_chunk, {"Local parallelism: each chunk's own loss", "step", "loss"});
-  }
+  if (!run.steps.empty() && run.steps.front().contains("stage_step_s"))
+    html += line_chart(per_index(run.steps, "stage_step_s", "stage"),
+                       {"Local parallelism: step seconds per stage", "step", "seconds"});
+  if (!run.steps.empty() && run.steps.front().contains("chunk_losses"))
+    html += line_chart(per_index(run.steps, "chunk_losses", "chunk"),
+                       {"Local parallelism: each chunk's own loss", "step", "loss"});
   if (html.empty()) html = not_applicable("not a pipeline or local-parallel run: the model is not split into stages");
   return {"pipeline", "Pipeline stages", html};
 }
