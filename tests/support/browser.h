@@ -11,6 +11,7 @@
 #include <string>
 
 #include "integration/shell.h"
+#include "tributary/core/fs.h"
 
 namespace tributary::test_support {
 
@@ -28,13 +29,7 @@ inline std::optional<BrowserResult> headless_dom(const std::filesystem::path& ht
       "(timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
       "--user-data-dir={0}/profile --enable-logging=stderr --dump-dom 'file://{1}' 2>{0}/stderr)",
       tmp.string(), std::filesystem::absolute(html).string()));
-  BrowserResult out{dom, ""};
-  if (FILE* f = std::fopen((tmp / "stderr").c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.log.append(buf, n);
-    std::fclose(f);
-  }
+  BrowserResult out{dom, std::filesystem::exists(tmp / "stderr") ? read_file(tmp / "stderr") : std::string()};
   std::filesystem::remove_all(tmp);
   if (rc != 0) out.log += fmt::format("\n(chromium exited with {})", rc);
   return out;

@@ -8,11 +8,10 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 #include "integration/shell.h"
+#include "tributary/core/fs.h"
 
 namespace tributary::test_support {
 
@@ -28,8 +27,7 @@ inline torch::Tensor hf_python_logits(const std::filesystem::path& dir, const to
       run_shell(fmt::format("{} {}/tests/reference/hf_llama_logits.py {} --tokens '{}' --out {}", TRIBUTARY_PYTHON,
                             TRIBUTARY_SOURCE_DIR, dir.string(), rows, out.string()));
   if (rc != 0) throw std::runtime_error("hf_llama_logits.py failed (" + std::to_string(rc) + "): " + printed);
-  std::ifstream in(out, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string bytes = read_file(out);
   std::filesystem::remove(out);
   auto logits = torch::empty({tokens.size(0), tokens.size(1), vocab}, torch::kFloat32);
   if (bytes.size() != size_t(logits.numel()) * 4)

@@ -26,7 +26,8 @@ struct Range {
   bool empty() const { return !(lo <= hi); }
 };
 
-// Tick positions at 1, 2 or 5 times a power of ten, about `n` of them, covering the range.
+// Tick positions at 1, 2 or 5 times a power of ten, about `n` of them; widens `r` to the outer ticks (and a range
+// of one value to +-10%) so that the frame ends on a tick.
 std::vector<double> ticks(Range& r, int n) {
   if (r.hi - r.lo < 1e-12 * std::max(1.0, std::abs(r.hi))) {  // one value: give it room
     const double pad = r.hi == 0 ? 1.0 : std::abs(r.hi) * 0.1;
