@@ -23,13 +23,11 @@ struct Message {
 };
 
 // touched[w][i]: worker w's paths went through module i this round (one byte per module from every worker).
-std::vector<std::vector<bool>> who_touched(const OwnerReduce& r, comm::Group& group) {
-  const size_t M = r.module_ids.size();
+std::vector<std::vector<bool>> who_touched(const OwnedRound& r, comm::Group& group) {
+  const size_t M = r.contributions.size();
   auto mask = torch::zeros({static_cast<int64_t>(M)}, torch::kUInt8);
-  for (size_t i = 0; i < M; ++i) {
-    auto it = r.accumulated.find(r.module_ids[i]);
-    if (it != r.accumulated.end() && it->second.paths > 0) mask[int64_t(i)] = 1;
-  }
+  for (size_t i = 0; i < M; ++i)
+    if (r.contributions[i] != nullptr && r.contributions[i]->paths > 0) mask[int64_t(i)] = 1;
   const std::vector<torch::Tensor> all = group.size() == 1 ? std::vector<torch::Tensor>{mask} : group.all_gather(mask);
   std::vector<std::vector<bool>> touched;
   for (const auto& t : all) {
@@ -40,20 +38,20 @@ std::vector<std::vector<bool>> who_touched(const OwnerReduce& r, comm::Group& gr
 }
 
 // Encodes this worker's sums of m.modules and starts sending them to owner `o`; returns the bytes.
-double post_send(const OwnerReduce& r, comm::Group& group, int o, Message& m,
+double post_send(const OwnedRound& r, const comm::Codec& codec, comm::Group& group, int o, Message& m,
                  std::vector<comm::PendingCollective>& pending) {
   std::vector<torch::Tensor> parts;
   m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
   for (size_t k = 0; k < m.modules.size(); ++k) {
-    const auto& acc = r.accumulated.at(r.module_ids[m.modules[k]]);
+    const ModuleAccumulator& acc = *r.contributions[m.modules[k]];
     for (const auto& s : acc.sum) parts.push_back(s.reshape({-1}));
     m.meta[int64_t(k)][0] = acc.weight;
     m.meta[int64_t(k)][1] = double(acc.paths);
   }
   auto flat = torch::cat(parts).contiguous();
   m.numel = flat.numel();
-  m.wire = torch::empty({static_cast<int64_t>(r.codec.encoded_bytes(m.numel))}, torch::kUInt8);
-  r.codec.encode(flat, m.wire.data_ptr<uint8_t>());
+  m.wire = torch::empty({static_cast<int64_t>(codec.encoded_bytes(m.numel))}, torch::kUInt8);
+  codec.encode(flat, m.wire.data_ptr<uint8_t>());
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} module(s) to their owner", m.modules.size());
   const int me = group.rank();
   pending.push_back(group.send(m.wire, o, 2 * me, what));
@@ -62,10 +60,10 @@ double post_send(const OwnerReduce& r, comm::Group& group, int o, Message& m,
 }
 
 // Starts receiving worker w's sums of this owner's modules m.modules; returns the bytes.
-double post_recv(const OwnerReduce& r, comm::Group& group, int w, Message& m,
+double post_recv(const OwnedRound& r, const comm::Codec& codec, comm::Group& group, int w, Message& m,
                  std::vector<comm::PendingCollective>& pending) {
-  for (size_t i : m.modules) m.numel += numel_of(r.owned.at(r.module_ids[i])->global());
-  m.wire = torch::empty({static_cast<int64_t>(r.codec.encoded_bytes(m.numel))}, torch::kUInt8);
+  for (size_t i : m.modules) m.numel += numel_of(*r.owned[i]);
+  m.wire = torch::empty({static_cast<int64_t>(codec.encoded_bytes(m.numel))}, torch::kUInt8);
   m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} owned module(s)", m.modules.size());
   pending.push_back(group.recv(m.wire, w, 2 * w, what));
@@ -73,19 +71,18 @@ double post_recv(const OwnerReduce& r, comm::Group& group, int w, Message& m,
   return double(m.wire.numel()) + double(m.meta.numel() * 8);
 }
 
-// The owner's step of module i: the sums added in group-rank order (its own at its own rank), then Nesterov.
-// `offset`/`row`: how far each sender's message has been read (modules come in module order).
-void step_owned(const OwnerReduce& r, size_t i, int me, const std::vector<std::vector<bool>>& touched,
+// The owner's step of module i: the sums added in group-rank order (its own at its own rank), then the outer loop's
+// step. `offset`/`row`: how far each sender's message has been read (modules come in module order).
+void step_owned(const OwnedRound& r, size_t i, int me, const std::vector<std::vector<bool>>& touched,
                 std::vector<Message>& recvs, std::vector<int64_t>& offset, std::vector<int64_t>& row) {
-  OuterOptimizer& opt = *r.owned.at(r.module_ids[i]);
   std::vector<torch::Tensor> sum;
-  for (const auto& [name, t] : opt.global()) sum.push_back(torch::zeros_like(t));
+  for (const auto& [name, t] : *r.owned[i]) sum.push_back(torch::zeros_like(t));
   double weight = 0;
   int64_t paths = 0;
   for (size_t w = 0; w < touched.size(); ++w) {
     if (!touched[w][i]) continue;
     if (int(w) == me) {
-      const auto& acc = r.accumulated.at(r.module_ids[i]);
+      const ModuleAccumulator& acc = *r.contributions[i];
       for (size_t k = 0; k < sum.size(); ++k) sum[k].add_(acc.sum[k]);
       weight += acc.weight;
       paths += acc.paths;
@@ -99,18 +96,18 @@ void step_owned(const OwnerReduce& r, size_t i, int me, const std::vector<std::v
     weight += meta[0].item<double>();
     paths += std::llround(meta[1].item<double>());
   }
-  if (paths > 0) opt.apply(finalize(sum, weight, paths, r.norm_rescale));
+  r.step(i, sum, weight, paths);
 }
 
 }  // namespace
 
-OwnerReduceBytes reduce_to_owners(const OwnerReduce& r, comm::Group& group) {
-  const size_t M = r.module_ids.size();
-  const size_t n = static_cast<size_t>(group.size());
-  const int me = group.rank();
-  OwnerReduceBytes bytes;
-  bytes.control = double(M);
-  const auto touched = who_touched(r, group);
+void OwnerUpload::reduce(const OwnedRound& r) {
+  const size_t M = r.contributions.size();
+  const size_t n = static_cast<size_t>(group_.size());
+  const int me = group_.rank();
+  bytes_ = {};
+  bytes_.control = double(M);
+  const auto touched = who_touched(r, group_);
   // sends[o]: from this worker to owner o; recvs[w]: from worker w to this owner.
   std::vector<Message> sends(n), recvs(n);
   for (size_t i = 0; i < M; ++i) {
@@ -122,16 +119,15 @@ OwnerReduceBytes reduce_to_owners(const OwnerReduce& r, comm::Group& group) {
   }
   std::vector<comm::PendingCollective> pending;
   for (size_t w = 0; w < n; ++w) {
-    if (!sends[w].modules.empty()) bytes.sent += post_send(r, group, int(w), sends[w], pending);
-    if (!recvs[w].modules.empty()) bytes.recv += post_recv(r, group, int(w), recvs[w], pending);
+    if (!sends[w].modules.empty()) bytes_.sent += post_send(r, codec_, group_, int(w), sends[w], pending);
+    if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, codec_, group_, int(w), recvs[w], pending);
   }
   for (auto& p : pending) p.wait();
   for (auto& m : recvs)
-    if (!m.modules.empty()) m.values = r.codec.decode(m.wire.data_ptr<uint8_t>(), m.numel);
+    if (!m.modules.empty()) m.values = codec_.decode(m.wire.data_ptr<uint8_t>(), m.numel);
   std::vector<int64_t> offset(n, 0), row(n, 0);
   for (size_t i = 0; i < M; ++i)
     if (r.owner[i] == me) step_owned(r, i, me, touched, recvs, offset, row);
-  return bytes;
 }
 
 }  // namespace tributary

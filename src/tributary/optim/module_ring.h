@@ -1,34 +1,29 @@
-// DiPaCo's reduction: the weighted owner ring. Where DiLoCo averages a sync unit across replicas and every replica
-// steps the same outer optimizer, a DiPaCo module has one owner (modules dealt over the workers) that holds its
-// outer state; one ring per round (Exchange::reduce_update_gather) leaves each owner with the full shard-weighted
-// sums of its modules (reduce-scatter), the owner takes the modules' Nesterov steps (optim/module_outer.h), and an
-// all-gather brings every change to every worker (an all-reduce's bytes). Weights and path counts go through an
-// exact fp64 all-reduce first.
+// DiPaCo's reduction with the owners' ring (an OwnerReducer, optim/owner_reducer.h). Every worker holds a replica of
+// every module; one ring per round (Exchange::reduce_update_gather) leaves each owner with the full shard-weighted
+// sums of its modules (reduce-scatter), the owner takes the modules' outer steps, and an all-gather brings every
+// change to every worker's replicas (an all-reduce's bytes). Weights and path counts go through an exact fp64
+// all-reduce first.
 #pragma once
 
-#include <map>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
-#include "tributary/model/tensor_io.h"
-#include "tributary/optim/module_outer.h"
-#include "tributary/optim/outer.h"
+#include "tributary/optim/owner_reducer.h"
 
 namespace tributary {
 
-struct ModuleRing {
-  const std::vector<std::string>& module_ids;                  // every module, in a fixed order
-  std::map<std::string, NamedTensors>& global;                 // every module's global parameters (updated)
-  const std::map<std::string, ModuleAccumulator>& accumulated;  // this worker's contributions this round
-  std::map<std::string, std::unique_ptr<OuterOptimizer>>& owned;  // master copy + momentum of the owned modules
-  std::vector<int> owner;                                      // group rank owning each module
-  std::string norm_rescale;                                    // dipaco.norm_rescale
-};
+class OwnerRing : public OwnerReducer {
+ public:
+  // `replicas[u]`: this worker's copy of unit u (updated in place); all three outlive the ring.
+  OwnerRing(comm::Group& group, comm::Exchange& exchange, std::vector<NamedTensors*> replicas)
+      : group_(group), exchange_(exchange), replicas_(std::move(replicas)) {}
+  void reduce(const OwnedRound& round) override;
 
-// One round's reduction and outer steps; every group member calls it with the same modules and owners.
-void reduce_and_step(ModuleRing& ring, comm::Group& group, comm::Exchange& exchange);
+ private:
+  comm::Group& group_;
+  comm::Exchange& exchange_;
+  std::vector<NamedTensors*> replicas_;
+};
 
 }  // namespace tributary

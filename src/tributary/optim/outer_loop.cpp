@@ -10,7 +10,10 @@
 namespace tributary {
 
 OuterLoop::OuterLoop(const OuterLoopOptions& options, Reducer& reducer)
-    : options_(options), reducer_(reducer), current_h_(options.inner_steps) {}
+    : options_(options), reducer_(&reducer), current_h_(options.inner_steps) {}
+
+OuterLoop::OuterLoop(const OuterLoopOptions& options)
+    : options_(options), reducer_(nullptr), current_h_(options.inner_steps) {}
 
 NamedTensors OuterLoop::subset(const NamedTensors& params, const SyncUnit& u) const {
   NamedTensors out;
@@ -39,6 +42,39 @@ void OuterLoop::start(NamedTensors& params, int64_t offset) {
   }
 }
 
+void OuterLoop::start_owned(size_t num_units, int64_t offset) {
+  units_.clear();
+  units_.resize(num_units);
+  for (auto& u : units_) u.last_sync = offset;
+}
+
+void OuterLoop::own(size_t unit, const NamedTensors& global) {
+  units_.at(unit).outer = std::make_unique<OuterOptimizer>(global, options_.outer);
+}
+
+const NamedTensors& OuterLoop::owner_step(size_t unit, const std::vector<torch::Tensor>& sum, double weight,
+                                          int64_t count) {
+  OuterOptimizer& outer = *units_[unit].outer;
+  // count 0: every path through the unit was dropped; a discarded step: the outer optimizer does not move. Either
+  // way the unit keeps its global parameters.
+  if (count > 0 && (!commit_ || commit_(unit, outer.num_steps() + 1)))
+    outer.apply(finalize(sum, weight, count, options_.norm_rescale));
+  return outer.global();
+}
+
+void OuterLoop::sync_owned(int64_t step, const std::vector<const ModuleAccumulator*>& contributions,
+                           const std::vector<int>& owner, OwnerReducer& reducer) {
+  TRIB_CHECK_EQ(contributions.size(), units_.size(), "(contributions per unit)");
+  TRIB_CHECK_EQ(owner.size(), units_.size(), "(owners per unit)");
+  OwnedRound round{contributions, owner, {}, [this](size_t unit, const std::vector<torch::Tensor>& sum, double weight,
+                                                    int64_t count) -> const NamedTensors& {
+                     return owner_step(unit, sum, weight, count);
+                   }};
+  for (const auto& u : units_) round.owned.push_back(u.outer ? &u.outer->global() : nullptr);
+  reducer.reduce(round);
+  for (auto& u : units_) u.last_sync = step;
+}
+
 void OuterLoop::load(const safetensors::File& outer, const nlohmann::json& progress) {
   // dist.fragments is part of the config a resume must match, and outer.safetensors is written with them
   TRIB_CHECK_EQ(progress.size(), units_.size(), "(fragments in the checkpoint vs the run)");
@@ -57,7 +93,8 @@ void OuterLoop::adopt_progress(const nlohmann::json& progress) {
 }
 
 void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps) {
-  u.pending = reducer_.start(u.outer->pseudo_gradient(subset(params, u)), static_cast<int>(&u - units_.data()));
+  TRIB_CHECK(reducer_ != nullptr, "units with owners sync through sync_owned()");
+  u.pending = reducer_->start(u.outer->pseudo_gradient(subset(params, u)), static_cast<int>(&u - units_.data()));
   u.apply_step = step + overlap_steps;
   u.merge = overlap_steps > 0;
   u.last_sync = step;
@@ -65,7 +102,7 @@ void OuterLoop::send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t ov
 
 void OuterLoop::land(size_t index, NamedTensors& params) {
   SyncUnit& u = units_[index];
-  auto averaged = reducer_.wait(std::move(u.pending));  // rethrows a failed exchange
+  auto averaged = reducer_->wait(std::move(u.pending));  // rethrows a failed exchange
   u.apply_step = -1;
   auto local = subset(params, u);
   torch::NoGradGuard no_grad;
@@ -140,20 +177,23 @@ bool OuterLoop::quiescent() const {
 
 int64_t OuterLoop::outer_steps() const {
   int64_t n = 0;
-  for (const auto& u : units_) n += u.outer->num_steps();
+  for (const auto& u : units_)
+    if (u.outer) n += u.outer->num_steps();
   return n;
 }
 
 NamedTensors OuterLoop::globals() const {
   NamedTensors out;
   for (const auto& u : units_)
-    for (const auto& g : u.outer->global()) out.push_back(g);
+    if (u.outer)
+      for (const auto& g : u.outer->global()) out.push_back(g);
   return out;
 }
 
 NamedTensors OuterLoop::outer_state() const {
   NamedTensors out;
   for (const auto& u : units_) {
+    if (!u.outer) continue;
     for (const auto& g : u.outer->global()) out.push_back(g);
     for (auto& m : u.outer->state()) out.push_back(std::move(m));
   }
@@ -162,7 +202,8 @@ NamedTensors OuterLoop::outer_state() const {
 
 nlohmann::json OuterLoop::progress() const {
   nlohmann::json units = nlohmann::json::array();
-  for (const auto& u : units_) units.push_back({{"last_sync", u.last_sync}, {"outer_steps", u.outer->num_steps()}});
+  for (const auto& u : units_)
+    units.push_back({{"last_sync", u.last_sync}, {"outer_steps", u.outer ? u.outer->num_steps() : 0}});
   return units;
 }
 

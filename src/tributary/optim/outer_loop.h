@@ -1,6 +1,9 @@
-// The outer loop of DiLoCo and Streaming DiLoCo (data parallel is its H = 1 limit with an identity outer step and
-// lives in parallel/data_parallel.h): every step, the units that are due send their pseudo-gradients to the
-// reducer; a landed average passes the commit gate and takes the unit's outer Nesterov step.
+// The outer loop of DiLoCo, Streaming DiLoCo and DiPaCo (data parallel is its H = 1 limit with an identity outer step
+// and lives in parallel/data_parallel.h): every step, the units that are due send their pseudo-gradients to the
+// reduction; a landed reduction passes the commit gate and takes the unit's outer Nesterov step. The reduction is a
+// parameter: an average across replicas (Reducer: every replica steps its copy of each unit's outer optimizer) or,
+// for DiPaCo's modules, an owner reduction (OwnerReducer: each unit's weighted sums reach its one owner, which alone
+// holds and steps its outer optimizer; sync_owned()).
 //
 //   due       unit f (of F fragments; F = 1 is DiLoCo) syncs at offset + f*H/F + k*H, offset = the end of the
 //             data-parallel warm-up; QSR (arXiv 2310.14423) raises H to floor((alpha/lr)^2) as the lr decays
@@ -10,6 +13,9 @@
 //   commit    `commit(unit, outer_step)` may discard an outer step (fault tolerance): the unit then returns to its
 //             last global parameters and its outer optimizer does not move. Default: always commit.
 //   landed    `landed(globals, when, merged)` after every committed outer step (the replica hash check)
+//   DiPaCo    one unit per module; every unit is due at the end of each round (H = tau); the pseudo-gradients are
+//             accumulated per path outside the loop (sum_p w_p delta_p, optim/module_outer.h) and handed to
+//             sync_owned(); the owner's step is Delta = s(n) * sum / sum_p w_p, then Nesterov, behind the commit gate
 //
 // Torch but no communication: the reducer is an interface, so the loop is tested with a fake one (no processes).
 #pragma once
@@ -22,6 +28,7 @@
 
 #include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
+#include "tributary/optim/owner_reducer.h"
 #include "tributary/optim/reducer.h"
 #include "tributary/optim/sync_unit.h"
 
@@ -36,6 +43,7 @@ struct OuterLoopOptions {
   OuterOptions outer;
   int64_t blocks_per_level = 1;  // to place blocks (levels.L.modules.M.blocks.B) on fragments
   int64_t num_layers = 1;        // for the error message when a fragment gets nothing
+  std::string norm_rescale = "none";  // owner reductions: s(n) of optim/module_outer.h (dipaco.norm_rescale)
 };
 
 class OuterLoop {
@@ -44,6 +52,7 @@ class OuterLoop {
   using Landed = std::function<void(const NamedTensors& globals, const std::string& when, bool merged)>;
 
   OuterLoop(const OuterLoopOptions& options, Reducer& reducer);  // `reducer` outlives the loop
+  explicit OuterLoop(const OuterLoopOptions& options);  // units with owners: sync_owned() only
   void set_commit(Commit commit) { commit_ = std::move(commit); }
   void set_landed(Landed landed) { landed_ = std::move(landed); }
 
@@ -55,13 +64,23 @@ class OuterLoop {
   // A joining replica: each unit's last sync and outer-step count (its outer tensors were received in place).
   void adopt_progress(const nlohmann::json& progress);
 
+  // Owner reductions (DiPaCo): `num_units` units without parameter indices, whose last syncs count from `offset`.
+  void start_owned(size_t num_units, int64_t offset);
+  void own(size_t unit, const NamedTensors& global);  // this worker owns `unit` from now on: outer state from `global`
+  OuterOptimizer* owned(size_t unit) const { return units_[unit].outer.get(); }  // nullptr unless owned here
+  // One round: `contributions[u]` = this worker's sums of unit u (nullptr: none), `owner[u]` its owner's group rank.
+  // Every unit syncs at `step`; each owner's step passes the commit gate. Collective over the reducer's group.
+  void sync_owned(int64_t step, const std::vector<const ModuleAccumulator*>& contributions,
+                  const std::vector<int>& owner, OwnerReducer& reducer);
+
   bool after_step(int64_t step, double lr, NamedTensors& params);  // true if an outer step landed
   bool finish(int64_t step, NamedTensors& params);  // lands what is in flight and syncs pending inner steps
 
   bool quiescent() const;  // nothing in flight
   int64_t outer_steps() const;
   int64_t inner_steps_now() const { return current_h_; }
-  NamedTensors globals() const;      // every unit's global parameters
+  // Of the units whose outer state this worker holds (all of them unless owned):
+  NamedTensors globals() const;      // the global parameters
   NamedTensors outer_state() const;  // globals and momenta ("<param>.outer_momentum")
   nlohmann::json progress() const;   // per unit: last_sync, outer_steps
   const std::vector<SyncUnit>& units() const { return units_; }
@@ -70,9 +89,10 @@ class OuterLoop {
   NamedTensors subset(const NamedTensors& params, const SyncUnit& u) const;
   void send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps);
   void land(size_t index, NamedTensors& params);
+  const NamedTensors& owner_step(size_t unit, const std::vector<torch::Tensor>& sum, double weight, int64_t count);
 
   OuterLoopOptions options_;
-  Reducer& reducer_;
+  Reducer* reducer_;  // the average; nullptr for units with owners
   Commit commit_;
   Landed landed_;
   std::vector<SyncUnit> units_;

@@ -2,7 +2,7 @@
 // over (it returns at once when the reduction runs elsewhere), wait() collects the result. ResilientAverage
 // (optim/resilient_average.h) is the real one (comm/exchange.h on the communication thread, the wait counted as blocked
 // time, with rejection and fault tolerance); tests pass fakes.
-// DiPaCo's weighted owner ring is the other reduction (optim/module_ring.h).
+// Units with one owner each (DiPaCo's modules) use the other reduction, optim/owner_reducer.h.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,7 +1,8 @@
 // A sync unit: the parameters that are synchronised together, with their own outer optimizer (global copy +
 // Nesterov momentum), the step they last synced at, and the exchange in flight. The whole model (DiLoCo), one
-// Streaming DiLoCo fragment, or (in shape) one DiPaCo module: only the reduction differs (an average across
-// replicas here; DiPaCo's weighted owner ring, optim/module_outer.h).
+// Streaming DiLoCo fragment, or one DiPaCo module: only the reduction differs (an average across replicas, every
+// replica holding `outer`; or DiPaCo's owner reductions, optim/owner_reducer.h, where only the module's owner holds
+// `outer` and `params` is empty: the pseudo-gradients are accumulated per path outside the loop).
 #pragma once
 
 #include <torch/torch.h>

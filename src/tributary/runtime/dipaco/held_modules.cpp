@@ -13,7 +13,11 @@ namespace tributary {
 
 HeldModules::HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial)
     : config_(config), grid_(grid), rank_(rank), world_(world), module_ids_(grid.modules()), members_(size_t(world)),
-      global_(std::move(initial)) {
+      global_(std::move(initial)),
+      loop_(OuterLoopOptions{.inner_steps = config.dist.inner_steps,
+                             .outer = {config.dist.outer_lr, config.dist.outer_momentum},
+                             .norm_rescale = config.dipaco.norm_rescale}) {
+  loop_.start_owned(module_ids_.size(), 0);
   std::iota(members_.begin(), members_.end(), 0);
   for (const auto& [id, tensors] : global_)
     for (const auto& [name, t] : tensors) {
@@ -32,15 +36,26 @@ int HeldModules::group_rank_of(int worker) const {
   return static_cast<int>(std::find(members_.begin(), members_.end(), worker) - members_.begin());
 }
 
+bool HeldModules::owns(const std::string& id) const {
+  const size_t i = size_t(std::find(module_ids_.begin(), module_ids_.end(), id) - module_ids_.begin());
+  return i < module_ids_.size() && loop_.owned(i) != nullptr;
+}
+
 void HeldModules::own(int64_t round) {
   for (size_t i = 0; i < module_ids_.size(); ++i) {
     const std::string& id = module_ids_[i];
-    if (owner_of(i) != rank_ || outer_.count(id)) continue;
+    if (owner_of(i) != rank_ || loop_.owned(i)) continue;
     // Path-local: a dead owner's module as it published it for this round.
     if (!global_.count(id)) global_[id] = depot_->fetch(round, id, layout_.at(id), 0, 0);
-    outer_[id] = std::make_unique<OuterOptimizer>(global_.at(id),
-                                                  OuterOptions{config_.dist.outer_lr, config_.dist.outer_momentum});
+    loop_.own(i, global_.at(id));
   }
+}
+
+std::map<std::string, OuterOptimizer*> HeldModules::outer() const {
+  std::map<std::string, OuterOptimizer*> out;
+  for (size_t i = 0; i < module_ids_.size(); ++i)
+    if (OuterOptimizer* opt = loop_.owned(i)) out[module_ids_[i]] = opt;
+  return out;
 }
 
 void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round) {
@@ -49,7 +64,7 @@ void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseco
   depot_->set_link(link());
   publish_owned(round);
   for (auto it = global_.begin(); it != global_.end();)  // from here on, only what this worker owns
-    it = outer_.count(it->first) ? std::next(it) : global_.erase(it);
+    it = owns(it->first) ? std::next(it) : global_.erase(it);
 }
 
 void HeldModules::set_members(std::vector<int> members, int64_t round) {
@@ -101,26 +116,33 @@ void HeldModules::check_identical(comm::Group& group, const std::string& when) c
 }
 
 void HeldModules::publish_owned(int64_t round) {
-  for (auto& [id, opt] : outer_) global_[id] = depot_->publish(round, id, opt->global());
+  for (const auto& [id, opt] : outer()) global_[id] = depot_->publish(round, id, opt->global());
 }
 
-std::pair<double, double> HeldModules::reduce(int64_t round,
+std::pair<double, double> HeldModules::reduce(int64_t round, int64_t step,
                                               const std::map<std::string, ModuleAccumulator>& accumulated,
                                               comm::Group& group, comm::Exchange& exchange) {
   std::vector<int> owner;
-  for (size_t i = 0; i < module_ids_.size(); ++i) owner.push_back(group_rank_of(owner_of(i)));
+  std::vector<const ModuleAccumulator*> contributions;
+  for (size_t i = 0; i < module_ids_.size(); ++i) {
+    owner.push_back(group_rank_of(owner_of(i)));
+    const auto it = accumulated.find(module_ids_[i]);
+    contributions.push_back(it == accumulated.end() ? nullptr : &it->second);
+  }
   if (!depot_) {
-    ModuleRing ring{module_ids_, global_, accumulated, outer_, std::move(owner), config_.dipaco.norm_rescale};
-    reduce_and_step(ring, group, exchange);
+    std::vector<NamedTensors*> replicas;
+    for (const auto& id : module_ids_) replicas.push_back(&global_.at(id));
+    OwnerRing ring(group, exchange, std::move(replicas));
+    loop_.sync_owned(step, contributions, owner, ring);
     auto stats = exchange.take_stats();
     modelled_s_ = stats.modelled_s;
     return {stats.bytes_sent, stats.bytes_recv};
   }
-  auto bytes = reduce_to_owners({module_ids_, accumulated, outer_, std::move(owner), config_.dipaco.norm_rescale,
-                                 *codec_},
-                                group);
+  OwnerUpload upload(group, *codec_);
+  loop_.sync_owned(step, contributions, owner, upload);
+  const OwnerUploadBytes bytes = upload.bytes();
   // Everyone has sent and received: nobody fetches this round's values any more.
-  for (const auto& [id, opt] : outer_) depot_->forget(round, id);
+  for (const auto& [id, opt] : outer()) depot_->forget(round, id);
   publish_owned(round + 1);
   return {bytes.sent + bytes.control, bytes.recv};
 }

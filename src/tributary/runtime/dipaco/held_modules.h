@@ -5,6 +5,9 @@
 //   path-local (dipaco.path_local) only the owned modules; a task fetches its path's other modules from the depot
 //                                (module_depot.h) and drops them; a round sends each touched module's sum to its owner
 //                                only (optim/module_owners.h) and every owner publishes its new values.
+// The modules are the sync units of an OuterLoop (optim/outer_loop.h) whose reduction is the owners' ring
+// (optim/module_ring.h) or the path-local upload (optim/module_owners.h); the loop holds the owned modules' outer
+// state and takes their steps behind its commit gate.
 // Owners: modules dealt round-robin over the initial workers; a dead owner's modules pass to a survivor, which
 // restarts their momentum from zero (the state died with the owner; path-local, the values come from the depot).
 #pragma once
@@ -21,6 +24,7 @@
 #include "tributary/comm/group.h"
 #include "tributary/optim/module_outer.h"
 #include "tributary/optim/outer.h"
+#include "tributary/optim/outer_loop.h"
 #include "tributary/runtime/dipaco/module_depot.h"
 #include "tributary/runtime/dipaco/modules.h"
 
@@ -32,7 +36,8 @@ class HeldModules {
   HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial);
 
   void own(int64_t round);  // creates the outer optimizers of the modules this worker owns and lacks
-  std::map<std::string, std::unique_ptr<OuterOptimizer>>& outer() { return outer_; }
+  std::map<std::string, OuterOptimizer*> outer() const;  // the owned modules' outer state, by module id
+  OuterLoop& loop() { return loop_; }
   // Path-local: from round `round` on, keep only the owned modules; the others come from `store`.
   void go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round);
   bool path_local() const { return depot_ != nullptr; }
@@ -46,15 +51,18 @@ class HeldModules {
   // Ring: every worker holds the same modules (a hash all-gather; Error naming the workers otherwise).
   void check_identical(comm::Group& group, const std::string& when) const;
 
-  // The round's reduction and outer steps; returns the bytes (sent, received).
-  std::pair<double, double> reduce(int64_t round, const std::map<std::string, ModuleAccumulator>& accumulated,
-                                   comm::Group& group, comm::Exchange& exchange);
+  // The round's reduction and outer steps (the loop's sync at `step`, the round's last); returns the bytes (sent,
+  // received).
+  std::pair<double, double> reduce(int64_t round, int64_t step,
+                                   const std::map<std::string, ModuleAccumulator>& accumulated, comm::Group& group,
+                                   comm::Exchange& exchange);
   double modelled_s() const { return modelled_s_; }  // the ring's modelled link time in the last reduce
   DepotBytes take_depot_bytes() { return depot_ ? depot_->take_bytes() : DepotBytes{}; }
   ModuleDepot* depot() { return depot_.get(); }
 
  private:
   int owner_of(size_t module) const;  // worker id
+  bool owns(const std::string& id) const;
   int group_rank_of(int worker) const;
   void publish_owned(int64_t round);
 
@@ -64,7 +72,7 @@ class HeldModules {
   std::vector<std::string> module_ids_;
   std::vector<int> members_;
   ModuleSet global_;  // every module's global parameters (ring), or the owned modules' (path-local)
-  std::map<std::string, std::unique_ptr<OuterOptimizer>> outer_;  // master copy + momentum of the owned modules
+  OuterLoop loop_;  // one unit per module (in module_ids_ order); master copy + momentum of the owned ones
   std::map<std::string, std::vector<std::string>> layout_;        // each module's tensor names, in order
   std::map<std::string, int64_t> numel_;                          // each module's parameter count
   std::unique_ptr<comm::Codec> codec_;                            // path-local upload

@@ -69,8 +69,8 @@ void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates
   }
 }
 
-void load_outer_states(const fs::path& run_dir, int64_t round, OuterStates& outer) {
-  for (auto& [module, opt] : outer) {
+void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer) {
+  for (const auto& [module, opt] : outer) {
     const fs::path file = outer_file(run_dir, module, round);
     if (!fs::exists(file))
       fail("cannot resume: '{}' (module {}'s outer state after round {}) is missing: the run directory is incomplete, "

@@ -28,7 +28,7 @@
 
 namespace tributary {
 
-using OuterStates = std::map<std::string, std::unique_ptr<OuterOptimizer>>;  // by module id, the owned ones
+using OuterStates = std::map<std::string, OuterOptimizer*>;  // by module id, the owned ones (HeldModules::outer)
 
 // The run in `run_dir`, checked against `config`: Error naming the differing keys (train.steps, the grid, the
 // model ...) and what to do.
@@ -43,7 +43,7 @@ void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path&
 // Owners, after round `round`: their modules' outer state (atomic per file); the files of round - 2 go.
 void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
 // Each owned module's outer state of round `round`; Error naming a missing or damaged file.
-void load_outer_states(const fs::path& run_dir, int64_t round, OuterStates& outer);
+void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
 // Path-local --resume: the lead's round for everyone (collective). `from_lead`: this worker's directory has no
 // dipaco.json; otherwise its own round must be the lead's (Error naming both).
 int64_t agree_on_resumed_round(comm::Group& group, int64_t round, bool from_lead);

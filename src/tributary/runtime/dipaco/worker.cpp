@@ -271,7 +271,7 @@ void Worker::run_round(int64_t round) {
   summary_.tasks_dropped += static_cast<int64_t>(verdict.dropped.size());
 
   const auto comm_start = Clock::now();
-  const auto [reduce_sent, reduce_recv] = held_->reduce(round, accs_, *group_, *exchange_);
+  const auto [reduce_sent, reduce_recv] = held_->reduce(round, (round + 1) * config_.dist.inner_steps, accs_, *group_, *exchange_);
   if (!held_->path_local()) held_->check_identical(*group_, fmt::format("after round {}", round + 1));
   const double comm_s = seconds_since(comm_start);
   // Path-local: the upload plus what went through the store (module values, path state), per direction.

@@ -1,0 +1,118 @@
+// DiPaCo's modules through the outer loop, two threads as two workers on a real group: each module's owner takes
+// its outer step with the shard-weighted sum of every worker's contributions, behind the loop's commit gate; the
+// owners' ring brings the result to both replicas, the path-local upload leaves it with the owner.
+#include <gtest/gtest.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <mutex>
+
+#include "tributary/comm/codec.h"
+#include "tributary/optim/module_owners.h"
+#include "tributary/optim/module_ring.h"
+#include "tributary/optim/outer_loop.h"
+#include "support/thread_ranks.h"
+
+using namespace tributary;
+
+namespace {
+
+// Three modules of one tensor each; module u owned by worker kOwner[u]. Plain averaging (outer lr 1, no momentum):
+// an owner's step is global -= sum_p w_p delta_p / sum_p w_p.
+constexpr int kOwner[3] = {0, 1, 0};
+
+NamedTensors module_params(size_t u) {
+  const int64_t n = int64_t(3 + u);
+  return {{"m" + std::to_string(u), torch::arange(n, torch::kFloat32) + float(10 * u)}};
+}
+
+// Worker 0 ran paths through modules 0 (weight 1) and 1 (weight 3); worker 1 through module 1 only (weight 1);
+// nobody through module 2. Each contribution is its weight times a constant pseudo-gradient.
+std::map<size_t, ModuleAccumulator> contributions(int rank) {
+  std::map<size_t, ModuleAccumulator> acc;
+  auto delta = [](size_t u, float v) { return std::vector<torch::Tensor>{torch::full({int64_t(3 + u)}, v)}; };
+  if (rank == 0) {
+    acc[0].add(1.0, delta(0, 2.0));
+    acc[1].add(3.0, delta(1, 1.0));
+  } else {
+    acc[1].add(1.0, delta(1, 5.0));
+  }
+  return acc;
+}
+
+struct Worker {
+  OuterLoop loop{OuterLoopOptions{.outer = {1.0, 0.0}}};
+  std::vector<NamedTensors> replicas;
+  std::vector<int64_t> asked;  // units the commit gate was asked about
+
+  explicit Worker(int rank) {
+    loop.start_owned(3, 0);
+    for (size_t u = 0; u < 3; ++u) {
+      replicas.push_back(module_params(u));
+      if (kOwner[u] == rank) loop.own(u, replicas.back());
+    }
+    // The gate discards module 0's step (as fault tolerance would) and lets the others land.
+    loop.set_commit([this](size_t unit, int64_t) {
+      asked.push_back(int64_t(unit));
+      return unit != 0;
+    });
+  }
+  void sync(int rank, OwnerReducer& reducer) {
+    const auto acc = contributions(rank);
+    std::vector<const ModuleAccumulator*> c;
+    for (size_t u = 0; u < 3; ++u) c.push_back(acc.count(u) ? &acc.at(u) : nullptr);
+    loop.sync_owned(/*step=*/4, c, {kOwner[0], kOwner[1], kOwner[2]}, reducer);
+  }
+};
+
+// Module 1 after the round: (3 * 1 + 1 * 5) / (3 + 1) = 2 below where it started.
+torch::Tensor expected_module1() { return module_params(1)[0].second - 2.0; }
+
+}  // namespace
+
+TEST(OwnerLoop, TheRingStepsEachModuleOnceAtItsOwnerWithTheWeightedSumAndEveryReplicaFollows) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::mutex mu;
+  test_support::run_threads(2, [&](int rank) {
+    comm::Group group(store, rank, 2, {}, "ring");
+    comm::Exchange exchange(group, {});
+    Worker w(rank);
+    OwnerRing ring(group, exchange, {&w.replicas[0], &w.replicas[1], &w.replicas[2]});
+    w.sync(rank, ring);
+    std::lock_guard<std::mutex> lock(mu);
+    SCOPED_TRACE(testing::Message() << "worker " << rank);
+    // The discarded module 0 and the untouched module 2 keep their parameters; module 1 took the weighted step.
+    EXPECT_TRUE(torch::equal(w.replicas[0][0].second, module_params(0)[0].second));
+    EXPECT_TRUE(torch::allclose(w.replicas[1][0].second, expected_module1()));
+    EXPECT_TRUE(torch::equal(w.replicas[2][0].second, module_params(2)[0].second));
+    // Only owners hold outer state, and only touched modules ask the gate (module 2: no path, no step).
+    EXPECT_EQ(w.asked, rank == 0 ? std::vector<int64_t>{0} : std::vector<int64_t>{1});
+    EXPECT_EQ(w.loop.outer_steps(), rank == 0 ? 0 : 1);
+    for (const auto& u : w.loop.units()) EXPECT_EQ(u.last_sync, 4);
+  });
+}
+
+TEST(OwnerLoop, ThePathLocalUploadLeavesTheNewValuesWithTheOwner) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::mutex mu;
+  test_support::run_threads(2, [&](int rank) {
+    comm::Group group(store, rank, 2, {}, "upload");
+    const auto codec = comm::make_codec("fp32");
+    Worker w(rank);
+    OwnerUpload upload(group, *codec);
+    w.sync(rank, upload);
+    std::lock_guard<std::mutex> lock(mu);
+    SCOPED_TRACE(testing::Message() << "worker " << rank);
+    if (rank == 1) {
+      EXPECT_TRUE(torch::allclose(w.loop.owned(1)->global()[0].second, expected_module1()));
+      EXPECT_EQ(upload.bytes().recv, 4 * 4 + 2 * 8);  // worker 0's sum of module 1 (fp32) and its [weight, paths]
+      EXPECT_EQ(upload.bytes().sent, 0);              // worker 1 owns the only module it touched
+    } else {
+      EXPECT_TRUE(torch::equal(w.loop.owned(0)->global()[0].second, module_params(0)[0].second));  // discarded
+      EXPECT_EQ(w.loop.owned(1), nullptr);
+      EXPECT_EQ(upload.bytes().sent, 4 * 4 + 2 * 8);
+    }
+    // The upload leaves the workers' own copies alone: the new values are the owners' to publish.
+    EXPECT_TRUE(torch::equal(w.replicas[1][0].second, module_params(1)[0].second));
+  });
+}
