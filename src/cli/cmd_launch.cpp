@@ -1,6 +1,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "tributary/comm/exit_reports.h"
 #include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
 #include "tributary/core/log.h"
@@ -32,15 +33,16 @@ void add_launch(CLI::App& app) {
     o->host_store = [](int port) -> std::shared_ptr<void> {
       return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
     };
-    // Deaths go to the members' keys, through a connection made at the first one.
+    // Deaths go to the run's store, through a connection made at the first one.
     auto reporter = std::make_shared<std::optional<comm::Store>>();
-    o->report_lost = [reporter](const std::string& addr, int port, int rank) {
+    o->report_exit = [reporter](const std::string& addr, int port, int rank, const std::string& how, bool go_on) {
       try {
         if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
-        comm::Membership::report_lost(**reporter, rank);
+        comm::report_exit(**reporter, rank, how);
+        if (go_on) comm::Membership::report_lost(**reporter, rank);
       } catch (const std::exception& e) {
-        log::warn("launch: could not report rank {}'s death to the run's store ({}); its peers find out by its "
-                  "heartbeat", rank, e.what());
+        log::warn("launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
+                  "collectives failing (and by its heartbeat)", rank, e.what());
       }
     };
     o->run_started = [reporter](const std::string& addr, int port) {

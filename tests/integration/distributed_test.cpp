@@ -193,7 +193,8 @@ TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
 
 TEST_F(Distributed, TheRankThatFailedIsBlamedNotThePeerThatLostItsConnection) {
   // Rank 1 refuses its own input (an Error, status 2); rank 0, waiting in an all-reduce, loses its connection and
-  // exits with a NetworkError (status 4) first about half the time. Before, launch blamed whichever it reaped first
+  // exits with a NetworkError (status 4) first about half the time. Its message names rank 1: launch reports every
+  // exit to the run's store before it stops the others (comm/exit_reports.h). Before, launch blamed whichever it reaped first
   // (the wrong rank in 15 of 26 tries, issue 12 item 8).
   const std::string cli = TRIBUTARY_CLI;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -203,6 +204,13 @@ TEST_F(Distributed, TheRankThatFailedIsBlamedNotThePeerThatLostItsConnection) {
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("launch: failed because rank 1 failed (status 2)"), std::string::npos) << out;
     EXPECT_NE(out.find("injected failure at step 3"), std::string::npos) << out;
+    // Rank 0's own error names the rank whose exit broke its all-reduce (launch reported it to the store), not only
+    // Gloo's "Connection closed by peer [address]:port".
+    EXPECT_NE(out.find("in group 'group0' failed after"), std::string::npos) << out;
+    EXPECT_NE(out.find("because rank 1 exited with status 2 (an error in its "
+                       "input or config), as its launch reported; its own log says why"),
+              std::string::npos)
+        << out;
   }
 }
 

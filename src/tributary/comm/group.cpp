@@ -16,10 +16,11 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// Says whether the collective failed early (a peer exited or closed its connection: the peer's own log says why) or
-// ran into its deadline (a peer is stopped, hung or unreachable), instead of "failed or timed out after 1800 s".
+// Says whether the collective failed early (a peer exited or closed its connection: the peer's own log says why;
+// which peer, when its launch reported the exit) or ran into its deadline (a peer is stopped, hung or unreachable),
+// instead of "failed or timed out after 1800 s".
 std::string failure(const std::string& what, SteadyClock::time_point start, std::chrono::milliseconds deadline,
-                    const std::exception& e) {
+                    const std::exception& e, const ExitWatch& exits) {
   const double took = std::chrono::duration<double>(SteadyClock::now() - start).count();
   const double limit = deadline.count() / 1000.0;
   const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
@@ -27,6 +28,11 @@ std::string failure(const std::string& what, SteadyClock::time_point start, std:
   if (took >= 0.99 * limit)
     return fmt::format("{} timed out after {:.0f} s (dist.collective_timeout_s): a peer is stopped, hung or unreachable: "
                        "{}", what, took, cause);
+  // Under launch the exit is reported within its 0.1 s poll of the workers; elsewhere nobody reports it.
+  const std::string reported =
+      exits.reported(std::getenv("TRIBUTARY_LAUNCHED") ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(0));
+  if (!reported.empty())
+    return fmt::format("{} failed after {:.1f} s because {}; its own log says why. {}", what, took, reported, cause);
   return fmt::format("{} failed after {:.1f} s (a peer exited or lost its connection; its own log says why): {}", what,
                      took, cause);
 }
@@ -85,6 +91,7 @@ void Group::reform(const std::string& prefix) {
   lanes_.reset();
   if (abandoned_ && pg_) (void)pg_.release();  // its worker threads may wait on a dead peer until the deadline
   abandoned_ = false;
+  exits_ = world_size_ > 1 ? ExitWatch(store_) : ExitWatch();
   if (options_.link) {
     if (options_.link->num_ranks != world_size_)
       throw Error(fmt::format("group '{}': emulated links describe {} ranks but the group has {}", prefix,
@@ -143,7 +150,8 @@ void Group::run(const char* what, MakeWork&& make_work, double modelled_s) {
     throw;
   } catch (const std::exception& e) {
     throw NetworkError(
-        failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start, options_.collective_timeout, e));
+        failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start, options_.collective_timeout, e,
+                exits_));
   }
   // After the real collective (which ends once the last rank arrived): every rank then spends the modelled time.
   pad(modelled_s);
@@ -163,8 +171,9 @@ void Group::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
 }
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what,
-                                     std::chrono::milliseconds timeout, std::function<void()> then)
-    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout), then_(std::move(then)) {}
+                                     std::chrono::milliseconds timeout, std::function<void()> then, ExitWatch exits)
+    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout), then_(std::move(then)),
+      exits_(std::move(exits)) {}
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
 PendingCollective::~PendingCollective() = default;
@@ -175,7 +184,7 @@ void PendingCollective::wait() {
     try {
       work_->wait(timeout_);
     } catch (const std::exception& e) {
-      throw NetworkError(failure(what_, start, timeout_, e));
+      throw NetworkError(failure(what_, start, timeout_, e, exits_));
     }
     work_.reset();
   }
@@ -188,7 +197,8 @@ PendingCollective Group::all_reduce_sum_async(torch::Tensor& tensor) {
   std::vector<torch::Tensor> one = {tensor};
   try {
     const double modelled = options_.link ? options_.link->allreduce_s(bytes_of(tensor)) : 0.0;
-    return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout, [this, modelled] { pad(modelled); });
+    return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout, [this, modelled] { pad(modelled); },
+                             exits_);
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
   }
@@ -241,14 +251,14 @@ void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, i
   } catch (const std::exception& e) {
     throw NetworkError(failure(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}'", rank_, dst,
                                            src, prefix_),
-                               start, options_.collective_timeout, e));
+                               start, options_.collective_timeout, e, exits_));
   }
 }
 
 template <typename Start>
 PendingCollective Group::point_to_point(const std::string& what, Start&& start) {
   try {
-    return PendingCollective(start(), what, options_.collective_timeout);
+    return PendingCollective(start(), what, options_.collective_timeout, {}, exits_);
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tributary/comm/exit_reports.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/store.h"
 
@@ -52,7 +53,7 @@ class PendingCollective {
  public:
   // `then` runs after the work completed (emulated link time; the wait of an emulated send, whose work is null).
   PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::milliseconds timeout,
-                    std::function<void()> then = {});
+                    std::function<void()> then = {}, ExitWatch exits = {});
   PendingCollective(PendingCollective&&) noexcept;
   PendingCollective& operator=(PendingCollective&&) noexcept;
   ~PendingCollective();
@@ -63,6 +64,7 @@ class PendingCollective {
   std::string what_;
   std::chrono::milliseconds timeout_;
   std::function<void()> then_;
+  ExitWatch exits_;  // names the peer whose exit broke the work
 };
 
 class LinkLanes;
@@ -118,6 +120,7 @@ class Group {
   std::unique_ptr<LinkLanes> lanes_;  // emulated point-to-point (options_.link); destroyed before pg_
   std::function<bool()> abandon_;
   bool abandoned_ = false;  // a collective of pg_ was abandoned: leak pg_ at the next reform
+  ExitWatch exits_;         // the exits reported since this group formed (its failures name the rank)
 };
 
 // The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <optional>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -47,6 +48,19 @@ const char* stop_signal_name(int sig) {
     case SIGTTOU: return "SIGTTOU";
     default: return "a stop signal";
   }
+}
+
+// For the peers' error messages; the statuses of docs/errors.md.
+std::string how_it_ended(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (!WIFEXITED(status)) return "ended";
+  const int code = WEXITSTATUS(status);
+  const char* meaning = code == 2 ? " (an error in its input or config)"
+                        : code == 3 ? " (a bug)"
+                        : code == 4 ? " (a network error)"
+                        : code == 5 ? " (no member of the run left to heal from)"
+                                    : "";
+  return fmt::format("exited with status {}{}", code, meaning);
 }
 
 int exit_code_of(int status) {
@@ -230,9 +244,10 @@ void Supervisor::reap() {
     w.stopped = false;
     w.status = status;
     if (const int code = exit_code_of(status); code != 0) {
-      // Only a run that goes on without the worker (the others are stopped otherwise) has peers to tell.
-      if (o_.report_lost && (o_.max_failures > 0 || o_.max_restarts > 0))
-        o_.report_lost(o_.master_addr, o_.master_port, w.rank);
+      // First, before the others are stopped or go on: their failed collectives name this rank.
+      if (o_.report_exit)
+        o_.report_exit(o_.master_addr, o_.master_port, w.rank, how_it_ended(status),
+                       /*go_on=*/o_.max_failures > 0 || o_.max_restarts > 0);
       on_failure(w, code);
     }
   }

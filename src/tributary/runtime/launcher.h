@@ -33,9 +33,11 @@ struct LaunchOptions {
   // Node 0: hosts the run's store on the port (kept alive until launch returns). Given by the CLI, which links
   // comm/; this file stays free of LibTorch.
   std::function<std::shared_ptr<void>(int port)> host_store;
-  // A worker exited with an error or a signal: tell the run's store (at addr:port), so that fault-tolerant peers
-  // drop it at once instead of at its heartbeat deadline. Given by the CLI; must not throw.
-  std::function<void(const std::string& addr, int port, int rank)> report_lost;
+  // A worker exited with an error or a signal (`how`, e.g. "was killed by signal 9 (Killed)"): tell the run's store
+  // (at addr:port), so that its peers' failed collectives name it (comm/exit_reports.h) and, when the run goes on
+  // without it (`go_on`), fault-tolerant peers drop it at once instead of at its heartbeat deadline. Given by the CLI;
+  // must not throw.
+  std::function<void(const std::string& addr, int port, int rank, const std::string& how, bool go_on)> report_exit;
   // Whether the run got through start-up (kRunStartedKey is on its store): a worker that dies before that (a bad
   // config, a missing dataset) would die again, so launch restarts nothing then. Given by the CLI; must not throw.
   std::function<bool(const std::string& addr, int port)> run_started;
