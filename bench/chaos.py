@@ -15,10 +15,17 @@ each fault from the launch log:
 With --algorithm ddp the same for fault-tolerant data parallel: every step is a round, so "stall" is the redone
 step's wait and no step is lost (the survivors complete the step of a death); "steps lost" is then 0 by
 construction and the victim's in-flight batch is what is lost.
-Measures; asserts nothing. Needs only the Python standard library.
+With --machines 2 the four workers run as two machines of two workers each, in network namespaces joined by a veth
+pair (root and `ip netns` needed; refused otherwise), each machine with its own `tributary launch` (node 0's hosts
+the store), and a third kind of fault joins the draw: machine 1's link is cut (`ip link set ... down`) for --cut-s
+seconds. Its workers fall silent (no reset reaches anyone), the others drop them at the heartbeat deadline; when the
+link is back they find they were declared dead, exit, and their launch restarts them to heal (rank 0's machine is
+never cut: its launch hosts the store).
+Measures; asserts nothing. Needs only the Python standard library (and `ip` for --machines 2).
 
 Usage: python3 bench/chaos.py --build build [--algorithm diloco|ddp] [--steps 600] [--faults 20] [--seed 1]
-       [--heartbeat 5] [--inner-steps 50] [--clean-too] [--out chaos.json]
+       [--heartbeat 5] [--inner-steps 50] [--machines 1|2] [--cut-s 8] [--kinds kill,freeze,cut] [--clean-too]
+       [--out chaos.json]
 """
 import argparse
 import json
@@ -53,32 +60,81 @@ def rank_of(pid):
     return None
 
 
-class Run:
-    """One launch, its output lines timestamped as they arrive."""
+class Machines:
+    """Two machines on this one: namespaces A (10.79.0.1, node 0) and B (10.79.0.2, node 1) joined by a veth pair."""
+    A, B, VA, VB = "tribchaosa", "tribchaosb", "tcva", "tcvb"
 
-    def __init__(self, cli, run_dir, args, faults):
-        cmd = [cli, "launch", "--nproc", "4", "--master-port", "0", "--grace", "10",
-               "--max-restarts", "1000", "--max-failures", "3", "--",
-               "train", os.path.join(ROOT, "configs/diloco.toml"), "--overwrite",
-               f"--set=train.run_dir={run_dir}", f"--set=train.steps={args.steps}", "--set=train.log_every=1",
-               f"--set=train.eval_every={args.steps}", f"--set=dist.inner_steps={args.inner_steps}",
-               "--set=dist.fault_tolerant=true", f"--set=dist.heartbeat_timeout_s={args.heartbeat}",
-               "--set=dist.collective_timeout_s=600", f"--set=dist.algorithm={args.algorithm}"]
+    def __init__(self):
+        self.down()
+        script = (f"ip netns add {self.A} && ip netns add {self.B} && "
+                  f"ip link add {self.VA} type veth peer name {self.VB} && "
+                  f"ip link set {self.VA} netns {self.A} && ip link set {self.VB} netns {self.B} && "
+                  f"ip -n {self.A} addr add 10.79.0.1/24 dev {self.VA} && "
+                  f"ip -n {self.B} addr add 10.79.0.2/24 dev {self.VB} && "
+                  f"ip -n {self.A} link set lo up && ip -n {self.B} link set lo up && "
+                  f"ip -n {self.A} link set {self.VA} up && ip -n {self.B} link set {self.VB} up")
+        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+        if r.returncode != 0:
+            self.down()
+            sys.exit(f"--machines 2 needs network namespaces (root, ip netns): {r.stderr.strip()}")
+
+    def prefix(self, node):
+        if node == 0:  # Gloo on node 0 listens on the link's interface
+            return ["ip", "netns", "exec", self.A, "env", f"GLOO_SOCKET_IFNAME={self.VA}"]
+        return ["ip", "netns", "exec", self.B]
+
+    def cut(self, up):
+        subprocess.run(["ip", "-n", self.B, "link", "set", self.VB, "up" if up else "down"], check=True)
+
+    def down(self):
+        for ns in (self.A, self.B):
+            subprocess.run(["bash", "-c", f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; sleep 0.2; "
+                                          f"ip netns del {ns} 2>/dev/null"], capture_output=True)
+
+
+class Run:
+    """One launch per machine, their output lines timestamped as they arrive."""
+
+    def __init__(self, cli, run_dir, args, faults, machines=None):
+        train = ["train", os.path.join(ROOT, "configs/diloco.toml"), "--overwrite",
+                 f"--set=train.run_dir={run_dir}", f"--set=train.steps={args.steps}", "--set=train.log_every=1",
+                 f"--set=train.eval_every={args.steps}", f"--set=dist.inner_steps={args.inner_steps}",
+                 "--set=dist.fault_tolerant=true", f"--set=dist.heartbeat_timeout_s={args.heartbeat}",
+                 "--set=dist.collective_timeout_s=600", f"--set=dist.algorithm={args.algorithm}"]
+        common = ["--grace", "10", "--max-restarts", "1000", "--max-failures", "3"]
+        if machines is None:
+            cmds = [[cli, "launch", "--nproc", "4", "--master-port", "0", *common, "--", *train]]
+        else:
+            cmds = [machines.prefix(n) + [cli, "launch", "--nproc", "2", "--nnodes", "2", "--node-rank", str(n),
+                                          "--master-addr", "10.79.0.1", "--master-port", "29733", *common, "--",
+                                          *train] for n in (1, 0)]
         self.start = time.monotonic()
         self.lines = []  # (t, line)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                     start_new_session=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                                       start_new_session=True) for c in cmds]
+        self.proc = self.procs[-1]  # node 0's launch: the run's outcome
+        self.readers = [threading.Thread(target=self._read, args=(p,), daemon=True) for p in self.procs]
+        for r in self.readers:
+            r.start()
         self.faults = faults
         self.run_dir = run_dir
+        self.machines = machines
 
-    def _read(self):
-        for line in self.proc.stdout:
+    def _read(self, proc):
+        for line in proc.stdout:
             self.lines.append((time.monotonic() - self.start, line.rstrip("\n")))
+
+    def wait(self):
+        for p in self.procs:
+            p.wait()
+        for r in self.readers:
+            r.join(timeout=10)
 
     def now(self):
         return time.monotonic() - self.start
+
+    def workers(self):
+        return [p for proc in self.procs for p in children(proc.pid) if rank_of(p) is not None]
 
     def last_step(self):
         for _, line in reversed(self.lines):
@@ -104,12 +160,21 @@ def inject(run, args, rng):
         if run.now() - last < args.heartbeat + 3 or rng.random() > 0.5 / args.every:
             time.sleep(0.5)
             continue
-        workers = [p for p in children(run.proc.pid) if rank_of(p) is not None]
+        workers = run.workers()
         if len(workers) < 4:  # a restart still starting: wait for the full world
             time.sleep(0.5)
             continue
         pid = rng.choice(workers)
-        kind = rng.choice(["kill", "freeze"])
+        kind = rng.choice(args.kinds)
+        if kind == "cut":  # machine 1 (ranks 2 and 3) loses its link for --cut-s seconds
+            fault = {"t": run.now(), "rank": 2, "pid": None, "kind": "cut", "step": run.last_step()}
+            run.machines.cut(up=False)
+            run.faults.append(fault)
+            injected += 1
+            time.sleep(args.cut_s)
+            run.machines.cut(up=True)
+            last = run.now()
+            continue
         fault = {"t": run.now(), "rank": rank_of(pid), "pid": pid, "kind": kind, "step": run.last_step()}
         os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
         run.faults.append(fault)
@@ -187,30 +252,45 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--heartbeat", type=float, default=5)
     ap.add_argument("--inner-steps", type=int, default=50)
+    ap.add_argument("--machines", type=int, choices=[1, 2], default=1,
+                    help="2: two machines in network namespaces, and link cuts among the faults")
+    ap.add_argument("--cut-s", type=float, default=8, help="how long a cut link stays down")
+    ap.add_argument("--kinds", default="", help="faults to draw from, comma-separated (default kill,freeze, and cut "
+                                                "with --machines 2)")
     ap.add_argument("--clean-too", action="store_true", help="also run without faults, for the ratios")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    args.kinds = args.kinds.split(",") if args.kinds else ["kill", "freeze"] + (["cut"] if args.machines == 2 else [])
+    if "cut" in args.kinds and args.machines != 2:
+        sys.exit("--kinds cut needs --machines 2 (a link to cut)")
     cli = os.path.join(ROOT, args.build, "tributary")
     if not os.path.exists(os.path.join(ROOT, "data/default/dataset.json")):
         sys.exit("data/default is missing: run `./run demo` (or tributary data build-default) first")
     report = {"args": vars(args)}
     rng = random.Random(args.seed)
-    tag = "" if args.algorithm == "diloco" else "_" + args.algorithm
-    chaos = Run(cli, f"/tmp/tributary_chaos/faults{tag}", args, [])
-    inject(chaos, args, rng)
-    chaos.proc.wait()
-    chaos.reader.join(timeout=10)
+    tag = ("" if args.algorithm == "diloco" else "_" + args.algorithm) + ("_2m" if args.machines == 2 else "")
+    machines = Machines() if args.machines == 2 else None
+    try:
+        chaos = Run(cli, f"/tmp/tributary_chaos/faults{tag}", args, [], machines)
+        inject(chaos, args, rng)
+        chaos.wait()
+    finally:
+        if machines:
+            machines.cut(up=True)
     report["chaos"] = {"exit": chaos.proc.returncode, "wall_s": round(chaos.now(), 1),
                        "summary": summary_of(chaos.run_dir, chaos.lines, args.inner_steps),
                        "faults": analyse(chaos, args)}
     with open(f"/tmp/tributary_chaos/faults{tag}.log", "w") as log:
         log.writelines(f"{t:9.2f} {line}\n" for t, line in chaos.lines)
-    if args.clean_too:
-        clean = Run(cli, f"/tmp/tributary_chaos/clean{tag}", args, [])
-        clean.proc.wait()
-        clean.reader.join(timeout=10)
-        report["clean"] = {"exit": clean.proc.returncode, "wall_s": round(clean.now(), 1),
-                           "summary": summary_of(clean.run_dir)}
+    try:
+        if args.clean_too:
+            clean = Run(cli, f"/tmp/tributary_chaos/clean{tag}", args, [], machines)
+            clean.wait()
+            report["clean"] = {"exit": clean.proc.returncode, "wall_s": round(clean.now(), 1),
+                               "summary": summary_of(clean.run_dir)}
+    finally:
+        if machines:
+            machines.down()
     text = json.dumps(report, indent=1)
     if args.out:
         open(args.out, "w").write(text)

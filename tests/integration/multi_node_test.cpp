@@ -111,3 +111,39 @@ TEST_F(TwoMachines, FaultTolerantDilocoOutlivesACutLinkToTheOtherMachine) {
               out.find("worker(s) 2, 3 fell silent (dead, frozen or cut off: no vote, no heartbeat)") != std::string::npos)
       << out;
 }
+
+TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
+  // As above, but the link is back after 4 s and both launches may restart workers: node 1's workers find they were
+  // declared dead, exit, and their launch restarts them — although none of that machine's workers is left running
+  // (a launch used to restart a worker only while another of its own machine's ran, so the second was not restarted
+  // and node 1 gave up) — and they heal from node 0's and rejoin: the run ends with all four.
+  const std::string args = "--set train.steps=1000 --set train.batch_size=4 --set dist.inner_steps=10 "
+                           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+                           "--set dist.collective_timeout_s=20 --set dist.store_timeout_s=20";
+  const fs::path metrics = work() / "mn_back" / "metrics.jsonl";
+  fs::remove(metrics);
+  const std::string cut = fmt::format(
+      "for i in $(seq 600); do grep -q outer_step {0} 2>/dev/null && break; sleep 0.1; done; ip -n {1} link set {2} "
+      "down; sleep 4; ip -n {1} link set {2} up",
+      metrics.string(), b_, link_);
+  const std::string node1_log = (work() / "mn_back_node1.log").string();
+  auto launch_restarting = [&](int node, const std::string& env) {
+    std::string cmd = launch(node, 2, "mn_back", args, env);
+    return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 --max-restarts 4 ");
+  };
+  auto [rc, out] = sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
+                                  "echo node1 exit $?; exit $rc'",
+                                  launch_restarting(1, ""), node1_log, cut,
+                                  launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
+  const std::string node1 = read_file(node1_log);
+  ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << node1;
+  EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << node1;
+  const auto s = summary_of("mn_back");
+  EXPECT_EQ(s["steps"].get<int>(), 1000);
+  EXPECT_EQ(s["world_size"].get<int>(), 4) << "node 1's workers rejoined\n" << out << "\nnode 1:\n" << node1;
+  EXPECT_NE(out.find("dropped out"), std::string::npos) << out;
+  for (int w : {2, 3}) {
+    EXPECT_NE(node1.find(fmt::format("launch: rank {} (pid", w)), std::string::npos) << node1;
+    EXPECT_NE(node1.find(fmt::format("worker {} joined at step", w)), std::string::npos) << node1;
+  }
+}

@@ -166,7 +166,10 @@ void Supervisor::blame(int rank, int code) {
 // A dead worker comes back while the others still run (after the run, nothing is left to join).
 bool Supervisor::restart(const Worker& w, int code) {
   if (restarts_ >= o_.max_restarts) return false;
-  bool others = false;
+  // One machine: with none of its workers left running, nobody holds the run's state to heal from. Several: the
+  // other machines' workers may (a machine whose workers all died with its link heals from them); a replacement that
+  // finds no live member exits with status 5 within the heartbeat deadline, and nothing is restarted after that.
+  bool others = o_.nnodes > 1;
   for (const auto& o : workers_) others |= o.running && !o.stopped && o.pid != w.pid;
   if (!others) return false;
   if (o_.run_started && !o_.run_started(o_.master_addr, o_.master_port)) {
