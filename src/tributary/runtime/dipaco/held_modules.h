@@ -37,7 +37,6 @@ class HeldModules {
 
   void own(int64_t round);  // creates the outer optimizers of the modules this worker owns and lacks
   std::map<std::string, OuterOptimizer*> outer() const;  // the owned modules' outer state, by module id
-  OuterLoop& loop() { return loop_; }
   // Path-local: from round `round` on, keep only the owned modules; the others come from `store`.
   void go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round);
   bool path_local() const { return depot_ != nullptr; }
