@@ -110,8 +110,10 @@ class Run:
                                           *train] for n in (1, 0)]
         self.start = time.monotonic()
         self.lines = []  # (t, line)
-        self.procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                       start_new_session=True) for c in cmds]
+        # errors="replace": a worker killed mid-line can leave half a UTF-8 character, which would end the reader
+        # thread (and every line after it) with a UnicodeDecodeError.
+        self.procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       errors="replace", cwd=ROOT, start_new_session=True) for c in cmds]
         self.proc = self.procs[-1]  # node 0's launch: the run's outcome
         self.readers = [threading.Thread(target=self._read, args=(p,), daemon=True) for p in self.procs]
         for r in self.readers:
@@ -220,17 +222,19 @@ def analyse(run, args):
 
 
 def summary_of(run_dir, lines=(), inner_steps=1):
-    """summary.json, plus the committed tokens: per outer step, the members that contributed x its inner steps x
+    """summary.json, plus the committed tokens: per round, the members that contributed x the steps it covers x
     the tokens of one worker's step (a dead worker's steps since its last outer step are not counted), less, for a
     replacement healed mid-round, the steps of that round before its heal (it forked the lead there)."""
     try:
         s = json.load(open(os.path.join(run_dir, "summary.json")))
         cfg = {"batch": 4, "context": 256}
         committed = 0
+        last = 0  # the step of the previous round: a warm-up round covers one step, a DiLoCo round H
         for line in open(os.path.join(run_dir, "metrics.jsonl")):
             j = json.loads(line)
             if "outer_step" in j:
-                committed += j["world_size"] * j["inner_steps"] * cfg["batch"] * cfg["context"]
+                committed += j["world_size"] * (j["step"] - last) * cfg["batch"] * cfg["context"]
+                last = j["step"]
         for _, line in lines:
             m = re.search(r"worker \d+ healed from the lead at step (\d+)", line)
             if m:
