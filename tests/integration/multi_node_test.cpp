@@ -57,6 +57,25 @@ class TwoMachines : public test_support::Distributed {
                        tiny(run, args));
   }
 
+  // A shell script: once run `run`'s first outer step is in its metrics, node 1's link goes down (and, when
+  // `back_after_s` > 0, comes back that much later). Clears the metrics of an earlier run first.
+  std::string cut_after_first_outer_step(const std::string& run, int back_after_s = 0) const {
+    const fs::path metrics = work() / run / "metrics.jsonl";
+    fs::remove(metrics);
+    std::string script = fmt::format(
+        "for i in $(seq 600); do grep -q outer_step {} 2>/dev/null && break; sleep 0.1; done; ip -n {} link set {} down",
+        metrics.string(), b_, link_);
+    if (back_after_s > 0) script += fmt::format("; sleep {}; ip -n {} link set {} up", back_after_s, b_, link_);
+    return script;
+  }
+  // Fault-tolerant DiLoCo with short deadlines, for the cut-link tests.
+  static std::string ft_args(int steps, int inner_steps, int timeout_s) {
+    return fmt::format("--set train.steps={} --set train.batch_size=4 --set dist.inner_steps={} "
+                       "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+                       "--set dist.collective_timeout_s={} --set dist.store_timeout_s={}",
+                       steps, inner_steps, timeout_s, timeout_s);
+  }
+
   std::string a_, b_, link_, if_a_;
   bool made_ = false;
 };
@@ -89,14 +108,8 @@ TEST_F(TwoMachines, FaultTolerantDilocoOutlivesACutLinkToTheOtherMachine) {
   // metrics, node 1's link goes down. Its two workers
   // fall silent (no reset reaches anyone: a cut cable, not a dead process); node 0's two drop them at the heartbeat
   // deadline, re-form and finish the run.
-  const std::string args = "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
-                           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
-                           "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30";
-  const fs::path metrics = work() / "mn_cut" / "metrics.jsonl";
-  fs::remove(metrics);
-  const std::string cut = fmt::format(
-      "for i in $(seq 600); do grep -q outer_step {} 2>/dev/null && break; sleep 0.1; done; ip -n {} link set {} down",
-      metrics.string(), b_, link_);
+  const std::string args = ft_args(24, 4, 30);
+  const std::string cut = cut_after_first_outer_step("mn_cut");
   auto [rc, out] = sh(fmt::format("bash -c '{} > {} 2>&1 & ({}) > /dev/null 2>&1 & {}'", launch(1, 2, "mn_cut", args),
                                   (work() / "mn_cut_node1.log").string(), cut,
                                   launch(0, 2, "mn_cut", args, "GLOO_SOCKET_IFNAME=" + if_a_)));
@@ -117,15 +130,8 @@ TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
   // declared dead, exit, and their launch restarts them — although none of that machine's workers is left running
   // (a launch used to restart a worker only while another of its own machine's ran, so the second was not restarted
   // and node 1 gave up) — and they heal from node 0's and rejoin: the run ends with all four.
-  const std::string args = "--set train.steps=1000 --set train.batch_size=4 --set dist.inner_steps=10 "
-                           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
-                           "--set dist.collective_timeout_s=20 --set dist.store_timeout_s=20";
-  const fs::path metrics = work() / "mn_back" / "metrics.jsonl";
-  fs::remove(metrics);
-  const std::string cut = fmt::format(
-      "for i in $(seq 600); do grep -q outer_step {0} 2>/dev/null && break; sleep 0.1; done; ip -n {1} link set {2} "
-      "down; sleep 4; ip -n {1} link set {2} up",
-      metrics.string(), b_, link_);
+  const std::string args = ft_args(1000, 10, 20);
+  const std::string cut = cut_after_first_outer_step("mn_back", /*back_after_s=*/4);
   const std::string node1_log = (work() / "mn_back_node1.log").string();
   auto launch_restarting = [&](int node, const std::string& env) {
     std::string cmd = launch(node, 2, "mn_back", args, env);
