@@ -23,8 +23,7 @@ std::string failure(const std::string& what, SteadyClock::time_point start, std:
                     const std::exception& e, const ExitWatch& exits) {
   const double took = std::chrono::duration<double>(SteadyClock::now() - start).count();
   const double limit = deadline.count() / 1000.0;
-  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
-  const std::string cause = torch_error ? torch_error->what_without_backtrace() : e.what();
+  const std::string cause = error_text(e);
   if (took >= 0.99 * limit)
     return fmt::format("{} timed out after {:.0f} s (dist.collective_timeout_s): a peer is stopped, hung or unreachable: "
                        "{}", what, took, cause);
@@ -65,7 +64,7 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const std::
     } catch (const std::exception& e) {
       throw NetworkError(fmt::format("GLOO_SOCKET_IFNAME names the interface '{}', which Gloo cannot use: {}; name an "
                                      "interface of this machine (ip -brief address)",
-                                     name, e.what()));
+                                     name, error_text(e)));
     }
   }
   if (devices.empty())
@@ -110,7 +109,7 @@ void Group::reform(const std::string& prefix) {
                                                       world_size_, pg_options);
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("rank {}: could not form the process group '{}' of {} ranks: {}", rank_, prefix,
-                                   world_size_, e.what()));
+                                   world_size_, error_text(e)));
   }
 }
 
@@ -200,7 +199,7 @@ PendingCollective Group::all_reduce_sum_async(torch::Tensor& tensor) {
     return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout, [this, modelled] { pad(modelled); },
                              exits_);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
+    throw NetworkError(fmt::format("{} could not start: {}", what, error_text(e)));
   }
 }
 
@@ -260,7 +259,7 @@ PendingCollective Group::point_to_point(const std::string& what, Start&& start) 
   try {
     return PendingCollective(start(), what, options_.collective_timeout, {}, exits_);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("{} could not start: {}", what, e.what()));
+    throw NetworkError(fmt::format("{} could not start: {}", what, error_text(e)));
   }
 }
 
@@ -303,7 +302,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "
                                    "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
-                                   rank, master_addr, master_port, timeout.count() / 1000, e.what()));
+                                   rank, master_addr, master_port, timeout.count() / 1000, error_text(e)));
   }
   if (!prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   return store;

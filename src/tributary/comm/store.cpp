@@ -73,8 +73,13 @@ Store Store::host(int port, std::chrono::milliseconds timeout) {
   try {
     return Store(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts), -1);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, e.what()));
+    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, error_text(e)));
   }
+}
+
+std::string error_text(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  return torch_error ? torch_error->what_without_backtrace() : e.what();
 }
 
 namespace {
@@ -89,10 +94,9 @@ auto guarded(int rank, const char* op, const std::string& key, Op&& run) -> decl
   } catch (const NetworkError&) {
     throw;
   } catch (const std::exception& e) {
-    const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
     throw NetworkError(fmt::format("{}: the run's store failed to {} key '{}': {} (its host is gone or unreachable)",
                                    rank >= 0 ? fmt::format("rank {}", rank) : std::string("launch"), op, key,
-                                   torch_error ? torch_error->what_without_backtrace() : e.what()));
+                                   error_text(e)));
   }
 }
 
@@ -130,7 +134,8 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
   try {
     impl_->wait(keys, timeout);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("rank {}: {} within {} s: {}", rank_, what, timeout.count() / 1000.0, e.what()));
+    throw NetworkError(
+        fmt::format("rank {}: {} within {} s: {}", rank_, what, timeout.count() / 1000.0, error_text(e)));
   }
 }
 

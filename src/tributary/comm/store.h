@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -55,5 +56,8 @@ class Store {
   int rank_;
   std::string local_address_ = "127.0.0.1";
 };
+
+// An exception's message for a NetworkError: LibTorch's (c10::Error) without the C++ backtrace its what() carries.
+std::string error_text(const std::exception& e);
 
 }  // namespace tributary::comm
