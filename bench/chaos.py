@@ -109,6 +109,7 @@ class Run:
                                           "--master-addr", "10.79.0.1", "--master-port", "29733", *common, "--",
                                           *train] for n in (1, 0)]
         self.start = time.monotonic()
+        self.started_at = time.time()  # a summary.json older than this is an earlier run's
         self.lines = []  # (t, line)
         # errors="replace": a worker killed mid-line can leave half a UTF-8 character, which would end the reader
         # thread (and every line after it) with a UnicodeDecodeError.
@@ -221,12 +222,15 @@ def analyse(run, args):
     return rows
 
 
-def summary_of(run_dir, lines=(), inner_steps=1):
-    """summary.json, plus the committed tokens: per round, the members that contributed x the steps it covers x
+def summary_of(run_dir, lines=(), inner_steps=1, since=0.0):
+    """summary.json (None unless written after `since`: a run that failed has none of its own), plus the committed tokens: per round, the members that contributed x the steps it covers x
     the tokens of one worker's step (a dead worker's steps since its last outer step are not counted), less, for a
     replacement healed mid-round, the steps of that round before its heal (it forked the lead there)."""
     try:
-        s = json.load(open(os.path.join(run_dir, "summary.json")))
+        path = os.path.join(run_dir, "summary.json")
+        if os.path.getmtime(path) < since:
+            return None
+        s = json.load(open(path))
         cfg = {"batch": 4, "context": 256}
         committed = 0
         last = 0  # the step of the previous round: a warm-up round covers one step, a DiLoCo round H
@@ -282,7 +286,8 @@ def main():
         if machines:
             machines.cut(up=True)
     report["chaos"] = {"exit": chaos.proc.returncode, "wall_s": round(chaos.now(), 1),
-                       "summary": summary_of(chaos.run_dir, chaos.lines, args.inner_steps),
+                       "summary": summary_of(chaos.run_dir, chaos.lines, args.inner_steps,
+                                                     chaos.started_at),
                        "faults": analyse(chaos, args)}
     with open(f"/tmp/tributary_chaos/faults{tag}.log", "w") as log:
         log.writelines(f"{t:9.2f} {line}\n" for t, line in chaos.lines)
@@ -291,11 +296,20 @@ def main():
             clean = Run(cli, f"/tmp/tributary_chaos/clean{tag}", args, [], machines)
             clean.wait()
             report["clean"] = {"exit": clean.proc.returncode, "wall_s": round(clean.now(), 1),
-                               "summary": summary_of(clean.run_dir)}
+                               "summary": summary_of(clean.run_dir, since=clean.started_at)}
+            with open(f"/tmp/tributary_chaos/clean{tag}.log", "w") as log:
+                log.writelines(f"{t:9.2f} {line}\n" for t, line in clean.lines)
     finally:
         if machines:
             machines.down()
     text = json.dumps(report, indent=1)
+    for name in ("chaos", "clean"):
+        r = report.get(name)
+        if r and (r["exit"] != 0 or r["summary"] is None):
+            log_name = ("faults" if name == "chaos" else "clean") + tag
+            print(f"THE {name.upper()} RUN FAILED: launch exit {r['exit']}, "
+                  f"{'no summary.json of its own' if r['summary'] is None else 'a summary'}; "
+                  f"its log: /tmp/tributary_chaos/{log_name}.log", file=sys.stderr)
     if args.out:
         open(args.out, "w").write(text)
     print(text)

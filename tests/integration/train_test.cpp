@@ -195,6 +195,25 @@ TEST_F(Training, KeepsTheLastNCheckpoints) {
   EXPECT_EQ(names, (std::vector<std::string>{"step-00000016", "step-00000020"}));
 }
 
+TEST_F(Training, StartingOverForgetsTheEarlierRunsResultsAndNothingElse) {
+  // An earlier run's summary.json read as the new run's when the new one failed (a chaos run that stalled at step 400
+  // "finished 600 steps"): a fresh start removes the results it will write itself, and only those.
+  RunConfig config = tiny("over", {"train.steps=2", "optim.warmup_steps=1"});
+  const fs::path dir = config.train.run_dir;
+  fs::create_directories(dir / "tb");
+  write_file(dir / "summary.json", R"({"steps": 600, "val_loss": 1.851})");
+  write_file(dir / "report.html", "<html>the earlier run</html>");
+  write_file(dir / "tb" / "events.out.tfevents.1.earlier.1", "old events");
+  write_file(dir / "tb" / "notes.txt", "the user's");
+  write_file(dir / "notes.txt", "the user's");
+  train(config, {});
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir / "summary.json"))["steps"].get<int>(), 2);
+  EXPECT_FALSE(fs::exists(dir / "report.html"));
+  EXPECT_FALSE(fs::exists(dir / "tb" / "events.out.tfevents.1.earlier.1"));
+  EXPECT_TRUE(fs::exists(dir / "tb" / "notes.txt"));
+  EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+}
+
 TEST_F(Training, OneLocalChunkIsBitIdenticalToThePlainTrainer) {
   // local.chunks = 1 runs the local-parallel step (one chunk, no auxiliary head): the same losses and checkpoint bytes
   // as the plain trainer, with gradient accumulation on so the loss scaling is covered too.

@@ -149,4 +149,12 @@ void RunReport::write_summary(const TrainSummary& s, const std::string& algorith
   write_file_atomic(setup_.run_dir / "summary.json", j.dump(2) + "\n");
 }
 
+void forget_earlier_results(const fs::path& run_dir) {
+  std::error_code ec;
+  for (const char* name : {"summary.json", "report.html"}) fs::remove(run_dir / name, ec);
+  if (!fs::is_directory(run_dir / "tb", ec)) return;
+  for (const auto& entry : fs::directory_iterator(run_dir / "tb", ec))
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) fs::remove(entry.path(), ec);
+}
+
 }  // namespace tributary

@@ -68,4 +68,10 @@ class RunReport {
 
 std::string thousands(double value);  // 1234567 -> "1,234,567"
 
+// A run that starts over (no --resume) first removes the results an earlier run left in `run_dir`: summary.json,
+// report.html and TensorBoard event files (tb/events.out.tfevents.*; metrics.jsonl is cleared as it is reopened).
+// Otherwise a run that fails before its end leaves the earlier run's summary in place, and it reads as this run's
+// (a chaos run that stalled at step 400 "finished 600 steps" that way). Only files of those names are touched.
+void forget_earlier_results(const fs::path& run_dir);
+
 }  // namespace tributary

@@ -5,6 +5,7 @@
 #include "tributary/model/param_name.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
+#include "tributary/runtime/run_report.h"
 
 namespace tributary {
 namespace {
@@ -54,6 +55,7 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
   }
   // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
   if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
+  if (lead && !options.resume) forget_earlier_results(run_dir);  // a failed run must not show the last one's results
   std::error_code ec;
   if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
     fail("train.run_dir = '{}' is a file; choose a directory with --set train.run_dir=...", run_dir.string());

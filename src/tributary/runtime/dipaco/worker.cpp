@@ -27,6 +27,7 @@
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/json_file.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/run_report.h"
 #include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/step_runner.h"
 #include "tributary/runtime/dipaco/held_modules.h"
@@ -115,6 +116,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
     fs::remove_all(run_dir_ / "inner");
     fs::remove_all(run_dir_ / "best");
     fs::remove(run_dir_ / "dipaco.json");
+    forget_earlier_results(run_dir_);
   }
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
   using std::chrono::milliseconds;
