@@ -1,5 +1,6 @@
 #include "tributary/runtime/run_report.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tributary/core/log.h"
@@ -25,7 +26,7 @@ std::string thousands(double value) {
   return out;
 }
 
-RunReport::RunReport(const ReportSetup& setup) : setup_(setup) {
+RunReport::RunReport(const ReportSetup& setup) : setup_(setup), launched_world_(std::max(setup.world_size, 1)) {
   if (setup_.lead)
     metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step,
                                                setup_.run_dir / "tb");
@@ -42,6 +43,7 @@ void RunReport::write(const nlohmann::json& line) {
 
 void RunReport::step_done(double seconds, int64_t tokens, std::optional<double> loss) {
   round_seconds_ += seconds;
+  round_tokens_ += double(tokens);
   interval_seconds_ += seconds;
   train_s_ += seconds;
   interval_tokens_ += tokens;
@@ -72,6 +74,8 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
   if (rejected >= 0) line["rejected"] = rejected;
   write(line);
   if (world_size > 0) setup_.world_size = world_size;  // a fault-tolerant run's members from now on
+  if (round_seconds_ > 0) last_round_tokens_per_s_ = round_tokens_ / round_seconds_;
+  round_tokens_ = 0;
   if (worker_)
     worker_->write(nlohmann::json{{"step", step}, {"outer_step", outer_step}, {"comm_s", c.comm_s},
                                   {"compute_s", round_seconds_ - c.comm_s}, {"bytes_sent", c.bytes_sent},
@@ -81,8 +85,9 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
 
 void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& result, double lr, double elapsed) {
   // A result that comes after the last step (local stages report late) has an empty interval.
-  const double tps = interval_seconds_ > 0 ? double(interval_tokens_) / interval_seconds_ : 0.0;
-  const double mfu = tps * setup_.flops_per_token / (setup_.peak_flops * setup_.world_size);
+  const double interval_tps = interval_seconds_ > 0 ? double(interval_tokens_) / interval_seconds_ : 0.0;
+  const double tps = last_round_tokens_per_s_ > 0 ? last_round_tokens_per_s_ : interval_tps;
+  const double mfu = tps * setup_.flops_per_token / (setup_.peak_flops * launched_world_);
   const double eta =
       interval_steps_ > 0 ? double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_) : 0.0;
   const double loss_avg = interval_losses_ > 0 ? interval_loss_ / double(interval_losses_) : result.loss;
@@ -94,10 +99,13 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
   if (!result.stage_step_s.empty()) line["stage_step_s"] = result.stage_step_s;
   if (!result.stage_bytes_forward.empty()) line["stage_bytes_forward"] = result.stage_bytes_forward;
   write(line);
-  if (worker_) {  // this worker alone: its share of the step's tokens over its own time, against its own peak
-    const double own = tps / std::max(setup_.world_size, 1);
+  if (worker_) {  // this worker alone: its share of the step's tokens over its own steps' time, against its share
+    // of the launched workers' peak (a smaller world shares the same machines)
+    const int members = std::max(setup_.world_size, 1);
+    const double own = interval_tps / members;
+    const double share = setup_.peak_flops * double(launched_world_) / double(members);
     worker_->write(nlohmann::json{{"step", step}, {"tokens_per_s", own},
-                                  {"mfu", own * setup_.flops_per_token / setup_.peak_flops}, {"loss", loss_avg},
+                                  {"mfu", own * setup_.flops_per_token / share}, {"loss", loss_avg},
                                   {"elapsed_s", elapsed}}.dump());
   }
   const std::string chunks = chunk_losses.empty()

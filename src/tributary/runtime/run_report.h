@@ -61,7 +61,14 @@ class RunReport {
   ReportSetup setup_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<MetricsWriter> worker_;  // workers/rank{R}.jsonl (distributed runs)
+  // MFU and tokens/s on the log lines: the world's rate over the last completed round (between two exchanges; the
+  // lead's step time there includes the wait for the slowest worker), or over the interval before the first round.
+  // The lead's own step rate x the world read 102-155% in DiLoCo while the lead ran ahead of slower workers. The
+  // peak is that of the workers the run was launched with (`launched_world_`): workers that die leave their share of
+  // a shared machine to the others, so the survivors' figure is measured against the hardware the run holds.
   double round_seconds_ = 0, round_comm_s_ = 0, interval_seconds_ = 0, interval_loss_ = 0;
+  double round_tokens_ = 0, last_round_tokens_per_s_ = 0;
+  int launched_world_ = 1;
   double train_s_ = 0;  // seconds in training steps this invocation (no evaluation, no checkpoints)
   int64_t interval_tokens_ = 0, interval_steps_ = 0, interval_losses_ = 0;
 };

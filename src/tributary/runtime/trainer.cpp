@@ -75,6 +75,7 @@ TrainSummary TrainingRun::run() {
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
   model_->train();
   run_start_ = Clock::now();
+  tokens_at_start_ = progress_.tokens;
   double train_seconds = 0;
   int64_t step = progress_.step;
   while (step < tc_.steps) {
@@ -162,7 +163,10 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   }
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();
-  summary_.tokens_per_s = double((step - progress_.step) * tokens_per_step_) / train_seconds;
+  // The tokens the members trained while this process did (tokens_per_step_ is the members' count at the end: a
+  // run whose world shrank and grew again would count every step at the final size), against the launched
+  // workers' peak (docs/architecture.md, "MFU").
+  summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds;
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
   report_->write_summary(summary_,
                          replicas_    ? config_.dist.algorithm

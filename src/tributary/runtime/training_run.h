@@ -74,6 +74,7 @@ class TrainingRun {
   std::unique_ptr<BatchLoader> loader_;
   std::shared_ptr<const std::vector<uint32_t>> val_tokens_;
   RunProgress progress_;
+  int64_t tokens_at_start_ = 0;  // progress_.tokens when this process began training (resumed or healed: not 0)
   std::unique_ptr<RunReport> report_;
   TrainSummary summary_;
   int64_t tokens_per_step_ = 0;  // all replicas together

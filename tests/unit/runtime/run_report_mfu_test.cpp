@@ -1,0 +1,83 @@
+// The MFU and tokens/s a run prints and writes (runtime/run_report.h): the world's rate over the last completed
+// round, against the peak of the workers the run was launched with — never the lead's own step rate times the world,
+// which read 102-155% in DiLoCo while the lead ran ahead of slower workers (issue 18).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tributary/core/fs.h"
+#include "tributary/runtime/run_report.h"
+
+using namespace tributary;
+
+namespace {
+
+// Per worker: 100 tokens a step, a peak of 150 tokens/s (1 FLOP per token); 4 workers.
+constexpr int64_t kTokens = 100;
+constexpr int kWorkers = 4;
+
+struct Lines {
+  std::vector<nlohmann::json> main, worker;
+};
+
+Lines read_lines(const fs::path& dir) {
+  Lines out;
+  auto read = [](const fs::path& path, std::vector<nlohmann::json>& into) {
+    std::istringstream in(read_file(path));
+    for (std::string line; std::getline(in, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("mfu")) into.push_back(j);
+  };
+  read(dir / "metrics.jsonl", out.main);
+  read(dir / "workers" / "rank0.jsonl", out.worker);
+  return out;
+}
+
+// One DiLoCo round of H = 5 on the lead: four steps of 0.5 s (its own pace: 200 tokens/s, 133% of its peak), then
+// the outer step, where it waits 2.5 s for the slowest worker; the members' count after the round is `members`.
+void round_of_five(RunReport& report, int64_t& step, int members) {
+  for (int i = 0; i < 5; ++i) {
+    step += 1;
+    report.step_done(i < 4 ? 0.5 : 3.0, kTokens * members, 2.0);
+    if (i == 4) report.exchange_done(step, step / 5, 5, {}, 0.0, members, 0);
+    report.log_step(step, 0, StepResult{.loss = 2.0}, 1e-3, 0.0);
+  }
+}
+
+}  // namespace
+
+TEST(RunReportMfu, ALeadRunningAheadReadsTheWorldsRoundRateNotItsOwn) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("trib_mfu_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    RunReport report({.run_dir = dir, .lead = true, .total_steps = 20, .log_every = 1, .world_size = kWorkers,
+                      .distributed = true, .rank = 0, .flops_per_token = 1.0, .peak_flops = 150.0});
+    int64_t step = 0;
+    round_of_five(report, step, kWorkers);
+    round_of_five(report, step, kWorkers);
+    round_of_five(report, step, 3);  // a worker died in this round: three members from here on
+    round_of_five(report, step, 3);
+  }
+  const Lines lines = read_lines(dir);
+  ASSERT_EQ(lines.main.size(), 20u);
+  // Before the first round ends, the interval's rate (all the lead knows): 4 x 200 tokens/s over 4 x 150.
+  EXPECT_NEAR(lines.main[0]["mfu"].get<double>(), 800.0 / 600.0, 1e-9);
+  // From the first outer step on: 5 steps x 400 tokens in 5 s = 400 tokens/s, 66.7% — on every line of the round,
+  // not 133% on four lines and 22% on the fifth.
+  for (size_t i = 4; i < 14; ++i) {
+    EXPECT_NEAR(lines.main[i]["tokens_per_s"].get<double>(), 400.0, 1e-9) << "line " << i;
+    EXPECT_NEAR(lines.main[i]["mfu"].get<double>(), 400.0 / 600.0, 1e-9) << "line " << i;
+  }
+  // Three members from the third round on: 5 x 300 tokens in 5 s against the four launched workers' peak (they share
+  // the same machines).
+  for (size_t i = 14; i < 20; ++i) EXPECT_NEAR(lines.main[i]["mfu"].get<double>(), 300.0 / 600.0, 1e-9);
+  // The worker's own line: its steps' pace against its share of the launched peak (150, then 4 x 150 / 3 = 200).
+  ASSERT_EQ(lines.worker.size(), 20u);
+  EXPECT_NEAR(lines.worker[0]["mfu"].get<double>(), 200.0 / 150.0, 1e-9);
+  EXPECT_NEAR(lines.worker[19]["mfu"].get<double>(), (100.0 / 3.0) / 200.0, 1e-9);
+  fs::remove_all(dir);
+}
