@@ -131,7 +131,9 @@ TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
   // launch restarts it although none of that machine's workers is left running (a launch used to restart a worker
   // only while another of its own machine's ran, so a machine that lost all its workers gave up); it heals from node
   // 0's and rejoins: the run ends with both.
-  const std::string args = ft_args(1000, 10, 20);
+  // Node 0's worker runs 3x slower (dist.slow_workers): alone, on an idle machine, it trained the 1000 steps in 5 s
+  // and the run ended before node 1's restarted worker could reach the store (seen once).
+  const std::string args = ft_args(1000, 10, 20) + " --set dist.slow_workers=0:3";
   const std::string cut = cut_after_first_outer_step("mn_back", /*back_after_s=*/4);
   const std::string node1_log = (work() / "mn_back_node1.log").string();
   auto launch_restarting = [&](int node, const std::string& env) {

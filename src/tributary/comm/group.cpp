@@ -86,6 +86,7 @@ void Group::reform(const std::string& prefix, int rank, int world_size, std::opt
 }
 
 void Group::reform(const std::string& prefix) {
+  await_ranks(prefix);
   prefix_ = prefix;
   lanes_.reset();
   if (abandoned_ && pg_) (void)pg_.release();  // its worker threads may wait on a dead peer until the deadline
@@ -110,6 +111,34 @@ void Group::reform(const std::string& prefix) {
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("rank {}: could not form the process group '{}' of {} ranks: {}", rank_, prefix,
                                    world_size_, error_text(e)));
+  }
+}
+
+void Group::await_ranks(const std::string& prefix) {
+  if (!abandon_ || world_size_ == 1) return;
+  const std::string here = prefix + "/arrived/";
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r) keys.push_back(here + std::to_string(r));
+  const auto start = SteadyClock::now();
+  try {
+    store_->set(keys[static_cast<size_t>(rank_)], std::vector<uint8_t>{1});
+    while (!store_->check(keys)) {
+      const double waited = std::chrono::duration<double>(SteadyClock::now() - start).count();
+      if (abandon_())
+        throw NetworkError(fmt::format("rank {}: forming group '{}' of {} ranks abandoned after {:.1f} s: a member "
+                                       "died before it arrived",
+                                       rank_, prefix, world_size_, waited));
+      if (SteadyClock::now() - start > options_.collective_timeout)
+        throw NetworkError(fmt::format("rank {}: forming group '{}' of {} ranks timed out after {:.0f} s "
+                                       "(dist.collective_timeout_s): a member never arrived",
+                                       rank_, prefix, world_size_, waited));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const NetworkError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw NetworkError(fmt::format("rank {}: forming group '{}': the store failed: {}", rank_, prefix,
+                                   error_text(e)));
   }
 }
 

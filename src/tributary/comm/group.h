@@ -100,6 +100,9 @@ class Group {
   // abandoned with a NetworkError as soon as `abandon()` says it cannot succeed (a member died), instead of at the
   // collective deadline. The abandoned process group is leaked at the next reform (its threads may still wait on
   // the dead peer; destroying it would wait with them). Point-to-point waits keep the collective deadline.
+  // A reform while set first waits, the same way, until every rank of the new group arrived (a store key each):
+  // Gloo's own rendezvous waits for a missing peer until the collective deadline (30 min by default), so a member
+  // killed as the group formed held the others that long.
   void set_abandon(std::function<bool()> abandon) { abandon_ = std::move(abandon); }
   // Survivors of a failure re-form with a new membership: this process becomes `rank` of `world_size`; `link` is
   // the emulated links among the new members (GroupOptions::link's subset), when the group emulates them.
@@ -111,6 +114,7 @@ class Group {
   template <typename MakeWork>
   void run(const char* what, MakeWork&& make_work, double modelled_s = 0);
   void pad(double modelled_s) const;  // sleeps the emulated links' time of a collective (none without a link model)
+  void await_ranks(const std::string& prefix);  // set_abandon's wait for the new group's ranks (reform)
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, world_size_;

@@ -238,7 +238,10 @@ std::string Membership::key(const std::string& round, const std::string& what) c
 }
 
 bool Membership::should_abandon(const std::string& round) {
-  if (store_.add(key(round, "failures"), 0) > 0) return true;
+  return store_.add(key(round, "failures"), 0) > 0 || member_dead();
+}
+
+bool Membership::member_dead() {
   for (int m : members_)
     if (known_dead(m)) return true;
   return !liveness_.dead_among(members_).empty();

@@ -84,6 +84,9 @@ class Membership {
   // While a collective of `round` is in flight: true once it cannot succeed (a member is dead, or one already voted
   // that its collective failed), so the caller abandons it instead of waiting for the collective deadline.
   bool should_abandon(const std::string& round);
+  // True once a member of the current epoch is known dead (its heartbeat is stale or its launch reported it): a
+  // group being formed for this epoch cannot form.
+  bool member_dead();
   RoundDecision decide(const std::string& round, bool ok, bool stop_wish);
   // The next epoch: the members alive now. Returns the members that were dropped.
   std::vector<int> reform();

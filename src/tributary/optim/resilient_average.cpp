@@ -74,7 +74,16 @@ std::vector<torch::Tensor> ResilientAverage::wait(std::future<std::vector<torch:
 void ResilientAverage::follow_membership() {
   std::optional<comm::LinkModel> link;
   if (link_) link = link_->subset(membership_->members());
-  group_.reform(membership_->group_prefix(), membership_->rank(), membership_->size(), link);
+  // A member that dies while the group forms is noticed by its heartbeat (or its launch's report), not at Gloo's
+  // rendezvous deadline (dist.collective_timeout_s): a chaos run stalled there for minutes.
+  group_.set_abandon([this] { return membership_->member_dead(); });
+  try {
+    group_.reform(membership_->group_prefix(), membership_->rank(), membership_->size(), link);
+  } catch (...) {
+    group_.set_abandon({});
+    throw;
+  }
+  group_.set_abandon({});
   exchange_.regroup(link);
 }
 

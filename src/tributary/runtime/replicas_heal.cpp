@@ -46,7 +46,14 @@ void Replicas::admit(const HealState& state) {
   TRIB_CHECK(quiescent(), "joiners are admitted only while no exchange is in flight");
   const std::vector<int> joiners = std::exchange(joiners_, {});
   membership_->admit(joiners);
-  reducer_->follow_membership();
+  try {
+    reducer_->follow_membership();
+  } catch (const NetworkError& e) {  // a member died as the group formed: the next round drops it (a joiner whose
+    // group did not form stops; its launch may restart it)
+    log::warn("worker {}: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
+              membership_->id(), fmt::join(joiners, ", "), e.what());
+    return;
+  }
   admissions_ += 1;
   if (rank() == 0) {
     nlohmann::json meta = state.meta;

@@ -72,6 +72,22 @@ TEST(Group, MissingPeerIsANetworkErrorNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
+TEST(Group, AFormationWaitingForADeadMemberIsAbandonedNotHeldToTheDeadline) {
+  // Fault tolerance (set_abandon): rank 1 of the new group died before it arrived. Gloo's rendezvous alone would wait
+  // for it until the collective deadline (20 s here, 30 min by default); the abandon check ends the wait.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  comm::Group g(store, 0, 1, {.collective_timeout = std::chrono::seconds(20)});
+  const auto start = std::chrono::steady_clock::now();
+  g.set_abandon([&] { return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(300); });
+  try {
+    g.reform("epoch2", 0, 2);
+    ADD_FAILURE() << "a group of two formed without its second rank";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("died before it arrived"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 #include "tributary/runtime/wan.h"
 
 TEST(Group, EmulatedLinksDeliverEachMessageAtItsModelledTimeBehindTheOneBefore) {
