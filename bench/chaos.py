@@ -211,7 +211,8 @@ def analyse(run, args):
         resumed, _ = first_after(run.lines, f["t"], rf"worker\(s\) [0-9, ]*\b{w}\b[0-9, ]* dropped out")
         restarted, _ = first_after(run.lines, f["t"], rf"launch: rank {w} .*restarting it")
         healed, at = first_after(run.lines, f["t"], rf"worker {w} joined at step (\d+)", 1)
-        trains, _ = first_after(run.lines, f["t"], rf"worker {w} healed from the lead at step")
+        # trains: healed mid-round, or (warm-up, data parallel, a round boundary) admitted, whichever came first
+        trains, _ = first_after(run.lines, f["t"], rf"worker {w} (healed from the lead|joined) at step")
         rows.append({**f,
                      "detected_after_s": None if detected is None else round(detected - f["t"], 2),
                      "round_stall_s": None if None in (failed, resumed) else round(resumed - failed, 2),
