@@ -1,3 +1,4 @@
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -21,6 +22,10 @@ void report_to_torchelastic(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write to a socket whose peer died (Gloo's writev to a killed worker) must be an error the fault tolerance
+  // handles, not SIGPIPE: a survivor of a kill died with status 141 that way in a test run. Python, which the
+  // PyTorch peers run in, ignores SIGPIPE for the same reason.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
   app.require_subcommand(1);
   tributary::cli::add_train(app);

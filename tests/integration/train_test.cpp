@@ -302,6 +302,22 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   EXPECT_NE(out.find("was not trained with local parallelism (local.chunks = 0)"), std::string::npos) << out;
 }
 
+TEST_F(Training, ARunWhoseOutputPipeClosesTrainsOnInsteadOfDyingOfSigpipe) {
+  // SIGPIPE is ignored (main.cpp): a survivor's write to a killed peer's socket killed it with status 141; the same
+  // disposition lets a run whose console reader went away (`| head`, a closed terminal pipe) finish.
+  const fs::path dir = work_dir() / "sigpipe";
+  fs::remove_all(dir);
+  auto [rc, out] = test_support::run_shell(fmt::format(
+      "bash -c '{} train --set model.num_layers=1 --set model.width=32 --set model.num_heads=2 --set model.context=32 "
+      "--set train.steps=40 --set train.log_every=1 --set train.eval_every=0 --set train.threads=1 --set "
+      "optim.warmup_steps=2 --set data.dir={} --set train.run_dir={} 2>&1 | head -c 1 > /dev/null; "
+      "exit ${{PIPESTATUS[0]}}'",
+      TRIBUTARY_CLI, data_dir().string(), dir.string()));
+  EXPECT_EQ(rc, 0) << out;
+  ASSERT_TRUE(fs::exists(dir / "summary.json"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir / "summary.json"))["steps"].get<int>(), 40);
+}
+
 TEST_F(Training, CliRejectsBadConfigAndGenerates) {
   auto [rc, out] = run_cli("train --set model.widht=3");
   EXPECT_EQ(rc, 2) << out;
