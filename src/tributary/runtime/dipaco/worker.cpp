@@ -116,7 +116,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
     fs::remove_all(run_dir_ / "inner");
     fs::remove_all(run_dir_ / "best");
     fs::remove(run_dir_ / "dipaco.json");
-    forget_earlier_results(run_dir_);
+    if (lead_) forget_earlier_results(run_dir_);  // the lead writes them (a shared directory: once)
   }
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
   using std::chrono::milliseconds;
