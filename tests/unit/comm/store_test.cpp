@@ -10,28 +10,15 @@
 #include <chrono>
 
 #include "tributary/comm/store.h"
+#include "tributary/runtime/launcher.h"
 
 using namespace tributary;
-
-namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {htonl(INADDR_LOOPBACK)}, .sin_zero = {}};
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-}  // namespace
 
 TEST(StoreHost, AClientStalledInTheMiddleOfARequestDoesNotHoldTheOthers) {
   // The first byte of a request, then nothing (a cut link; a process frozen between two sends). c10d's server then
   // waits in a blocking read, and every other client's request with it: a cut-link test hung that way. With the
   // stall limit the server drops the stalled client and serves the others.
-  const int port = free_port();
+  const int port = free_tcp_port();
   auto host = comm::Store::host(port, std::chrono::seconds(5), std::chrono::milliseconds(500));
   const int stalled = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{.sin_family = AF_INET, .sin_port = htons(static_cast<uint16_t>(port)),
