@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "tributary/comm/sparse_chunks.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/launcher.h"
 #include "dipaco_fixture.h"
@@ -163,4 +164,60 @@ TEST_F(Dipaco, ARingRunSurvivesTheDeathOfItsLeader) {
   EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
   EXPECT_TRUE(std::isfinite(summary["val_loss"].get<double>()));
   EXPECT_EQ(load_dipaco_run(work() / "ring_leader_killed").round, 2);
+}
+
+TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
+  // SparseLoCo per module (optim/module_feedback.h): each worker's upload is the packed top-16 of every 4,096 values of
+  // the touched modules it does not own, to the byte; its error feedback is checkpointed each round and taken back by
+  // --resume. The owners' ring, top-k and PowerSGD are refused naming what to change.
+  const std::string sparse = "--set dipaco.path_local=true --set dist.compression=sparseloco --set dist.sparse_topk=16 ";
+  auto [rc0, out0] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("sparse", "routes", sparse + "--stop-after-step 10"));
+  ASSERT_EQ(rc0, 0) << out0;
+  for (int w : {0, 1})
+    EXPECT_TRUE(fs::exists(work() / "sparse" / "outer" / fmt::format("feedback-worker-{}.round-1.safetensors", w))) << w;
+  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("sparse", "routes", sparse + "--resume"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("DiPaCo: resuming after round 1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("feedback starts from zero"), std::string::npos) << out;
+  // Worker 1 owns no stem: it sent something in round 1, so it has feedback to take back.
+  EXPECT_NE(out.find("worker 1: SparseLoCo's error feedback of"), std::string::npos) << out;
+  EXPECT_EQ(out.find("worker 1: SparseLoCo's error feedback of 0 module"), std::string::npos) << out;
+
+  const auto run = load_dipaco_run(work() / "sparse");
+  EXPECT_EQ(run.round, 2);
+  const auto ids = run.grid.modules();
+  std::map<std::string, int64_t> numel;
+  for (const auto& [id, tensors] : run.modules)
+    for (const auto& [name, t] : tensors) numel[id] += t.numel();
+  const comm::SparseChunks chunks({.chunk = 4096, .k = 16, .bits = 2});
+  for (int w : {0, 1}) {
+    std::map<int, std::set<std::string>> touched;
+    std::map<int, double> up;
+    for (const auto& j : lines_of(work() / "sparse" / (w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl"))) {
+      if (j.contains("path"))
+        for (const auto& m : run.grid.modules_of_path(j["path"].get<int64_t>())) touched[j["round"].get<int>() + 1].insert(m);
+      if (j.contains("outer_step")) up[j["round"].get<int>()] = j["bytes_up"].get<double>();
+    }
+    ASSERT_EQ(up.size(), 2u) << w;
+    for (const auto& [round, bytes] : up) {
+      int64_t values = 0, modules = 0;
+      for (const auto& m : touched[round]) {
+        const size_t i = size_t(std::find(ids.begin(), ids.end(), m) - ids.begin());
+        if (int(i % 2) != w) values += numel[m], ++modules;
+      }
+      const double payload = modules > 0 ? double(chunks.payload_bytes(values)) : 0.0;
+      EXPECT_EQ(bytes, double(ids.size()) + payload + 16.0 * double(modules)) << "worker " << w << ", round " << round;
+      if (modules > 0) {
+        EXPECT_LT(payload, 0.02 * 4.0 * double(values));  // vs fp32: 16 of 4,096 values, 14 bits each
+      }
+    }
+  }
+  EXPECT_TRUE(std::isfinite(nlohmann::json::parse(read_file(work() / "sparse" / "summary.json"))["val_loss"].get<double>()));
+
+  auto [rc1, out1] = sh(cli + dipaco("sparse_ring", "routes", "--set dist.compression=sparseloco"));
+  EXPECT_NE(rc1, 0);
+  EXPECT_NE(out1.find("needs dipaco.path_local = true"), std::string::npos) << out1;
+  auto [rc2, out2] = sh(cli + dipaco("topk", "routes", "--set dipaco.path_local=true --set dist.compression=topk"));
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("use 'sparseloco' with dipaco.path_local = true"), std::string::npos) << out2;
 }

@@ -37,21 +37,29 @@ std::vector<std::vector<bool>> who_touched(const OwnedRound& r, comm::Group& gro
   return touched;
 }
 
-// Encodes this worker's sums of m.modules and starts sending them to owner `o`; returns the bytes.
-double post_send(const OwnedRound& r, const comm::Codec& codec, comm::Group& group, int o, Message& m,
-                 std::vector<comm::PendingCollective>& pending) {
-  std::vector<torch::Tensor> parts;
+// Encodes this worker's sums of m.modules (with `feedback`: sparse, error feedback added) and starts sending them to
+// owner `o`; returns the bytes.
+double post_send(const OwnedRound& r, const comm::Codec& codec, ModuleFeedback* feedback, comm::Group& group, int o,
+                 Message& m, std::vector<comm::PendingCollective>& pending) {
+  std::vector<const std::vector<torch::Tensor>*> sums;
   m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
   for (size_t k = 0; k < m.modules.size(); ++k) {
     const ModuleAccumulator& acc = *r.contributions[m.modules[k]];
-    for (const auto& s : acc.sum) parts.push_back(s.reshape({-1}));
+    sums.push_back(&acc.sum);
     m.meta[int64_t(k)][0] = acc.weight;
     m.meta[int64_t(k)][1] = double(acc.paths);
   }
-  auto flat = torch::cat(parts).contiguous();
-  m.numel = flat.numel();
-  m.wire = torch::empty({static_cast<int64_t>(codec.encoded_bytes(m.numel))}, torch::kUInt8);
-  codec.encode(flat, m.wire.data_ptr<uint8_t>());
+  if (feedback) {
+    m.wire = feedback->encode(m.modules, sums);
+  } else {
+    std::vector<torch::Tensor> parts;
+    for (const auto* sum : sums)
+      for (const auto& s : *sum) parts.push_back(s.reshape({-1}));
+    auto flat = torch::cat(parts).contiguous();
+    m.numel = flat.numel();
+    m.wire = torch::empty({static_cast<int64_t>(codec.encoded_bytes(m.numel))}, torch::kUInt8);
+    codec.encode(flat, m.wire.data_ptr<uint8_t>());
+  }
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} module(s) to their owner", m.modules.size());
   const int me = group.rank();
   pending.push_back(group.send(m.wire, o, 2 * me, what));
@@ -60,10 +68,11 @@ double post_send(const OwnedRound& r, const comm::Codec& codec, comm::Group& gro
 }
 
 // Starts receiving worker w's sums of this owner's modules m.modules; returns the bytes.
-double post_recv(const OwnedRound& r, const comm::Codec& codec, comm::Group& group, int w, Message& m,
-                 std::vector<comm::PendingCollective>& pending) {
+double post_recv(const OwnedRound& r, const comm::Codec& codec, const ModuleFeedback* feedback, comm::Group& group,
+                 int w, Message& m, std::vector<comm::PendingCollective>& pending) {
   for (size_t i : m.modules) m.numel += numel_of(*r.owned[i]);
-  m.wire = torch::empty({static_cast<int64_t>(codec.encoded_bytes(m.numel))}, torch::kUInt8);
+  const int64_t bytes = feedback ? feedback->chunks().payload_bytes(m.numel) : int64_t(codec.encoded_bytes(m.numel));
+  m.wire = torch::empty({bytes}, torch::kUInt8);
   m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} owned module(s)", m.modules.size());
   pending.push_back(group.recv(m.wire, w, 2 * w, what));
@@ -119,12 +128,25 @@ void OwnerUpload::reduce(const OwnedRound& r) {
   }
   std::vector<comm::PendingCollective> pending;
   for (size_t w = 0; w < n; ++w) {
-    if (!sends[w].modules.empty()) bytes_.sent += post_send(r, codec_, group_, int(w), sends[w], pending);
-    if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, codec_, group_, int(w), recvs[w], pending);
+    if (!sends[w].modules.empty()) bytes_.sent += post_send(r, codec_, feedback_, group_, int(w), sends[w], pending);
+    if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, codec_, feedback_, group_, int(w), recvs[w], pending);
   }
-  for (auto& p : pending) p.wait();
-  for (auto& m : recvs)
-    if (!m.modules.empty()) m.values = codec_.decode(m.wire.data_ptr<uint8_t>(), m.numel);
+  try {
+    for (auto& p : pending) p.wait();
+  } catch (...) {
+    if (feedback_) feedback_->discard();  // the round fails: what was encoded may not have arrived
+    throw;
+  }
+  if (feedback_) feedback_->commit();
+  for (auto& m : recvs) {
+    if (m.modules.empty()) continue;
+    if (feedback_) {
+      m.values = torch::zeros({m.numel}, torch::kFloat32);
+      feedback_->chunks().decode_add(m.wire, m.values);
+    } else {
+      m.values = codec_.decode(m.wire.data_ptr<uint8_t>(), m.numel);
+    }
+  }
   std::vector<int64_t> offset(n, 0), row(n, 0);
   for (size_t i = 0; i < M; ++i)
     if (r.owner[i] == me) step_owned(r, i, me, touched, recvs, offset, row);

@@ -6,10 +6,13 @@
 // its paths' modules minus the ones it owns, encoded once by `codec` (the owner decodes; nothing is re-encoded on the
 // way, unlike a ring). Which worker touched which module is agreed first by an all-gather of one byte per module.
 // Sums are added in group-rank order, so the result does not depend on which worker owns a module.
+// With `feedback` (SparseLoCo, optim/module_feedback.h) a message is the packed top-k of every chunk of the modules'
+// sums plus this worker's error feedback; the owner decodes it (its own sums never travel and are exact).
 #pragma once
 
 #include "tributary/comm/codec.h"
 #include "tributary/comm/group.h"
+#include "tributary/optim/module_feedback.h"
 #include "tributary/optim/owner_reducer.h"
 
 namespace tributary {
@@ -21,8 +24,10 @@ struct OwnerUploadBytes {
 
 class OwnerUpload : public OwnerReducer {
  public:
-  // `codec`: on the wire (stateless codecs only); both outlive the upload.
-  OwnerUpload(comm::Group& group, const comm::Codec& codec) : group_(group), codec_(codec) {}
+  // `codec`: on the wire (stateless codecs only), unless `feedback` (sparse payloads, error feedback committed once the
+  // round's messages went out); all outlive the upload.
+  OwnerUpload(comm::Group& group, const comm::Codec& codec, ModuleFeedback* feedback = nullptr)
+      : group_(group), codec_(codec), feedback_(feedback) {}
   // One round's upload and the owners' outer steps. A module no path touched keeps its parameters.
   void reduce(const OwnedRound& round) override;
   const OwnerUploadBytes& bytes() const { return bytes_; }  // of the last reduce()
@@ -30,6 +35,7 @@ class OwnerUpload : public OwnerReducer {
  private:
   comm::Group& group_;
   const comm::Codec& codec_;
+  ModuleFeedback* feedback_;
   OwnerUploadBytes bytes_;
 };
 

@@ -277,9 +277,15 @@ void RunConfig::validate() const {
   if (!dipaco.modules.empty()) {
     if (dipaco.routes.empty())
       fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);
-    if (keeps_error_feedback(dist.compression))
-      fail("DiPaCo sends its pseudo-gradients through the owners' ring, which carries fp32, fp16, bf16, int8, fp4 or "
-           "terngrad; dist.compression = '{}' needs whole-tensor averaging: choose one of those",
+    // SparseLoCo's payloads go point to point to each module's owner with per-module error feedback
+    // (optim/module_feedback.h); the ring re-encodes at every hop, and top-k / PowerSGD need every contributor's
+    // factors or indices in one collective (docs/dipaco.md, "Compression").
+    if (dist.compression == "sparseloco" && !dipaco.path_local)
+      fail("dist.compression = 'sparseloco' with DiPaCo needs dipaco.path_local = true (each worker's sparse payload "
+           "goes to the module's owner; the owners' ring carries fp32, fp16, bf16, int8, fp4 or terngrad)");
+    if (dist.compression == "topk" || dist.compression == "powersgd")
+      fail("dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true (per-chunk "
+           "top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or terngrad",
            dist.compression);
     if (train.steps % dist.inner_steps != 0)
       fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",

@@ -59,7 +59,12 @@ std::map<std::string, OuterOptimizer*> HeldModules::outer() const {
 }
 
 void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round) {
-  codec_ = comm::make_codec(config_.dist.compression, static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
+  const auto& d = config_.dist;
+  if (d.compression == "sparseloco")  // stateful: the payloads are ModuleFeedback's, codec_ stays unused
+    feedback_ = std::make_unique<ModuleFeedback>(
+        comm::SparseChunkOptions{.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
+        d.error_feedback_decay);
+  codec_ = comm::make_codec(feedback_ ? "fp32" : d.compression, static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
   depot_ = std::make_unique<ModuleDepot>(store, config_.dipaco.fetch_codec, fetch_timeout);
   depot_->set_link(link());
   publish_owned(round);
@@ -138,13 +143,23 @@ std::pair<double, double> HeldModules::reduce(int64_t round, int64_t step,
     modelled_s_ = stats.modelled_s;
     return {stats.bytes_sent, stats.bytes_recv};
   }
-  OwnerUpload upload(group, *codec_);
+  OwnerUpload upload(group, *codec_, feedback_.get());
   loop_.sync_owned(step, contributions, owner, upload);
   const OwnerUploadBytes bytes = upload.bytes();
   // Everyone has sent and received: nobody fetches this round's values any more.
   for (const auto& [id, opt] : outer()) depot_->forget(round, id);
   publish_owned(round + 1);
   return {bytes.sent + bytes.control, bytes.recv};
+}
+
+}  // namespace tributary
+
+namespace tributary {
+
+std::vector<int64_t> HeldModules::numel_by_index() const {
+  std::vector<int64_t> out;
+  for (const auto& id : module_ids_) out.push_back(numel_.at(id));
+  return out;
 }
 
 }  // namespace tributary

@@ -22,6 +22,7 @@
 #include "tributary/comm/codec.h"
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
+#include "tributary/optim/module_feedback.h"
 #include "tributary/optim/module_outer.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/outer_loop.h"
@@ -58,6 +59,9 @@ class HeldModules {
   double modelled_s() const { return modelled_s_; }  // the ring's modelled link time in the last reduce
   DepotBytes take_depot_bytes() { return depot_ ? depot_->take_bytes() : DepotBytes{}; }
   ModuleDepot* depot() { return depot_.get(); }
+  // Path-local SparseLoCo (dist.compression = sparseloco): this worker's error feedback per module, else nullptr.
+  ModuleFeedback* feedback() { return feedback_.get(); }
+  std::vector<int64_t> numel_by_index() const;  // each module's parameter count, in module index order
 
  private:
   int owner_of(size_t module) const;  // worker id
@@ -75,6 +79,7 @@ class HeldModules {
   std::map<std::string, std::vector<std::string>> layout_;        // each module's tensor names, in order
   std::map<std::string, int64_t> numel_;                          // each module's parameter count
   std::unique_ptr<comm::Codec> codec_;                            // path-local upload
+  std::unique_ptr<ModuleFeedback> feedback_;                      // path-local upload, sparseloco
   std::unique_ptr<ModuleDepot> depot_;
   double modelled_s_ = 0;
 };

@@ -6,12 +6,17 @@
 #include <algorithm>
 
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
 
 namespace tributary {
 namespace {
 
 fs::path outer_file(const fs::path& run_dir, const std::string& module, int64_t round) {
   return run_dir / "outer" / fmt::format("{}.round-{}.safetensors", module, round);
+}
+
+fs::path feedback_file(const fs::path& run_dir, int worker, int64_t round) {
+  return run_dir / "outer" / fmt::format("feedback-worker-{}.round-{}.safetensors", worker, round);
 }
 
 }  // namespace
@@ -86,6 +91,28 @@ void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates
     }
     opt->load_state(f, steps);
   }
+}
+
+void save_feedback(const fs::path& run_dir, int64_t round, int worker, const ModuleFeedback& feedback) {
+  fs::create_directories(run_dir / "outer");
+  write_file_atomic(feedback_file(run_dir, worker, round), tensors_to_safetensors(feedback.state(), {}));
+  if (round >= 2) fs::remove(feedback_file(run_dir, worker, round - 2));
+}
+
+void load_feedback(const fs::path& run_dir, int64_t round, int worker, ModuleFeedback& feedback,
+                   const std::vector<int64_t>& numel) {
+  const fs::path file = feedback_file(run_dir, worker, round);
+  if (!fs::exists(file)) {
+    log::info("worker {}: no error feedback after round {} ('{}'): SparseLoCo's feedback starts from zero", worker,
+              round, file.string());
+    return;
+  }
+  auto f = safetensors::File::load(file);
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& [name, view] : f.tensors()) state.emplace_back(name, to_torch(view));
+  feedback.load_state(state, numel, file.string());
+  log::info("worker {}: SparseLoCo's error feedback of {} module(s) resumed from '{}'", worker, state.size(),
+            file.string());
 }
 
 int64_t agree_on_resumed_round(comm::Group& group, int64_t round, bool from_lead) {

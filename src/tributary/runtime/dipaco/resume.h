@@ -2,6 +2,7 @@
 //   RUN_DIR/inner/path-{p}.round-{r}.safetensors   each path's AdamW state (written by the task, worker.cpp)
 //   RUN_DIR/outer/{module}.round-{R}.safetensors   each module's outer state — master copy, Nesterov momentum and
 //                                                  step count — written by its owner (this file)
+//   RUN_DIR/outer/feedback-worker-{w}.round-{R}.safetensors   path-local SparseLoCo: worker w's error feedback
 //   (every worker waits for the others here)
 //   RUN_DIR/modules/*, dipaco.json (round R)        by the lead, dipaco.json last (modules.h)
 // so a dipaco.json that says round R finds every file of round R beside it. The rest follows from the round: each
@@ -21,6 +22,7 @@
 
 #include "tributary/comm/group.h"
 #include "tributary/core/fs.h"
+#include "tributary/optim/module_feedback.h"
 #include "tributary/optim/outer.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/path_state.h"
@@ -44,6 +46,12 @@ void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path&
 void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
 // Each owned module's outer state of round `round`; Error naming a missing or damaged file.
 void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
+// Path-local SparseLoCo: worker `worker`'s error feedback after round `round` (atomic; round - 2's file goes), and
+// back. A missing file (another worker count, or a run stopped before it sent anything) starts it from zero, saying
+// so; a damaged one is an Error naming it.
+void save_feedback(const fs::path& run_dir, int64_t round, int worker, const ModuleFeedback& feedback);
+void load_feedback(const fs::path& run_dir, int64_t round, int worker, ModuleFeedback& feedback,
+                   const std::vector<int64_t>& numel);
 // Path-local --resume: the lead's round for everyone (collective). `from_lead`: this worker's directory has no
 // dipaco.json; otherwise its own round must be the lead's (Error naming both).
 int64_t agree_on_resumed_round(comm::Group& group, int64_t round, bool from_lead);

@@ -150,6 +150,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                                             : std::string("at start"));
   if (config_.dipaco.path_local)
     held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
+  if (resuming && held_->feedback()) load_feedback(run_dir_, start_round_, env_.rank, *held_->feedback(), held_->numel_by_index());
   state_ = std::make_unique<PathState>(run_dir_, held_->depot());
   if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
   metrics_ = std::make_unique<MetricsWriter>(
@@ -298,6 +299,7 @@ void Worker::run_round(int64_t round) {
   }
   metrics_->write(line.dump());
   save_outer_states(run_dir_, round + 1, held_->outer());  // resume.h: before dipaco.json says the round is done
+  if (held_->feedback()) save_feedback(run_dir_, round + 1, env_.rank, *held_->feedback());
   if (env_.distributed()) group_->barrier();
   if (lead_) {
     // Path-local, the leader fetches every module to write the run's files (the checkpoint's cost, not counted above).
