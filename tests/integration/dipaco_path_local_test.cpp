@@ -170,11 +170,14 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
   // SparseLoCo per module (optim/module_feedback.h): each worker's upload is the packed top-16 of every 4,096 values of
   // the touched modules it does not own, to the byte; its error feedback is checkpointed each round and taken back by
   // --resume. The owners' ring, top-k and PowerSGD are refused naming what to change.
-  const std::string sparse = "--set dipaco.path_local=true --set dist.compression=sparseloco --set dist.sparse_topk=16 ";
-  auto [rc0, out0] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("sparse", "routes", sparse + "--stop-after-step 10"));
+  const std::string sparse =
+      "--set dipaco.path_local=true --set dist.compression=sparseloco --set dist.sparse_topk=16 ";
+  auto [rc0, out0] =
+      sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("sparse", "routes", sparse + "--stop-after-step 10"));
   ASSERT_EQ(rc0, 0) << out0;
   for (int w : {0, 1})
-    EXPECT_TRUE(fs::exists(work() / "sparse" / "outer" / fmt::format("feedback-worker-{}.round-1.safetensors", w))) << w;
+    EXPECT_TRUE(fs::exists(work() / "sparse" / "outer" / fmt::format("feedback-worker-{}.round-1.safetensors", w)))
+        << w;
   auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("sparse", "routes", sparse + "--resume"));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("DiPaCo: resuming after round 1"), std::string::npos) << out;
@@ -195,7 +198,8 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
     std::map<int, double> up;
     for (const auto& j : lines_of(work() / "sparse" / (w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl"))) {
       if (j.contains("path"))
-        for (const auto& m : run.grid.modules_of_path(j["path"].get<int64_t>())) touched[j["round"].get<int>() + 1].insert(m);
+        for (const auto& m : run.grid.modules_of_path(j["path"].get<int64_t>()))
+          touched[j["round"].get<int>() + 1].insert(m);
       if (j.contains("outer_step")) up[j["round"].get<int>()] = j["bytes_up"].get<double>();
     }
     ASSERT_EQ(up.size(), 2u) << w;
@@ -212,7 +216,8 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
       }
     }
   }
-  EXPECT_TRUE(std::isfinite(nlohmann::json::parse(read_file(work() / "sparse" / "summary.json"))["val_loss"].get<double>()));
+  const auto summary = nlohmann::json::parse(read_file(work() / "sparse" / "summary.json"));
+  EXPECT_TRUE(std::isfinite(summary["val_loss"].get<double>()));
 
   auto [rc1, out1] = sh(cli + dipaco("sparse_ring", "routes", "--set dist.compression=sparseloco"));
   EXPECT_NE(rc1, 0);

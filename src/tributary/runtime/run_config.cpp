@@ -284,8 +284,9 @@ void RunConfig::validate() const {
       fail("dist.compression = 'sparseloco' with DiPaCo needs dipaco.path_local = true (each worker's sparse payload "
            "goes to the module's owner; the owners' ring carries fp32, fp16, bf16, int8, fp4 or terngrad)");
     if (dist.compression == "topk" || dist.compression == "powersgd")
-      fail("dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true (per-chunk "
-           "top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or terngrad",
+      fail("dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true "
+           "(per-chunk top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or "
+           "terngrad",
            dist.compression);
     if (train.steps % dist.inner_steps != 0)
       fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",

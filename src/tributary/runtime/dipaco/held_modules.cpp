@@ -64,7 +64,8 @@ void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseco
     feedback_ = std::make_unique<ModuleFeedback>(
         comm::SparseChunkOptions{.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
         d.error_feedback_decay);
-  codec_ = comm::make_codec(feedback_ ? "fp32" : d.compression, static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
+  codec_ = comm::make_codec(feedback_ ? "fp32" : d.compression,
+                            static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
   depot_ = std::make_unique<ModuleDepot>(store, config_.dipaco.fetch_codec, fetch_timeout);
   depot_->set_link(link());
   publish_owned(round);
@@ -102,6 +103,12 @@ ModuleSet HeldModules::all(int64_t round) {
   for (const auto& id : module_ids_)
     if (!all.count(id)) all[id] = depot_->fetch(round, id, layout_.at(id), 0, 0);
   return all;
+}
+
+std::vector<int64_t> HeldModules::numel_by_index() const {
+  std::vector<int64_t> out;
+  for (const auto& id : module_ids_) out.push_back(numel_.at(id));
+  return out;
 }
 
 int64_t HeldModules::numel(const std::vector<std::string>& ids) const {
@@ -150,16 +157,6 @@ std::pair<double, double> HeldModules::reduce(int64_t round, int64_t step,
   for (const auto& [id, opt] : outer()) depot_->forget(round, id);
   publish_owned(round + 1);
   return {bytes.sent + bytes.control, bytes.recv};
-}
-
-}  // namespace tributary
-
-namespace tributary {
-
-std::vector<int64_t> HeldModules::numel_by_index() const {
-  std::vector<int64_t> out;
-  for (const auto& id : module_ids_) out.push_back(numel_.at(id));
-  return out;
 }
 
 }  // namespace tributary

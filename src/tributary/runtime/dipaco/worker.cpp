@@ -150,7 +150,8 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                                             : std::string("at start"));
   if (config_.dipaco.path_local)
     held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
-  if (resuming && held_->feedback()) load_feedback(run_dir_, start_round_, env_.rank, *held_->feedback(), held_->numel_by_index());
+  if (resuming && held_->feedback())
+    load_feedback(run_dir_, start_round_, env_.rank, *held_->feedback(), held_->numel_by_index());
   state_ = std::make_unique<PathState>(run_dir_, held_->depot());
   if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
   metrics_ = std::make_unique<MetricsWriter>(
