@@ -43,6 +43,14 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   auto summary = nlohmann::json::parse(read_file(work() / "ddp" / "summary.json"));
   // 6 steps of a ring all-reduce of every gradient: 2 (N-1)/N x 4 bytes x parameters per step
   EXPECT_DOUBLE_EQ(summary["bytes_sent"].get<double>(), 6.0 * 4 * 123264);
+  // Stopped between two log lines (every 5 steps): the exchanges of steps 6 and 7 count too (they were left out).
+  auto [rc4, out4] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                        tiny("ddp_cut", "--set train.steps=20 --set train.batch_size=4 --set dist.algorithm=ddp "
+                                        "--stop-after-step 7"));
+  ASSERT_EQ(rc4, 0) << out4;
+  auto cut = nlohmann::json::parse(read_file(work() / "ddp_cut" / "summary.json"));
+  EXPECT_EQ(cut["steps"].get<int>(), 7);
+  EXPECT_DOUBLE_EQ(cut["bytes_sent"].get<double>(), 7.0 * 4 * 123264);
 }
 
 TEST_F(Distributed, DilocoRunsAndCommunicatesHTimesLess) {

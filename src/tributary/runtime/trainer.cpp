@@ -153,6 +153,13 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 }
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
+  if (synced_) {  // data parallel stopped between two log lines: the exchanges since the last one count too
+    const auto c = synced_->take_stats();
+    sync_bytes_ += c.bytes_sent;
+    summary_.bytes_sent += c.bytes_sent;
+    summary_.bytes_recv += c.bytes_recv;
+    summary_.comm_s += c.comm_s;
+  }
   summary_.steps = step;
   summary_.lead = lead_;
   if (replicas_) summary_.world_size = replicas_->size();
