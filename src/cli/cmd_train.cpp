@@ -52,9 +52,12 @@ void add_train(CLI::App& app) {
     }
     TrainSummary s = train(config, options);
     if (!s.lead) return;  // rank 0, or the worker that took over from it (fault tolerance)
-    log::info("done: {} steps, {} tokens in {:.0f} s | val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f}) | "
-              "{:.0f} tok/s | MFU {:.1f}%",
-              s.steps, s.tokens, s.elapsed_s, s.val_loss, s.val_bpb, s.unigram_bpb, s.tokens_per_s, 100 * s.mfu);
+    // A run stopped before its first evaluation has no validation loss (summary.json: null), not a loss of 0.
+    const std::string val = s.evaluated ? fmt::format("val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f})",
+                                                      s.val_loss, s.val_bpb, s.unigram_bpb)
+                                        : std::string("not evaluated");
+    log::info("done: {} steps, {} tokens in {:.0f} s | {} | {:.0f} tok/s | MFU {:.1f}%", s.steps, s.tokens,
+              s.elapsed_s, val, s.tokens_per_s, 100 * s.mfu);
     if (s.world_size > 1)
       log::info("{} replicas: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {:.1f} s blocked in "
                 "communication",

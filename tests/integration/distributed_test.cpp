@@ -50,6 +50,9 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   ASSERT_EQ(rc4, 0) << out4;
   auto cut = nlohmann::json::parse(read_file(work() / "ddp_cut" / "summary.json"));
   EXPECT_EQ(cut["steps"].get<int>(), 7);
+  EXPECT_TRUE(cut["val_loss"].is_null());
+  EXPECT_NE(out4.find("7 steps, 3584 tokens in"), std::string::npos) << out4;
+  EXPECT_NE(out4.find("| not evaluated |"), std::string::npos) << out4;  // it printed "val loss 0.0000"
   EXPECT_DOUBLE_EQ(cut["bytes_sent"].get<double>(), 7.0 * 4 * 123264);
 }
 
