@@ -86,6 +86,26 @@ TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
   }
   // The ring ships every module through every worker; a path-local worker only its paths' modules, once.
   EXPECT_LT(local_up, 0.75 * ring_sent) << local_up << " vs " << ring_sent;
+
+  // Path state: in round 2 a worker fetches the AdamW state of each path it did not train in round 1, and nothing for
+  // the paths it trained again (it reads the state it saved itself). Beside that state only the early-stopping
+  // records (a few dozen bytes of JSON per task) come from the store. Every path's state has the same size.
+  const double state_size = double(fs::file_size(work() / "local" / "inner" / "path-0.round-0.safetensors"));
+  int again = 0;
+  for (int w : {0, 1}) {
+    std::map<int, std::set<int64_t>> paths;  // by round (1-based)
+    double got = -1;
+    for (const auto& j : lines_of(work() / "local" / (w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl"))) {
+      if (j.contains("path")) paths[j["round"].get<int>() + 1].insert(j["path"].get<int64_t>());
+      if (j.contains("outer_step") && j["round"].get<int>() == 2) got = j["bytes_state_got"].get<double>();
+    }
+    int moved = 0;
+    for (int64_t p : paths[2]) (paths[1].count(p) ? again : moved) += 1;
+    EXPECT_GE(got, state_size * moved) << "worker " << w;
+    EXPECT_LT(got, state_size * moved + 1000.0 * double(paths[2].size())) << "worker " << w << ": " << moved
+                                                                           << " path(s) new to it in round 2";
+  }
+  EXPECT_GT(again, 0) << "a worker claims the paths it trained last round first";
 }
 
 TEST_F(Dipaco, PathLocalWorkersNeedNoSharedRunDirectory) {

@@ -29,6 +29,8 @@ fs::path PathState::best_json(int64_t path) const { return run_dir_ / "best" / f
 
 std::optional<safetensors::File> PathState::inner(int64_t path, int64_t round) {
   if (round < 0) return std::nullopt;
+  if (depot_ && saved_here_.count({path, round}) && fs::exists(inner_file(path, round)))
+    return safetensors::File::load(inner_file(path, round));  // this worker's own: nothing to fetch
   if (depot_)
     if (auto bytes = depot_->get(inner_key(path, round)))
       return safetensors::File::parse(std::move(*bytes), fmt::format("path {}'s AdamW state from the store", path));
@@ -42,7 +44,11 @@ void PathState::save_inner(int64_t path, int64_t round, const std::string& bytes
     if (round > 1) depot_->remove(inner_key(path, round - 2));
   }
   write_file_atomic(inner_file(path, round), bytes);
-  if (round > 1) fs::remove(inner_file(path, round - 2));
+  saved_here_.insert({path, round});
+  if (round > 1) {
+    fs::remove(inner_file(path, round - 2));
+    saved_here_.erase({path, round - 2});
+  }
 }
 
 double PathState::best_holdout(int64_t path) {

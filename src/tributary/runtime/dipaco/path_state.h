@@ -7,10 +7,14 @@
 // before the early-stopped evaluation.
 // Inner state is kept per (path, round): a task re-run after its worker died starts from the previous round's state
 // even if the dead worker had already saved this round's.
+// A worker that trains a path again reads the state it saved itself from its own RUN_DIR (the same bytes it put into
+// the store) instead of fetching it; the task queue lets it claim last round's paths first (task_queue.h).
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "tributary/core/fs.h"
 #include "tributary/core/safetensors.h"
@@ -44,6 +48,7 @@ class PathState {
 
   fs::path run_dir_;
   ModuleDepot* depot_;
+  std::set<std::pair<int64_t, int64_t>> saved_here_;  // (path, round) of the inner states this process saved
 };
 
 }  // namespace tributary

@@ -1,6 +1,7 @@
 #include "tributary/runtime/dipaco/task_queue.h"
 
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -32,12 +33,34 @@ void TaskQueue::set(const std::string& key, const std::string& value) {
 }
 bool TaskQueue::has(const std::string& key) { return store_.check({kPrefix + key}); }
 
-std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks) {
-  const int64_t index = store_.add(kPrefix + fmt::format("r{}/g{}/next", round, gen), 1) - 1;
-  if (index >= static_cast<int64_t>(tasks.size())) return std::nullopt;
-  const int64_t path = tasks[static_cast<size_t>(index)];
-  set(fmt::format("r{}/claim/{}", round, path), std::to_string(worker_));
-  return path;
+std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks,
+                                        const std::vector<int64_t>& prefer) {
+  const std::string me = std::to_string(worker_);
+  const auto claim_key = [&](int64_t path) { return kPrefix + fmt::format("r{}/claim/{}", round, path); };
+  // Generation 0: the first claim of a path wins, and a path this worker claimed before (by preference) is not
+  // handed to it again when its turn in the queue comes to it. A re-queued generation re-claims paths a dead worker
+  // claimed.
+  std::erase_if(mine_, [&](const auto& claimed) { return claimed.first != round; });
+  const auto take = [&](int64_t path) {
+    if (gen != 0) {
+      store_.set(claim_key(path), me);
+      return true;
+    }
+    if (mine_.count({round, path}) || store_.set_once(claim_key(path), me) != me) return false;
+    mine_.insert({round, path});
+    return true;
+  };
+  if (gen == 0)
+    for (int64_t path : prefer)
+      if (std::find(tasks.begin(), tasks.end(), path) != tasks.end() && !mine_.count({round, path}) &&
+          !store_.check({claim_key(path)}) && take(path))
+        return path;
+  for (;;) {
+    const int64_t index = store_.add(kPrefix + fmt::format("r{}/g{}/next", round, gen), 1) - 1;
+    if (index >= static_cast<int64_t>(tasks.size())) return std::nullopt;
+    const int64_t path = tasks[static_cast<size_t>(index)];
+    if (take(path)) return path;  // else another worker took it by preference: the next one
+  }
 }
 
 void TaskQueue::done(int64_t round, int64_t path) { set(fmt::format("r{}/done/{}", round, path), std::to_string(worker_)); }

@@ -16,8 +16,10 @@
 #include <torch/torch.h>
 
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tributary/comm/heartbeat.h"
@@ -40,8 +42,12 @@ class TaskQueue {
             double dead_after_s);
   ~TaskQueue();
 
-  // The next unclaimed task of (round, generation) from `tasks`, or nothing when all are claimed.
-  std::optional<int64_t> claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks);
+  // The next unclaimed task of (round, generation) from `tasks`, or nothing when all are claimed. `prefer`: paths this
+  // worker would rather take first while they are unclaimed (generation 0 only) — those it trained last round, whose
+  // AdamW state it wrote itself and need not fetch (path_state.h). A claim is one set_once per path, so a path
+  // taken by preference is skipped by the others' turn in the queue.
+  std::optional<int64_t> claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks,
+                               const std::vector<int64_t>& prefer = {});
   void done(int64_t round, int64_t path);
   // Called by every member once claim() returned nothing. `round_tasks`: every task of the round (all generations).
   Verdict settle(int64_t round, int64_t gen, const std::vector<int>& members, const std::vector<int64_t>& round_tasks,
@@ -55,6 +61,7 @@ class TaskQueue {
   bool has(const std::string& key);
 
   comm::Store store_;
+  std::set<std::pair<int64_t, int64_t>> mine_;  // (round, path) this worker claimed in generation 0 of that round
   int worker_;
   double dead_after_s_;
   comm::Heartbeat heartbeat_;

@@ -79,6 +79,7 @@ class Worker {
   std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
   std::vector<int> members_;           // live workers, ascending
   std::map<std::string, ModuleAccumulator> accs_;                 // this round's contributions, by module
+  std::vector<int64_t> trained_;  // the paths this worker trained last round (path-local: claimed first, see claim())
   int64_t inner_steps_done_ = 0;
   double compute_s_ = 0;
   double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
@@ -262,9 +263,12 @@ void Worker::run_round(int64_t round) {
   // Tasks until the queue is empty; then the leader's verdict: done, or a new generation of re-queued tasks.
   int64_t tasks_here = 0;
   Verdict verdict{.again = true, .tasks = round_tasks};
+  std::vector<int64_t> prefer = std::exchange(trained_, {});
+  if (!held_->path_local()) prefer.clear();  // a shared directory holds every path's state alike
   for (int64_t gen = 0; verdict.again; ++gen) {
     const std::vector<int64_t> tasks = verdict.tasks;
-    while (auto p = queue_->claim(round, gen, tasks)) {
+    while (auto p = queue_->claim(round, gen, tasks, prefer)) {
+      trained_.push_back(*p);
       train_task(*p, round);
       queue_->done(round, *p);
       tasks_here += 1;
@@ -296,6 +300,7 @@ void Worker::run_round(int64_t round) {
     line["bytes_published"] = depot.published;
     line["bytes_fetched"] = depot.fetched;
     line["bytes_state"] = depot.state_put + depot.state_got;
+    line["bytes_state_got"] = depot.state_got;  // what the path state cost this worker to fetch (0 for its own paths)
     line["fetch_s"] = depot.fetch_s;
   }
   metrics_->write(line.dump());
