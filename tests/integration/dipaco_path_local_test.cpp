@@ -41,6 +41,27 @@ std::vector<nlohmann::json> lines_of(const fs::path& file) {
   return out;
 }
 
+// One worker's metrics of a path-local run, by round (1-based): the paths it trained, the modules they touched and the
+// round's exchange line (bytes_up, bytes_state_got, ...).
+struct WorkerRounds {
+  std::map<int, std::set<int64_t>> paths;
+  std::map<int, std::set<std::string>> touched;
+  std::map<int, nlohmann::json> exchange;
+};
+
+WorkerRounds rounds_of(const fs::path& run, int worker, const PathGrid& grid) {
+  WorkerRounds r;
+  for (const auto& j : lines_of(run / (worker == 0 ? "metrics.jsonl" : fmt::format("metrics-rank{}.jsonl", worker)))) {
+    if (j.contains("path")) {
+      const int round = j["round"].get<int>() + 1;
+      r.paths[round].insert(j["path"].get<int64_t>());
+      for (const auto& m : grid.modules_of_path(j["path"].get<int64_t>())) r.touched[round].insert(m);
+    }
+    if (j.contains("outer_step")) r.exchange[j["round"].get<int>()] = j;
+  }
+  return r;
+}
+
 }  // namespace
 
 TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
@@ -62,27 +83,19 @@ TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
     for (const auto& [name, t] : tensors) numel[id] += t.numel();
   double ring_sent = 0, local_up = 0;
   for (int w : {0, 1}) {
-    const std::string file = w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl";
-    std::map<int, std::set<std::string>> touched;  // by round (1-based)
-    std::map<int, double> up;
-    for (const auto& j : lines_of(work() / "local" / file)) {
-      if (j.contains("path"))
-        for (const auto& m : local.grid.modules_of_path(j["path"].get<int64_t>()))
-          touched[j["round"].get<int>() + 1].insert(m);
-      if (j.contains("outer_step")) up[j["round"].get<int>()] = j["bytes_up"].get<double>();
-    }
-    ASSERT_EQ(up.size(), 2u) << file;
-    for (const auto& [round, bytes] : up) {
+    const WorkerRounds r = rounds_of(work() / "local", w, local.grid);
+    ASSERT_EQ(r.exchange.size(), 2u) << "worker " << w;
+    for (const auto& [round, line] : r.exchange) {
       double expected = double(ids.size());
-      for (const auto& m : touched[round]) {
+      for (const auto& m : r.touched.at(round)) {
         const size_t i = size_t(std::find(ids.begin(), ids.end(), m) - ids.begin());
         if (int(i % 2) != w) expected += 4.0 * double(numel[m]) + 16;
       }
-      EXPECT_EQ(bytes, expected) << "worker " << w << ", round " << round;
-      local_up += bytes;
+      EXPECT_EQ(line["bytes_up"].get<double>(), expected) << "worker " << w << ", round " << round;
+      local_up += line["bytes_up"].get<double>();
     }
-    for (const auto& j : lines_of(work() / "ring" / file))
-      if (j.contains("outer_step")) ring_sent += j["bytes_sent"].get<double>();
+    for (const auto& [round, line] : rounds_of(work() / "ring", w, ring.grid).exchange)
+      ring_sent += line["bytes_sent"].get<double>();
   }
   // The ring ships every module through every worker; a path-local worker only its paths' modules, once.
   EXPECT_LT(local_up, 0.75 * ring_sent) << local_up << " vs " << ring_sent;
@@ -93,17 +106,13 @@ TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
   const double state_size = double(fs::file_size(work() / "local" / "inner" / "path-0.round-0.safetensors"));
   int again = 0;
   for (int w : {0, 1}) {
-    std::map<int, std::set<int64_t>> paths;  // by round (1-based)
-    double got = -1;
-    for (const auto& j : lines_of(work() / "local" / (w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl"))) {
-      if (j.contains("path")) paths[j["round"].get<int>() + 1].insert(j["path"].get<int64_t>());
-      if (j.contains("outer_step") && j["round"].get<int>() == 2) got = j["bytes_state_got"].get<double>();
-    }
+    WorkerRounds r = rounds_of(work() / "local", w, local.grid);
+    const double got = r.exchange.at(2)["bytes_state_got"].get<double>();
     int moved = 0;
-    for (int64_t p : paths[2]) (paths[1].count(p) ? again : moved) += 1;
+    for (int64_t p : r.paths[2]) (r.paths[1].count(p) ? again : moved) += 1;
     EXPECT_GE(got, state_size * moved) << "worker " << w;
-    EXPECT_LT(got, state_size * moved + 1000.0 * double(paths[2].size())) << "worker " << w << ": " << moved
-                                                                           << " path(s) new to it in round 2";
+    EXPECT_LT(got, state_size * moved + 1000.0 * double(r.paths[2].size()))
+        << "worker " << w << ": " << moved << " path(s) new to it in round 2";
   }
   EXPECT_GT(again, 0) << "a worker claims the paths it trained last round first";
 }
@@ -214,18 +223,12 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
     for (const auto& [name, t] : tensors) numel[id] += t.numel();
   const comm::SparseChunks chunks({.chunk = 4096, .k = 16, .bits = 2});
   for (int w : {0, 1}) {
-    std::map<int, std::set<std::string>> touched;
-    std::map<int, double> up;
-    for (const auto& j : lines_of(work() / "sparse" / (w == 0 ? "metrics.jsonl" : "metrics-rank1.jsonl"))) {
-      if (j.contains("path"))
-        for (const auto& m : run.grid.modules_of_path(j["path"].get<int64_t>()))
-          touched[j["round"].get<int>() + 1].insert(m);
-      if (j.contains("outer_step")) up[j["round"].get<int>()] = j["bytes_up"].get<double>();
-    }
-    ASSERT_EQ(up.size(), 2u) << w;
-    for (const auto& [round, bytes] : up) {
+    WorkerRounds r = rounds_of(work() / "sparse", w, run.grid);
+    ASSERT_EQ(r.exchange.size(), 2u) << w;
+    for (const auto& [round, line] : r.exchange) {
+      const double bytes = line["bytes_up"].get<double>();
       int64_t values = 0, modules = 0;
-      for (const auto& m : touched[round]) {
+      for (const auto& m : r.touched[round]) {
         const size_t i = size_t(std::find(ids.begin(), ids.end(), m) - ids.begin());
         if (int(i % 2) != w) values += numel[m], ++modules;
       }
