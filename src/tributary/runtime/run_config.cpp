@@ -156,6 +156,27 @@ bool keeps_error_feedback(const std::string& codec) {
   return codec == "topk" || codec == "powersgd" || codec == "sparseloco";
 }
 
+// DiPaCo's own constraints (dipaco.modules set): routes, which codecs its exchanges can carry, whole rounds.
+void validate_dipaco(const RunConfig& c) {
+  if (c.dipaco.modules.empty()) return;
+  if (c.dipaco.routes.empty())
+    fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", c.dipaco.modules);
+  // SparseLoCo's payloads go point to point to each module's owner with per-module error feedback
+  // (optim/module_feedback.h); the ring re-encodes at every hop, and top-k / PowerSGD need every contributor's
+  // factors or indices in one collective (docs/dipaco.md, "Compression").
+  if (c.dist.compression == "sparseloco" && !c.dipaco.path_local)
+    fail("dist.compression = 'sparseloco' with DiPaCo needs dipaco.path_local = true (each worker's sparse payload "
+         "goes to the module's owner; the owners' ring carries fp32, fp16, bf16, int8, fp4 or terngrad)");
+  if (c.dist.compression == "topk" || c.dist.compression == "powersgd")
+    fail("dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true "
+         "(per-chunk top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or "
+         "terngrad",
+         c.dist.compression);
+  if (c.train.steps % c.dist.inner_steps != 0)
+    fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
+         c.train.steps, c.dist.inner_steps);
+}
+
 }  // namespace
 
 std::vector<double> lr_scales(const LocalConfig& local) {
@@ -274,24 +295,7 @@ void RunConfig::validate() const {
   if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
          dist.reject_norm_factor);
-  if (!dipaco.modules.empty()) {
-    if (dipaco.routes.empty())
-      fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", dipaco.modules);
-    // SparseLoCo's payloads go point to point to each module's owner with per-module error feedback
-    // (optim/module_feedback.h); the ring re-encodes at every hop, and top-k / PowerSGD need every contributor's
-    // factors or indices in one collective (docs/dipaco.md, "Compression").
-    if (dist.compression == "sparseloco" && !dipaco.path_local)
-      fail("dist.compression = 'sparseloco' with DiPaCo needs dipaco.path_local = true (each worker's sparse payload "
-           "goes to the module's owner; the owners' ring carries fp32, fp16, bf16, int8, fp4 or terngrad)");
-    if (dist.compression == "topk" || dist.compression == "powersgd")
-      fail("dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true "
-           "(per-chunk top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or "
-           "terngrad",
-           dist.compression);
-    if (train.steps % dist.inner_steps != 0)
-      fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
-           train.steps, dist.inner_steps);
-  }
+  validate_dipaco(*this);
   if (dist.fault_tolerant && keeps_error_feedback(dist.compression))
     fail("dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
          "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",

@@ -38,23 +38,24 @@ std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::v
   const std::string me = std::to_string(worker_);
   const auto claim_key = [&](int64_t path) { return kPrefix + fmt::format("r{}/claim/{}", round, path); };
   // Generation 0: the first claim of a path wins, and a path this worker claimed before (by preference) is not
-  // handed to it again when its turn in the queue comes to it. A re-queued generation re-claims paths a dead worker
-  // claimed.
-  std::erase_if(mine_, [&](const auto& claimed) { return claimed.first != round; });
+  // handed to it again when its turn in the queue comes to it (set_once returns its own earlier value). A re-queued
+  // generation re-claims paths a dead worker claimed.
+  if (round != mine_round_) {
+    mine_.clear();
+    mine_round_ = round;
+  }
   const auto take = [&](int64_t path) {
     if (gen != 0) {
       store_.set(claim_key(path), me);
       return true;
     }
-    if (mine_.count({round, path}) || store_.set_once(claim_key(path), me) != me) return false;
-    mine_.insert({round, path});
+    if (mine_.count(path) || store_.set_once(claim_key(path), me) != me) return false;
+    mine_.insert(path);
     return true;
   };
   if (gen == 0)
     for (int64_t path : prefer)
-      if (std::find(tasks.begin(), tasks.end(), path) != tasks.end() && !mine_.count({round, path}) &&
-          !store_.check({claim_key(path)}) && take(path))
-        return path;
+      if (std::find(tasks.begin(), tasks.end(), path) != tasks.end() && take(path)) return path;
   for (;;) {
     const int64_t index = store_.add(kPrefix + fmt::format("r{}/g{}/next", round, gen), 1) - 1;
     if (index >= static_cast<int64_t>(tasks.size())) return std::nullopt;

@@ -19,7 +19,6 @@
 #include <set>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "tributary/comm/heartbeat.h"
@@ -61,7 +60,8 @@ class TaskQueue {
   bool has(const std::string& key);
 
   comm::Store store_;
-  std::set<std::pair<int64_t, int64_t>> mine_;  // (round, path) this worker claimed in generation 0 of that round
+  int64_t mine_round_ = -1;
+  std::set<int64_t> mine_;  // the paths this worker claimed in generation 0 of round mine_round_
   int worker_;
   double dead_after_s_;
   comm::Heartbeat heartbeat_;
