@@ -105,6 +105,10 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dipaco.fetch_codec", dipaco.fetch_codec, "DiPaCo path_local: module values fetched as", {"fp32", "fp16", "bf16"});
   s.add("dipaco.inner_state", dipaco.inner_state,
         "DiPaCo: a path's AdamW state follows it between tasks, or every task starts afresh", {"travel", "reset"});
+  s.add("dipaco.path_state", dipaco.path_state,
+        "DiPaCo path_local: a path's state stays with the worker that trained it (served on request) or goes into the "
+        "run's store (outlives a dead worker)",
+        {"holder", "store"});
   s.add("dipaco.eval_every_rounds", dipaco.eval_every_rounds,
         "DiPaCo: routed validation every this many rounds (into the metrics); 0 = only at the end", 0);
 }

@@ -111,6 +111,9 @@ struct DipacoConfig {
   // A path's inner AdamW state between its tasks: travel (kept per path; it moves with the path: 2x the path's
   // parameters each way per task) | reset (every task starts AdamW afresh: no state moves).
   std::string inner_state = "travel";
+  // path_local: where a path's state waits for its next task: holder (the worker that trained it keeps it and serves
+  // it on request; lost if that worker dies) | store (put into the run's store every task; outlives its worker).
+  std::string path_state = "holder";
   int64_t eval_every_rounds = 0;  // the leader's routed validation every this many rounds (metrics); 0 = at the end
 };
 

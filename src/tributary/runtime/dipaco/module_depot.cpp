@@ -4,6 +4,7 @@
 
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
+#include "tributary/runtime/dipaco/state_server.h"
 
 namespace tributary {
 namespace {
@@ -78,6 +79,12 @@ std::optional<std::string> ModuleDepot::get(const std::string& key) {
 }
 
 void ModuleDepot::remove(const std::string& key) { store_.remove("dipaco/state/" + key); }
+
+std::optional<std::string> ModuleDepot::ask(int holder, const std::string& what, std::chrono::milliseconds timeout) {
+  auto bytes = ask_holder(store_, holder, what, timeout);
+  if (bytes) bytes_.state_got += double(bytes->size());
+  return bytes;
+}
 
 DepotBytes ModuleDepot::take_bytes() { return std::exchange(bytes_, DepotBytes{}); }
 

@@ -4,7 +4,8 @@
 //                (fp32 exact; fp16/bf16 halve the download); a worker fetches the modules of the path it claims,
 //                trains, and drops them. The owner trains from the same decoded values as everyone (its master copy stays
 //                exact), so every worker starts a path from identical parameters.
-//   path state   a path's inner AdamW state and its early-stopping copy follow the path from worker to worker.
+//   path state   a path's inner AdamW state and its early-stopping copy follow the path from worker to worker: put
+//                here (dipaco.path_state = store), or a note of who holds it and the bytes on request (holder).
 // A module's bytes go owner -> store host -> worker: the store host is a hub whose link carries every download (the
 // upload goes point to point, optim/module_owners.h). With an emulated WAN (dist.wan) a fetch waits the modelled
 // time of the link from the module's owner. Keys of finished rounds are deleted: the store holds values in memory.
@@ -44,6 +45,8 @@ class ModuleDepot {
   void put(const std::string& key, const std::string& bytes);
   std::optional<std::string> get(const std::string& key);
   void remove(const std::string& key);
+  // Path state kept by the worker that made it (state_server.h): `what` from worker `holder`, or nothing.
+  std::optional<std::string> ask(int holder, const std::string& what, std::chrono::milliseconds timeout);
 
   DepotBytes take_bytes();  // since the last call
 

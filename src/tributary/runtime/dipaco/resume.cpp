@@ -7,6 +7,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/run_report.h"
 
 namespace tributary {
 namespace {
@@ -132,6 +133,13 @@ void republish_path_state(PathState& state, comm::Group& group, int64_t num_path
     if (turn == group.rank()) state.republish_best(num_paths);
     group.barrier();
   }
+}
+
+void clear_earlier_run(const fs::path& run_dir, bool lead) {
+  fs::remove_all(run_dir / "inner");
+  fs::remove_all(run_dir / "best");
+  fs::remove(run_dir / "dipaco.json");
+  if (lead) forget_earlier_results(run_dir);  // the lead writes them (a shared directory: once)
 }
 
 }  // namespace tributary

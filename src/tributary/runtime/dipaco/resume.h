@@ -39,6 +39,11 @@ DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& co
 // a directory already holding a DiPaCo run unless `overwrite`.
 std::optional<DipacoRun> open_dipaco_run_dir(const fs::path& run_dir, const RunConfig& config, bool resume,
                                              const std::string& resume_from, bool overwrite);
+// A fresh run: what an earlier run left in this worker's run directory goes (path state, dipaco.json; the results if
+// `lead`). Path-local workers may each have their own directory: a stale inner state there would be read when the
+// store lacks a path's (e.g. after a skipped task). Call before the rendezvous, which nobody passes before everyone
+// arrived (a shared directory is cleared before anyone writes to it).
+void clear_earlier_run(const fs::path& run_dir, bool lead);
 // The resumed modules' tensors into `modules` (every module of the grid, in the model's tensor order; files store
 // tensors sorted by name), by name; Error naming a module or tensor the run lacks.
 void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path& run_dir);

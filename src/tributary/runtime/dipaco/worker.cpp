@@ -1,8 +1,5 @@
 #include "tributary/runtime/dipaco/worker.h"
 
-#include "tributary/runtime/dipaco/routes.h"
-
-
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -20,6 +17,7 @@
 #include "tributary/optim/schedule.h"
 #include "tributary/routing/router.h"
 #include "tributary/routing/units.h"
+#include "tributary/runtime/dipaco/routes.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/wan.h"
 #include "tributary/runtime/inference.h"
@@ -110,15 +108,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                 : open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
   if (resumed) start_round_ = resumed->round;
   const bool resuming = resumed.has_value() || from_lead;
-  // Every worker clears what an earlier run left in its run directory (path-local workers may each have their own:
-  // a stale inner state there would be read when the store lacks a path's, e.g. after a skipped task) before the
-  // rendezvous, which nobody passes before everyone arrived.
-  if (!resuming) {
-    fs::remove_all(run_dir_ / "inner");
-    fs::remove_all(run_dir_ / "best");
-    fs::remove(run_dir_ / "dipaco.json");
-    if (lead_) forget_earlier_results(run_dir_);  // the lead writes them (a shared directory: once)
-  }
+  if (!resuming) clear_earlier_run(run_dir_, lead_);
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
   using std::chrono::milliseconds;
   std::optional<comm::Store> heartbeat_store;
@@ -153,7 +143,11 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
     held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
   if (resuming && held_->feedback())
     load_feedback(run_dir_, start_round_, env_.rank, *held_->feedback(), held_->numel_by_index());
-  state_ = std::make_unique<PathState>(run_dir_, held_->depot());
+  const bool on_request = config_.dipaco.path_state == "holder";
+  state_ = std::make_unique<PathState>(
+      run_dir_, held_->depot(),
+      PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dipaco.heartbeat_timeout_s * 1000))});
+  if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
   if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
   metrics_ = std::make_unique<MetricsWriter>(
       run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
@@ -244,6 +238,7 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
   if (verdict.members == members_) return;
   members_ = verdict.members;
   held_->set_members(members_, round);
+  state_->set_live(members_);
   group_->reform(fmt::format("dipaco/r{}g{}", round, gen), group_rank_of(env_.rank), static_cast<int>(members_.size()),
                  held_->path_local() ? held_->link() : std::nullopt);
   exchange_options_.link = held_->link();
@@ -284,7 +279,8 @@ void Worker::run_round(int64_t round) {
   const double comm_s = seconds_since(comm_start);
   // Path-local: the upload plus what went through the store (module values, path state), per direction.
   const DepotBytes depot = held_->take_depot_bytes();
-  const double sent = reduce_sent + depot.published + depot.state_put;
+  const double state_put = depot.state_put + state_->take_served_bytes();  // served: sent to the store for an asker
+  const double sent = reduce_sent + depot.published + state_put;
   const double recv = reduce_recv + depot.fetched + depot.state_got;
   summary_.bytes_sent += sent;
   summary_.bytes_recv += recv;
@@ -299,7 +295,8 @@ void Worker::run_round(int64_t round) {
     line["bytes_up"] = reduce_sent;  // pseudo-gradients (+ weights, + the touched mask) to the owners
     line["bytes_published"] = depot.published;
     line["bytes_fetched"] = depot.fetched;
-    line["bytes_state"] = depot.state_put + depot.state_got;
+    line["bytes_state"] = state_put + depot.state_got;
+    line["bytes_state_put"] = state_put;
     line["bytes_state_got"] = depot.state_got;  // what the path state cost this worker to fetch (0 for its own paths)
     line["fetch_s"] = depot.fetch_s;
   }
