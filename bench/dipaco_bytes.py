@@ -2,7 +2,11 @@
 DiLoCo of one path's size and of the total size (fp32 ring all-reduce: 2 (N-1)/N x 4 B x parameters). Measures;
 asserts nothing. Reuses bench/dipaco.py's pre-trained dense model and k-means routes when they exist.
 
-Usage: /usr/bin/python3 bench/dipaco_bytes.py --build build [--grids 2x2,4x4] [--nproc 4] [--out FILE]"""
+Modes: ring (the owners' ring), holder (path-local, path state kept by its worker and served on request: the
+default), store (path-local, every task's path state put into the run's store).
+
+Usage: /usr/bin/python3 bench/dipaco_bytes.py --build build [--grids 2x2,4x4] [--nproc 4] [--modes ring,holder,store]
+       [--out FILE]"""
 import argparse
 import json
 import os
@@ -36,6 +40,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--grids", default="2x2,4x4")
     ap.add_argument("--nproc", type=int, default=4)
+    ap.add_argument("--modes", default="ring,holder,store")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     cli = os.path.join(os.path.abspath(a.build), "tributary")
@@ -54,16 +59,16 @@ def main():
             sh([cli, "route", "--model", dense, "--data", "data/default", "--modules", grid, "--method", "kmeans",
                 "--overwrite", "--out", routes])
         row = {}
-        for mode in ("ring", "path_local"):
+        for mode in a.modes.split(","):
             run_dir = os.path.join(runs, f"bytes-{mode}-{grid}")
+            local = [] if mode == "ring" else ["--set=dipaco.path_local=true", f"--set=dipaco.path_state={mode}"]
             sh([cli, "launch", "--nproc", str(a.nproc), "--master-port", "0", "--", "train", "configs/dipaco.toml",
                 "--overwrite", f"--set=train.run_dir={run_dir}", f"--set=dipaco.routes={routes}",
                 f"--set=dipaco.modules={grid}", f"--set=dipaco.init_from={dense}", "--set=train.steps=20",
-                "--set=dist.inner_steps=10", "--set=optim.warmup_steps=2", "--set=dipaco.eval_units=64",
-                f"--set=dipaco.path_local={'true' if mode == 'path_local' else 'false'}"])
+                "--set=dist.inner_steps=10", "--set=optim.warmup_steps=2", "--set=dipaco.eval_units=64"] + local)
             lines = round_lines(run_dir, a.nproc, 2)  # round 2: round 1 also carries the owners' first publish
-            keys = ["bytes_sent", "bytes_recv"] + (["bytes_up", "bytes_published", "bytes_fetched", "bytes_state"]
-                                                   if mode == "path_local" else [])
+            keys = ["bytes_sent", "bytes_recv"] + (["bytes_up", "bytes_published", "bytes_fetched", "bytes_state_put",
+                                                    "bytes_state_got"] if local else [])
             row[mode] = {k: [j[k] for j in lines] for k in keys}
             row[mode]["tasks"] = [j["tasks"] for j in lines]
         results[grid] = row

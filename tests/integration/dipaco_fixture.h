@@ -1,12 +1,15 @@
-// The DiPaCo integration tests' fixture: a dense feature model and 2x2 routes built once per test process (CTest runs
-// each test as its own process, possibly in parallel), and the command line of a small DiPaCo run.
+// The DiPaCo integration tests' fixture: a dense feature model and 2x2 routes built once and copied into each test
+// process's directory (CTest runs each test as its own process, possibly in parallel), and the command line of a small
+// DiPaCo run.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <functional>
 #include <string>
+#include <system_error>
 
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
@@ -37,17 +40,36 @@ inline std::string dipaco(const std::string& run, const std::string& routes, con
          " --set dipaco.heartbeat_timeout_s=5 --set train.run_dir=" + (work() / run).string() + " " + extra;
 }
 
+// The dense model and 2x2 routes every test of the suite starts from, built once per CLI binary and corpus and shared
+// by the test processes (routing alone costs ~9 s of CPU, and CTest runs each test as its own process). A build in
+// progress is never read: it appears under its name by one rename; two processes that build at once make the same bytes.
+inline tributary::fs::path shared_base() {
+  const auto stamp = tributary::fs::last_write_time(cli).time_since_epoch().count();
+  return tributary::fs::temp_directory_path() / "trib_integration" /
+         ("dipaco_base_" + std::to_string(stamp) + "_" + std::to_string(std::hash<std::string>{}(data().string())));
+}
+
 class Dipaco : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    tributary::fs::create_directories(work());
+    namespace fs = tributary::fs;
+    fs::create_directories(work());
     tributary::test_support::ensure_test_corpus(data());
-    auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
-                        " --set train.run_dir=" + (work() / "dense").string());
-    ASSERT_EQ(rc, 0) << out;
-    auto [rc2, out2] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
-                          " --modules 2x2 --method product --overwrite --out " + (work() / "routes").string());
-    ASSERT_EQ(rc2, 0) << out2;
+    const fs::path base = shared_base();
+    if (!fs::exists(base / "routes" / "route.json")) {
+      const fs::path tmp = base.string() + ".tmp-" + std::to_string(::getpid());
+      auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
+                          " --set train.run_dir=" + (tmp / "dense").string());
+      ASSERT_EQ(rc, 0) << out;
+      auto [rc2, out2] = sh(cli + " route --model " + (tmp / "dense").string() + " --data " + data().string() +
+                            " --modules 2x2 --method product --overwrite --out " + (tmp / "routes").string());
+      ASSERT_EQ(rc2, 0) << out2;
+      std::error_code taken;  // another process was first
+      fs::rename(tmp, base, taken);
+      if (taken) fs::remove_all(tmp);
+    }
+    fs::copy(base / "dense", work() / "dense", fs::copy_options::recursive);
+    fs::copy(base / "routes", work() / "routes", fs::copy_options::recursive);
   }
   static void TearDownTestSuite() { tributary::fs::remove_all(work()); }
 };
