@@ -186,6 +186,28 @@ TEST_F(Dipaco, APathLocalRunSurvivesTheDeathOfItsLeader) {
   EXPECT_EQ(rounds, 2);
 }
 
+TEST_F(Dipaco, APathLocalRunSurvivesADeathDuringTheExchange) {
+  // Worker 2 dies in round 1's exchange, after the others entered it. Nobody applies that exchange (an owner applies
+  // only once a verdict after the exchange finds every member alive); the dead worker's tasks run again, its modules
+  // pass to a survivor, and the exchange runs again with two workers. Before, the round failed with a NetworkError.
+  // Round 1 is the run's first: a new owner's momentum is zero as it would be anyway, and every path state the dead
+  // worker held belonged to its discarded tasks, so the run trains what one process trains (fp32 sums grouped
+  // otherwise: the tolerance of the ring comparison).
+  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_EXCHANGE=1 " + cli +
+                      " launch --nproc 3 --master-port 0 --max-failures 1 --" +
+                      dipaco("exchange_killed", "routes", "--set dipaco.path_local=true"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("a worker died during the exchange"), std::string::npos) << out;
+  EXPECT_NE(out.find("it runs again with worker(s) 0, 1"), std::string::npos) << out;
+  auto [rc1, out1] = sh(cli + dipaco("one_process", "routes", "--set dipaco.path_local=true"));
+  ASSERT_EQ(rc1, 0) << out1;
+  const auto survived = load_dipaco_run(work() / "exchange_killed"), one = load_dipaco_run(work() / "one_process");
+  EXPECT_EQ(survived.round, 2);
+  expect_same_modules(one, survived, 2e-6);
+  const auto summary = nlohmann::json::parse(read_file(work() / "exchange_killed" / "summary.json"));
+  EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
+}
+
 TEST_F(Dipaco, ARingRunSurvivesTheDeathOfItsLeader) {
   // The owners' ring (every worker holds every module) through the same settle and leader switch: worker 0 dies in
   // round 2, worker 1 decides, leads and writes the module files; the dead worker's task runs again.

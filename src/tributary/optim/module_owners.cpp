@@ -116,26 +116,39 @@ void OwnerUpload::reduce(const OwnedRound& r) {
   const int me = group_.rank();
   bytes_ = {};
   bytes_.control = double(M);
-  const auto touched = who_touched(r, group_);
   // sends[o]: from this worker to owner o; recvs[w]: from worker w to this owner.
   std::vector<Message> sends(n), recvs(n);
-  for (size_t i = 0; i < M; ++i) {
-    const int o = r.owner[i];
-    if (o != me && touched[size_t(me)][i]) sends[size_t(o)].modules.push_back(i);
-    if (o == me)
-      for (size_t w = 0; w < n; ++w)
-        if (int(w) != me && touched[w][i]) recvs[w].modules.push_back(i);
-  }
-  std::vector<comm::PendingCollective> pending;
-  for (size_t w = 0; w < n; ++w) {
-    if (!sends[w].modules.empty()) bytes_.sent += post_send(r, codec_, feedback_, group_, int(w), sends[w], pending);
-    if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, codec_, feedback_, group_, int(w), recvs[w], pending);
-  }
+  std::vector<std::vector<bool>> touched;
+  std::string failure;
   try {
+    touched = who_touched(r, group_);
+    for (size_t i = 0; i < M; ++i) {
+      const int o = r.owner[i];
+      if (o != me && touched[size_t(me)][i]) sends[size_t(o)].modules.push_back(i);
+      if (o == me)
+        for (size_t w = 0; w < n; ++w)
+          if (int(w) != me && touched[w][i]) recvs[w].modules.push_back(i);
+    }
+    std::vector<comm::PendingCollective> pending;
+    for (size_t w = 0; w < n; ++w) {
+      if (!sends[w].modules.empty()) bytes_.sent += post_send(r, codec_, feedback_, group_, int(w), sends[w], pending);
+      if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, codec_, feedback_, group_, int(w), recvs[w], pending);
+    }
     for (auto& p : pending) p.wait();
-  } catch (...) {
-    if (feedback_) feedback_->discard();  // the round fails: what was encoded may not have arrived
-    throw;
+  } catch (const NetworkError& e) {
+    if (!gate_) {
+      if (feedback_) feedback_->discard();  // the round fails: what was encoded may not have arrived
+      throw;
+    }
+    failure = e.what();
+  }
+  if (gate_ && !gate_(failure.empty())) {
+    if (feedback_) feedback_->discard();
+    throw ExchangeAborted(failure.empty() ? std::string("a worker died during the exchange") : failure);
+  }
+  if (!failure.empty()) {  // nobody died, yet this worker's exchange failed
+    if (feedback_) feedback_->discard();
+    throw NetworkError(failure);
   }
   if (feedback_) feedback_->commit();
   for (auto& m : recvs) {

@@ -10,12 +10,27 @@
 // sums plus this worker's error feedback; the owner decodes it (its own sums never travel and are exact).
 #pragma once
 
+#include <functional>
+
 #include "tributary/comm/codec.h"
 #include "tributary/comm/group.h"
+#include "tributary/core/error.h"
 #include "tributary/optim/module_feedback.h"
 #include "tributary/optim/owner_reducer.h"
 
 namespace tributary {
+
+// The round's agreement (DiPaCo's worker asks the task queue for a verdict): called once every message of this worker
+// has arrived, or the exchange failed (`ok` false). It returns whether to apply: false when a worker died during the
+// exchange. Nothing is applied before it answers (a message can arrive while its sender dies before sending the
+// rest), so either every survivor applies the round or none does and the round's exchange runs again.
+using ExchangeGate = std::function<bool(bool ok)>;
+
+// The gate said no: nothing was applied and this worker's error feedback is as before the round.
+class ExchangeAborted : public NetworkError {
+ public:
+  explicit ExchangeAborted(const std::string& message) : NetworkError(message) {}
+};
 
 struct OwnerUploadBytes {
   double sent = 0, recv = 0;  // pseudo-gradient payloads (encoded) and their weights: what the round's upload costs
@@ -26,8 +41,10 @@ class OwnerUpload : public OwnerReducer {
  public:
   // `codec`: on the wire (stateless codecs only), unless `feedback` (sparse payloads, error feedback committed once the
   // round's messages went out); all outlive the upload.
-  OwnerUpload(comm::Group& group, const comm::Codec& codec, ModuleFeedback* feedback = nullptr)
-      : group_(group), codec_(codec), feedback_(feedback) {}
+  // `gate`: none = apply once this worker's messages arrived (a failure throws the NetworkError).
+  OwnerUpload(comm::Group& group, const comm::Codec& codec, ModuleFeedback* feedback = nullptr,
+              ExchangeGate gate = nullptr)
+      : group_(group), codec_(codec), feedback_(feedback), gate_(std::move(gate)) {}
   // One round's upload and the owners' outer steps. A module no path touched keeps its parameters.
   void reduce(const OwnedRound& round) override;
   const OwnerUploadBytes& bytes() const { return bytes_; }  // of the last reduce()
@@ -36,6 +53,7 @@ class OwnerUpload : public OwnerReducer {
   comm::Group& group_;
   const comm::Codec& codec_;
   ModuleFeedback* feedback_;
+  ExchangeGate gate_;
   OwnerUploadBytes bytes_;
 };
 

@@ -1,6 +1,8 @@
 #include "tributary/runtime/dist_env.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <csignal>
 #include <cstdlib>
 #include <string_view>
@@ -128,6 +130,16 @@ void maybe_inject_failure(int rank, int64_t step) {
   const std::string how = mode ? mode : "kill";
   if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
   ::raise(how == "stop" ? SIGSTOP : SIGKILL);
+}
+
+void maybe_inject_exchange_failure(int rank, int64_t round) {
+  static const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
+  static const char* at = std::getenv("TRIBUTARY_FAIL_EXCHANGE");
+  if (!failing_rank || !at || std::atoll(at) != round) return;
+  const auto ranks = split_list(failing_rank);
+  if (std::find(ranks.begin(), ranks.end(), std::to_string(rank)) == ranks.end()) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::raise(SIGKILL);
 }
 
 std::string injected_bad_update(int rank) {

@@ -133,7 +133,7 @@ void HeldModules::publish_owned(int64_t round) {
 
 std::pair<double, double> HeldModules::reduce(int64_t round, int64_t step,
                                               const std::map<std::string, ModuleAccumulator>& accumulated,
-                                              comm::Group& group, comm::Exchange& exchange) {
+                                              comm::Group& group, comm::Exchange& exchange, ExchangeGate gate) {
   std::vector<int> owner;
   std::vector<const ModuleAccumulator*> contributions;
   for (size_t i = 0; i < module_ids_.size(); ++i) {
@@ -150,7 +150,7 @@ std::pair<double, double> HeldModules::reduce(int64_t round, int64_t step,
     modelled_s_ = stats.modelled_s;
     return {stats.bytes_sent, stats.bytes_recv};
   }
-  OwnerUpload upload(group, *codec_, feedback_.get());
+  OwnerUpload upload(group, *codec_, feedback_.get(), std::move(gate));
   loop_.sync_owned(step, contributions, owner, upload);
   const OwnerUploadBytes bytes = upload.bytes();
   // Everyone has sent and received: nobody fetches this round's values any more.

@@ -23,6 +23,7 @@
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
 #include "tributary/optim/module_feedback.h"
+#include "tributary/optim/module_owners.h"
 #include "tributary/optim/module_outer.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/outer_loop.h"
@@ -52,10 +53,11 @@ class HeldModules {
   void check_identical(comm::Group& group, const std::string& when) const;
 
   // The round's reduction and outer steps (the loop's sync at `step`, the round's last); returns the bytes (sent,
-  // received).
+  // received). Path-local: `gate` decides, once the messages are in, whether the owners apply the round
+  // (optim/module_owners.h); ExchangeAborted when it says no, with nothing applied or published.
   std::pair<double, double> reduce(int64_t round, int64_t step,
                                    const std::map<std::string, ModuleAccumulator>& accumulated, comm::Group& group,
-                                   comm::Exchange& exchange);
+                                   comm::Exchange& exchange, ExchangeGate gate = nullptr);
   double modelled_s() const { return modelled_s_; }  // the ring's modelled link time in the last reduce
   DepotBytes take_depot_bytes() { return depot_ ? depot_->take_bytes() : DepotBytes{}; }
   ModuleDepot* depot() { return depot_.get(); }

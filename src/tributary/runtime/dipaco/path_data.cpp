@@ -2,6 +2,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/data/dataset.h"
+#include "tributary/runtime/dipaco/routes.h"
 
 namespace tributary {
 
@@ -27,6 +28,21 @@ PathData load_path_data(const fs::path& routes, int64_t path, const RunConfig& c
   d.weight = double(tokens.size());
   d.train = std::make_shared<const std::vector<uint32_t>>(std::move(tokens));
   return d;
+}
+
+std::vector<PathData> load_routed_paths(RunConfig& config, const PathGrid& grid) {
+  const fs::path routes = config.dipaco.routes;
+  const RouteInfo route_info = read_route_info(routes);
+  if (route_info.modules != grid.describe())
+    fail("dipaco.routes = '{}' was routed for a {} grid but dipaco.modules = '{}'; route again with --modules {}",
+         routes.string(), route_info.modules, grid.describe(), grid.describe());
+  if (route_info.context != config.model.context)
+    fail("dipaco.routes = '{}' holds units of {} tokens but model.context = {}; route with --context {}",
+         routes.string(), route_info.context + 1, config.model.context, config.model.context);
+  std::vector<PathData> data;
+  for (int64_t p = 0; p < grid.num_paths(); ++p) data.push_back(load_path_data(routes, p, config));
+  if (config.model.vocab_size == 0) config.model.vocab_size = data.front().vocab_size;
+  return data;
 }
 
 }  // namespace tributary

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tributary/core/fs.h"
+#include "tributary/model/path_grid.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {
@@ -21,5 +22,8 @@ struct PathData {
 
 // Loads path `path`'s shard; an Error names the shard and what to change when it holds less than one batch.
 PathData load_path_data(const fs::path& routes, int64_t path, const RunConfig& config);
+// Every path's shard from dipaco.routes, refused naming the key when it was routed for another grid or context; sets
+// model.vocab_size from the data when it is 0.
+std::vector<PathData> load_routed_paths(RunConfig& config, const PathGrid& grid);
 
 }  // namespace tributary

@@ -98,7 +98,7 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
   v.dropped = j.at("dropped").get<std::vector<int64_t>>();
   if (std::find(v.members.begin(), v.members.end(), worker_) == v.members.end())
     fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dipaco.heartbeat_timeout_s "
-         "= {} s); raise the timeout if workers stall that long", worker_, round, dead_after_s_);
+         "= {} s); raise the timeout if workers stall that long", worker_, round + 1, dead_after_s_);
   return v;
 }
 
@@ -126,7 +126,7 @@ Verdict TaskQueue::decide(int64_t round, int64_t gen, const std::vector<int>& me
         if (by < 0 || std::find(alive.begin(), alive.end(), by) == alive.end()) lost.push_back(path);
       }
       if (!dead.empty())
-        log::warn("DiPaCo round {}: worker(s) {} stopped sending heartbeats; {} task(s) lost: {}", round,
+        log::warn("DiPaCo round {}: worker(s) {} stopped sending heartbeats; {} task(s) lost: {}", round + 1,
                   fmt::join(dead, ", "), lost.size(), fmt::join(lost, ", "));
       if (!lost.empty() && requeue) {
         v.again = true;

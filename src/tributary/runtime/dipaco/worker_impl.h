@@ -1,0 +1,99 @@
+// The worker process of a DiPaCo run (runtime/dipaco/worker.h's train_dipaco), shared by worker.cpp (setting up,
+// finishing) and worker_round.cpp (a round: tasks, verdicts, the exchange, the round's files). Internal to dipaco/.
+#pragma once
+
+#include "tributary/runtime/dipaco/worker.h"
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tributary/comm/exchange.h"
+#include "tributary/comm/group.h"
+#include "tributary/core/clock.h"
+#include "tributary/core/error.h"
+#include "tributary/core/hash.h"
+#include "tributary/core/log.h"
+#include "tributary/data/dataset.h"
+#include "tributary/data/loader.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/optim/outer.h"
+#include "tributary/optim/schedule.h"
+#include "tributary/routing/router.h"
+#include "tributary/routing/units.h"
+#include "tributary/runtime/dipaco/routes.h"
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/wan.h"
+#include "tributary/runtime/inference.h"
+#include "tributary/runtime/metrics.h"
+#include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/json_file.h"
+#include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/run_report.h"
+#include "tributary/runtime/slowdown.h"
+#include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/dipaco/held_modules.h"
+#include "tributary/runtime/dipaco/path_data.h"
+#include "tributary/runtime/dipaco/path_state.h"
+#include "tributary/runtime/dipaco/resume.h"
+#include "tributary/runtime/dipaco/routed_eval.h"
+#include "tributary/runtime/dipaco/task_queue.h"
+
+namespace tributary::dipaco {
+
+// One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
+// modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
+class Worker {
+ public:
+  Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
+  int64_t start_round() const { return start_round_; }  // > 0 when resumed
+  void run_round(int64_t round);
+  DipacoSummary finish();
+
+ private:
+  // What a round's tasks and exchange left: for its metrics line.
+  struct RoundWork {
+    int64_t tasks = 0;             // tasks this worker ran
+    std::vector<int64_t> dropped;  // paths the round went on without (on_failure = skip)
+    double sent = 0, recv = 0;     // the exchange's bytes (the ring, or the upload to the owners)
+    double comm_s = 0;             // in the exchange, every attempt
+  };
+  RoundWork tasks_and_exchange(int64_t round);
+  void after_round_as_leader(int64_t round, const RoundWork& work, double sent, Clock::time_point round_start);
+  void train_task(int64_t path, int64_t round);
+  void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
+  int group_rank_of(int worker) const {
+    return static_cast<int>(std::find(members_.begin(), members_.end(), worker) - members_.begin());
+  }
+
+  RunConfig config_;
+  DistEnv env_;
+  torch::Device device_;
+  bool lead_;  // the lowest live worker: writes the module files, metrics.jsonl (rank 0) and the summary
+  PathGrid grid_;
+  std::vector<std::string> module_ids_;
+  int64_t rounds_;
+  int64_t start_round_ = 0;
+  fs::path run_dir_;
+  Slowdown slowdown_;  // dist.slow_workers
+  std::vector<PathData> data_;
+  CosineSchedule schedule_;
+  comm::ExchangeOptions exchange_options_;
+  std::optional<comm::Store> store_;
+  std::unique_ptr<comm::Group> group_;
+  std::unique_ptr<comm::Exchange> exchange_;
+  std::unique_ptr<TaskQueue> queue_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
+  std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
+  std::vector<int> members_;           // live workers, ascending
+  std::map<std::string, ModuleAccumulator> accs_;                 // this round's contributions, by module
+  std::vector<int64_t> trained_;  // the paths this worker trained last round (path-local: claimed first, see claim())
+  int64_t inner_steps_done_ = 0;
+  double compute_s_ = 0;
+  double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
+  Clock::time_point start_ = Clock::now();
+  DipacoSummary summary_;
+};
+
+}  // namespace tributary::dipaco
