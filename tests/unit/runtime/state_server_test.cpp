@@ -44,3 +44,10 @@ TEST(StateServer, ALookupThatThrowsIsAnsweredAsNotHeld) {
   EXPECT_EQ(ask_holder(store, 0, "inner/p0/r0", 5s), std::nullopt);
   EXPECT_EQ(ask_holder(store, 0, "inner/p0/r0", 5s), std::nullopt);  // and it keeps serving
 }
+
+TEST(StateServer, AnAskerThatDiedBeforeWritingItsRequestDoesNotHoldUpTheNext) {
+  auto store = comm::Store::in_memory();
+  StateServer server(store, 1, [](const std::string& what) -> std::optional<std::string> { return what; });
+  store.add("dipaco/serve/w1/next", 1);  // took number 0 and died before writing ask0
+  EXPECT_EQ(ask_holder(store, 1, "best/p2", 10s), std::optional<std::string>("best/p2"));  // number 1: after the gap
+}

@@ -7,7 +7,8 @@
 // Protocol, over the run's store (keys under dipaco/serve/w{holder}/):
 //   asker    n = add(next, 1) - 1; set(ask{n}, what); wait for reply{n} up to its deadline; get it; remove it
 //   holder   a thread with its own store connection polls ask{0}, ask{1}, ... in order; replies '1' + bytes, or '0'
-//            when it does not have `what` (the asker then goes on without it)
+//            when it does not have `what` (the asker then goes on without it); skips a number whose request is
+//            still missing 2 s after the next one's arrived (its asker died in between)
 // The holder's thread answers while its worker trains or waits in a collective. A holder that died answers nothing:
 // the asker gives up at its deadline and the state is lost (the path goes on with fresh AdamW state; its early-stopping
 // copy is the one the leader holds, if any). dipaco.path_state = store keeps every state in the store instead.
