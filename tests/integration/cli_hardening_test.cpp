@@ -8,6 +8,7 @@
 
 #include "shell.h"
 #include "tributary/core/fs.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 

@@ -16,6 +16,7 @@
 #include "tributary/routing/units.h"
 #include "shell.h"
 #include "test_corpus.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 namespace dipaco_test {
 

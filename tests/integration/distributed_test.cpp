@@ -13,6 +13,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/launcher.h"
 #include "launch_support.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 

@@ -17,6 +17,7 @@
 #include "tributary/runtime/launcher.h"
 #include "launch_support.h"
 #include "report_check.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 

@@ -32,6 +32,7 @@
 #include "tributary/data/corpus.h"
 #include "shell.h"
 #include "test_corpus.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 using nlohmann::json;

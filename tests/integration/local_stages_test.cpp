@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "launch_support.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary::test_support;
 

@@ -11,6 +11,7 @@
 
 #include "tributary/core/fs.h"
 #include "launch_support.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 

@@ -11,6 +11,7 @@
 #include "support/browser.h"
 #include "tributary/core/fs.h"
 #include "shell.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 namespace tributary::test_support {
 

@@ -20,6 +20,7 @@
 #include "tributary/runtime/trainer.h"
 #include "shell.h"
 #include "test_corpus.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 

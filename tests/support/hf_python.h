@@ -12,6 +12,7 @@
 
 #include "integration/shell.h"
 #include "tributary/core/fs.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 namespace tributary::test_support {
 

@@ -141,6 +141,9 @@ void OwnerUpload::reduce(const OwnedRound& r) {
       throw;
     }
     failure = e.what();
+  } catch (...) {
+    if (feedback_) feedback_->discard();
+    throw;
   }
   if (gate_ && !gate_(failure.empty())) {
     if (feedback_) feedback_->discard();

@@ -15,6 +15,7 @@
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/placement.h"
 #include "tributary/runtime/plan_workload.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 using namespace tributary::sched;
