@@ -251,6 +251,7 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
   for (const auto& [id, tensors] : run.modules)
     for (const auto& [name, t] : tensors) numel[id] += t.numel();
   const comm::SparseChunks chunks({.chunk = 4096, .k = 16, .bits = 2});
+  const double state_size = double(fs::file_size(work() / "sparse" / "inner" / "path-0.round-0.safetensors"));
   for (int w : {0, 1}) {
     WorkerRounds r = rounds_of(work() / "sparse", w, run.grid);
     ASSERT_EQ(r.exchange.size(), 2u) << w;
@@ -266,7 +267,6 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
       if (modules > 0) {
         EXPECT_LT(payload, 0.02 * 4.0 * double(values));  // vs fp32: 16 of 4,096 values, 14 bits each
       }
-      const double state_size = double(fs::file_size(work() / "sparse" / "inner" / "path-0.round-0.safetensors"));
       EXPECT_GE(line["bytes_state_put"].get<double>(), state_size * double(r.paths[round].size()))
           << "worker " << w << ", round " << round << ": every task's AdamW state goes into the store";
     }

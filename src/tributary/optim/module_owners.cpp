@@ -145,7 +145,7 @@ void OwnerUpload::reduce(const OwnedRound& r) {
     if (feedback_) feedback_->discard();
     throw;
   }
-  if (gate_ && !gate_(failure.empty())) {
+  if (gate_ && !gate_()) {
     if (feedback_) feedback_->discard();
     throw ExchangeAborted(failure.empty() ? std::string("a worker died during the exchange") : failure);
   }

@@ -19,6 +19,7 @@ namespace {
 std::string inner_key(int64_t path, int64_t round) { return fmt::format("inner/p{}/r{}", path, round); }
 std::string holder_key(int64_t path, int64_t round) { return inner_key(path, round) + "/holder"; }
 std::string best_key(int64_t path, const char* what) { return fmt::format("best/p{}/{}", path, what); }
+std::string best_name(int64_t path) { return fmt::format("best/p{}", path); }  // what a holder is asked for
 
 }  // namespace
 
@@ -127,7 +128,7 @@ void PathState::gather_best(int64_t num_paths) {
     std::optional<std::string> params;
     if (options_.on_request) {
       const int holder = nlohmann::json::parse(*json).value("holder", options_.self);
-      params = from_holder(holder, fmt::format("best/p{}", p));
+      params = from_holder(holder, best_name(p));
       if (!params) {
         log::warn("DiPaCo: path {}'s early-stopping copy was held by worker {}, which did not hand it over: the "
                   "early-stopped evaluation uses the copy this directory holds, or the path's final modules",

@@ -12,8 +12,8 @@
 // path's best copy before the early-stopped evaluation.
 // Inner state is kept per (path, round): a task re-run after its worker died starts from the previous round's state
 // even if the dead worker had already saved this round's.
-// A worker that trains a path again reads the state it saved itself from its own RUN_DIR (the same bytes it put into
-// the store) instead of fetching it; the task queue lets it claim last round's paths first (task_queue.h).
+// A worker that trains a path again reads the state it saved itself from its own RUN_DIR instead of asking for it (or,
+// with `store`, fetching it); the task queue lets it claim last round's paths first (task_queue.h).
 #pragma once
 
 #include <algorithm>

@@ -104,7 +104,7 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
     settle(round, gen++, round_tasks, verdict);
     work.dropped.insert(work.dropped.end(), verdict.dropped.begin(), verdict.dropped.end());
   };
-  const ExchangeGate gate = [&](bool) {
+  const ExchangeGate gate = [&] {
     const std::vector<int> before = members_;
     settle_next();
     return !verdict.again && members_ == before;
