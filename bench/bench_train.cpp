@@ -9,6 +9,7 @@
 
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
+#include "tributary/runtime/cpu_allocator.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   RunConfig config = RunConfig::load("", overrides);
   if (config.model.vocab_size == 0) config.model.vocab_size = 257;
   configure_threads(config.train.threads);
+  install_cpu_caching_allocator();  // as the CLI does (runtime/cpu_allocator.h)
   auto blas = check_blas();
   const torch::Device device = parse_device(config.train.device);  // --set train.device=cuda on a GPU machine
   torch::manual_seed(0);
@@ -68,7 +70,9 @@ int main(int argc, char** argv) {
                         {"num_parameters", model.num_parameters()},
                         {"threads", at::get_num_threads()},
                         {"device", device.str()},
-                        {"blas", blas.library}};
+                        {"blas", blas.library},
+                        {"cpu_cache_hits", cpu_cache_stats().hits},
+                        {"cpu_cache_misses", cpu_cache_stats().misses}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
+#include "tributary/model/simd_kernels.h"
 
 namespace tributary {
 
@@ -104,7 +105,9 @@ struct SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
     auto y = torch::empty(out_sizes, h.options());
     const float* hp = h.data_ptr<float>();
     float* yp = y.data_ptr<float>();
+    const bool simd = simd_kernels_supported();
     at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+      if (simd) return swiglu_rows(hp + r0 * F2, yp + r0 * F, r1 - r0, F);
       for (int64_t r = r0; r < r1; ++r) {
         const float* __restrict a = hp + r * F2;
         const float* __restrict b = a + F;
@@ -125,7 +128,9 @@ struct SwiGLUFn : public torch::autograd::Function<SwiGLUFn> {
     const float* gp = g.data_ptr<float>();
     float* ghp = gh.data_ptr<float>();
     // y = silu(a) b:  dy/da = b sigma(a) (1 + a (1 - sigma(a))),  dy/db = silu(a)
+    const bool simd = simd_kernels_supported();
     at::parallel_for(0, rows, 8, [&](int64_t r0, int64_t r1) {
+      if (simd) return swiglu_backward_rows(hp + r0 * F2, gp + r0 * F, ghp + r0 * F2, r1 - r0, F);
       for (int64_t r = r0; r < r1; ++r) {
         const float* __restrict a = hp + r * F2;
         const float* __restrict b = a + F;

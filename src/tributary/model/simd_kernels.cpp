@@ -74,6 +74,33 @@ TRIB_INLINE float lane_max(v8 v) {
   return m;
 }
 
+// sigmoid on 8 lanes through exp8; a lane past exp8's range saturates to 0 or 1 as std::exp's would.
+TRIB_INLINE v8 sigmoid8(v8 a) { return 1.0f / (1.0f + exp8(v8{} - a)); }
+
+// Applies body(i, n) to each full vector of [0, F) and to the tail zero-padded into one vector, so every element goes
+// through the same arithmetic wherever it sits in the row.
+template <typename Body>
+TRIB_INLINE void for_each_vector(int64_t F, Body&& body) {
+  const int64_t full = F / 8 * 8;
+  for (int64_t i = 0; i < full; i += 8) body(i, 8);
+  if (full < F) body(full, F - full);
+}
+
+TRIB_INLINE v8 load(const float* p, int64_t n) {
+  if (n == 8) return *reinterpret_cast<const v8*>(p);
+  v8 v{};
+  for (int64_t j = 0; j < n; ++j) v[j] = p[j];
+  return v;
+}
+
+TRIB_INLINE void store(float* p, v8 v, int64_t n) {
+  if (n == 8) {
+    *reinterpret_cast<v8*>(p) = v;
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) p[j] = v[j];
+}
+
 }  // namespace
 
 void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
@@ -135,6 +162,33 @@ void causal_softmax_backward_rows(float* g, const float* p, int64_t rows, int64_
     for (int64_t j = full; j < seen; ++j) dot += gr[j] * pr[j];
     for (int64_t j = 0; j < seen; ++j) gr[j] = pr[j] * (gr[j] - dot);
     for (int64_t j = seen; j < width; ++j) gr[j] = 0.0f;
+  }
+}
+
+void swiglu_rows(const float* h, float* y, int64_t rows, int64_t F) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = h + r * 2 * F;
+    const float* b = a + F;
+    float* yr = y + r * F;
+    for_each_vector(F, [&](int64_t i, int64_t n) {
+      const v8 av = load(a + i, n);
+      store(yr + i, av * sigmoid8(av) * load(b + i, n), n);
+    });
+  }
+}
+
+void swiglu_backward_rows(const float* h, const float* g, float* gh, int64_t rows, int64_t F) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = h + r * 2 * F;
+    const float* b = a + F;
+    const float* gr = g + r * F;
+    float* ga = gh + r * 2 * F;
+    float* gb = ga + F;
+    for_each_vector(F, [&](int64_t i, int64_t n) {
+      const v8 av = load(a + i, n), gv = load(gr + i, n), sg = sigmoid8(av);
+      store(gb + i, gv * av * sg, n);
+      store(ga + i, gv * load(b + i, n) * sg * (1.0f + av * (1.0f - sg)), n);
+    });
   }
 }
 

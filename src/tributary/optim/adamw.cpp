@@ -1,5 +1,7 @@
 #include "tributary/optim/adamw.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 
 #include "tributary/core/error.h"
@@ -25,6 +27,42 @@ void AdamW::set_lr_scale(const NamedTensors& group, double scale) {
   }
 }
 
+namespace {
+
+// The step as one pass over each element (torch.optim.AdamW's fused=True idea on the CPU): the composite form below
+// reads and writes the parameter and both moments in nine passes and allocates two temporaries per parameter, which
+// cost ~3% of a step of the 6-layer model. The arithmetic is the composite form's, in float and in its order, so the
+// results agree to rounding (not bit for bit: ATen's vector kernels may fuse a multiply-add).
+bool fusable(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v) {
+  for (const auto* t : {&p, &g, &m, &v})
+    if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous()) return false;
+  return g.numel() == p.numel();
+}
+
+struct StepScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size;
+};
+
+void fused_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, const StepScalars& s) {
+  float* pp = p.data_ptr<float>();
+  const float* gp = g.data_ptr<float>();
+  float* mp = m.data_ptr<float>();
+  float* vp = v.data_ptr<float>();
+  at::parallel_for(0, p.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float gi = gp[i];
+      const float mi = mp[i] * s.beta1 + s.one_minus_beta1 * gi;
+      const float vi = vp[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
+      const float denom = std::sqrt(vi) / s.bias_correction2_sqrt + s.eps;
+      mp[i] = mi;
+      vp[i] = vi;
+      pp[i] = pp[i] * s.decay + s.neg_step_size * mi / denom;
+    }
+  });
+}
+
+}  // namespace
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   num_steps_ += 1;
@@ -37,7 +75,16 @@ void AdamW::step(double lr) {
     if (!g.defined()) continue;
     const double lr_i = lr * lr_scale_[i];  // exactly lr where the scale is 1
     const double step_size = lr_i / bias_correction1;
-    if (decay_[i] && options_.weight_decay != 0) p.mul_(1.0 - lr_i * options_.weight_decay);
+    const bool decays = decay_[i] && options_.weight_decay != 0;
+    if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
+      const StepScalars s{float(decays ? 1.0 - lr_i * options_.weight_decay : 1.0), float(b1), float(1.0 - b1),
+                          float(b2), float(1.0 - b2), float(bias_correction2_sqrt), float(options_.eps),
+                          float(-step_size)};
+      fused_step(p, g, exp_avg_[i], exp_avg_sq_[i], s);
+      p.unsafeGetTensorImpl()->bump_version();  // as an in-place op would: autograd sees the parameter changed
+      continue;
+    }
+    if (decays) p.mul_(1.0 - lr_i * options_.weight_decay);
     exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
     exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
     auto denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);

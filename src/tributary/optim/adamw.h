@@ -1,4 +1,5 @@
-// AdamW with decoupled weight decay, numerically identical to torch.optim.AdamW (foreach=False) of PyTorch 1.13.
+// AdamW with decoupled weight decay: torch.optim.AdamW's arithmetic (foreach=False, PyTorch 1.13), in one pass per
+// element on CPU float32 (equal to PyTorch's to rounding; GoldenAdamW holds it to 1e-6 relative).
 // Our own implementation (not torch::optim) so that its state is plainly named tensors: checkpointed as safetensors,
 // and later shipped, averaged or reset per module by the outer loop of DiLoCo/DiPaCo.
 // Weight decay applies to matrices and embeddings (dim >= 2), not to norm gains.

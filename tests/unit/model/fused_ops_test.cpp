@@ -46,8 +46,12 @@ TEST(FusedOps, RMSNorm) {
 
 TEST(FusedOps, SwiGLU) {
   torch::manual_seed(1);
-  compare([](const auto& in) { return std::vector<torch::Tensor>{swiglu(in[0])}; }, {torch::randn({4, 7, 2 * 24}) * 3},
-          "swiglu");
+  auto f = [](const auto& in) { return std::vector<torch::Tensor>{swiglu(in[0])}; };
+  compare(f, {torch::randn({4, 7, 2 * 24}) * 3}, "swiglu");
+  compare(f, {torch::randn({3, 5, 2 * 13}) * 3}, "swiglu, a width with a partial vector");
+  // where exp saturates: a gate of +-100 gives silu(a) = a or 0 exactly
+  compare(f, {torch::cat({torch::full({2, 9}, 100.0), torch::full({2, 9}, -100.0), torch::randn({2, 18})}, -1)},
+          "swiglu, saturated gates");
 }
 
 TEST(FusedOps, SplitHeadsWithAndWithoutRope) {

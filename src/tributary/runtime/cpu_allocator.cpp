@@ -1,0 +1,142 @@
+#include "tributary/runtime/cpu_allocator.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "tributary/core/error.h"
+
+namespace tributary {
+
+namespace {
+
+// Every block carries its size in a header of one alignment unit before the data, so the deleter (which LibTorch
+// calls with the data pointer only) knows whether the block is cacheable and in which bucket it belongs.
+constexpr size_t kAlignment = 64;
+
+class CachingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CachingCpuAllocator(size_t cap) { stats_.cap_bytes = cap; }
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override { return allocate_block(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+  c10::DataPtr allocate(size_t n) const override { return allocate_block(n); }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  CpuCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, blocks] : idle_)
+      for (void* base : blocks) std::free(base);
+    idle_.clear();
+    stats_.cached_bytes = 0;
+  }
+
+  static CachingCpuAllocator* instance;
+
+ private:
+  c10::DataPtr allocate_block(size_t n) const {
+    if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
+    void* base = n >= kMinCachedBytes ? take(n) : nullptr;
+    if (!base) {
+      if (posix_memalign(&base, kAlignment, n + kAlignment) != 0) throw std::bad_alloc();
+      std::memcpy(base, &n, sizeof n);
+    }
+    void* data = static_cast<char*>(base) + kAlignment;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  void* take(size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.find(n);
+    if (it == idle_.end() || it->second.empty()) {
+      stats_.misses += 1;
+      return nullptr;
+    }
+    void* base = it->second.back();
+    it->second.pop_back();
+    stats_.cached_bytes -= n;
+    stats_.hits += 1;
+    return base;
+  }
+
+  static void release(void* data) {
+    if (!data) return;
+    void* base = static_cast<char*>(data) - kAlignment;
+    size_t n;
+    std::memcpy(&n, base, sizeof n);
+    if (n < kMinCachedBytes || !instance->keep(base, n)) std::free(base);
+  }
+
+  // Caches a freed block unless it alone exceeds the cap; evicts the smallest idle blocks to make room.
+  bool keep(void* base, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n > stats_.cap_bytes) return false;
+    for (auto it = idle_.begin(); stats_.cached_bytes + n > stats_.cap_bytes && it != idle_.end();) {
+      while (!it->second.empty() && stats_.cached_bytes + n > stats_.cap_bytes) {
+        std::free(it->second.back());
+        it->second.pop_back();
+        stats_.cached_bytes -= it->first;
+      }
+      it = it->second.empty() ? idle_.erase(it) : std::next(it);
+    }
+    idle_[n].push_back(base);
+    stats_.cached_bytes += n;
+    return true;
+  }
+
+  mutable std::mutex mu_;
+  mutable std::map<size_t, std::vector<void*>> idle_;  // by exact size; a step reuses the sizes it freed
+  mutable CpuCacheStats stats_;
+};
+
+CachingCpuAllocator* CachingCpuAllocator::instance = nullptr;
+
+int64_t cap_from_environment() {
+  const char* mb = std::getenv("TRIBUTARY_CPU_CACHE_MB");
+  if (!mb || !*mb) return int64_t(2) << 30;
+  char* end = nullptr;
+  const long long v = std::strtoll(mb, &end, 10);
+  if (*end != '\0' || v < 0 || v > (int64_t(1) << 30))
+    fail("TRIBUTARY_CPU_CACHE_MB='{}' is not a size in MiB (0 turns the CPU tensor cache off)", mb);
+  return int64_t(v) << 20;
+}
+
+}  // namespace
+
+bool install_cpu_caching_allocator(int64_t cap_bytes) {
+  static std::once_flag once;
+  static bool installed = false;
+  std::call_once(once, [&] {
+    const int64_t cap = cap_bytes >= 0 ? cap_bytes : cap_from_environment();
+    if (cap == 0) return;
+    // Never destroyed: tensors may outlive main's locals and free into it during static destruction.
+    CachingCpuAllocator::instance = new CachingCpuAllocator(size_t(cap));
+    c10::SetCPUAllocator(CachingCpuAllocator::instance, /*priority=*/1);
+    installed = true;
+  });
+  return installed;
+}
+
+CpuCacheStats cpu_cache_stats() {
+  return CachingCpuAllocator::instance ? CachingCpuAllocator::instance->stats() : CpuCacheStats{};
+}
+
+void release_cpu_cache() {
+  if (CachingCpuAllocator::instance) CachingCpuAllocator::instance->clear();
+}
+
+}  // namespace tributary
