@@ -3,11 +3,11 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <new>
 #include <vector>
 
 #include "tributary/core/error.h"
@@ -32,12 +32,12 @@ class CachingCpuAllocator final : public c10::Allocator {
 #endif
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
-  CpuCacheStats stats() {
+  CpuCacheStats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
   }
 
-  void clear() {
+  void clear() const {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [size, blocks] : idle_)
       for (void* base : blocks) std::free(base);
@@ -52,11 +52,25 @@ class CachingCpuAllocator final : public c10::Allocator {
     if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     void* base = n >= kMinCachedBytes ? take(n) : nullptr;
     if (!base) {
-      if (posix_memalign(&base, kAlignment, n + kAlignment) != 0) throw std::bad_alloc();
+      base = fresh(n);
       std::memcpy(base, &n, sizeof n);
     }
     void* data = static_cast<char*>(base) + kAlignment;
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  // A block from the C allocator; when that fails, the idle blocks go back to it and it is asked once more (as the
+  // CUDA caching allocator frees its cache before reporting out of memory).
+  void* fresh(size_t n) const {
+    void* base = nullptr;
+    const bool too_big = n > SIZE_MAX - kAlignment;
+    if (!too_big && posix_memalign(&base, kAlignment, n + kAlignment) == 0) return base;
+    const size_t idle = stats().cached_bytes;
+    clear();
+    if (!too_big && posix_memalign(&base, kAlignment, n + kAlignment) == 0) return base;
+    TORCH_CHECK(false, "CPU out of memory: could not allocate ", n, " bytes for a tensor (", idle,
+                " bytes of idle cached blocks were released first). Use a smaller batch or model, or fewer workers "
+                "per machine.");
   }
 
   void* take(size_t n) const {

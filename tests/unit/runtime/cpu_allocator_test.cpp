@@ -65,3 +65,18 @@ TEST(CpuAllocator, TensorsComputeTheSameThroughTheCache) {
   }
   EXPECT_GE(cpu_cache_stats().hits, hits + 2);
 }
+
+TEST(CpuAllocator, OutOfMemoryReleasesTheCacheAndSaysHowMuchWasAsked) {
+  ASSERT_TRUE(install_cpu_caching_allocator(64 * kMiB));
+  { auto t = floats(2 * kMiB); }
+  ASSERT_GE(cpu_cache_stats().cached_bytes, size_t(2 * kMiB));
+  try {
+    auto t = torch::empty({int64_t(1) << 50});  // 4 PiB: more than any address space holds
+    FAIL() << "a 4 PiB tensor was allocated";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    EXPECT_NE(msg.find("CPU out of memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(int64_t(4) << 50)), std::string::npos) << "names the bytes asked: " << msg;
+  }
+  EXPECT_EQ(cpu_cache_stats().cached_bytes, 0u) << "the idle blocks went back before giving up";
+}
