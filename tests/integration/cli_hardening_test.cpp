@@ -135,6 +135,13 @@ TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
   expect_user_error(tiny_train + " --set train.run_dir=afile", "is a file");
   expect_user_error(tiny_train + " --set train.run_dir=/proc/trib_run", "cannot create train.run_dir");
   expect_user_error("eval", "checkpoint");  // a CLI11 parse error: exit 2 with an [ERROR] line, not 106
+  {  // the CPU tensor cache's cap comes from the environment: a bad one is named, before anything runs
+    auto [rc, out] = test_support::run_shell("cd " + work_dir().string() +
+                                             " && TRIBUTARY_CPU_CACHE_MB=lots timeout 120 " + TRIBUTARY_CLI + " eval run");
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_EQ(error_lines(out), 1) << out;
+    EXPECT_NE(out.find("TRIBUTARY_CPU_CACHE_MB='lots'"), std::string::npos) << out;
+  }
 }
 
 // Every numeric flag of every subcommand at 0, negative and huge (and NaN and infinity for the real-valued ones; an

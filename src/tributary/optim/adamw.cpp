@@ -35,7 +35,9 @@ namespace {
 // results agree to rounding (not bit for bit: ATen's vector kernels may fuse a multiply-add).
 bool fusable(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v) {
   for (const auto* t : {&p, &g, &m, &v})
-    if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous()) return false;
+    if (!t->device().is_cpu() || t->layout() != torch::kStrided || t->scalar_type() != torch::kFloat32 ||
+        !t->is_contiguous())
+      return false;
   return g.numel() == p.numel();
 }
 
