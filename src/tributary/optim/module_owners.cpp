@@ -1,6 +1,7 @@
 #include "tributary/optim/module_owners.h"
 
 #include <cmath>
+#include <exception>
 
 #include "tributary/core/error.h"
 
@@ -119,7 +120,8 @@ void OwnerUpload::reduce(const OwnedRound& r) {
   // sends[o]: from this worker to owner o; recvs[w]: from worker w to this owner.
   std::vector<Message> sends(n), recvs(n);
   std::vector<std::vector<bool>> touched;
-  std::string failure;
+  std::exception_ptr failure;  // this worker's exchange failed; with a gate, the verdict says what that means
+  std::string why;
   try {
     touched = who_touched(r, group_);
     for (size_t i = 0; i < M; ++i) {
@@ -136,22 +138,17 @@ void OwnerUpload::reduce(const OwnedRound& r) {
     }
     for (auto& p : pending) p.wait();
   } catch (const NetworkError& e) {
-    if (!gate_) {
-      if (feedback_) feedback_->discard();  // the round fails: what was encoded may not have arrived
-      throw;
-    }
-    failure = e.what();
+    failure = std::current_exception();
+    why = e.what();
   } catch (...) {
     if (feedback_) feedback_->discard();
     throw;
   }
-  if (gate_ && !gate_()) {
-    if (feedback_) feedback_->discard();
-    throw ExchangeAborted(failure.empty() ? std::string("a worker died during the exchange") : failure);
-  }
-  if (!failure.empty()) {  // nobody died, yet this worker's exchange failed
-    if (feedback_) feedback_->discard();
-    throw NetworkError(failure);
+  const bool all_alive = !gate_ || gate_();
+  if (failure || !all_alive) {
+    if (feedback_) feedback_->discard();  // the round is not applied: what was encoded may not have arrived
+    if (all_alive) std::rethrow_exception(failure);  // nobody died, yet this worker's exchange failed
+    throw ExchangeAborted(failure ? why : "a worker died during the exchange");
   }
   if (feedback_) feedback_->commit();
   for (auto& m : recvs) {

@@ -21,8 +21,9 @@
 namespace tributary {
 
 // The round's agreement (DiPaCo's worker asks the task queue for a verdict): called once every message of this worker
-// has arrived, or its exchange failed. It returns whether to apply: false when a worker died during the exchange. Nothing is applied before it answers (a message can arrive while its sender dies before sending the
-// rest), so either every survivor applies the round or none does and the round's exchange runs again.
+// has arrived, or its exchange failed. It returns whether to apply: false when a worker died during the exchange.
+// Nothing is applied before it answers (a message can arrive while its sender dies before sending the rest), so
+// either every survivor applies the round or none does and the round's exchange runs again.
 using ExchangeGate = std::function<bool()>;
 
 // The gate said no: nothing was applied and this worker's error feedback is as before the round.

@@ -76,12 +76,13 @@ class CachingCpuAllocator final : public c10::Allocator {
   void* take(size_t n) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = idle_.find(n);
-    if (it == idle_.end() || it->second.empty()) {
+    if (it == idle_.end()) {
       stats_.misses += 1;
       return nullptr;
     }
     void* base = it->second.back();
     it->second.pop_back();
+    if (it->second.empty()) idle_.erase(it);  // no empty buckets: keep() evicts from the first one
     stats_.cached_bytes -= n;
     stats_.hits += 1;
     return base;
@@ -99,13 +100,12 @@ class CachingCpuAllocator final : public c10::Allocator {
   bool keep(void* base, size_t n) {
     std::lock_guard<std::mutex> lock(mu_);
     if (n > stats_.cap_bytes) return false;
-    for (auto it = idle_.begin(); stats_.cached_bytes + n > stats_.cap_bytes && it != idle_.end();) {
-      while (!it->second.empty() && stats_.cached_bytes + n > stats_.cap_bytes) {
-        std::free(it->second.back());
-        it->second.pop_back();
-        stats_.cached_bytes -= it->first;
-      }
-      it = it->second.empty() ? idle_.erase(it) : std::next(it);
+    while (stats_.cached_bytes + n > stats_.cap_bytes) {  // n <= cap: some block is idle while this holds
+      auto smallest = idle_.begin();
+      std::free(smallest->second.back());
+      smallest->second.pop_back();
+      stats_.cached_bytes -= smallest->first;
+      if (smallest->second.empty()) idle_.erase(smallest);
     }
     idle_[n].push_back(base);
     stats_.cached_bytes += n;
@@ -113,7 +113,7 @@ class CachingCpuAllocator final : public c10::Allocator {
   }
 
   mutable std::mutex mu_;
-  mutable std::map<size_t, std::vector<void*>> idle_;  // by exact size; a step reuses the sizes it freed
+  mutable std::map<size_t, std::vector<void*>> idle_;  // by exact size (never an empty bucket); a step reuses the sizes it freed
   mutable CpuCacheStats stats_;
 };
 

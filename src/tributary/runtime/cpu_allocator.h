@@ -33,7 +33,7 @@ bool install_cpu_caching_allocator(int64_t cap_bytes = -1);
 
 CpuCacheStats cpu_cache_stats();
 
-// Frees every idle cached block (a program about to fork workers, or a test).
+// Frees every idle cached block (tests start from an empty cache with it; an allocation that fails does it too).
 void release_cpu_cache();
 
 }  // namespace tributary

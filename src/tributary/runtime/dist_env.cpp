@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <csignal>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
@@ -120,24 +120,30 @@ DistEnv resolve_dist_env_from_process() {
   return resolve_dist_env(env);
 }
 
+namespace {
+
+// Whether TRIBUTARY_FAIL_RANK names `rank` (one rank, or several: "0,1", a whole machine lost) and the variable `at`
+// holds `when`.
+bool injected_here(int rank, const char* at, int64_t when) {
+  const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
+  const char* value = std::getenv(at);
+  if (!failing_rank || !value || std::atoll(value) != when) return false;
+  const auto ranks = split_list(failing_rank);
+  return std::find(ranks.begin(), ranks.end(), std::to_string(rank)) != ranks.end();
+}
+
+}  // namespace
+
 void maybe_inject_failure(int rank, int64_t step) {
-  static const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
-  static const char* at = std::getenv("TRIBUTARY_FAIL_STEP");
-  static const char* mode = std::getenv("TRIBUTARY_FAIL_MODE");
-  if (!failing_rank || !at || std::atoll(at) != step) return;
-  const auto ranks = split_list(failing_rank);  // one rank, or several: "0,1" (a whole machine lost)
-  if (std::find(ranks.begin(), ranks.end(), std::to_string(rank)) == ranks.end()) return;
+  if (!injected_here(rank, "TRIBUTARY_FAIL_STEP", step)) return;
+  const char* mode = std::getenv("TRIBUTARY_FAIL_MODE");
   const std::string how = mode ? mode : "kill";
   if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
   ::raise(how == "stop" ? SIGSTOP : SIGKILL);
 }
 
 void maybe_inject_exchange_failure(int rank, int64_t round) {
-  static const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
-  static const char* at = std::getenv("TRIBUTARY_FAIL_EXCHANGE");
-  if (!failing_rank || !at || std::atoll(at) != round) return;
-  const auto ranks = split_list(failing_rank);
-  if (std::find(ranks.begin(), ranks.end(), std::to_string(rank)) == ranks.end()) return;
+  if (!injected_here(rank, "TRIBUTARY_FAIL_EXCHANGE", round)) return;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ::raise(SIGKILL);
 }

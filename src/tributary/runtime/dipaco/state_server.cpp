@@ -26,8 +26,7 @@ StateServer::~StateServer() {
 
 void StateServer::serve() {
   try {
-    bool in_gap = false;  // ask{n} missing while ask{n + 1} is there, since gap_since
-    Clock::time_point gap_since = Clock::now();
+    Clock::time_point gap_since{};  // since when ask{n} is missing while ask{n + 1} is there; {}: no gap
     int64_t idle_polls = 0;
     for (int64_t n = 0; !stop_;) {
       const std::string ask = base(rank_) + fmt::format("ask{}", n);
@@ -36,10 +35,9 @@ void StateServer::serve() {
         // a gap that lasts is skipped (a live asker writes its request right after taking the number). Looked at
         // every 25th poll: one store request per poll while idle.
         if (++idle_polls % 25 == 0 && store_.check({base(rank_) + fmt::format("ask{}", n + 1)})) {
-          if (!in_gap) gap_since = Clock::now();
-          in_gap = true;
+          if (gap_since == Clock::time_point{}) gap_since = Clock::now();
           if (seconds_since(gap_since) > kGapS) {
-            in_gap = false;
+            gap_since = {};
             ++n;
             continue;
           }
@@ -47,7 +45,7 @@ void StateServer::serve() {
         std::this_thread::sleep_for(kPoll);
         continue;
       }
-      in_gap = false;
+      gap_since = {};
       const std::string what = store_.get(ask);
       store_.remove(ask);
       std::optional<std::string> bytes;
