@@ -113,7 +113,8 @@ class CachingCpuAllocator final : public c10::Allocator {
   }
 
   mutable std::mutex mu_;
-  mutable std::map<size_t, std::vector<void*>> idle_;  // by exact size (never an empty bucket); a step reuses the sizes it freed
+  // By exact size, never an empty bucket: a step reuses the sizes it freed.
+  mutable std::map<size_t, std::vector<void*>> idle_;
   mutable CpuCacheStats stats_;
 };
 

@@ -77,7 +77,8 @@ TEST(GoldenAdamW, MatchesPyTorchOnFixedGradients) {
     const std::string path = dtype == torch::kFloat32 ? "one pass" : "composite";
     auto matrix = to_torch(golden.at("matrix")).to(dtype).set_requires_grad(true);
     auto vector = to_torch(golden.at("vector")).to(dtype).set_requires_grad(true);
-    AdamW opt({{"matrix", matrix}, {"vector", vector}}, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+    AdamW opt({{"matrix", matrix}, {"vector", vector}},
+              {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
     for (int i = 0; i < 3; ++i) {
       matrix.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".matrix")).to(dtype);
       vector.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".vector")).to(dtype);
