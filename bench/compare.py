@@ -1,11 +1,11 @@
 """./run bench: the C++ trainer step vs PyTorch eager (Python) on the same model, batch and threads, side by side in
 one run, plus MFU against the matmul peak measured in the same run. Measures; asserts nothing about time.
 
-Usage: python3 bench/compare.py --build BUILD [--steps N] [--repeats R] [--device cuda] [--compile] [--python PY]
+Usage: python3 bench/compare.py --build BUILD [--steps N] [--repeats R] [--device cuda] [--no-compile] [--python PY]
        [--configs default,100m] [--out FILE.json]
---repeats runs each pair R times (C++ and Python alternating) and reports the median ratio and its spread.
---compile also times torch.compile (PyTorch 2.x) on the same model. --python names the interpreter that has torch
-(Debian's /usr/bin/python3 here; the GPU machine's own python3 there)."""
+--repeats runs each pair R times (C++, eager and torch.compile alternating) and reports the median ratio and its
+spread. torch.compile (inductor; on the CPU it generates C++ with the machine's g++) is timed beside eager unless
+--no-compile. --python names the interpreter whose PyTorch the build links (./run bench passes it)."""
 import argparse
 import json
 import os
@@ -43,11 +43,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--compile", action="store_true", default=True, help=argparse.SUPPRESS)  # the old spelling
+    ap.add_argument("--python", default="python3")
     ap.add_argument("--configs", default=None, help=f"comma-separated keys of {list(CONFIGS)}")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

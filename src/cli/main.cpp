@@ -9,6 +9,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/cpu_allocator.h"
+#include "tributary/runtime/platform.h"
 
 namespace {
 
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", [] { return tributary::platform_report(); },
+                       "Tributary's version, the LibTorch it runs on, its BLAS and threads, and CUDA devices");
   tributary::cli::add_train(app);
   tributary::cli::add_eval(app);
   tributary::cli::add_generate(app);

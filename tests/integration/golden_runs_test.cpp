@@ -12,8 +12,8 @@
 // grid on one worker (a fixed task order) is compared bit for bit, hashes included.
 //
 // Bit-exactness holds for one corpus and one floating-point platform (BLAS kernels, vector width). The goldens carry
-// a fingerprint of both: with another corpus the test skips (nothing comparable); with another platform it compares
-// the losses to 1e-3 relative and skips the hashes, and says so. Record again (only when a change is *meant* to
+// a fingerprint of both: with another corpus the test skips (nothing comparable; under CI=true it fails instead); with
+// another platform it compares the losses to 1e-3 relative and skips the hashes, and says so. Record again (only when a change is *meant* to
 // change the numbers, and say why in the commit) with:
 //   TRIBUTARY_GOLDEN_RECORD=1 ./build/tributary_tests --gtest_filter='GoldenRuns.*'
 #include <gtest/gtest.h>
@@ -216,6 +216,11 @@ TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
   }
   ASSERT_TRUE(fs::exists(golden_file())) << "no goldens: record them with TRIBUTARY_GOLDEN_RECORD=1";
   const json golden = json::parse(read_file(golden_file()));
+  // CI must compare: a corpus that changed under it is a failure there, not a quiet skip.
+  if (golden["fingerprint"]["data"] != fingerprint["data"] && std::getenv("CI"))
+    FAIL() << "CI=true and the test corpus differs from the one the goldens were recorded on (" << fingerprint["data"]
+           << " vs " << golden["fingerprint"]["data"] << "): nothing comparable; record them again on purpose "
+           << "(TRIBUTARY_GOLDEN_RECORD=1) if the corpus was meant to change";
   if (golden["fingerprint"]["data"] != fingerprint["data"])
     GTEST_SKIP() << "the test corpus differs from the one the goldens were recorded on (" << fingerprint["data"]
                  << " vs " << golden["fingerprint"]["data"] << "): nothing comparable";

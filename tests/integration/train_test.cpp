@@ -267,12 +267,12 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   for (const auto& [name, view] : exported.tensors()) EXPECT_EQ(name.find("aux"), std::string::npos) << name;
   EXPECT_NE(read_file(hf / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
   EXPECT_NE(read_file(hf / "tributary_tokenizer.json").find("\"byte\""), std::string::npos);
-  {  // the Python proof: plain PyTorch with modeling_llama's formulas, from the exported files alone, gives our logits
+  {  // transformers' LlamaForCausalLM, from the exported files alone, gives our logits
     const LoadedModel trained = load_model(full.run_dir.string(), torch::kCPU);
     auto tokens = torch::randint(257, {2, 24}, torch::kInt64);
     torch::NoGradGuard no_grad;
     const auto ours = trained.model->forward(tokens);
-    const auto theirs = test_support::hf_python_logits(hf, tokens, 257);
+    const auto theirs = test_support::transformers_logits(hf, tokens, 257);
     EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4)) << (ours - theirs).abs().max().item<double>();
   }
   // import reads the export back as a checkpoint of ours: its export is the same bytes, its eval the same loss

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-.gpu/out}; mkdir -p "$OUT"
 B=build-cuda
 PY=$(command -v python3)
-TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')  # for the probe; CMake finds it itself
 export LD_LIBRARY_PATH="$PWD/.gpu/deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 status=0
 for stage in "$@"; do
@@ -23,7 +23,7 @@ for stage in "$@"; do
         ls "$(dirname "$TORCH_PREFIX")/../include" | tr '\n' ' '; echo; } 2>&1 | tee "$OUT/probe.txt" ;;
     build)
       TORCH_CUDA_ARCH_LIST=9.0 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIBUTARY_WERROR=OFF \
-        -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$PWD/.gpu/deps" -DTRIBUTARY_PYTHON="$PY" -DTRIBUTARY_TESTDATA_FROM="$PWD/.gpu/testdata" > "$OUT/configure.log" 2>&1 \
+        -DCMAKE_PREFIX_PATH="$PWD/.gpu/deps" -DTRIBUTARY_PYTHON="$PY" -DTRIBUTARY_TESTDATA_FROM="$PWD/.gpu/testdata" > "$OUT/configure.log" 2>&1 \
         || { tail -40 "$OUT/configure.log"; status=1; break; }
       grep "Tributary:" "$OUT/configure.log"
       start=$(date +%s)
@@ -37,7 +37,7 @@ for stage in "$@"; do
       echo "tests: $(( $(date +%s) - start )) s"
       grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/test.log" | head -40 ;;
     bench)
-      $PY bench/compare.py --build $B --device cuda --python "$PY" --compile --repeats "${REPEATS:-3}" \
+      $PY bench/compare.py --build $B --device cuda --python "$PY" --repeats "${REPEATS:-3}" \
         --steps "${STEPS:-20}" --configs "${CONFIGS:-default,100m}" --out "$OUT/bench_gpu.json" 2>&1 \
         | tee "$OUT/bench.txt" ;;
     train)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs the Debian build dependencies that a GPU machine lacks (CLI11, nlohmann-json, toml++, fmt, xxhash,
+# Packs the Debian build dependencies that a GPU machine without network access lacks (CLI11, nlohmann-json, toml++, fmt, xxhash,
 # SentencePiece, zlib, GoogleTest: headers, CMake configs, libraries) into a prefix, .gpu/deps, that travels with
 # the working tree (`carry: [".gpu"]`) and goes on CMAKE_PREFIX_PATH there. The libraries are Debian 12's, built
 # with the C++11 ABI that PyTorch 2.x wheels use too. Run here after ./run setup; see tools/gpu/cuda_check.sh.
@@ -20,34 +20,7 @@ cp -a $L/cmake/fmt $L/cmake/tomlplusplus $L/cmake/GTest "$D/lib/x86_64-linux-gnu
 cp -a /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$D/share/cmake/"
 du -sh "$D"
 
-# PyTorch wheels ship c10d's ProcessGroupGloo.hpp but not the Gloo headers it includes. Debian's Gloo (2022) stands
-# in: we only construct the group (its code is in libtorch) and read Options, whose layout does not depend on Gloo's
-# internals. Its rendezvous::Store predates the "v2" virtuals that c10d's GlooStore overrides, and declares an
-# out-of-line destructor; add both, as newer Gloo has them.
+# Gloo's headers, as ./run setup gets them on a networked machine (libgloo-dev): CMakeLists.txt explains why Debian's
+# stand in for the wheel's and the test gloo.abi proves no code of ours is compiled from them.
 cp -a /usr/include/gloo "$D/include/"
-python3 - "$D/include/gloo/rendezvous/store.h" <<'PY'
-import sys
-p = sys.argv[1]; s = open(p).read()
-s = s.replace('#include "gloo/common/logging.h"', '#include <cstdint>\n#include "gloo/common/error.h"\n#include "gloo/common/logging.h"')
-s = s.replace("virtual ~Store();", "virtual ~Store() = default;")
-v2 = '''
-  virtual bool has_v2_support() { return false; }
-  virtual std::vector<std::vector<char>> multi_get(const std::vector<std::string>&) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("this store doesn't support multi_get");
-  }
-  virtual void multi_set(const std::vector<std::string>&, const std::vector<std::vector<char>>&) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("this store doesn't support multi_set");
-  }
-  virtual void append(const std::string&, const std::vector<char>&) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("this store doesn't support append");
-  }
-  virtual int64_t add(const std::string&, int64_t) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("this store doesn't support add");
-  }
-};
-'''
-i = s.rindex("};")
-s = s[:i] + v2.lstrip("\n") + s[i + 2:]
-open(p, "w").write(s)
-PY
 du -sh "$D"

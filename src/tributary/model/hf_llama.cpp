@@ -150,6 +150,17 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     fail("{}: rope_scaling = {}: only plain RoPE is supported", origin, j["rope_scaling"].dump());
   c.rope_theta = j.value("rope_theta", 10000.0);
+  // transformers >= 5 writes RoPE's settings as one object, {"rope_type": "default", "rope_theta": ...}.
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const auto& rope = j["rope_parameters"];
+    if (!rope.is_object() || rope.value("rope_type", std::string("default")) != "default")
+      fail("{}: rope_parameters = {}: only plain RoPE (rope_type \"default\") is supported", origin, rope.dump());
+    if (rope.contains("rope_theta")) {
+      if (!rope["rope_theta"].is_number() || rope["rope_theta"].get<double>() <= 0)
+        fail("{}: rope_parameters.rope_theta = {} must be a positive number", origin, rope["rope_theta"].dump());
+      c.rope_theta = rope["rope_theta"].get<double>();
+    }
+  }
   c.norm_eps = j.value("rms_norm_eps", 1e-6);
   c.tie_embeddings = j.value("tie_word_embeddings", false);
   return c;

@@ -1,6 +1,7 @@
 // The Hugging Face Llama layout (model/hf_llama.h) against an independent Llama forward pass written from the
 // Hugging Face formulas (modeling_llama: RMSNorm, rotate_half RoPE with inv_freq = theta^(-2i/D), causal softmax of
-// q k^T / sqrt(D), SwiGLU = down(silu(gate x) * up x)) over the exported tensors only: its logits equal ours.
+// q k^T / sqrt(D), SwiGLU = down(silu(gate x) * up x)) over the exported tensors only, and against transformers'
+// LlamaForCausalLM itself, both ways: it loads our export, and its own checkpoints import into ours.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 #include "support/hf_python.h"
 #include "tributary/core/fs.h"
 #include "tributary/model/hf_llama.h"
+#include "tributary/runtime/hf_import.h"
+#include "tributary/runtime/inference.h"
 
 using namespace tributary;
 
@@ -99,32 +102,60 @@ TEST(HfLlama, ExportedTensorsComputeOurLogitsWithTheHuggingFaceFormulas) {
   }
 }
 
-TEST(HfLlama, PlainPyTorchComputesOurLogitsFromTheExportedFilesAlone) {
-  // tests/reference/hf_llama_logits.py reads config.json and model.safetensors with a few lines of Python and runs
-  // modeling_llama's forward pass (repeat_kv for grouped-query attention) in python3-torch. Weights are drawn large
-  // (std 0.3, norm gains too) so that a misplaced head or row changes the logits by far more than the tolerance.
-  for (const auto& [tied, kv_heads] : {std::pair{true, 0}, std::pair{false, 2}}) {
-    torch::manual_seed(7);
+TEST(HfLlama, TransformersLoadsOurExportAndComputesOurLogits) {
+  // transformers' LlamaForCausalLM.from_pretrained reads config.json and model.safetensors as we write them
+  // (tests/reference/hf_llama_logits.py, offline). Weights are drawn large (std 0.3, norm gains too) so that a
+  // misplaced head or row changes the logits by far more than the tolerance.
+  const std::vector<std::pair<bool, int64_t>> variants = {{true, 0}, {false, 0}, {true, 2}, {false, 2}};
+  torch::manual_seed(7);
+  auto tokens = torch::randint(61, {2, 16}, torch::kInt64);
+  std::vector<torch::Tensor> ours;
+  std::vector<fs::path> dirs;
+  for (const auto& [tied, kv_heads] : variants) {
     ModelConfig c = llama_like(tied);
-    c.num_kv_heads = kv_heads;
+    c.num_kv_heads = kv_heads;  // 2 of 4: grouped-query attention
     Transformer model(c);
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& p : model.parameters()) p.copy_(torch::randn_like(p) * 0.3);
-    }
-    const fs::path dir = fs::temp_directory_path() / fmt::format("hf_python_{}_{}", ::getpid(), kv_heads);
-    fs::create_directories(dir);
-    write_file_atomic(dir / "config.json", hf_llama_config_json(c));
-    write_file_atomic(dir / "model.safetensors", tensors_to_safetensors(to_hf_llama(model), {{"format", "pt"}}));
-    auto tokens = torch::randint(c.vocab_size, {2, c.context}, torch::kInt64);
-    const auto theirs = test_support::hf_python_logits(dir, tokens, c.vocab_size);
-    fs::remove_all(dir);
     torch::NoGradGuard no_grad;
-    const auto ours = model.forward(tokens);
-    EXPECT_GT(ours.abs().max().item<double>(), 1.0);  // logits far from 0: the comparison means something
-    EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4))
-        << "kv heads " << kv_heads << " max diff " << (ours - theirs).abs().max().item<double>();
+    for (auto& p : model.parameters()) p.copy_(torch::randn_like(p) * 0.3);
+    dirs.push_back(fs::temp_directory_path() / fmt::format("hf_export_{}_{}_{}", ::getpid(), tied, kv_heads));
+    fs::create_directories(dirs.back());
+    write_file_atomic(dirs.back() / "config.json", hf_llama_config_json(c));
+    write_file_atomic(dirs.back() / "model.safetensors", tensors_to_safetensors(to_hf_llama(model), {{"format", "pt"}}));
+    ours.push_back(model.forward(tokens));
   }
+  const auto theirs = test_support::transformers_logits(dirs, tokens, 61);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    fs::remove_all(dirs[i]);
+    EXPECT_GT(ours[i].abs().max().item<double>(), 1.0);  // logits far from 0: the comparison means something
+    EXPECT_TRUE(torch::allclose(ours[i], theirs[i], 1e-4, 1e-4))
+        << "tied " << variants[i].first << " kv heads " << variants[i].second << " max diff "
+        << (ours[i] - theirs[i]).abs().max().item<double>();
+  }
+}
+
+TEST(HfLlama, ALlamaMadeByTransformersImportsWithItsLogits) {
+  // A random LlamaForCausalLM saved by transformers itself (rope_parameters, head_dim, several safetensors shards and
+  // an index) goes through `tributary import`; the imported checkpoint computes transformers' own logits.
+  const fs::path base = fs::temp_directory_path() / fmt::format("hf_made_{}", ::getpid());
+  fs::remove_all(base);
+  torch::manual_seed(8);
+  auto tokens = torch::randint(257, {2, 24}, torch::kInt64);
+  test_support::make_transformers_llamas(base, tokens, "mha-tied,mha-untied,gqa-tied,gqa-untied");
+  for (const char* variant : {"mha-tied", "mha-untied", "gqa-tied", "gqa-untied"}) {
+    const fs::path made = base / variant, run = base / (std::string(variant) + "-run");
+    EXPECT_TRUE(fs::exists(made / "model.safetensors.index.json")) << variant;
+    import_hf(made, run, "data/default");
+    const LoadedModel imported = load_model(run.string(), torch::kCPU);
+    EXPECT_EQ(imported.model->config().num_kv_heads, std::string(variant).starts_with("gqa") ? 2 : 0) << variant;
+    EXPECT_EQ(imported.model->config().tie_embeddings, std::string(variant).ends_with("-tied")) << variant;
+    torch::NoGradGuard no_grad;
+    const auto ours = imported.model->forward(tokens);
+    const auto theirs = test_support::read_logits(base / (std::string(variant) + ".f32"), tokens, 257);
+    EXPECT_GT(theirs.abs().max().item<double>(), 1.0) << variant;
+    EXPECT_TRUE(torch::allclose(ours, theirs, 1e-4, 1e-4))
+        << variant << " max diff " << (ours - theirs).abs().max().item<double>();
+  }
+  fs::remove_all(base);
 }
 
 TEST(HfLlama, AModelWithoutALlamaCounterpartIsRefusedNamingTheKey) {
