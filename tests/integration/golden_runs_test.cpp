@@ -31,7 +31,6 @@
 #include "tributary/data/dataset.h"
 #include "tributary/data/corpus.h"
 #include "shell.h"
-#include "test_corpus.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
@@ -40,7 +39,9 @@ using nlohmann::json;
 namespace {
 
 fs::path work() { return fs::temp_directory_path() / ("trib_golden_" + std::to_string(::getpid())); }
-fs::path data() { return test_support::test_data_dir((fs::temp_directory_path() / "trib_integration" / "data").string()); }
+// The corpus is tests/golden/corpus (committed text, tests/golden/CORPUS.md), not the integration tests' corpus: that one
+// is built from Debian's text packages and changes with their versions, which would make the goldens incomparable.
+fs::path data() { return work() / "corpus"; }
 fs::path golden_file() { return fs::path(TRIBUTARY_SOURCE_DIR) / "tests" / "golden" / "runs.json"; }
 const std::string cli = TRIBUTARY_CLI;
 
@@ -199,7 +200,8 @@ class GoldenRuns : public ::testing::Test {
  protected:
   void SetUp() override {
     fs::create_directories(work());
-    test_support::ensure_test_corpus(data());
+    run_ok(cli + " data build " + TRIBUTARY_SOURCE_DIR + "/tests/golden/corpus --val-permille 100 --out " +
+           data().string());
   }
   void TearDown() override { fs::remove_all(work()); }
 };

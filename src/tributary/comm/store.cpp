@@ -69,50 +69,15 @@ Store Store::connect(const std::string& master_addr, int master_port, int rank, 
   return store;
 }
 
-namespace {
-
-// c10d's store server reads a request with blocking reads once its first bytes arrived: a client that stops in the
-// middle of one (its link cut, or the process frozen between two sends) held every other client's request until it
-// came back — a cut-link test hung the whole run that way. Sockets a listener accepts inherit its receive timeout:
-// with one set, a request that stalls for `stall` fails, and the server closes that client's connection and goes
-// on (the client's next store operation fails: a NetworkError). An idle client is not affected: the server polls
-// before it reads.
-void limit_stalled_requests(int port, std::chrono::milliseconds stall) {
-  const timeval limit{.tv_sec = static_cast<time_t>(stall.count() / 1000),
-                      .tv_usec = static_cast<suseconds_t>((stall.count() % 1000) * 1000)};
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc/self/fd", ec)) {
-    int fd = -1;
-    try {
-      fd = std::stoi(entry.path().filename().string());
-    } catch (const std::exception&) {
-      continue;
-    }
-    int accepting = 0;
-    socklen_t size = sizeof(accepting);
-    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) continue;
-    sockaddr_storage address{};
-    socklen_t length = sizeof(address);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
-    const int bound = address.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
-                      : address.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port)
-                                                     : -1;
-    if (bound == port) ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  }
-}
-
-}  // namespace
-
-Store Store::host(int port, std::chrono::milliseconds timeout, std::chrono::milliseconds stall) {
+Store Store::host(int port, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = true;
   opts.waitWorkers = false;
   opts.timeout = timeout;
+  opts.useLibUV = true;  // the default since PyTorch 2.4, said here because the stalled-client guarantee rests on it
   try {
-    Store store(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts), -1);
-    limit_stalled_requests(port, stall);
-    return store;
+    return Store(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts), -1);
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, error_text(e)));
   }

@@ -32,11 +32,10 @@ class Store {
                        const std::string& prefix, std::chrono::milliseconds timeout);
 
   // The run's store server itself, for a process that is not a worker (tributary launch, tributary store): it lives
-  // as long as the returned Store, so workers may come and go, rank 0 included. A client that stops in the middle
-  // of a request for `stall` (a cut link, a frozen process) loses its connection instead of holding every other
-  // client's requests (store.cpp).
-  static Store host(int port, std::chrono::milliseconds timeout,
-                    std::chrono::milliseconds stall = std::chrono::seconds(5));
+  // as long as the returned Store, so workers may come and go, rank 0 included. It is c10d's libuv server, which
+  // reads every client without blocking: a client that stops in the middle of a request (a cut link, a frozen
+  // process) holds no other client's requests.
+  static Store host(int port, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::string& value);
   std::string get(const std::string& key);  // waits for the key up to the store's timeout

@@ -15,11 +15,11 @@
 using namespace tributary;
 
 TEST(StoreHost, AClientStalledInTheMiddleOfARequestDoesNotHoldTheOthers) {
-  // The first byte of a request, then nothing (a cut link; a process frozen between two sends). c10d's server then
-  // waits in a blocking read, and every other client's request with it: a cut-link test hung that way. With the
-  // stall limit the server drops the stalled client and serves the others.
+  // The first byte of a request, then nothing (a cut link; a process frozen between two sends). A server that read a
+  // request with blocking reads would wait there, and every other client's request with it: a cut-link test hung
+  // that way on LibTorch 1.13. c10d's libuv server reads each client without blocking.
   const int port = free_tcp_port();
-  auto host = comm::Store::host(port, std::chrono::seconds(5), std::chrono::milliseconds(500));
+  auto host = comm::Store::host(port, std::chrono::seconds(5));
   const int stalled = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{.sin_family = AF_INET, .sin_port = htons(static_cast<uint16_t>(port)),
                       .sin_addr = {htonl(INADDR_LOOPBACK)}, .sin_zero = {}};
@@ -28,13 +28,13 @@ TEST(StoreHost, AClientStalledInTheMiddleOfARequestDoesNotHoldTheOthers) {
   ASSERT_EQ(::send(stalled, &first, 1, 0), 1);
   auto client = comm::Store::connect("127.0.0.1", port, 0, 1, /*server_exists=*/true, "t", std::chrono::seconds(5));
   const auto start = std::chrono::steady_clock::now();
-  client.set("key", "value");
-  EXPECT_EQ(client.get("key"), "value");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
-  // The stalled client's connection was closed by the server.
-  const timeval wait{.tv_sec = 3, .tv_usec = 0};
-  ::setsockopt(stalled, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
-  char byte = 0;
-  EXPECT_EQ(::recv(stalled, &byte, 1, 0), 0) << "the server should have closed the stalled connection";
+  for (int i = 0; i < 20; ++i) {
+    client.set("key" + std::to_string(i), "value");
+    EXPECT_EQ(client.get("key" + std::to_string(i)), "value");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // The stalled client goes away mid-request; the server serves on.
   ::close(stalled);
+  client.set("after", "close");
+  EXPECT_EQ(client.get("after"), "close");
 }
