@@ -11,13 +11,6 @@
 #include "tributary/core/log.h"
 
 namespace tributary::comm {
-namespace {
-
-const std::string kPrefix = "ft/";
-constexpr auto kPoll = std::chrono::milliseconds(20);
-
-}  // namespace
-
 Membership::Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining,
                        std::chrono::milliseconds round_timeout)
     : store_(std::move(store)),
@@ -46,9 +39,9 @@ namespace {
 // Whether worker `id`'s launch reported a death of its current incarnation (deaths counted past the count that
 // incarnation started with).
 bool death_reported(Store& store, int id) {
-  const int64_t deaths = store.add(kPrefix + "lost/" + std::to_string(id), 0);
+  const int64_t deaths = store.add(Membership::kPrefix + "lost/" + std::to_string(id), 0);
   if (deaths == 0) return false;
-  const std::string inc_key = kPrefix + "incarnation/" + std::to_string(id);
+  const std::string inc_key = Membership::kPrefix + "incarnation/" + std::to_string(id);
   return deaths > (store.check({inc_key}) ? std::stoll(store.get(inc_key)) : 0);
 }
 

@@ -32,10 +32,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tributary/comm/heartbeat.h"
@@ -66,6 +67,9 @@ struct JoinRequest {
 
 class Membership {
  public:
+  // The prefix of every store key above.
+  inline static const std::string kPrefix = "ft/";
+
   // `heartbeat_store`: a second connection for the heartbeat thread. Every one of `world_size` ids starts a member;
   // `joining`: this process restarts id and becomes a member only through join().
   // `round_timeout`: a member that is alive but has not voted (or registered) after this long counts as missing, so
@@ -113,6 +117,8 @@ class Membership {
   ~Membership();
 
  private:
+  // Waits on the store poll at this period.
+  static constexpr auto kPoll = std::chrono::milliseconds(20);
   std::string key(const std::string& round, const std::string& what) const;
   void watch();  // the watcher thread: says when a member's heartbeat goes stale, as soon as it does
   std::vector<int> reported_lost(Store& store, const std::vector<int>& members,

@@ -11,13 +11,6 @@
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
-namespace {
-
-const std::string kPrefix = "ft/";
-constexpr auto kPoll = std::chrono::milliseconds(20);
-
-}  // namespace
-
 void Membership::admit(const std::vector<int>& joiners) {
   std::vector<int> next = members_;
   next.insert(next.end(), joiners.begin(), joiners.end());

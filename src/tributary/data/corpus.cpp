@@ -145,6 +145,23 @@ void add_bible(Corpus& corpus, int64_t max_bytes) {
   }
 }
 
+// Debian's Python standard library: /usr/lib/python3.11 on Debian 12, python3.13 on Debian 13; the newest present.
+fs::path debian_python_stdlib() {
+  fs::path best = "/usr/lib/python3";
+  int best_minor = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/usr/lib", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("python3.", 0) != 0 || !e.is_directory()) continue;
+    try {
+      const int minor = std::stoi(name.substr(8));
+      if (minor > best_minor) best_minor = minor, best = e.path();
+    } catch (const std::exception&) {
+    }
+  }
+  return best;
+}
+
 void add_fortunes(Corpus& corpus, int64_t max_bytes) {
   const fs::path dir = "/usr/share/games/fortunes";
   require(fs::is_directory(dir), "fortune files", "fortunes");
@@ -260,10 +277,8 @@ Corpus build_default_corpus(const DefaultCorpusOptions& options) {
   require(headers.size() > 100, "C headers under /usr/include", "libc6-dev");
   add_files(corpus, "c_headers", headers, cap, [](const fs::path& p) { return read_file(p); });
 
-  fs::path pylib = "/usr/lib/python3.11";
-  if (!fs::is_directory(pylib)) pylib = "/usr/lib/python3";
-  auto py = files_under(pylib, {".py"});
-  require(py.size() > 100, "the Python standard library sources", "libpython3.11-stdlib");
+  auto py = files_under(debian_python_stdlib(), {".py"});
+  require(py.size() > 100, "the Python standard library sources", "libpython3-stdlib");
   add_files(corpus, "python", py, cap, [](const fs::path& p) { return read_file(p); });
   return corpus;
 }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "tributary/core/log.h"
+#include "tributary/runtime/platform.h"
 
 namespace tributary {
 
@@ -80,9 +81,9 @@ BlasInfo blas_info() {
     }
     if (path.find("libblas.so") != std::string::npos) info.library = path;
   }
-  // No shared BLAS mapped at all: LibTorch carries its own (PyTorch wheels link MKL statically), which is optimized.
-  // Only a mapped reference libblas.so is the slow case worth a warning.
-  if (info.library.empty()) return {"built into LibTorch", true};
+  // No shared BLAS mapped at all: LibTorch carries its own (PyTorch's x86 wheels link MKL inside), which is
+  // optimized. Only a mapped reference libblas.so is the slow case worth a warning.
+  if (info.library.empty()) return {libtorch_blas() + " (inside LibTorch)", true};
   return info;
 }
 

@@ -43,6 +43,8 @@ std::string cuda_line() {
 
 }  // namespace
 
+std::string libtorch_blas() { return config_value(at::show_config(), "BLAS_INFO"); }
+
 std::string platform_report() {
   const std::string config = at::show_config();
   return fmt::format(

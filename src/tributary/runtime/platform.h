@@ -8,4 +8,7 @@ namespace tributary {
 
 std::string platform_report();
 
+// The BLAS LibTorch was built with (at::show_config's BLAS_INFO: "mkl" in PyTorch's x86 wheels, linked inside).
+std::string libtorch_blas();
+
 }  // namespace tributary

@@ -9,7 +9,7 @@ namespace {
 
 // Both sides poll (check + a short sleep) rather than block in the store's wait: a c10d wait that times out leaves its
 // connection expecting a reply that comes later, and the next request on it would read that instead.
-constexpr auto kPoll = std::chrono::milliseconds(10);
+constexpr auto kServePoll = std::chrono::milliseconds(10);
 constexpr double kGapS = 2.0;
 
 std::string base(int holder) { return fmt::format("dipaco/serve/w{}/", holder); }
@@ -42,7 +42,7 @@ void StateServer::serve() {
             continue;
           }
         }
-        std::this_thread::sleep_for(kPoll);
+        std::this_thread::sleep_for(kServePoll);
         continue;
       }
       gap_since = {};
@@ -76,7 +76,7 @@ std::optional<std::string> ask_holder(comm::Store& store, int holder, const std:
                 double(timeout.count()) / 1000);
       return std::nullopt;
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kServePoll);
   }
   std::string bytes = store.get(reply);
   store.remove(reply);

@@ -12,7 +12,7 @@
 namespace tributary {
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(50);
+constexpr auto kClaimPoll = std::chrono::milliseconds(50);
 const std::string kPrefix = "dipaco/";
 
 }  // namespace
@@ -88,7 +88,7 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
       store_.set_once(kPrefix + verdict_key, j.dump());
       break;
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kClaimPoll);
   }
   auto j = nlohmann::json::parse(get(verdict_key));
   Verdict v;
@@ -136,7 +136,7 @@ Verdict TaskQueue::decide(int64_t round, int64_t gen, const std::vector<int>& me
       }
       return v;
     }
-    std::this_thread::sleep_for(kPoll);
+    std::this_thread::sleep_for(kClaimPoll);
   }
 }
 
