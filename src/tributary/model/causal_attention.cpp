@@ -125,6 +125,11 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
              "causal_attention: q, k, v must share one (N, T, D) shape");
   const bool fused = fused_kernels_apply(q) && fused_kernels_apply(k) && fused_kernels_apply(v) &&
                      q.size(2) % kSmallGemmColumns == 0 && simd_kernels_supported();
+  if (fused && q.size(1) >= kCpuSdpaFromLength) {  // long sequences: LibTorch's flash kernel is faster (header)
+    return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0,
+                                            /*is_causal=*/true, /*scale=*/1.0)
+        .squeeze(0);
+  }
   if (fused) {
     TRIB_CHECK(block >= 0 && block % kSmallGemmColumns == 0, "causal_attention: block {} is not a multiple of {}", block,
                kSmallGemmColumns);

@@ -15,7 +15,8 @@
 // Shapes: q, k, v (N, T, D) with N = batch x heads; q already carries the 1/sqrt(D) scale. Rows attend to columns
 // j <= i (queries and keys of the same length). The kernel needs float32 on a CPU with AVX2 + FMA and D a multiple
 // of 16; otherwise (or with the fused path disabled, in tests): on CUDA with LibTorch 2.1+ PyTorch's fused attention,
-// elsewhere the composite formula, which is the reference semantics.
+// elsewhere the composite formula, which is the reference semantics. From kCpuSdpaFromLength on, the CPU too takes
+// LibTorch's own at::scaled_dot_product_attention, which is faster there (its flash kernel; measured per length).
 #pragma once
 
 #include <torch/torch.h>
@@ -29,5 +30,10 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // The query-block height the fused path uses: 16, 48 and 96 measured within noise of each other at T 128-1024
 // (docs/benchmarks.md §16); 16 wastes least of the diagonal blocks.
 inline constexpr int64_t kCausalAttentionBlock = 16;
+
+// The sequence length from which at::scaled_dot_product_attention beats the lower-triangle kernel on the CPU
+// (PyTorch 2.13, head dim 64, 2 threads, forward + backward: ours 2.9x / 2.4x / 1.6x faster at T 128 / 256 / 512,
+// SDPA 1.1x faster at 1024; docs/benchmarks.md §0, `build/bench_attention`).
+inline constexpr int64_t kCpuSdpaFromLength = 1024;
 
 }  // namespace tributary

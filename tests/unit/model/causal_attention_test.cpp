@@ -56,6 +56,20 @@ TEST(CausalAttention, MatchesTheCompositeFormula) {
   check_against_reference(2, 33, 48, 32);
 }
 
+TEST(CausalAttention, LongSequencesTakeLibTorchsAttentionWithTheSameResult) {
+  if (!simd_kernels_supported()) GTEST_SKIP() << "this CPU has no AVX2 + FMA: only the composite path runs";
+  check_against_reference(1, kCpuSdpaFromLength, 64, 0);
+  auto q = torch::randn({1, kCpuSdpaFromLength, 64}).set_requires_grad(true), k = torch::randn_like(q),
+       v = torch::randn_like(q);
+  EXPECT_EQ(causal_attention(q, k, v).grad_fn()->name().find("CausalAttention"), std::string::npos);
+  auto shorter = q.narrow(1, 0, kCpuSdpaFromLength - 16);
+  EXPECT_NE(causal_attention(shorter, k.narrow(1, 0, kCpuSdpaFromLength - 16), v.narrow(1, 0, kCpuSdpaFromLength - 16))
+                .grad_fn()
+                ->name()
+                .find("CausalAttention"),
+            std::string::npos);
+}
+
 TEST(CausalAttention, LargeScoresStayFinite) {  // the softmax subtracts the row max: no overflow in exp
   if (!simd_kernels_supported()) GTEST_SKIP() << "no AVX2 + FMA";
   torch::manual_seed(3);
