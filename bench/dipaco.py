@@ -7,7 +7,7 @@ Pipeline (all on the built-in corpus, every model evaluated on the validation un
   4. baselines with the same number of steps: the path-size dense model continued from the same init for STEPS
      steps, and a dense model with as many parameters as the whole DiPaCo trained from scratch for PRE + STEPS.
 
-Usage: /usr/bin/python3 bench/dipaco.py --build build [--grid 2x2] [--steps 300] [--pre 200] [--nproc 2]
+Usage: .venv/bin/python3 bench/dipaco.py --build build [--grid 2x2] [--steps 300] [--pre 200] [--nproc 2]
        [--only dense,kmeans,product,discriminative] [--path-local]"""
 import argparse
 import json

@@ -5,7 +5,7 @@ asserts nothing. Reuses bench/dipaco.py's pre-trained dense model and k-means ro
 Modes: ring (the owners' ring), holder (path-local, path state kept by its worker and served on request: the
 default), store (path-local, every task's path state put into the run's store).
 
-Usage: /usr/bin/python3 bench/dipaco_bytes.py --build build [--grids 2x2,4x4] [--nproc 4] [--modes ring,holder,store]
+Usage: .venv/bin/python3 bench/dipaco_bytes.py --build build [--grids 2x2,4x4] [--nproc 4] [--modes ring,holder,store]
        [--out FILE]"""
 import argparse
 import json

@@ -13,7 +13,7 @@ Both runs are scored alike: units of context + 1 validation tokens, loss on the 
 checkpoint). Time excludes the evaluations. Target: the loss DiLoCo reaches at its last outer step; the time each run
 takes to reach it (linear between the two measurements around it).
 
-Usage: /usr/bin/python3 bench/dipaco_hetero.py --build build [--steps 200] [--tau 50] [--out FILE]"""
+Usage: .venv/bin/python3 bench/dipaco_hetero.py --build build [--steps 200] [--tau 50] [--out FILE]"""
 import argparse
 import json
 import os

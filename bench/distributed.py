@@ -7,8 +7,8 @@ loopback, the built-in corpus. Measures; asserts nothing.
   pretrained     the DiLoCo paper's protocol: data parallel pre-trains --pretrain-steps (or --init-from an existing
                  run), then single worker, data parallel and DiLoCo each continue --steps from that model
 
-Usage: /usr/bin/python3 bench/distributed.py --build build [--steps 300] [--only quality,communication,wan]
-       /usr/bin/python3 bench/distributed.py --build build --only pretrained [--init-from RUN] --diloco-lr 2.5e-4
+Usage: .venv/bin/python3 bench/distributed.py --build build [--steps 300] [--only quality,communication,wan]
+       .venv/bin/python3 bench/distributed.py --build build --only pretrained [--init-from RUN] --diloco-lr 2.5e-4
            --outer-lr 1.0 --outer-momentum 0   (the settings of docs/benchmarks.md 4.1)"""
 import argparse
 import json

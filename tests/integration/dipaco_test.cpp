@@ -49,7 +49,8 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   // Two outer steps: the momentum a short run picks (-1: 0.5 here, docs/distributed.md). With the paper's 0.9, the
   // second Nesterov step moves the global modules ~1.6x past the paths' mean, and whether that still beats the dense
   // start depends on the last bits of the platform (3.15 -> 4.15 on LibTorch 2.13 with MKL, below 3.7 on 1.13).
-  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("run", "routes", "--set dist.outer_momentum=-1"));
+  auto [rc, out] =
+      sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("run", "routes", "--set dist.outer_momentum=-1"));
   ASSERT_EQ(rc, 0) << out;
   auto summary = nlohmann::json::parse(read_file(work() / "run" / "summary.json"));
   EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);

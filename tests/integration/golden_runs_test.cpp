@@ -13,8 +13,8 @@
 //
 // Bit-exactness holds for one corpus and one floating-point platform (BLAS kernels, vector width). The goldens carry
 // a fingerprint of both: with another corpus the test skips (nothing comparable; under CI=true it fails instead); with
-// another platform it compares the losses to 1e-3 relative and skips the hashes, and says so. Record again (only when a change is *meant* to
-// change the numbers, and say why in the commit) with:
+// another platform it compares the losses to 1e-3 relative and skips the hashes, and says so. Record again (only when
+// a change is *meant* to change the numbers, and say why in the commit) with:
 //   TRIBUTARY_GOLDEN_RECORD=1 ./build/tributary_tests --gtest_filter='GoldenRuns.*'
 #include <gtest/gtest.h>
 
@@ -39,8 +39,8 @@ using nlohmann::json;
 namespace {
 
 fs::path work() { return fs::temp_directory_path() / ("trib_golden_" + std::to_string(::getpid())); }
-// The corpus is tests/golden/corpus (committed text, tests/golden/CORPUS.md), not the integration tests' corpus: that one
-// is built from Debian's text packages and changes with their versions, which would make the goldens incomparable.
+// The corpus is tests/golden/corpus (committed text, tests/golden/CORPUS.md), not the integration tests' corpus: that
+// one is built from Debian's text packages and changes with their versions, which would make the goldens incomparable.
 fs::path data() { return work() / "corpus"; }
 fs::path golden_file() { return fs::path(TRIBUTARY_SOURCE_DIR) / "tests" / "golden" / "runs.json"; }
 const std::string cli = TRIBUTARY_CLI;

@@ -1,4 +1,5 @@
-"""Golden values for the C++ model, from PyTorch (Debian's python3-torch) and an independent Python model.
+"""Golden values for the C++ model, from PyTorch (the one the build links: TRIBUTARY_PYTHON) and an independent
+Python model.
 
 For each variant, writes OUT/<variant>/:
   weights.safetensors  every parameter (fixed by a seed)

@@ -4,7 +4,7 @@ idiomatic PyTorch eager (nanoGPT/Llama style) with the same parameter names, so 
   * tests/reference/make_golden.py can check the C++ model's logits, loss and every gradient against it, and
   * bench/torch_eager.py can measure PyTorch eager on the same model and batch.
 
-Runs under Debian's /usr/bin/python3 with python3-torch (1.13)."""
+Runs under the Python whose PyTorch the build links (./run passes it as TRIBUTARY_PYTHON; .venv/bin/python3)."""
 import math
 
 import torch

@@ -120,7 +120,8 @@ TEST(HfLlama, TransformersLoadsOurExportAndComputesOurLogits) {
     dirs.push_back(fs::temp_directory_path() / fmt::format("hf_export_{}_{}_{}", ::getpid(), tied, kv_heads));
     fs::create_directories(dirs.back());
     write_file_atomic(dirs.back() / "config.json", hf_llama_config_json(c));
-    write_file_atomic(dirs.back() / "model.safetensors", tensors_to_safetensors(to_hf_llama(model), {{"format", "pt"}}));
+    write_file_atomic(dirs.back() / "model.safetensors",
+                      tensors_to_safetensors(to_hf_llama(model), {{"format", "pt"}}));
     ours.push_back(model.forward(tokens));
   }
   const auto theirs = test_support::transformers_logits(dirs, tokens, 61);
