@@ -163,6 +163,7 @@ TEST_F(Distributed, AWorkerThatFailsAtStartUpIsNotRestarted) {
   auto [rc, out] = ft_run("", "ft_bad_config", "--set optim.warmup_steps=100", "--max-restarts 20");
   EXPECT_EQ(rc, kUserErrorStatus) << out;
   EXPECT_NE(out.find("optim.warmup_steps (100) is longer than train.steps (16)"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set optim.warmup_steps=1 "), std::string::npos) << out;  // what to set, for a short run
   EXPECT_NE(out.find("before the run got through start-up"), std::string::npos) << out;
   EXPECT_EQ(out.find("restarting it to rejoin"), std::string::npos) << out;
 }

@@ -309,7 +309,9 @@ void RunConfig::validate() const {
          dist.sparse_topk, dist.sparse_chunk);
   validate_local(*this);
   if (optim.warmup_steps > train.steps)
-    fail("optim.warmup_steps ({}) is longer than train.steps ({})", optim.warmup_steps, train.steps);
+    fail("optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "
+         "optim.warmup_steps={} (a tenth of the steps)",
+         optim.warmup_steps, train.steps, std::max<int64_t>(train.steps / 10, 0));
   if (parallel.pipeline_stages > 1) {
     if (parallel.pipeline_stages > model.num_layers)
       fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",
