@@ -1,7 +1,6 @@
 #include "tributary/model/causal_attention.h"
 
 #include <ATen/Parallel.h>
-#include <torch/version.h>
 
 #include "tributary/core/error.h"
 #include "tributary/model/fused_ops.h"
@@ -125,7 +124,11 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
              "causal_attention: q, k, v must share one (N, T, D) shape");
   const bool fused = fused_kernels_apply(q) && fused_kernels_apply(k) && fused_kernels_apply(v) &&
                      q.size(2) % kSmallGemmColumns == 0 && simd_kernels_supported();
-  if (fused && q.size(1) >= kCpuSdpaFromLength) {  // long sequences: LibTorch's flash kernel is faster (header)
+  // PyTorch's fused (flash / memory-efficient) attention, which skips the masked half too: on a GPU, and on the CPU
+  // for long sequences, where it beats the kernel below (header). q already carries the scale; (1, N, T, D) is the
+  // 4-d layout the flash kernel takes.
+  const bool on_gpu = q.is_cuda() && fused_kernels_enabled();
+  if (on_gpu || (fused && q.size(1) >= kCpuSdpaFromLength)) {
     return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0,
                                             /*is_causal=*/true, /*scale=*/1.0)
         .squeeze(0);
@@ -135,16 +138,6 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
                kSmallGemmColumns);
     return CausalAttentionFn::apply(q, k, v, block > 0 ? block : kCausalAttentionBlock);
   }
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)  // SDPA with `scale`
-  // LibTorch 2.1+ on a GPU: PyTorch's fused (flash / memory-efficient) attention, which skips the masked half too.
-  // q already carries the scale; (1, N, T, D) is the 4-d layout the flash kernel takes. Not built here (1.13): the
-  // CUDA build on the lent GPU machine compiles it (docs/benchmarks.md §6).
-  if (q.is_cuda() && fused_kernels_enabled()) {
-    return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0,
-                                            /*is_causal=*/true, /*scale=*/1.0)
-        .squeeze(0);
-  }
-#endif
   return torch::bmm(causal_softmax(torch::bmm(q, k.transpose(1, 2))), v);
 }
 

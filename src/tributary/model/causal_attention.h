@@ -14,7 +14,7 @@
 //
 // Shapes: q, k, v (N, T, D) with N = batch x heads; q already carries the 1/sqrt(D) scale. Rows attend to columns
 // j <= i (queries and keys of the same length). The kernel needs float32 on a CPU with AVX2 + FMA and D a multiple
-// of 16; otherwise (or with the fused path disabled, in tests): on CUDA with LibTorch 2.1+ PyTorch's fused attention,
+// of 16; otherwise (or with the fused path disabled, in tests): on CUDA PyTorch's fused attention,
 // elsewhere the composite formula, which is the reference semantics. From kCpuSdpaFromLength on, the CPU too takes
 // LibTorch's own at::scaled_dot_product_attention, which is faster there (its flash kernel; measured per length).
 #pragma once

@@ -1,7 +1,6 @@
 #include "tributary/runtime/cpu_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -24,12 +23,8 @@ class CachingCpuAllocator final : public c10::Allocator {
  public:
   explicit CachingCpuAllocator(size_t cap) { stats_.cap_bytes = cap; }
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   c10::DataPtr allocate(size_t n) override { return allocate_block(n); }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-#else
-  c10::DataPtr allocate(size_t n) const override { return allocate_block(n); }
-#endif
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   CpuCacheStats stats() const {
