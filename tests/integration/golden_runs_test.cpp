@@ -1,4 +1,5 @@
-// Golden runs: fixed-seed runs of every algorithm on the tiny model, compared bit for bit with losses and checkpoint
+// Golden runs: fixed-seed runs of every algorithm (single, DP, DiLoCo, Streaming, a 1F1B pipeline, local parallelism,
+// fault-tolerant DiLoCo through one death, DiPaCo) on the tiny model, compared bit for bit with losses and checkpoint
 // hashes recorded before a refactor (torchtitan's rule: a refactor reproduces the losses exactly).
 //
 // What is compared: every logged training loss (log_every = 1) and validation loss, in order; DiPaCo's per-task
@@ -151,6 +152,24 @@ json record_all() {
                                         "--set dist.fragments=2 --set dist.overlap_steps=1 "
                                         "--set dist.warmup_ddp_steps=4 --set dist.compression=int8"));
   runs["streaming"] = trainer_record("streaming");
+  // One pipeline of two stages (1F1B, two micro-batches): the loss is the last stage's, the checkpoint consolidated.
+  run_ok(launch2() + train("pipeline", "--set train.steps=24 --set train.batch_size=8 "
+                                       "--set parallel.pipeline_stages=2 --set parallel.schedule=1f1b "
+                                       "--set parallel.micro_batches=2"));
+  runs["pipeline"] = trainer_record("pipeline");
+  // Local parallelism in one process: two chunks of one block, each with its auxiliary head.
+  run_ok(cli + train("local", "--set train.steps=24 --set train.batch_size=8 --set local.chunks=2"));
+  runs["local"] = trainer_record("local");
+  // Fault-tolerant DiLoCo on three workers; worker 2 is killed at step 6 (in the second round, H = 4): that round is
+  // redone by the two survivors, who finish the run.
+  run_ok("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6 " + cli +
+         " launch --nproc 3 --master-port 0 --max-failures 1 --grace 2 --" +
+         train("ft_diloco", "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+                            "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=5 "
+                            "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30"));
+  runs["ft_diloco"] = trainer_record("ft_diloco");
+  const auto ft = json::parse(read_file(work() / "ft_diloco" / "summary.json"));
+  runs["ft_diloco"]["members"] = {ft["world_size"], ft["reformations"]};  // [2, 1]: the death happened
   // DiPaCo 2x2 on two workers: a dense start, product k-means routes, two rounds of tau = 8.
   run_ok(cli + train("dense", "--set train.steps=12 --set train.batch_size=8"));
   run_ok(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
@@ -239,6 +258,9 @@ TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
     const double rtol = !exact ? 1e-3 : order_dependent ? 1e-6 : 0.0;
     if (want.contains("losses")) compare_losses(name, want["losses"], got["losses"], rtol, exact ? "round0." : "");
     if (want.contains("val_losses")) compare_losses(name + " val", want["val_losses"], got["val_losses"], rtol);
+    if (want.contains("members")) {
+      EXPECT_EQ(want["members"], got["members"]) << name << ": [members, re-formations]";
+    }
     if (exact && !order_dependent) {
       EXPECT_EQ(want["files"], got["files"]) << name << ": checkpoint tensors differ";
     }
