@@ -157,6 +157,11 @@ json record_all() {
                                        "--set parallel.pipeline_stages=2 --set parallel.schedule=1f1b "
                                        "--set parallel.micro_batches=2"));
   runs["pipeline"] = trainer_record("pipeline");
+  // Two pipelines of two stages, DiLoCo per stage (H = 4): four ranks, stage groups across the pipelines.
+  run_ok(cli + " launch --nproc 4 --master-port 0 --" +
+         train("pipeline_diloco", "--set train.steps=16 --set train.batch_size=4 --set parallel.pipeline_stages=2 "
+                                  "--set parallel.micro_batches=2 --set dist.algorithm=diloco --set dist.inner_steps=4"));
+  runs["pipeline_diloco"] = trainer_record("pipeline_diloco");
   // Local parallelism in one process: two chunks of one block, each with its auxiliary head.
   run_ok(cli + train("local", "--set train.steps=24 --set train.batch_size=8 --set local.chunks=2"));
   runs["local"] = trainer_record("local");
