@@ -1,6 +1,6 @@
-// The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): the rendezvous, this
-// rank's place (rank = stage * D_DP + pipeline, Megatron's order, unless parallel.placement names a placement.json
-// from `tributary plan`), its groups (its pipeline; its stage's replicas in
+// The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): the rendezvous, the
+// groups of this rank's place in the layout (parallel/layout.h: Megatron's order, or a placement from `tributary
+// plan`): its groups (its pipeline; its stage's replicas in
 // the other pipelines, averaging gradients every step or, with dist.algorithm = diloco, taking DiLoCo outer steps;
 // first + last stage for the tied embedding), the stop vote over every rank, and the
 // consolidation that brings every stage's current parameters to every rank of the pipeline (for evaluation and the
@@ -13,6 +13,7 @@
 #include "tributary/comm/lagged_reduce.h"
 #include "tributary/comm/lagged_vote.h"
 #include "tributary/model/tensor_io.h"
+#include "tributary/parallel/layout.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/dist_env.h"
 #include "tributary/runtime/replicas.h"
@@ -22,7 +23,8 @@ namespace tributary {
 
 class Pipelines {
  public:
-  Pipelines(const RunConfig& config, const DistEnv& env);
+  // The groups of this rank's place in `layout` (RunKind::kPipelines), formed on the run's store.
+  Pipelines(const RunConfig& config, const DistEnv& env, const Layout& layout);
   ~Pipelines();
 
   int rank() const { return world_->rank(); }

@@ -34,7 +34,7 @@ sched::Workload workload_of(const RunConfig& c, int devices, const std::string& 
   w.d_dp = static_cast<int>(devices / stages);
   w.global_batch = double(c.train.batch_size * c.train.grad_accum * w.d_dp);
   w.num_parameters = double(c.model.num_parameters(vocab));
-  const bool diloco = c.dist.algorithm != "ddp";
+  const bool diloco = c.dist.diloco();
   w.sync_every = diloco ? c.dist.inner_steps : 1;
   w.micro_batches = c.parallel.micro_batches;
   w.bytes_per_parameter = diloco ? bytes_of(c.dist.compression) : 4.0;  // data parallel all-reduces fp32 gradients

@@ -37,7 +37,7 @@ void lower_training_priority(int64_t nice, int rank) {
 }  // namespace
 
 Replicas::Replicas(const RunConfig& config, const DistEnv& env)
-    : config_(config), ddp_(config.dist.algorithm == "ddp") {
+    : config_(config), ddp_(!config.dist.diloco()) {
   auto store = rendezvous(config, env);
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
@@ -60,7 +60,7 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
 }
 
 Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
-    : config_(config), ddp_(config.dist.algorithm == "ddp"), part_(true) {
+    : config_(config), ddp_(!config.dist.diloco()), part_(true) {
   TRIB_CHECK(!ddp_, "a part's data-parallel replicas average in its step, not here");
   build(group.store, group.rank, group.size, group.link, group.prefix, group.link);
 }

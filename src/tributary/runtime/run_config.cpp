@@ -183,6 +183,8 @@ void validate_dipaco(const RunConfig& c) {
 
 }  // namespace
 
+bool DistConfig::diloco() const { return algorithm == "diloco"; }
+
 std::vector<double> lr_scales(const LocalConfig& local) {
   const auto K = static_cast<size_t>(std::max<int64_t>(local.chunks, 1));
   if (local.lr_scale.empty()) return std::vector<double>(K, 1.0);
@@ -275,7 +277,7 @@ void RunConfig::validate() const {
     fail("dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
          "longer than the one below it",
          dist.collective_timeout_s, dist.store_timeout_s);
-  if (dist.overlap_steps >= dist.inner_steps && dist.algorithm == "diloco")
+  if (dist.overlap_steps >= dist.inner_steps && dist.diloco())
     fail("dist.overlap_steps ({}) must be smaller than dist.inner_steps ({}): a fragment's update has to land before "
          "its next exchange",
          dist.overlap_steps, dist.inner_steps);
@@ -322,7 +324,7 @@ void RunConfig::validate() const {
       fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
            train.grad_accum);
     if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
-    if (dist.algorithm == "ddp" && dist.compression != "fp32")
+    if (!dist.diloco() && dist.compression != "fp32")
       fail("parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
            "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
            dist.compression);

@@ -75,6 +75,8 @@ struct DistConfig {
   double heartbeat_timeout_s = 10;   // fault_tolerant: a worker whose heartbeat stalls this long is dead
   double reject_norm_factor = 0;     // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
                                      // factor x the round's median norm; 0 = accept every update
+
+  bool diloco() const;  // algorithm read: DiLoCo (true) or data parallel; the one place that compares the string
 };
 
 // Pipeline parallelism (parallel/pipeline/): the model's blocks split over pipeline_stages ranks (D_PP), the step's

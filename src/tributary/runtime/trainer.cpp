@@ -175,12 +175,7 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   // workers' peak (docs/architecture.md, "MFU").
   summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds;
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
-  report_->write_summary(summary_,
-                         replicas_    ? config_.dist.algorithm
-                         : pipelines_ ? (aux_heads_ ? "local-stages" : "pipeline") + std::string(synced_ ? "+diloco" : "")
-                         : aux_heads_ ? std::string("local")
-                                      : std::string("single"),
-                         config_.dist.compression);
+  report_->write_summary(summary_, layout_.name(), config_.dist.compression);
 }
 
 }  // namespace tributary::detail

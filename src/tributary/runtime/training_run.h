@@ -13,6 +13,7 @@
 #include "tributary/model/aux_head.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
+#include "tributary/parallel/layout.h"
 #include "tributary/parallel/train_step.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/pipelines.h"
@@ -52,6 +53,7 @@ class TrainingRun {
   RunConfig config_;
   const TrainConfig& tc_ = config_.train;
   TrainOptions options_;
+  Layout layout_;  // what kind of run, and this rank's place in it
   torch::Device device_;
   bool lead_;
   std::unique_ptr<Replicas> replicas_;

@@ -9,12 +9,17 @@
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/replica_checkpoint.h"
+#include "tributary/runtime/run_layout.h"
 #include "tributary/runtime/training_run.h"
 
 namespace tributary::detail {
 
 TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
-    : config_(config), options_(options), device_(parse_device(config.train.device)), lead_(options.dist.lead()) {
+    : config_(config),
+      options_(options),
+      layout_(run_layout(config, options.dist)),
+      device_(parse_device(config.train.device)),
+      lead_(options.dist.lead()) {
   const DistEnv& env = options_.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
@@ -23,17 +28,11 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each step, or after each forward and "
               "backward of a pipeline stage)", env.rank, slowdown_->factor());
   if (lead_) check_blas();
-  if (config_.parallel.pipeline_stages > 1) {
-    if (!env.distributed())
-      fail("parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- train ...",
-           config_.parallel.pipeline_stages);
-    pipelines_ = std::make_unique<Pipelines>(config_, env);
+  if (lead_) log::info("{}", layout_.describe());
+  if (layout_.kind() == RunKind::kPipelines) {
+    pipelines_ = std::make_unique<Pipelines>(config_, env, layout_);
     synced_ = pipelines_->stage_replicas();
-  } else if (env.distributed()) {
-    if (config_.local.chunks > 0)
-      fail("local.chunks = {} with {} processes: local parallelism runs in one process, or one chunk per pipeline "
-           "stage (parallel.pipeline_stages = local.chunks)",
-           config_.local.chunks, env.world_size);
+  } else if (layout_.kind() == RunKind::kReplicas) {
     replicas_ = std::make_unique<Replicas>(config_, env);
     synced_ = replicas_.get();
   }

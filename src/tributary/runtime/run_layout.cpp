@@ -1,0 +1,20 @@
+#include "tributary/runtime/run_layout.h"
+
+namespace tributary {
+
+Layout run_layout(const RunConfig& config, const DistEnv& env) {
+  LayoutSpec spec{.rank = env.rank,
+                  .world_size = env.world_size,
+                  .pipeline_stages = config.parallel.pipeline_stages,
+                  .local_chunks = config.local.chunks,
+                  .dipaco = !config.dipaco.modules.empty(),
+                  .diloco = config.dist.diloco(),
+                  .warmup_ddp_steps = std::max<int64_t>(config.dist.warmup_ddp_steps, 0),
+                  .placement = std::nullopt,
+                  .placement_key = config.parallel.placement};
+  if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1)
+    spec.placement = sched::read_placement(config.parallel.placement);
+  return Layout::resolve(spec);
+}
+
+}  // namespace tributary

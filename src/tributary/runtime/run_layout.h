@@ -1,0 +1,13 @@
+// The run's layout (parallel/layout.h) from its config and this process's place: the keys that imply it, and the
+// placement file parallel.placement names (read here, so that a bad file fails before any group forms).
+#pragma once
+
+#include "tributary/parallel/layout.h"
+#include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+Layout run_layout(const RunConfig& config, const DistEnv& env);
+
+}  // namespace tributary

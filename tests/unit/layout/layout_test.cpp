@@ -1,0 +1,113 @@
+// The run's layout (parallel/layout.h) without processes: every kind of run, Megatron's rank order, a placement's,
+// the groups a rank belongs to, and the shapes that cannot run. Built into core_tests: the layout is torch-free.
+#include <gtest/gtest.h>
+
+#include "support/error_of.h"
+#include "tributary/parallel/layout.h"
+
+using namespace tributary;
+using tributary::test_support::error_of;
+
+namespace {
+
+LayoutSpec spec(int rank, int world, int64_t stages = 1, bool diloco = true) {
+  return LayoutSpec{.rank = rank, .world_size = world, .pipeline_stages = stages, .diloco = diloco};
+}
+
+}  // namespace
+
+TEST(Layout, OneProcessIsASingleRunWithNothingToSync) {
+  const Layout l = Layout::resolve(spec(0, 1));
+  EXPECT_EQ(l.kind(), RunKind::kSingle);
+  EXPECT_EQ(l.sync(), Sync::kNone);
+  EXPECT_EQ(l.name(), "single");
+  auto local = spec(0, 1);
+  local.local_chunks = 2;
+  EXPECT_EQ(Layout::resolve(local).name(), "local");
+}
+
+TEST(Layout, ReplicasOfTheWholeModelSyncByTheAlgorithm) {
+  const Layout diloco = Layout::resolve(spec(2, 4));
+  EXPECT_EQ(diloco.kind(), RunKind::kReplicas);
+  EXPECT_EQ(diloco.sync(), Sync::kDiloco);
+  EXPECT_EQ(diloco.replicas(), 4);
+  EXPECT_EQ(diloco.replica(), 2);
+  EXPECT_EQ(diloco.name(), "diloco");
+  const Layout ddp = Layout::resolve(spec(1, 2, 1, /*diloco=*/false));
+  EXPECT_EQ(ddp.sync(), Sync::kDataParallel);
+  EXPECT_EQ(ddp.name(), "ddp");
+  EXPECT_EQ(ddp.warmup_ddp_steps(), 0);
+}
+
+TEST(Layout, PipelinesFollowMegatronsOrder) {
+  // 3 pipelines x 2 stages: stage j's replicas are ranks 3j..3j+2; pipeline i is ranks i, i + 3.
+  const Layout l = Layout::resolve(spec(4, 6, 2));
+  EXPECT_EQ(l.kind(), RunKind::kPipelines);
+  EXPECT_EQ(l.stages(), 2);
+  EXPECT_EQ(l.replicas(), 3);
+  EXPECT_EQ(l.stage(), 1);
+  EXPECT_EQ(l.replica(), 1);
+  EXPECT_EQ(l.pipeline_ranks(), (std::vector<int>{1, 4}));
+  EXPECT_EQ(l.stage_replica_ranks(), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(l.sync(), Sync::kDiloco);
+  EXPECT_EQ(l.name(), "pipeline+diloco");
+  EXPECT_EQ(l.stage_data_parallel_steps(), 0) << "DiLoCo per stage without a warm-up: no per-step averaging";
+}
+
+TEST(Layout, APipelineStageAveragesGradientsUnderDataParallelOrDuringTheWarmUp) {
+  EXPECT_EQ(Layout::resolve(spec(0, 4, 2, /*diloco=*/false)).stage_data_parallel_steps(), -1);
+  auto warm = spec(0, 4, 2);
+  warm.warmup_ddp_steps = 7;
+  EXPECT_EQ(Layout::resolve(warm).stage_data_parallel_steps(), 7);
+  const Layout one = Layout::resolve(spec(1, 2, 2, /*diloco=*/false));
+  EXPECT_EQ(one.sync(), Sync::kNone) << "one pipeline: a stage has no replicas";
+  EXPECT_EQ(one.stage_data_parallel_steps(), 0);
+  EXPECT_EQ(one.name(), "pipeline");
+  auto local = spec(1, 2, 2);
+  local.local_chunks = 2;
+  EXPECT_EQ(Layout::resolve(local).name(), "local-stages");
+}
+
+TEST(Layout, APlacementRenamesTheRanks) {
+  auto s = spec(0, 4, 2);
+  s.placement = sched::Placement{.d_dp = 2, .d_pp = 2, .pipelines = {{3, 0}, {1, 2}}, .cluster_device = {5, 6, 7, 8}};
+  const Layout l = Layout::resolve(s);
+  EXPECT_EQ(l.replica(), 0);
+  EXPECT_EQ(l.stage(), 1);
+  EXPECT_EQ(l.pipeline_ranks(), (std::vector<int>{3, 0}));
+  EXPECT_EQ(l.stage_replica_ranks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l.device_of(0), 5);
+}
+
+TEST(Layout, DipacoWorkersSyncModules) {
+  auto s = spec(1, 3);
+  s.dipaco = true;
+  const Layout l = Layout::resolve(s);
+  EXPECT_EQ(l.kind(), RunKind::kDipaco);
+  EXPECT_EQ(l.sync(), Sync::kModules);
+  EXPECT_EQ(l.name(), "dipaco");
+}
+
+TEST(Layout, ShapesThatCannotRunNameTheKey) {
+  EXPECT_NE(error_of([] { Layout::resolve(spec(0, 1, 2)); }).find("launch --nproc 2"), std::string::npos);
+  EXPECT_NE(error_of([] { Layout::resolve(spec(0, 3, 2)); }).find("does not divide the world size 3"),
+            std::string::npos);
+  auto local = spec(0, 2);
+  local.local_chunks = 2;
+  EXPECT_NE(error_of([&] { Layout::resolve(local); }).find("local.chunks = 2 with 2 processes"), std::string::npos);
+  auto placed = spec(0, 4, 2);
+  placed.placement = sched::Placement{.d_dp = 1, .d_pp = 2, .pipelines = {{0, 1}}, .cluster_device = {0, 1}};
+  placed.placement_key = "p.json";
+  EXPECT_NE(error_of([&] { Layout::resolve(placed); }).find("parallel.placement = 'p.json' places 1 pipelines"),
+            std::string::npos);
+}
+
+TEST(Layout, TheStartUpLineSaysTheKindAndThePlace) {
+  EXPECT_EQ(Layout::resolve(spec(4, 6, 2)).describe(),
+            "layout: 3 pipeline(s) x 2 stages, each stage's replicas kept together by DiLoCo; rank 4 runs stage 1 of "
+            "pipeline 1");
+  auto warm = spec(1, 2);
+  warm.warmup_ddp_steps = 5;
+  EXPECT_EQ(Layout::resolve(warm).describe(),
+            "layout: 2 replicas of the model, kept together by DiLoCo after 5 data-parallel steps; this is replica 1");
+}
