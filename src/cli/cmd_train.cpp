@@ -21,7 +21,7 @@ void add_train(CLI::App& app) {
     int64_t stop_after = 0;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("train", "train a model (single process)");
+  auto* cmd = app.add_subcommand("train", "train a model: one process, or one worker of a launched run (tributary launch --nproc N -- train ...)");
   cmd->add_option("config", args->config, "TOML config file (keys not given keep their defaults)");
   cmd->add_option("--set", args->overrides, "override a config key: --set optim.lr=3e-4 (repeatable)");
   auto* resume = cmd->add_option("--resume", args->resume_from,
@@ -40,7 +40,7 @@ void add_train(CLI::App& app) {
     RunConfig config = RunConfig::load(args->config, args->overrides);
     TrainOptions options{.resume = resume->count() > 0, .resume_from = args->resume_from,
                          .stop_after_step = args->stop_after, .overwrite = args->overwrite,
-                         .dist = resolve_dist_env_from_process()};
+                         .dist = resolve_dist_env_from_process(), .faults = fault_plan_from_environment()};
     if (!config.dipaco.modules.empty()) {
       DipacoSummary d = train_dipaco(config, options);
       if (options.dist.rank == 0)

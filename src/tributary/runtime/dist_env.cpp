@@ -120,42 +120,4 @@ DistEnv resolve_dist_env_from_process() {
   return resolve_dist_env(env);
 }
 
-namespace {
-
-// Whether TRIBUTARY_FAIL_RANK names `rank` (one rank, or several: "0,1", a whole machine lost) and the variable `at`
-// holds `when`.
-bool injected_here(int rank, const char* at, int64_t when) {
-  const char* failing_rank = std::getenv("TRIBUTARY_FAIL_RANK");
-  const char* value = std::getenv(at);
-  if (!failing_rank || !value || std::atoll(value) != when) return false;
-  const auto ranks = split_list(failing_rank);
-  return std::find(ranks.begin(), ranks.end(), std::to_string(rank)) != ranks.end();
-}
-
-}  // namespace
-
-void maybe_inject_failure(int rank, int64_t step) {
-  if (!injected_here(rank, "TRIBUTARY_FAIL_STEP", step)) return;
-  const char* mode = std::getenv("TRIBUTARY_FAIL_MODE");
-  const std::string how = mode ? mode : "kill";
-  if (how == "error") fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank, step);
-  ::raise(how == "stop" ? SIGSTOP : SIGKILL);
-}
-
-void maybe_inject_exchange_failure(int rank, int64_t round) {
-  if (!injected_here(rank, "TRIBUTARY_FAIL_EXCHANGE", round)) return;
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  ::raise(SIGKILL);
-}
-
-std::string injected_bad_update(int rank) {
-  const char* bad_rank = std::getenv("TRIBUTARY_BAD_UPDATE_RANK");
-  const char* how = std::getenv("TRIBUTARY_BAD_UPDATE");
-  if (!bad_rank || !how || std::atoi(bad_rank) != rank) return "";
-  const std::string kind = how;
-  if (kind != "nan" && kind != "scale100")
-    fail("TRIBUTARY_BAD_UPDATE='{}' is not an injected fault: use nan or scale100", kind);
-  return kind;
-}
-
 }  // namespace tributary

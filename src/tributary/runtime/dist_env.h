@@ -31,18 +31,6 @@ struct DistEnv {
 DistEnv resolve_dist_env(const std::map<std::string, std::string>& env);
 DistEnv resolve_dist_env_from_process();  // reads environ
 
-// Fault injection for tests (like torchft's): TRIBUTARY_FAIL_RANK=R (or R1,R2,...) TRIBUTARY_FAIL_STEP=S kills rank R with SIGKILL
-// when it reports step S, the way a pre-empted machine disappears; TRIBUTARY_FAIL_MODE=error makes it fail with an
-// Error instead (a rank refusing bad input of its own), =stop freezes it with SIGSTOP (a hung machine). The trainer
-// reports optimizer steps, DiPaCo a worker's inner steps over all its tasks.
-void maybe_inject_failure(int rank, int64_t step);
-// DiPaCo: TRIBUTARY_FAIL_RANK=R TRIBUTARY_FAIL_EXCHANGE=N kills rank R (SIGKILL) in round N's exchange (1-based), half
-// a second after it reached it: the others are waiting in the exchange's collectives by then.
-void maybe_inject_exchange_failure(int rank, int64_t round);
-// Bad updates for tests of dist.reject_norm_factor: with TRIBUTARY_BAD_UPDATE_RANK=R, rank R's every pseudo-gradient
-// is corrupted as TRIBUTARY_BAD_UPDATE says: "nan" (one value becomes NaN) or "scale100" (x100). "" for others.
-std::string injected_bad_update(int rank);
-
 // "node[01-04,07],gpu5" -> "node01": the first host of a compressed Slurm host list.
 std::string first_slurm_host(const std::string& nodelist);
 

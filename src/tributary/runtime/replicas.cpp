@@ -65,6 +65,13 @@ Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
   build(group.store, group.rank, group.size, group.link, group.prefix, group.link);
 }
 
+void Replicas::inject_bad_updates(const std::string& kind) {
+  reducer_->set_tamper([kind](std::vector<torch::Tensor>& update) {
+    for (auto& t : update) t.mul_(100.0);
+    if (kind == "nan") update.front().view(-1)[0] = NAN;
+  });
+}
+
 void Replicas::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
                      const std::string& prefix, std::optional<comm::LinkModel> world_link) {
   const auto& d = config_.dist;
@@ -93,11 +100,6 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
                     fmt::join(dropped, ", "), now.size(), fmt::join(now.members(), ", "), now.epoch(),
                     now.members().front());
       });
-  if (const std::string bad = injected_bad_update(rank); !bad.empty())
-    reducer_->set_tamper([bad](std::vector<torch::Tensor>& update) {
-      for (auto& t : update) t.mul_(100.0);
-      if (bad == "nan") update.front().view(-1)[0] = NAN;
-    });
   std::function<bool()> abandon;
   if (membership_) abandon = [m = membership_.get()] { return m->should_abandon("check"); };
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_, std::move(abandon));

@@ -123,6 +123,8 @@ class Replicas {
   bool heal_wanted();
   void offer_heal(const HealState& state);
   bool pending() const { return pending_; }  // a joiner healed mid-round, not a member yet
+  // Tests (runtime/ft/faults.h): this rank's every pseudo-gradient corrupted before its round ("nan" | "scale100").
+  void inject_bad_updates(const std::string& kind);
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
   comm::CommStats take_stats();
   // The training thread's time blocked on communication since the start (dist.slow_workers slows compute only).

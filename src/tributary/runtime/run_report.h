@@ -14,7 +14,7 @@
 #include "tributary/parallel/train_step.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
-#include "tributary/runtime/trainer.h"
+#include "tributary/runtime/train_summary.h"
 
 namespace tributary {
 

@@ -12,7 +12,7 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/replicas.h"
-#include "tributary/runtime/trainer.h"
+#include "tributary/runtime/train_options.h"
 
 namespace tributary {
 

@@ -87,7 +87,7 @@ TrainSummary TrainingRun::run() {
     if (!built.slows_itself)
       slowdown_->after_step(seconds_since(step_start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
     step += 1;
-    maybe_inject_failure(options_.dist.rank, step);  // tests: TRIBUTARY_FAIL_RANK/STEP
+    faults_.after_step(step);
     progress_.tokens += tokens_per_step_;
     const bool averaged = synced_ && synced_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
     const bool synced = sync(step, lr);

@@ -19,7 +19,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
       options_(options),
       layout_(run_layout(config, options.dist)),
       device_(parse_device(config.train.device)),
-      lead_(options.dist.lead()) {
+      lead_(options.dist.lead()),
+      faults_(options.faults, options.dist.rank) {
   const DistEnv& env = options_.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
@@ -35,6 +36,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   } else if (layout_.kind() == RunKind::kReplicas) {
     replicas_ = std::make_unique<Replicas>(config_, env);
     synced_ = replicas_.get();
+    if (const std::string bad = faults_.bad_update(); !bad.empty()) replicas_->inject_bad_updates(bad);
   }
   dataset_.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *dataset_);

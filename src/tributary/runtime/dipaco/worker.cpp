@@ -9,6 +9,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                             "dipaco.modules")),
       module_ids_(grid_.modules()), rounds_(config.train.steps / config.dist.inner_steps),
       run_dir_(config.train.run_dir), slowdown_(config.dist.slow_workers, env.rank, env.world_size),
+      faults_(options.faults, env.rank),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
       exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                         .seed = static_cast<uint64_t>(config.train.seed)} {
@@ -49,7 +50,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   if (config_.dipaco.path_local) group_opts.link = held_->link();
   group_ = std::make_unique<comm::Group>(*store_, env_.rank, env_.world_size, group_opts, "dipaco/g0");
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dipaco.heartbeat_timeout_s);
+  queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dist.heartbeat_timeout_s);
 
   if (config_.dipaco.path_local && resuming) start_round_ = agree_on_resumed_round(*group_, start_round_, from_lead);
   held_->own(start_round_);
@@ -64,7 +65,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   const bool on_request = config_.dipaco.path_state == "holder";
   state_ = std::make_unique<PathState>(
       run_dir_, held_->depot(),
-      PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dipaco.heartbeat_timeout_s * 1000))});
+      PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
   if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
   metrics_ = std::make_unique<MetricsWriter>(

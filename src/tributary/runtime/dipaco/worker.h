@@ -21,7 +21,8 @@
 // stops after the round that reaches step S.
 #pragma once
 
-#include "tributary/runtime/trainer.h"
+#include "tributary/runtime/run_config.h"
+#include "tributary/runtime/train_options.h"
 
 namespace tributary {
 

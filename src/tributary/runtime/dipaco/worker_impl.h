@@ -76,6 +76,7 @@ class Worker {
   int64_t start_round_ = 0;
   fs::path run_dir_;
   Slowdown slowdown_;  // dist.slow_workers
+  Faults faults_;      // injected on purpose (TrainOptions::faults)
   std::vector<PathData> data_;
   CosineSchedule schedule_;
   comm::ExchangeOptions exchange_options_;

@@ -36,7 +36,7 @@ void Worker::train_task(int64_t p, int64_t round) {
     } catch (const Error& e) {
       fail("path {}: {} (or lower dist.outer_lr)", p, e.what());
     }
-    maybe_inject_failure(env_.rank, ++inner_steps_done_);  // counts this worker's steps over all its tasks
+    faults_.after_step(++inner_steps_done_);  // counts this worker's steps over all its tasks
   }
   // Pseudo-gradients per module, weighted by the shard size.
   {
@@ -119,7 +119,7 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
         work.tasks += 1;
       }
     }
-    maybe_inject_exchange_failure(env_.rank, round + 1);
+    faults_.in_exchange(round + 1);
     const auto comm_start = Clock::now();
     try {
       std::tie(work.sent, work.recv) =

@@ -1,0 +1,52 @@
+// Faults injected on purpose (tests and chaos runs, like torchft's): the one seam through which a run is made to fail.
+// The run loops call a Faults at their fault points; nothing inside them reads the environment. The CLI reads the
+// plan once from the environment (fault_plan_from_environment); a test that calls train() in-process installs its own
+// in TrainOptions::faults.
+//   TRIBUTARY_FAIL_RANK=R (or R1,R2,...: a whole machine lost) with
+//     TRIBUTARY_FAIL_STEP=S      the rank fails when it reports step S (the trainer's optimizer steps; DiPaCo: a
+//                                worker's inner steps over all its tasks), as TRIBUTARY_FAIL_MODE says:
+//                                kill (SIGKILL, a pre-empted machine; default) | error (it refuses with an Error) |
+//                                stop (SIGSTOP, a hung machine)
+//     TRIBUTARY_FAIL_EXCHANGE=N  DiPaCo: the rank is killed in round N's exchange (1-based), half a second after it
+//                                reached it, when the others wait in the exchange's collectives
+//   TRIBUTARY_BAD_UPDATE_RANK=R TRIBUTARY_BAD_UPDATE=nan|scale100: rank R's every pseudo-gradient is corrupted (one
+//                                value NaN, or x100), for dist.reject_norm_factor
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tributary {
+
+struct FaultPlan {
+  enum class Mode { kKill, kError, kStop };
+  std::vector<int> ranks;      // the ranks that fail at at_step / at_exchange
+  int64_t at_step = -1;        // -1: none
+  int64_t at_exchange = -1;    // -1: none
+  Mode mode = Mode::kKill;
+  int bad_update_rank = -1;    // -1: none
+  std::string bad_update;      // nan | scale100
+};
+
+// The plan the environment describes (empty without the variables); an Error naming the variable on a bad value.
+FaultPlan fault_plan_from_environment();
+
+// One rank's faults.
+class Faults {
+ public:
+  Faults() = default;
+  Faults(FaultPlan plan, int rank) : plan_(std::move(plan)), rank_(rank) {}
+
+  void after_step(int64_t step) const;       // fails here when the plan says so
+  void in_exchange(int64_t round) const;     // DiPaCo: round is 1-based
+  // "nan" | "scale100" when this rank's pseudo-gradients are to be corrupted, "" otherwise.
+  std::string bad_update() const { return plan_.bad_update_rank == rank_ ? plan_.bad_update : ""; }
+
+ private:
+  bool mine() const;
+  FaultPlan plan_;
+  int rank_ = 0;
+};
+
+}  // namespace tributary
