@@ -5,6 +5,7 @@ use outside comm/ exists. Layers (docs/architecture.md):
     cli -> runtime -> {parallel, optim, routing} -> {model, comm, data} -> core;   sched -> core
 Run from anywhere: python3 tools/structure.py [--top N]"""
 import os, re, shutil, subprocess, sys
+from pathlib import Path
 
 ALLOWED = {"core": set(), "data": {"core"}, "model": {"core"}, "comm": {"core"}, "sched": {"core"},
            "optim": {"core", "data", "model", "comm"}, "routing": {"core", "data", "model"},
@@ -20,6 +21,34 @@ def layer_of(path):
     if len(parts) > 2 and parts[:2] == ["src", "tributary"] and parts[2] in ALLOWED:
         return parts[2]
     return None
+
+
+def class_sizes():
+    """Per class or struct declared in a header: its public methods (declarations and inline definitions, constructors
+    included) and its data members, from universal-ctags."""
+    headers = [str(p) for p in Path("src").rglob("*.h")]
+    out = subprocess.run(["ctags", "--fields=+naZK", "--kinds-c++=+pm", "-o", "-", *headers],
+                         capture_output=True, text=True).stdout
+    counts, where = {}, {}
+    for line in out.splitlines():
+        cols = line.split("\t")
+        fields = dict(c.split(":", 1) for c in cols[3:] if ":" in c)
+        kind = cols[3] if len(cols) > 3 else ""
+        if kind in ("class", "struct"):
+            scope = fields.get("scope", "").split(":", 1)[-1]
+            name = f"{scope}::{cols[0]}" if scope else cols[0]
+            where[name] = f"{cols[1]}:{fields.get('line', '?')}"
+            continue
+        scope = fields.get("scope", "")
+        if not (scope.startswith("class:") or scope.startswith("struct:")):
+            continue
+        owner = scope.split(":", 1)[1]
+        c = counts.setdefault(owner, [0, 0])
+        if kind == "member":
+            c[1] += 1
+        elif kind in ("prototype", "function") and fields.get("access", "public") == "public":
+            c[0] += 1
+    return [((m, d), name, where.get(name, "?")) for name, (m, d) in counts.items() if name in where]
 
 
 def main():
@@ -57,6 +86,10 @@ def main():
         print("longest functions (lines; limit ~80):")
         for n, f in sorted(funcs, reverse=True)[:top]:
             print(f"  {n:5d}  {f}")
+        classes = class_sizes()
+        print("largest classes (public methods, data members; limit ~15 / ~20 unless the header says why):")
+        for (methods, members), name, where in sorted(classes, key=lambda c: -max(c[0][0] / 15, c[0][1] / 20))[:top]:
+            print(f"  {methods:3d} public methods {members:3d} members  {name} ({where})")
     else:
         print("longest functions: install universal-ctags (./run setup does) to list them")
     return 1 if upward or c10d else 0
