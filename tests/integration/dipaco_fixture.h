@@ -38,7 +38,7 @@ inline std::string dipaco(const std::string& run, const std::string& routes, con
   return " train --overwrite" + model_flags() + " --set train.steps=20 --set dist.inner_steps=10" +
          " --set dipaco.modules=2x2 --set dipaco.routes=" + (work() / routes).string() +
          " --set dipaco.init_from=" + (work() / "dense").string() + " --set dipaco.eval_units=64" +
-         " --set dipaco.heartbeat_timeout_s=5 --set train.run_dir=" + (work() / run).string() + " " + extra;
+         " --set dist.heartbeat_timeout_s=5 --set train.run_dir=" + (work() / run).string() + " " + extra;
 }
 
 // The dense model and 2x2 routes every test of the suite starts from, built once per CLI binary and corpus and shared

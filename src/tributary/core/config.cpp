@@ -1,11 +1,14 @@
 #include "tributary/core/config.h"
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <toml++/toml.h>
 
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
 #include "tributary/core/fs.h"
 
 namespace tributary {
@@ -23,9 +26,20 @@ void ConfigSchema::add(std::string key, std::string& field, std::string help, st
   fields_.push_back({.key = std::move(key), .kind = Kind::string, .ptr = &field, .help = std::move(help), .choices = std::move(choices)});
 }
 
+void ConfigSchema::rename(std::string old_key, std::string key, std::string why) {
+  renamed_.push_back({std::move(old_key), std::move(key), std::move(why)});
+}
+
 ConfigSchema::Field& ConfigSchema::find(const std::string& key, const std::string& origin) {
   for (auto& f : fields_)
     if (f.key == key) return f;
+  for (const auto& r : renamed_)
+    if (r.old_key == key) {
+      static std::set<std::string> warned;  // once per process: configs are loaded several times
+      if (warned.insert(key).second)
+        log::warn("{}: config key '{}' is deprecated, use '{}' ({})", origin, key, r.key, r.why);
+      return find(r.key, origin);
+    }
   // Suggest the keys of the same section, which is where typos usually are.
   std::string section = key.substr(0, key.find('.'));
   std::vector<std::string> near;

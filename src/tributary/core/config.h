@@ -24,6 +24,9 @@ class ConfigSchema {
   void add(std::string key, bool& field, std::string help);
   void add(std::string key, std::string& field, std::string help, std::vector<std::string> choices = {});
 
+  // An old name of `key` that keeps working: each use sets `key` and warns once per process, naming the new key.
+  void rename(std::string old_key, std::string key, std::string why);
+
   void merge_toml_file(const std::string& path);
   void merge_toml(std::string_view text, const std::string& origin);
   void apply_override(std::string_view assignment);  // "optim.lr=3e-4"
@@ -47,6 +50,10 @@ class ConfigSchema {
   std::string render(const Field& f) const;
   void set_from_text(Field& f, std::string_view value, const std::string& origin);
   std::vector<Field> fields_;
+  struct Renamed {
+    std::string old_key, key, why;
+  };
+  std::vector<Renamed> renamed_;
 };
 
 // Keys whose value may differ between two configs that describe the same run (e.g. logging cadence when resuming).

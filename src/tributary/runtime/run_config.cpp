@@ -69,7 +69,7 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
   s.add("dist.fault_tolerant", dist.fault_tolerant,
         "DiLoCo and data parallel: survive dead or frozen workers (rounds are committed or redone by the survivors)");
-  s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s, "fault_tolerant: silence after which a worker is dead (s)",
+  s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s, "silence after which a worker is dead (s): fault tolerance and DiPaCo",
         0.5, 3600.0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
         "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median; "
@@ -95,8 +95,7 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
         {"multiply", "divide", "none"});
   s.add("dipaco.on_failure", dipaco.on_failure, "DiPaCo: a dead worker's tasks are re-run or skipped",
         {"requeue", "skip"});
-  s.add("dipaco.heartbeat_timeout_s", dipaco.heartbeat_timeout_s, "DiPaCo: silence after which a worker is dead (s)",
-        0.5, 3600.0);
+  s.rename("dipaco.heartbeat_timeout_s", "dist.heartbeat_timeout_s", "one heartbeat deadline for every kind of run");
   s.add("dipaco.holdout_permille", dipaco.holdout_permille, "DiPaCo: held-out slice of each shard (early stopping)",
         0, 500);
   s.add("dipaco.eval_units", dipaco.eval_units, "DiPaCo: routed validation units evaluated at the end; 0 = all", 0);

@@ -72,7 +72,7 @@ struct DistConfig {
   double collective_timeout_s = 1800;
   // Fault tolerance (DiLoCo; optim/resilient_average.h): workers may die; survivors redo the round without them.
   bool fault_tolerant = false;
-  double heartbeat_timeout_s = 10;   // fault_tolerant: a worker whose heartbeat stalls this long is dead
+  double heartbeat_timeout_s = 10;   // a worker whose heartbeat stalls this long is dead (fault tolerance, DiPaCo)
   double reject_norm_factor = 0;     // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
                                      // factor x the round's median norm; 0 = accept every update
 
@@ -102,7 +102,6 @@ struct DipacoConfig {
   std::string init_from;             // dense checkpoint every module starts from ("" = the seed's initialisation)
   std::string norm_rescale = "none";  // none | multiply | divide: outer gradient x1, x or / sqrt(paths through it)
   std::string on_failure = "requeue";     // requeue | skip: a dead worker's tasks are re-run, or the round goes on
-  double heartbeat_timeout_s = 10;   // a worker whose heartbeat stalls this long is dead
   int64_t holdout_permille = 20;     // per-path early stopping: this slice of the path's shard is held out
   int64_t eval_units = 0;            // routed validation units to evaluate at the end; 0 = all
   // Path-local workers (runtime/dipaco/module_depot.h, optim/module_owners.h): a worker holds only its owned modules

@@ -178,3 +178,12 @@ TEST(Config, AutoOuterSettingsFollowTheRunsLength) {
                 .find("dist.outer_momentum"),
             std::string::npos);
 }
+
+TEST(Config, ARenamedKeyKeepsWorkingUnderItsNewName) {
+  // dipaco.heartbeat_timeout_s became dist.heartbeat_timeout_s (one deadline for every kind of run).
+  const RunConfig c = RunConfig::load("", {"dipaco.heartbeat_timeout_s=7"});
+  EXPECT_EQ(c.dist.heartbeat_timeout_s, 7);
+  EXPECT_EQ(c.to_toml().find("dipaco.heartbeat_timeout_s"), std::string::npos);
+  const RunConfig t = RunConfig::from_toml("[dipaco]\nheartbeat_timeout_s = 4\n", "old.toml");
+  EXPECT_EQ(t.dist.heartbeat_timeout_s, 4);
+}

@@ -39,7 +39,7 @@ class Store;
 struct PathStateOptions {
   int self = 0;             // this worker's rank (the holder it names)
   bool on_request = true;   // dipaco.path_state = holder; false: store
-  std::chrono::milliseconds ask_timeout{10000};  // a holder silent this long is dead (dipaco.heartbeat_timeout_s)
+  std::chrono::milliseconds ask_timeout{10000};  // a holder silent this long is dead (dist.heartbeat_timeout_s)
 };
 
 class PathState {

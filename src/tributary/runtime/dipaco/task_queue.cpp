@@ -71,7 +71,7 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
   set(fmt::format("r{}/g{}/idle/{}", round, gen, worker_), "1");
   const std::string verdict_key = fmt::format("r{}/g{}/verdict", round, gen);
   // The decider is the first member still alive: when the leader dies while the others wait for its verdict, the
-  // next one decides (its liveness read says so after dipaco.heartbeat_timeout_s). The first verdict written wins,
+  // next one decides (its liveness read says so after dist.heartbeat_timeout_s). The first verdict written wins,
   // so a leader taken for dead that still decides cannot split the workers.
   comm::Liveness liveness(store_, kPrefix, worker_, dead_after_s_);
   while (!has(verdict_key)) {
@@ -97,7 +97,7 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
   v.members = j.at("members").get<std::vector<int>>();
   v.dropped = j.at("dropped").get<std::vector<int64_t>>();
   if (std::find(v.members.begin(), v.members.end(), worker_) == v.members.end())
-    fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dipaco.heartbeat_timeout_s "
+    fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dist.heartbeat_timeout_s "
          "= {} s); raise the timeout if workers stall that long", worker_, round + 1, dead_after_s_);
   return v;
 }
