@@ -1,7 +1,5 @@
 #include "tributary/runtime/trainer.h"
 
-#include <sys/resource.h>
-
 #include "tributary/core/log.h"
 #include "tributary/model/eval.h"
 #include "tributary/optim/schedule.h"
@@ -20,11 +18,8 @@ bool TrainingRun::sync(int64_t step, double lr) {
 
 void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   if (!synced_ || !(synced || (synced_->averaging_gradients() && report_->log_due(step)))) return;
-  auto c = synced_->take_stats();
-  sync_bytes_ += c.bytes_sent;
-  summary_.bytes_sent += c.bytes_sent;
-  summary_.bytes_recv += c.bytes_recv;
-  summary_.comm_s += c.comm_s;
+  const auto c = synced_->take_stats();
+  count_traffic(c);
   const int64_t rejected = replicas_ ? replicas_->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
   report_->exchange_done(step, synced_->ddp() ? step : synced_->outer_steps(),
@@ -32,27 +27,11 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
                          rejected >= 0 ? synced_->size() : 0, rejected);
 }
 
-void TrainingRun::add_stage_stats(const pipeline::PipelineStats& s) {
-  stage_stats_.activation_bytes += s.activation_bytes;
-  stage_stats_.gradient_bytes += s.gradient_bytes;
-  stage_stats_.compute_s += s.compute_s;
-  stage_stats_.blocked_s += s.blocked_s;
-  sync_bytes_ += double(s.data_parallel_bytes);
-  summary_.bytes_sent += double(s.activation_bytes + s.gradient_bytes + s.data_parallel_bytes);
-  summary_.comm_s += s.blocked_s;
-}
-
-// Every rank of the pipeline takes part; rank 0 writes what pipeline 0's stages measured.
-void TrainingRun::summarise_stages(double train_seconds) {
-  const auto& s = stage_stats_;
-  const auto all = pipelines_->gather_stages({s.compute_s, s.blocked_s, double(s.activation_bytes),
-                                              double(s.gradient_bytes), train_seconds, sync_bytes_,
-                                              peak_rss_mb_});
-  summary_.stages = nlohmann::json::array();
-  for (const auto& v : all)
-    summary_.stages.push_back({{"compute_s", v[0]}, {"blocked_s", v[1]}, {"bubble", v[4] > 0 ? 1.0 - v[0] / v[4] : 0.0},
-                               {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}, {"sync_bytes", v[5]},
-                               {"peak_rss_mb", v[6]}});
+void TrainingRun::count_traffic(const comm::CommStats& c) {
+  if (stages_) stages_->add_sync_bytes(c.bytes_sent);
+  summary_.bytes_sent += c.bytes_sent;
+  summary_.bytes_recv += c.bytes_recv;
+  summary_.comm_s += c.comm_s;
 }
 
 void TrainingRun::save(int64_t step, double elapsed) {
@@ -62,16 +41,12 @@ void TrainingRun::save(int64_t step, double elapsed) {
   if (!path.empty()) summary_.checkpoint = path;
 }
 
-// The loop: next batch -> step -> sync -> report / evaluate / checkpoint / stop when due.
+// The loop: next batch -> step -> sync -> (membership) -> report -> evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
   auto built = make_train_step({config_, *model_, params_, trained_, aux_heads_.get(), *optimizer_, *loader_,
                                  replicas_.get(), pipelines_.get(), device_, slowdown_->factor()});
-  take_stage_stats_ = std::move(built.take_stage_stats);
-  TrainStep& train_step = *built.step;
-  StopAgreement::Vote vote;
-  if (replicas_) vote = [this](bool local) { return replicas_->stop_agreed(local); };
-  if (pipelines_) vote = [this](bool local) { return pipelines_->stop_agreed(local); };
-  StopAgreement stop(vote, options_.stop_after_step, lead_);
+  if (built.take_stage_stats) stages_.emplace(std::move(built.take_stage_stats));
+  StopAgreement stop(stop_vote(), options_.stop_after_step, lead_);
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
   model_->train();
   run_start_ = Clock::now();
@@ -80,12 +55,8 @@ TrainSummary TrainingRun::run() {
   int64_t step = progress_.step;
   while (step < tc_.steps) {
     const auto step_start = Clock::now();
-    const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
     const double lr = schedule.lr(step);
-    const StepResult result = train_step.run(step, lr);
-    // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
-    if (!built.slows_itself)
-      slowdown_->after_step(seconds_since(step_start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
+    const StepResult result = step_once(*built.step, step, lr, built.slows_itself);
     step += 1;
     faults_.after_step(step);
     progress_.tokens += tokens_per_step_;
@@ -93,54 +64,87 @@ TrainSummary TrainingRun::run() {
     const bool synced = sync(step, lr);
     const bool round = synced || averaged;  // the replicas' membership may change only at a round
     if (round) follow_membership(step);
-    if (take_stage_stats_) {
-      add_stage_stats(take_stage_stats_());
-      rusage usage{};  // the peak resident memory of training (model, optimizer, stashed activations), read before
-      getrusage(RUSAGE_SELF, &usage);  // the last step's consolidation and checkpoint add theirs
-      peak_rss_mb_ = double(usage.ru_maxrss) / 1024.0;
-    }
+    measure_stage();
     const double dt = seconds_since(step_start);
     train_seconds += dt;
     report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
     const double now = elapsed();
     report_exchange(step, synced, now);
     if (result.reported) record(result, step, schedule.lr(step - 1 - result.lag), now);
-    const bool last = step == tc_.steps;
-    const bool quiescent = !synced_ || synced_->quiescent();
-    const bool stop_now = stop.after_step(step, quiescent);
-    // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
-    // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-    const bool at_global = !synced_ || synced_->averaging_gradients() || synced;
-    const bool eval_due = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last;
-    const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
-    // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
-    if (pipelines_ && (eval_due || periodic || last || stop_now)) {
-      pipelines_->consolidate(params_, config_.model.blocks_per_level());
-      if (aux_heads_) pipelines_->consolidate_aux_heads(aux_params_);
-    }
-    if (lead_ && eval_due) {
-      BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
-                      fmt::format("'{}' val", config_.data.dir));
-      const auto eval_start = Clock::now();
-      const EvalResult result = evaluate(*model_, val, tc_.eval_batches, device_);
-      report_->evaluated(step, progress_.tokens, result, now, eval_seconds_, summary_);
-      eval_seconds_ += seconds_since(eval_start);
-    }
-    if ((lead_ || replicas_ || pipelines_) && (periodic || last || stop_now)) save(step, now);
-    if (last || stop_now)  // the numbers of the last steps, when they come late
-      for (const StepResult& owed : train_step.drain())
-        record(owed, step, schedule.lr(step - 1 - owed.lag), now);
-    if (round && !last && !stop_now) admit_joiners(step, now);  // after this step's checkpoint
-    if (!last && !stop_now) offer_heals(step, now);
-    if (stop_now && !last) {
-      if (lead_) log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step,
-                           summary_.checkpoint.string());
-      summary_.stopped_early = true;
+    const Due due = due_after(step, synced, stop);
+    evaluate_and_checkpoint(due, step, now);
+    if (due.last || due.stop)  // the numbers of the last steps, when they come late
+      for (const StepResult& owed : built.step->drain()) record(owed, step, schedule.lr(step - 1 - owed.lag), now);
+    if (due.last) break;
+    if (round && !due.stop) admit_joiners(step, now);  // after this step's checkpoint
+    if (!due.stop) offer_heals(step, now);
+    if (due.stop) {
+      stopped_early(step);
       break;
     }
   }
   finish(step, train_seconds);
   return summary_;
+}
+
+StopAgreement::Vote TrainingRun::stop_vote() {
+  if (pipelines_) return [this](bool local) { return pipelines_->stop_agreed(local); };
+  if (replicas_) return [this](bool local) { return replicas_->stop_agreed(local); };
+  return {};
+}
+
+StepResult TrainingRun::step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself) {
+  const auto start = Clock::now();
+  const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
+  StepResult result = train_step.run(step, lr);
+  // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
+  if (!slows_itself)
+    slowdown_->after_step(seconds_since(start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
+  return result;
+}
+
+void TrainingRun::measure_stage() {
+  if (!stages_) return;
+  const pipeline::PipelineStats s = stages_->after_step();
+  summary_.bytes_sent += double(s.activation_bytes + s.gradient_bytes + s.data_parallel_bytes);
+  summary_.comm_s += s.blocked_s;
+}
+
+TrainingRun::Due TrainingRun::due_after(int64_t step, bool synced, StopAgreement& stop) {
+  const bool last = step == tc_.steps;
+  const bool quiescent = !synced_ || synced_->quiescent();
+  const bool stop_now = stop.after_step(step, quiescent);
+  // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
+  // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
+  const bool at_global = !synced_ || synced_->averaging_gradients() || synced;
+  const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
+  return {.last = last,
+          .stop = stop_now,
+          .eval = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last,
+          .checkpoint = periodic || last || stop_now};
+}
+
+void TrainingRun::evaluate_and_checkpoint(const Due& due, int64_t step, double now) {
+  // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
+  if (pipelines_ && (due.eval || due.checkpoint)) {
+    pipelines_->consolidate(params_, config_.model.blocks_per_level());
+    if (aux_heads_) pipelines_->consolidate_aux_heads(aux_params_);
+  }
+  if (lead_ && due.eval) {
+    BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+                    fmt::format("'{}' val", config_.data.dir));
+    const auto eval_start = Clock::now();
+    const EvalResult result = evaluate(*model_, val, tc_.eval_batches, device_);
+    report_->evaluated(step, progress_.tokens, result, now, eval_seconds_, summary_);
+    eval_seconds_ += seconds_since(eval_start);
+  }
+  if ((lead_ || layout_.distributed()) && due.checkpoint) save(step, now);
+}
+
+void TrainingRun::stopped_early(int64_t step) {
+  if (lead_)
+    log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
+  summary_.stopped_early = true;
 }
 
 // A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
@@ -153,20 +157,14 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 }
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
-  if (synced_) {  // data parallel stopped between two log lines: the exchanges since the last one count too
-    const auto c = synced_->take_stats();
-    sync_bytes_ += c.bytes_sent;
-    summary_.bytes_sent += c.bytes_sent;
-    summary_.bytes_recv += c.bytes_recv;
-    summary_.comm_s += c.comm_s;
-  }
+  if (synced_) count_traffic(synced_->take_stats());  // data parallel stopped between two log lines
   summary_.steps = step;
   summary_.lead = lead_;
   if (replicas_) summary_.world_size = replicas_->size();
   if (synced_) summary_.outer_steps = synced_->outer_steps();
   if (pipelines_) {
     summary_.world_size = options_.dist.world_size;
-    summarise_stages(train_seconds);
+    summary_.stages = stages_ ? stages_->gather(*pipelines_, train_seconds) : nlohmann::json::array();
   }
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();

@@ -21,6 +21,8 @@
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
 #include "tributary/runtime/slowdown.h"
+#include "tributary/runtime/stage_accounting.h"
+#include "tributary/runtime/stop.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::detail {
@@ -33,18 +35,29 @@ class TrainingRun {
   TrainSummary run();
 
  private:
+  // What is due after a step: the last, an agreed stop, an evaluation, a checkpoint (every rank of a multi-process
+  // run takes part in one).
+  struct Due {
+    bool last = false, stop = false, eval = false, checkpoint = false;
+  };
+
   void build_model_and_data();
   void start_replicas();
   void describe(int64_t threads) const;
+  StopAgreement::Vote stop_vote();
+  StepResult step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself);
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
+  void measure_stage();  // a pipeline stage's step: its traffic, compute, bubble and peak memory
+  Due due_after(int64_t step, bool synced, StopAgreement& stop);
+  void evaluate_and_checkpoint(const Due& due, int64_t step, double now);
+  void stopped_early(int64_t step);
   void report_exchange(int64_t step, bool synced, double elapsed);
   // Fault tolerance (training_run_membership.cpp), after a round: the members may have changed.
   void follow_membership(int64_t step);
   void reshard_data();
   void admit_joiners(int64_t step, double now);
   void offer_heals(int64_t step, double now);
-  void add_stage_stats(const pipeline::PipelineStats& s);
-  void summarise_stages(double train_seconds);
+  void count_traffic(const comm::CommStats& c);  // the replicas' exchanges, into the summary
   void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
   void finish(int64_t step, double train_seconds);
@@ -62,10 +75,7 @@ class TrainingRun {
   // across the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
   Replicas* synced_ = nullptr;
   NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
-  std::function<pipeline::PipelineStats()> take_stage_stats_;  // the step's, when it is a pipeline stage's
-  pipeline::PipelineStats stage_stats_;              // summed over the run
-  double sync_bytes_ = 0;  // sent to keep this stage's replicas together: gradient all-reduce or DiLoCo exchanges
-  double peak_rss_mb_ = 0;  // a stage's process after its last step
+  std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
   std::shared_ptr<Transformer> model_;
