@@ -174,6 +174,23 @@ TEST_F(Distributed, APipelineRunResumesBitForBit) {
             std::string::npos) << out;
 }
 
+TEST_F(Distributed, KillingLaunchTakesItsWorkersWithIt) {
+  // kill -9 of launch: its workers used to train on as orphans and race a --resume for the run directory. Now the
+  // kernel's parent-death signal ends them with it.
+  const std::string cli = TRIBUTARY_CLI;
+  const fs::path run = work() / "orphans";
+  fs::remove_all(run);
+  auto [rc, out] = sh("(" + cli + " launch --nproc 2 --master-port 0 --" +
+                      tiny("orphans", "--set train.steps=100000 --set train.batch_size=4 --set dist.inner_steps=50") +
+                      " > /dev/null 2>&1 & pid=$!; for i in $(seq 300); do grep -q '\"loss\"' " +
+                      (run / "metrics.jsonl").string() + " 2>/dev/null && break; sleep 0.2; done; " +
+                      "workers=$(pgrep -P $pid); echo workers: $workers; kill -9 $pid; sleep 3; " +
+                      "for w in $workers; do kill -0 $w 2>/dev/null && echo orphan $w; done; true)");
+  ASSERT_NE(out.find("workers: "), std::string::npos) << out;
+  EXPECT_GT(out.size(), std::string("workers: \n").size()) << "launch had workers: " << out;
+  EXPECT_EQ(out.find("orphan"), std::string::npos) << out;
+}
+
 TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
   // SIGTERM to launch reaches every worker; they agree on the stop within a few steps (runtime/stop_vote.h) — not at
   // the next outer step, which here is 50,000 steps away — and write one checkpoint together. Before the vote, DiLoCo

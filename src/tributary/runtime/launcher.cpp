@@ -4,9 +4,11 @@
 #include <netdb.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -89,9 +91,15 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) fail("launch: pipe: {}", std::strerror(errno));
   const int rank = o.node_rank * o.nproc + local;
+  const pid_t launch_pid = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) fail("launch: fork: {}", std::strerror(errno));
   if (pid == 0) {
+    // The worker dies with its launch (even by SIGKILL): orphans would train on unseen and race a --resume for the
+    // run directory. Checkpoints are written to a temporary name and renamed, so a kill never leaves a torn one.
+    // The signal follows the forking thread: launch forks from its main thread, which lives as long as launch.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launch_pid) ::_exit(1);  // launch died before the line above
     ::dup2(pipefd[1], STDOUT_FILENO);
     ::dup2(pipefd[1], STDERR_FILENO);
     ::setenv("RANK", std::to_string(rank).c_str(), 1);
