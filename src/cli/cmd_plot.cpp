@@ -67,7 +67,11 @@ void add_plot(CLI::App& app) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) fail("{}:{}: not a JSON line", metrics.string(), line_no);
       if (!j.contains("tokens") || !j["tokens"].is_number()) continue;  // e.g. DiPaCo's per-round lines
-      if (j.contains("loss") && j["loss"].is_number()) train_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["loss"].get<double>());
+      // The console's and the report's train loss: the mean over the logging interval (loss_avg); "loss" is the
+      // interval's last step alone (lines written before loss_avg existed have only that).
+      const char* train_key = j.contains("loss_avg") ? "loss_avg" : "loss";
+      if (j.contains(train_key) && j[train_key].is_number())
+        train_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j[train_key].get<double>());
       if (j.contains("val_loss") && j["val_loss"].is_number())
         val_rows += fmt::format("{} {}\n", j["tokens"].get<double>(), j["val_loss"].get<double>());
     }
@@ -80,7 +84,7 @@ void add_plot(CLI::App& app) {
         "set output {}\n"
         "set title {}\n"
         "set xlabel 'training tokens'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n"
-        "plot {} using 1:2 with lines lw 1.5 title 'train loss', {} using 1:2 with linespoints pt 7 lw 2 title "
+        "plot {} using 1:2 with lines lw 1.5 title 'train loss (mean over each logging interval)', {} using 1:2 with linespoints pt 7 lw 2 title "
         "'validation loss'\n",
         gnuplot_quote(out.string(), "--out path"), gnuplot_quote("Tributary run: " + run.filename().string(), "run name"),
         gnuplot_quote(train_dat.string(), "run directory"), gnuplot_quote(val_dat.string(), "run directory"));

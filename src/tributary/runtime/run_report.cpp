@@ -105,7 +105,7 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
     const double own = interval_tps / members;
     const double share = setup_.peak_flops * double(launched_world_) / double(members);
     worker_->write(nlohmann::json{{"step", step}, {"tokens_per_s", own},
-                                  {"mfu", own * setup_.flops_per_token / share}, {"loss", loss_avg},
+                                  {"mfu", own * setup_.flops_per_token / share}, {"loss_avg", loss_avg},
                                   {"elapsed_s", elapsed}}.dump());
   }
   const std::string chunks = chunk_losses.empty()
