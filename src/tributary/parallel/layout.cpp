@@ -63,13 +63,13 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   }
   if (spec.placement && l.kind_ == RunKind::kPipelines) {
     const auto& placement = *spec.placement;
-    if (placement.d_pp != p || placement.d_dp * placement.d_pp != spec.world_size)
+    if (placement.stages != p || placement.replicas * placement.stages != spec.world_size)
       fail("parallel.placement = '{}' places {} pipelines x {} stages but this run has {} x {} (world size {}, "
            "parallel.pipeline_stages {}): plan for this world, or launch --nproc {}",
-           spec.placement_key, placement.d_dp, placement.d_pp, l.replicas_, p, spec.world_size, p,
-           placement.d_dp * placement.d_pp);
-    l.rank_at_ = placement.pipelines;
-    l.device_of_rank_ = placement.cluster_device;
+           spec.placement_key, placement.replicas, placement.stages, l.replicas_, p, spec.world_size, p,
+           placement.replicas * placement.stages);
+    l.rank_at_ = placement.rank_at;
+    l.device_of_rank_ = placement.device_of_rank;
   }
   for (size_t i = 0; i < l.rank_at_.size(); ++i)
     for (size_t j = 0; j < l.rank_at_[i].size(); ++j)

@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "tributary/sched/placement.h"
-
 namespace tributary {
 
 // How the replicas of the model (or of each pipeline stage) stay together.
@@ -33,6 +31,14 @@ enum class RunKind {
   kDipaco,     // workers claiming path tasks
 };
 
+// A placement's answer (sched/placement.h's placement.json, read by runtime/run_layout.h): which rank runs which stage
+// of which pipeline, and which cluster device each rank emulates.
+struct PlacedRanks {
+  int64_t replicas = 0, stages = 0;
+  std::vector<std::vector<int>> rank_at;  // [replica][stage]
+  std::vector<int> device_of_rank;
+};
+
 // The keys that decide the layout (RunConfig's, read by runtime/run_layout.h).
 struct LayoutSpec {
   int rank = 0, world_size = 1;
@@ -41,7 +47,7 @@ struct LayoutSpec {
   bool dipaco = false;          // dipaco.modules set
   bool diloco = true;           // dist.algorithm: diloco (true) or ddp
   int64_t warmup_ddp_steps = 0; // dist.warmup_ddp_steps (resolved: >= 0)
-  std::optional<sched::Placement> placement;  // parallel.placement, read
+  std::optional<PlacedRanks> placement;        // parallel.placement, read
   std::string placement_key;                   // its file, for messages
 };
 

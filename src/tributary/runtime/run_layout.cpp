@@ -1,5 +1,7 @@
 #include "tributary/runtime/run_layout.h"
 
+#include "tributary/sched/placement.h"
+
 namespace tributary {
 
 Layout run_layout(const RunConfig& config, const DistEnv& env) {
@@ -12,8 +14,11 @@ Layout run_layout(const RunConfig& config, const DistEnv& env) {
                   .warmup_ddp_steps = std::max<int64_t>(config.dist.warmup_ddp_steps, 0),
                   .placement = std::nullopt,
                   .placement_key = config.parallel.placement};
-  if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1)
-    spec.placement = sched::read_placement(config.parallel.placement);
+  if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1) {
+    const sched::Placement placement = sched::read_placement(config.parallel.placement);
+    spec.placement = PlacedRanks{.replicas = placement.d_dp, .stages = placement.d_pp,
+                                 .rank_at = placement.pipelines, .device_of_rank = placement.cluster_device};
+  }
   return Layout::resolve(spec);
 }
 

@@ -70,7 +70,7 @@ TEST(Layout, APipelineStageAveragesGradientsUnderDataParallelOrDuringTheWarmUp) 
 
 TEST(Layout, APlacementRenamesTheRanks) {
   auto s = spec(0, 4, 2);
-  s.placement = sched::Placement{.d_dp = 2, .d_pp = 2, .pipelines = {{3, 0}, {1, 2}}, .cluster_device = {5, 6, 7, 8}};
+  s.placement = PlacedRanks{.replicas = 2, .stages = 2, .rank_at = {{3, 0}, {1, 2}}, .device_of_rank = {5, 6, 7, 8}};
   const Layout l = Layout::resolve(s);
   EXPECT_EQ(l.replica(), 0);
   EXPECT_EQ(l.stage(), 1);
@@ -96,7 +96,7 @@ TEST(Layout, ShapesThatCannotRunNameTheKey) {
   local.local_chunks = 2;
   EXPECT_NE(error_of([&] { Layout::resolve(local); }).find("local.chunks = 2 with 2 processes"), std::string::npos);
   auto placed = spec(0, 4, 2);
-  placed.placement = sched::Placement{.d_dp = 1, .d_pp = 2, .pipelines = {{0, 1}}, .cluster_device = {0, 1}};
+  placed.placement = PlacedRanks{.replicas = 1, .stages = 2, .rank_at = {{0, 1}}, .device_of_rank = {0, 1}};
   placed.placement_key = "p.json";
   EXPECT_NE(error_of([&] { Layout::resolve(placed); }).find("parallel.placement = 'p.json' places 1 pipelines"),
             std::string::npos);
