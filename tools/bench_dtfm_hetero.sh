@@ -51,8 +51,8 @@ c = json.load(open(f"{w}/links.json"))
 c["devices"] = [{"tflops": x / f if d in slow else x} for d in range(len(c["latency_ms"]))]
 json.dump(c, open(f"{w}/cluster.json", "w"))
 PY
-  $B plan $W/cluster.json --config $W/train.toml --seed 1 --out $W/comm.json > /dev/null
-  $B plan $W/cluster.json --config $W/train.toml --seed 1 --compute --out $W/compute.json > /dev/null
+  $B plan $W/cluster.json --config $W/train.toml --seed 1 --out $W/comm.json --overwrite > /dev/null
+  $B plan $W/cluster.json --config $W/train.toml --seed 1 --compute --out $W/compute.json --overwrite > /dev/null
   echo "slow devices $pair:"
   $B plan $W/cluster.json --config $W/train.toml --compute --price $W/comm.json --price $W/compute.json \
     --price $W/megatron.json | sed "s|$W/||"

@@ -15,7 +15,7 @@ T="train --overwrite --set model.num_layers=8 --set model.width=128 --set model.
    --set train.eval_batches=1 --set train.threads=1 --set data.dir=$D --set train.steps=9 --set train.log_every=3
    --set dist.algorithm=ddp --set train.checkpoint_every=0 --set parallel.pipeline_stages=4
    --set parallel.micro_batches=$M --set parallel.schedule=$SCHEDULE"
-$B plan $W/cluster.json $W/workload.json --out $W/plan.json --seed 1 | grep -E "^plan|stage|pipeline "
+$B plan $W/cluster.json $W/workload.json --out $W/plan.json --overwrite --seed 1 | grep -E "^plan|stage|pipeline "
 python3 - $W $RANDOM_N <<'PY'
 import json, random, sys
 w, n = sys.argv[1], int(sys.argv[2])

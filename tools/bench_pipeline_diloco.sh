@@ -21,7 +21,7 @@ COMPRESSION=${COMPRESSION:-fp32}; PLACEMENTS=${PLACEMENTS:-plan}; REPS=${REPS:-1
 ACT=${ACT:-fp32}; WARMUP_DDP=${WARMUP_DDP:-0}
 W=$(mktemp -d)
 source tools/bench_small_setup.sh  # $W/cluster.json, $W/workload.json
-$B plan $W/cluster.json $W/workload.json --out $W/plan.json --seed 1 | grep -E "^plan"
+$B plan $W/cluster.json $W/workload.json --out $W/plan.json --overwrite --seed 1 | grep -E "^plan"
 if [ "$DILOCO_PLAN" = 1 ]; then
   python3 - "$W/workload.json" "$ACT" <<'PY'
 import json, sys
@@ -29,7 +29,7 @@ w = json.load(open(sys.argv[1]))
 w["bytes_per_activation"] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}[sys.argv[2]]
 json.dump(w, open(sys.argv[1].replace(".json", "-act.json"), "w"))
 PY
-  $B plan $W/cluster.json $W/workload-act.json --sync-every $H --out $W/plan-diloco.json --seed 1 | grep -E "^plan"
+  $B plan $W/cluster.json $W/workload-act.json --sync-every $H --out $W/plan-diloco.json --overwrite --seed 1 | grep -E "^plan"
 fi
 python3 -c "import json; json.dump({'d_dp': 2, 'd_pp': 4, 'pipelines': [[j * 2 + i for j in range(4)] for i in range(2)]}, open('$W/megatron.json', 'w'))"
 T="train --overwrite --set model.num_layers=8 --set model.width=128 --set model.num_heads=4 --set model.context=64

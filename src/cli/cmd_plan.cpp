@@ -59,6 +59,7 @@ struct Args {
   bool workload_given = false;
   bool compute = false;    // add each device's compute time (its `tflops`) to the paper's communication cost
   bool calibrate = false;  // measure this machine's speed on --config's model; devices without `tflops` take it
+  bool overwrite = false;  // --out may replace an existing file
 };
 
 // The given layout, or (--search-shape) every D_DP x D_PP that divides the devices and layers.
@@ -144,6 +145,8 @@ void calibrate(Cluster& cluster, const RunConfig& config) {
 
 void run_plan(Args a) {
   validate(a.ga);  // user limits are user errors, checked before any GA thread starts
+  if (!a.out.empty() && !a.overwrite && fs::exists(fs::symlink_status(a.out)) && !fs::is_directory(a.out))
+    fail("plan: --out '{}' already exists; pass --overwrite to replace it", a.out);
   Cluster cluster = load_cluster(a.cluster);
   std::vector<int> original;
   if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);
@@ -205,6 +208,7 @@ void add_plan(CLI::App& app) {
       ->required();
   cmd->add_option("workload", a->workload, "workload JSON, or the preset gpt3-xl (default)");
   cmd->add_option("--out", a->out, "write the placement (rank -> stage, pipeline) as JSON");
+  cmd->add_flag("--overwrite", a->overwrite, "let --out replace an existing file");
   cmd->add_option("--price", a->price, "print the cost model's time for these placement files instead of searching");
   cmd->add_option("--shuffle-ids", a->shuffle_seed, "relabel devices randomly (seed) before scheduling");
   cmd->add_option("--seed", a->ga.seed, "GA seed");

@@ -119,6 +119,12 @@ TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
   expect_user_error("plan case1-datacenter-on-demand --out outdir", "is a directory");
   for (const auto& e : fs::directory_iterator(work_dir()))
     EXPECT_EQ(e.path().filename().string().find("outdir.tmp-"), std::string::npos) << e.path();
+  {
+    std::ofstream f(work_dir() / "kept.json");
+    f << "mine";
+  }
+  expect_user_error("plan case1-datacenter-on-demand --out kept.json", "pass --overwrite");
+  EXPECT_EQ(read_file(work_dir() / "kept.json"), "mine") << "an existing --out is refused, not replaced";
   expect_user_error("eval run --prefix 32", "--prefix");
   expect_user_error("generate run --temperature nan", "--temperature");
   expect_user_error("generate run --tokens 99999999999999999999", "--tokens");
