@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/run_layout.h"
 #include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/trainer.h"
 
@@ -41,7 +42,7 @@ void add_train(CLI::App& app) {
     TrainOptions options{.resume = resume->count() > 0, .resume_from = args->resume_from,
                          .stop_after_step = args->stop_after, .overwrite = args->overwrite,
                          .dist = resolve_dist_env_from_process(), .faults = fault_plan_from_environment()};
-    if (!config.dipaco.modules.empty()) {
+    if (run_layout(config, options.dist).kind() == RunKind::kDipaco) {
       DipacoSummary d = train_dipaco(config, options);
       if (options.dist.rank == 0)
         log::info("done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "

@@ -24,9 +24,10 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   l.world_size_ = spec.world_size;
   l.chunks_ = spec.local_chunks;
   const int64_t p = spec.pipeline_stages;
-  if (spec.dipaco) {
+  if (spec.dipaco) {  // every worker is a replica that trains paths
     l.kind_ = RunKind::kDipaco;
     l.sync_ = Sync::kModules;
+    l.replicas_ = spec.world_size;
   } else if (p > 1) {
     if (spec.world_size < p)
       fail("parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- "
@@ -53,14 +54,8 @@ Layout Layout::resolve(const LayoutSpec& spec) {
 
   l.rank_at_.assign(size_t(l.replicas_), std::vector<int>(size_t(l.stages_), 0));
   l.device_of_rank_.resize(size_t(spec.world_size));
-  if (l.kind_ == RunKind::kDipaco || l.kind_ == RunKind::kSingle) {  // every rank is its own replica
-    for (int r = 0; r < spec.world_size; ++r) l.device_of_rank_[size_t(r)] = r;
-    l.rank_at_.assign(size_t(spec.world_size), std::vector<int>(1, 0));
-    for (int r = 0; r < spec.world_size; ++r) l.rank_at_[size_t(r)][0] = r;
-  } else {
-    for (int r = 0; r < spec.world_size; ++r)
-      l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = l.device_of_rank_[size_t(r)] = r;
-  }
+  for (int r = 0; r < spec.world_size; ++r)
+    l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = l.device_of_rank_[size_t(r)] = r;
   if (spec.placement && l.kind_ == RunKind::kPipelines) {
     const auto& placement = *spec.placement;
     if (placement.stages != p || placement.replicas * placement.stages != spec.world_size)

@@ -91,14 +91,14 @@ BlasInfo check_blas() {
   BlasInfo info = blas_info();
   if (!info.optimized) {
     log::warn("==================================================================================");
-    log::warn("SLOW BLAS: LibTorch is using '{}', not OpenBLAS.", info.library);
-    log::warn("Matrix multiplies run ~10x slower. Fix: apt-get install libopenblas0-openmp");
-    log::warn("(and `update-alternatives --config libblas.so.3-x86_64-linux-gnu` to select it).");
+    log::warn("SLOW BLAS: LibTorch is using '{}', not an optimized BLAS.", info.library);
+    log::warn("Matrix multiplies run ~10x slower. Fix: build on PyTorch's own wheel (pip install torch; ./run setup");
+    log::warn("uses it), which carries its BLAS inside, or select OpenBLAS for libblas.so.3 (update-alternatives).");
     log::warn("==================================================================================");
   } else if (info.library.find("openblas-pthread") != std::string::npos && at::get_num_threads() > 1) {
     log::warn("OpenBLAS's pthread flavour ('{}') runs its own thread pool beside LibTorch's OpenMP one: on a busy "
-              "machine they spin against each other (training steps 1.35-1.6x slower on 2 cores). Fix: apt-get "
-              "install libopenblas0-openmp and select it (./run setup does).", info.library);
+              "machine they spin against each other (training steps 1.35-1.6x slower on 2 cores). Fix: build on "
+              "PyTorch's own wheel (./run setup), or select libopenblas0-openmp.", info.library);
   }
   return info;
 }

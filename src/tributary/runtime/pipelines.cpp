@@ -14,9 +14,7 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   const int64_t p = layout.stages();
   layout_ = pipeline::StageLayout::parse(par.stage_layers, config.model.num_layers, p, "parallel.stage_layers");
   schedule_ = {pipeline::parse_schedule(par.schedule, "parallel.schedule"), p, par.micro_batches, par.warmup_margin};
-  num_pipelines_ = layout.replicas();
-  stage_ = layout.stage();
-  pipeline_ = layout.replica();
+  place_ = layout;
   const bool diloco = layout.sync() == Sync::kDiloco;
   if (diloco)
     for (int64_t s = 0; s < p; ++s)  // a stage's fragments are its blocks strided: each needs one
@@ -24,8 +22,8 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
         fail("dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
              "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
              config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
-  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage_, pipeline_, layout_.begin(stage_),
-            layout_.end(stage_) - 1);
+  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), pipeline(), layout_.begin(stage()),
+            layout_.end(stage()) - 1);
   const auto world_links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
   if (world_links && env.rank == 0) log::info("pipelines on {}", world_links->describe());
   auto options_among = [&](std::vector<int> members) {  // a group's options: its view of the emulated links
@@ -36,26 +34,25 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   const std::vector<int> pipe_members = layout.pipeline_ranks(), data_members = layout.stage_replica_ranks();
   auto store = rendezvous(config, env);
   // Each group has its own store prefix; every member creates it with its rank within the group.
-  pipe_ = std::make_unique<comm::Group>(store, int(stage_), int(p), options_among(pipe_members),
-                                        fmt::format("pipe.{}", pipeline_));
+  pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
+                                        fmt::format("pipe.{}", pipeline()));
   if (layout.stage_data_parallel_steps() != 0) {  // data parallel, or DiLoCo's warm-up
-    data_ = std::make_unique<comm::Group>(store, int(pipeline_), int(num_pipelines_), options_among(data_members),
-                                          fmt::format("data.{}", stage_));
-    data_parallel_steps_ = layout.stage_data_parallel_steps();
+    data_ = std::make_unique<comm::Group>(store, int(pipeline()), int(num_pipelines()), options_among(data_members),
+                                          fmt::format("data.{}", stage()));
   }
   if (diloco)  // the exchange pads with the modelled time itself
     stage_replicas_ = std::make_unique<Replicas>(
-        config, ReplicaGroup{.store = store, .rank = int(pipeline_), .size = int(num_pipelines_),
+        config, ReplicaGroup{.store = store, .rank = int(pipeline()), .size = int(num_pipelines()),
                              .link = world_links ? std::optional(world_links->subset(data_members)) : std::nullopt,
-                             .prefix = fmt::format("diloco.{}", stage_)});
-  if (config.model.tie_embeddings && (stage_ == 0 || stage_ == p - 1))
-    tie_ = std::make_unique<comm::Group>(store, stage_ == 0 ? 0 : 1, 2,
+                             .prefix = fmt::format("diloco.{}", stage())});
+  if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
+    tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
-                                         fmt::format("tie.{}", pipeline_));
+                                         fmt::format("tie.{}", pipeline()));
   const comm::GroupOptions options = group_options(config);
   if (config.local.chunks > 0)  // local stages: their lagged report, outside the link emulation like the stop vote
-    report_ = std::make_unique<comm::LaggedReduce>(store, int(stage_), int(p), options,
-                                                   fmt::format("report.{}", pipeline_), int(config.local.queue_steps));
+    report_ = std::make_unique<comm::LaggedReduce>(store, int(stage()), int(p), options,
+                                                   fmt::format("report.{}", pipeline()), int(config.local.queue_steps));
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }

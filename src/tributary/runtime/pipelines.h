@@ -29,13 +29,13 @@ class Pipelines {
 
   int rank() const { return world_->rank(); }
   int world_size() const { return world_->size(); }
-  int64_t stage() const { return stage_; }
+  int64_t stage() const { return place_.stage(); }
   int64_t stages() const { return layout_.stages(); }
-  int64_t pipeline() const { return pipeline_; }
-  int64_t num_pipelines() const { return num_pipelines_; }
+  int64_t pipeline() const { return place_.replica(); }
+  int64_t num_pipelines() const { return place_.replicas(); }
   const pipeline::StageLayout& layout() const { return layout_; }
   pipeline::ScheduleSpec schedule() const { return schedule_; }
-  pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get(), data_parallel_steps_}; }
+  pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get(), place_.stage_data_parallel_steps()}; }
   // DiLoCo per stage (dist.algorithm = diloco, more than one pipeline): this stage's replicas across the pipelines,
   // which take outer steps every H inner steps instead of averaging gradients every step (groups().data averages
   // only during dist.warmup_ddp_steps, and is null without a warm-up). Null otherwise.
@@ -59,9 +59,8 @@ class Pipelines {
  private:
   pipeline::StageLayout layout_;
   pipeline::ScheduleSpec schedule_;
-  int64_t stage_ = 0, pipeline_ = 0, num_pipelines_ = 1;
+  Layout place_;  // this rank's stage and pipeline among the run's
   std::unique_ptr<comm::Group> pipe_, tie_, data_;
-  int64_t data_parallel_steps_ = -1;  // data_ averages every step (-1) or during the DiLoCo warm-up only
   std::unique_ptr<comm::Group> world_;  // every rank: the checkpoint protocol
   std::unique_ptr<Replicas> stage_replicas_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;

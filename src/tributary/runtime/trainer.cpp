@@ -76,12 +76,12 @@ TrainSummary TrainingRun::run() {
     if (due.last || due.stop)  // the numbers of the last steps, when they come late
       for (const StepResult& owed : built.step->drain()) record(owed, step, schedule.lr(step - 1 - owed.lag), now);
     if (due.last) break;
-    if (round && !due.stop) admit_joiners(step, now);  // after this step's checkpoint
-    if (!due.stop) offer_heals(step, now);
     if (due.stop) {
       stopped_early(step);
       break;
     }
+    if (round) admit_joiners(step, now);  // after this step's checkpoint
+    offer_heals(step, now);
   }
   finish(step, train_seconds);
   return summary_;

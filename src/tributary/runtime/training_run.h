@@ -95,8 +95,8 @@ class TrainingRun {
   double flops_per_token_ = 0;
   double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())
   Clock::time_point run_start_;
-  std::optional<Slowdown> slowdown_;
-  Faults faults_;  // injected on purpose (TrainOptions::faults)  // dist.slow_workers: this worker's emulated slowness
+  std::optional<Slowdown> slowdown_;  // dist.slow_workers: this worker's emulated slowness
+  Faults faults_;                     // injected on purpose (TrainOptions::faults)
 };
 
 }  // namespace tributary::detail

@@ -28,16 +28,19 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   if (slowdown_->factor() > 1)
     log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each step, or after each forward and "
               "backward of a pipeline stage)", env.rank, slowdown_->factor());
-  if (lead_) check_blas();
-  if (lead_) log::info("{}", layout_.describe());
+  if (lead_) {
+    check_blas();
+    log::info("{}", layout_.describe());
+  }
   if (layout_.kind() == RunKind::kPipelines) {
     pipelines_ = std::make_unique<Pipelines>(config_, env, layout_);
     synced_ = pipelines_->stage_replicas();
   } else if (layout_.kind() == RunKind::kReplicas) {
     replicas_ = std::make_unique<Replicas>(config_, env);
     synced_ = replicas_.get();
-    if (const std::string bad = faults_.bad_update(); !bad.empty()) replicas_->inject_bad_updates(bad);
   }
+  // the model's replicas, or a pipeline stage's across the pipelines
+  if (const std::string bad = faults_.bad_update(); synced_ && !bad.empty()) synced_->inject_bad_updates(bad);
   dataset_.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *dataset_);
   build_model_and_data();

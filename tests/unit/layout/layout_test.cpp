@@ -86,6 +86,8 @@ TEST(Layout, DipacoWorkersSyncModules) {
   EXPECT_EQ(l.kind(), RunKind::kDipaco);
   EXPECT_EQ(l.sync(), Sync::kModules);
   EXPECT_EQ(l.name(), "dipaco");
+  EXPECT_EQ(l.replicas(), 3) << "every worker is a replica";
+  EXPECT_EQ(l.replica(), 1);
 }
 
 TEST(Layout, ShapesThatCannotRunNameTheKey) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <vector>
 #include <thread>
 
 #include "tributary/core/error.h"
@@ -13,26 +14,30 @@
 namespace tributary {
 namespace {
 
-int64_t number_of(const char* name) {
+// The whole, non-negative numbers of variable `name` ("2", or a list "0,1"); empty when it is not set.
+std::vector<int64_t> numbers_of(const char* name) {
   const char* value = std::getenv(name);
-  if (!value) return -1;
-  char* end = nullptr;
-  const long long n = std::strtoll(value, &end, 10);
-  if (end == value || *end != '\0' || n < 0) fail("{}='{}' is not a step or round number", name, value);
-  return n;
+  std::vector<int64_t> out;
+  if (!value) return out;
+  for (double n : parse_number_list(value, name, "whole numbers >= 0, e.g. 0,2")) {
+    if (n < 0 || n != double(int64_t(n))) fail("{} = '{}': {} is not a whole number >= 0", name, value, n);
+    out.push_back(int64_t(n));
+  }
+  return out;
+}
+
+int64_t number_of(const char* name) {
+  const auto n = numbers_of(name);
+  if (n.size() > 1) fail("{} = '{}': give one number", name, std::getenv(name));
+  return n.empty() ? -1 : n.front();
 }
 
 }  // namespace
 
 FaultPlan fault_plan_from_environment() {
   FaultPlan plan;
-  if (const char* ranks = std::getenv("TRIBUTARY_FAIL_RANK")) {
-    for (const auto& r : split_list(ranks)) {
-      char* end = nullptr;
-      const long n = std::strtol(r.c_str(), &end, 10);
-      if (r.empty() || *end != '\0' || n < 0) fail("TRIBUTARY_FAIL_RANK='{}' is not a list of ranks", ranks);
-      plan.ranks.push_back(int(n));
-    }
+  for (int64_t rank : numbers_of("TRIBUTARY_FAIL_RANK")) plan.ranks.push_back(int(rank));
+  if (!plan.ranks.empty()) {
     plan.at_step = number_of("TRIBUTARY_FAIL_STEP");
     plan.at_exchange = number_of("TRIBUTARY_FAIL_EXCHANGE");
   }
@@ -43,13 +48,12 @@ FaultPlan fault_plan_from_environment() {
     else if (m == "stop") plan.mode = FaultPlan::Mode::kStop;
     else fail("TRIBUTARY_FAIL_MODE='{}' is not a fault: use kill, error or stop", m);
   }
-  const char* bad_rank = std::getenv("TRIBUTARY_BAD_UPDATE_RANK");
   const char* how = std::getenv("TRIBUTARY_BAD_UPDATE");
-  if (bad_rank && how) {
+  if (std::getenv("TRIBUTARY_BAD_UPDATE_RANK") && how) {
     plan.bad_update = how;
     if (plan.bad_update != "nan" && plan.bad_update != "scale100")
       fail("TRIBUTARY_BAD_UPDATE='{}' is not an injected fault: use nan or scale100", plan.bad_update);
-    plan.bad_update_rank = std::atoi(bad_rank);
+    plan.bad_update_rank = int(number_of("TRIBUTARY_BAD_UPDATE_RANK"));
   }
   return plan;
 }
