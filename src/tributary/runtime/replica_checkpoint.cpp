@@ -73,8 +73,8 @@ bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t st
   const NamedTensors codec = replicas.codec_state();
   if (!stage_rank_state(peers, run_dir, step, {params, optim_state, position, nullptr, nullptr, &codec}, contents))
     return false;
-  contents.state["replicas"] = replicas.progress();
-  auto outer = replicas.outer_state();
+  contents.state["replicas"] = replicas.sync().progress();
+  auto outer = replicas.sync().outer_state();
   if (!outer.empty()) contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
   return true;
 }

@@ -36,8 +36,7 @@ void lower_training_priority(int64_t nice, int rank) {
 
 }  // namespace
 
-Replicas::Replicas(const RunConfig& config, const DistEnv& env)
-    : config_(config), ddp_(!config.dist.diloco()) {
+Replicas::Replicas(const RunConfig& config, const DistEnv& env) : config_(config) {
   auto store = rendezvous(config, env);
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
@@ -53,16 +52,14 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env)
   auto link = wan_link_model_or_none(config.dist.wan, env.world_size);
   if (env.joining) {  // a group of one until the members admit it (join())
     build(store, 0, 1, link ? std::optional(link->subset({env.rank})) : std::nullopt,
-          fmt::format("ft/joining-{}-{}", env.rank, ::getpid()), link);
+          fmt::format("ft/joining-{}-{}", env.rank, ::getpid()), link, false);
     return;
   }
-  build(store, env.rank, env.world_size, link, membership_ ? membership_->group_prefix() : "group0", link);
+  build(store, env.rank, env.world_size, link, membership_ ? membership_->group_prefix() : "group0", link, false);
 }
 
-Replicas::Replicas(const RunConfig& config, ReplicaGroup group)
-    : config_(config), ddp_(!config.dist.diloco()), part_(true) {
-  TRIB_CHECK(!ddp_, "a part's data-parallel replicas average in its step, not here");
-  build(group.store, group.rank, group.size, group.link, group.prefix, group.link);
+Replicas::Replicas(const RunConfig& config, ReplicaGroup group) : config_(config) {
+  build(group.store, group.rank, group.size, group.link, group.prefix, group.link, true);
 }
 
 void Replicas::inject_bad_updates(const std::string& kind) {
@@ -73,7 +70,7 @@ void Replicas::inject_bad_updates(const std::string& kind) {
 }
 
 void Replicas::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
-                     const std::string& prefix, std::optional<comm::LinkModel> world_link) {
+                     const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part) {
   const auto& d = config_.dist;
   group_ = std::make_unique<comm::Group>(store, rank, size, group_options(config_), prefix);
   exchange_ = std::make_unique<comm::Exchange>(
@@ -87,7 +84,7 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
                                      .sparse_decay = d.error_feedback_decay,
                                      .seed = static_cast<uint64_t>(config_.train.seed)});
   if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
-  if (rank == 0 && !ddp_ && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
+  if (rank == 0 && d.diloco() && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
     log::warn("dist.overlap_steps = {} >= dist.inner_steps / dist.fragments = {}: an exchange is always in flight, so "
               "checkpoints and stops wait for the end of the run",
               d.overlap_steps, d.inner_steps / d.fragments);
@@ -103,6 +100,13 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
   std::function<bool()> abandon;
   if (membership_) abandon = [m = membership_.get()] { return m->should_abandon("check"); };
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_, std::move(abandon));
+  const ReplicaChannel channel{*group_, *exchange_, *thread_, *reducer_, *check_};
+  ReplicaSync::QuorumHooks hooks;
+  if (membership_)
+    hooks = {.round_ended = [this] { quorum_->round_ended(); },
+             .open_round = [this](const std::string& round) { return quorum_->open_round(round); }};
+  sync_ = std::make_unique<ReplicaSync>(config_, channel, part, std::move(hooks));
+  if (membership_) quorum_ = std::make_unique<Quorum>(config_, *membership_, *store_, channel, *sync_);
   lower_training_priority(d.compute_nice, rank);
 }
 
@@ -149,95 +153,6 @@ double Replicas::shared_matmul_peak(const torch::Device& device) {
     store_->set(kRunStartedKey, "1");  // every member got here: launch may restart the dead from now on
   }
   return per_worker;
-}
-
-comm::CommStats Replicas::take_stats() {
-  comm::CommStats s = exchange_->take_stats();
-  s.comm_s = thread_->take_blocked_s();
-  return s;
-}
-
-void Replicas::start_outer_loop(NamedTensors& params, int64_t offset) {
-  const auto& d = config_.dist;
-  outer_ = std::make_unique<OuterLoop>(
-      OuterLoopOptions{.inner_steps = d.inner_steps, .fragments = d.fragments, .overlap_steps = d.overlap_steps,
-                       .merge_alpha = d.merge_alpha, .qsr_alpha = d.qsr_alpha,
-                       .outer = {d.outer_lr, d.outer_momentum},
-                       .blocks_per_level = config_.model.blocks_per_level(), .num_layers = config_.model.num_layers},
-      *reducer_);
-  outer_->set_landed([this](const NamedTensors& globals, const std::string& when, bool merged) {
-    if (merged) {
-      check_->later(globals, when);  // queues behind the exchanges in flight; verified at the next step or finish
-    } else {
-      check_->now(globals, when);
-    }
-  });
-  outer_->start(params, offset);
-  if (membership_) reducer_->set_open_round([this](const std::string& round) { return open_round(round); });
-}
-
-// Fault tolerant: one bucket, so that a step's gradients are one round, committed or redone whole by the survivors
-// (no overlap with the backward pass, the price of a step that is never half averaged).
-void Replicas::start_data_parallel(NamedTensors& params) {
-  const double bucket_mb = membership_ ? 1e9 : config_.dist.bucket_mb;
-  data_parallel_ = std::make_unique<DataParallel>(params, bucket_mb, *reducer_);
-}
-
-void Replicas::start(NamedTensors& params, int64_t step, const safetensors::File* outer,
-                     const nlohmann::json& fragments) {
-  const std::string when = step == 0 ? "at start" : fmt::format("when resuming at step {}", step);
-  in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
-  if (ddp_ || in_warmup_) {
-    if (!part_) start_data_parallel(params);
-    check_->now(params, when);
-    return;
-  }
-  // DiLoCo: the units' offsets count from the end of the warm-up (0 without one); a resumed run takes each unit's
-  // last sync and outer state from the checkpoint. Replicas differ between syncs, so the identity check is on the
-  // global parameters (at step 0 they are the parameters).
-  start_outer_loop(params, config_.dist.warmup_ddp_steps);
-  if (step > 0) {
-    if (!outer)
-      fail("the checkpoint at step {} has no DiLoCo outer state for this rank (outer.safetensors; a pipeline rank R "
-           "reads rank-R.outer.safetensors); it is incomplete: resume from an earlier checkpoint",
-           step);
-    outer_->load(*outer, fragments);
-  }
-  check_->now(outer_->globals(), when);
-}
-
-void Replicas::before_backward(bool last_micro_batch, bool single_micro_batch) {
-  if (data_parallel_) data_parallel_->before_backward(last_micro_batch, single_micro_batch, averaging_gradients());
-}
-
-void Replicas::after_backward(NamedTensors& params) {
-  if (!data_parallel_ || !averaging_gradients()) return;
-  data_parallel_->after_backward(params);
-  if (membership_) joiners_ = reducer_->take_joiners();  // every data-parallel step is a round
-}
-
-bool Replicas::after_step(int64_t step, double lr, NamedTensors& params) {
-  step_now_ = step;
-  if (ddp_) return false;
-  if (in_warmup_) {
-    if (step < config_.dist.warmup_ddp_steps) return false;
-    // Warm-up done: the replicas are identical; DiLoCo starts from here.
-    in_warmup_ = false;
-    check_->now(params, fmt::format("after {} data-parallel warm-up steps", step));
-    start_outer_loop(params, step);
-    return false;
-  }
-  check_->verify(/*wait=*/false);
-  const bool landed = outer_->after_step(step, lr, params);
-  if (landed && membership_) joiners_ = reducer_->take_joiners();
-  return landed;
-}
-
-bool Replicas::finish(int64_t step, NamedTensors& params) {
-  if (ddp_ || in_warmup_) return false;
-  const bool landed = outer_->finish(step, params);
-  check_->verify(/*wait=*/true);
-  return landed;
 }
 
 void Replicas::barrier() {

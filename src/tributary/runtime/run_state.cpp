@@ -76,9 +76,9 @@ HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const 
   return state;
 }
 
-std::optional<PendingHeal> join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
+std::optional<PendingHeal> join_run(Quorum& quorum, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
                                     RunProgress& progress, int64_t total_steps) {
-  const auto meta = replicas.join(trained, heal_state(trained, optimizer, loader, progress));
+  const auto meta = quorum.join(trained, heal_state(trained, optimizer, loader, progress));
   if (meta.value("finished", false)) {
     progress.step = total_steps;
     return std::nullopt;
@@ -182,14 +182,14 @@ bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t
                               .barrier = [&] { pipelines.barrier(); },
                               .all_gather = [&](const torch::Tensor& t) { return pipelines.all_gather(t); }};
   Replicas* replicas = pipelines.stage_replicas();
-  const NamedTensors outer = replicas ? replicas->outer_state() : NamedTensors{};
+  const NamedTensors outer = replicas ? replicas->sync().outer_state() : NamedTensors{};
   const NamedTensors codec = replicas ? replicas->codec_state() : NamedTensors{};
   if (replicas) {
     mine.outer = &outer;
     mine.codec = &codec;
   }
   if (!stage_rank_state(peers, run_dir, step, mine, contents)) return false;
-  contents.state["replicas"] = replicas ? replicas->progress() : nlohmann::json::array();
+  contents.state["replicas"] = replicas ? replicas->sync().progress() : nlohmann::json::array();
   return true;
 }
 

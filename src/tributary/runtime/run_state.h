@@ -54,9 +54,9 @@ struct PendingHeal {
   int64_t step = 0;
   int64_t members_world = 1;
 };
-// A restarted worker (DistEnv::joining) instead of Replicas::start: waits to be admitted (or healed mid-round: then
+// A restarted worker (DistEnv::joining) instead of ReplicaSync::start: waits to be admitted (or healed mid-round: then
 // the PendingHeal) and takes the lead's state; when the run ended first, progress.step = total_steps.
-std::optional<PendingHeal> join_run(Replicas& replicas, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
+std::optional<PendingHeal> join_run(Quorum& quorum, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
                                     RunProgress& progress, int64_t total_steps);
 
 struct SaveRequest {

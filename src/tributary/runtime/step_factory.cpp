@@ -30,7 +30,7 @@ BuiltStep make_train_step(const StepInputs& in) {
         .aux_weight = local.aux_weight, .device = in.device, .grad_accum = c.train.grad_accum,
         .grad_clip = c.optim.grad_clip, .lr_scale = lr_scales(local)});
   } else if (!in.pipelines) {
-    out.step = std::make_unique<DenseStep>(DenseStepParts{in.model, in.params, in.optimizer, in.loader, in.replicas,
+    out.step = std::make_unique<DenseStep>(DenseStepParts{in.model, in.params, in.optimizer, in.loader, in.sync,
                                                           in.device, c.train.grad_accum, c.optim.grad_clip});
   } else {
     auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{

@@ -20,7 +20,7 @@
 namespace tributary {
 
 class Pipelines;
-class Replicas;
+class ReplicaSync;
 
 struct StepInputs {
   const RunConfig& config;
@@ -30,7 +30,7 @@ struct StepInputs {
   AuxHeads* heads;        // local parallelism's auxiliary heads; null without
   AdamW& optimizer;
   BatchLoader& loader;
-  Replicas* replicas;    // the whole model's replicas (data parallel averages gradients in the step); may be null
+  ReplicaSync* sync;     // the whole model's replicas' (data parallel averages gradients in the step); may be null
   Pipelines* pipelines;  // this process's pipeline stage; null without pipeline stages
   torch::Device device;
   double slowdown = 1;  // dist.slow_workers' factor for this process

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
-#include "tributary/runtime/replicas.h"
+#include "tributary/runtime/sync/replica_sync.h"
 
 namespace tributary {
 
@@ -18,11 +18,11 @@ StepResult DenseStep::run(int64_t step, double lr) {
     p_.loader.next(batch_.data_ptr<int64_t>());
     auto on_device = batch_.to(p_.device);
     auto loss = Transformer::loss(p_.model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
-    if (p_.replicas) p_.replicas->before_backward(micro + 1 == p_.grad_accum, p_.grad_accum == 1);
+    if (p_.sync) p_.sync->before_backward(micro + 1 == p_.grad_accum, p_.grad_accum == 1);
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     step_loss += loss.item<double>() / double(p_.grad_accum);
   }
-  if (p_.replicas) p_.replicas->after_backward(p_.params);  // data parallel: average gradients
+  if (p_.sync) p_.sync->after_backward(p_.params);  // data parallel: average gradients
   if (!std::isfinite(step_loss))
     fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", step_loss, step + 1);
   StepResult result{.loss = step_loss, .grad_norm = clip_grad_norm(p_.params, p_.grad_clip)};

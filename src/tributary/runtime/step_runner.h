@@ -14,14 +14,14 @@
 
 namespace tributary {
 
-class Replicas;
+class ReplicaSync;
 
 struct DenseStepParts {
   Transformer& model;
   NamedTensors& params;
   AdamW& optimizer;
   BatchLoader& loader;
-  Replicas* replicas = nullptr;  // data parallel: gradients averaged before the optimizer step
+  ReplicaSync* sync = nullptr;  // data parallel: gradients averaged before the optimizer step
   torch::Device device = torch::kCPU;
   int64_t grad_accum = 1;
   double grad_clip = 0;

@@ -3,7 +3,6 @@
 #include <csignal>
 
 #include "tributary/core/log.h"
-#include "tributary/runtime/replicas.h"
 
 namespace tributary {
 namespace {

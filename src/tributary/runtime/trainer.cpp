@@ -10,21 +10,21 @@
 namespace tributary::detail {
 
 bool TrainingRun::sync(int64_t step, double lr) {
-  if (!synced_) return false;
-  bool synced = synced_->after_step(step, lr, trained_);            // DiLoCo: outer step every H inner steps
-  if (step == tc_.steps) synced |= synced_->finish(step, trained_);  // pending inner steps at the end
+  if (!sync_) return false;
+  bool synced = sync_->after_step(step, lr, trained_);            // DiLoCo: outer step every H inner steps
+  if (step == tc_.steps) synced |= sync_->finish(step, trained_);  // pending inner steps at the end
   return synced;
 }
 
 void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
-  if (!synced_ || !(synced || (synced_->averaging_gradients() && report_->log_due(step)))) return;
-  const auto c = synced_->take_stats();
+  if (!sync_ || !(synced || (sync_->averaging_gradients() && report_->log_due(step)))) return;
+  const auto c = sync_->take_stats();
   count_traffic(c);
   const int64_t rejected = replicas_ ? replicas_->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
-  report_->exchange_done(step, synced_->ddp() ? step : synced_->outer_steps(),
-                         synced_->ddp() ? 1 : synced_->inner_steps_now(), c, elapsed,
-                         rejected >= 0 ? synced_->size() : 0, rejected);
+  report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(),
+                         sync_->ddp() ? 1 : sync_->inner_steps_now(), c, elapsed,
+                         rejected >= 0 ? sync_->size() : 0, rejected);
 }
 
 void TrainingRun::count_traffic(const comm::CommStats& c) {
@@ -44,7 +44,8 @@ void TrainingRun::save(int64_t step, double elapsed) {
 // The loop: next batch -> step -> sync -> (membership) -> report -> evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
   auto built = make_train_step({config_, *model_, params_, trained_, aux_heads_.get(), *optimizer_, *loader_,
-                                 replicas_.get(), pipelines_.get(), device_, slowdown_->factor()});
+                                 replicas_ ? &replicas_->sync() : nullptr, pipelines_.get(), device_,
+                                 slowdown_->factor()});
   if (built.take_stage_stats) stages_.emplace(std::move(built.take_stage_stats));
   StopAgreement stop(stop_vote(), options_.stop_after_step, lead_);
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
@@ -60,7 +61,7 @@ TrainSummary TrainingRun::run() {
     step += 1;
     faults_.after_step(step);
     progress_.tokens += tokens_per_step_;
-    const bool averaged = synced_ && synced_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
+    const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
     const bool synced = sync(step, lr);
     const bool round = synced || averaged;  // the replicas' membership may change only at a round
     if (round) follow_membership(step);
@@ -112,11 +113,11 @@ void TrainingRun::measure_stage() {
 
 TrainingRun::Due TrainingRun::due_after(int64_t step, bool synced, StopAgreement& stop) {
   const bool last = step == tc_.steps;
-  const bool quiescent = !synced_ || synced_->quiescent();
+  const bool quiescent = !sync_ || sync_->quiescent();
   const bool stop_now = stop.after_step(step, quiescent);
   // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
   // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-  const bool at_global = !synced_ || synced_->averaging_gradients() || synced;
+  const bool at_global = !sync_ || sync_->averaging_gradients() || synced;
   const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
   return {.last = last,
           .stop = stop_now,
@@ -157,11 +158,11 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 }
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
-  if (synced_) count_traffic(synced_->take_stats());  // data parallel stopped between two log lines
+  if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
   summary_.steps = step;
   summary_.lead = lead_;
   if (replicas_) summary_.world_size = replicas_->size();
-  if (synced_) summary_.outer_steps = synced_->outer_steps();
+  if (sync_) summary_.outer_steps = sync_->outer_steps();
   if (pipelines_) {
     summary_.world_size = options_.dist.world_size;
     summary_.stages = stages_ ? stages_->gather(*pipelines_, train_seconds) : nlohmann::json::array();

@@ -44,6 +44,7 @@ class TrainingRun {
   void build_model_and_data();
   void start_replicas();
   void describe(int64_t threads) const;
+  Replicas* synced_replicas() const { return pipelines_ ? pipelines_->stage_replicas() : replicas_.get(); }
   StopAgreement::Vote stop_vote();
   StepResult step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself);
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
@@ -71,9 +72,9 @@ class TrainingRun {
   bool lead_;
   std::unique_ptr<Replicas> replicas_;
   std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
-  // The replicas whose outer loop runs after each step: the whole model's (replicas_), or this pipeline stage's
-  // across the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
-  Replicas* synced_ = nullptr;
+  // The sync that runs after each step: the whole model's replicas' (replicas_), or this pipeline stage's across
+  // the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
+  ReplicaSync* sync_ = nullptr;
   NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<Dataset> dataset_;

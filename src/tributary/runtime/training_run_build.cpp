@@ -34,13 +34,13 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   }
   if (layout_.kind() == RunKind::kPipelines) {
     pipelines_ = std::make_unique<Pipelines>(config_, env, layout_);
-    synced_ = pipelines_->stage_replicas();
   } else if (layout_.kind() == RunKind::kReplicas) {
     replicas_ = std::make_unique<Replicas>(config_, env);
-    synced_ = replicas_.get();
   }
-  // the model's replicas, or a pipeline stage's across the pipelines
-  if (const std::string bad = faults_.bad_update(); synced_ && !bad.empty()) synced_->inject_bad_updates(bad);
+  if (Replicas* synced = synced_replicas()) {  // the model's replicas, or a pipeline stage's across the pipelines
+    sync_ = &synced->sync();
+    if (const std::string bad = faults_.bad_update(); !bad.empty()) synced->inject_bad_updates(bad);
+  }
   dataset_.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *dataset_);
   build_model_and_data();
@@ -67,7 +67,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir, .lead = lead_,
                                                     .resume_step = ckpt_ ? progress_.step : -1,
                                                     .total_steps = tc_.steps, .log_every = tc_.log_every,
-                                                    .world_size = env.world_size, .distributed = synced_ != nullptr,
+                                                    .world_size = env.world_size, .distributed = sync_ != nullptr,
                                                     .rank = env.rank,
                                                     // a restarted worker keeps the lines of its first life
                                                     .worker_resume_step = ckpt_ ? progress_.step
@@ -125,17 +125,17 @@ void TrainingRun::build_model_and_data() {
 }
 
 void TrainingRun::start_replicas() {
-  if (!synced_) return;
+  if (!sync_) return;
   if (options_.dist.joining) {
-    pending_heal_ = join_run(*replicas_, trained_, *optimizer_, *loader_, progress_, tc_.steps);
+    pending_heal_ = join_run(*replicas_->quorum(), trained_, *optimizer_, *loader_, progress_, tc_.steps);
     if (!pending_heal_) reshard_data();  // a healed joiner re-shards when it becomes a member
     return;
   }
-  if (!ckpt_) return synced_->start(trained_);
+  if (!ckpt_) return sync_->start(trained_);
   std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
   const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
   if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
-  synced_->start(trained_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
+  sync_->start(trained_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
   // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
   const std::string codec_file = replica_codec_file(options_.dist.rank);
   const bool same_world = ckpt_->state.value("world_size", 1) == options_.dist.world_size;
@@ -143,7 +143,7 @@ void TrainingRun::start_replicas() {
     const auto file = ckpt_->tensors(codec_file);
     NamedTensors state;
     for (const auto& [name, view] : file.tensors()) state.emplace_back(name, to_torch(view));
-    synced_->load_codec_state(state, (ckpt_->dir / codec_file).string());
+    synced_replicas()->load_codec_state(state, (ckpt_->dir / codec_file).string());
   } else if (!same_world && ckpt_->has(replica_codec_file(0)) && lead_) {
     log::info("dist.compression = {}: resuming with another number of workers, the error feedback starts from zero",
               config_.dist.compression);
@@ -177,14 +177,14 @@ void TrainingRun::describe(int64_t threads) const {
               "weight {}, {}", l.chunks, config_.model.num_layers / l.chunks, l.mode,
               l.mode == "overlapping" ? l.overlap_blocks : 0, l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0,
               l.aux_weight, pipelines_ ? "one chunk per pipeline stage" : "in one process");
-  if (!synced_) return;
+  if (!sync_) return;
   const auto& d = config_.dist;
-  log::info("{} replicas{}, {}{}, compression {}", synced_->size(), pipelines_ ? " of each stage" : "",
-            synced_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
-            synced_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
+  log::info("{} replicas{}, {}{}, compression {}", sync_->size(), pipelines_ ? " of each stage" : "",
+            sync_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+            sync_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
                                                  d.outer_momentum),
             d.compression);
-  if (!synced_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
+  if (!sync_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
 }
 
 }  // namespace tributary::detail

@@ -1,5 +1,5 @@
 // A fault-tolerant run's changing membership, seen from the loop (dist.fault_tolerant; the rounds themselves are
-// optim/resilient_average.h's, the heal runtime/replicas_heal.cpp's). After every round — a DiLoCo outer step, or a
+// optim/resilient_average.h's, the heal runtime/ft/quorum.h's). After every round — a DiLoCo outer step, or a
 // data-parallel step — the members may be fewer (a worker died in it) or, after an admission, more:
 //   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0); the lead
 //     records each change of lead and of the members' count in metrics.jsonl ("event" lines);
@@ -14,15 +14,16 @@
 namespace tributary::detail {
 
 void TrainingRun::follow_membership(int64_t step) {
-  if (!replicas_ || !replicas_->fault_tolerant()) return;
+  Quorum* quorum = replicas_ ? replicas_->quorum() : nullptr;
+  if (!quorum) return;
   if (pending_heal_) {
-    if (replicas_->pending()) return;
+    if (quorum->pending()) return;
     // Healed mid-round, a member now: the members' position, then the common re-shard below.
     loader_->set_position(loader_->advanced(pending_heal_->position, step - pending_heal_->step));
     pending_heal_.reset();
   }
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
-  summary_.reformations = replicas_->reformations();
+  summary_.reformations = quorum->reformations();
   const int64_t members_before = loader_->world_size();
   reshard_data();
   if (replicas_->rank() == 0 && !lead_) {
@@ -47,16 +48,18 @@ void TrainingRun::reshard_data() {
 }
 
 // At any step of DiLoCo's phase with nothing in flight, the lead heals the workers that asked to join since; they
-// become members before the next round's collective (Replicas::offer_heal).
+// become members before the next round's collective (Quorum::offer_heal).
 void TrainingRun::offer_heals(int64_t step, double now) {
-  if (!replicas_ || !replicas_->heal_wanted()) return;
-  replicas_->offer_heal(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
+  Quorum* quorum = replicas_ ? replicas_->quorum() : nullptr;
+  if (!quorum || !quorum->heal_wanted()) return;
+  quorum->offer_heal(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
 }
 
 // Right after a round (and its checkpoint): workers that asked to join in it are admitted and healed from the lead.
 void TrainingRun::admit_joiners(int64_t step, double now) {
-  if (!replicas_ || !replicas_->joiners_waiting()) return;
-  replicas_->admit(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
+  Quorum* quorum = replicas_ ? replicas_->quorum() : nullptr;
+  if (!quorum || !quorum->joiners_waiting()) return;
+  quorum->admit(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
   follow_membership(step);
 }
 

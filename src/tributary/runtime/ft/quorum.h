@@ -1,0 +1,82 @@
+// The quorum of a fault-tolerant run's replicas (dist.fault_tolerant): who the members are after each round, and how
+// a restarted worker becomes one again. The commit-or-redo decision of a round is the average's
+// (optim/resilient_average.h, which re-forms the group without the dead); this heals the living:
+//   - at a round boundary (after an outer step — Streaming DiLoCo's overlapped ones when they land, so nothing is in
+//     flight — or after any data-parallel step, the warm-up's included) the members admit the workers that asked to
+//     join, and the lead sends them everything they need over the group: no checkpoint reload, no restart of the
+//     others;
+//   - in DiLoCo's phase the lead heals a joiner mid-round instead (offer_heal): the joiner trains on from the lead's
+//     step and becomes a member right before the next round's collective, so a replacement contributes to the round
+//     in which it started.
+// Both sides run the same collectives in the same order: re-form (Membership::admit / join), the lead's meta through
+// the store, one broadcast of the state tensors and the outer state (DiLoCo's), the replica hash check on what every
+// member holds alike.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tributary/comm/membership.h"
+#include "tributary/comm/store.h"
+#include "tributary/model/tensor_io.h"
+#include "tributary/runtime/run_config.h"
+#include "tributary/runtime/sync/replica_channel.h"
+#include "tributary/runtime/sync/replica_sync.h"
+
+namespace tributary {
+
+// What a worker joining mid-run receives from the lead: `tensors` in place (the same names and shapes on both sides:
+// parameters, inner optimizer state), and `meta` (step, tokens, loader position, ...).
+struct HealState {
+  NamedTensors tensors;
+  nlohmann::json meta;
+  size_t num_params = 0;  // the first num_params of `tensors` are the trained parameters
+};
+
+class Quorum {
+ public:
+  // `membership` and the channel are the replicas' (runtime/replicas.h), `sync` the one it heals; `store` the run's.
+  Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
+         ReplicaSync& sync);
+
+  // Re-formations so far: rounds that dropped the dead, and admissions.
+  int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }
+  void round_ended();  // ReplicaSync's hook: the workers that asked to join in the round wait for admit()
+  bool open_round(const std::string& round);  // ReplicaSync's hook, on the communication thread
+
+  // Members, right after a round: true when workers asked to join in it; admit() then re-forms the group with them
+  // and sends them `state` and the outer state (none for data parallel).
+  bool joiners_waiting() const { return !joiners_.empty() && !channel_.reducer.stop_decided(); }
+  void admit(const HealState& state);
+  // A restarted worker (DistEnv::joining) instead of ReplicaSync::start: waits to be admitted at a round boundary,
+  // receives the state into `state.tensors` and the outer loop's, and returns the lead's meta. Checks the replicas
+  // identical (`params`: the parameters in `state.tensors`). In DiLoCo's phase the lead heals it mid-round instead:
+  // the meta then says "pending" (it trains on alone and becomes a member right before the next round's collective;
+  // "members_world": the members' number until then).
+  nlohmann::json join(NamedTensors& params, HealState state);
+  // Mid-round heal, the lead's side (DiLoCo's phase, nothing in flight): true when a worker asked to join;
+  // offer_heal() then sends it `state` (the lead's live parameters and AdamW state: the joiner forks the lead's
+  // trajectory with its own data) and the outer state over a group of two, on the communication thread.
+  bool heal_wanted();
+  void offer_heal(const HealState& state);
+  bool pending() const { return pending_; }  // a joiner healed mid-round, not a member yet
+
+ private:
+  nlohmann::json join_healed(const std::string& offer, NamedTensors& params, HealState& state);
+  int rank() const { return channel_.group.rank(); }
+
+  const RunConfig& config_;  // Replicas' own, which outlives this
+  comm::Membership& membership_;
+  comm::Store store_;  // the heal's meta
+  ReplicaChannel channel_;
+  ReplicaSync& sync_;
+  std::vector<int> joiners_;  // admitted after the round that just ended
+  std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
+  std::atomic<bool> pending_{false};
+  int64_t admissions_ = 0;
+};
+
+}  // namespace tributary
