@@ -51,6 +51,20 @@ def class_sizes():
     return [((m, d), name, where.get(name, "?")) for name, (m, d) in counts.items() if name in where]
 
 
+def size_reason(where):
+    """The reason a class's header gives for its size: a "Size:" line in the comment right above the class."""
+    path, _, line = where.rpartition(":")
+    if not line.isdigit() or not os.path.exists(path):
+        return ""
+    lines = open(path, errors="replace").read().splitlines()
+    i, block = int(line) - 2, []
+    while i >= 0 and lines[i].lstrip().startswith("//"):
+        block.insert(0, lines[i].lstrip()[2:].strip())
+        i -= 1
+    text = " ".join(block)
+    return text[text.index("Size:") + 5:].strip() if "Size:" in text else ""
+
+
 def main():
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 8
     os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -90,6 +104,9 @@ def main():
         print("largest classes (public methods, data members; limit ~15 / ~20 unless the header says why):")
         for (methods, members), name, where in sorted(classes, key=lambda c: -max(c[0][0] / 15, c[0][1] / 20))[:top]:
             print(f"  {methods:3d} public methods {members:3d} members  {name} ({where})")
+            if methods > 15 or members > 20:
+                reason = size_reason(where)
+                print(f"        why: {reason[:110]}" if reason else "        why: (no reason in its header)")
     else:
         print("longest functions: install universal-ctags (./run setup does) to list them")
     return 1 if upward or c10d else 0
