@@ -11,8 +11,8 @@ namespace tributary::detail {
 
 bool TrainingRun::sync(int64_t step, double lr) {
   if (!sync_) return false;
-  bool synced = sync_->after_step(step, lr, trained_);            // DiLoCo: outer step every H inner steps
-  if (step == tc_.steps) synced |= sync_->finish(step, trained_);  // pending inner steps at the end
+  bool synced = sync_->after_step(step, lr, parts_.trained);            // DiLoCo: outer step every H inner steps
+  if (step == tc_.steps) synced |= sync_->finish(step, parts_.trained);  // pending inner steps at the end
   return synced;
 }
 
@@ -35,21 +35,21 @@ void TrainingRun::count_traffic(const comm::CommStats& c) {
 }
 
 void TrainingRun::save(int64_t step, double elapsed) {
-  auto path = save_run({config_, *dataset_, params_, *optimizer_, *loader_, replicas_.get(), pipelines_.get(),
-                        &aux_params_},
+  auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(), pipelines_.get(),
+                        &parts_.aux_params},
                        step, progress_.tokens, elapsed);
   if (!path.empty()) summary_.checkpoint = path;
 }
 
 // The loop: next batch -> step -> sync -> (membership) -> report -> evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
-  auto built = make_train_step({config_, *model_, params_, trained_, aux_heads_.get(), *optimizer_, *loader_,
+  auto built = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(), *parts_.optimizer, *data_.loader,
                                  replicas_ ? &replicas_->sync() : nullptr, pipelines_.get(), device_,
                                  slowdown_->factor()});
   if (built.take_stage_stats) stages_.emplace(std::move(built.take_stage_stats));
   StopAgreement stop(stop_vote(), options_.stop_after_step, lead_);
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
-  model_->train();
+  parts_.model->train();
   run_start_ = Clock::now();
   tokens_at_start_ = progress_.tokens;
   double train_seconds = 0;
@@ -128,14 +128,14 @@ TrainingRun::Due TrainingRun::due_after(int64_t step, bool synced, StopAgreement
 void TrainingRun::evaluate_and_checkpoint(const Due& due, int64_t step, double now) {
   // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
   if (pipelines_ && (due.eval || due.checkpoint)) {
-    pipelines_->consolidate(params_, config_.model.blocks_per_level());
-    if (aux_heads_) pipelines_->consolidate_aux_heads(aux_params_);
+    pipelines_->consolidate(parts_.params, config_.model.blocks_per_level());
+    if (parts_.aux_heads) pipelines_->consolidate_aux_heads(parts_.aux_params);
   }
   if (lead_ && due.eval) {
-    BatchLoader val(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+    BatchLoader val(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
                     fmt::format("'{}' val", config_.data.dir));
     const auto eval_start = Clock::now();
-    const EvalResult result = evaluate(*model_, val, tc_.eval_batches, device_);
+    const EvalResult result = evaluate(*parts_.model, val, tc_.eval_batches, device_);
     report_->evaluated(step, progress_.tokens, result, now, eval_seconds_, summary_);
     eval_seconds_ += seconds_since(eval_start);
   }

@@ -27,6 +27,25 @@
 
 namespace tributary::detail {
 
+// What this rank trains: the model (every rank holds the whole model; a pipeline stage trains its own part), local
+// parallelism's auxiliary heads, and the optimizer over `trained`.
+struct ModelParts {
+  std::shared_ptr<Transformer> model;
+  NamedTensors params;                  // every parameter of `model`
+  std::shared_ptr<AuxHeads> aux_heads;  // local parallelism: the chunks' auxiliary heads (kept out of `model`)
+  NamedTensors aux_params;
+  NamedTensors trained;  // what the optimizer updates: every parameter, or its stage's (+ its head's)
+  std::unique_ptr<AdamW> optimizer;
+};
+
+// What this rank reads: the dataset, its share of the training windows, the validation tokens (the lead evaluates).
+struct RunData {
+  std::optional<Dataset> dataset;
+  std::unique_ptr<BatchLoader> loader;
+  std::shared_ptr<const std::vector<uint32_t>> val_tokens;
+  size_t num_train_tokens = 0;
+};
+
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
 // numbers before the model), then the loop.
 class TrainingRun {
@@ -75,24 +94,16 @@ class TrainingRun {
   // The sync that runs after each step: the whole model's replicas' (replicas_), or this pipeline stage's across
   // the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
   ReplicaSync* sync_ = nullptr;
-  NamedTensors trained_;                  // what this rank's optimizer updates: every parameter, or its stage's
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
-  std::optional<Dataset> dataset_;
   std::optional<LoadedCheckpoint> ckpt_;
-  std::shared_ptr<Transformer> model_;
-  NamedTensors params_;
-  std::shared_ptr<AuxHeads> aux_heads_;  // local parallelism: the chunks' auxiliary heads (kept out of model_)
-  NamedTensors aux_params_;
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<BatchLoader> loader_;
-  std::shared_ptr<const std::vector<uint32_t>> val_tokens_;
+  ModelParts parts_;
+  RunData data_;
   RunProgress progress_;
   int64_t tokens_at_start_ = 0;  // progress_.tokens when this process began training (resumed or healed: not 0)
   std::unique_ptr<RunReport> report_;
   TrainSummary summary_;
   int64_t tokens_per_step_ = 0;  // all replicas together
   std::optional<PendingHeal> pending_heal_;  // a joiner healed mid-round, until it is a member
-  size_t num_train_tokens_ = 0;
   double flops_per_token_ = 0;
   double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())
   Clock::time_point run_start_;

@@ -41,8 +41,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     sync_ = &synced->sync();
     if (const std::string bad = faults_.bad_update(); !bad.empty()) synced->inject_bad_updates(bad);
   }
-  dataset_.emplace(Dataset::open(config_.data.dir));
-  ckpt_ = prepare_run(config_, options_, *dataset_);
+  data_.dataset.emplace(Dataset::open(config_.data.dir));
+  ckpt_ = prepare_run(config_, options_, *data_.dataset);
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
@@ -50,19 +50,19 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_)
                                   : measure_matmul_peak(device_);
   start_replicas();  // a joining worker may find the run over: then it trains nothing
-  flops_per_token_ = training_flops_per_token(config_.model, model_->num_matmul_parameters());
-  if (aux_heads_)  // the auxiliary heads are computed and trained too
-    flops_per_token_ += 6.0 * double(aux_heads_->num_matmul_parameters()) +
-                        6.0 * double(aux_heads_->num_blocks() * config_.model.width * config_.model.context);
+  flops_per_token_ = training_flops_per_token(config_.model, parts_.model->num_matmul_parameters());
+  if (parts_.aux_heads)  // the auxiliary heads are computed and trained too
+    flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
+                        6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
                      (pipelines_        ? pipelines_->num_pipelines()
                       : pending_heal_    ? pending_heal_->members_world  // the members' count until it is one
                       : replicas_        ? replicas_->size()
                                          : env.world_size);
   summary_.run_dir = tc_.run_dir;
-  summary_.num_parameters = model_->num_parameters();
-  const double bytes_per_token = dataset_->bytes_per_token("val");
-  summary_.unigram_bpb = dataset_->unigram_val_bits_per_token() / bytes_per_token;
+  summary_.num_parameters = parts_.model->num_parameters();
+  const double bytes_per_token = data_.dataset->bytes_per_token("val");
+  summary_.unigram_bpb = data_.dataset->unigram_val_bits_per_token() / bytes_per_token;
   describe(threads);
   report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir, .lead = lead_,
                                                     .resume_step = ckpt_ ? progress_.step : -1,
@@ -81,31 +81,31 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
 
 void TrainingRun::build_model_and_data() {
   torch::manual_seed(static_cast<uint64_t>(tc_.seed));
-  model_ = std::make_shared<Transformer>(config_.model);
-  model_->to(device_);
-  params_ = named_parameters_of(*model_);
-  trained_ = pipelines_ ? pipeline::stage_params(params_, pipelines_->layout(), pipelines_->stage(),
+  parts_.model = std::make_shared<Transformer>(config_.model);
+  parts_.model->to(device_);
+  parts_.params = named_parameters_of(*parts_.model);
+  parts_.trained = pipelines_ ? pipeline::stage_params(parts_.params, pipelines_->layout(), pipelines_->stage(),
                                                  config_.model.blocks_per_level(), config_.model.tie_embeddings)
-                        : params_;
+                        : parts_.params;
   const LocalConfig& local = config_.local;
   if (local.chunks > 0) {  // drawn after the model: its initialisation is the plain trainer's
-    aux_heads_ = std::make_shared<AuxHeads>(config_.model, local.chunks,
+    parts_.aux_heads = std::make_shared<AuxHeads>(config_.model, local.chunks,
                                             local.aux_head == "blocks" ? local.aux_head_blocks : 0);
-    aux_heads_->to(device_);
-    aux_params_ = named_parameters_of(*aux_heads_);
+    parts_.aux_heads->to(device_);
+    parts_.aux_params = named_parameters_of(*parts_.aux_heads);
     const std::string mine = pipelines_ ? fmt::format("aux.{}.", pipelines_->stage()) : "aux.";  // a stage: its head
-    for (const auto& [name, t] : aux_params_)
-      if (name.rfind(mine, 0) == 0) trained_.emplace_back(name, t);
+    for (const auto& [name, t] : parts_.aux_params)
+      if (name.rfind(mine, 0) == 0) parts_.trained.emplace_back(name, t);
   }
   const auto& o = config_.optim;
-  optimizer_ = std::make_unique<AdamW>(
-      trained_, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
-  auto train_tokens = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("train"));
-  num_train_tokens_ = train_tokens->size();
-  val_tokens_ = std::make_shared<const std::vector<uint32_t>>(dataset_->load_tokens("val"));
+  parts_.optimizer = std::make_unique<AdamW>(
+      parts_.trained, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
+  auto train_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train"));
+  data_.num_train_tokens = train_tokens->size();
+  data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would.
-  loader_ = std::make_unique<BatchLoader>(
+  data_.loader = std::make_unique<BatchLoader>(
       train_tokens,
       LoaderOptions{.batch_size = tc_.batch_size, .context = config_.model.context,
                     .seed = static_cast<uint64_t>(tc_.seed),
@@ -113,13 +113,13 @@ void TrainingRun::build_model_and_data() {
                     .world_size = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size},
       fmt::format("'{}' train", config_.data.dir));
   // fail now, not at the first evaluation, if val is too small
-  BatchLoader(val_tokens_, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+  BatchLoader(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
               fmt::format("'{}' val", config_.data.dir));
-  if (!ckpt_ && !tc_.init_from.empty()) init_from(*model_, tc_.init_from);
-  if (ckpt_) progress_ = restore(*ckpt_, *model_, *optimizer_, *loader_, options_.dist.rank,
+  if (!ckpt_ && !tc_.init_from.empty()) init_from(*parts_.model, tc_.init_from);
+  if (ckpt_) progress_ = restore(*ckpt_, *parts_.model, *parts_.optimizer, *data_.loader, options_.dist.rank,
                                    options_.dist.world_size);
-  if (ckpt_ && aux_heads_)  // a pipeline rank's own copy (DiLoCo replicas differ between outer steps)
-    load_parameters(*aux_heads_, ckpt_->tensors(pipelines_ && options_.dist.rank != 0
+  if (ckpt_ && parts_.aux_heads)  // a pipeline rank's own copy (DiLoCo replicas differ between outer steps)
+    load_parameters(*parts_.aux_heads, ckpt_->tensors(pipelines_ && options_.dist.rank != 0
                                                     ? replica_aux_file(options_.dist.rank)
                                                     : kAuxHeadsFile));
 }
@@ -127,15 +127,15 @@ void TrainingRun::build_model_and_data() {
 void TrainingRun::start_replicas() {
   if (!sync_) return;
   if (options_.dist.joining) {
-    pending_heal_ = join_run(*replicas_->quorum(), trained_, *optimizer_, *loader_, progress_, tc_.steps);
+    pending_heal_ = join_run(*replicas_->quorum(), parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
     if (!pending_heal_) reshard_data();  // a healed joiner re-shards when it becomes a member
     return;
   }
-  if (!ckpt_) return sync_->start(trained_);
+  if (!ckpt_) return sync_->start(parts_.trained);
   std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
   const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
   if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
-  sync_->start(trained_, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
+  sync_->start(parts_.trained, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
   // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
   const std::string codec_file = replica_codec_file(options_.dist.rank);
   const bool same_world = ckpt_->state.value("world_size", 1) == options_.dist.world_size;
@@ -154,13 +154,13 @@ void TrainingRun::describe(int64_t threads) const {
   if (!lead_) return;
   const auto& m = config_.model;
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
-            thousands(double(summary_.num_parameters)), thousands(double(model_->num_matmul_parameters())),
+            thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
   const int64_t replicas = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size;  // of the model
   log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
             "{:.1f} GFLOP/s",
-            config_.data.dir, thousands(double(num_train_tokens_)), thousands(double(val_tokens_->size())),
-            dataset_->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
+            config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
+            data_.dataset->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
             summary_.peak_flops / 1e9);
   if (pipelines_) {
     const auto& par = config_.parallel;
@@ -172,7 +172,7 @@ void TrainingRun::describe(int64_t threads) const {
               tc_.batch_size / par.micro_batches, par.activation_compression);
   }
   const auto& l = config_.local;
-  if (aux_heads_)
+  if (parts_.aux_heads)
     log::info("local parallelism: {} chunks of {} blocks ({}, overlap {}), auxiliary heads {} ({} private blocks), "
               "weight {}, {}", l.chunks, config_.model.num_layers / l.chunks, l.mode,
               l.mode == "overlapping" ? l.overlap_blocks : 0, l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0,

@@ -19,12 +19,12 @@ void TrainingRun::follow_membership(int64_t step) {
   if (pending_heal_) {
     if (quorum->pending()) return;
     // Healed mid-round, a member now: the members' position, then the common re-shard below.
-    loader_->set_position(loader_->advanced(pending_heal_->position, step - pending_heal_->step));
+    data_.loader->set_position(data_.loader->advanced(pending_heal_->position, step - pending_heal_->step));
     pending_heal_.reset();
   }
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context * replicas_->size();
   summary_.reformations = quorum->reformations();
-  const int64_t members_before = loader_->world_size();
+  const int64_t members_before = data_.loader->world_size();
   reshard_data();
   if (replicas_->rank() == 0 && !lead_) {
     lead_ = true;
@@ -38,13 +38,13 @@ void TrainingRun::follow_membership(int64_t step) {
 }
 
 void TrainingRun::reshard_data() {
-  if (loader_->rank() == replicas_->rank() && loader_->world_size() == replicas_->size()) return;
-  const auto before = loader_->position();
-  const int64_t world_before = loader_->world_size();
-  loader_->reshard(replicas_->rank(), replicas_->size());
+  if (data_.loader->rank() == replicas_->rank() && data_.loader->world_size() == replicas_->size()) return;
+  const auto before = data_.loader->position();
+  const int64_t world_before = data_.loader->world_size();
+  data_.loader->reshard(replicas_->rank(), replicas_->size());
   if (replicas_->rank() == 0)
     log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", replicas_->size(), world_before,
-              before.epoch, before.cursor, loader_->position().cursor);
+              before.epoch, before.cursor, data_.loader->position().cursor);
 }
 
 // At any step of DiLoCo's phase with nothing in flight, the lead heals the workers that asked to join since; they
@@ -52,14 +52,14 @@ void TrainingRun::reshard_data() {
 void TrainingRun::offer_heals(int64_t step, double now) {
   Quorum* quorum = replicas_ ? replicas_->quorum() : nullptr;
   if (!quorum || !quorum->heal_wanted()) return;
-  quorum->offer_heal(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
+  quorum->offer_heal(heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {step, progress_.tokens, now}));
 }
 
 // Right after a round (and its checkpoint): workers that asked to join in it are admitted and healed from the lead.
 void TrainingRun::admit_joiners(int64_t step, double now) {
   Quorum* quorum = replicas_ ? replicas_->quorum() : nullptr;
   if (!quorum || !quorum->joiners_waiting()) return;
-  quorum->admit(heal_state(trained_, *optimizer_, *loader_, {step, progress_.tokens, now}));
+  quorum->admit(heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {step, progress_.tokens, now}));
   follow_membership(step);
 }
 
