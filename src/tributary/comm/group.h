@@ -69,6 +69,7 @@ class PendingCollective {
 
 class LinkLanes;
 
+// Size: one public method per collective and point-to-point operation the layers above use, each with its deadline.
 class Group {
  public:
   Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options = {},

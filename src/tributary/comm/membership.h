@@ -65,6 +65,9 @@ struct JoinRequest {
   int64_t number = 0;
 };
 
+// Size: one public method per step of the protocol above (decide, reform, admit, join, offer, open_round, finish)
+// plus an epoch's accessors; the epoch, the members, the watcher's stale set and its generation are one state machine
+// under one mutex, which a split would spread over objects that lock each other.
 class Membership {
  public:
   // The prefix of every store key above.

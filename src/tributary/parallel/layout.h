@@ -51,8 +51,8 @@ struct LayoutSpec {
   std::string placement_key;                   // its file, for messages
 };
 
-// A value: its public methods read it (over the structure report's ~15 because every group and count of a layout is
-// one question a caller asks; none changes it).
+// A value: its public methods read it; none changes it.
+// Size: every group and count of a layout is one question a caller asks.
 class Layout {
  public:
   // Error naming the key on a shape that cannot run (a world the stages do not divide, a placement of another

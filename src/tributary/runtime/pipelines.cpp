@@ -22,7 +22,7 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
         fail("dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
              "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
              config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
-  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), pipeline(), layout_.begin(stage()),
+  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), place_.replica(), layout_.begin(stage()),
             layout_.end(stage()) - 1);
   const auto world_links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
   if (world_links && env.rank == 0) log::info("pipelines on {}", world_links->describe());
@@ -35,24 +35,24 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   auto store = rendezvous(config, env);
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
-                                        fmt::format("pipe.{}", pipeline()));
+                                        fmt::format("pipe.{}", place_.replica()));
   if (layout.stage_data_parallel_steps() != 0) {  // data parallel, or DiLoCo's warm-up
-    data_ = std::make_unique<comm::Group>(store, int(pipeline()), int(num_pipelines()), options_among(data_members),
+    data_ = std::make_unique<comm::Group>(store, int(place_.replica()), int(place_.replicas()), options_among(data_members),
                                           fmt::format("data.{}", stage()));
   }
   if (diloco)  // the exchange pads with the modelled time itself
     stage_replicas_ = std::make_unique<Replicas>(
-        config, ReplicaGroup{.store = store, .rank = int(pipeline()), .size = int(num_pipelines()),
+        config, ReplicaGroup{.store = store, .rank = int(place_.replica()), .size = int(place_.replicas()),
                              .link = world_links ? std::optional(world_links->subset(data_members)) : std::nullopt,
                              .prefix = fmt::format("diloco.{}", stage())});
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
-                                         fmt::format("tie.{}", pipeline()));
+                                         fmt::format("tie.{}", place_.replica()));
   const comm::GroupOptions options = group_options(config);
   if (config.local.chunks > 0)  // local stages: their lagged report, outside the link emulation like the stop vote
     report_ = std::make_unique<comm::LaggedReduce>(store, int(stage()), int(p), options,
-                                                   fmt::format("report.{}", pipeline()), int(config.local.queue_steps));
+                                                   fmt::format("report.{}", place_.replica()), int(config.local.queue_steps));
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }
@@ -68,7 +68,7 @@ std::vector<std::vector<double>> Pipelines::gather_stages(const std::vector<doub
 
 void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) {
   torch::NoGradGuard no_grad;
-  for (int64_t s = 0; s < stages(); ++s) {
+  for (int64_t s = 0; s < layout_.stages(); ++s) {
     // Without the last stage's copy of a tied embedding: it equals stage 0's, which is broadcast.
     auto owned = pipeline::stage_params(all_params, layout_, s, blocks_per_level, /*tied_embeddings=*/false);
     std::vector<torch::Tensor> buffers;
@@ -80,7 +80,7 @@ void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) 
 
 void Pipelines::consolidate_aux_heads(NamedTensors& aux_params) {
   torch::NoGradGuard no_grad;
-  for (int64_t s = 0; s + 1 < stages(); ++s) {
+  for (int64_t s = 0; s + 1 < layout_.stages(); ++s) {
     const std::string prefix = fmt::format("aux.{}.", s);
     std::vector<torch::Tensor*> owned;
     std::vector<torch::Tensor> buffers;

@@ -29,10 +29,7 @@ class Pipelines {
 
   int rank() const { return world_->rank(); }
   int world_size() const { return world_->size(); }
-  int64_t stage() const { return place_.stage(); }
-  int64_t stages() const { return layout_.stages(); }
-  int64_t pipeline() const { return place_.replica(); }
-  int64_t num_pipelines() const { return place_.replicas(); }
+  int64_t stage() const { return place_.stage(); }  // the rest of this rank's place: the run's Layout
   const pipeline::StageLayout& layout() const { return layout_; }
   pipeline::ScheduleSpec schedule() const { return schedule_; }
   pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get(), place_.stage_data_parallel_steps()}; }

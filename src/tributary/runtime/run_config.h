@@ -45,6 +45,7 @@ struct TrainConfig {
 // How replicas synchronise when the run has more than one process (tributary launch, torchrun, Slurm).
 // Data parallel: gradients averaged every step. DiLoCo: inner_steps local AdamW steps, then the pseudo-gradients are
 // averaged and applied by the outer Nesterov optimizer.
+// Size: one member per dist.* key.
 struct DistConfig {
   std::string algorithm = "diloco";  // diloco | ddp
   int64_t inner_steps = 50;          // H

@@ -11,6 +11,7 @@
 
 namespace tributary {
 
+// What a run reports (summary.json, the CLI's last lines, the tests). Size: one member per reported figure.
 struct TrainSummary {
   int64_t steps = 0;
   int64_t tokens = 0;

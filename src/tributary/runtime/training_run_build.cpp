@@ -55,7 +55,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
-                     (pipelines_        ? pipelines_->num_pipelines()
+                     (pipelines_        ? layout_.replicas()
                       : pending_heal_    ? pending_heal_->members_world  // the members' count until it is one
                       : replicas_        ? replicas_->size()
                                          : env.world_size);
@@ -84,7 +84,7 @@ void TrainingRun::build_model_and_data() {
   parts_.model = std::make_shared<Transformer>(config_.model);
   parts_.model->to(device_);
   parts_.params = named_parameters_of(*parts_.model);
-  parts_.trained = pipelines_ ? pipeline::stage_params(parts_.params, pipelines_->layout(), pipelines_->stage(),
+  parts_.trained = pipelines_ ? pipeline::stage_params(parts_.params, pipelines_->layout(), layout_.stage(),
                                                  config_.model.blocks_per_level(), config_.model.tie_embeddings)
                         : parts_.params;
   const LocalConfig& local = config_.local;
@@ -93,7 +93,7 @@ void TrainingRun::build_model_and_data() {
                                             local.aux_head == "blocks" ? local.aux_head_blocks : 0);
     parts_.aux_heads->to(device_);
     parts_.aux_params = named_parameters_of(*parts_.aux_heads);
-    const std::string mine = pipelines_ ? fmt::format("aux.{}.", pipelines_->stage()) : "aux.";  // a stage: its head
+    const std::string mine = pipelines_ ? fmt::format("aux.{}.", layout_.stage()) : "aux.";  // a stage: its head
     for (const auto& [name, t] : parts_.aux_params)
       if (name.rfind(mine, 0) == 0) parts_.trained.emplace_back(name, t);
   }
@@ -109,8 +109,8 @@ void TrainingRun::build_model_and_data() {
       train_tokens,
       LoaderOptions{.batch_size = tc_.batch_size, .context = config_.model.context,
                     .seed = static_cast<uint64_t>(tc_.seed),
-                    .rank = pipelines_ ? pipelines_->pipeline() : options_.dist.rank,  // a pipeline's stages read alike
-                    .world_size = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size},
+                    .rank = pipelines_ ? layout_.replica() : options_.dist.rank,  // a pipeline's stages read alike
+                    .world_size = pipelines_ ? layout_.replicas() : options_.dist.world_size},
       fmt::format("'{}' train", config_.data.dir));
   // fail now, not at the first evaluation, if val is too small
   BatchLoader(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
@@ -156,7 +156,7 @@ void TrainingRun::describe(int64_t threads) const {
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
-  const int64_t replicas = pipelines_ ? pipelines_->num_pipelines() : options_.dist.world_size;  // of the model
+  const int64_t replicas = pipelines_ ? layout_.replicas() : options_.dist.world_size;  // of the model
   log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
             "{:.1f} GFLOP/s",
             config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
@@ -166,7 +166,7 @@ void TrainingRun::describe(int64_t threads) const {
     const auto& par = config_.parallel;
     log::info("{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
               "activations on the wire as {}",
-              pipelines_->num_pipelines(), pipelines_->stages(),
+              layout_.replicas(), layout_.stages(),
               par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
               par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
               tc_.batch_size / par.micro_batches, par.activation_compression);

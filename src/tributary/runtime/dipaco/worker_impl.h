@@ -43,6 +43,8 @@ namespace tributary::dipaco {
 
 // One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
 // modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
+// Size: DiPaCo's own driver (connection, modules, per-path state, accounting), until DiPaCo becomes a source of work
+// of the one run loop (issue 41's "one driver", open).
 class Worker {
  public:
   Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);

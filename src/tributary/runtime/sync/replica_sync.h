@@ -24,6 +24,9 @@
 
 namespace tributary {
 
+// Size: the loop's fourteen questions and the five a heal asks (enter, adopt_progress, check_identical,
+// diloco_phase, step_now), which are about the same state: the phase (data parallel, warm-up, DiLoCo) and the outer
+// loop's units.
 class ReplicaSync {
  public:
   // What a fault-tolerant run's quorum (runtime/ft/quorum.h) is told: a round ended (joiners may be waiting), and,
