@@ -70,8 +70,7 @@ def main():
                f"--set=dist.inner_steps={a.tau}"]
         if a.rescale:
             cmd.append(f"--set=dipaco.norm_rescale={a.rescale}")
-        if a.path_local:
-            cmd.append("--set=dipaco.path_local=true")
+        cmd.append(f"--set=dipaco.path_local={'true' if a.path_local else 'false'}")  # the config's is true
         cmd += [f"--set={kv}" for kv in a.set]
         _, secs = sh(cmd)
         s = json.load(open(os.path.join(run_dir, "summary.json")))

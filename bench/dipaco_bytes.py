@@ -61,7 +61,7 @@ def main():
         row = {}
         for mode in a.modes.split(","):
             run_dir = os.path.join(runs, f"bytes-{mode}-{grid}")
-            local = [] if mode == "ring" else ["--set=dipaco.path_local=true", f"--set=dipaco.path_state={mode}"]
+            local = ["--set=dipaco.path_local=false"] if mode == "ring" else ["--set=dipaco.path_local=true", f"--set=dipaco.path_state={mode}"]
             sh([cli, "launch", "--nproc", str(a.nproc), "--master-port", "0", "--", "train", "configs/dipaco.toml",
                 "--overwrite", f"--set=train.run_dir={run_dir}", f"--set=dipaco.routes={routes}",
                 f"--set=dipaco.modules={grid}", f"--set=dipaco.init_from={dense}", "--set=train.steps=20",
