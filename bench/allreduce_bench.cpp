@@ -3,21 +3,21 @@
 // model's 3,279,360 values): fp32 ring all-reduce, fp4 quantised ring, SparseLoCo's all-gather of compact payloads —
 // bytes sent, loopback time, and the modelled time on 100 Mbit/s, 100 ms links for 2 and 4 workers.
 // Prints one JSON object per line. Measures only.
+#include <sys/wait.h>
+#include <unistd.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdio>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tributary/comm/exchange.h"
-#include "tributary/runtime/wan.h"
 #include "tributary/comm/group.h"
 #include "tributary/runtime/launcher.h"
+#include "tributary/runtime/wan.h"
 
 using namespace tributary;
 using Clock = std::chrono::steady_clock;
@@ -55,9 +55,12 @@ void sparse_vs_dense(comm::Group& group, int rank) {
     // What the same collective would take on the emulated links: a ring all-reduce of the encoded bytes, or an
     // all-gather of one payload per rank (sent = (N - 1) x payload on 2 ranks).
     const double encoded = c == 2 ? sent[c] : sent[c] / (2.0 * (2 - 1) / 2);
-    nlohmann::json j{{"bench", "outer_collective"}, {"codec", codecs[c]}, {"values", n},
+    nlohmann::json j{{"bench", "outer_collective"},
+                     {"codec", codecs[c]},
+                     {"values", n},
                      {"collective", c == 2 ? "all-gather of payloads" : "ring all-reduce"},
-                     {"bytes_sent_2_workers", sent[c]}, {"loopback_s_2_workers", best[c]}};
+                     {"bytes_sent_2_workers", sent[c]},
+                     {"loopback_s_2_workers", best[c]}};
     for (int workers : {2, 4}) {
       const auto link = comm::LinkModel::uniform(100e6 / 8, 0.1, workers);
       j[fmt::format("modelled_s_{}_workers_100Mbit_100ms", workers)] =
@@ -75,7 +78,8 @@ int worker(int rank, int port) {
   auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(300));
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   opts->threads = 2;
-  auto raw = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("raw", store), rank, 2, opts);
+  auto raw =
+      c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("raw", store), rank, 2, opts);
   comm::Group group(store, rank, 2);
   for (double mb : {1.0, 4.0, 16.0, 64.0}) {
     auto t = torch::ones({static_cast<int64_t>(mb * (1 << 20) / 4)});
@@ -90,8 +94,12 @@ int worker(int rank, int port) {
       exchange_s = std::min(exchange_s, best_of(1, [&] { ex.average(w); }));
     }
     if (rank == 0)
-      std::printf("%s\n", nlohmann::json{{"bench", "allreduce"}, {"mb", mb}, {"raw_gloo_s", raw_s}, {"group_s", group_s},
-                                         {"exchange_s", exchange_s}, {"group_vs_raw", group_s / raw_s},
+      std::printf("%s\n", nlohmann::json{{"bench", "allreduce"},
+                                         {"mb", mb},
+                                         {"raw_gloo_s", raw_s},
+                                         {"group_s", group_s},
+                                         {"exchange_s", exchange_s},
+                                         {"group_vs_raw", group_s / raw_s},
                                          {"exchange_vs_raw", exchange_s / raw_s}}
                               .dump()
                               .c_str());
@@ -104,7 +112,10 @@ int worker(int rank, int port) {
     ex.average(v);
     double achieved = std::chrono::duration<double>(Clock::now() - t0).count();
     if (rank == 0)
-      std::printf("%s\n", nlohmann::json{{"bench", "wan"}, {"link", wan}, {"mb", 1}, {"modelled_s", ex.stats().modelled_s},
+      std::printf("%s\n", nlohmann::json{{"bench", "wan"},
+                                         {"link", wan},
+                                         {"mb", 1},
+                                         {"modelled_s", ex.stats().modelled_s},
                                          {"achieved_s", achieved}}
                               .dump()
                               .c_str());

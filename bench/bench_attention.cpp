@@ -3,9 +3,9 @@
 // its CPU flash kernel) against the blocked lower-triangle kernel (model/causal_attention), on the default model's
 // head shape (head dim 64, 4 heads) at a fixed 4,096 tokens per step. Prints one JSON line per measurement and a
 // table; `./run bench` runs it. Measures only.
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdio>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tributary/model/causal_attention.h"
@@ -41,11 +41,16 @@ int main(int argc, char** argv) {
   std::vector<int64_t> lengths{128, 256, 512, 1024};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--reps") reps = std::stoi(argv[i + 1]);          // timed calls per measurement (median)
-    else if (a == "--pairs") pairs = std::stoi(argv[i + 1]);   // composite/blocked measurements, alternating
-    else if (a == "--threads") threads = std::stoll(argv[i + 1]);
-    else if (a == "--block") block = std::stoll(argv[i + 1]);  // query rows per block (0: the kernel's choice)
-    else if (a == "--T") lengths = {std::stoll(argv[i + 1])};
+    if (a == "--reps")
+      reps = std::stoi(argv[i + 1]);  // timed calls per measurement (median)
+    else if (a == "--pairs")
+      pairs = std::stoi(argv[i + 1]);  // composite/blocked measurements, alternating
+    else if (a == "--threads")
+      threads = std::stoll(argv[i + 1]);
+    else if (a == "--block")
+      block = std::stoll(argv[i + 1]);  // query rows per block (0: the kernel's choice)
+    else if (a == "--T")
+      lengths = {std::stoll(argv[i + 1])};
   }
   configure_threads(threads);
   std::vector<std::string> table;
@@ -66,18 +71,24 @@ int main(int argc, char** argv) {
     const double useful = 6.0 * 2.0 * double(N) * double(T * (T + 1) / 2) * double(D);
     std::vector<double> composite, blocked, sdpa, ratio, sdpa_ratio;
     for (int p = 0; p < pairs; ++p) {
-      composite.push_back(median_seconds(step([&] {
-        return torch::bmm(causal_softmax(torch::bmm(q, k.transpose(1, 2))), v);
-      }), reps));
+      composite.push_back(
+          median_seconds(step([&] { return torch::bmm(causal_softmax(torch::bmm(q, k.transpose(1, 2))), v); }), reps));
       blocked.push_back(median_seconds(step([&] { return causal_attention(q, k, v, block); }), reps));
       sdpa.push_back(median_seconds(step([&] {  // q carries the scale, as in the model: scale 1
-        return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0, true, 1.0)
-            .squeeze(0);
-      }), reps));
+                                      return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0),
+                                                                              v.unsqueeze(0), {}, 0.0, true, 1.0)
+                                          .squeeze(0);
+                                    }),
+                                    reps));
       ratio.push_back(composite.back() / blocked.back());
       sdpa_ratio.push_back(sdpa.back() / blocked.back());
-      nlohmann::json row = {{"T", T}, {"heads_x_batch", N}, {"head_dim", D}, {"composite_s", composite.back()},
-                            {"blocked_s", blocked.back()}, {"sdpa_s", sdpa.back()}, {"threads", at::get_num_threads()},
+      nlohmann::json row = {{"T", T},
+                            {"heads_x_batch", N},
+                            {"head_dim", D},
+                            {"composite_s", composite.back()},
+                            {"blocked_s", blocked.back()},
+                            {"sdpa_s", sdpa.back()},
+                            {"threads", at::get_num_threads()},
                             {"block", block > 0 ? block : kCausalAttentionBlock}};
       std::printf("%s\n", row.dump().c_str());
       std::fflush(stdout);
@@ -86,14 +97,16 @@ int main(int argc, char** argv) {
     std::sort(blocked.begin(), blocked.end());
     std::sort(sdpa.begin(), sdpa.end());
     const double c = composite[pairs / 2], b = blocked[pairs / 2], s = sdpa[pairs / 2];
-    table.push_back(fmt::format("T {:5d}  composite {:7.1f} ms ({:5.1f} GFLOP/s useful)  SDPA {:7.1f} ms ({:5.1f})  "
-                                "blocked {:7.1f} ms ({:5.1f})  blocked vs composite {}  vs SDPA {}",
-                                T, 1e3 * c, useful / c / 1e9, 1e3 * s, useful / s / 1e9, 1e3 * b, useful / b / 1e9,
-                                spread(ratio), spread(sdpa_ratio)));
+    table.push_back(
+        fmt::format("T {:5d}  composite {:7.1f} ms ({:5.1f} GFLOP/s useful)  SDPA {:7.1f} ms ({:5.1f})  "
+                    "blocked {:7.1f} ms ({:5.1f})  blocked vs composite {}  vs SDPA {}",
+                    T, 1e3 * c, useful / c / 1e9, 1e3 * s, useful / s / 1e9, 1e3 * b, useful / b / 1e9, spread(ratio),
+                    spread(sdpa_ratio)));
   }
-  std::printf("causal attention forward + backward, %ld tokens x %ld heads, head dim %ld, %d threads; median of %d "
-              "calls, %d alternating pairs, speed-up median [min-max]:\n",
-              long(tokens), long(heads), long(D), at::get_num_threads(), reps, pairs);
+  std::printf(
+      "causal attention forward + backward, %ld tokens x %ld heads, head dim %ld, %d threads; median of %d "
+      "calls, %d alternating pairs, speed-up median [min-max]:\n",
+      long(tokens), long(heads), long(D), at::get_num_threads(), reps, pairs);
   for (const auto& line : table) std::printf("  %s\n", line.c_str());
   return 0;
 }

@@ -20,9 +20,12 @@ int main(int argc, char** argv) {
   int64_t steps = 10, warmup = 2;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc) steps = std::stoll(argv[++i]);
-    else if (a == "--warmup" && i + 1 < argc) warmup = std::stoll(argv[++i]);
-    else overrides.push_back(a);
+    if (a == "--steps" && i + 1 < argc)
+      steps = std::stoll(argv[++i]);
+    else if (a == "--warmup" && i + 1 < argc)
+      warmup = std::stoll(argv[++i]);
+    else
+      overrides.push_back(a);
   }
   RunConfig config = RunConfig::load("", overrides);
   if (config.model.vocab_size == 0) config.model.vocab_size = 257;

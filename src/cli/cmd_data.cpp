@@ -42,8 +42,7 @@ void add_data(CLI::App& app) {
     log::info("built-in corpus: {} documents, {:.1f} MB in {} domains", corpus.docs.size(),
               double(corpus.num_bytes()) / (1 << 20), corpus.domains.size());
     build_dataset(corpus, d->out, d->options);
-    log::info("done in {:.1f} s",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    log::info("done in {:.1f} s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   });
 
   struct BuildArgs {

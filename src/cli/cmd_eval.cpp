@@ -6,14 +6,14 @@
 #include "tributary/data/dataset.h"
 #include "tributary/model/aux_head.h"
 #include "tributary/parallel/local/head_eval.h"
-#include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/run_state.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco/worker.h"
-#include "tributary/runtime/dipaco/routed_eval.h"
-#include "tributary/runtime/inference.h"
+#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/dipaco/routed_eval.h"
+#include "tributary/runtime/dipaco/worker.h"
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/inference.h"
+#include "tributary/runtime/run_state.h"
 
 namespace tributary::cli {
 namespace {
@@ -33,10 +33,9 @@ void print_all_heads(const std::string& checkpoint, LoadedModel& loaded, BatchLo
   loader.set_position({0, 0});
   const auto losses = local::evaluate_heads(*loaded.model, heads, plan, loader, batches, device);
   for (size_t k = 0; k < losses.size(); ++k)
-    std::printf("  chunk %zu (blocks %lld-%lld) %s head: loss %.4f\n", k,
-                static_cast<long long>(plan.layout.begin(int64_t(k))),
-                static_cast<long long>(plan.layout.end(int64_t(k)) - 1), k + 1 == losses.size() ? "model" : "aux",
-                losses[k]);
+    std::printf(
+        "  chunk %zu (blocks %lld-%lld) %s head: loss %.4f\n", k, static_cast<long long>(plan.layout.begin(int64_t(k))),
+        static_cast<long long>(plan.layout.end(int64_t(k)) - 1), k + 1 == losses.size() ? "model" : "aux", losses[k]);
 }
 
 }  // namespace
@@ -56,7 +55,8 @@ void add_eval(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--batch-size", args->batch_size, "sequences per batch")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--device", args->device, "torch device");
-  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")->check(CLI::Range(int64_t{0}, kMaxThreads));
+  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")
+      ->check(CLI::Range(int64_t{0}, kMaxThreads));
   cmd->add_option("--prefix", args->prefix,
                   "DiPaCo protocol: cut the split into units of context+1 tokens and score only the tokens after the "
                   "first PREFIX (32 for DiPaCo comparisons)")
@@ -87,8 +87,8 @@ void add_eval(CLI::App& app) {
       fail("dataset '{}' has {} token ids but the model only {}: evaluate on data built with the same tokenizer",
            dataset.dir().string(), dataset.vocab_size(), loaded.config.model.vocab_size);
     if (args->prefix >= loaded.config.model.context)
-      fail("--prefix {} leaves nothing to score: the model's context is {} tokens; use a prefix below it",
-           args->prefix, loaded.config.model.context);
+      fail("--prefix {} leaves nothing to score: the model's context is {} tokens; use a prefix below it", args->prefix,
+           loaded.config.model.context);
     if (args->prefix >= 0) {
       Units units = cut_units(dataset, args->split, loaded.config.model.context);
       if (args->units > 0 && units.size() > args->units) units.tokens = units.tokens.narrow(0, 0, args->units);
@@ -100,7 +100,8 @@ void add_eval(CLI::App& app) {
       return;
     }
     auto tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens(args->split));
-    BatchLoader loader(tokens, {.batch_size = args->batch_size, .context = loaded.config.model.context, .shuffle = false},
+    BatchLoader loader(tokens,
+                       {.batch_size = args->batch_size, .context = loaded.config.model.context, .shuffle = false},
                        dataset.dir().string() + " " + args->split);
     int64_t batches = args->batches > 0 ? std::min(args->batches, loader.num_windows() / args->batch_size)
                                         : loader.num_windows() / args->batch_size;

@@ -1,11 +1,11 @@
 #include "cli/commands.h"
-#include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/flops.h"
 #include "tributary/core/log.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/routing/router.h"
-#include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/dipaco/routes.h"
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/inference.h"
 
 namespace tributary::cli {
 
@@ -29,7 +29,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--path", args->path, "DiPaCo run: use this path instead of routing the prompt")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
   cmd->add_option("--device", args->device, "torch device");
-  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")->check(CLI::Range(int64_t{0}, kMaxThreads));
+  cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")
+      ->check(CLI::Range(int64_t{0}, kMaxThreads));
   cmd->callback([args]() {
     configure_threads(args->threads);
     auto device = parse_device(args->device);
@@ -40,7 +41,8 @@ void add_generate(CLI::App& app) {
       auto ids = tokenizer->encode(args->prompt);
       const int64_t path = args->path >= 0 ? args->path : routes.route_sequence(ids, tokenizer->eot_id(), device);
       run.grid.path_modules(path);  // Error naming the range when out of it
-      log::info("prompt routed to path {} ({})", path, fmt::format("{}", fmt::join(run.grid.modules_of_path(path), " + ")));
+      log::info("prompt routed to path {} ({})", path,
+                fmt::format("{}", fmt::join(run.grid.modules_of_path(path), " + ")));
       auto model = assemble_dense(run, path);
       model->to(device);
       model->eval();

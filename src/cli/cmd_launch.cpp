@@ -17,7 +17,8 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--nnodes", o->nnodes, "machines in the run");
   cmd->add_option("--node-rank", o->node_rank, "index of this machine");
   cmd->add_option("--master-addr", o->master_addr, "address of the machine with rank 0 (default loopback)");
-  cmd->add_option("--master-port", o->master_port, "rendezvous port (default: a free one, single machine only; required with --nnodes > 1)");
+  cmd->add_option("--master-port", o->master_port,
+                  "rendezvous port (default: a free one, single machine only; required with --nnodes > 1)");
   cmd->add_option("--grace", o->grace_s, "seconds between SIGTERM and SIGKILL when stopping workers");
   cmd->add_option("--max-failures", o->max_failures,
                   "workers (rank 0 included) that may die while the others carry on (DiPaCo re-queues their tasks; "
@@ -41,8 +42,10 @@ void add_launch(CLI::App& app) {
         comm::report_exit(**reporter, rank, how);
         if (go_on) comm::Membership::report_lost(**reporter, rank);
       } catch (const std::exception& e) {
-        log::warn("launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
-                  "collectives failing (and by its heartbeat)", rank, e.what());
+        log::warn(
+            "launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
+            "collectives failing (and by its heartbeat)",
+            rank, e.what());
       }
     };
     o->run_started = [reporter](const std::string& addr, int port) {

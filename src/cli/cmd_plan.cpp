@@ -29,8 +29,7 @@ CostModel make_model(const Cluster& cluster, const Workload& w, int d_dp, int d_
   return model;
 }
 
-Plan plan_layout(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const GeneticOptions& o,
-                 bool compute) {
+Plan plan_layout(const Cluster& cluster, const Workload& w, int d_dp, int d_pp, const GeneticOptions& o, bool compute) {
   const CostModel model = make_model(cluster, w, d_dp, d_pp, compute);
   return {d_dp, d_pp, w.c_dp(d_dp, d_pp), w.c_pp(d_dp, d_pp), schedule_genetic(model, o)};
 }
@@ -107,9 +106,10 @@ void print_beyond(const Cluster& cluster, const Workload& w, const Plan& best) {
       slowest = std::max(slowest, w.tasklet_flops(best.d_dp, best.d_pp) / (cluster.devices[d].tflops * 1e12));
     if (cluster.devices[d].memory_gb > 0 && cluster.devices[d].memory_gb < memory) too_small.push_back(d);
   }
-  std::printf("beyond the paper: slowest device computes a tasklet in %.3f s; a stage needs ~%.1f GB (%zu devices "
-              "have less)\n",
-              slowest, memory, too_small.size());
+  std::printf(
+      "beyond the paper: slowest device computes a tasklet in %.3f s; a stage needs ~%.1f GB (%zu devices "
+      "have less)\n",
+      slowest, memory, too_small.size());
 }
 
 // --price: the cost model's prediction for given placements (a plan's, Megatron's, any other), no search.
@@ -117,8 +117,8 @@ void price_placements(const Cluster& cluster, const Workload& w, const std::vect
   for (const auto& file : files) {
     const Placement placement = read_placement(file);
     if (placement.d_dp * placement.d_pp != cluster.size())
-      fail("'{}' places {} x {} ranks but the cluster has {} devices: price it on the cluster it was planned for",
-           file, placement.d_dp, placement.d_pp, cluster.size());
+      fail("'{}' places {} x {} ranks but the cluster has {} devices: price it on the cluster it was planned for", file,
+           placement.d_dp, placement.d_pp, cluster.size());
     const CostModel model = make_model(cluster, w, placement.d_dp, placement.d_pp, compute);
     const Evaluation e = model.evaluate_pipelines(placement.pipelines);
     std::printf("price %s: %.4f s per iteration = DP %.4f + 2 x PP %.4f", file.c_str(), e.total, e.dp, e.pp);
@@ -136,11 +136,12 @@ void calibrate(Cluster& cluster, const RunConfig& config) {
       d.tflops = c.tflops;
       ++filled;
     }
-  std::printf("calibrated on this machine: %.4f TFLOP/s (median of %d, %.4f-%.4f; forward + backward of %lld x %lld "
-              "tokens, %.3g parameters, %s, %lld threads); %d of %d devices without 'tflops' take it\n",
-              c.tflops, c.repeats, c.tflops_min, c.tflops_max, static_cast<long long>(c.sequences),
-              static_cast<long long>(c.tokens / std::max<int64_t>(1, c.sequences)), c.parameters, c.device.c_str(),
-              static_cast<long long>(c.threads), filled, cluster.size());
+  std::printf(
+      "calibrated on this machine: %.4f TFLOP/s (median of %d, %.4f-%.4f; forward + backward of %lld x %lld "
+      "tokens, %.3g parameters, %s, %lld threads); %d of %d devices without 'tflops' take it\n",
+      c.tflops, c.repeats, c.tflops_min, c.tflops_max, static_cast<long long>(c.sequences),
+      static_cast<long long>(c.tokens / std::max<int64_t>(1, c.sequences)), c.parameters, c.device.c_str(),
+      static_cast<long long>(c.threads), filled, cluster.size());
 }
 
 void run_plan(Args a) {
@@ -176,12 +177,13 @@ void run_plan(Args a) {
   });
   const CostModel model = make_model(cluster, w, best.d_dp, best.d_pp, a.compute);
   const Evaluation& e = best.result.evaluation;
-  std::printf("cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB%s, c_PP %.4f GB\n",
-              cluster.name.c_str(), cluster.size(), a.shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(),
-              best.d_dp, best.d_pp, best.c_dp,
-              w.sync_every > 1 ? fmt::format(" (an exchange every {} iterations: DP priced at 1/{})", w.sync_every,
-                                             w.sync_every).c_str() : "",
-              best.c_pp);
+  std::printf(
+      "cluster %s (%d devices%s), workload %s: D_DP %d x D_PP %d, c_DP %.4f GB%s, c_PP %.4f GB\n", cluster.name.c_str(),
+      cluster.size(), a.shuffle_seed >= 0 ? ", ids shuffled" : "", w.name.c_str(), best.d_dp, best.d_pp, best.c_dp,
+      w.sync_every > 1
+          ? fmt::format(" (an exchange every {} iterations: DP priced at 1/{})", w.sync_every, w.sync_every).c_str()
+          : "",
+      best.c_pp);
   std::printf("plan: %.3f s per iteration = %s   (GA: %lld evaluations in %.2f s%s)\n", e.total,
               terms(e, a.compute).c_str(), static_cast<long long>(best.result.evaluations), best.result.seconds,
               best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
@@ -233,8 +235,7 @@ void add_plan(CLI::App& app) {
                 "measure this machine's training speed on --config's model (forward + backward, median of 5) and give "
                 "it to every device without 'tflops'; implies --compute");
   cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
-  cmd->add_option("--random", a->random_k, "random partitions for the random baseline")
-      ->check(CLI::Range(1, 10000000));
+  cmd->add_option("--random", a->random_k, "random partitions for the random baseline")->check(CLI::Range(1, 10000000));
   cmd->get_option("--d-dp")->check(CLI::Range(0, 1 << 20));
   cmd->get_option("--d-pp")->check(CLI::Range(0, 1 << 20));
   cmd->get_option("--shuffle-ids")->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));

@@ -84,9 +84,11 @@ void add_plot(CLI::App& app) {
         "set output {}\n"
         "set title {}\n"
         "set xlabel 'training tokens'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n"
-        "plot {} using 1:2 with lines lw 1.5 title 'train loss (mean over each logging interval)', {} using 1:2 with linespoints pt 7 lw 2 title "
+        "plot {} using 1:2 with lines lw 1.5 title 'train loss (mean over each logging interval)', {} using 1:2 with "
+        "linespoints pt 7 lw 2 title "
         "'validation loss'\n",
-        gnuplot_quote(out.string(), "--out path"), gnuplot_quote("Tributary run: " + run.filename().string(), "run name"),
+        gnuplot_quote(out.string(), "--out path"),
+        gnuplot_quote("Tributary run: " + run.filename().string(), "run name"),
         gnuplot_quote(train_dat.string(), "run directory"), gnuplot_quote(val_dat.string(), "run directory"));
     write_file(script, gp, false);
     try {

@@ -4,9 +4,9 @@
 
 #include "cli/commands.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/dist_env.h"
 #include "tributary/runtime/run_layout.h"
-#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {
@@ -22,7 +22,8 @@ void add_train(CLI::App& app) {
     int64_t stop_after = 0;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("train", "train a model: one process, or one worker of a launched run (tributary launch --nproc N -- train ...)");
+  auto* cmd = app.add_subcommand(
+      "train", "train a model: one process, or one worker of a launched run (tributary launch --nproc N -- train ...)");
   cmd->add_option("config", args->config, "TOML config file (keys not given keep their defaults)");
   cmd->add_option("--set", args->overrides, "override a config key: --set optim.lr=3e-4 (repeatable)");
   auto* resume = cmd->add_option("--resume", args->resume_from,
@@ -39,16 +40,19 @@ void add_train(CLI::App& app) {
       return;
     }
     RunConfig config = RunConfig::load(args->config, args->overrides);
-    TrainOptions options{.resume = resume->count() > 0, .resume_from = args->resume_from,
-                         .stop_after_step = args->stop_after, .overwrite = args->overwrite,
-                         .dist = resolve_dist_env_from_process(), .faults = fault_plan_from_environment()};
+    TrainOptions options{.resume = resume->count() > 0,
+                         .resume_from = args->resume_from,
+                         .stop_after_step = args->stop_after,
+                         .overwrite = args->overwrite,
+                         .dist = resolve_dist_env_from_process(),
+                         .faults = fault_plan_from_environment()};
     if (run_layout(config, options.dist).kind() == RunKind::kDipaco) {
       DipacoSummary d = train_dipaco(config, options);
       if (options.dist.rank == 0)
-        log::info("done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "
-                  "{:.2f} MB sent by rank 0 | run directory {}",
-                  d.rounds, d.elapsed_s, d.val_loss, d.val_ppl, d.val_loss_early, d.bytes_sent / 1e6,
-                  d.run_dir.string());
+        log::info(
+            "done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "
+            "{:.2f} MB sent by rank 0 | run directory {}",
+            d.rounds, d.elapsed_s, d.val_loss, d.val_ppl, d.val_loss_early, d.bytes_sent / 1e6, d.run_dir.string());
       return;
     }
     TrainSummary s = train(config, options);
@@ -57,12 +61,13 @@ void add_train(CLI::App& app) {
     const std::string val = s.evaluated ? fmt::format("val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f})",
                                                       s.val_loss, s.val_bpb, s.unigram_bpb)
                                         : std::string("not evaluated");
-    log::info("done: {} steps, {} tokens in {:.0f} s | {} | {:.0f} tok/s | MFU {:.1f}%", s.steps, s.tokens,
-              s.elapsed_s, val, s.tokens_per_s, 100 * s.mfu);
+    log::info("done: {} steps, {} tokens in {:.0f} s | {} | {:.0f} tok/s | MFU {:.1f}%", s.steps, s.tokens, s.elapsed_s,
+              val, s.tokens_per_s, 100 * s.mfu);
     if (s.world_size > 1)
-      log::info("{} replicas: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {:.1f} s blocked in "
-                "communication",
-                s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, s.comm_s);
+      log::info(
+          "{} replicas: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {:.1f} s blocked in "
+          "communication",
+          s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, s.comm_s);
     log::info("run directory: {} (metrics.jsonl, summary.json, checkpoints/)", s.run_dir.string());
   });
 }

@@ -35,7 +35,8 @@ inline CLI::Validator finite_range(double lo, double hi) {
         } catch (const std::exception&) {
           return "'" + s + "' is not a number";
         }
-        if (!(v >= lo && v <= hi)) return "'" + s + "' is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        if (!(v >= lo && v <= hi))
+          return "'" + s + "' is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
         return {};
       },
       "FINITE in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");

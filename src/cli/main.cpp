@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", [] { return tributary::platform_report(); },
-                       "Tributary's version, the LibTorch it runs on, its BLAS and threads, and CUDA devices");
+  app.set_version_flag(
+      "--version", [] { return tributary::platform_report(); },
+      "Tributary's version, the LibTorch it runs on, its BLAS and threads, and CUDA devices");
   tributary::cli::add_train(app);
   tributary::cli::add_eval(app);
   tributary::cli::add_generate(app);
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     tributary::install_cpu_caching_allocator();  // before any tensor: see runtime/cpu_allocator.h
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) return app.exit(e);                            // --help, --version
     if (dynamic_cast<const CLI::RuntimeError*>(&e)) return e.get_exit_code();  // launch: the workers' exit status
     // A usage mistake is a user error like any other: one [ERROR] line, exit 2 (CLI11's own codes are 104-109).
     tributary::log::error("{} (see --help)", e.what());

@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "shell.h"
-#include "tributary/core/fs.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
 
 using namespace tributary;
 
@@ -19,8 +19,8 @@ fs::path work_dir() { return fs::temp_directory_path() / ("trib_cli_hardening_" 
 
 // The shell's exit status: >= 128 means the CLI died by a signal. `timeout` turns a hang into 124.
 std::pair<int, std::string> cli(const std::string& args) {
-  return test_support::run_shell("cd " + work_dir().string() + " && timeout 120 " + std::string(TRIBUTARY_CLI) +
-                                 " " + args);
+  return test_support::run_shell("cd " + work_dir().string() + " && timeout 120 " + std::string(TRIBUTARY_CLI) + " " +
+                                 args);
 }
 
 int error_lines(const std::string& out) {
@@ -40,10 +40,11 @@ class CliHardening : public ::testing::Test {
       auto [rc, out] = cli("data build-default --out " + data + " --mb-per-domain 0.1 --val-permille 50");
       ASSERT_EQ(rc, 0) << out;
     }
-    auto [rc, out] = cli("train --set model.num_layers=1 --set model.width=32 --set model.num_heads=2 "
-                         "--set model.context=32 --set train.batch_size=2 --set train.steps=2 --set train.threads=1 "
-                         "--set train.eval_every=0 --set optim.warmup_steps=1 --set data.dir=" + data +
-                         " --set train.run_dir=run");
+    auto [rc, out] =
+        cli("train --set model.num_layers=1 --set model.width=32 --set model.num_heads=2 "
+            "--set model.context=32 --set train.batch_size=2 --set train.steps=2 --set train.threads=1 "
+            "--set train.eval_every=0 --set optim.warmup_steps=1 --set data.dir=" +
+            data + " --set train.run_dir=run");
     ASSERT_EQ(rc, 0) << out;
   }
 };
@@ -142,8 +143,8 @@ TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
   expect_user_error(tiny_train + " --set train.run_dir=/proc/trib_run", "cannot create train.run_dir");
   expect_user_error("eval", "checkpoint");  // a CLI11 parse error: exit 2 with an [ERROR] line, not 106
   {  // the CPU tensor cache's cap comes from the environment: a bad one is named, before anything runs
-    auto [rc, out] = test_support::run_shell("cd " + work_dir().string() +
-                                             " && TRIBUTARY_CPU_CACHE_MB=lots timeout 120 " + TRIBUTARY_CLI + " eval run");
+    auto [rc, out] = test_support::run_shell(
+        "cd " + work_dir().string() + " && TRIBUTARY_CPU_CACHE_MB=lots timeout 120 " + TRIBUTARY_CLI + " eval run");
     EXPECT_EQ(rc, 2) << out;
     EXPECT_EQ(error_lines(out), 1) << out;
     EXPECT_NE(out.find("TRIBUTARY_CPU_CACHE_MB='lots'"), std::string::npos) << out;
@@ -166,8 +167,10 @@ void sweep(const std::vector<std::pair<std::string, std::vector<std::string>>>& 
       for (const auto& v : vs) {
         std::string args = base;
         const std::string f = flag + " " + v;
-        if (auto at = args.find("{}"); at != std::string::npos) args.replace(at, 2, f);
-        else args += " " + f;
+        if (auto at = args.find("{}"); at != std::string::npos)
+          args.replace(at, 2, f);
+        else
+          args += " " + f;
         auto [rc, out] = cli(args);
         EXPECT_LT(rc, 124) << args << " died by a signal or hung (exit " << rc << ")\n" << out;
         if (rc != 0) {

@@ -11,18 +11,21 @@
 #include <string>
 #include <system_error>
 
-#include "tributary/core/fs.h"
-#include "tributary/data/dataset.h"
-#include "tributary/routing/units.h"
 #include "shell.h"
 #include "test_corpus.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
+#include "tributary/data/dataset.h"
+#include "tributary/routing/units.h"
 
 namespace dipaco_test {
 
-inline tributary::fs::path work() { return tributary::fs::temp_directory_path() / ("trib_dipaco_" + std::to_string(::getpid())); }
+inline tributary::fs::path work() {
+  return tributary::fs::temp_directory_path() / ("trib_dipaco_" + std::to_string(::getpid()));
+}
 inline tributary::fs::path data() {
-  return tributary::test_support::test_data_dir((tributary::fs::temp_directory_path() / "trib_integration" / "data").string());
+  return tributary::test_support::test_data_dir(
+      (tributary::fs::temp_directory_path() / "trib_integration" / "data").string());
 }
 inline std::pair<int, std::string> sh(const std::string& cmd) { return tributary::test_support::run_shell(cmd); }
 inline const std::string cli = TRIBUTARY_CLI;
@@ -43,7 +46,8 @@ inline std::string dipaco(const std::string& run, const std::string& routes, con
 
 // The dense model and 2x2 routes every test of the suite starts from, built once per CLI binary and corpus and shared
 // by the test processes (routing alone costs ~9 s of CPU, and CTest runs each test as its own process). A build in
-// progress is never read: it appears under its name by one rename; two processes that build at once make the same bytes.
+// progress is never read: it appears under its name by one rename; two processes that build at once make the same
+// bytes.
 inline tributary::fs::path shared_base() {
   const auto stamp = tributary::fs::last_write_time(cli).time_since_epoch().count();
   return tributary::fs::temp_directory_path() / "trib_integration" /
@@ -59,8 +63,9 @@ class Dipaco : public ::testing::Test {
     const fs::path base = shared_base();
     if (!fs::exists(base / "routes" / "route.json")) {
       const fs::path tmp = base.string() + ".tmp-" + std::to_string(::getpid());
-      auto [rc, out] = sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
-                          " --set train.run_dir=" + (tmp / "dense").string());
+      auto [rc, out] =
+          sh(cli + " train --overwrite" + model_flags() + " --set train.steps=20 --set train.eval_every=0" +
+             " --set train.run_dir=" + (tmp / "dense").string());
       ASSERT_EQ(rc, 0) << out;
       auto [rc2, out2] = sh(cli + " route --model " + (tmp / "dense").string() + " --data " + data().string() +
                             " --modules 2x2 --method product --overwrite --out " + (tmp / "routes").string());

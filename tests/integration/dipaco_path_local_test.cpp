@@ -5,18 +5,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include <array>
 #include <cmath>
 #include <map>
-#include <fmt/format.h>
 
 #include <set>
 #include <sstream>
 
+#include "dipaco_fixture.h"
 #include "tributary/comm/sparse_chunks.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/launcher.h"
-#include "dipaco_fixture.h"
 
 using namespace tributary;
 using namespace dipaco_test;
@@ -108,7 +108,8 @@ TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
   // size. (With the state put into the store every task, a worker would send a state per task.)
   const double state_size = double(fs::file_size(work() / "local" / "inner" / "path-0.round-0.safetensors"));
   int again = 0;
-  std::array<WorkerRounds, 2> r = {rounds_of(work() / "local", 0, local.grid), rounds_of(work() / "local", 1, local.grid)};
+  std::array<WorkerRounds, 2> r = {rounds_of(work() / "local", 0, local.grid),
+                                   rounds_of(work() / "local", 1, local.grid)};
   for (int w : {0, 1}) {
     const double got = r[w].exchange.at(2)["bytes_state_got"].get<double>();
     const double put = r[w].exchange.at(2)["bytes_state_put"].get<double>();
@@ -163,13 +164,14 @@ TEST_F(Dipaco, PathLocalWorkersNeedNoSharedRunDirectory) {
 }
 
 TEST_F(Dipaco, APathLocalRunSurvivesTheDeathOfItsLeader) {
-  // Worker 0 (the leader, owner of modules 0, 3) dies at its 12th inner step (round 1 or 2, as the queue dealt); the others, waiting for its verdict, see
-  // its heartbeat stop, worker 1 decides and leads, the owners' modules pass on with their published values, the lost
-  // tasks run again, and worker 1 writes the run's files. Before, the others waited for the dead leader's verdict.
-  // The path state the dead leader held (dipaco.path_state = holder: AdamW state of the paths it trained, early-stopping
-  // copies it made) dies with it: a task that needs it starts AdamW afresh, and the next task of a path whose
-  // early-stopping copy it held makes a new copy (found: the re-run of the dead worker's task equalled the dead copy's
-  // held-out loss, did not replace it, and the early-stopped evaluation lacked the path's copy).
+  // Worker 0 (the leader, owner of modules 0, 3) dies at its 12th inner step (round 1 or 2, as the queue dealt); the
+  // others, waiting for its verdict, see its heartbeat stop, worker 1 decides and leads, the owners' modules pass on
+  // with their published values, the lost tasks run again, and worker 1 writes the run's files. Before, the others
+  // waited for the dead leader's verdict. The path state the dead leader held (dipaco.path_state = holder: AdamW state
+  // of the paths it trained, early-stopping copies it made) dies with it: a task that needs it starts AdamW afresh, and
+  // the next task of a path whose early-stopping copy it held makes a new copy (found: the re-run of the dead worker's
+  // task equalled the dead copy's held-out loss, did not replace it, and the early-stopped evaluation lacked the path's
+  // copy).
   auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_STEP=12 " + cli +
                       " launch --nproc 3 --master-port 0 --max-failures 1 --" +
                       dipaco("leader_killed", "routes", "--set dipaco.path_local=true"));
@@ -211,8 +213,9 @@ TEST_F(Dipaco, APathLocalRunSurvivesADeathDuringTheExchange) {
 TEST_F(Dipaco, ARingRunSurvivesTheDeathOfItsLeader) {
   // The owners' ring (every worker holds every module) through the same settle and leader switch: worker 0 dies in
   // round 2, worker 1 decides, leads and writes the module files; the dead worker's task runs again.
-  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_STEP=12 " + cli +
-                      " launch --nproc 3 --master-port 0 --max-failures 1 --" + dipaco("ring_leader_killed", "routes", ""));
+  auto [rc, out] =
+      sh("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_STEP=12 " + cli +
+         " launch --nproc 3 --master-port 0 --max-failures 1 --" + dipaco("ring_leader_killed", "routes", ""));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("worker 1 leads the run from round"), std::string::npos) << out;
   EXPECT_NE(out.find("continuing with 2 worker(s): 1, 2"), std::string::npos) << out;
@@ -228,8 +231,9 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
   // the touched modules it does not own, to the byte; its error feedback is checkpointed each round and taken back by
   // --resume. The owners' ring, top-k and PowerSGD are refused naming what to change.
   // Also the path state put into the store every task (dipaco.path_state = store), resumed from each worker's files.
-  const std::string sparse = "--set dipaco.path_local=true --set dist.compression=sparseloco --set dist.sparse_topk=16 "
-                             "--set dipaco.path_state=store ";
+  const std::string sparse =
+      "--set dipaco.path_local=true --set dist.compression=sparseloco --set dist.sparse_topk=16 "
+      "--set dipaco.path_state=store ";
   auto [rc0, out0] =
       sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("sparse", "routes", sparse + "--stop-after-step 10"));
   ASSERT_EQ(rc0, 0) << out0;

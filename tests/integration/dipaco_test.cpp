@@ -9,18 +9,18 @@
 #include <chrono>
 #include <sstream>
 
+#include "dipaco_fixture.h"
+#include "report_check.h"
+#include "support/json_fuzz.h"
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco/worker.h"
-#include "tributary/runtime/dipaco/routed_eval.h"
-#include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/dipaco/routes.h"
-#include "dipaco_fixture.h"
-#include "report_check.h"
-#include "support/json_fuzz.h"
+#include "tributary/runtime/dipaco/worker.h"
+#include "tributary/runtime/inference.h"
 
 using namespace tributary;
 
@@ -71,8 +71,8 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   // The run holds one file per module; a path exported as a dense checkpoint gives the same logits as the path.
   DipacoRun run = load_dipaco_run(work() / "run");
   EXPECT_EQ(run.modules.size(), 5u);
-  auto [rc2, out2] = sh(cli + " export-path " + (work() / "run").string() + " --path 2 --out " +
-                        (work() / "exported").string());
+  auto [rc2, out2] =
+      sh(cli + " export-path " + (work() / "run").string() + " --path 2 --out " + (work() / "exported").string());
   ASSERT_EQ(rc2, 0) << out2;
   auto loaded = load_model((work() / "exported").string(), torch::kCPU);
   Transformer routed(run.config.model, run.grid.path_modules(2));
@@ -82,8 +82,8 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   EXPECT_TRUE(torch::equal(routed.forward(tokens), loaded.model->forward(tokens)));
   // export --format hf --path 2 writes that path in the Hugging Face layout: the same tensors as the dense export.
   fs::remove_all(work() / "hf_path");
-  auto [rc4, out4] = sh(cli + " export " + (work() / "run").string() + " --format hf --path 2 --out " +
-                        (work() / "hf_path").string());
+  auto [rc4, out4] =
+      sh(cli + " export " + (work() / "run").string() + " --format hf --path 2 --out " + (work() / "hf_path").string());
   ASSERT_EQ(rc4, 0) << out4;
   auto hf = safetensors::File::load(work() / "hf_path" / "model.safetensors");
   for (const auto& [name, t] : named_parameters_of(*loaded.model))
@@ -91,16 +91,16 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
       EXPECT_TRUE(torch::equal(to_torch(hf.at("model.embed_tokens.weight")), t));
     }
   EXPECT_EQ(hf.tensors().size(), 1 + 9 * run.config.model.num_layers + 1 + (run.config.model.tie_embeddings ? 0 : 1));
-  auto [rc5, out5] = sh(cli + " export " + (work() / "run").string() + " --format hf --out " +
-                        (work() / "hf_nopath").string());
+  auto [rc5, out5] =
+      sh(cli + " export " + (work() / "run").string() + " --format hf --out " + (work() / "hf_nopath").string());
   EXPECT_NE(rc5, 0);
   EXPECT_NE(out5.find("is a DiPaCo run: say which path to export with --path P"), std::string::npos) << out5;
   // The run report has the paths' table (modules, routed units and loss) and the routing table of the routes.
-  test_support::expect_report_opens(work() / "run", {"<th>routed val loss</th>", "<td>L0.m1 L1.m0</td>",
-                                                     "routed to each path", "<td>worker 1</td>"});
+  test_support::expect_report_opens(
+      work() / "run", {"<th>routed val loss</th>", "<td>L0.m1 L1.m0</td>", "routed to each path", "<td>worker 1</td>"});
   // Out-of-range paths are refused with the valid range.
-  auto [rc3, out3] = sh(cli + " export-path " + (work() / "run").string() + " --path 4 --out " +
-                        (work() / "nope").string());
+  auto [rc3, out3] =
+      sh(cli + " export-path " + (work() / "run").string() + " --path 4 --out " + (work() / "nope").string());
   EXPECT_NE(rc3, 0);
   EXPECT_NE(out3.find("paths 0..3"), std::string::npos) << out3;
 }
@@ -120,8 +120,9 @@ TEST_F(Dipaco, AKilledWorkersTasksAreRequeuedAndTheRunFinishes) {
 
 TEST_F(Dipaco, BadInputIsRefusedNamingWhatToChange) {
   // Routes for another grid.
-  auto [rc, out] = sh(cli + dipaco("bad1", "routes", "--set model.num_layers=3 --set model.num_levels=3 "
-                                                     "--set dipaco.modules=2x2x1"));
+  auto [rc, out] = sh(cli + dipaco("bad1", "routes",
+                                   "--set model.num_layers=3 --set model.num_levels=3 "
+                                   "--set dipaco.modules=2x2x1"));
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("route again with --modules 2x2x1"), std::string::npos) << out;
   // A level layout that does not divide the blocks.
@@ -219,8 +220,8 @@ TEST_F(Dipaco, AStoppedRunResumesBitForBit) {
 TEST_F(Dipaco, ASlowWorkerTakesFewerPathsFromTheQueue) {
   // dist.slow_workers makes worker 1 ten times slower (a sleep after each inner step): the task queue hands the
   // fast worker more of each round's 4 paths. Counted from each worker's own metrics (one line per task).
-  auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
-                      dipaco("slow", "routes", "--set dist.slow_workers=1:10"));
+  auto [rc, out] =
+      sh(cli + " launch --nproc 2 --master-port 0 --" + dipaco("slow", "routes", "--set dist.slow_workers=1:10"));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("worker 1 runs 10x slower"), std::string::npos) << out;
   auto tasks_of = [](const std::string& file) {

@@ -1,20 +1,20 @@
 // Multi-process runs through `tributary launch`: real processes, real c10d (TCPStore + Gloo) on loopback.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdio>
-#include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "launch_support.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/launcher.h"
-#include "launch_support.h"
-#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 
@@ -37,8 +37,9 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << "max diff " << (a - b).abs().max().item<double>();
   // with gradient accumulation the gradients are averaged after the last micro-batch instead of during backward
   auto [rc3, out3] = sh(cli + " launch --nproc 2 --master-port 0 --" +
-                        tiny("ddp_accum", "--set train.steps=6 --set train.batch_size=2 --set train.grad_accum=2 "
-                                          "--set dist.algorithm=ddp"));
+                        tiny("ddp_accum",
+                             "--set train.steps=6 --set train.batch_size=2 --set train.grad_accum=2 "
+                             "--set dist.algorithm=ddp"));
   ASSERT_EQ(rc3, 0) << out3;
   auto c = flat_params(work() / "ddp_accum");
   EXPECT_TRUE(torch::allclose(a, c, 1e-4, 1e-5)) << "max diff " << (a - c).abs().max().item<double>();
@@ -47,8 +48,9 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   EXPECT_DOUBLE_EQ(summary["bytes_sent"].get<double>(), 6.0 * 4 * 123264);
   // Stopped between two log lines (every 5 steps): the exchanges of steps 6 and 7 count too (they were left out).
   auto [rc4, out4] = sh(cli + " launch --nproc 2 --master-port 0 --" +
-                        tiny("ddp_cut", "--set train.steps=20 --set train.batch_size=4 --set dist.algorithm=ddp "
-                                        "--stop-after-step 7"));
+                        tiny("ddp_cut",
+                             "--set train.steps=20 --set train.batch_size=4 --set dist.algorithm=ddp "
+                             "--stop-after-step 7"));
   ASSERT_EQ(rc4, 0) << out4;
   auto cut = nlohmann::json::parse(read_file(work() / "ddp_cut" / "summary.json"));
   EXPECT_EQ(cut["steps"].get<int>(), 7);
@@ -61,8 +63,9 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
 TEST_F(Distributed, DilocoRunsAndCommunicatesHTimesLess) {
   const std::string cli = TRIBUTARY_CLI;
   auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
-                      tiny("diloco", "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
-                                     "--set dist.compression=int8"));
+                      tiny("diloco",
+                           "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set dist.compression=int8"));
   ASSERT_EQ(rc, 0) << out;
   auto s = nlohmann::json::parse(read_file(work() / "diloco" / "summary.json"));
   EXPECT_EQ(s["outer_steps"].get<int>(), 3);
@@ -97,8 +100,9 @@ TEST_F(Distributed, ADyingWorkerStopsTheLaunchWithNoOrphans) {
   const std::string cli = TRIBUTARY_CLI;
   const std::string marker = (work() / "dies").string();
   auto start = std::chrono::steady_clock::now();
-  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli + " launch --nproc 2 --master-port 0 --grace 2 --" +
-                      tiny("dies", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp"));
+  auto [rc, out] =
+      sh("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli + " launch --nproc 2 --master-port 0 --grace 2 --" +
+         tiny("dies", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp"));
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
@@ -111,8 +115,9 @@ TEST_F(Distributed, StreamingFragmentsWithOverlapStayIdentical) {
   // landing (a mismatch would fail the run).
   const std::string cli = TRIBUTARY_CLI;
   auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
-                      tiny("streaming", "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
-                                        "--set dist.fragments=2 --set dist.overlap_steps=2 --set dist.compression=fp4"));
+                      tiny("streaming",
+                           "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set dist.fragments=2 --set dist.overlap_steps=2 --set dist.compression=fp4"));
   ASSERT_EQ(rc, 0) << out;
   auto s = nlohmann::json::parse(read_file(work() / "streaming" / "summary.json"));
   // fragment 0 sends at 4, 8, 12 and fragment 1 at 6, 10 (+ a final one at 12): six landings
@@ -123,8 +128,9 @@ TEST_F(Distributed, StreamingFragmentsWithOverlapStayIdentical) {
 TEST_F(Distributed, DilocoAfterADataParallelWarmUp) {
   const std::string cli = TRIBUTARY_CLI;
   auto [rc, out] = sh(cli + " launch --nproc 2 --master-port 0 --" +
-                      tiny("warm", "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
-                                   "--set dist.warmup_ddp_steps=4"));
+                      tiny("warm",
+                           "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set dist.warmup_ddp_steps=4"));
   ASSERT_EQ(rc, 0) << out;
   auto s = nlohmann::json::parse(read_file(work() / "warm" / "summary.json"));
   EXPECT_EQ(s["outer_steps"].get<int>(), 2);  // DiLoCo from step 4: outer steps at 8 and 12
@@ -137,8 +143,9 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   // lands at 5); the resumed run must end exactly where the uninterrupted one does, on every rank. SparseLoCo: each
   // rank's error feedback (what it has not sent yet) resumes too.
   const std::string cli = TRIBUTARY_CLI;
-  const std::string diloco = "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
-                             "--set dist.fragments=2 --set dist.overlap_steps=1 --set dist.compression=sparseloco ";
+  const std::string diloco =
+      "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+      "--set dist.fragments=2 --set dist.overlap_steps=1 --set dist.compression=sparseloco ";
   const std::string launch = cli + " launch --nproc 2 --master-port 0 --";
   expect_resume_bit_exact(launch, "resume", diloco, 4, 12,
                           {"model.safetensors", "rank-1.model.safetensors", "rank-1.optim.safetensors",
@@ -149,30 +156,34 @@ TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   const std::string ddp = "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp ";
   expect_resume_bit_exact(launch, "resume_ddp", ddp, 3, 6, {"model.safetensors"});
   // another number of workers (here one process) resumes from rank 0's replica, saying so
-  auto [rc5, out5] = sh(cli + tiny("resume_cut", diloco + "--resume " +
-                                                    (work() / "resume_cut" / "checkpoints" / "step-00000005").string()));
+  auto [rc5, out5] =
+      sh(cli +
+         tiny("resume_cut", diloco + "--resume " + (work() / "resume_cut" / "checkpoints" / "step-00000005").string()));
   EXPECT_EQ(rc5, 0) << out5;
   EXPECT_NE(out5.find("resuming a checkpoint of 2 worker(s) with 1: every worker starts from rank 0's"),
-            std::string::npos) << out5;
+            std::string::npos)
+      << out5;
 }
 
 TEST_F(Distributed, APipelineRunResumesBitForBit) {
   // 2 pipelines x 2 stages (1F1B, 2 micro-batches), DiLoCo per stage with H = 3: stopped after step 4 (mid-round),
   // resumed, it ends where the uninterrupted run does: the consolidated model, and every rank's stage state.
-  const std::string pp = "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
-                         "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2 --set parallel.schedule=1f1b "
-                         "--set dist.algorithm=diloco --set dist.inner_steps=3 ";
+  const std::string pp =
+      "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
+      "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2 --set parallel.schedule=1f1b "
+      "--set dist.algorithm=diloco --set dist.inner_steps=3 ";
   expect_resume_bit_exact(std::string(TRIBUTARY_CLI) + " launch --nproc 4 --", "pp_resume", pp, 4, 6,
                           {"model.safetensors", "optim.safetensors", "rank-0.outer.safetensors",
                            "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors"});
   EXPECT_TRUE(fs::exists(work() / "pp_resume_cut" / "checkpoints" / "step-00000004" / "rank-3.outer.safetensors"));
   // a pipeline run needs its number of workers back (each rank holds its own stage), and says so naming both
-  auto [rc, out] = sh(std::string(TRIBUTARY_CLI) + " launch --nproc 2 --master-port 0 --" +
-                      tiny("pp_resume_cut", pp + "--resume " + (work() / "pp_resume_cut" / "checkpoints" /
-                                                                 "step-00000004").string()));
+  auto [rc, out] = sh(
+      std::string(TRIBUTARY_CLI) + " launch --nproc 2 --master-port 0 --" +
+      tiny("pp_resume_cut", pp + "--resume " + (work() / "pp_resume_cut" / "checkpoints" / "step-00000004").string()));
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("state of 4 worker(s) and this run has 2; a pipeline run resumes with the same number"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
 }
 
 TEST_F(Distributed, KillingLaunchTakesItsWorkersWithIt) {
@@ -192,7 +203,7 @@ TEST_F(Distributed, KillingLaunchTakesItsWorkersWithIt) {
 }
 
 TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
-  // SIGTERM to launch reaches every worker; they agree on the stop within a few steps (runtime/stop_vote.h) — not at
+  // SIGTERM to launch reaches every worker; they agree on the stop within a few steps (comm/lagged_vote.h) — not at
   // the next outer step, which here is 50,000 steps away — and write one checkpoint together. Before the vote, DiLoCo
   // agreed only at outer steps: launch killed the workers after --grace and the run had no checkpoint (issue 12).
   const std::string cli = TRIBUTARY_CLI;
@@ -223,8 +234,8 @@ TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
 TEST_F(Distributed, TheRankThatFailedIsBlamedNotThePeerThatLostItsConnection) {
   // Rank 1 refuses its own input (an Error, status 2); rank 0, waiting in an all-reduce, loses its connection and
   // exits with a NetworkError (status 4) first about half the time. Its message names rank 1: launch reports every
-  // exit to the run's store before it stops the others (comm/exit_reports.h). Before, launch blamed whichever it reaped first
-  // (the wrong rank in 15 of 26 tries, issue 12 item 8).
+  // exit to the run's store before it stops the others (comm/exit_reports.h). Before, launch blamed whichever it reaped
+  // first (the wrong rank in 15 of 26 tries, issue 12 item 8).
   const std::string cli = TRIBUTARY_CLI;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=error TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
@@ -249,8 +260,9 @@ TEST_F(Distributed, AStoppedRankIsNamedAndTheRunEndsAtTheCollectiveDeadline) {
   auto start = std::chrono::steady_clock::now();
   auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
                       " launch --nproc 2 --grace 2 --" +
-                      tiny("frozen", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp "
-                                     "--set dist.collective_timeout_s=5 --set dist.store_timeout_s=5"));
+                      tiny("frozen",
+                           "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp "
+                           "--set dist.collective_timeout_s=5 --set dist.store_timeout_s=5"));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(rc, 4) << out;  // rank 0's NetworkError: the run's status
   EXPECT_NE(out.find("rank 1 (pid"), std::string::npos) << out;
@@ -304,17 +316,20 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
   // The scheduler's placement renames the ranks: a shuffled one trains bit for bit what rank order does.
   write_file_atomic(work() / "shuffled.json", R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 2]]})");
   auto [rc6, out6] = sh(cli + " launch --nproc 4 --" +
-                        tiny("pp_placed", four + "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
-                                                 "--set parallel.micro_batches=2 --set parallel.placement=" +
-                                                 (work() / "shuffled.json").string()));
+                        tiny("pp_placed", four +
+                                              "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
+                                              "--set parallel.micro_batches=2 --set parallel.placement=" +
+                                              (work() / "shuffled.json").string()));
   ASSERT_EQ(rc6, 0) << out6;
   EXPECT_NE(out6.find("rank 3 runs stage 0 of pipeline 0"), std::string::npos) << out6;
   EXPECT_NE(out6.find("rank 0 runs stage 0 of pipeline 1"), std::string::npos) << out6;
   EXPECT_TRUE(torch::equal(flat_params(work() / "pp_2x2"), flat_params(work() / "pp_placed")));
   write_file_atomic(work() / "other.json", R"({"d_dp": 1, "d_pp": 4, "pipelines": [[3, 1, 0, 2]]})");
   auto [rc7, out7] = sh(cli + " launch --nproc 4 --" +
-                        tiny("pp_placed", four + "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
-                                                 "--set parallel.placement=" + (work() / "other.json").string()));
+                        tiny("pp_placed", four +
+                                              "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
+                                              "--set parallel.placement=" +
+                                              (work() / "other.json").string()));
   EXPECT_NE(rc7, 0);
   EXPECT_NE(out7.find("places 1 pipelines x 4 stages but this run has 2 x 2"), std::string::npos) << out7;
   // Bad shapes are refused naming the key.
@@ -331,8 +346,9 @@ TEST_F(Distributed, DilocoPerStageTrainsWhatDilocoOnTheWholeModelDoes) {
   // Each stage's replicas across the 2 pipelines take their own outer steps every H = 3 inner steps; the outer
   // optimizer is elementwise, so stages synced apart equal the whole model synced at once (2 DiLoCo replicas).
   const std::string cli = TRIBUTARY_CLI;
-  const std::string common = "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
-                             "--set dist.algorithm=diloco --set dist.inner_steps=3 --set dist.compression=fp32 ";
+  const std::string common =
+      "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
+      "--set dist.algorithm=diloco --set dist.inner_steps=3 --set dist.compression=fp32 ";
   auto [rc1, out1] = sh(cli + " launch --nproc 2 --" + tiny("dl_whole", common));
   ASSERT_EQ(rc1, 0) << out1;
   auto [rc2, out2] = sh(cli + " launch --nproc 4 --" +
@@ -350,8 +366,9 @@ TEST_F(Distributed, DilocoPerStageTrainsWhatDilocoOnTheWholeModelDoes) {
   const std::string warm = common + "--set train.steps=8 --set dist.warmup_ddp_steps=2 ";
   auto [rc4, out4] = sh(cli + " launch --nproc 2 --" + tiny("dl_whole_warm", warm));
   ASSERT_EQ(rc4, 0) << out4;
-  auto [rc5, out5] = sh(cli + " launch --nproc 4 --" +
-                        tiny("dl_stages_warm", warm + "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2"));
+  auto [rc5, out5] =
+      sh(cli + " launch --nproc 4 --" +
+         tiny("dl_stages_warm", warm + "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2"));
   ASSERT_EQ(rc5, 0) << out5;
   auto c = flat_params(work() / "dl_whole_warm", 8), d = flat_params(work() / "dl_stages_warm", 8);
   EXPECT_TRUE(torch::allclose(c, d, 1e-4, 1e-4)) << "max diff " << (c - d).abs().max().item<double>();
@@ -370,10 +387,11 @@ TEST_F(Distributed, AFrozenStageEndsThePipelineWithinTheDeadlineNamingTheMessage
   auto start = std::chrono::steady_clock::now();
   auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
                       " launch --nproc 2 --grace 2 --" +
-                      tiny("pp_frozen", "--set model.num_layers=4 --set train.steps=50 --set train.batch_size=4 "
-                                        "--set dist.algorithm=ddp --set parallel.pipeline_stages=2 "
-                                        "--set parallel.micro_batches=2 --set dist.collective_timeout_s=4 "
-                                        "--set dist.store_timeout_s=4"));
+                      tiny("pp_frozen",
+                           "--set model.num_layers=4 --set train.steps=50 --set train.batch_size=4 "
+                           "--set dist.algorithm=ddp --set parallel.pipeline_stages=2 "
+                           "--set parallel.micro_batches=2 --set dist.collective_timeout_s=4 "
+                           "--set dist.store_timeout_s=4"));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(rc, 4) << out;
   EXPECT_NE(out.find("stage 0: gradient of micro-batch 0 at step 4 from stage 1"), std::string::npos) << out;

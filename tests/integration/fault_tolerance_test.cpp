@@ -5,19 +5,19 @@
 // survivors identical.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
-#include "tributary/core/error.h"
-#include "tributary/core/fs.h"
-#include "tributary/runtime/launcher.h"
 #include "launch_support.h"
 #include "report_check.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/error.h"
+#include "tributary/core/fs.h"
+#include "tributary/runtime/launcher.h"
 
 using namespace tributary;
 
@@ -33,9 +33,11 @@ std::pair<int, std::string> ft_run(const std::string& env, const std::string& ru
                                    const std::string& launch_extra = "") {
   return sh(env + " " + std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --max-failures 1 --grace 2 " +
             launch_extra + " --" +
-            tiny(run, "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
-                      "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
-                      "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30 " + extra));
+            tiny(run,
+                 "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+                 "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+                 "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30 " +
+                     extra));
 }
 
 nlohmann::json summary_of(const std::string& run) {
@@ -64,7 +66,8 @@ void expect_survived(const std::string& run, int rc, const std::string& out, int
   EXPECT_EQ(world_sizes(run), (std::vector<int>{4, 3, 3, 3})) << "metrics show the smaller world";
   EXPECT_NE(out.find(fmt::format("worker(s) {} dropped out", dead)), std::string::npos) << out;
   EXPECT_NE(out.find(fmt::format("discarded: worker(s) {} fell silent", dead)), std::string::npos)
-      << "the round's log names the cause\n" << out;
+      << "the round's log names the cause\n"
+      << out;
 }
 
 }  // namespace
@@ -74,8 +77,8 @@ TEST_F(Distributed, FaultTolerantDilocoSurvivesAKilledWorker) {
   expect_survived("ft_kill2", rc, out, 2);
   // The run report shows the death: the members' count fell to 3 at the round it happened in; workers 0, 1 and 3
   // have their own lines to the end (worker 2's stop at its death); every section renders in a real browser.
-  test_support::expect_report_opens(work() / "ft_kill2",
-                                    {"4 -&gt; 3 workers", "<td>worker 3</td>", "<td>worker 2</td>", "Workers per round"});
+  test_support::expect_report_opens(
+      work() / "ft_kill2", {"4 -&gt; 3 workers", "<td>worker 3</td>", "<td>worker 2</td>", "Workers per round"});
 }
 
 TEST_F(Distributed, FaultTolerantDilocoSurvivesTheDeathOfRankZero) {
@@ -215,8 +218,10 @@ TEST_F(Distributed, FaultTolerantDataParallelCompletesTheStepOfADeathAndHealsThe
   // Every data-parallel step is a round: worker 2 dies in step 6's; the three survivors redo that one round over their
   // own gradients (the step is completed, not lost), re-shard the data and go on; the restarted worker joins at a
   // step boundary, healed from the lead, and the replica check (after the join) passes.
-  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6", "ft_ddp", "--set dist.algorithm=ddp "
-                          "--set train.steps=40 --set train.log_every=1", "--max-restarts 1");
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6", "ft_ddp",
+                          "--set dist.algorithm=ddp "
+                          "--set train.steps=40 --set train.log_every=1",
+                          "--max-restarts 1");
   ASSERT_EQ(rc, 0) << out;
   const auto s = summary_of("ft_ddp");
   EXPECT_EQ(s["steps"].get<int>(), 40);
@@ -284,7 +289,8 @@ TEST_F(Distributed, FaultTolerantDilocoWarmUpCompletesTheStepOfADeathAndHealsThe
   const std::string text = out;
   const std::regex discard(R"(worker 0: round (\S+) discarded)");
   EXPECT_EQ(std::distance(std::sregex_iterator(text.begin(), text.end(), discard), std::sregex_iterator()), 1)
-      << "one step redone for the death\n" << out;
+      << "one step redone for the death\n"
+      << out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(worker 3 joined at step (\d+) as rank 3 of 4)"))) << out;
   EXPECT_LT(std::stoi(m[1]), 32) << "joined during the warm-up\n" << out;
@@ -297,8 +303,9 @@ TEST_F(Distributed, FaultTolerantDilocoWarmUpCompletesTheStepOfADeathAndHealsThe
 }
 
 TEST_F(Distributed, ElasticResumeOfFourWorkerCheckpointsWithFewerWorkers) {
-  const std::string args = "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
-                           "--set train.checkpoint_every=8";
+  const std::string args =
+      "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+      "--set train.checkpoint_every=8";
   auto launch = [](int n) {
     return std::string(TRIBUTARY_CLI) + fmt::format(" launch --nproc {} --master-port 0 --", n);
   };
@@ -316,15 +323,16 @@ TEST_F(Distributed, ElasticResumeOfFourWorkerCheckpointsWithFewerWorkers) {
     EXPECT_EQ(s["world_size"].get<int>(), n);
     EXPECT_EQ(s["outer_steps"].get<int>(), 4) << "the outer loop's count continues";
     EXPECT_TRUE(std::isfinite(s["val_loss"].get<double>()));
-    EXPECT_TRUE(fs::exists(work() / run / "checkpoints" / "step-00000016" /
-                           fmt::format("rank-{}.model.safetensors", n - 1)));
+    EXPECT_TRUE(
+        fs::exists(work() / run / "checkpoints" / "step-00000016" / fmt::format("rank-{}.model.safetensors", n - 1)));
   }
   // Data parallel the same way: 4 workers stopped at step 4, resumed by 3.
   const std::string ddp = "--set train.steps=8 --set train.batch_size=4 --set dist.algorithm=ddp";
   auto [rc3, out3] = sh(launch(4) + tiny("elastic_ddp4", ddp + " --stop-after-step 4"));
   ASSERT_EQ(rc3, 0) << out3;
-  auto [rc4, out4] = sh(launch(3) + tiny("elastic_ddp3", ddp + " --resume " +
-                                                           (work() / "elastic_ddp4" / "checkpoints" / "step-00000004").string()));
+  auto [rc4, out4] =
+      sh(launch(3) + tiny("elastic_ddp3",
+                          ddp + " --resume " + (work() / "elastic_ddp4" / "checkpoints" / "step-00000004").string()));
   ASSERT_EQ(rc4, 0) << out4;
   EXPECT_NE(out4.find("resuming a checkpoint of 4 worker(s) with 3"), std::string::npos) << out4;
   EXPECT_EQ(summary_of("elastic_ddp3")["world_size"].get<int>(), 3);
@@ -336,9 +344,10 @@ TEST_F(Distributed, FaultTolerantRunOutlivesTheWholeMachineOfRankZeroWithAStanda
   // worker 2 leads, and the run completes. With node 0's launch hosting the store, this loss ended the run.
   const int port = free_tcp_port();
   const std::string cli = TRIBUTARY_CLI, store = fmt::format("127.0.0.1:{}", port);
-  const std::string args = "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
-                           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
-                           "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30";
+  const std::string args =
+      "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+      "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+      "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30";
   auto node = [&](int n) {
     return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 2 --store {} --grace 2 --{}", cli, n, store,
                        tiny("ft_store", args));

@@ -21,18 +21,18 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "tributary/core/fs.h"
-#include "tributary/core/hash.h"
-#include "tributary/data/dataset.h"
-#include "tributary/data/corpus.h"
 #include "shell.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
+#include "tributary/core/hash.h"
+#include "tributary/data/corpus.h"
+#include "tributary/data/dataset.h"
 
 using namespace tributary;
 using nlohmann::json;
@@ -84,12 +84,13 @@ std::string numerics_fingerprint() {
 std::string tiny_model() {
   return " --set model.num_layers=2 --set model.num_levels=2 --set model.width=64 --set model.context=64"
          " --set optim.warmup_steps=2 --set train.threads=1 --set train.log_every=1 --set train.eval_batches=2"
-         " --set data.dir=" + data().string();
+         " --set data.dir=" +
+         data().string();
 }
 
 std::string train(const std::string& run, const std::string& extra) {
-  return " train --overwrite" + tiny_model() + " --set train.eval_every=12 --set train.run_dir=" +
-         (work() / run).string() + " " + extra;
+  return " train --overwrite" + tiny_model() +
+         " --set train.eval_every=12 --set train.run_dir=" + (work() / run).string() + " " + extra;
 }
 
 std::string launch2() { return cli + " launch --nproc 2 --master-port 0 --"; }
@@ -144,23 +145,27 @@ json record_all() {
   run_ok(launch2() + train("ddp", "--set train.steps=24 --set train.batch_size=4 --set dist.algorithm=ddp"));
   runs["ddp"] = trainer_record("ddp");
   // QSR (alpha 0.004, H = 4): H grows from 4 as the inner lr decays.
-  run_ok(launch2() + train("diloco", "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
-                                     "--set dist.qsr_alpha=0.004"));
+  run_ok(launch2() + train("diloco",
+                           "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set dist.qsr_alpha=0.004"));
   runs["diloco"] = trainer_record("diloco");
   // Streaming: data-parallel warm-up, two staggered fragments, overlapped by one step, int8 on the wire.
-  run_ok(launch2() + train("streaming", "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=6 "
-                                        "--set dist.fragments=2 --set dist.overlap_steps=1 "
-                                        "--set dist.warmup_ddp_steps=4 --set dist.compression=int8"));
+  run_ok(launch2() + train("streaming",
+                           "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=6 "
+                           "--set dist.fragments=2 --set dist.overlap_steps=1 "
+                           "--set dist.warmup_ddp_steps=4 --set dist.compression=int8"));
   runs["streaming"] = trainer_record("streaming");
   // One pipeline of two stages (1F1B, two micro-batches): the loss is the last stage's, the checkpoint consolidated.
-  run_ok(launch2() + train("pipeline", "--set train.steps=24 --set train.batch_size=8 "
-                                       "--set parallel.pipeline_stages=2 --set parallel.schedule=1f1b "
-                                       "--set parallel.micro_batches=2"));
+  run_ok(launch2() + train("pipeline",
+                           "--set train.steps=24 --set train.batch_size=8 "
+                           "--set parallel.pipeline_stages=2 --set parallel.schedule=1f1b "
+                           "--set parallel.micro_batches=2"));
   runs["pipeline"] = trainer_record("pipeline");
   // Two pipelines of two stages, DiLoCo per stage (H = 4): four ranks, stage groups across the pipelines.
   run_ok(cli + " launch --nproc 4 --master-port 0 --" +
-         train("pipeline_diloco", "--set train.steps=16 --set train.batch_size=4 --set parallel.pipeline_stages=2 "
-                                  "--set parallel.micro_batches=2 --set dist.algorithm=diloco --set dist.inner_steps=4"));
+         train("pipeline_diloco",
+               "--set train.steps=16 --set train.batch_size=4 --set parallel.pipeline_stages=2 "
+               "--set parallel.micro_batches=2 --set dist.algorithm=diloco --set dist.inner_steps=4"));
   runs["pipeline_diloco"] = trainer_record("pipeline_diloco");
   // Local parallelism in one process: two chunks of one block, each with its auxiliary head.
   run_ok(cli + train("local", "--set train.steps=24 --set train.batch_size=8 --set local.chunks=2"));
@@ -169,9 +174,10 @@ json record_all() {
   // redone by the two survivors, who finish the run.
   run_ok("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=6 " + cli +
          " launch --nproc 3 --master-port 0 --max-failures 1 --grace 2 --" +
-         train("ft_diloco", "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
-                            "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=5 "
-                            "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30"));
+         train("ft_diloco",
+               "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+               "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=5 "
+               "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30"));
   runs["ft_diloco"] = trainer_record("ft_diloco");
   const auto ft = json::parse(read_file(work() / "ft_diloco" / "summary.json"));
   runs["ft_diloco"]["members"] = {ft["world_size"], ft["reformations"]};  // [2, 1]: the death happened

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "shell.h"
+#include "test_corpus.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
-#include "shell.h"
-#include "test_corpus.h"
 
 namespace tributary::test_support {
 
@@ -31,8 +31,8 @@ inline std::pair<int, std::string> sh(const std::string& cmd) { return run_shell
 inline std::string tiny(const std::string& run, const std::string& extra) {
   return std::string(" train --overwrite --set model.num_layers=2 --set model.width=64 --set model.context=64") +
          " --set optim.warmup_steps=2 --set train.eval_every=0 --set train.eval_batches=2 --set train.log_every=5" +
-         " --set train.threads=1 --set data.dir=" + data().string() + " --set train.run_dir=" + (work() / run).string() +
-         " " + extra;
+         " --set train.threads=1 --set data.dir=" + data().string() +
+         " --set train.run_dir=" + (work() / run).string() + " " + extra;
 }
 
 class Distributed : public ::testing::Test {

@@ -11,8 +11,9 @@ using namespace tributary::test_support;
 
 namespace {
 
-const std::string kStages = "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
-                            "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2 --set local.chunks=2 ";
+const std::string kStages =
+    "--set model.num_layers=4 --set train.steps=6 --set train.batch_size=4 "
+    "--set parallel.pipeline_stages=2 --set parallel.micro_batches=2 --set local.chunks=2 ";
 
 }  // namespace
 
@@ -21,12 +22,13 @@ TEST_F(Distributed, LocalStagesResumeBitForBitWithTheirHeads) {
   // last block of the first) and private-block heads: stopped after step 3 (mid-round, when the replicas' heads
   // differ) and resumed, every file of the last checkpoint equals the uninterrupted run's, each rank's heads included.
   expect_resume_bit_exact(std::string(TRIBUTARY_CLI) + " launch --nproc 4 --", "local_resume",
-                          kStages + "--set local.mode=overlapping --set local.aux_head=blocks "
-                                    "--set dist.algorithm=diloco --set dist.inner_steps=4",
+                          kStages +
+                              "--set local.mode=overlapping --set local.aux_head=blocks "
+                              "--set dist.algorithm=diloco --set dist.inner_steps=4",
                           3, 6,
-                          {"model.safetensors", "optim.safetensors", "aux_heads.safetensors", "rank-0.outer.safetensors",
-                           "rank-3.model.safetensors", "rank-3.optim.safetensors", "rank-3.outer.safetensors",
-                           "rank-3.aux_heads.safetensors"});
+                          {"model.safetensors", "optim.safetensors", "aux_heads.safetensors",
+                           "rank-0.outer.safetensors", "rank-3.model.safetensors", "rank-3.optim.safetensors",
+                           "rank-3.outer.safetensors", "rank-3.aux_heads.safetensors"});
 }
 
 TEST_F(Distributed, AFrozenLocalStageEndsTheRunWithinTheDeadline) {

@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
-#include "tributary/core/fs.h"
 #include "launch_support.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
 
 using namespace tributary;
 
@@ -52,10 +52,10 @@ class TwoMachines : public test_support::Distributed {
   // `tributary launch` on node `node` (0: in a_, 1: in b_) for `nproc` workers of `nnodes`.
   std::string launch(int node, int nproc, const std::string& run, const std::string& args,
                      const std::string& env = "") const {
-    return fmt::format("ip netns exec {} env {} {} launch --nproc {} --nnodes 2 --node-rank {} --master-addr 10.77.0.1 "
-                       "--master-port 29611 --grace 2 --{}",
-                       node == 0 ? a_ : b_, env.empty() ? "TRIBUTARY_NETNS_TEST=1" : env, TRIBUTARY_CLI, nproc, node,
-                       tiny(run, args));
+    return fmt::format(
+        "ip netns exec {} env {} {} launch --nproc {} --nnodes 2 --node-rank {} --master-addr 10.77.0.1 "
+        "--master-port 29611 --grace 2 --{}",
+        node == 0 ? a_ : b_, env.empty() ? "TRIBUTARY_NETNS_TEST=1" : env, TRIBUTARY_CLI, nproc, node, tiny(run, args));
   }
 
   // A shell script: once run `run`'s first outer step is in its metrics, node 1's link goes down (and, when
@@ -64,17 +64,19 @@ class TwoMachines : public test_support::Distributed {
     const fs::path metrics = work() / run / "metrics.jsonl";
     fs::remove(metrics);
     std::string script = fmt::format(
-        "for i in $(seq 600); do grep -q outer_step {} 2>/dev/null && break; sleep 0.1; done; ip -n {} link set {} down",
+        "for i in $(seq 600); do grep -q outer_step {} 2>/dev/null && break; sleep 0.1; done; ip -n {} link set {} "
+        "down",
         metrics.string(), b_, link_);
     if (back_after_s > 0) script += fmt::format("; sleep {}; ip -n {} link set {} up", back_after_s, b_, link_);
     return script;
   }
   // Fault-tolerant DiLoCo with short deadlines, for the cut-link tests.
   static std::string ft_args(int steps, int inner_steps, int timeout_s) {
-    return fmt::format("--set train.steps={} --set train.batch_size=4 --set dist.inner_steps={} "
-                       "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
-                       "--set dist.collective_timeout_s={} --set dist.store_timeout_s={}",
-                       steps, inner_steps, timeout_s, timeout_s);
+    return fmt::format(
+        "--set train.steps={} --set train.batch_size=4 --set dist.inner_steps={} "
+        "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+        "--set dist.collective_timeout_s={} --set dist.store_timeout_s={}",
+        steps, inner_steps, timeout_s, timeout_s);
   }
 
   std::string a_, b_, link_, if_a_;
@@ -90,12 +92,12 @@ nlohmann::json summary_of(const std::string& run) {
 TEST_F(TwoMachines, DataParallelTrainsAcrossTheLinkBetweenTwoMachines) {
   // Two workers per machine, each finding its address from the route to the master. Gloo used to listen on
   // 127.0.0.1 on every machine: a pair whose listening side was on the other machine never formed.
-  const std::string args = "--set dist.algorithm=ddp --set train.steps=6 --set train.batch_size=4 "
-                           "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30";
+  const std::string args =
+      "--set dist.algorithm=ddp --set train.steps=6 --set train.batch_size=4 "
+      "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30";
   const std::string node1_log = (work() / "mn_ddp_node1.log").string();
   auto [rc, out] = sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; {}; rc=$?; wait $n1; echo node1 exit $?; exit $rc'",
-                                  launch(1, 2, "mn_ddp", args), node1_log,
-                                  launch(0, 2, "mn_ddp", args)));
+                                  launch(1, 2, "mn_ddp", args), node1_log, launch(0, 2, "mn_ddp", args)));
   ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << read_file(node1_log);
   EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << read_file(node1_log);
   const auto s = summary_of("mn_ddp");
@@ -122,7 +124,8 @@ TEST_F(TwoMachines, FaultTolerantDilocoOutlivesACutLinkToTheOtherMachine) {
   // The watcher's line, or — when the round found them silent first and re-formed before the watcher's next pass
   // (0.1 s) — the round's own.
   EXPECT_TRUE(out.find("has sent no heartbeat") != std::string::npos ||
-              out.find("worker(s) 2, 3 fell silent (dead, frozen or cut off: no vote, no heartbeat)") != std::string::npos)
+              out.find("worker(s) 2, 3 fell silent (dead, frozen or cut off: no vote, no heartbeat)") !=
+                  std::string::npos)
       << out;
 }
 
@@ -141,10 +144,10 @@ TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
     std::string cmd = launch(node, 1, "mn_back", args, env);
     return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 --max-restarts 4 ");
   };
-  auto [rc, out] = sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
-                                  "echo node1 exit $?; exit $rc'",
-                                  launch_restarting(1, ""), node1_log, cut,
-                                  launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
+  auto [rc, out] =
+      sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
+                     "echo node1 exit $?; exit $rc'",
+                     launch_restarting(1, ""), node1_log, cut, launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
   const std::string node1 = read_file(node1_log);
   ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << node1;
   EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << node1;

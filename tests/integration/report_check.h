@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "support/browser.h"
-#include "tributary/core/fs.h"
 #include "shell.h"
+#include "support/browser.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
 
 namespace tributary::test_support {
 
@@ -31,8 +31,8 @@ inline void expect_report_opens(const fs::path& run_dir, const std::vector<std::
             std::string::npos)
       << dom.substr(0, 2000);
   EXPECT_NE(dom.find("data-errors=\"0\""), std::string::npos) << browser->log;
-  EXPECT_NE(dom.find("data-check=\"ok\""), std::string::npos) << "empty sections: "
-                                                               << dom.substr(dom.find("data-empty"), 80);
+  EXPECT_NE(dom.find("data-check=\"ok\""), std::string::npos)
+      << "empty sections: " << dom.substr(dom.find("data-empty"), 80);
   EXPECT_EQ(browser->log.find("Uncaught"), std::string::npos) << browser->log;
 }
 

@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "shell.h"
+#include "test_corpus.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/tb_events.h"
@@ -18,9 +21,6 @@
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/trainer.h"
-#include "shell.h"
-#include "test_corpus.h"
-#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 
@@ -42,10 +42,19 @@ class Training : public ::testing::Test {
   }
 
   static RunConfig tiny(const std::string& run, std::vector<std::string> extra = {}) {
-    std::vector<std::string> o = {"model.num_layers=2", "model.width=64", "model.num_heads=4", "model.context=64",
-                                  "train.batch_size=8", "train.steps=20", "optim.warmup_steps=5", "optim.lr=3e-3",
-                                  "train.threads=1", "train.eval_every=0", "train.eval_batches=4",
-                                  "train.log_every=5", "train.checkpoint_every=0",
+    std::vector<std::string> o = {"model.num_layers=2",
+                                  "model.width=64",
+                                  "model.num_heads=4",
+                                  "model.context=64",
+                                  "train.batch_size=8",
+                                  "train.steps=20",
+                                  "optim.warmup_steps=5",
+                                  "optim.lr=3e-3",
+                                  "train.threads=1",
+                                  "train.eval_every=0",
+                                  "train.eval_batches=4",
+                                  "train.log_every=5",
+                                  "train.checkpoint_every=0",
                                   "data.dir=" + data_dir().string(),
                                   "train.run_dir=" + (work_dir() / run).string()};
     o.insert(o.end(), extra.begin(), extra.end());
@@ -57,9 +66,8 @@ class Training : public ::testing::Test {
 using test_support::error_of;
 
 TEST_F(Training, LearnsWellBelowUnigramEntropy) {
-  auto s = train(tiny("learn", {"train.steps=400", "train.batch_size=16", "optim.warmup_steps=20",
-                                "train.eval_batches=16"}),
-                 {});
+  auto s = train(
+      tiny("learn", {"train.steps=400", "train.batch_size=16", "optim.warmup_steps=20", "train.eval_batches=16"}), {});
   ASSERT_GT(s.unigram_bpb, 4.0);
   EXPECT_LT(s.val_bpb, 0.8 * s.unigram_bpb) << "val " << s.val_bpb << " bits/byte vs unigram " << s.unigram_bpb;
   EXPECT_LT(s.losses.back(), s.losses.front() - 1.0);
@@ -111,9 +119,8 @@ TEST_F(Training, GradientAccumulationEqualsTheLargerBatch) {
   // The loader hands out windows in the same order whatever the micro-batch size, so 2 x 4 sequences accumulate
   // exactly the batch of 8 (up to float summation order).
   auto big = train(tiny("accum1", {"train.steps=6", "optim.warmup_steps=2"}), {});
-  auto accum = train(tiny("accum2", {"train.steps=6", "optim.warmup_steps=2", "train.batch_size=4",
-                                     "train.grad_accum=2"}),
-                     {});
+  auto accum =
+      train(tiny("accum2", {"train.steps=6", "optim.warmup_steps=2", "train.batch_size=4", "train.grad_accum=2"}), {});
   ASSERT_EQ(big.losses.size(), accum.losses.size());
   for (size_t i = 0; i < big.losses.size(); ++i) EXPECT_NEAR(big.losses[i], accum.losses[i], 1e-4) << "step " << i + 1;
 }
@@ -126,9 +133,8 @@ TEST_F(Training, SentencePieceDatasetTrainsAndGenerates) {
   Dataset ds = Dataset::open(spm_data);
   EXPECT_EQ(ds.tokenizer_kind(), "sentencepiece");
   EXPECT_GT(ds.bytes_per_token("val"), 1.3) << "subwords should cover several bytes each";
-  auto s = train(tiny("spm", {"train.steps=10", "optim.warmup_steps=2", "model.context=32",
-                              "data.dir=" + spm_data.string()}),
-                 {});
+  auto s = train(
+      tiny("spm", {"train.steps=10", "optim.warmup_steps=2", "model.context=32", "data.dir=" + spm_data.string()}), {});
   EXPECT_TRUE(std::isfinite(s.val_bpb));
   EXPECT_TRUE(fs::exists(s.checkpoint / "tokenizer.model")) << "checkpoints carry the tokenizer";
   auto [rc, out] = run_cli("generate " + s.run_dir.string() + " --prompt 'The Lord' --tokens 8 --threads 1");
@@ -138,13 +144,16 @@ TEST_F(Training, SentencePieceDatasetTrainsAndGenerates) {
 
 TEST_F(Training, ResumeRefusesAnotherConfiguration) {
   auto first = train(tiny("cfg"), {.stop_after_step = 5});
-  RunConfig changed = RunConfig::load("", {"model.num_layers=2", "model.width=32", "model.num_heads=4",
-                                           "model.context=64", "train.batch_size=8", "train.steps=20",
-                                           "optim.warmup_steps=5", "data.dir=" + data_dir().string(),
-                                           "train.run_dir=" + first.run_dir.string()});
+  RunConfig changed =
+      RunConfig::load("", {"model.num_layers=2", "model.width=32", "model.num_heads=4", "model.context=64",
+                           "train.batch_size=8", "train.steps=20", "optim.warmup_steps=5",
+                           "data.dir=" + data_dir().string(), "train.run_dir=" + first.run_dir.string()});
   auto msg = error_of([&] { train(changed, {.resume = true}); });
   EXPECT_NE(msg.find("model.width"), std::string::npos) << msg;
-  msg = error_of([&] { train(tiny("cfg2"), {}); train(RunConfig::from_toml(read_file(first.run_dir / "config.toml"), "c"), {}); });
+  msg = error_of([&] {
+    train(tiny("cfg2"), {});
+    train(RunConfig::from_toml(read_file(first.run_dir / "config.toml"), "c"), {});
+  });
   EXPECT_NE(msg.find("--resume"), std::string::npos) << "a run dir with checkpoints needs --resume: " << msg;
 }
 
@@ -279,7 +288,8 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   const auto imported = full.run_dir.parent_path() / "local_imported", again = full.run_dir.parent_path() / "local_hf2";
   fs::remove_all(imported);
   fs::remove_all(again);
-  std::tie(rc, out) = run_cli("import " + hf.string() + " --out " + imported.string() + " --data " + data_dir().string());
+  std::tie(rc, out) =
+      run_cli("import " + hf.string() + " --out " + imported.string() + " --data " + data_dir().string());
   ASSERT_EQ(rc, 0) << out;
   std::tie(rc, out) = run_cli("export " + imported.string() + " --format hf --out " + again.string());
   ASSERT_EQ(rc, 0) << out;
@@ -328,7 +338,8 @@ TEST_F(Training, CliRejectsBadConfigAndGenerates) {
   EXPECT_NE(out.find("optim.lr"), std::string::npos) << out;
 
   auto s = train(tiny("cli", {"train.steps=10", "optim.warmup_steps=2"}), {});
-  std::tie(rc, out) = run_cli("generate " + s.run_dir.string() + " --prompt 'In the beginning' --tokens 20 --threads 1");
+  std::tie(rc, out) =
+      run_cli("generate " + s.run_dir.string() + " --prompt 'In the beginning' --tokens 20 --threads 1");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out.rfind("In the beginning", 0), 0u) << out;
   std::tie(rc, out) = run_cli("eval " + s.run_dir.string() + " --batches 2 --threads 1");

@@ -16,8 +16,8 @@
 namespace tributary::test_support {
 
 struct BrowserResult {
-  std::string dom;     // the DOM after load, serialised
-  std::string log;     // chromium's log: script errors surface as "Uncaught ..."
+  std::string dom;  // the DOM after load, serialised
+  std::string log;  // chromium's log: script errors surface as "Uncaught ..."
 };
 
 // nullopt when chromium is not installed (the caller skips, naming ./run setup).
@@ -25,10 +25,10 @@ inline std::optional<BrowserResult> headless_dom(const std::filesystem::path& ht
   if (std::system("command -v chromium >/dev/null 2>&1") != 0) return std::nullopt;
   const auto tmp = std::filesystem::temp_directory_path() / fmt::format("trib_chromium_{}", ::getpid());
   std::filesystem::create_directories(tmp);
-  const auto [rc, dom] = run_shell(fmt::format(
-      "(timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-      "--user-data-dir={0}/profile --enable-logging=stderr --dump-dom 'file://{1}' 2>{0}/stderr)",
-      tmp.string(), std::filesystem::absolute(html).string()));
+  const auto [rc, dom] = run_shell(
+      fmt::format("(timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+                  "--user-data-dir={0}/profile --enable-logging=stderr --dump-dom 'file://{1}' 2>{0}/stderr)",
+                  tmp.string(), std::filesystem::absolute(html).string()));
   BrowserResult out{dom, std::filesystem::exists(tmp / "stderr") ? read_file(tmp / "stderr") : std::string()};
   std::filesystem::remove_all(tmp);
   if (rc != 0) out.log += fmt::format("\n(chromium exited with {})", rc);

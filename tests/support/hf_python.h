@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "integration/shell.h"
-#include "tributary/core/fs.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
 
 namespace tributary::test_support {
 
@@ -32,8 +32,8 @@ inline torch::Tensor read_logits(const std::filesystem::path& file, const torch:
   const std::string bytes = read_file(file);
   auto logits = torch::empty({tokens.size(0), tokens.size(1), vocab}, torch::kFloat32);
   if (bytes.size() != size_t(logits.numel()) * 4)
-    throw std::runtime_error(fmt::format("{} holds {} bytes, expected {}", file.string(), bytes.size(),
-                                         logits.numel() * 4));
+    throw std::runtime_error(
+        fmt::format("{} holds {} bytes, expected {}", file.string(), bytes.size(), logits.numel() * 4));
   std::memcpy(logits.data_ptr<float>(), bytes.data(), bytes.size());
   return logits;
 }

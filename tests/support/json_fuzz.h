@@ -24,10 +24,23 @@ inline void collect_pointers(const nlohmann::json& j, const nlohmann::json::json
 }
 
 inline std::string mutate_json(const nlohmann::json& valid, SplitMix64& rng) {
-  static const std::vector<nlohmann::json> replacements = {
-      nullptr, true, "text", "../../etc/passwd", "/abs/path", -1, 0, 1, 2147483648LL, -9223372036854775807LL,
-      1e308, -1e308, 0.5, nlohmann::json::array(), nlohmann::json::object(), nlohmann::json::array({1, "x"}),
-      std::string(300, 'a')};
+  static const std::vector<nlohmann::json> replacements = {nullptr,
+                                                           true,
+                                                           "text",
+                                                           "../../etc/passwd",
+                                                           "/abs/path",
+                                                           -1,
+                                                           0,
+                                                           1,
+                                                           2147483648LL,
+                                                           -9223372036854775807LL,
+                                                           1e308,
+                                                           -1e308,
+                                                           0.5,
+                                                           nlohmann::json::array(),
+                                                           nlohmann::json::object(),
+                                                           nlohmann::json::array({1, "x"}),
+                                                           std::string(300, 'a')};
   nlohmann::json j = valid;
   const int mutations = 1 + static_cast<int>(rng.below(3));
   for (int m = 0; m < mutations; ++m) {
@@ -37,8 +50,10 @@ inline std::string mutate_json(const nlohmann::json& valid, SplitMix64& rng) {
     const uint64_t kind = rng.below(4);
     if (kind == 0 && !at.empty()) {  // delete the member or element
       auto parent = at.parent_pointer();
-      if (j.at(parent).is_object()) j.at(parent).erase(at.back());
-      else if (j.at(parent).is_array() && !j.at(parent).empty()) j.at(parent).erase(j.at(parent).begin());
+      if (j.at(parent).is_object())
+        j.at(parent).erase(at.back());
+      else if (j.at(parent).is_array() && !j.at(parent).empty())
+        j.at(parent).erase(j.at(parent).begin());
     } else if (kind == 1 && j.at(at).is_number()) {  // a nearby or extreme number of the same kind
       const double v = j.at(at).get<double>();
       const double choices[] = {-v, v * 1e6, v + 1, v - 1, 0, -1};

@@ -11,7 +11,8 @@ namespace test_support {
 inline std::shared_ptr<const std::vector<uint32_t>> lcg_tokens(size_t n, uint32_t vocab, uint64_t seed) {
   std::vector<uint32_t> v(n);
   uint64_t x = seed;
-  for (auto& id : v) id = static_cast<uint32_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 59) % vocab;
+  for (auto& id : v)
+    id = static_cast<uint32_t>((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 59) % vocab;
   return std::make_shared<const std::vector<uint32_t>>(std::move(v));
 }
 

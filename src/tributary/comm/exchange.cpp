@@ -24,11 +24,11 @@ std::string wire_codec(const std::string& name) {
 Exchange::Exchange(Group& group, const ExchangeOptions& options)
     : group_(group),
       options_(options),
-      mode_(options.codec == "topk"         ? Mode::top_k
-            : options.codec == "sparseloco" ? Mode::sparse
-            : options.codec == "powersgd"   ? Mode::power_sgd
+      mode_(options.codec == "topk"                                          ? Mode::top_k
+            : options.codec == "sparseloco"                                  ? Mode::sparse
+            : options.codec == "powersgd"                                    ? Mode::power_sgd
             : wire_codec(options.codec) == "fp32" || options.codec == "none" ? Mode::all_reduce
-                                                                              : Mode::quantized_ring),
+                                                                             : Mode::quantized_ring),
       codec_(make_codec(wire_codec(options.codec), options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
       bucket_numel_(std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4))) {
   if (mode_ == Mode::sparse) sparse_.emplace(options.sparse);
@@ -202,7 +202,7 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
     auto p = torch::mm(m, q_i);  // (rows, r)
     all_reduce_mean(p);
     p = std::get<0>(torch::linalg_qr(p));  // orthonormal columns (rows, r)
-    auto q = torch::mm(m.t(), p);           // (cols, r)
+    auto q = torch::mm(m.t(), p);          // (cols, r)
     all_reduce_mean(q);
     auto approx = torch::mm(p, q.t());
     residual = m - approx;
@@ -289,11 +289,20 @@ void Exchange::ring(torch::Tensor& flat, const std::vector<int64_t>& begin,
 
 void Exchange::average_bucket(torch::Tensor& flat, size_t bucket_index) {
   switch (mode_) {
-    case Mode::all_reduce: all_reduce_mean(flat); break;
-    case Mode::quantized_ring: quantized_ring_all_reduce(flat); break;
-    case Mode::top_k: average_topk(flat, bucket_index); break;
-    case Mode::sparse: average_sparse(flat, bucket_index); break;
-    case Mode::power_sgd: TRIB_CHECK(false, "(PowerSGD works per tensor, not per bucket)");
+    case Mode::all_reduce:
+      all_reduce_mean(flat);
+      break;
+    case Mode::quantized_ring:
+      quantized_ring_all_reduce(flat);
+      break;
+    case Mode::top_k:
+      average_topk(flat, bucket_index);
+      break;
+    case Mode::sparse:
+      average_sparse(flat, bucket_index);
+      break;
+    case Mode::power_sgd:
+      TRIB_CHECK(false, "(PowerSGD works per tensor, not per bucket)");
   }
 }
 

@@ -51,11 +51,11 @@ struct ExchangeOptions {
   std::string codec = "fp32";  // a codec name (codec.h), or "topk" / "powersgd" (stateful, below)
   double bucket_mb = 25;
   std::optional<LinkModel> link;  // emulated links between the group's ranks (none: no emulation)
-  double topk_ratio = 0.01;    // top-k: fraction of each bucket's values sent (index u32 + value f32)
-  int64_t powersgd_rank = 4;   // PowerSGD: rank r of the low-rank factors
-  SparseChunkOptions sparse;   // sparseloco: chunk, k and bits
-  double sparse_decay = 0.95;  // sparseloco: error feedback kept from round to round (SparseLoCo's beta)
-  uint64_t seed = 0;           // stochastic codecs and PowerSGD's initial Q
+  double topk_ratio = 0.01;       // top-k: fraction of each bucket's values sent (index u32 + value f32)
+  int64_t powersgd_rank = 4;      // PowerSGD: rank r of the low-rank factors
+  SparseChunkOptions sparse;      // sparseloco: chunk, k and bits
+  double sparse_decay = 0.95;     // sparseloco: error feedback kept from round to round (SparseLoCo's beta)
+  uint64_t seed = 0;              // stochastic codecs and PowerSGD's initial Q
 };
 
 class Exchange {

@@ -26,7 +26,7 @@ void report_exit(Store& store, int rank, const std::string& how);
 // What a group reads of the reports. Never throws: the store may be gone with the failure being described.
 class ExitWatch {
  public:
-  ExitWatch();  // reads nothing (a group of one)
+  ExitWatch();                                                // reads nothing (a group of one)
   explicit ExitWatch(c10::intrusive_ptr<c10d::Store> store);  // from the reports made so far on
   explicit ExitWatch(const Store& store);
   ExitWatch(const ExitWatch&);

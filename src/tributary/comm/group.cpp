@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "tributary/comm/link_lanes.h"
-#include "tributary/core/number_list.h"
 #include "tributary/core/error.h"
+#include "tributary/core/number_list.h"
 
 namespace tributary::comm {
 namespace {
@@ -25,11 +25,13 @@ std::string failure(const std::string& what, SteadyClock::time_point start, std:
   const double limit = deadline.count() / 1000.0;
   const std::string cause = error_text(e);
   if (took >= 0.99 * limit)
-    return fmt::format("{} timed out after {:.0f} s (dist.collective_timeout_s): a peer is stopped, hung or unreachable: "
-                       "{}", what, took, cause);
+    return fmt::format(
+        "{} timed out after {:.0f} s (dist.collective_timeout_s): a peer is stopped, hung or unreachable: "
+        "{}",
+        what, took, cause);
   // Under launch the exit is reported within its 0.1 s poll of the workers; elsewhere nobody reports it.
-  const std::string reported =
-      exits.reported(std::getenv("TRIBUTARY_LAUNCHED") ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(0));
+  const std::string reported = exits.reported(std::getenv("TRIBUTARY_LAUNCHED") ? std::chrono::milliseconds(1000)
+                                                                                : std::chrono::milliseconds(0));
   if (!reported.empty())
     return fmt::format("{} failed after {:.1f} s because {}; its own log says why. {}", what, took, reported, cause);
   return fmt::format("{} failed after {:.1f} s (a peer exited or lost its connection; its own log says why): {}", what,
@@ -62,9 +64,10 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const std::
     try {
       devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
     } catch (const std::exception& e) {
-      throw NetworkError(fmt::format("GLOO_SOCKET_IFNAME names the interface '{}', which Gloo cannot use: {}; name an "
-                                     "interface of this machine (ip -brief address)",
-                                     name, error_text(e)));
+      throw NetworkError(
+          fmt::format("GLOO_SOCKET_IFNAME names the interface '{}', which Gloo cannot use: {}; name an "
+                      "interface of this machine (ip -brief address)",
+                      name, error_text(e)));
     }
   }
   if (devices.empty())
@@ -125,20 +128,21 @@ void Group::await_ranks(const std::string& prefix) {
     while (!store_->check(keys)) {
       const double waited = std::chrono::duration<double>(SteadyClock::now() - start).count();
       if (abandon_())
-        throw NetworkError(fmt::format("rank {}: forming group '{}' of {} ranks abandoned after {:.1f} s: a member "
-                                       "died before it arrived",
-                                       rank_, prefix, world_size_, waited));
+        throw NetworkError(
+            fmt::format("rank {}: forming group '{}' of {} ranks abandoned after {:.1f} s: a member "
+                        "died before it arrived",
+                        rank_, prefix, world_size_, waited));
       if (SteadyClock::now() - start > options_.collective_timeout)
-        throw NetworkError(fmt::format("rank {}: forming group '{}' of {} ranks timed out after {:.0f} s "
-                                       "(dist.collective_timeout_s): a member never arrived",
-                                       rank_, prefix, world_size_, waited));
+        throw NetworkError(
+            fmt::format("rank {}: forming group '{}' of {} ranks timed out after {:.0f} s "
+                        "(dist.collective_timeout_s): a member never arrived",
+                        rank_, prefix, world_size_, waited));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   } catch (const NetworkError&) {
     throw;
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("rank {}: forming group '{}': the store failed: {}", rank_, prefix,
-                                   error_text(e)));
+    throw NetworkError(fmt::format("rank {}: forming group '{}': the store failed: {}", rank_, prefix, error_text(e)));
   }
 }
 
@@ -167,19 +171,18 @@ void Group::run(const char* what, MakeWork&& make_work, double modelled_s) {
         if (SteadyClock::now() - start > options_.collective_timeout) work->wait(std::chrono::milliseconds(1));
         if (abandon_()) {
           abandoned_ = true;
-          throw NetworkError(fmt::format("rank {}: {} in group '{}' abandoned after {:.1f} s: a member of the group "
-                                         "died or failed this round",
-                                         rank_, what, prefix_,
-                                         std::chrono::duration<double>(SteadyClock::now() - start).count()));
+          throw NetworkError(
+              fmt::format("rank {}: {} in group '{}' abandoned after {:.1f} s: a member of the group "
+                          "died or failed this round",
+                          rank_, what, prefix_, std::chrono::duration<double>(SteadyClock::now() - start).count()));
         }
       }
     }
   } catch (const NetworkError&) {
     throw;
   } catch (const std::exception& e) {
-    throw NetworkError(
-        failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start, options_.collective_timeout, e,
-                exits_));
+    throw NetworkError(failure(fmt::format("rank {}: {} in group '{}'", rank_, what, prefix_), start,
+                               options_.collective_timeout, e, exits_));
   }
   // After the real collective (which ends once the last rank arrived): every rank then spends the modelled time.
   pad(modelled_s);
@@ -193,14 +196,18 @@ void Group::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
   if (world_size_ == 1) return;
   for (auto& t : tensors) {
     std::vector<torch::Tensor> one = {t};
-    run("all_reduce", [&] { return pg_->allreduce(one); },
+    run(
+        "all_reduce", [&] { return pg_->allreduce(one); },
         options_.link ? options_.link->allreduce_s(bytes_of(t)) : 0.0);
   }
 }
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what,
                                      std::chrono::milliseconds timeout, std::function<void()> then, ExitWatch exits)
-    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout), then_(std::move(then)),
+    : work_(std::move(work)),
+      what_(std::move(what)),
+      timeout_(timeout),
+      then_(std::move(then)),
       exits_(std::move(exits)) {}
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
@@ -225,8 +232,8 @@ PendingCollective Group::all_reduce_sum_async(torch::Tensor& tensor) {
   std::vector<torch::Tensor> one = {tensor};
   try {
     const double modelled = options_.link ? options_.link->allreduce_s(bytes_of(tensor)) : 0.0;
-    return PendingCollective(pg_->allreduce(one), what, options_.collective_timeout, [this, modelled] { pad(modelled); },
-                             exits_);
+    return PendingCollective(
+        pg_->allreduce(one), what, options_.collective_timeout, [this, modelled] { pad(modelled); }, exits_);
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("{} could not start: {}", what, error_text(e)));
   }
@@ -246,7 +253,8 @@ void Group::broadcast(std::vector<torch::Tensor>& tensors, int root) {
     for (size_t i = begin; i < end && !alone; ++i) flat.push_back(tensors[i].reshape(-1));
     std::vector<torch::Tensor> one = {alone ? tensors[begin] : torch::cat(flat)};
     // Modelled as a ring pass of the payload (N-1 hops), the shape of a chain broadcast without pipelining.
-    run("broadcast", [&] { return pg_->broadcast(one, opts); },
+    run(
+        "broadcast", [&] { return pg_->broadcast(one, opts); },
         options_.link ? options_.link->ring_allgather_s(bytes_of(one[0])) : 0.0);
     int64_t offset = 0;
     for (size_t i = begin; i < end; ++i) {
@@ -263,7 +271,8 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(tensor));
   std::vector<torch::Tensor> in = {tensor.contiguous()};
-  run("all_gather", [&] { return pg_->allgather(out, in); },
+  run(
+      "all_gather", [&] { return pg_->allgather(out, in); },
       options_.link ? options_.link->allgather_s(bytes_of(tensor)) : 0.0);
   return out[0];
 }
@@ -277,9 +286,9 @@ void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, i
     received->wait(options_.collective_timeout);
     sent->wait(options_.collective_timeout);
   } catch (const std::exception& e) {
-    throw NetworkError(failure(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}'", rank_, dst,
-                                           src, prefix_),
-                               start, options_.collective_timeout, e, exits_));
+    throw NetworkError(
+        failure(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}'", rank_, dst, src, prefix_),
+                start, options_.collective_timeout, e, exits_));
   }
 }
 
@@ -316,8 +325,8 @@ void Group::barrier() {
   run("barrier", [&] { return pg_->barrier(); }, options_.link ? options_.link->allreduce_s(0) : 0.0);
 }
 
-c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank,
-                                              int world_size, bool server_exists, const std::string& prefix,
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
+                                              bool server_exists, const std::string& prefix,
                                               std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(master_port);
@@ -329,9 +338,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
   try {
     store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "
-                                   "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
-                                   rank, master_addr, master_port, timeout.count() / 1000, error_text(e)));
+    throw NetworkError(
+        fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "
+                    "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
+                    rank, master_addr, master_port, timeout.count() / 1000, error_text(e)));
   }
   if (!prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   return store;

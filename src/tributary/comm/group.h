@@ -43,7 +43,8 @@ struct GroupOptions {
   std::string host;
   // Emulated WAN links between the group's ranks (group rank order): point-to-point messages are delivered at the
   // modelled time (link_lanes.h) and collectives take the modelled time on top of the real one (LinkModel::
-  // allreduce_s; exchange.h says what a ring models). send_recv is not padded: Exchange models its rings itself (ExchangeOptions::link).
+  // allreduce_s; exchange.h says what a ring models). send_recv is not padded: Exchange models its rings itself
+  // (ExchangeOptions::link).
   std::optional<LinkModel> link;
 };
 
@@ -84,10 +85,10 @@ class Group {
   const std::string& prefix() const { return prefix_; }
   c10d::Store& store() { return *store_; }
 
-  void all_reduce_sum(std::vector<torch::Tensor>& tensors);               // in place, CPU tensors
-  PendingCollective all_reduce_sum_async(torch::Tensor& tensor);          // in place once wait() returns
-  void broadcast(std::vector<torch::Tensor>& tensors, int root);         // in place
-  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);    // same shape and dtype on every rank
+  void all_reduce_sum(std::vector<torch::Tensor>& tensors);            // in place, CPU tensors
+  PendingCollective all_reduce_sum_async(torch::Tensor& tensor);       // in place once wait() returns
+  void broadcast(std::vector<torch::Tensor>& tensors, int root);       // in place
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);  // same shape and dtype on every rank
   void barrier();
   // Sends `out` to rank dst and receives `in` from rank src concurrently (one ring step); tags must match.
   void send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, int tag);
@@ -130,8 +131,8 @@ class Group {
 
 // The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as
 // torchrun already does), everyone connects as a client.
-c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank,
-                                              int world_size, bool server_exists, const std::string& prefix,
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
+                                              bool server_exists, const std::string& prefix,
                                               std::chrono::milliseconds timeout = kDefaultStoreTimeout);
 
 }  // namespace tributary::comm

@@ -17,8 +17,7 @@ namespace tributary::comm {
 
 class LaggedReduce {
  public:
-  LaggedReduce(const Store& store, int rank, int world_size, GroupOptions options, const std::string& prefix,
-               int lag);
+  LaggedReduce(const Store& store, int rank, int world_size, GroupOptions options, const std::string& prefix, int lag);
   ~LaggedReduce();
   LaggedReduce(const LaggedReduce&) = delete;
   LaggedReduce& operator=(const LaggedReduce&) = delete;

@@ -104,13 +104,15 @@ void Membership::watch() {
       }
       if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
       for (int m : newly_lost)
-        log::warn("worker {}: worker {} exited (its launch reported the death); the group re-forms without it at the "
-                  "next round",
-                  id_, m);
+        log::warn(
+            "worker {}: worker {} exited (its launch reported the death); the group re-forms without it at the "
+            "next round",
+            id_, m);
       for (int m : newly_dead)
-        log::warn("worker {}: worker {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the "
-                  "group re-forms without it at the next outer step",
-                  id_, m, liveness.dead_after_s());
+        log::warn(
+            "worker {}: worker {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the "
+            "group re-forms without it at the next outer step",
+            id_, m, liveness.dead_after_s());
     } catch (const std::exception&) {
       return;  // the store is gone: the main thread will find out
     }
@@ -157,14 +159,14 @@ std::vector<int> Membership::waiting_joiners() {
   return out;
 }
 
-
-
 JoinResult Membership::join(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
   auto check_deadline = [&](const char* what) {
     if (std::chrono::steady_clock::now() - start > timeout)
-      throw NetworkError(fmt::format("worker {}: {} within {} s (dist.store_timeout_s); are the other workers still "
-                                     "running?", id_, what, timeout.count() / 1000.0));
+      throw NetworkError(
+          fmt::format("worker {}: {} within {} s (dist.store_timeout_s); are the other workers still "
+                      "running?",
+                      id_, what, timeout.count() / 1000.0));
   };
   // Its old self must be out first: a heartbeat on its id would keep the dead incarnation a member.
   auto current_members = [&] {
@@ -265,16 +267,21 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
     if (!waiting) {
       d.commit = d.silent.empty() && d.failed.empty();
       if (d.commit) d.joiners = waiting_joiners();
-      store_.set_once(decision_key, nlohmann::json{{"commit", d.commit}, {"stop", d.stop}, {"silent", d.silent},
-                                                   {"failed", d.failed}, {"joiners", d.joiners}}
+      store_.set_once(decision_key, nlohmann::json{{"commit", d.commit},
+                                                   {"stop", d.stop},
+                                                   {"silent", d.silent},
+                                                   {"failed", d.failed},
+                                                   {"joiners", d.joiners}}
                                         .dump());
       break;
     }
     std::this_thread::sleep_for(kPoll);
   }
   const auto j = nlohmann::json::parse(store_.get(decision_key));
-  return {.commit = j.at("commit").get<bool>(), .stop = j.at("stop").get<bool>(),
-          .silent = j.at("silent").get<std::vector<int>>(), .failed = j.at("failed").get<std::vector<int>>(),
+  return {.commit = j.at("commit").get<bool>(),
+          .stop = j.at("stop").get<bool>(),
+          .silent = j.at("silent").get<std::vector<int>>(),
+          .failed = j.at("failed").get<std::vector<int>>(),
           .joiners = j.at("joiners").get<std::vector<int>>()};
 }
 
@@ -289,8 +296,10 @@ std::vector<int> Membership::reform() {
     std::vector<int> joined;
     bool waiting = false;
     for (int m : members_) {
-      if (store_.check({base + "join/" + std::to_string(m)})) joined.push_back(m);
-      else if (!known_dead(m) && !liveness_.dead(m) && !overdue) waiting = true;
+      if (store_.check({base + "join/" + std::to_string(m)}))
+        joined.push_back(m);
+      else if (!known_dead(m) && !liveness_.dead(m) && !overdue)
+        waiting = true;
     }
     if (!waiting) {
       store_.set_once(members_key, nlohmann::json(joined).dump());
@@ -300,10 +309,11 @@ std::vector<int> Membership::reform() {
   }
   const auto now = nlohmann::json::parse(store_.get(members_key)).get<std::vector<int>>();
   if (std::find(now.begin(), now.end(), id_) == now.end())
-    fail("worker {} was declared dead by the others (its heartbeat was silent for more than "
-         "dist.heartbeat_timeout_s = {} s, e.g. while it was stopped) and the group went on without it; it stops "
-         "here. Raise dist.heartbeat_timeout_s if workers stall that long",
-         id_, liveness_.dead_after_s());
+    fail(
+        "worker {} was declared dead by the others (its heartbeat was silent for more than "
+        "dist.heartbeat_timeout_s = {} s, e.g. while it was stopped) and the group went on without it; it stops "
+        "here. Raise dist.heartbeat_timeout_s if workers stall that long",
+        id_, liveness_.dead_after_s());
   std::vector<int> dropped;
   for (int m : members_)
     if (std::find(now.begin(), now.end(), m) == now.end()) dropped.push_back(m);

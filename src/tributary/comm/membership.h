@@ -25,10 +25,10 @@
 // when the worker's launch reports that it exited (a kill is then known in milliseconds, not a heartbeat deadline;
 // a frozen or cut-off worker is still found by its silence).
 //
-// Keys (under "ft/"): hb/{id}, join (requests of all workers), offer/{id}/{n}, pre/{round}, e{E}/{round}/vote/{id}, e{E}/{round}/failures, e{E}/{round}/decision,
-// e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests so far), admitted/{id}/{n},
-// lost and lost/{id} (deaths launch reported), joining/{id} (a joiner's count of them at its start), incarnation/{id}
-// (that count, set by the members when they admit it).
+// Keys (under "ft/"): hb/{id}, join (requests of all workers), offer/{id}/{n}, pre/{round}, e{E}/{round}/vote/{id},
+// e{E}/{round}/failures, e{E}/{round}/decision, e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests
+// so far), admitted/{id}/{n}, lost and lost/{id} (deaths launch reported), joining/{id} (a joiner's count of them at
+// its start), incarnation/{id} (that count, set by the members when they admit it).
 #pragma once
 
 #include <atomic>
@@ -138,10 +138,10 @@ class Membership {
   std::chrono::milliseconds round_timeout_;
   int epoch_ = 0;
   std::vector<int> members_;
-  mutable std::mutex mutex_;         // members_ for the watcher, stale_ for the rounds
-  uint64_t generation_ = 0;          // bumped by every change of members_: a watcher pass over an older one is void
-  std::vector<int> stale_;           // members the watcher found silent (it samples all the time; a round's own
-                                     // observer would need a whole heartbeat deadline of its own)
+  mutable std::mutex mutex_;  // members_ for the watcher, stale_ for the rounds
+  uint64_t generation_ = 0;   // bumped by every change of members_: a watcher pass over an older one is void
+  std::vector<int> stale_;    // members the watcher found silent (it samples all the time; a round's own
+                              // observer would need a whole heartbeat deadline of its own)
   bool known_dead(int id) const;
   int64_t lost_total_seen_ = -1;  // reported_lost's cache (the watcher's)
   uint64_t lost_generation_seen_ = ~uint64_t{0};

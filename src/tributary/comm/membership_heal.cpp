@@ -15,8 +15,8 @@ void Membership::admit(const std::vector<int>& joiners) {
   std::vector<int> next = members_;
   next.insert(next.end(), joiners.begin(), joiners.end());
   const int epoch = epoch_ + 1;
-  const auto agreed = nlohmann::json::parse(
-      store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(next).dump()));
+  const auto agreed =
+      nlohmann::json::parse(store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(next).dump()));
   enter_with_joiners(epoch, agreed.get<std::vector<int>>(), joiners);
 }
 
@@ -80,9 +80,10 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
     store_.set(ready + std::to_string(id_), "1");
     while (!store_.check({key})) {
       if (overdue() || store_.check({kPrefix + "finished"}))
-        fail("worker {} was healed by the lead but no member opened round {} (the run ended or the members "
-             "stopped); it stops here",
-             id_, round);
+        fail(
+            "worker {} was healed by the lead but no member opened round {} (the run ended or the members "
+            "stopped); it stops here",
+            id_, round);
       std::this_thread::sleep_for(kPoll);
     }
     text = store_.get(key);
@@ -121,12 +122,14 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
                                        : std::find(members.begin(), members.end(), id_) != members.end();
   if (!listed) {
     if (members_.empty())
-      fail("worker {} was healed by the lead but not admitted at round {} (the lead died, or this worker reached the "
-           "round more than dist.heartbeat_timeout_s after it); it stops here and its launch may restart it",
-           id_, round);
-    fail("worker {} was declared dead by the lead (its heartbeat was silent for more than dist.heartbeat_timeout_s "
-         "= {} s) and the group went on without it; it stops here",
-         id_, liveness_.dead_after_s());
+      fail(
+          "worker {} was healed by the lead but not admitted at round {} (the lead died, or this worker reached the "
+          "round more than dist.heartbeat_timeout_s after it); it stops here and its launch may restart it",
+          id_, round);
+    fail(
+        "worker {} was declared dead by the lead (its heartbeat was silent for more than dist.heartbeat_timeout_s "
+        "= {} s) and the group went on without it; it stops here",
+        id_, liveness_.dead_after_s());
   }
   enter_with_joiners(epoch, members, joiners);
   return true;

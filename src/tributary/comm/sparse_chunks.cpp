@@ -127,9 +127,9 @@ torch::Tensor SparseChunks::encode(const torch::Tensor& x, torch::Tensor& sent) 
       for (int64_t i = 0; i < ch.kept; ++i) {
         const float v = xp[ch.begin + rp[i]];
         const float span = hi - lo;
-        const int64_t j = span > 0 ? std::clamp<int64_t>(std::lround((std::fabs(v) - lo) / span * float(levels - 1)),
-                                                         0, levels - 1)
-                                   : levels - 1;
+        const int64_t j =
+            span > 0 ? std::clamp<int64_t>(std::lround((std::fabs(v) - lo) / span * float(levels - 1)), 0, levels - 1)
+                     : levels - 1;
         const bool negative = std::signbit(v);
         writer.put(static_cast<uint64_t>(rp[i]), ch.index_bits);
         writer.put(static_cast<uint64_t>(j) | (uint64_t{negative} << (o_.bits - 1)), o_.bits);

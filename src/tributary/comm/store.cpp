@@ -39,9 +39,10 @@ std::string local_address_towards(const std::string& host, int port, int rank) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
-    throw NetworkError(fmt::format("rank {}: cannot resolve the master address '{}'; give an IPv4 address or a host "
-                                   "name this machine resolves (MASTER_ADDR, launch --master-addr)",
-                                   rank, host));
+    throw NetworkError(
+        fmt::format("rank {}: cannot resolve the master address '{}'; give an IPv4 address or a host "
+                    "name this machine resolves (MASTER_ADDR, launch --master-addr)",
+                    rank, host));
   std::string address;
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in local{};
@@ -54,9 +55,10 @@ std::string local_address_towards(const std::string& host, int port, int rank) {
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(found);
   if (address.empty())
-    throw NetworkError(fmt::format("rank {}: no route from this machine to the master address '{}'; check the "
-                                   "address, or name the interface to use with GLOO_SOCKET_IFNAME",
-                                   rank, host));
+    throw NetworkError(
+        fmt::format("rank {}: no route from this machine to the master address '{}'; check the "
+                    "address, or name the interface to use with GLOO_SOCKET_IFNAME",
+                    rank, host));
   return address;
 }
 
@@ -118,9 +120,8 @@ std::string Store::get(const std::string& key) {
 }
 
 std::string Store::set_once(const std::string& key, const std::string& desired) {
-  auto held = guarded(rank_, "set", key, [&] {
-    return impl_->compareSet(key, {}, std::vector<uint8_t>(desired.begin(), desired.end()));
-  });
+  auto held = guarded(rank_, "set", key,
+                      [&] { return impl_->compareSet(key, {}, std::vector<uint8_t>(desired.begin(), desired.end())); });
   return {held.begin(), held.end()};
 }
 

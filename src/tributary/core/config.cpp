@@ -2,28 +2,34 @@
 
 #include <set>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cmath>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "tributary/core/error.h"
-#include "tributary/core/log.h"
 #include "tributary/core/fs.h"
+#include "tributary/core/log.h"
 
 namespace tributary {
 
 void ConfigSchema::add(std::string key, int64_t& field, std::string help, int64_t min, int64_t max) {
-  fields_.push_back({.key = std::move(key), .kind = Kind::integer, .ptr = &field, .help = std::move(help), .imin = min, .imax = max});
+  fields_.push_back(
+      {.key = std::move(key), .kind = Kind::integer, .ptr = &field, .help = std::move(help), .imin = min, .imax = max});
 }
 void ConfigSchema::add(std::string key, double& field, std::string help, double min, double max) {
-  fields_.push_back({.key = std::move(key), .kind = Kind::number, .ptr = &field, .help = std::move(help), .min = min, .max = max});
+  fields_.push_back(
+      {.key = std::move(key), .kind = Kind::number, .ptr = &field, .help = std::move(help), .min = min, .max = max});
 }
 void ConfigSchema::add(std::string key, bool& field, std::string help) {
   fields_.push_back({.key = std::move(key), .kind = Kind::boolean, .ptr = &field, .help = std::move(help)});
 }
 void ConfigSchema::add(std::string key, std::string& field, std::string help, std::vector<std::string> choices) {
-  fields_.push_back({.key = std::move(key), .kind = Kind::string, .ptr = &field, .help = std::move(help), .choices = std::move(choices)});
+  fields_.push_back({.key = std::move(key),
+                     .kind = Kind::string,
+                     .ptr = &field,
+                     .help = std::move(help),
+                     .choices = std::move(choices)});
 }
 
 void ConfigSchema::rename(std::string old_key, std::string key, std::string why) {
@@ -57,7 +63,8 @@ const char* kind_name(int kind) {
   return names[kind];
 }
 
-void walk(const toml::table& table, const std::string& prefix, std::vector<std::pair<std::string, const toml::node*>>& out) {
+void walk(const toml::table& table, const std::string& prefix,
+          std::vector<std::pair<std::string, const toml::node*>>& out) {
   for (const auto& [k, v] : table) {
     std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const auto* sub = v.as_table()) {

@@ -56,20 +56,20 @@ std::string check_message(fmt::format_string<Args...> format, Args&&... args) {
 
 }  // namespace tributary
 
-#define TRIB_CHECK(cond, ...)                                                                                   \
-  do {                                                                                                          \
-    if (!(cond))                                                                                                \
-      ::tributary::internal_failure(__FILE__, __LINE__,                                                         \
+#define TRIB_CHECK(cond, ...)                                                                                      \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
+      ::tributary::internal_failure(__FILE__, __LINE__,                                                            \
                                     "check failed: " #cond " " + ::tributary::detail::check_message(__VA_ARGS__)); \
   } while (0)
 
 // Both sides are evaluated once and printed when they differ (they must be fmt-formattable).
-#define TRIB_CHECK_EQ(a, b, ...)                                                                                \
-  do {                                                                                                          \
-    const auto& trib_a_ = (a);                                                                                  \
-    const auto& trib_b_ = (b);                                                                                  \
-    if (!(trib_a_ == trib_b_))                                                                                  \
-      ::tributary::internal_failure(__FILE__, __LINE__,                                                         \
+#define TRIB_CHECK_EQ(a, b, ...)                                                                                  \
+  do {                                                                                                            \
+    const auto& trib_a_ = (a);                                                                                    \
+    const auto& trib_b_ = (b);                                                                                    \
+    if (!(trib_a_ == trib_b_))                                                                                    \
+      ::tributary::internal_failure(__FILE__, __LINE__,                                                           \
                                     fmt::format("check failed: " #a " == " #b " ({} vs {}) {}", trib_a_, trib_b_, \
-                                                ::tributary::detail::check_message(__VA_ARGS__)));               \
+                                                ::tributary::detail::check_message(__VA_ARGS__)));                \
   } while (0)

@@ -43,7 +43,8 @@ File File::parse(std::string bytes, std::string origin) {
   file.origin_ = std::move(origin);
   const std::string& b = file.bytes_;
   const std::string& o = file.origin_;
-  if (b.size() < 8) fail("'{}' is not a safetensors file: {} bytes is shorter than the 8-byte header length", o, b.size());
+  if (b.size() < 8)
+    fail("'{}' is not a safetensors file: {} bytes is shorter than the 8-byte header length", o, b.size());
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(b[i]);
   if (header_len > kMaxHeaderBytes || header_len > b.size() - 8)
@@ -120,7 +121,8 @@ std::string serialize(const std::vector<Entry>& entries, const std::map<std::str
   for (size_t i = 0; i < sorted.size(); ++i) {
     const Entry& e = *sorted[i];
     if (i > 0 && sorted[i - 1]->name == e.name) fail("safetensors: duplicate tensor name '{}'", e.name);
-    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.num_bytes}}};
+    header[e.name] = {
+        {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.num_bytes}}};
     offset += e.num_bytes;
   }
   std::string json = header.dump();

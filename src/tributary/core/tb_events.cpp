@@ -57,9 +57,7 @@ std::string event(double wall_time, int64_t step) {
   return e;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // A protobuf reader over one message: fields in order, nested messages as sub-readers.
 struct Reader {
@@ -91,11 +89,16 @@ struct Reader {
     return v;
   }
   void skip(int wire) {
-    if (wire == 0) varint();
-    else if (wire == 1) take(8);
-    else if (wire == 2) take(varint());
-    else if (wire == 5) take(4);
-    else fail("{}: protobuf wire type {} is not one an Event uses", where, wire);
+    if (wire == 0)
+      varint();
+    else if (wire == 1)
+      take(8);
+    else if (wire == 2)
+      take(varint());
+    else if (wire == 5)
+      take(4);
+    else
+      fail("{}: protobuf wire type {} is not one an Event uses", where, wire);
   }
 };
 
@@ -112,9 +115,12 @@ void read_summary(std::string_view bytes, const std::string& where, double wall_
     ScalarEvent s{.wall_time = wall_time, .step = step};
     while (!value.done()) {
       const uint64_t k = value.varint();
-      if (k == ((1 << 3) | 2)) s.tag = std::string(value.take(value.varint()));
-      else if (k == ((2 << 3) | 5)) s.value = value.fixed<float>();
-      else value.skip(int(k & 7));
+      if (k == ((1 << 3) | 2))
+        s.tag = std::string(value.take(value.varint()));
+      else if (k == ((2 << 3) | 5))
+        s.value = value.fixed<float>();
+      else
+        value.skip(int(k & 7));
     }
     out.push_back(std::move(s));
   }
@@ -194,10 +200,14 @@ std::vector<ScalarEvent> read_events(const fs::path& path) {
     int64_t step = 0;
     while (!e.done()) {
       const uint64_t key = e.varint();
-      if (key == ((1 << 3) | 1)) wall_time = e.fixed<double>();
-      else if (key == ((2 << 3) | 0)) step = static_cast<int64_t>(e.varint());
-      else if (key == ((5 << 3) | 2)) read_summary(e.take(e.varint()), where, wall_time, step, out);
-      else e.skip(int(key & 7));
+      if (key == ((1 << 3) | 1))
+        wall_time = e.fixed<double>();
+      else if (key == ((2 << 3) | 0))
+        step = static_cast<int64_t>(e.varint());
+      else if (key == ((5 << 3) | 2))
+        read_summary(e.take(e.varint()), where, wall_time, step, out);
+      else
+        e.skip(int(key & 7));
     }
   }
   return out;

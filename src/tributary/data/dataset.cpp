@@ -67,7 +67,8 @@ void Dataset::validate(const fs::path& meta) const {
     bad(fmt::format("tokenizer.kind '{}' is neither byte nor sentencepiece", tokenizer_kind_));
   if (vocab_size_ < 2 || vocab_size_ > (int64_t{1} << 24))
     bad(fmt::format("tokenizer.vocab_size {} is outside 2..{}", vocab_size_, int64_t{1} << 24));
-  if (tokenizer_kind_ == "byte" && vocab_size_ != 257) bad(fmt::format("a byte tokenizer has 257 ids, not {}", vocab_size_));
+  if (tokenizer_kind_ == "byte" && vocab_size_ != 257)
+    bad(fmt::format("a byte tokenizer has 257 ids, not {}", vocab_size_));
   if (tokenizer_kind_ == "sentencepiece" && !fs::is_regular_file(dir_ / "tokenizer.model"))
     bad("tokenizer.kind is sentencepiece but tokenizer.model is missing beside it");
   if (domains_.empty()) bad("'domains' is empty");
@@ -109,8 +110,8 @@ std::vector<uint32_t> Dataset::load_tokens(const std::string& split_name) const 
     Shard shard = Shard::read(dir_ / name);
     for (uint32_t t : shard.tokens)
       if (t >= vocab_size_)
-        fail("'{}' holds token id {} but the tokenizer has only {} ids; rebuild the dataset", (dir_ / name).string(),
-             t, vocab_size_);
+        fail("'{}' holds token id {} but the tokenizer has only {} ids; rebuild the dataset", (dir_ / name).string(), t,
+             vocab_size_);
     tokens.insert(tokens.end(), shard.tokens.begin(), shard.tokens.end());
   }
   // The shards carry checksums of their own; dataset.json's counts are checked against them here.
@@ -255,9 +256,10 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
   flush(0);
   flush(1);
   if (infos[0].num_tokens == 0 || infos[1].num_tokens == 0)
-    fail("the corpus has {} documents: too few to give both a training and a validation split (val_permille = {}); "
-         "add documents or raise the validation share",
-         corpus.docs.size(), options.val_permille);
+    fail(
+        "the corpus has {} documents: too few to give both a training and a validation split (val_permille = {}); "
+        "add documents or raise the validation share",
+        corpus.docs.size(), options.val_permille);
 
   const auto [entropy, cross] = unigram_bits(train_counts, val_counts);
 
@@ -273,10 +275,11 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
   // dataset.json last: a directory without it is incomplete by definition.
   write_file_atomic(tmp / "dataset.json", meta.dump(2) + "\n");
   publish(tmp, out_dir);
-  log::info("dataset '{}': train {} docs / {} tokens, val {} docs / {} tokens, tokenizer {} (vocab {}), unigram "
-            "entropy {:.3f} bits/token",
-            out_dir.string(), infos[0].num_docs, infos[0].num_tokens, infos[1].num_docs, infos[1].num_tokens,
-            tokenizer->kind(), vocab, entropy);
+  log::info(
+      "dataset '{}': train {} docs / {} tokens, val {} docs / {} tokens, tokenizer {} (vocab {}), unigram "
+      "entropy {:.3f} bits/token",
+      out_dir.string(), infos[0].num_docs, infos[0].num_tokens, infos[1].num_docs, infos[1].num_tokens,
+      tokenizer->kind(), vocab, entropy);
 }
 
 }  // namespace
@@ -284,9 +287,10 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
 void check_dataset_output(const fs::path& out_dir, bool overwrite, const fs::path& input) {
   if (out_dir.empty()) fail("--out is empty: name the dataset directory to write");
   if (!input.empty() && (within(input, out_dir) || within(out_dir, input)))
-    fail("--out '{}' overlaps the input '{}': the dataset would replace or mix with the corpus it is built from; "
-         "choose an --out outside the input",
-         out_dir.string(), input.string());
+    fail(
+        "--out '{}' overlaps the input '{}': the dataset would replace or mix with the corpus it is built from; "
+        "choose an --out outside the input",
+        out_dir.string(), input.string());
   std::error_code ec;
   const auto st = fs::status(out_dir, ec);
   if (fs::exists(st)) {
@@ -294,9 +298,10 @@ void check_dataset_output(const fs::path& out_dir, bool overwrite, const fs::pat
       fail("--out '{}' exists and is not a directory; choose another --out (nothing was changed)", out_dir.string());
     if (!fs::is_empty(out_dir)) {
       if (!is_tributary_dataset(out_dir))
-        fail("--out '{}' is a non-empty directory that is not a Tributary dataset; refusing to replace it (choose a "
-             "new or empty directory)",
-             out_dir.string());
+        fail(
+            "--out '{}' is a non-empty directory that is not a Tributary dataset; refusing to replace it (choose a "
+            "new or empty directory)",
+            out_dir.string());
       if (!overwrite)
         fail("--out '{}' already holds a dataset: pass --overwrite to replace it, or choose another --out",
              out_dir.string());

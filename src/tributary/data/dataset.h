@@ -18,9 +18,9 @@ namespace tributary {
 struct DatasetBuildOptions {
   std::string tokenizer = "byte";  // byte | sentencepiece
   SentencePieceOptions sentencepiece;
-  int64_t val_permille = 20;              // documents per thousand that go to validation
-  int64_t shard_tokens = 16 << 20;        // tokens per shard file
-  bool overwrite = false;                 // replace an existing Tributary dataset at the output
+  int64_t val_permille = 20;        // documents per thousand that go to validation
+  int64_t shard_tokens = 16 << 20;  // tokens per shard file
+  bool overwrite = false;           // replace an existing Tributary dataset at the output
 };
 
 // Refuses an output that would lose data, before any work: a file, a non-empty directory that is not a Tributary

@@ -17,9 +17,10 @@ BatchLoader::BatchLoader(std::shared_ptr<const std::vector<uint32_t>> tokens, Lo
   num_windows_ = n >= row ? (n - row) / options_.stride + 1 : 0;
   windows_per_epoch_ = num_windows_ / options_.world_size;
   if (windows_per_epoch_ < options_.batch_size)
-    fail("data split {} has {} tokens: {} windows of context {} per replica, fewer than one batch of {}; use more "
-         "data, a smaller model.context or a smaller train.batch_size",
-         split_name, n, windows_per_epoch_, options_.context, options_.batch_size);
+    fail(
+        "data split {} has {} tokens: {} windows of context {} per replica, fewer than one batch of {}; use more "
+        "data, a smaller model.context or a smaller train.batch_size",
+        split_name, n, windows_per_epoch_, options_.context, options_.batch_size);
   start_epoch();
 }
 
@@ -61,9 +62,10 @@ void BatchLoader::reshard(int64_t rank, int64_t world_size) {
   const uint64_t taken = position_.cursor * static_cast<uint64_t>(options_.world_size);
   const int64_t per_epoch = num_windows_ / world_size;
   if (per_epoch < options_.batch_size)
-    fail("{} windows of context {} are {} per replica for {} replicas, fewer than one batch of {}; use more data or "
-         "fewer replicas",
-         num_windows_, options_.context, per_epoch, world_size, options_.batch_size);
+    fail(
+        "{} windows of context {} are {} per replica for {} replicas, fewer than one batch of {}; use more data or "
+        "fewer replicas",
+        num_windows_, options_.context, per_epoch, world_size, options_.batch_size);
   options_.rank = rank;
   options_.world_size = world_size;
   windows_per_epoch_ = per_epoch;

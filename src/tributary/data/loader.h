@@ -1,6 +1,6 @@
 // Yields [B, T+1] windows of token ids from one split's token stream (inputs = [:, :T], targets = [:, 1:]).
-// Windows are the chunks stream[i*S, i*S+T+1) (S = stride, T by default); each epoch visits them in a permutation fixed by
-// (seed, epoch). The position (epoch, cursor) is part of every checkpoint, so resuming continues the exact order.
+// Windows are the chunks stream[i*S, i*S+T+1) (S = stride, T by default); each epoch visits them in a permutation fixed
+// by (seed, epoch). The position (epoch, cursor) is part of every checkpoint, so resuming continues the exact order.
 // Replicas of a distributed run take every world-th window starting at their rank; reshard() follows a world that
 // changes size.
 #pragma once

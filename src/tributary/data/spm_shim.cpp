@@ -36,7 +36,9 @@ void* trib_spm_load(const char* model_path, char* err, size_t err_len) {
 
 void trib_spm_free(void* handle) { delete static_cast<sentencepiece::SentencePieceProcessor*>(handle); }
 
-int trib_spm_vocab_size(void* handle) { return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->GetPieceSize(); }
+int trib_spm_vocab_size(void* handle) {
+  return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->GetPieceSize();
+}
 int trib_spm_eos_id(void* handle) { return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->eos_id(); }
 
 // *ids is malloc'ed; free with free().
@@ -56,7 +58,8 @@ int trib_spm_encode(void* handle, const char* text, size_t len, int** ids, size_
 // *text is malloc'ed; free with free().
 int trib_spm_decode(void* handle, const int* ids, size_t num_ids, char** text, size_t* len, char* err, size_t err_len) {
   std::string out;
-  auto status = static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Decode(std::vector<int>(ids, ids + num_ids), &out);
+  auto status =
+      static_cast<sentencepiece::SentencePieceProcessor*>(handle)->Decode(std::vector<int>(ids, ids + num_ids), &out);
   if (!status.ok()) {
     set_error(err, err_len, status.ToString());
     return 1;

@@ -56,9 +56,10 @@ const SpmApi& spm_api() {
     for (const auto& c : candidates)
       if ((lib = ::dlmopen(LM_ID_NEWLM, c.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
     if (!lib)
-      fail("SentencePiece support is unavailable: cannot load libtributary_spm.so next to the executable ({}); "
-           "rebuild with ./run setup",
-           ::dlerror());
+      fail(
+          "SentencePiece support is unavailable: cannot load libtributary_spm.so next to the executable ({}); "
+          "rebuild with ./run setup",
+          ::dlerror());
     auto sym = [&](const char* name) {
       void* p = ::dlsym(lib, name);
       if (!p) fail("libtributary_spm.so lacks symbol {}; rebuild with ./run setup", name);
@@ -151,16 +152,16 @@ void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::p
   char err[512] = {0};
   int rc = spm_api().train(args.c_str(), err, sizeof(err));
   fs::remove(sample);
-  if (rc != 0)
-    fail("SentencePiece training failed ({}); try a smaller --vocab-size or more text", err);
+  if (rc != 0) fail("SentencePiece training failed ({}); try a smaller --vocab-size or more text", err);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dataset_dir) {
   fs::path meta = dataset_dir / "dataset.json";
   if (!fs::exists(meta))
-    fail("'{}' is not a Tributary dataset (no dataset.json); build one with `tributary data build-default` or "
-         "`tributary data build`",
-         dataset_dir.string());
+    fail(
+        "'{}' is not a Tributary dataset (no dataset.json); build one with `tributary data build-default` or "
+        "`tributary data build`",
+        dataset_dir.string());
   auto spec = nlohmann::json::parse(read_file(meta), nullptr, false);
   if (spec.is_discarded() || !spec.contains("tokenizer")) fail("'{}' is corrupt: no tokenizer entry", meta.string());
   std::string kind = spec["tokenizer"].value("kind", "");

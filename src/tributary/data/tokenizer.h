@@ -1,6 +1,6 @@
 // Tokenizers turn text into token ids and back. Byte-level is the default (vocab 256 bytes + end-of-text);
-// SentencePiece (BPE or unigram, trained with libsentencepiece) is the subword option. A dataset directory records which
-// one it was built with (dataset.json "tokenizer"), so training, eval and generate always agree.
+// SentencePiece (BPE or unigram, trained with libsentencepiece) is the subword option. A dataset directory records
+// which one it was built with (dataset.json "tokenizer"), so training, eval and generate always agree.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +19,8 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
-  virtual int32_t eot_id() const = 0;          // appended after every document
-  virtual std::string kind() const = 0;        // "byte" | "sentencepiece"
+  virtual int32_t eot_id() const = 0;    // appended after every document
+  virtual std::string kind() const = 0;  // "byte" | "sentencepiece"
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -50,7 +50,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 struct SentencePieceOptions {
   int64_t vocab_size = 4096;
-  std::string model_type = "bpe";  // bpe | unigram
+  std::string model_type = "bpe";        // bpe | unigram
   int64_t max_training_bytes = 8 << 20;  // sample of the corpus used to train
 };
 

@@ -9,8 +9,8 @@ AuxHeadImpl::AuxHeadImpl(const ModelConfig& config, int64_t num_blocks) {
   for (int64_t b = 0; b < num_blocks; ++b)
     blocks.push_back(list->register_module(std::to_string(b), std::make_shared<BlockImpl>(config)));
   norm = register_module("norm", std::make_shared<RMSNormImpl>(config.width, config.norm_eps));
-  proj = register_module(
-      "proj", torch::nn::Linear(torch::nn::LinearOptions(config.width, config.vocab_size).bias(false)));
+  proj =
+      register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(config.width, config.vocab_size).bias(false)));
 }
 
 torch::Tensor AuxHeadImpl::forward(torch::Tensor x, const torch::Tensor& rope_cos, const torch::Tensor& rope_sin) {

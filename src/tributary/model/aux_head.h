@@ -1,8 +1,8 @@
 // Auxiliary heads of local parallelism (parallel/local/): chunk k < K-1 of the model ends in a private head that turns
 // its output into next-token logits, so the chunk can learn from its own loss. A head is an RMSNorm and a projection
-// to the vocabulary (reference pipeline-and-local.md §2.5 option a), optionally after 1-2 private transformer blocks
-// (option b, reported to close most of the gap for language models). Heads never share the vocabulary matrix with
-// the model or each other: keeping copies equal would add cross-chunk traffic. The last chunk uses the model's own
+// to the vocabulary (shared/reference/pipeline-and-local.md §2.5 option a), optionally after 1-2 private transformer
+// blocks (option b, reported to close most of the gap for language models). Heads never share the vocabulary matrix
+// with the model or each other: keeping copies equal would add cross-chunk traffic. The last chunk uses the model's own
 // head. Parameter names: "aux.<chunk>.blocks.<b>...", "aux.<chunk>.norm.weight", "aux.<chunk>.proj.weight".
 #pragma once
 

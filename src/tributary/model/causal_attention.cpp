@@ -40,9 +40,9 @@ void head_forward(const Head& h, const float* q, const float* k, const float* v,
   for (int64_t r0 = 0; r0 < h.T; r0 += h.height) {
     const int64_t rows = std::min(h.height, h.T - r0), w = h.width(r0, rows);
     float* pb = p + r0 * h.L;
-    small_gemm(rows, w, h.D, q + r0 * h.D, h.D, 1, kt, h.L, pb, h.L);           // S = Q_b K^T
+    small_gemm(rows, w, h.D, q + r0 * h.D, h.D, 1, kt, h.L, pb, h.L);  // S = Q_b K^T
     causal_softmax_rows(pb, rows, h.L, w, r0 + 1);
-    small_gemm(rows, h.D, r0 + rows, pb, h.L, 1, v, h.D, y + r0 * h.D, h.D);   // Y_b = P_b V
+    small_gemm(rows, h.D, r0 + rows, pb, h.L, 1, v, h.D, y + r0 * h.D, h.D);  // Y_b = P_b V
   }
 }
 
@@ -54,14 +54,14 @@ void head_backward(const Head& h, const float* q, const float* k, const float* v
   transpose_padded(v, T, D, L, vt);
   for (int64_t r0 = 0; r0 < T; r0 += h.height) {
     const int64_t rows = std::min(h.height, T - r0), w = h.width(r0, rows);
-    small_gemm(rows, w, D, dy + r0 * D, D, 1, vt, L, ds + r0 * L, L);         // dP = dY_b V^T
-    causal_softmax_backward_rows(ds + r0 * L, p + r0 * L, rows, L, w, r0 + 1);       // dS
-    small_gemm(rows, D, r0 + rows, ds + r0 * L, L, 1, k, D, dq + r0 * D, D);  // dQ_b = dS_b K
+    small_gemm(rows, w, D, dy + r0 * D, D, 1, vt, L, ds + r0 * L, L);           // dP = dY_b V^T
+    causal_softmax_backward_rows(ds + r0 * L, p + r0 * L, rows, L, w, r0 + 1);  // dS
+    small_gemm(rows, D, r0 + rows, ds + r0 * L, L, 1, k, D, dq + r0 * D, D);    // dQ_b = dS_b K
   }
   for (int64_t j0 = 0; j0 < T; j0 += kSmallGemmColumns) {
-    const int64_t keys = std::min(kSmallGemmColumns, T - j0), seen_by = T - j0;  // query rows j0..T-1 see them
-    small_gemm(keys, D, seen_by, p + j0 * L + j0, 1, L, dy + j0 * D, D, dv + j0 * D, D);   // dV_j = P^T dY
-    small_gemm(keys, D, seen_by, ds + j0 * L + j0, 1, L, q + j0 * D, D, dk + j0 * D, D);   // dK_j = dS^T Q
+    const int64_t keys = std::min(kSmallGemmColumns, T - j0), seen_by = T - j0;           // query rows j0..T-1 see them
+    small_gemm(keys, D, seen_by, p + j0 * L + j0, 1, L, dy + j0 * D, D, dv + j0 * D, D);  // dV_j = P^T dY
+    small_gemm(keys, D, seen_by, ds + j0 * L + j0, 1, L, q + j0 * D, D, dk + j0 * D, D);  // dK_j = dS^T Q
   }
 }
 
@@ -118,8 +118,7 @@ bool simd_kernels_supported() {  // here, not in simd_kernels.cpp: this file is 
 #endif
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               int64_t block) {
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t block) {
   TRIB_CHECK(q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes(),
              "causal_attention: q, k, v must share one (N, T, D) shape");
   const bool fused = fused_kernels_apply(q) && fused_kernels_apply(k) && fused_kernels_apply(v) &&
@@ -134,8 +133,8 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
         .squeeze(0);
   }
   if (fused) {
-    TRIB_CHECK(block >= 0 && block % kSmallGemmColumns == 0, "causal_attention: block {} is not a multiple of {}", block,
-               kSmallGemmColumns);
+    TRIB_CHECK(block >= 0 && block % kSmallGemmColumns == 0, "causal_attention: block {} is not a multiple of {}",
+               block, kSmallGemmColumns);
     return CausalAttentionFn::apply(q, k, v, block > 0 ? block : kCausalAttentionBlock);
   }
   return torch::bmm(causal_softmax(torch::bmm(q, k.transpose(1, 2))), v);

@@ -11,12 +11,11 @@ int64_t ModelConfig::resolved_mlp_hidden() const {
 
 int64_t ModelConfig::num_parameters(int64_t vocab) const {
   const int64_t C = width, F = resolved_mlp_hidden(), KV = kv_heads() * head_dim();
-  const int64_t block = 2 * C                                 // attention and MLP RMSNorm gains
-                        + C * (C + 2 * KV) + C * C            // qkv + output projection
+  const int64_t block = 2 * C                                       // attention and MLP RMSNorm gains
+                        + C * (C + 2 * KV) + C * C                  // qkv + output projection
                         + C * (mlp == "gelu" ? F : 2 * F) + F * C;  // fc (gate and up for SwiGLU) + projection
   return vocab * C + (positions == "learned" ? context * C : 0) + num_layers * block + C  // final norm
          + (tie_embeddings ? 0 : vocab * C);
 }
-
 
 }  // namespace tributary

@@ -16,9 +16,9 @@ struct ModelConfig {
   int64_t num_kv_heads = 0;  // 0: num_heads; fewer: grouped-query attention, each key/value head serves
                              // num_heads / num_kv_heads consecutive query heads (Llama's num_key_value_heads)
   int64_t context = 256;
-  std::string mlp = "swiglu";     // swiglu | gelu
-  int64_t mlp_hidden = 0;         // 0: 4*width for gelu, 8/3*width rounded up to 64 for swiglu
-  std::string positions = "rope"; // rope | learned
+  std::string mlp = "swiglu";      // swiglu | gelu
+  int64_t mlp_hidden = 0;          // 0: 4*width for gelu, 8/3*width rounded up to 64 for swiglu
+  std::string positions = "rope";  // rope | learned
   bool tie_embeddings = true;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;

@@ -16,9 +16,9 @@ torch::Tensor per_token_loss(Transformer& model, const torch::Tensor& units, int
     auto chunk = units.narrow(0, i, std::min(batch, units.size(0) - i)).to(device);
     auto logits = model.forward(chunk.narrow(1, 0, T)).narrow(1, first, T - first);
     auto targets = chunk.narrow(1, 1 + first, T - first);
-    auto loss = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    auto loss =
+        torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+                                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
     out.push_back(loss.reshape({chunk.size(0), -1}).to(torch::kCPU, torch::kFloat32));
   }
   if (was_training) model.train();

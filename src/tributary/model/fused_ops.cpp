@@ -343,8 +343,8 @@ std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t 
                                               const torch::Tensor& sin, double q_scale, int64_t num_kv_heads) {
   const int64_t H = num_heads, KV = num_kv_heads > 0 ? num_kv_heads : H;
   const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / (H + 2 * KV);
-  TRIB_CHECK(qkv.size(2) == (H + 2 * KV) * D, "split_heads_rope: qkv width {} is not (H + 2 KV) * D with H = {}, KV = {}",
-             qkv.size(2), H, KV);
+  TRIB_CHECK(qkv.size(2) == (H + 2 * KV) * D,
+             "split_heads_rope: qkv width {} is not (H + 2 KV) * D with H = {}, KV = {}", qkv.size(2), H, KV);
   if (fused_kernels_apply(qkv)) {
     auto none = torch::empty({0}, qkv.options());
     torch::Tensor c = cos.defined() ? cos.narrow(0, 0, T) : none, s = sin.defined() ? sin.narrow(0, 0, T) : none;

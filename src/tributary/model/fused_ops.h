@@ -26,8 +26,7 @@ torch::Tensor swiglu(const torch::Tensor& h);
 // is defined, and multiplying q by q_scale (the attention's 1/sqrt(D), folded in here so the score matmul needs no
 // extra pass). num_kv_heads 0 means num_heads (plain multi-head attention, qkv (B, T, 3C)).
 std::array<torch::Tensor, 3> split_heads_rope(const torch::Tensor& qkv, int64_t num_heads, const torch::Tensor& cos,
-                                              const torch::Tensor& sin, double q_scale = 1.0,
-                                              int64_t num_kv_heads = 0);
+                                              const torch::Tensor& sin, double q_scale = 1.0, int64_t num_kv_heads = 0);
 
 // Softmax over the last dimension of scores (..., Tq, T) where query row i sees columns j <= i + (T - Tq); masked
 // entries come out 0. The causal mask and the softmax in one pass.

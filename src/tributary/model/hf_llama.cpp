@@ -22,14 +22,22 @@ void check_llama_shaped(const ModelConfig& c) {
 
 std::string hf_llama_config_json(const ModelConfig& c) {
   check_llama_shaped(c);
-  const nlohmann::json j = {
-      {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-      {"hidden_size", c.width}, {"intermediate_size", c.resolved_mlp_hidden()},
-      {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.kv_heads()},
-      {"num_hidden_layers", c.num_layers}, {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
-      {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.context},
-      {"tie_word_embeddings", c.tie_embeddings}, {"hidden_act", "silu"}, {"attention_bias", false},
-      {"mlp_bias", false}, {"torch_dtype", "float32"}};
+  const nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
+                            {"model_type", "llama"},
+                            {"hidden_size", c.width},
+                            {"intermediate_size", c.resolved_mlp_hidden()},
+                            {"num_attention_heads", c.num_heads},
+                            {"num_key_value_heads", c.kv_heads()},
+                            {"num_hidden_layers", c.num_layers},
+                            {"rms_norm_eps", c.norm_eps},
+                            {"rope_theta", c.rope_theta},
+                            {"vocab_size", c.vocab_size},
+                            {"max_position_embeddings", c.context},
+                            {"tie_word_embeddings", c.tie_embeddings},
+                            {"hidden_act", "silu"},
+                            {"attention_bias", false},
+                            {"mlp_bias", false},
+                            {"torch_dtype", "float32"}};
   return j.dump(2) + "\n";
 }
 
@@ -41,7 +49,7 @@ std::vector<std::pair<std::string, int64_t>> hf_pieces(const std::string& name, 
   const auto place = parse_param_name(name);
   TRIB_CHECK(place.has_value(), "parameter '{}' has no place in the model", name);
   if (place->part != ParamPlace::Part::Block) {
-    const char* hf = name == "embed_tok.weight" ? "model.embed_tokens.weight"
+    const char* hf = name == "embed_tok.weight"    ? "model.embed_tokens.weight"
                      : name == "final_norm.weight" ? "model.norm.weight"
                      : name == "head.weight"       ? "lm_head.weight"
                                                    : nullptr;
@@ -53,7 +61,8 @@ std::vector<std::pair<std::string, int64_t>> hf_pieces(const std::string& name, 
   const std::string& r = place->rest;
   if (r == "attn_norm.weight") return {{layer + "input_layernorm.weight", rows}};
   if (r == "attn.qkv.weight")
-    return {{layer + "self_attn.q_proj.weight", C}, {layer + "self_attn.k_proj.weight", KV},
+    return {{layer + "self_attn.q_proj.weight", C},
+            {layer + "self_attn.k_proj.weight", KV},
             {layer + "self_attn.v_proj.weight", KV}};
   if (r == "attn.proj.weight") return {{layer + "self_attn.o_proj.weight", rows}};
   if (r == "mlp_norm.weight") return {{layer + "post_attention_layernorm.weight", rows}};
@@ -90,8 +99,8 @@ NamedTensors from_hf_llama(const Transformer& model, const std::map<std::string,
     std::vector<torch::Tensor> parts;
     for (const auto& [hf_name, rows] : hf_pieces(name, c, t.size(0))) {
       const auto it = hf.find(hf_name);
-      if (it == hf.end()) fail("{}: tensor '{}' is missing (the config describes {} layers)", origin, hf_name,
-                               c.num_layers);
+      if (it == hf.end())
+        fail("{}: tensor '{}' is missing (the config describes {} layers)", origin, hf_name, c.num_layers);
       std::vector<int64_t> want = t.sizes().vec();
       want[0] = rows;
       if (it->second.sizes().vec() != want)
@@ -135,9 +144,10 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()) {
     const int64_t kv = integer("num_key_value_heads");
     if (c.num_heads % kv != 0)
-      fail("{}: num_key_value_heads = {} does not divide num_attention_heads = {}: grouped-query attention needs "
-           "the same number of query heads per key/value head",
-           origin, kv, c.num_heads);
+      fail(
+          "{}: num_key_value_heads = {} does not divide num_attention_heads = {}: grouped-query attention needs "
+          "the same number of query heads per key/value head",
+          origin, kv, c.num_heads);
     if (kv != c.num_heads) c.num_kv_heads = kv;  // equal: plain multi-head attention, our default (0)
   }
   if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != c.width / c.num_heads)
@@ -165,6 +175,5 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   c.tie_embeddings = j.value("tie_word_embeddings", false);
   return c;
 }
-
 
 }  // namespace tributary

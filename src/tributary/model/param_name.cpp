@@ -11,7 +11,8 @@ bool take_indexed(std::string_view& s, std::string_view word, int64_t& out) {
   if (s.substr(0, word.size()) != word || s.size() <= word.size() || s[word.size()] != '.') return false;
   std::string_view rest = s.substr(word.size() + 1);
   const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), out);
-  if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != '.' || out < 0) return false;
+  if (ec != std::errc() || end == rest.data() || end == rest.data() + rest.size() || *end != '.' || out < 0)
+    return false;
   s = std::string_view(end + 1, size_t(rest.data() + rest.size() - end - 1));
   return true;
 }
@@ -28,7 +29,8 @@ std::optional<ParamPlace> parse_param_name(const std::string& name) {
     p.part = ParamPlace::Part::Final;
     return p;
   }
-  if (take_indexed(s, "levels", p.level) && take_indexed(s, "modules", p.module) && take_indexed(s, "blocks", p.block)) {
+  if (take_indexed(s, "levels", p.level) && take_indexed(s, "modules", p.module) &&
+      take_indexed(s, "blocks", p.block)) {
     p.part = ParamPlace::Part::Block;
     p.rest = std::string(s);
     return p;

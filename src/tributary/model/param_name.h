@@ -16,7 +16,9 @@ struct ParamPlace {
   std::string rest;                             // after "blocks.B." (Part::Block)
 
   // The block's index in model order (level * blocks_per_level + block); -1 outside the blocks.
-  int64_t model_block(int64_t blocks_per_level) const { return part == Part::Block ? level * blocks_per_level + block : -1; }
+  int64_t model_block(int64_t blocks_per_level) const {
+    return part == Part::Block ? level * blocks_per_level + block : -1;
+  }
 };
 
 // nullopt for a name that is none of the above.

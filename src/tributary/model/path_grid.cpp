@@ -54,7 +54,8 @@ std::vector<int64_t> PathGrid::path_modules(int64_t path) const {
 }
 
 int64_t PathGrid::path_id(const std::vector<int64_t>& modules) const {
-  if (modules.size() != k_.size()) fail("a path of the {} grid has {} modules, not {}", describe(), k_.size(), modules.size());
+  if (modules.size() != k_.size())
+    fail("a path of the {} grid has {} modules, not {}", describe(), k_.size(), modules.size());
   int64_t id = 0;
   for (size_t l = 0; l < k_.size(); ++l) {
     if (modules[l] < 0 || modules[l] >= k_[l])

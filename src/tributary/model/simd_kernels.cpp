@@ -46,9 +46,9 @@ TRIB_INLINE v8 exp8(v8 x) {
   x = underflow ? v8{} - 87.3f : x;
   x = x > 88.3f ? v8{} + 88.3f : x;
   v8 fx = x * 1.44269504088896341f + 0.5f;
-  v8i n = __builtin_convertvector(fx, v8i);          // truncates toward 0
+  v8i n = __builtin_convertvector(fx, v8i);  // truncates toward 0
   v8 fn = __builtin_convertvector(n, v8);
-  n = fn > fx ? n - 1 : n;                           // floor
+  n = fn > fx ? n - 1 : n;  // floor
   fn = __builtin_convertvector(n, v8);
   x = x - fn * 0.693359375f - fn * -2.12194440e-4f;
   v8 y = x * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -109,12 +109,24 @@ void small_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, 
     const float* ar = a + r0 * a_row;
     float* cr = c + r0 * ldc;
     switch (std::min<int64_t>(6, m - r0)) {
-      case 6: row_block<6>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
-      case 5: row_block<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
-      case 4: row_block<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
-      case 3: row_block<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
-      case 2: row_block<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
-      default: row_block<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc); break;
+      case 6:
+        row_block<6>(n, k, ar, a_row, a_col, b, ldb, cr, ldc);
+        break;
+      case 5:
+        row_block<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc);
+        break;
+      case 4:
+        row_block<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc);
+        break;
+      case 3:
+        row_block<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc);
+        break;
+      case 2:
+        row_block<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc);
+        break;
+      default:
+        row_block<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc);
+        break;
     }
   }
 }

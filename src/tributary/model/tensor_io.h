@@ -15,7 +15,8 @@ namespace tributary {
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Serialised safetensors bytes of CPU-contiguous copies of `tensors`.
-std::string tensors_to_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata = {});
+std::string tensors_to_safetensors(const NamedTensors& tensors,
+                                   const std::map<std::string, std::string>& metadata = {});
 torch::Tensor to_torch(const safetensors::TensorView& view);  // owns a copy
 
 NamedTensors named_parameters_of(const torch::nn::Module& module);

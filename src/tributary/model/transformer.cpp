@@ -39,7 +39,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 
 MLPImpl::MLPImpl(const ModelConfig& config) : swiglu_(config.mlp == "swiglu") {
   const int64_t F = config.resolved_mlp_hidden();
-  fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(config.width, swiglu_ ? 2 * F : F).bias(false)));
+  fc =
+      register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(config.width, swiglu_ ? 2 * F : F).bias(false)));
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(F, config.width).bias(false)));
 }
 
@@ -81,7 +82,8 @@ LevelModuleImpl::LevelModuleImpl(const ModelConfig& config) {
     blocks.push_back(list->register_module(std::to_string(b), std::make_shared<BlockImpl>(config)));
 }
 
-Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path) : config_(config), path_(std::move(path)) {
+Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path)
+    : config_(config), path_(std::move(path)) {
   TRIB_CHECK(config.vocab_size > 0, "(resolve model.vocab_size from the dataset before building the model)");
   if (path_.empty()) path_.assign(static_cast<size_t>(config.num_levels), 0);
   if (static_cast<int64_t>(path_.size()) != config.num_levels)
@@ -97,7 +99,8 @@ Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path) :
     modules_.push_back(modules->register_module(std::to_string(path_[l]), std::make_shared<LevelModuleImpl>(config)));
   }
   final_norm = register_module("final_norm", std::make_shared<RMSNormImpl>(C, config.norm_eps));
-  if (!config.tie_embeddings) head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(C, V).bias(false)));
+  if (!config.tie_embeddings)
+    head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(C, V).bias(false)));
 
   if (config.positions == "rope") {
     // inv_freq_i = theta^(-2i/D), angles (T, D/2), duplicated to (T, D) for the rotate-half form.
@@ -144,9 +147,7 @@ torch::Tensor Transformer::logits(const torch::Tensor& x) {
   return torch::nn::functional::linear(final_norm->forward(x), head ? head->weight : tok_embed->weight);
 }
 
-torch::Tensor Transformer::hidden(const torch::Tensor& tokens) {
-  return blocks(embed(tokens), 0, config_.num_layers);
-}
+torch::Tensor Transformer::hidden(const torch::Tensor& tokens) { return blocks(embed(tokens), 0, config_.num_layers); }
 
 torch::Tensor Transformer::forward(const torch::Tensor& tokens) {
   return logits(hidden(tokens));  // (B, T, V)

@@ -1,5 +1,5 @@
-// Decoder-only transformer built as levels of modules (ARCHITECTURE.md): level l holds one module (a run of
-// consecutive blocks) chosen by the path; a dense model is the path {0, 0, ..., 0}. Parameter names are stable keys
+// Decoder-only transformer built as levels of modules (shared/design/ARCHITECTURE.md): level l holds one module (a run
+// of consecutive blocks) chosen by the path; a dense model is the path {0, 0, ..., 0}. Parameter names are stable keys
 // that say which module they belong to, e.g. "levels.1.modules.0.blocks.2.attn.qkv.weight", so each module can be
 // averaged, checkpointed and shipped on its own.
 //
@@ -41,8 +41,8 @@ class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
-  torch::nn::Linear fc{nullptr};    // swiglu: (2F, C) = [gate; up], gelu: (F, C)
-  torch::nn::Linear proj{nullptr};  // (C, F)
+  torch::nn::Linear fc{nullptr};                  // swiglu: (2F, C) = [gate; up], gelu: (F, C)
+  torch::nn::Linear proj{nullptr};                // (C, F)
 
  private:
   bool swiglu_;
@@ -76,7 +76,7 @@ class Transformer : public torch::nn::Module {
   // The last block's output before the final norm (B, T, C): DiPaCo's routing feature is its mean over a prefix.
   torch::Tensor hidden(const torch::Tensor& tokens);
   // The same computation in pieces, for pipeline stages: forward = logits(blocks(embed(tokens), 0, num_layers)).
-  torch::Tensor embed(const torch::Tensor& tokens);                    // (B, T) -> (B, T, C)
+  torch::Tensor embed(const torch::Tensor& tokens);                   // (B, T) -> (B, T, C)
   torch::Tensor blocks(torch::Tensor x, int64_t begin, int64_t end);  // blocks [begin, end) in model order
   torch::Tensor logits(const torch::Tensor& x);                       // final norm + head: (B, T, C) -> (B, T, V)
   // Mean next-token cross-entropy; targets (B, T) int64.
@@ -98,11 +98,11 @@ class Transformer : public torch::nn::Module {
  private:
   ModelConfig config_;
   std::vector<int64_t> path_;
-  torch::nn::Embedding tok_embed{nullptr};  // (V, C)
-  torch::nn::Embedding pos_embed{nullptr};  // (context, C), learned positions only
+  torch::nn::Embedding tok_embed{nullptr};                 // (V, C)
+  torch::nn::Embedding pos_embed{nullptr};                 // (context, C), learned positions only
   std::vector<std::shared_ptr<LevelModuleImpl>> modules_;  // one per level, from the path
   std::shared_ptr<RMSNormImpl> final_norm;
-  torch::nn::Linear head{nullptr};  // (V, C), untied only
+  torch::nn::Linear head{nullptr};     // (V, C), untied only
   torch::Tensor rope_cos_, rope_sin_;  // (context, D) buffers
 };
 

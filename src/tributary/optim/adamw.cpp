@@ -79,8 +79,13 @@ void AdamW::step(double lr) {
     const double step_size = lr_i / bias_correction1;
     const bool decays = decay_[i] && options_.weight_decay != 0;
     if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
-      const StepScalars s{float(decays ? 1.0 - lr_i * options_.weight_decay : 1.0), float(b1), float(1.0 - b1),
-                          float(b2), float(1.0 - b2), float(bias_correction2_sqrt), float(options_.eps),
+      const StepScalars s{float(decays ? 1.0 - lr_i * options_.weight_decay : 1.0),
+                          float(b1),
+                          float(1.0 - b1),
+                          float(b2),
+                          float(1.0 - b2),
+                          float(bias_correction2_sqrt),
+                          float(options_.eps),
                           float(-step_size)};
       fused_step(p, g, exp_avg_[i], exp_avg_sq_[i], s);
       p.unsafeGetTensorImpl()->bump_version();  // as an in-place op would: autograd sees the parameter changed
@@ -117,7 +122,8 @@ void AdamW::load_state(const safetensors::File& file, int64_t num_steps) {
       auto name = params_[i].first + suffix;
       auto src = to_torch(file.at(name));
       if (src.sizes() != target->sizes())
-        fail("'{}': optimizer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(), name);
+        fail("'{}': optimizer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(),
+             name);
       target->copy_(src);
     }
   }

@@ -13,8 +13,9 @@
 // Delta(m) then takes one Nesterov step of the module's own OuterOptimizer (optim/outer.h).
 //
 // Contributions are summed locally (ModuleAccumulator), then across processes (all-reduce of the sums and of the
-// weights), and only then normalised (finalize), so the result does not depend on which worker ran which path — up to fp32 rounding: the sums are grouped by the worker
-// that ran the paths (tests/integration/golden_runs_test.cpp compares two-worker DiPaCo to 1e-6 for that reason).
+// weights), and only then normalised (finalize), so the result does not depend on which worker ran which path — up to
+// fp32 rounding: the sums are grouped by the worker that ran the paths (tests/integration/golden_runs_test.cpp compares
+// two-worker DiPaCo to 1e-6 for that reason).
 #pragma once
 
 #include <torch/torch.h>

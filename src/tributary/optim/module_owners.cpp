@@ -146,7 +146,7 @@ void OwnerUpload::reduce(const OwnedRound& r) {
   }
   const bool all_alive = !gate_ || gate_();
   if (failure || !all_alive) {
-    if (feedback_) feedback_->discard();  // the round is not applied: what was encoded may not have arrived
+    if (feedback_) feedback_->discard();             // the round is not applied: what was encoded may not have arrived
     if (all_alive) std::rethrow_exception(failure);  // nobody died, yet this worker's exchange failed
     throw ExchangeAborted(failure ? why : "a worker died during the exchange");
   }

@@ -47,8 +47,8 @@ void OwnerRing::reduce(const OwnedRound& r) {
         sum.push_back(chunk.narrow(0, offset, t.numel()).view(t.sizes()));
         offset += t.numel();
       }
-      const NamedTensors& global = r.step(i, sum, counts[int64_t(i)][0].item<double>(),
-                                          std::llround(counts[int64_t(i)][1].item<double>()));
+      const NamedTensors& global =
+          r.step(i, sum, counts[int64_t(i)][0].item<double>(), std::llround(counts[int64_t(i)][1].item<double>()));
       // What every replica adds: the owner's new global parameters minus the replica.
       for (size_t k = 0; k < sum.size(); ++k) sum[k].copy_(global[k].second - replica[k].second);
     }

@@ -50,7 +50,8 @@ void OuterOptimizer::load_state(const safetensors::File& file, int64_t num_steps
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < global_.size(); ++i) {
     const std::string& name = global_[i].first;
-    for (auto [key, target] : {std::pair{name, &global_[i].second}, std::pair{name + ".outer_momentum", &momentum_[i]}}) {
+    for (auto [key, target] :
+         {std::pair{name, &global_[i].second}, std::pair{name + ".outer_momentum", &momentum_[i]}}) {
       auto src = to_torch(file.at(key));
       if (src.sizes() != target->sizes())
         fail("'{}': outer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(), key);

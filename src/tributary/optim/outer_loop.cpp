@@ -66,10 +66,11 @@ void OuterLoop::sync_owned(int64_t step, const std::vector<const ModuleAccumulat
                            const std::vector<int>& owner, OwnerReducer& reducer) {
   TRIB_CHECK_EQ(contributions.size(), units_.size(), "(contributions per unit)");
   TRIB_CHECK_EQ(owner.size(), units_.size(), "(owners per unit)");
-  OwnedRound round{contributions, owner, {}, [this](size_t unit, const std::vector<torch::Tensor>& sum, double weight,
-                                                    int64_t count) -> const NamedTensors& {
-                     return owner_step(unit, sum, weight, count);
-                   }};
+  OwnedRound round{contributions,
+                   owner,
+                   {},
+                   [this](size_t unit, const std::vector<torch::Tensor>& sum, double weight,
+                          int64_t count) -> const NamedTensors& { return owner_step(unit, sum, weight, count); }};
   for (const auto& u : units_) round.owned.push_back(u.outer ? &u.outer->global() : nullptr);
   reducer.reduce(round);
   for (auto& u : units_) u.last_sync = step;

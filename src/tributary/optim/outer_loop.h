@@ -35,14 +35,14 @@
 namespace tributary {
 
 struct OuterLoopOptions {
-  int64_t inner_steps = 50;  // H
-  int64_t fragments = 1;     // F
+  int64_t inner_steps = 50;   // H
+  int64_t fragments = 1;      // F
   int64_t overlap_steps = 0;  // tau
   double merge_alpha = 0.5;
   double qsr_alpha = 0;
   OuterOptions outer;
-  int64_t blocks_per_level = 1;  // to place blocks (levels.L.modules.M.blocks.B) on fragments
-  int64_t num_layers = 1;        // for the error message when a fragment gets nothing
+  int64_t blocks_per_level = 1;       // to place blocks (levels.L.modules.M.blocks.B) on fragments
+  int64_t num_layers = 1;             // for the error message when a fragment gets nothing
   std::string norm_rescale = "none";  // owner reductions: s(n) of optim/module_outer.h (dipaco.norm_rescale)
 };
 
@@ -52,7 +52,7 @@ class OuterLoop {
   using Landed = std::function<void(const NamedTensors& globals, const std::string& when, bool merged)>;
 
   OuterLoop(const OuterLoopOptions& options, Reducer& reducer);  // `reducer` outlives the loop
-  explicit OuterLoop(const OuterLoopOptions& options);  // units with owners: sync_owned() only
+  explicit OuterLoop(const OuterLoopOptions& options);           // units with owners: sync_owned() only
   void set_commit(Commit commit) { commit_ = std::move(commit); }
   void set_landed(Landed landed) { landed_ = std::move(landed); }
 

@@ -21,8 +21,8 @@ namespace tributary {
 struct OwnedRound {
   // This worker's contributions to each unit this round (nullptr: none; ModuleAccumulator holds sum_p w_p delta_p).
   std::vector<const ModuleAccumulator*> contributions;
-  std::vector<int> owner;                      // group rank owning each unit
-  std::vector<const NamedTensors*> owned;      // the owner's global parameters of each unit it owns (else nullptr)
+  std::vector<int> owner;                  // group rank owning each unit
+  std::vector<const NamedTensors*> owned;  // the owner's global parameters of each unit it owns (else nullptr)
   // The owner's step of `unit` once it holds the unit's full sums (weight = sum_p w_p, count = contributing paths;
   // count 0: nobody touched the unit, it keeps its parameters). Returns the unit's global parameters after the step.
   std::function<const NamedTensors&(size_t unit, const std::vector<torch::Tensor>& sum, double weight, int64_t count)>

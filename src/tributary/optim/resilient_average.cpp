@@ -49,9 +49,10 @@ void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int 
   const int n = group_.size(), accepted = n - static_cast<int>(rejected.size());
   const bool mine = std::find(rejected.begin(), rejected.end(), group_.rank()) != rejected.end();
   if (!rejected.empty() && group_.rank() == 0)
-    log::warn("update(s) of rank(s) {} rejected this round (norms {}; median {:.4g}, dist.reject_norm_factor {}): "
-              "averaged over the {} other rank(s)",
-              fmt::join(rejected, ", "), fmt::join(norms, ", "), median, reject_norm_factor_, accepted);
+    log::warn(
+        "update(s) of rank(s) {} rejected this round (norms {}; median {:.4g}, dist.reject_norm_factor {}): "
+        "averaged over the {} other rank(s)",
+        fmt::join(rejected, ", "), fmt::join(norms, ", "), median, reject_norm_factor_, accepted);
   round_rejected_ = static_cast<int64_t>(rejected.size());
   if (mine)
     for (auto& t : tensors) t.zero_();
@@ -121,8 +122,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
       if (ok) guarded_average(tensors, stream);
     } catch (const NetworkError& e) {
       ok = false;
-      log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(),
-                e.what());
+      log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(), e.what());
     }
     group_.set_abandon({});
     const comm::RoundDecision decision = membership_->decide(round, ok, stop_wish_);

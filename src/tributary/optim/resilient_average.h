@@ -37,9 +37,8 @@ class ResilientAverage : public Reducer {
   using Reformed = std::function<void(const std::vector<int>& dropped, const comm::Membership& now)>;
   // `membership`: null without fault tolerance (a failed collective then throws as before). `link`: the world's
   // emulated links (subset to the members after a re-formation), if any.
-  ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group,
-                   comm::Membership* membership, double reject_norm_factor, std::optional<comm::LinkModel> link,
-                   Reformed reformed);
+  ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group, comm::Membership* membership,
+                   double reject_norm_factor, std::optional<comm::LinkModel> link, Reformed reformed);
   std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors, int stream = 0) override;
   // Collects a round (rounds are collected in the order they were started) and takes its outcome.
   std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override;
@@ -58,7 +57,7 @@ class ResilientAverage : public Reducer {
   int64_t rounds() const { return rounds_; }
   void set_rounds(int64_t n) { rounds_ = n; }
   void set_stop_wish(bool stop) { stop_wish_ = stop; }  // training thread: sent with the next round's vote
-  bool stop_decided() const { return stop_decided_; }  // as of the last collected round (training thread)
+  bool stop_decided() const { return stop_decided_; }   // as of the last collected round (training thread)
   int64_t reformations() const { return reformations_; }
   int64_t take_rejected() { return rejected_.exchange(0); }
 

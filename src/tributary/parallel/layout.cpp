@@ -8,10 +8,14 @@ namespace tributary {
 
 const char* sync_name(Sync sync) {
   switch (sync) {
-    case Sync::kNone: return "none";
-    case Sync::kDataParallel: return "data parallel";
-    case Sync::kDiloco: return "DiLoCo";
-    case Sync::kModules: return "DiPaCo modules";
+    case Sync::kNone:
+      return "none";
+    case Sync::kDataParallel:
+      return "data parallel";
+    case Sync::kDiloco:
+      return "DiLoCo";
+    case Sync::kModules:
+      return "DiPaCo modules";
   }
   return "?";
 }
@@ -30,21 +34,24 @@ Layout Layout::resolve(const LayoutSpec& spec) {
     l.replicas_ = spec.world_size;
   } else if (p > 1) {
     if (spec.world_size < p)
-      fail("parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- "
-           "train ...",
-           p);
+      fail(
+          "parallel.pipeline_stages = {0} needs at least {0} worker processes: tributary launch --nproc {0} -- "
+          "train ...",
+          p);
     if (spec.world_size % p != 0)
-      fail("parallel.pipeline_stages = {} does not divide the world size {}: launch D_DP x D_PP workers (e.g. "
-           "launch --nproc {})",
-           p, spec.world_size, p);
+      fail(
+          "parallel.pipeline_stages = {} does not divide the world size {}: launch D_DP x D_PP workers (e.g. "
+          "launch --nproc {})",
+          p, spec.world_size, p);
     l.kind_ = RunKind::kPipelines;
     l.stages_ = p;
     l.replicas_ = spec.world_size / p;
   } else if (spec.world_size > 1) {
     if (spec.local_chunks > 0)
-      fail("local.chunks = {} with {} processes: local parallelism runs in one process, or one chunk per pipeline "
-           "stage (parallel.pipeline_stages = local.chunks)",
-           spec.local_chunks, spec.world_size);
+      fail(
+          "local.chunks = {} with {} processes: local parallelism runs in one process, or one chunk per pipeline "
+          "stage (parallel.pipeline_stages = local.chunks)",
+          spec.local_chunks, spec.world_size);
     l.kind_ = RunKind::kReplicas;
     l.replicas_ = spec.world_size;
   }
@@ -59,10 +66,11 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   if (spec.placement && l.kind_ == RunKind::kPipelines) {
     const auto& placement = *spec.placement;
     if (placement.stages != p || placement.replicas * placement.stages != spec.world_size)
-      fail("parallel.placement = '{}' places {} pipelines x {} stages but this run has {} x {} (world size {}, "
-           "parallel.pipeline_stages {}): plan for this world, or launch --nproc {}",
-           spec.placement_key, placement.replicas, placement.stages, l.replicas_, p, spec.world_size, p,
-           placement.replicas * placement.stages);
+      fail(
+          "parallel.placement = '{}' places {} pipelines x {} stages but this run has {} x {} (world size {}, "
+          "parallel.pipeline_stages {}): plan for this world, or launch --nproc {}",
+          spec.placement_key, placement.replicas, placement.stages, l.replicas_, p, spec.world_size, p,
+          placement.replicas * placement.stages);
     l.rank_at_ = placement.rank_at;
     l.device_of_rank_ = placement.device_of_rank;
   }
@@ -88,11 +96,14 @@ std::vector<int> Layout::stage_replica_ranks() const {
 
 std::string Layout::name() const {
   switch (kind_) {
-    case RunKind::kSingle: return chunks_ > 0 ? "local" : "single";
-    case RunKind::kReplicas: return sync_ == Sync::kDataParallel ? "ddp" : "diloco";
+    case RunKind::kSingle:
+      return chunks_ > 0 ? "local" : "single";
+    case RunKind::kReplicas:
+      return sync_ == Sync::kDataParallel ? "ddp" : "diloco";
     case RunKind::kPipelines:
       return std::string(chunks_ > 0 ? "local-stages" : "pipeline") + (sync_ == Sync::kDiloco ? "+diloco" : "");
-    case RunKind::kDipaco: return "dipaco";
+    case RunKind::kDipaco:
+      return "dipaco";
   }
   return "?";
 }
@@ -100,19 +111,19 @@ std::string Layout::name() const {
 std::string Layout::describe() const {
   const std::string local = chunks_ > 0 ? fmt::format(", local parallelism in {} chunks", chunks_) : "";
   switch (kind_) {
-    case RunKind::kSingle: return fmt::format("layout: one process{}", local);
+    case RunKind::kSingle:
+      return fmt::format("layout: one process{}", local);
     case RunKind::kReplicas:
-      return fmt::format("layout: {} replicas of the model, kept together by {}{}; this is replica {}", replicas_,
-                         sync_name(sync_),
-                         warmup_ddp_steps_ > 0 ? fmt::format(" after {} data-parallel steps", warmup_ddp_steps_) : "",
-                         replica_);
+      return fmt::format(
+          "layout: {} replicas of the model, kept together by {}{}; this is replica {}", replicas_, sync_name(sync_),
+          warmup_ddp_steps_ > 0 ? fmt::format(" after {} data-parallel steps", warmup_ddp_steps_) : "", replica_);
     case RunKind::kPipelines:
-      return fmt::format("layout: {} pipeline(s) x {} stages{}{}; rank {} runs stage {} of pipeline {}", replicas_,
-                         stages_,
-                         replicas_ > 1 ? fmt::format(", each stage's replicas kept together by {}", sync_name(sync_))
-                                       : "",
-                         local, rank_, stage_, replica_);
-    case RunKind::kDipaco: return fmt::format("layout: DiPaCo, {} worker(s) claiming path tasks", world_size_);
+      return fmt::format(
+          "layout: {} pipeline(s) x {} stages{}{}; rank {} runs stage {} of pipeline {}", replicas_, stages_,
+          replicas_ > 1 ? fmt::format(", each stage's replicas kept together by {}", sync_name(sync_)) : "", local,
+          rank_, stage_, replica_);
+    case RunKind::kDipaco:
+      return fmt::format("layout: DiPaCo, {} worker(s) claiming path tasks", world_size_);
   }
   return "layout: ?";
 }

@@ -42,13 +42,13 @@ struct PlacedRanks {
 // The keys that decide the layout (RunConfig's, read by runtime/run_layout.h).
 struct LayoutSpec {
   int rank = 0, world_size = 1;
-  int64_t pipeline_stages = 1;  // parallel.pipeline_stages
-  int64_t local_chunks = 0;     // local.chunks
-  bool dipaco = false;          // dipaco.modules set
-  bool diloco = true;           // dist.algorithm: diloco (true) or ddp
-  int64_t warmup_ddp_steps = 0; // dist.warmup_ddp_steps (resolved: >= 0)
-  std::optional<PlacedRanks> placement;        // parallel.placement, read
-  std::string placement_key;                   // its file, for messages
+  int64_t pipeline_stages = 1;           // parallel.pipeline_stages
+  int64_t local_chunks = 0;              // local.chunks
+  bool dipaco = false;                   // dipaco.modules set
+  bool diloco = true;                    // dist.algorithm: diloco (true) or ddp
+  int64_t warmup_ddp_steps = 0;          // dist.warmup_ddp_steps (resolved: >= 0)
+  std::optional<PlacedRanks> placement;  // parallel.placement, read
+  std::string placement_key;             // its file, for messages
 };
 
 // A value: its public methods read it; none changes it.

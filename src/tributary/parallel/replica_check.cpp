@@ -20,9 +20,10 @@ void compare_hashes(const std::vector<torch::Tensor>& all, const std::string& wh
   for (size_t r = 0; r < all.size(); ++r)
     if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ.push_back(static_cast<int>(r));
   if (!differ.empty())
-    fail("replicas are not identical {}: ranks {} hold different parameters than rank 0 (same seed and config "
-         "should give identical replicas; this is a bug or a corrupted exchange)",
-         when, fmt::join(differ, ", "));
+    fail(
+        "replicas are not identical {}: ranks {} hold different parameters than rank 0 (same seed and config "
+        "should give identical replicas; this is a bug or a corrupted exchange)",
+        when, fmt::join(differ, ", "));
 }
 
 }  // namespace
@@ -36,9 +37,10 @@ std::vector<torch::Tensor> ReplicaCheck::gather(const torch::Tensor& mine, const
     return all;
   } catch (const NetworkError& e) {
     group_.set_abandon({});
-    log::warn("rank {}: the replica check {} was interrupted ({}); skipped: the next round re-forms the group without "
-              "the dead",
-              group_.rank(), when, e.what());
+    log::warn(
+        "rank {}: the replica check {} was interrupted ({}); skipped: the next round re-forms the group without "
+        "the dead",
+        group_.rank(), when, e.what());
     return {};
   }
 }

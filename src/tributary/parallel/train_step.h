@@ -10,8 +10,8 @@
 namespace tributary {
 
 struct StepResult {
-  double loss = 0;       // mean over the step's micro-batches (this replica)
-  double grad_norm = 0;  // before clipping
+  double loss = 0;                   // mean over the step's micro-batches (this replica)
+  double grad_norm = 0;              // before clipping
   std::vector<double> chunk_losses;  // local parallelism: each chunk's own loss (the last is the model's head)
   std::vector<double> stage_step_s, stage_bytes_forward;  // local stages: each stage's step seconds and bytes sent on
   // A step whose stages run ahead of each other learns its numbers late: they are those of the step `lag` steps

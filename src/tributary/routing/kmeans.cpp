@@ -65,7 +65,8 @@ KMeansResult kmeans(const torch::Tensor& x_in, const KMeansOptions& o) {
       pick = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
     }
     chosen.push_back(pick);
-    auto d = squared_distances(x, x.index({torch::tensor(std::vector<int64_t>{pick})})).select(1, 0).to(torch::kFloat64);
+    auto d =
+        squared_distances(x, x.index({torch::tensor(std::vector<int64_t>{pick})})).select(1, 0).to(torch::kFloat64);
     best = torch::minimum(best, d).contiguous();
   }
   auto centroids = x.index({torch::tensor(chosen)}).clone();

@@ -18,12 +18,12 @@ struct KMeansOptions {
 };
 
 struct KMeansResult {
-  torch::Tensor centroids;  // (k, C) float32
+  torch::Tensor centroids;   // (k, C) float32
   torch::Tensor assignment;  // (N) int64
   double inertia = 0;        // mean squared distance to the assigned centroid
 };
 
-KMeansResult kmeans(const torch::Tensor& x, const KMeansOptions& options);  // x: (N, C) float32, N >= k
+KMeansResult kmeans(const torch::Tensor& x, const KMeansOptions& options);                // x: (N, C) float32, N >= k
 torch::Tensor squared_distances(const torch::Tensor& x, const torch::Tensor& centroids);  // (N, k)
 // Greedy capacity-constrained assignment: points take their nearest cluster that still has room.
 torch::Tensor balanced_assignment(const torch::Tensor& distances, int64_t capacity);

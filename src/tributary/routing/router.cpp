@@ -61,9 +61,9 @@ void Router::save(const fs::path& file) const {
   }
   PathGrid grid(modules_per_level, false);
   write_file_atomic(file, tensors_to_safetensors(t, {{"method", method},
-                                                      {"modules", grid.describe()},
-                                                      {"context", std::to_string(context)},
-                                                      {"format", "tributary-router"}}));
+                                                     {"modules", grid.describe()},
+                                                     {"context", std::to_string(context)},
+                                                     {"format", "tributary-router"}}));
 }
 
 Router Router::load(const fs::path& file) {
@@ -72,7 +72,8 @@ Router Router::load(const fs::path& file) {
   auto get = [&](const std::string& key) {
     auto it = meta.find(key);
     if (it == meta.end())
-      fail("'{}' is not a Tributary router (metadata '{}' missing); write one with `tributary route`", file.string(), key);
+      fail("'{}' is not a Tributary router (metadata '{}' missing); write one with `tributary route`", file.string(),
+           key);
     return it->second;
   };
   if (get("format") != "tributary-router") fail("'{}' is not a Tributary router", file.string());
@@ -80,18 +81,19 @@ Router Router::load(const fs::path& file) {
   r.method = get("method");
   r.context = std::stoll(get("context"));
   const std::string modules = get("modules");
-  r.modules_per_level = PathGrid::parse(modules, std::count(modules.begin(), modules.end(), 'x') + 1, false,
-                                        file.string() + " modules").modules_per_level();
+  r.modules_per_level =
+      PathGrid::parse(modules, std::count(modules.begin(), modules.end(), 'x') + 1, false, file.string() + " modules")
+          .modules_per_level();
   r.mean = to_torch(f.at("mean"));
   r.std = to_torch(f.at("std"));
   if (f.contains("rotation")) r.rotation = to_torch(f.at("rotation"));
-  for (size_t l = 0; f.contains(fmt::format("centroids.{}", l)); ++l) r.centroids.push_back(to_torch(f.at(fmt::format("centroids.{}", l))));
+  for (size_t l = 0; f.contains(fmt::format("centroids.{}", l)); ++l)
+    r.centroids.push_back(to_torch(f.at(fmt::format("centroids.{}", l))));
   if (f.contains("weight")) {
     r.weight = to_torch(f.at("weight"));
     r.bias = to_torch(f.at("bias"));
   }
-  if ((r.method == "discriminative") != r.weight.defined() ||
-      (r.method != "discriminative" && r.centroids.empty()))
+  if ((r.method == "discriminative") != r.weight.defined() || (r.method != "discriminative" && r.centroids.empty()))
     fail("router '{}' (method {}) lacks its parameters; re-run `tributary route`", file.string(), r.method);
   return r;
 }

@@ -1,7 +1,8 @@
 // DiPaCo's routers (arXiv 2403.10616 §2.3): each routing unit's feature z is the mean last-block hidden state of a
 // dense "feature model" over the unit's first 32 tokens; a router scores every path for z.
 //   kmeans          one k-means with P = prod K_l centroids; score = -|z - c_p|^2
-//   product         z is cut into L interleaved slices of its principal components, one k-means of K_l centroids per level on its slice; path
+//   product         z is cut into L interleaved slices of its principal components, one k-means of K_l centroids per
+//   level on its slice; path
 //                   (m_0, .., m_L-1) scores -sum_l |z_l - c_{l,m_l}|^2 (k^2 paths from two k-means of k)
 //   discriminative  a P-class logistic regression on z, trained to predict the path with the lowest loss on a
 //                   router split, with a bias that keeps each path's share near 1/P
@@ -40,7 +41,7 @@ struct Router {
 
   int64_t num_paths() const;
   torch::Tensor standardise(const torch::Tensor& features) const;
-  torch::Tensor scores(const torch::Tensor& features) const;             // (N, P): higher is better
+  torch::Tensor scores(const torch::Tensor& features) const;              // (N, P): higher is better
   torch::Tensor route(const torch::Tensor& features, int64_t top) const;  // (N, top) path ids, best first
 
   void save(const fs::path& file) const;

@@ -58,9 +58,10 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   nlohmann::json files = nlohmann::json::object();
   for (const auto& f : contents.staged) {
     if (!fs::exists(tmp / f.name) || fs::file_size(tmp / f.name) != f.bytes)
-      fail("checkpoint of step {}: '{}' written by another rank is missing or incomplete in '{}'. Multi-machine runs "
-           "need train.run_dir on a filesystem every machine shares",
-           step, f.name, tmp.string());
+      fail(
+          "checkpoint of step {}: '{}' written by another rank is missing or incomplete in '{}'. Multi-machine runs "
+          "need train.run_dir on a filesystem every machine shares",
+          step, f.name, tmp.string());
     files[f.name] = {{"bytes", f.bytes}, {"xxh64", hex64(f.xxh64)}};
   }
   auto put = [&](const std::string& name, const std::string& bytes) {
@@ -137,7 +138,9 @@ LoadedCheckpoint load_checkpoint(const fs::path& path) {
       dir,
       safetensors::File::parse(std::move(contents["model.safetensors"]), (dir / "model.safetensors").string()),
       safetensors::File::parse(std::move(contents["optim.safetensors"]), (dir / "optim.safetensors").string()),
-      std::move(state), contents["config.toml"], {}};
+      std::move(state),
+      contents["config.toml"],
+      {}};
   for (auto& [name, bytes] : contents)
     if (name != "model.safetensors" && name != "optim.safetensors" && name != "state.json" && name != "config.toml")
       out.other_files[name] = std::move(bytes);

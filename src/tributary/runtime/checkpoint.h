@@ -14,8 +14,8 @@
 // Writes go to a temp directory (fsync per file), then one rename; only then are old checkpoints pruned (keep N).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -36,9 +36,9 @@ struct CheckpointContents {
   NamedTensors optim;
   nlohmann::json state;
   std::string config_toml;
-  fs::path tokenizer_model;                   // empty: none to copy
+  fs::path tokenizer_model;                                         // empty: none to copy
   std::vector<std::pair<std::string, NamedTensors>> extra_tensors;  // more safetensors files (name, tensors)
-  std::vector<StagedFile> staged;             // non-empty: the temp directory is staging_dir(), already holding them
+  std::vector<StagedFile> staged;  // non-empty: the temp directory is staging_dir(), already holding them
 };
 
 // Where the other ranks of a multi-process run put their files for the checkpoint of `step`.

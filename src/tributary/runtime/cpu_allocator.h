@@ -22,8 +22,8 @@ namespace tributary {
 inline constexpr size_t kMinCachedBytes = 64 * 1024;
 
 struct CpuCacheStats {
-  int64_t hits = 0, misses = 0;     // allocations of cacheable size served from the cache / from the C allocator
-  size_t cached_bytes = 0;          // held idle now
+  int64_t hits = 0, misses = 0;  // allocations of cacheable size served from the cache / from the C allocator
+  size_t cached_bytes = 0;       // held idle now
   size_t cap_bytes = 0;
 };
 

@@ -32,7 +32,8 @@ bool has(const std::map<std::string, std::string>& env, const char* key) { retur
 void check(const DistEnv& d) {
   if (d.world_size < 1) fail("{}: world size {} must be >= 1", d.source, d.world_size);
   if (d.rank >= d.world_size) fail("{}: rank {} is not below the world size {}", d.source, d.rank, d.world_size);
-  if (d.master_port <= 0 || d.master_port > 65535) fail("{}: master port {} is not a TCP port", d.source, d.master_port);
+  if (d.master_port <= 0 || d.master_port > 65535)
+    fail("{}: master port {} is not a TCP port", d.source, d.master_port);
 }
 
 }  // namespace
@@ -71,10 +72,11 @@ DistEnv resolve_dist_env(const std::map<std::string, std::string>& env) {
     // and wait for peers that never come: a run of several processes names where its store is.
     if (d.world_size > 1 && d.source == "tributary" && !has(env, "MASTER_ADDR") && !has(env, "MASTER_PORT") &&
         !has(env, "TRIBUTARY_LAUNCHED"))
-      fail("RANK={} and WORLD_SIZE={} are set in the environment but MASTER_ADDR and MASTER_PORT are not: unset RANK "
-           "and WORLD_SIZE to train in one process, or start the workers with `tributary launch` / torchrun (or set "
-           "MASTER_ADDR and MASTER_PORT on every worker)",
-           env.at("RANK"), env.at("WORLD_SIZE"));
+      fail(
+          "RANK={} and WORLD_SIZE={} are set in the environment but MASTER_ADDR and MASTER_PORT are not: unset RANK "
+          "and WORLD_SIZE to train in one process, or start the workers with `tributary launch` / torchrun (or set "
+          "MASTER_ADDR and MASTER_PORT on every worker)",
+          env.at("RANK"), env.at("WORLD_SIZE"));
     if (has(env, "TRIBUTARY_AGENT_STORE")) d.use_agent_store = true;  // tributary launch hosts the store
     d.joining = has(env, "TRIBUTARY_JOINING");
     auto agent = env.find("TORCHELASTIC_USE_AGENT_STORE");

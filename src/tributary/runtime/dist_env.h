@@ -19,10 +19,10 @@ struct DistEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string store_prefix;     // non-empty when workers share an agent's store (torchrun)
-  bool use_agent_store = false;  // torchrun's agent already runs the TCPStore server
+  std::string store_prefix;       // non-empty when workers share an agent's store (torchrun)
+  bool use_agent_store = false;   // torchrun's agent already runs the TCPStore server
   std::string source = "single";  // tributary | torchrun | slurm | mpi | single
-  bool joining = false;  // TRIBUTARY_JOINING: restarted by launch --max-restarts to join the running run
+  bool joining = false;           // TRIBUTARY_JOINING: restarted by launch --max-restarts to join the running run
 
   bool distributed() const { return world_size > 1; }
   bool lead() const { return rank == 0 && !joining; }  // writes metrics and the run directory at start

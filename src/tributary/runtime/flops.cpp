@@ -96,17 +96,19 @@ BlasInfo check_blas() {
     log::warn("uses it), which carries its BLAS inside, or select OpenBLAS for libblas.so.3 (update-alternatives).");
     log::warn("==================================================================================");
   } else if (info.library.find("openblas-pthread") != std::string::npos && at::get_num_threads() > 1) {
-    log::warn("OpenBLAS's pthread flavour ('{}') runs its own thread pool beside LibTorch's OpenMP one: on a busy "
-              "machine they spin against each other (training steps 1.35-1.6x slower on 2 cores). Fix: build on "
-              "PyTorch's own wheel (./run setup), or select libopenblas0-openmp.", info.library);
+    log::warn(
+        "OpenBLAS's pthread flavour ('{}') runs its own thread pool beside LibTorch's OpenMP one: on a busy "
+        "machine they spin against each other (training steps 1.35-1.6x slower on 2 cores). Fix: build on "
+        "PyTorch's own wheel (./run setup), or select libopenblas0-openmp.",
+        info.library);
   }
   return info;
 }
 
 int64_t configure_threads(int64_t threads, int local_world_size) {
-  int64_t n = threads > 0 ? threads
-                          : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) /
-                                                     std::max(1, local_world_size));
+  int64_t n = threads > 0
+                  ? threads
+                  : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / std::max(1, local_world_size));
   at::set_num_threads(static_cast<int>(n));
   return n;
 }

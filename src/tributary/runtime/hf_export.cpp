@@ -44,7 +44,8 @@ fs::path export_hf(const std::string& run_or_checkpoint, const fs::path& out, st
   fs::create_directories(out);
   write_file_atomic(out / "config.json", hf_llama_config_json(c));
   write_file_atomic(out / "model.safetensors", tensors_to_safetensors(to_hf_llama(*loaded.model), {{"format", "pt"}}));
-  nlohmann::json tokenizer = {{"type", loaded.tokenizer->kind()}, {"vocab_size", loaded.tokenizer->vocab_size()},
+  nlohmann::json tokenizer = {{"type", loaded.tokenizer->kind()},
+                              {"vocab_size", loaded.tokenizer->vocab_size()},
                               {"eot_id", loaded.tokenizer->eot_id()}};
   if (loaded.tokenizer->kind() == "byte") {
     tokenizer["ids"] = "id b < 256 is the byte b; 256 ends a document";

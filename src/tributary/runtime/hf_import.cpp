@@ -53,9 +53,10 @@ std::string tokenizer_kind(const fs::path& dir) {
     fail("{}: type '{}' is not byte, or sentencepiece with tokenizer.model beside it", ours.string(), type);
   }
   if (fs::exists(dir / "tokenizer.model")) return "sentencepiece";
-  fail("'{}' has no tokenizer this tool reads (tokenizer.model: SentencePiece; tributary_tokenizer.json); a "
-       "tokenizer.json (Hugging Face BPE) alone is not supported",
-       dir.string());
+  fail(
+      "'{}' has no tokenizer this tool reads (tokenizer.model: SentencePiece; tributary_tokenizer.json); a "
+      "tokenizer.json (Hugging Face BPE) alone is not supported",
+      dir.string());
 }
 
 }  // namespace
@@ -63,8 +64,8 @@ std::string tokenizer_kind(const fs::path& dir) {
 fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& data_dir) {
   require_empty_output(out, "--out");
   const fs::path config_file = dir / "config.json";
-  if (!fs::exists(config_file)) fail("'{}' is missing: is '{}' a Hugging Face model directory?", config_file.string(),
-                                     dir.string());
+  if (!fs::exists(config_file))
+    fail("'{}' is missing: is '{}' a Hugging Face model directory?", config_file.string(), dir.string());
   RunConfig config;
   config.model = llama_model_config(read_file(config_file), config_file.string());
   config.data.dir = data_dir;
@@ -72,8 +73,8 @@ fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& 
   const std::string kind = tokenizer_kind(dir);
   Transformer model(config.model);
   const NamedTensors params = from_hf_llama(model, read_hf_tensors(dir), dir.string());
-  const nlohmann::json state = {{"step", 0}, {"tokens", 0}, {"tokenizer", kind},
-                                {"imported_from", fs::absolute(dir).string()}};
+  const nlohmann::json state = {
+      {"step", 0}, {"tokens", 0}, {"tokenizer", kind}, {"imported_from", fs::absolute(dir).string()}};
   const fs::path tok_model = kind == "sentencepiece" ? dir / "tokenizer.model" : fs::path();
   return save_checkpoint(out, 0, {params, {}, state, config.to_toml(), tok_model}, 1);
 }

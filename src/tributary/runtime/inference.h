@@ -8,8 +8,8 @@
 #include <string>
 
 #include "tributary/core/fs.h"
-#include "tributary/data/tokenizer.h"
 #include "tributary/data/loader.h"
+#include "tributary/data/tokenizer.h"
 #include "tributary/model/eval.h"
 #include "tributary/model/transformer.h"
 #include "tributary/runtime/run_config.h"

@@ -5,12 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <optional>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <thread>
 #include <utility>
 
@@ -42,20 +42,26 @@ void flush_lines(Worker& w, bool final) {
 
 const char* stop_signal_name(int sig) {
   switch (sig) {
-    case SIGSTOP: return "SIGSTOP";
-    case SIGTSTP: return "SIGTSTP";
-    case SIGTTIN: return "SIGTTIN";
-    case SIGTTOU: return "SIGTTOU";
-    default: return "a stop signal";
+    case SIGSTOP:
+      return "SIGSTOP";
+    case SIGTSTP:
+      return "SIGTSTP";
+    case SIGTTIN:
+      return "SIGTTIN";
+    case SIGTTOU:
+      return "SIGTTOU";
+    default:
+      return "a stop signal";
   }
 }
 
 // For the peers' error messages; the statuses of docs/errors.md.
 std::string how_it_ended(int status) {
-  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   if (!WIFEXITED(status)) return "ended";
   const int code = WEXITSTATUS(status);
-  const char* meaning = code == 2 ? " (an error in its input or config)"
+  const char* meaning = code == 2   ? " (an error in its input or config)"
                         : code == 3 ? " (a bug)"
                         : code == 4 ? " (a network error)"
                         : code == 5 ? " (no member of the run left to heal from)"
@@ -69,14 +75,15 @@ int exit_code_of(int status) {
   return 1;
 }
 
-
 // Forwards what the workers printed, line by line with their rank prefix.
 void pump_output(std::vector<Worker>& workers) {
   std::vector<pollfd> fds;
   for (auto& w : workers)
     if (w.fd >= 0) fds.push_back({w.fd, POLLIN, 0});
-  if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-  else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!fds.empty())
+    ::poll(fds.data(), fds.size(), 100);
+  else
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (auto& w : workers) {
     if (w.fd < 0) continue;
     char buf[8192];
@@ -125,7 +132,8 @@ class Supervisor {
   }
   void begin_stop() {
     stop_all(SIGTERM);
-    stop_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
+    stop_deadline_ =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
   }
   void enforce_deadline();
   // Stopped (SIGSTOP) workers left alone after every other worker exited: nobody will continue them (the others
@@ -146,7 +154,7 @@ class Supervisor {
     Clock::time_point until;
   };
   std::optional<NetworkFailure> network_failure_;  // waiting for the cause
-  std::string cause_;                               // what the final line says when it is not the failed rank itself
+  std::string cause_;                              // what the final line says when it is not the failed rank itself
 };
 
 std::string Supervisor::stopped_ranks() const {
@@ -173,9 +181,10 @@ bool Supervisor::restart(const Worker& w, int code) {
   for (const auto& o : workers_) others |= o.running && !o.stopped && o.pid != w.pid;
   if (!others) return false;
   if (o_.run_started && !o_.run_started(o_.master_addr, o_.master_port)) {
-    log::warn("launch: rank {} (pid {}) exited with status {} before the run got through start-up; a restart would "
-              "fail the same way, so it is not restarted",
-              w.rank, w.pid, code);
+    log::warn(
+        "launch: rank {} (pid {}) exited with status {} before the run got through start-up; a restart would "
+        "fail the same way, so it is not restarted",
+        w.rank, w.pid, code);
     return false;
   }
   restarts_ += 1;
@@ -188,15 +197,19 @@ bool Supervisor::restart(const Worker& w, int code) {
 void Supervisor::on_failure(const Worker& w, int code) {
   if (failed_rank_ >= 0 || stop_deadline_) return;
   if (code == kRunLostStatus) {  // nobody is left to heal from: a restart would find the same, again and again
-    log::error("launch: rank {} found no live member to heal from: every worker that held the run's state is gone, "
-               "so restarting cannot help. Resume from the last checkpoint (train --resume)", w.rank);
+    log::error(
+        "launch: rank {} found no live member to heal from: every worker that held the run's state is gone, "
+        "so restarting cannot help. Resume from the last checkpoint (train --resume)",
+        w.rank);
     return blame(w.rank, code);
   }
   if (restart(w, code)) return;
   if (tolerated_ < o_.max_failures) {
     tolerated_ += 1;
-    log::warn("launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
-              "carry on", w.rank, w.pid, code, tolerated_, o_.max_failures);
+    log::warn(
+        "launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
+        "carry on",
+        w.rank, w.pid, code, tolerated_, o_.max_failures);
   } else if (code == kNetworkErrorStatus) {
     if (!network_failure_) network_failure_ = NetworkFailure{w.rank, code, Clock::now() + kBlameWindow};
   } else {
@@ -219,8 +232,10 @@ void Supervisor::settle_network_failure() {
                network_failure_->rank, stopped);
     cause_ = fmt::format("{} was stopped and rank {} gave up waiting for it", stopped, network_failure_->rank);
   } else {
-    log::error("launch: rank {} reported a network failure and no local rank failed for a reason of its own; look at "
-               "the other machines' ranks and the network", network_failure_->rank);
+    log::error(
+        "launch: rank {} reported a network failure and no local rank failed for a reason of its own; look at "
+        "the other machines' ranks and the network",
+        network_failure_->rank);
   }
   const auto failure = *network_failure_;
   network_failure_.reset();
@@ -233,9 +248,10 @@ void Supervisor::reap() {
     if (!w.running || ::waitpid(w.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != w.pid) continue;
     if (WIFSTOPPED(status)) {
       w.stopped = true;
-      log::warn("launch: rank {} (pid {}) was stopped by {}; the other ranks wait for it (up to "
-                "dist.collective_timeout_s). `kill -CONT {}` resumes it",
-                w.rank, w.pid, stop_signal_name(WSTOPSIG(status)), w.pid);
+      log::warn(
+          "launch: rank {} (pid {}) was stopped by {}; the other ranks wait for it (up to "
+          "dist.collective_timeout_s). `kill -CONT {}` resumes it",
+          w.rank, w.pid, stop_signal_name(WSTOPSIG(status)), w.pid);
       continue;
     }
     if (WIFCONTINUED(status)) {
@@ -263,10 +279,11 @@ void Supervisor::enforce_deadline() {
   bool any_running = false;
   for (auto& w : workers_) any_running |= w.running;
   if (any_running)
-    log::error("launch: the workers did not stop within --grace {} s; killing them. Their progress since the run's "
-               "last checkpoint is lost (resume continues from it, if any); a longer --grace lets them finish the "
-               "stop checkpoint",
-               o_.grace_s);
+    log::error(
+        "launch: the workers did not stop within --grace {} s; killing them. Their progress since the run's "
+        "last checkpoint is lost (resume continues from it, if any); a longer --grace lets them finish the "
+        "stop checkpoint",
+        o_.grace_s);
   stop_all(SIGKILL);
   stop_deadline_ = Clock::now() + std::chrono::hours(1);
 }
@@ -319,7 +336,6 @@ int Supervisor::run() {
     log::error("launch: failed because rank {} failed (status {})", failed_rank_, result_);
   return result_;
 }
-
 
 }  // namespace
 

@@ -1,16 +1,16 @@
 #include "tributary/runtime/launcher.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <csignal>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -42,7 +42,6 @@ int free_tcp_port() {
   return ntohs(addr.sin_port);
 }
 
-
 namespace {
 
 // Flags that cannot work, the port (a free one on a single node), and the master address: resolved first (an
@@ -62,22 +61,24 @@ int check_launch(const LaunchOptions& o) {
   int port = o.master_port;
   if (port <= 0) {
     if (o.nnodes > 1)
-      fail("launch: with --nnodes > 1 every machine must name the same --master-port (free ports are picked only on a "
-           "single node)");
+      fail(
+          "launch: with --nnodes > 1 every machine must name the same --master-port (free ports are picked only on a "
+          "single node)");
     port = free_tcp_port();
   }
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   if (int rc = ::getaddrinfo(o.master_addr.c_str(), nullptr, &hints, &found); rc != 0 || !found)
-    fail("launch: cannot resolve --master-addr '{}' ({}); give rank 0's machine's address or host name",
-         o.master_addr, ::gai_strerror(rc));
+    fail("launch: cannot resolve --master-addr '{}' ({}); give rank 0's machine's address or host name", o.master_addr,
+         ::gai_strerror(rc));
   char resolved[INET_ADDRSTRLEN] = "";
   ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, resolved, sizeof(resolved));
   ::freeaddrinfo(found);
   if (!is_loopback_or_private(resolved))
-    log::warn("master address {} looks public: c10d's TCPStore and Gloo are unauthenticated and unencrypted; anyone "
-              "who reaches port {} can join or disrupt the run. Use a private network, VPN or tunnel.",
-              o.master_addr, port);
+    log::warn(
+        "master address {} looks public: c10d's TCPStore and Gloo are unauthenticated and unencrypted; anyone "
+        "who reaches port {} can join or disrupt the run. Use a private network, VPN or tunnel.",
+        o.master_addr, port);
   return port;
 }
 

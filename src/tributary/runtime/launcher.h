@@ -21,15 +21,15 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";  // loopback by default: c10d is unauthenticated
   int master_port = -1;  // -1 (default) or 0: a free port, single node only; a fixed default would let a second
                          // launch on the same machine join the first run's store
-  double grace_s = 10;                    // between SIGTERM and SIGKILL when stopping workers
-  int max_failures = 0;                   // workers that may die without stopping the others: for algorithms that
-                                          // survive it (DiPaCo, dist.fault_tolerant DiLoCo)
-  int max_restarts = 0;                   // dead workers restarted as joiners of the running run (dist.fault_tolerant
-                                          // DiLoCo heals them from a peer); a death beyond them counts as a failure
+  double grace_s = 10;   // between SIGTERM and SIGKILL when stopping workers
+  int max_failures = 0;  // workers that may die without stopping the others: for algorithms that
+                         // survive it (DiPaCo, dist.fault_tolerant DiLoCo)
+  int max_restarts = 0;  // dead workers restarted as joiners of the running run (dist.fault_tolerant
+                         // DiLoCo heals them from a peer); a death beyond them counts as a failure
   // "ADDR:PORT": the run's store is served there already (`tributary store`, on a machine that outlives the
   // workers'); no launch hosts it, and it replaces --master-addr/--master-port.
   std::string store;
-  std::vector<std::string> command;       // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
+  std::vector<std::string> command;  // tributary arguments for each worker, e.g. {"train", "cfg.toml"}
   // Node 0: hosts the run's store on the port (kept alive until launch returns). Given by the CLI, which links
   // comm/; this file stays free of LibTorch.
   std::function<std::shared_ptr<void>(int port)> host_store;

@@ -35,8 +35,7 @@ void MetricsWriter::write(const std::string& json_line) {
   const auto j = nlohmann::json::parse(json_line, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("step")) return;
   const auto step = j.at("step").get<int64_t>();
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (const auto& [key, value] : j.items())
     if (key != "step" && value.is_number()) tensorboard_->scalar(key, step, value.get<double>(), now);
   tensorboard_->flush();

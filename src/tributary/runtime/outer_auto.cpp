@@ -16,8 +16,7 @@ std::string resolve_outer_auto(DistConfig& dist, int64_t steps) {
   constexpr int64_t kFewOuterSteps = 20;
   if (auto_warmup) dist.warmup_ddp_steps = steps / h < kFewOuterSteps ? steps / 3 : 0;
   const double outer_steps = double(std::max<int64_t>(0, steps - dist.warmup_ddp_steps)) / double(h);
-  if (auto_momentum)
-    dist.outer_momentum = outer_steps > 0 ? std::clamp(1.0 - 10.0 / outer_steps, 0.5, 0.9) : 0.5;
+  if (auto_momentum) dist.outer_momentum = outer_steps > 0 ? std::clamp(1.0 - 10.0 / outer_steps, 0.5, 0.9) : 0.5;
   std::vector<std::string> chosen;
   if (auto_warmup) chosen.push_back(fmt::format("{} data-parallel warm-up steps", dist.warmup_ddp_steps));
   if (auto_momentum) chosen.push_back(fmt::format("outer momentum {:.3g}", dist.outer_momentum));

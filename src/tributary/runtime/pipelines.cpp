@@ -19,11 +19,12 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   if (diloco)
     for (int64_t s = 0; s < p; ++s)  // a stage's fragments are its blocks strided: each needs one
       if (layout_.end(s) - layout_.begin(s) < config.dist.fragments)
-        fail("dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
-             "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
-             config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
-  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), place_.replica(), layout_.begin(stage()),
-            layout_.end(stage()) - 1);
+        fail(
+            "dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
+            "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
+            config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
+  log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), place_.replica(),
+            layout_.begin(stage()), layout_.end(stage()) - 1);
   const auto world_links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
   if (world_links && env.rank == 0) log::info("pipelines on {}", world_links->describe());
   auto options_among = [&](std::vector<int> members) {  // a group's options: its view of the emulated links
@@ -37,12 +38,14 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", place_.replica()));
   if (layout.stage_data_parallel_steps() != 0) {  // data parallel, or DiLoCo's warm-up
-    data_ = std::make_unique<comm::Group>(store, int(place_.replica()), int(place_.replicas()), options_among(data_members),
-                                          fmt::format("data.{}", stage()));
+    data_ = std::make_unique<comm::Group>(store, int(place_.replica()), int(place_.replicas()),
+                                          options_among(data_members), fmt::format("data.{}", stage()));
   }
   if (diloco)  // the exchange pads with the modelled time itself
     stage_replicas_ = std::make_unique<Replicas>(
-        config, ReplicaGroup{.store = store, .rank = int(place_.replica()), .size = int(place_.replicas()),
+        config, ReplicaGroup{.store = store,
+                             .rank = int(place_.replica()),
+                             .size = int(place_.replicas()),
                              .link = world_links ? std::optional(world_links->subset(data_members)) : std::nullopt,
                              .prefix = fmt::format("diloco.{}", stage())});
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
@@ -51,8 +54,9 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
                                          fmt::format("tie.{}", place_.replica()));
   const comm::GroupOptions options = group_options(config);
   if (config.local.chunks > 0)  // local stages: their lagged report, outside the link emulation like the stop vote
-    report_ = std::make_unique<comm::LaggedReduce>(store, int(stage()), int(p), options,
-                                                   fmt::format("report.{}", place_.replica()), int(config.local.queue_steps));
+    report_ =
+        std::make_unique<comm::LaggedReduce>(store, int(stage()), int(p), options,
+                                             fmt::format("report.{}", place_.replica()), int(config.local.queue_steps));
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }

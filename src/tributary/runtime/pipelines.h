@@ -32,7 +32,9 @@ class Pipelines {
   int64_t stage() const { return place_.stage(); }  // the rest of this rank's place: the run's Layout
   const pipeline::StageLayout& layout() const { return layout_; }
   pipeline::ScheduleSpec schedule() const { return schedule_; }
-  pipeline::PipelineGroups groups() { return {pipe_.get(), tie_.get(), data_.get(), place_.stage_data_parallel_steps()}; }
+  pipeline::PipelineGroups groups() {
+    return {pipe_.get(), tie_.get(), data_.get(), place_.stage_data_parallel_steps()};
+  }
   // DiLoCo per stage (dist.algorithm = diloco, more than one pipeline): this stage's replicas across the pipelines,
   // which take outer steps every H inner steps instead of averaging gradients every step (groups().data averages
   // only during dist.warmup_ddp_steps, and is null without a warm-up). Null otherwise.

@@ -26,8 +26,8 @@ Calibration calibrate_speed(const RunConfig& config, int repeats) {
   Transformer model(model_config);  // the model's own initialisation: speed does not depend on the values
   model.to(device);
   auto gen = at::detail::createCPUGenerator(7);
-  const auto tokens = at::randint(model_config.vocab_size, {c.sequences, model_config.context + 1}, gen,
-                                  torch::kInt64).to(device);
+  const auto tokens =
+      at::randint(model_config.vocab_size, {c.sequences, model_config.context + 1}, gen, torch::kInt64).to(device);
   const auto input = tokens.narrow(1, 0, model_config.context), target = tokens.narrow(1, 1, model_config.context);
   auto step = [&] {
     model.zero_grad();

@@ -11,7 +11,7 @@
 namespace tributary {
 
 struct Calibration {
-  double tflops = 0;                  // median over the repeats
+  double tflops = 0;  // median over the repeats
   double tflops_min = 0, tflops_max = 0;
   int repeats = 0;
   int64_t threads = 0;                // intra-op threads used (train.threads, as train sets them)

@@ -39,9 +39,10 @@ sched::Workload workload_of(const RunConfig& c, int devices, const std::string& 
   w.micro_batches = c.parallel.micro_batches;
   w.bytes_per_parameter = diloco ? bytes_of(c.dist.compression) : 4.0;  // data parallel all-reduces fp32 gradients
   if (w.bytes_per_parameter == 0)
-    fail("dist.compression = {}: its bytes depend on its settings and the data; plan with a workload file that gives "
-         "bytes_per_parameter",
-         c.dist.compression);
+    fail(
+        "dist.compression = {}: its bytes depend on its settings and the data; plan with a workload file that gives "
+        "bytes_per_parameter",
+        c.dist.compression);
   w.bytes_per_activation = bytes_of(c.parallel.activation_compression);
   return w;
 }

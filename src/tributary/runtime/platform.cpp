@@ -53,10 +53,9 @@ std::string platform_report() {
       "BLAS      {}; LAPACK {}\n"
       "threads   {} intra-op ({} backend), {} inter-op\n"
       "CUDA      {}\n",
-      TRIBUTARY_VERSION, TORCH_VERSION, config_value(config, "BLAS_INFO"),
-      config_value(config, "LAPACK_INFO"), at::get_num_threads(),
-      at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native", at::get_num_interop_threads(),
-      cuda_line());
+      TRIBUTARY_VERSION, TORCH_VERSION, config_value(config, "BLAS_INFO"), config_value(config, "LAPACK_INFO"),
+      at::get_num_threads(), at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native",
+      at::get_num_interop_threads(), cuda_line());
 }
 
 }  // namespace tributary

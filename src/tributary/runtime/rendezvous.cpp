@@ -35,9 +35,10 @@ void wait_for_ranks(comm::Store& store, const std::string& prefix, int world_siz
       for (int r = 0; r < world_size; ++r)
         if (!store.check({keys[size_t(r)]})) missing.push_back(r);
       if (waited * 1000 >= double(timeout.count()))
-        throw NetworkError(fmt::format("rank {}: rank(s) {} of {} did not reach the rendezvous within {} s "
-                                       "(dist.store_timeout_s): start them, or check WORLD_SIZE and MASTER_ADDR:PORT",
-                                       rank, fmt::join(missing, ", "), world_size, timeout.count() / 1000.0));
+        throw NetworkError(
+            fmt::format("rank {}: rank(s) {} of {} did not reach the rendezvous within {} s "
+                        "(dist.store_timeout_s): start them, or check WORLD_SIZE and MASTER_ADDR:PORT",
+                        rank, fmt::join(missing, ", "), world_size, timeout.count() / 1000.0));
       log::info("rank {}: waiting for rank(s) {} of {} at the rendezvous ({:.0f} s of {:.0f} s)", rank,
                 fmt::join(missing, ", "), world_size, waited, timeout.count() / 1000.0);
       next_report += 30;

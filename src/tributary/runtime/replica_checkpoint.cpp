@@ -19,7 +19,7 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     fs::remove_all(staging);
     fs::create_directories(staging);
   }
-  peers.barrier();  // the staging directory exists and is empty
+  peers.barrier();                        // the staging directory exists and is empty
   std::vector<StagedFile> files(kFiles);  // by slot; bytes = 0: none
   if (!lead) {
     files[0] = stage_file(staging, replica_model_file(peers.rank),
@@ -67,7 +67,8 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
 
 bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
                          const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents) {
-  const CheckpointPeers peers{.rank = replicas.rank(), .size = replicas.size(),
+  const CheckpointPeers peers{.rank = replicas.rank(),
+                              .size = replicas.size(),
                               .barrier = [&] { replicas.barrier(); },
                               .all_gather = [&](const torch::Tensor& t) { return replicas.all_gather(t); }};
   const NamedTensors codec = replicas.codec_state();

@@ -1,7 +1,8 @@
 // The multi-process part of a checkpoint (format: checkpoint.h). Every rank calls it at the same step: ranks >= 1
 // stage their state (parameters, optimizer state + RNG, for a pipeline stage under DiLoCo its stage's outer state,
-// under local parallelism its auxiliary heads) in staging_dir(), every rank's loader position and file stamps (size, xxh64) are all-gathered, and rank 0
-// gets `contents` completed with them and the world size, ready for save_checkpoint().
+// under local parallelism its auxiliary heads) in staging_dir(), every rank's loader position and file stamps (size,
+// xxh64) are all-gathered, and rank 0 gets `contents` completed with them and the world size, ready for
+// save_checkpoint().
 #pragma once
 
 #include <functional>

@@ -4,11 +4,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fmt/ranges.h>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -40,8 +40,9 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env) : config_(config
   auto store = rendezvous(config, env);
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
-      log::warn("dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
-                "workers with `tributary launch` (it hosts the store itself)");
+      log::warn(
+          "dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
+          "workers with `tributary launch` (it hosts the store itself)");
     membership_ = std::make_unique<comm::Membership>(store, reconnect_store(config, env), env.rank, env.world_size,
                                                      config.dist.heartbeat_timeout_s, env.joining,
                                                      group_options(config).collective_timeout);
@@ -74,20 +75,21 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
   const auto& d = config_.dist;
   group_ = std::make_unique<comm::Group>(store, rank, size, group_options(config_), prefix);
   exchange_ = std::make_unique<comm::Exchange>(
-      *group_, comm::ExchangeOptions{.codec = d.compression,
-                                     .bucket_mb = d.bucket_mb,
-                                     .link = link,
-                                     .topk_ratio = d.topk_ratio,
-                                     .powersgd_rank = d.powersgd_rank,
-                                     .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk,
-                                                .bits = static_cast<int>(d.sparse_bits)},
-                                     .sparse_decay = d.error_feedback_decay,
-                                     .seed = static_cast<uint64_t>(config_.train.seed)});
+      *group_, comm::ExchangeOptions{
+                   .codec = d.compression,
+                   .bucket_mb = d.bucket_mb,
+                   .link = link,
+                   .topk_ratio = d.topk_ratio,
+                   .powersgd_rank = d.powersgd_rank,
+                   .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
+                   .sparse_decay = d.error_feedback_decay,
+                   .seed = static_cast<uint64_t>(config_.train.seed)});
   if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
   if (rank == 0 && d.diloco() && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
-    log::warn("dist.overlap_steps = {} >= dist.inner_steps / dist.fragments = {}: an exchange is always in flight, so "
-              "checkpoints and stops wait for the end of the run",
-              d.overlap_steps, d.inner_steps / d.fragments);
+    log::warn(
+        "dist.overlap_steps = {} >= dist.inner_steps / dist.fragments = {}: an exchange is always in flight, so "
+        "checkpoints and stops wait for the end of the run",
+        d.overlap_steps, d.inner_steps / d.fragments);
   thread_ = std::make_unique<comm::CommThread>();
   reducer_ = std::make_unique<ResilientAverage>(
       *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(world_link),

@@ -84,7 +84,7 @@ class Replicas {
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::Exchange> exchange_;
-  std::unique_ptr<comm::CommThread> thread_;  // joined first by the destructor: its jobs use the members below
+  std::unique_ptr<comm::CommThread> thread_;   // joined first by the destructor: its jobs use the members below
   std::unique_ptr<ResilientAverage> reducer_;  // the exchange's average, on the communication thread
   std::unique_ptr<ReplicaCheck> check_;
   std::unique_ptr<ReplicaSync> sync_;

@@ -13,8 +13,14 @@ namespace tributary {
 
 RunConfig::RunConfig() { bind(); }
 RunConfig::RunConfig(const RunConfig& other)
-    : model(other.model), data(other.data), optim(other.optim), train(other.train), dist(other.dist),
-      parallel(other.parallel), dipaco(other.dipaco), local(other.local) {
+    : model(other.model),
+      data(other.data),
+      optim(other.optim),
+      train(other.train),
+      dist(other.dist),
+      parallel(other.parallel),
+      dipaco(other.dipaco),
+      local(other.local) {
   bind();
 }
 RunConfig& RunConfig::operator=(const RunConfig& other) {
@@ -69,13 +75,14 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dist.collective_timeout_s", dist.collective_timeout_s, "deadline of one collective (s)", 1.0, 86400.0);
   s.add("dist.fault_tolerant", dist.fault_tolerant,
         "DiLoCo and data parallel: survive dead or frozen workers (rounds are committed or redone by the survivors)");
-  s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s, "silence after which a worker is dead (s): fault tolerance and DiPaCo",
-        0.5, 3600.0);
+  s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s,
+        "silence after which a worker is dead (s): fault tolerance and DiPaCo", 0.5, 3600.0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
         "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median; "
-        "0 = off", 0.0, 1e6);
-  s.add("parallel.pipeline_stages", parallel.pipeline_stages, "pipeline stages D_PP (world = D_DP x D_PP); 1 = none",
-        1, 1024);
+        "0 = off",
+        0.0, 1e6);
+  s.add("parallel.pipeline_stages", parallel.pipeline_stages, "pipeline stages D_PP (world = D_DP x D_PP); 1 = none", 1,
+        1024);
   s.add("parallel.micro_batches", parallel.micro_batches, "pipeline: micro-batches per step (divides batch_size)", 1,
         65535);
   s.add("parallel.schedule", parallel.schedule, "pipeline schedule", {"gpipe", "1f1b"});
@@ -96,12 +103,13 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dipaco.on_failure", dipaco.on_failure, "DiPaCo: a dead worker's tasks are re-run or skipped",
         {"requeue", "skip"});
   s.rename("dipaco.heartbeat_timeout_s", "dist.heartbeat_timeout_s", "one heartbeat deadline for every kind of run");
-  s.add("dipaco.holdout_permille", dipaco.holdout_permille, "DiPaCo: held-out slice of each shard (early stopping)",
-        0, 500);
+  s.add("dipaco.holdout_permille", dipaco.holdout_permille, "DiPaCo: held-out slice of each shard (early stopping)", 0,
+        500);
   s.add("dipaco.eval_units", dipaco.eval_units, "DiPaCo: routed validation units evaluated at the end; 0 = all", 0);
   s.add("dipaco.path_local", dipaco.path_local,
         "DiPaCo: workers hold and ship only their paths' modules (through owners and the store)");
-  s.add("dipaco.fetch_codec", dipaco.fetch_codec, "DiPaCo path_local: module values fetched as", {"fp32", "fp16", "bf16"});
+  s.add("dipaco.fetch_codec", dipaco.fetch_codec, "DiPaCo path_local: module values fetched as",
+        {"fp32", "fp16", "bf16"});
   s.add("dipaco.inner_state", dipaco.inner_state,
         "DiPaCo: a path's AdamW state follows it between tasks, or every task starts afresh", {"travel", "reset"});
   s.add("dipaco.path_state", dipaco.path_state,
@@ -118,8 +126,8 @@ void bind_local(ConfigSchema& s, LocalConfig& local) {
   s.add("local.mode", local.mode, "local parallelism: how blocks form chunks", {"chunked", "greedy", "overlapping"});
   s.add("local.overlap_blocks", local.overlap_blocks,
         "overlapping: last blocks of a chunk that the next chunk's loss also trains", 1, 1024);
-  s.add("local.aux_head", local.aux_head, "auxiliary head: RMSNorm + vocabulary projection, after private blocks or not",
-        {"linear", "blocks"});
+  s.add("local.aux_head", local.aux_head,
+        "auxiliary head: RMSNorm + vocabulary projection, after private blocks or not", {"linear", "blocks"});
   s.add("local.aux_head_blocks", local.aux_head_blocks, "aux_head = blocks: private transformer blocks per head", 1, 2);
   s.add("local.aux_weight", local.aux_weight, "scale of each auxiliary head's loss", 0.0, 100.0);
   s.add("local.queue_steps", local.queue_steps,
@@ -144,13 +152,15 @@ void validate_local(const RunConfig& c) {
     fail("local.overlap_blocks = {} must be smaller than the {} blocks of a chunk (model.num_layers / local.chunks)",
          l.overlap_blocks, blocks / l.chunks);
   if (!c.dipaco.modules.empty())
-    fail("local.chunks = {} with dipaco.modules: local parallelism inside DiPaCo paths is not supported yet; set "
-         "local.chunks = 0",
-         l.chunks);
+    fail(
+        "local.chunks = {} with dipaco.modules: local parallelism inside DiPaCo paths is not supported yet; set "
+        "local.chunks = 0",
+        l.chunks);
   if (c.parallel.pipeline_stages > 1 && l.chunks != c.parallel.pipeline_stages)
-    fail("local.chunks = {} with parallel.pipeline_stages = {}: across processes each stage is one chunk; set them "
-         "equal",
-         l.chunks, c.parallel.pipeline_stages);
+    fail(
+        "local.chunks = {} with parallel.pipeline_stages = {}: across processes each stage is one chunk; set them "
+        "equal",
+        l.chunks, c.parallel.pipeline_stages);
   lr_scales(l);
 }
 
@@ -168,13 +178,15 @@ void validate_dipaco(const RunConfig& c) {
   // (optim/module_feedback.h); the ring re-encodes at every hop, and top-k / PowerSGD need every contributor's
   // factors or indices in one collective (docs/dipaco.md, "Compression").
   if (c.dist.compression == "sparseloco" && !c.dipaco.path_local)
-    fail("dist.compression = 'sparseloco' with DiPaCo needs dipaco.path_local = true (each worker's sparse payload "
-         "goes to the module's owner; the owners' ring carries fp32, fp16, bf16, int8, fp4 or terngrad)");
+    fail(
+        "dist.compression = 'sparseloco' with DiPaCo needs dipaco.path_local = true (each worker's sparse payload "
+        "goes to the module's owner; the owners' ring carries fp32, fp16, bf16, int8, fp4 or terngrad)");
   if (c.dist.compression == "topk" || c.dist.compression == "powersgd")
-    fail("dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true "
-         "(per-chunk top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or "
-         "terngrad",
-         c.dist.compression);
+    fail(
+        "dist.compression = '{}' does not work with DiPaCo: use 'sparseloco' with dipaco.path_local = true "
+        "(per-chunk top-k with error feedback per module, packed indices), or fp32, fp16, bf16, int8, fp4 or "
+        "terngrad",
+        c.dist.compression);
   if (c.train.steps % c.dist.inner_steps != 0)
     fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
          c.train.steps, c.dist.inner_steps);
@@ -193,8 +205,8 @@ std::vector<double> lr_scales(const LocalConfig& local) {
     if (!(v > 0 && v <= 100))
       fail("local.lr_scale = '{}': {} is outside (0, 100] (a multiplier of optim.lr)", local.lr_scale, v);
   if (out.size() != K)
-    fail("local.lr_scale = '{}' names {} chunks but local.chunks = {}: give one multiplier per chunk",
-         local.lr_scale, out.size(), K);
+    fail("local.lr_scale = '{}' names {} chunks but local.chunks = {}: give one multiplier per chunk", local.lr_scale,
+         out.size(), K);
   return out;
 }
 
@@ -263,9 +275,10 @@ void RunConfig::validate() const {
   if (model.width % model.num_heads != 0)
     fail("model.width ({}) must be divisible by model.num_heads ({})", model.width, model.num_heads);
   if (model.num_heads % model.kv_heads() != 0)
-    fail("model.num_kv_heads ({}) must divide model.num_heads ({}): each key/value head serves the same number of "
-         "query heads",
-         model.num_kv_heads, model.num_heads);
+    fail(
+        "model.num_kv_heads ({}) must divide model.num_heads ({}): each key/value head serves the same number of "
+        "query heads",
+        model.num_kv_heads, model.num_heads);
   if (model.positions == "rope" && model.head_dim() % 2 != 0)
     fail("RoPE needs an even head dimension: model.width / model.num_heads = {}; change model.num_heads or model.width",
          model.head_dim());
@@ -273,28 +286,33 @@ void RunConfig::validate() const {
     fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
          model.num_levels, model.num_layers);
   if (dist.collective_timeout_s < dist.store_timeout_s)
-    fail("dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
-         "longer than the one below it",
-         dist.collective_timeout_s, dist.store_timeout_s);
+    fail(
+        "dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
+        "longer than the one below it",
+        dist.collective_timeout_s, dist.store_timeout_s);
   if (dist.overlap_steps >= dist.inner_steps && dist.diloco())
-    fail("dist.overlap_steps ({}) must be smaller than dist.inner_steps ({}): a fragment's update has to land before "
-         "its next exchange",
-         dist.overlap_steps, dist.inner_steps);
+    fail(
+        "dist.overlap_steps ({}) must be smaller than dist.inner_steps ({}): a fragment's update has to land before "
+        "its next exchange",
+        dist.overlap_steps, dist.inner_steps);
   if (dist.fragments > dist.inner_steps)
     fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
          dist.fragments, dist.inner_steps);
   if (dist.fault_tolerant) {
     if (dist.overlap_steps > 0 && dist.overlap_steps >= dist.inner_steps / dist.fragments)
-      fail("dist.fault_tolerant = true needs dist.overlap_steps ({}) < dist.inner_steps / dist.fragments ({}): a "
-           "fault-tolerant round may change the members, so one must land before the next starts",
-           dist.overlap_steps, dist.inner_steps / dist.fragments);
+      fail(
+          "dist.fault_tolerant = true needs dist.overlap_steps ({}) < dist.inner_steps / dist.fragments ({}): a "
+          "fault-tolerant round may change the members, so one must land before the next starts",
+          dist.overlap_steps, dist.inner_steps / dist.fragments);
     if (parallel.pipeline_stages > 1 || !dipaco.modules.empty())
-      fail("dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
-           "(dipaco.on_failure) and pipeline stages have none yet");
+      fail(
+          "dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
+          "(dipaco.on_failure) and pipeline stages have none yet");
     if (dist.heartbeat_timeout_s >= dist.collective_timeout_s)
-      fail("dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "
-           "by its silence before a collective gives up on it",
-           dist.heartbeat_timeout_s, dist.collective_timeout_s);
+      fail(
+          "dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "
+          "by its silence before a collective gives up on it",
+          dist.heartbeat_timeout_s, dist.collective_timeout_s);
   }
   parse_slow_workers(dist.slow_workers);  // an Error naming the key and the bad entry
   if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
@@ -302,17 +320,19 @@ void RunConfig::validate() const {
          dist.reject_norm_factor);
   validate_dipaco(*this);
   if (dist.fault_tolerant && keeps_error_feedback(dist.compression))
-    fail("dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
-         "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",
-         dist.compression);
+    fail(
+        "dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
+        "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",
+        dist.compression);
   if (dist.sparse_topk > dist.sparse_chunk)
     fail("dist.sparse_topk = {} is more than dist.sparse_chunk = {}: a chunk cannot keep more values than it has",
          dist.sparse_topk, dist.sparse_chunk);
   validate_local(*this);
   if (optim.warmup_steps > train.steps)
-    fail("optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "
-         "optim.warmup_steps={} (a tenth of the steps)",
-         optim.warmup_steps, train.steps, std::max<int64_t>(train.steps / 10, 0));
+    fail(
+        "optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "
+        "optim.warmup_steps={} (a tenth of the steps)",
+        optim.warmup_steps, train.steps, std::max<int64_t>(train.steps / 10, 0));
   if (parallel.pipeline_stages > 1) {
     if (parallel.pipeline_stages > model.num_layers)
       fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",
@@ -324,9 +344,10 @@ void RunConfig::validate() const {
            train.grad_accum);
     if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
     if (!dist.diloco() && dist.compression != "fp32")
-      fail("parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
-           "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
-           dist.compression);
+      fail(
+          "parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
+          "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
+          dist.compression);
   }
 }
 
@@ -334,16 +355,17 @@ void RunConfig::check_resumable_from(RunConfig saved, const std::string& what, c
   if (saved.model.vocab_size == 0) saved.model.vocab_size = model.vocab_size;
   const auto diffs = config_differences(saved.schema().flatten(), schema().flatten(), resumable_keys());
   if (!diffs.empty())
-    fail("cannot resume from '{}': the configuration differs in {} (saved vs now). Resume with its config ({}), or "
-         "start a new run with another train.run_dir",
-         what, fmt::join(diffs, ", "), saved_file);
+    fail(
+        "cannot resume from '{}': the configuration differs in {} (saved vs now). Resume with its config ({}), or "
+        "start a new run with another train.run_dir",
+        what, fmt::join(diffs, ", "), saved_file);
 }
 
 const std::vector<std::string>& RunConfig::resumable_keys() {
-  static const std::vector<std::string> keys = {"train.log_every", "train.eval_every", "train.eval_batches",
-                                                "train.checkpoint_every", "train.keep_checkpoints", "train.run_dir",
-                                                "train.device", "data.dir", "dist.compute_nice",
-                                                "dist.slow_workers"};  // a machine's speed, not what it computes
+  static const std::vector<std::string> keys = {
+      "train.log_every",        "train.eval_every", "train.eval_batches", "train.checkpoint_every",
+      "train.keep_checkpoints", "train.run_dir",    "train.device",       "data.dir",
+      "dist.compute_nice",      "dist.slow_workers"};  // a machine's speed, not what it computes
   return keys;
 }
 

@@ -28,10 +28,10 @@ struct OptimConfig {
 
 struct TrainConfig {
   int64_t steps = 600;
-  int64_t batch_size = 16;   // sequences per micro-batch
-  int64_t grad_accum = 1;    // micro-batches per optimizer step
+  int64_t batch_size = 16;  // sequences per micro-batch
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
   int64_t seed = 1234;
-  int64_t threads = 0;       // intra-op threads; 0: all cores / local workers
+  int64_t threads = 0;  // intra-op threads; 0: all cores / local workers
   std::string device = "cpu";
   std::string run_dir = "runs/default";
   int64_t log_every = 10;
@@ -39,7 +39,8 @@ struct TrainConfig {
   int64_t eval_batches = 16;
   int64_t checkpoint_every = 200;  // 0: only at the end
   int64_t keep_checkpoints = 2;
-  std::string init_from;  // start from this checkpoint's weights (fresh optimizer and schedule), e.g. a pre-trained model
+  std::string
+      init_from;  // start from this checkpoint's weights (fresh optimizer and schedule), e.g. a pre-trained model
 };
 
 // How replicas synchronise when the run has more than one process (tributary launch, torchrun, Slurm).
@@ -68,14 +69,14 @@ struct DistConfig {
   int64_t sparse_bits = 2;
   double error_feedback_decay = 0.95;
   double bucket_mb = 25;
-  std::string wan;                   // "" | "10Mbit,100ms" | cluster JSON / preset: emulated links between ranks
+  std::string wan;  // "" | "10Mbit,100ms" | cluster JSON / preset: emulated links between ranks
   double store_timeout_s = 600;
   double collective_timeout_s = 1800;
   // Fault tolerance (DiLoCo; optim/resilient_average.h): workers may die; survivors redo the round without them.
   bool fault_tolerant = false;
-  double heartbeat_timeout_s = 10;   // a worker whose heartbeat stalls this long is dead (fault tolerance, DiPaCo)
-  double reject_norm_factor = 0;     // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
-                                     // factor x the round's median norm; 0 = accept every update
+  double heartbeat_timeout_s = 10;  // a worker whose heartbeat stalls this long is dead (fault tolerance, DiPaCo)
+  double reject_norm_factor = 0;    // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
+                                    // factor x the round's median norm; 0 = accept every update
 
   bool diloco() const;  // algorithm read: DiLoCo (true) or data parallel; the one place that compares the string
 };
@@ -84,12 +85,12 @@ struct DistConfig {
 // batch over micro_batches; world size = D_DP x D_PP, rank = stage * D_DP + pipeline (Megatron's order), each stage's
 // replicas across pipelines averaging gradients every step.
 struct ParallelConfig {
-  int64_t pipeline_stages = 1;      // D_PP; 1 = no pipeline
-  int64_t micro_batches = 1;        // m; must divide train.batch_size
-  std::string schedule = "gpipe";   // gpipe | 1f1b
-  int64_t warmup_margin = 0;        // 1F1B: extra warm-up forwards per stage distance (tolerates link latency)
-  std::string stage_layers;         // "" (balanced) | blocks per stage, e.g. "3,5"
-  std::string placement;            // "" (Megatron's order) | placement.json from `tributary plan --out`
+  int64_t pipeline_stages = 1;     // D_PP; 1 = no pipeline
+  int64_t micro_batches = 1;       // m; must divide train.batch_size
+  std::string schedule = "gpipe";  // gpipe | 1f1b
+  int64_t warmup_margin = 0;       // 1F1B: extra warm-up forwards per stage distance (tolerates link latency)
+  std::string stage_layers;        // "" (balanced) | blocks per stage, e.g. "3,5"
+  std::string placement;           // "" (Megatron's order) | placement.json from `tributary plan --out`
   std::string activation_compression = "fp32";  // fp32 | fp16 | bf16 | int8 (parallel/pipeline/wire.h)
 };
 
@@ -97,14 +98,14 @@ struct ParallelConfig {
 // inner steps per round from the current global modules; train.steps is each path's total, so there are
 // train.steps / tau rounds. Compression, WAN emulation and the outer lr/momentum come from [dist].
 struct DipacoConfig {
-  std::string modules;               // "" (not DiPaCo) | modules per level, e.g. "2x2" (one factor per model level)
-  bool private_stem = false;         // embeddings, final norm and head private to each path instead of shared
-  std::string routes;                // directory written by `tributary route` (one shard per path + the router)
-  std::string init_from;             // dense checkpoint every module starts from ("" = the seed's initialisation)
-  std::string norm_rescale = "none";  // none | multiply | divide: outer gradient x1, x or / sqrt(paths through it)
-  std::string on_failure = "requeue";     // requeue | skip: a dead worker's tasks are re-run, or the round goes on
-  int64_t holdout_permille = 20;     // per-path early stopping: this slice of the path's shard is held out
-  int64_t eval_units = 0;            // routed validation units to evaluate at the end; 0 = all
+  std::string modules;                 // "" (not DiPaCo) | modules per level, e.g. "2x2" (one factor per model level)
+  bool private_stem = false;           // embeddings, final norm and head private to each path instead of shared
+  std::string routes;                  // directory written by `tributary route` (one shard per path + the router)
+  std::string init_from;               // dense checkpoint every module starts from ("" = the seed's initialisation)
+  std::string norm_rescale = "none";   // none | multiply | divide: outer gradient x1, x or / sqrt(paths through it)
+  std::string on_failure = "requeue";  // requeue | skip: a dead worker's tasks are re-run, or the round goes on
+  int64_t holdout_permille = 20;       // per-path early stopping: this slice of the path's shard is held out
+  int64_t eval_units = 0;              // routed validation units to evaluate at the end; 0 = all
   // Path-local workers (runtime/dipaco/module_depot.h, optim/module_owners.h): a worker holds only its owned modules
   // and the path it trains, sends only its paths' pseudo-gradients to their owners and fetches modules through the
   // run's store; path state travels through the store (no shared run directory). false: the owners' ring.

@@ -16,8 +16,10 @@ Layout run_layout(const RunConfig& config, const DistEnv& env) {
                   .placement_key = config.parallel.placement};
   if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1) {
     const sched::Placement placement = sched::read_placement(config.parallel.placement);
-    spec.placement = PlacedRanks{.replicas = placement.d_dp, .stages = placement.d_pp,
-                                 .rank_at = placement.pipelines, .device_of_rank = placement.cluster_device};
+    spec.placement = PlacedRanks{.replicas = placement.d_dp,
+                                 .stages = placement.d_pp,
+                                 .rank_at = placement.pipelines,
+                                 .device_of_rank = placement.cluster_device};
   }
   return Layout::resolve(spec);
 }

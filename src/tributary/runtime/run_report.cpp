@@ -28,8 +28,8 @@ std::string thousands(double value) {
 
 RunReport::RunReport(const ReportSetup& setup) : setup_(setup), launched_world_(std::max(setup.world_size, 1)) {
   if (setup_.lead)
-    metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step,
-                                               setup_.run_dir / "tb");
+    metrics_ =
+        std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step, setup_.run_dir / "tb");
   if (setup_.distributed) {
     fs::create_directories(setup_.run_dir / "workers");
     worker_ = std::make_unique<MetricsWriter>(setup_.run_dir / "workers" / fmt::format("rank{}.jsonl", setup_.rank),
@@ -62,14 +62,14 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
                               double elapsed, int world_size, int64_t rejected) {
   round_comm_s_ += c.comm_s;
   nlohmann::json line = {{"step", step},
-         {"outer_step", outer_step},
-         {"bytes_sent", c.bytes_sent},
-         {"bytes_recv", c.bytes_recv},
-         {"comm_s", c.comm_s},
-         {"modelled_link_s", c.modelled_s},
-         {"compute_s", round_seconds_ - c.comm_s},
-         {"inner_steps", inner_steps},
-         {"elapsed_s", elapsed}};
+                         {"outer_step", outer_step},
+                         {"bytes_sent", c.bytes_sent},
+                         {"bytes_recv", c.bytes_recv},
+                         {"comm_s", c.comm_s},
+                         {"modelled_link_s", c.modelled_s},
+                         {"compute_s", round_seconds_ - c.comm_s},
+                         {"inner_steps", inner_steps},
+                         {"elapsed_s", elapsed}};
   if (world_size > 0) line["world_size"] = world_size;
   if (rejected >= 0) line["rejected"] = rejected;
   write(line);
@@ -77,9 +77,14 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
   if (round_seconds_ > 0) last_round_tokens_per_s_ = round_tokens_ / round_seconds_;
   round_tokens_ = 0;
   if (worker_)
-    worker_->write(nlohmann::json{{"step", step}, {"outer_step", outer_step}, {"comm_s", c.comm_s},
-                                  {"compute_s", round_seconds_ - c.comm_s}, {"bytes_sent", c.bytes_sent},
-                                  {"elapsed_s", elapsed}}.dump());
+    worker_->write(nlohmann::json{
+        {"step", step},
+        {"outer_step", outer_step},
+        {"comm_s", c.comm_s},
+        {"compute_s", round_seconds_ - c.comm_s},
+        {"bytes_sent", c.bytes_sent},
+        {"elapsed_s",
+         elapsed}}.dump());
   round_seconds_ = 0;
 }
 
@@ -92,8 +97,14 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
       interval_steps_ > 0 ? double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_) : 0.0;
   const double loss_avg = interval_losses_ > 0 ? interval_loss_ / double(interval_losses_) : result.loss;
   const auto& chunk_losses = result.chunk_losses;
-  nlohmann::json line = {{"step", step}, {"tokens", tokens_seen}, {"loss", result.loss}, {"loss_avg", loss_avg},
-                         {"lr", lr}, {"grad_norm", result.grad_norm}, {"tokens_per_s", tps}, {"mfu", mfu},
+  nlohmann::json line = {{"step", step},
+                         {"tokens", tokens_seen},
+                         {"loss", result.loss},
+                         {"loss_avg", loss_avg},
+                         {"lr", lr},
+                         {"grad_norm", result.grad_norm},
+                         {"tokens_per_s", tps},
+                         {"mfu", mfu},
                          {"elapsed_s", elapsed}};
   if (!chunk_losses.empty()) line["chunk_losses"] = chunk_losses;
   if (!result.stage_step_s.empty()) line["stage_step_s"] = result.stage_step_s;
@@ -104,20 +115,24 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
     const int members = std::max(setup_.world_size, 1);
     const double own = interval_tps / members;
     const double share = setup_.peak_flops * double(launched_world_) / double(members);
-    worker_->write(nlohmann::json{{"step", step}, {"tokens_per_s", own},
-                                  {"mfu", own * setup_.flops_per_token / share}, {"loss_avg", loss_avg},
-                                  {"elapsed_s", elapsed}}.dump());
+    worker_->write(nlohmann::json{
+        {"step", step},
+        {"tokens_per_s", own},
+        {"mfu", own * setup_.flops_per_token / share},
+        {"loss_avg", loss_avg},
+        {"elapsed_s",
+         elapsed}}.dump());
   }
-  const std::string chunks = chunk_losses.empty()
-                                 ? std::string()
-                                 : fmt::format(" (chunks at this step {:.3f})", fmt::join(chunk_losses, " "));
+  const std::string chunks =
+      chunk_losses.empty() ? std::string() : fmt::format(" (chunks at this step {:.3f})", fmt::join(chunk_losses, " "));
   const std::string comm_share =
-      setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / std::max(interval_seconds_, 1e-9)) : std::string();
+      setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / std::max(interval_seconds_, 1e-9))
+                         : std::string();
   round_comm_s_ = 0;
   if (setup_.lead)
     log::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
-              setup_.total_steps, loss_avg, chunks, lr, result.grad_norm, thousands(tps),
-              100 * mfu, comm_share, format_duration(eta));
+              setup_.total_steps, loss_avg, chunks, lr, result.grad_norm, thousands(tps), 100 * mfu, comm_share,
+              format_duration(eta));
   interval_seconds_ = 0;
   interval_tokens_ = 0;
   interval_loss_ = 0;
@@ -131,25 +146,41 @@ void RunReport::evaluated(int64_t step, int64_t tokens_seen, const EvalResult& r
   summary.evaluated = true;
   summary.val_ppl = std::exp(result.loss);
   summary.val_bpb = result.loss / std::log(2.0) / setup_.bytes_per_token;
-  write({{"step", step}, {"tokens", tokens_seen}, {"val_loss", result.loss}, {"val_ppl", summary.val_ppl},
-         {"val_bpb", summary.val_bpb}, {"elapsed_s", elapsed}, {"eval_s", eval_s}, {"train_s", train_s_}});
+  write({{"step", step},
+         {"tokens", tokens_seen},
+         {"val_loss", result.loss},
+         {"val_ppl", summary.val_ppl},
+         {"val_bpb", summary.val_bpb},
+         {"elapsed_s", elapsed},
+         {"eval_s", eval_s},
+         {"train_s", train_s_}});
   log::info("eval step {:>5} | val loss {:.4f} | ppl {:.2f} | {:.3f} bits/byte (unigram {:.3f})", step, result.loss,
             summary.val_ppl, summary.val_bpb, summary.unigram_bpb);
 }
 
 void RunReport::write_summary(const TrainSummary& s, const std::string& algorithm, const std::string& compression) {
   if (!setup_.lead) return;
-  nlohmann::json j = {{"steps", s.steps},           {"tokens", s.tokens},
-                      {"val_loss", s.val_loss},     {"val_bpb", s.val_bpb},
-                      {"val_ppl", s.val_ppl},       {"unigram_bpb", s.unigram_bpb},
-                      {"tokens_per_s", s.tokens_per_s}, {"mfu", s.mfu},
-                      {"peak_flops", s.peak_flops}, {"elapsed_s", s.elapsed_s},
+  nlohmann::json j = {{"steps", s.steps},
+                      {"tokens", s.tokens},
+                      {"val_loss", s.val_loss},
+                      {"val_bpb", s.val_bpb},
+                      {"val_ppl", s.val_ppl},
+                      {"unigram_bpb", s.unigram_bpb},
+                      {"tokens_per_s", s.tokens_per_s},
+                      {"mfu", s.mfu},
+                      {"peak_flops", s.peak_flops},
+                      {"elapsed_s", s.elapsed_s},
                       {"num_parameters", s.num_parameters},
-                      {"checkpoint", s.checkpoint.string()}, {"stopped_early", s.stopped_early},
-                      {"world_size", s.world_size}, {"bytes_sent", s.bytes_sent},
-                      {"bytes_recv", s.bytes_recv}, {"comm_s", s.comm_s},
-                      {"outer_steps", s.outer_steps}, {"algorithm", algorithm},
-                      {"rejected", s.rejected}, {"reformations", s.reformations},
+                      {"checkpoint", s.checkpoint.string()},
+                      {"stopped_early", s.stopped_early},
+                      {"world_size", s.world_size},
+                      {"bytes_sent", s.bytes_sent},
+                      {"bytes_recv", s.bytes_recv},
+                      {"comm_s", s.comm_s},
+                      {"outer_steps", s.outer_steps},
+                      {"algorithm", algorithm},
+                      {"rejected", s.rejected},
+                      {"reformations", s.reformations},
                       {"compression", compression}};
   if (!s.stages.is_null()) j["stages"] = s.stages;
   if (!s.evaluated)

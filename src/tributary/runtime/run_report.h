@@ -20,14 +20,14 @@ namespace tributary {
 
 struct ReportSetup {
   fs::path run_dir;
-  bool lead = true;            // rank 0 writes metrics and prints
-  int64_t resume_step = -1;    // >= 0: metrics.jsonl keeps only lines up to this step
+  bool lead = true;          // rank 0 writes metrics and prints
+  int64_t resume_step = -1;  // >= 0: metrics.jsonl keeps only lines up to this step
   int64_t total_steps = 0;
   int64_t log_every = 1;
   int world_size = 1;
   bool distributed = false;
-  int rank = 0;                    // the worker's launch rank: distributed runs also write workers/rank{rank}.jsonl
-  int64_t worker_resume_step = -1; // that file keeps its lines up to this step (a resume, or a healed worker's rejoin)
+  int rank = 0;                     // the worker's launch rank: distributed runs also write workers/rank{rank}.jsonl
+  int64_t worker_resume_step = -1;  // that file keeps its lines up to this step (a resume, or a healed worker's rejoin)
   double flops_per_token = 0, peak_flops = 0;
   double bytes_per_token = 1;  // validation bytes per token (bits/byte)
 };
@@ -50,8 +50,8 @@ class RunReport {
   // The result of step `step`; local parallelism adds each chunk's loss ("chunk_losses", also printed), each
   // stage's step seconds ("stage_step_s") and bytes sent forward ("stage_bytes_forward").
   void log_step(int64_t step, int64_t tokens_seen, const StepResult& result, double lr, double elapsed);
-  // `eval_s`: seconds of this invocation's evaluations before this one, which `elapsed` holds (elapsed - eval_s: time not
-  // spent evaluating, the clock of time-to-loss measurements).
+  // `eval_s`: seconds of this invocation's evaluations before this one, which `elapsed` holds (elapsed - eval_s: time
+  // not spent evaluating, the clock of time-to-loss measurements).
   void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, double eval_s,
                  TrainSummary& summary);
   // summary.json: val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model).

@@ -16,17 +16,20 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
   const int saved_world = ckpt.state.value("world_size", 1);
   if (saved_world == world_size) return;
   if (config.parallel.pipeline_stages > 1)
-    fail("cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; a pipeline run resumes "
-         "with the same number of workers (launch --nproc {})",
-         ckpt.dir.string(), saved_world, world_size, saved_world);
+    fail(
+        "cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; a pipeline run resumes "
+        "with the same number of workers (launch --nproc {})",
+        ckpt.dir.string(), saved_world, world_size, saved_world);
   if (world_size > 1 && config.dist.diloco() && !ckpt.has("outer.safetensors"))
-    fail("cannot resume '{}' (one process, no DiLoCo outer state) with {} DiLoCo workers: resume it with one "
-         "process, or start a DiLoCo run from its weights with --set train.init_from={}",
-         ckpt.dir.string(), world_size, ckpt.dir.string());
+    fail(
+        "cannot resume '{}' (one process, no DiLoCo outer state) with {} DiLoCo workers: resume it with one "
+        "process, or start a DiLoCo run from its weights with --set train.init_from={}",
+        ckpt.dir.string(), world_size, ckpt.dir.string());
   if (lead)
-    log::warn("resuming a checkpoint of {} worker(s) with {}: every worker starts from rank 0's parameters, AdamW "
-              "state and data position (re-sharded over {})",
-              saved_world, world_size, world_size);
+    log::warn(
+        "resuming a checkpoint of {} worker(s) with {}: every worker starts from rank 0's parameters, AdamW "
+        "state and data position (re-sharded over {})",
+        saved_world, world_size, world_size);
 }
 
 }  // namespace
@@ -49,9 +52,10 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
     ckpt = load_checkpoint(options.resume_from.empty() ? run_dir : fs::path(options.resume_from));
     check_resumable(*ckpt, config, options.dist.world_size, lead);
   } else if (latest_checkpoint(run_dir) && !options.overwrite) {
-    fail("train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
-         "or choose another directory with --set train.run_dir=...",
-         run_dir.string());
+    fail(
+        "train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
+        "or choose another directory with --set train.run_dir=...",
+        run_dir.string());
   }
   // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
   if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
@@ -69,8 +73,11 @@ HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const 
                      const RunProgress& progress) {
   HealState state{.tensors = trained, .num_params = trained.size()};
   for (auto& t : optimizer.state()) state.tensors.push_back(std::move(t));
-  state.meta = {{"step", progress.step}, {"tokens", progress.tokens}, {"elapsed_s", progress.elapsed_before},
-                {"optimizer_steps", optimizer.num_steps()}, {"loader_epoch", loader.position().epoch},
+  state.meta = {{"step", progress.step},
+                {"tokens", progress.tokens},
+                {"elapsed_s", progress.elapsed_before},
+                {"optimizer_steps", optimizer.num_steps()},
+                {"loader_epoch", loader.position().epoch},
                 {"loader_cursor", loader.position().cursor},
                 {"loader_world", loader.world_size()}};
   return state;
@@ -132,7 +139,8 @@ void init_from(Transformer& model, const std::string& from) {
     const torch::Tensor w = to_torch(init.model.at(it->second));
     if (w.sizes() != t.sizes())
       fail("train.init_from = '{}' does not match this run's model: '{}' has shape {} where '{}' needs {}", from,
-           it->second, fmt::format("{}", fmt::join(w.sizes(), "x")), name, fmt::format("{}", fmt::join(t.sizes(), "x")));
+           it->second, fmt::format("{}", fmt::join(w.sizes(), "x")), name,
+           fmt::format("{}", fmt::join(t.sizes(), "x")));
     t.copy_(w);
   }
   log::info("train.init_from = '{}': {} levels of blocks there, {} here (blocks matched in model order)", from,
@@ -151,9 +159,10 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
   load_parameters(model, ckpt.model);
   for (const char* key : {"optimizer_steps", "tokens"})  // a model-only checkpoint (an exported path) has neither
     if (!ckpt.state.contains(key) || !ckpt.state[key].is_number_integer())
-      fail("cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
-           "with --set train.init_from=... instead",
-           ckpt.dir.string(), key);
+      fail(
+          "cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
+          "with --set train.init_from=... instead",
+          ckpt.dir.string(), key);
   optimizer.load_state(ckpt.optim, ckpt.state.at("optimizer_steps").get<int64_t>());
   if (ckpt.optim.contains("rng.cpu")) {
     auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
@@ -178,7 +187,8 @@ namespace {
 // `restore` reads them as it reads a replica's; DiLoCo per stage adds the stage's outer state per rank.
 bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t step, RankState mine,
                           CheckpointContents& contents) {
-  const CheckpointPeers peers{.rank = pipelines.rank(), .size = pipelines.world_size(),
+  const CheckpointPeers peers{.rank = pipelines.rank(),
+                              .size = pipelines.world_size(),
                               .barrier = [&] { pipelines.barrier(); },
                               .all_gather = [&](const torch::Tensor& t) { return pipelines.all_gather(t); }};
   Replicas* replicas = pipelines.stage_replicas();
@@ -207,14 +217,13 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
                           {"tokenizer", r.dataset.tokenizer_kind()},
                           {"torch_version", TORCH_VERSION}};
   const fs::path tok_model = r.dataset.dir() / "tokenizer.model";
-  CheckpointContents contents{r.params, optim_state, state, r.config.to_toml(),
-                              fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
+  CheckpointContents contents{
+      r.params, optim_state, state, r.config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
   if (r.aux_heads && !r.aux_heads->empty()) contents.extra_tensors.emplace_back(kAuxHeadsFile, *r.aux_heads);
   const fs::path run_dir = r.config.train.run_dir;
   if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
   const RankState mine{.params = r.params, .optim_state = optim_state, .position = pos, .aux = r.aux_heads};
-  if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, mine, contents))
-    return {};
+  if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, mine, contents)) return {};
   return save_checkpoint(run_dir, step, contents, r.config.train.keep_checkpoints);
 }
 

@@ -67,7 +67,8 @@ struct SaveRequest {
   const BatchLoader& loader;
   Replicas* replicas = nullptr;    // the replicas of the whole model
   Pipelines* pipelines = nullptr;  // or the pipelines: every rank saves its stage's state
-  const NamedTensors* aux_heads = nullptr;  // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
+  const NamedTensors* aux_heads =
+      nullptr;  // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
 };
 
 // Local parallelism's auxiliary heads in a checkpoint: beside model.safetensors, so export/eval/generate, which read

@@ -19,11 +19,11 @@ std::map<int, double> parse_slow_workers(const std::string& spec) {
     const double factor = colon == std::string::npos ? 0 : std::strtod(entry.c_str() + colon + 1, &factor_end);
     if (colon == std::string::npos || rank_end != entry.c_str() + colon || rank < 0 || *factor_end != '\0' ||
         !(factor >= 1 && factor <= 100))
-      fail("dist.slow_workers = '{}': '{}' is not RANK:FACTOR with a rank >= 0 and a factor in [1, 100] (e.g. '1:3' "
-           "makes worker 1 three times slower)",
-           spec, entry);
-    if (out.count(static_cast<int>(rank)))
-      fail("dist.slow_workers = '{}' names worker {} twice", spec, rank);
+      fail(
+          "dist.slow_workers = '{}': '{}' is not RANK:FACTOR with a rank >= 0 and a factor in [1, 100] (e.g. '1:3' "
+          "makes worker 1 three times slower)",
+          spec, entry);
+    if (out.count(static_cast<int>(rank))) fail("dist.slow_workers = '{}' names worker {} twice", spec, rank);
     out[static_cast<int>(rank)] = factor;
   }
   return out;

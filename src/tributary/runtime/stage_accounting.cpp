@@ -23,8 +23,12 @@ nlohmann::json StageAccounting::gather(Pipelines& pipelines, double train_second
                                             double(s.gradient_bytes), train_seconds, sync_bytes_, peak_rss_mb_});
   auto stages = nlohmann::json::array();
   for (const auto& v : all)
-    stages.push_back({{"compute_s", v[0]}, {"blocked_s", v[1]}, {"bubble", v[4] > 0 ? 1.0 - v[0] / v[4] : 0.0},
-                      {"activation_bytes", v[2]}, {"gradient_bytes", v[3]}, {"sync_bytes", v[5]},
+    stages.push_back({{"compute_s", v[0]},
+                      {"blocked_s", v[1]},
+                      {"bubble", v[4] > 0 ? 1.0 - v[0] / v[4] : 0.0},
+                      {"activation_bytes", v[2]},
+                      {"gradient_bytes", v[3]},
+                      {"sync_bytes", v[5]},
                       {"peak_rss_mb", v[6]}});
   return stages;
 }

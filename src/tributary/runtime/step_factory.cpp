@@ -11,24 +11,42 @@ namespace tributary {
 BuiltStep make_train_step(const StepInputs& in) {
   const RunConfig& c = in.config;
   const LocalConfig& local = c.local;
-  const auto plan = [&] { return local::ChunkPlan::make(c.model.num_layers, local.chunks, local.mode, local.overlap_blocks); };
+  const auto plan = [&] {
+    return local::ChunkPlan::make(c.model.num_layers, local.chunks, local.mode, local.overlap_blocks);
+  };
   const auto wire = [&] {
     return pipeline::parse_wire(c.parallel.activation_compression, "parallel.activation_compression");
   };
   BuiltStep out;
   if (in.heads && in.pipelines) {
-    auto step = std::make_unique<local::LocalStage>(local::LocalStageParts{
-        .model = in.model, .heads = *in.heads, .params = in.trained, .optimizer = in.optimizer, .loader = in.loader,
-        .groups = in.pipelines->groups(), .report = in.pipelines->stage_report(), .plan = plan(),
-        .stage = in.pipelines->stage(), .micro_batches = c.parallel.micro_batches, .aux_weight = local.aux_weight,
-        .device = in.device, .grad_clip = c.optim.grad_clip, .wire = wire(), .lr_scale = lr_scales(local)});
+    auto step = std::make_unique<local::LocalStage>(local::LocalStageParts{.model = in.model,
+                                                                           .heads = *in.heads,
+                                                                           .params = in.trained,
+                                                                           .optimizer = in.optimizer,
+                                                                           .loader = in.loader,
+                                                                           .groups = in.pipelines->groups(),
+                                                                           .report = in.pipelines->stage_report(),
+                                                                           .plan = plan(),
+                                                                           .stage = in.pipelines->stage(),
+                                                                           .micro_batches = c.parallel.micro_batches,
+                                                                           .aux_weight = local.aux_weight,
+                                                                           .device = in.device,
+                                                                           .grad_clip = c.optim.grad_clip,
+                                                                           .wire = wire(),
+                                                                           .lr_scale = lr_scales(local)});
     out.take_stage_stats = [s = step.get()] { return s->take_stats(); };
     out.step = std::move(step);
   } else if (in.heads) {
-    out.step = std::make_unique<local::LocalStep>(local::LocalStepParts{
-        .model = in.model, .heads = *in.heads, .optimizer = in.optimizer, .loader = in.loader, .plan = plan(),
-        .aux_weight = local.aux_weight, .device = in.device, .grad_accum = c.train.grad_accum,
-        .grad_clip = c.optim.grad_clip, .lr_scale = lr_scales(local)});
+    out.step = std::make_unique<local::LocalStep>(local::LocalStepParts{.model = in.model,
+                                                                        .heads = *in.heads,
+                                                                        .optimizer = in.optimizer,
+                                                                        .loader = in.loader,
+                                                                        .plan = plan(),
+                                                                        .aux_weight = local.aux_weight,
+                                                                        .device = in.device,
+                                                                        .grad_accum = c.train.grad_accum,
+                                                                        .grad_clip = c.optim.grad_clip,
+                                                                        .lr_scale = lr_scales(local)});
   } else if (!in.pipelines) {
     out.step = std::make_unique<DenseStep>(DenseStepParts{in.model, in.params, in.optimizer, in.loader, in.sync,
                                                           in.device, c.train.grad_accum, c.optim.grad_clip});

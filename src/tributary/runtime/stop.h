@@ -9,7 +9,6 @@
 
 namespace tributary {
 
-
 // Installs the handlers for its lifetime and restores the previous ones.
 class StopSignals {
  public:

@@ -18,7 +18,7 @@ struct TrainSummary {
   std::vector<double> losses;  // per optimizer step (mean over micro-batches), this invocation only
   double val_loss = 0, val_bpb = 0, val_ppl = 0;
   bool evaluated = false;  // false: no evaluation ran (e.g. --stop-after-step); summary.json then has null val_*
-  double unigram_bpb = 0;       // the unigram baseline on the same validation split
+  double unigram_bpb = 0;  // the unigram baseline on the same validation split
   double tokens_per_s = 0, mfu = 0, peak_flops = 0;
   double elapsed_s = 0;
   int64_t num_parameters = 0;
@@ -27,8 +27,9 @@ struct TrainSummary {
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;
-  int64_t rejected = 0, reformations = 0;  // updates dropped (dist.reject_norm_factor); groups re-formed (deaths, joins)
-  bool lead = true;  // this process wrote the run's metrics and summary (rank 0, or who took over from it)
+  int64_t rejected = 0,
+          reformations = 0;  // updates dropped (dist.reject_norm_factor); groups re-formed (deaths, joins)
+  bool lead = true;          // this process wrote the run's metrics and summary (rank 0, or who took over from it)
   // Pipelines: per stage of pipeline 0, compute and blocked seconds, the measured bubble (1 - compute / step time),
   // the bytes of activations and activation gradients it sent, and the bytes it sent to its replicas in the other
   // pipelines (sync_bytes: the gradient all-reduce, or DiLoCo's pseudo-gradient exchanges).

@@ -11,7 +11,7 @@ namespace tributary::detail {
 
 bool TrainingRun::sync(int64_t step, double lr) {
   if (!sync_) return false;
-  bool synced = sync_->after_step(step, lr, parts_.trained);            // DiLoCo: outer step every H inner steps
+  bool synced = sync_->after_step(step, lr, parts_.trained);             // DiLoCo: outer step every H inner steps
   if (step == tc_.steps) synced |= sync_->finish(step, parts_.trained);  // pending inner steps at the end
   return synced;
 }
@@ -22,9 +22,8 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   count_traffic(c);
   const int64_t rejected = replicas_ ? replicas_->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
-  report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(),
-                         sync_->ddp() ? 1 : sync_->inner_steps_now(), c, elapsed,
-                         rejected >= 0 ? sync_->size() : 0, rejected);
+  report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(), sync_->ddp() ? 1 : sync_->inner_steps_now(),
+                         c, elapsed, rejected >= 0 ? sync_->size() : 0, rejected);
 }
 
 void TrainingRun::count_traffic(const comm::CommStats& c) {
@@ -35,17 +34,17 @@ void TrainingRun::count_traffic(const comm::CommStats& c) {
 }
 
 void TrainingRun::save(int64_t step, double elapsed) {
-  auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(), pipelines_.get(),
-                        &parts_.aux_params},
+  auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
+                        pipelines_.get(), &parts_.aux_params},
                        step, progress_.tokens, elapsed);
   if (!path.empty()) summary_.checkpoint = path;
 }
 
 // The loop: next batch -> step -> sync -> (membership) -> report -> evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
-  auto built = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(), *parts_.optimizer, *data_.loader,
-                                 replicas_ ? &replicas_->sync() : nullptr, pipelines_.get(), device_,
-                                 slowdown_->factor()});
+  auto built = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(),
+                                *parts_.optimizer, *data_.loader, replicas_ ? &replicas_->sync() : nullptr,
+                                pipelines_.get(), device_, slowdown_->factor()});
   if (built.take_stage_stats) stages_.emplace(std::move(built.take_stage_stats));
   StopAgreement stop(stop_vote(), options_.stop_after_step, lead_);
   const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
@@ -132,7 +131,8 @@ void TrainingRun::evaluate_and_checkpoint(const Due& due, int64_t step, double n
     if (parts_.aux_heads) pipelines_->consolidate_aux_heads(parts_.aux_params);
   }
   if (lead_ && due.eval) {
-    BatchLoader val(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+    BatchLoader val(data_.val_tokens,
+                    {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
                     fmt::format("'{}' val", config_.data.dir));
     const auto eval_start = Clock::now();
     const EvalResult result = evaluate(*parts_.model, val, tc_.eval_batches, device_);
@@ -153,8 +153,7 @@ void TrainingRun::stopped_early(int64_t step) {
 void TrainingRun::record(const StepResult& result, int64_t step, double lr, double now) {
   summary_.losses.push_back(result.loss);
   const int64_t of = step - result.lag;
-  if (report_->log_due(of))
-    report_->log_step(of, progress_.tokens - result.lag * tokens_per_step_, result, lr, now);
+  if (report_->log_due(of)) report_->log_step(of, progress_.tokens - result.lag * tokens_per_step_, result, lr, now);
 }
 
 void TrainingRun::finish(int64_t step, double train_seconds) {

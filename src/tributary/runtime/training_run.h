@@ -67,7 +67,7 @@ class TrainingRun {
   StopAgreement::Vote stop_vote();
   StepResult step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself);
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
-  void measure_stage();  // a pipeline stage's step: its traffic, compute, bubble and peak memory
+  void measure_stage();                // a pipeline stage's step: its traffic, compute, bubble and peak memory
   Due due_after(int64_t step, bool synced, StopAgreement& stop);
   void evaluate_and_checkpoint(const Due& due, int64_t step, double now);
   void stopped_early(int64_t step);
@@ -102,7 +102,7 @@ class TrainingRun {
   int64_t tokens_at_start_ = 0;  // progress_.tokens when this process began training (resumed or healed: not 0)
   std::unique_ptr<RunReport> report_;
   TrainSummary summary_;
-  int64_t tokens_per_step_ = 0;  // all replicas together
+  int64_t tokens_per_step_ = 0;              // all replicas together
   std::optional<PendingHeal> pending_heal_;  // a joiner healed mid-round, until it is a member
   double flops_per_token_ = 0;
   double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())

@@ -26,8 +26,10 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   const int64_t threads = configure_threads(tc_.threads, env.local_world_size);
   slowdown_.emplace(config_.dist.slow_workers, env.rank, env.world_size);
   if (slowdown_->factor() > 1)
-    log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each step, or after each forward and "
-              "backward of a pipeline stage)", env.rank, slowdown_->factor());
+    log::info(
+        "worker {} runs {}x slower (dist.slow_workers: a sleep after each step, or after each forward and "
+        "backward of a pipeline stage)",
+        env.rank, slowdown_->factor());
   if (lead_) {
     check_blas();
     log::info("{}", layout_.describe());
@@ -47,36 +49,38 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
   // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
-  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_)
-                                  : measure_matmul_peak(device_);
+  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_) : measure_matmul_peak(device_);
   start_replicas();  // a joining worker may find the run over: then it trains nothing
   flops_per_token_ = training_flops_per_token(config_.model, parts_.model->num_matmul_parameters());
   if (parts_.aux_heads)  // the auxiliary heads are computed and trained too
     flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
-                     (pipelines_        ? layout_.replicas()
-                      : pending_heal_    ? pending_heal_->members_world  // the members' count until it is one
-                      : replicas_        ? replicas_->size()
-                                         : env.world_size);
+                     (pipelines_      ? layout_.replicas()
+                      : pending_heal_ ? pending_heal_->members_world  // the members' count until it is one
+                      : replicas_     ? replicas_->size()
+                                      : env.world_size);
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = parts_.model->num_parameters();
   const double bytes_per_token = data_.dataset->bytes_per_token("val");
   summary_.unigram_bpb = data_.dataset->unigram_val_bits_per_token() / bytes_per_token;
   describe(threads);
-  report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir, .lead = lead_,
-                                                    .resume_step = ckpt_ ? progress_.step : -1,
-                                                    .total_steps = tc_.steps, .log_every = tc_.log_every,
-                                                    .world_size = env.world_size, .distributed = sync_ != nullptr,
-                                                    .rank = env.rank,
-                                                    // a restarted worker keeps the lines of its first life
-                                                    .worker_resume_step = ckpt_ ? progress_.step
-                                                                          : env.joining
-                                                                              ? std::numeric_limits<int64_t>::max()
-                                                                              : -1,
-                                                    .flops_per_token = flops_per_token_,
-                                                    .peak_flops = summary_.peak_flops,
-                                                    .bytes_per_token = bytes_per_token});
+  report_ =
+      std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir,
+                                              .lead = lead_,
+                                              .resume_step = ckpt_ ? progress_.step : -1,
+                                              .total_steps = tc_.steps,
+                                              .log_every = tc_.log_every,
+                                              .world_size = env.world_size,
+                                              .distributed = sync_ != nullptr,
+                                              .rank = env.rank,
+                                              // a restarted worker keeps the lines of its first life
+                                              .worker_resume_step = ckpt_         ? progress_.step
+                                                                    : env.joining ? std::numeric_limits<int64_t>::max()
+                                                                                  : -1,
+                                              .flops_per_token = flops_per_token_,
+                                              .peak_flops = summary_.peak_flops,
+                                              .bytes_per_token = bytes_per_token});
 }
 
 void TrainingRun::build_model_and_data() {
@@ -85,12 +89,12 @@ void TrainingRun::build_model_and_data() {
   parts_.model->to(device_);
   parts_.params = named_parameters_of(*parts_.model);
   parts_.trained = pipelines_ ? pipeline::stage_params(parts_.params, pipelines_->layout(), layout_.stage(),
-                                                 config_.model.blocks_per_level(), config_.model.tie_embeddings)
-                        : parts_.params;
+                                                       config_.model.blocks_per_level(), config_.model.tie_embeddings)
+                              : parts_.params;
   const LocalConfig& local = config_.local;
   if (local.chunks > 0) {  // drawn after the model: its initialisation is the plain trainer's
-    parts_.aux_heads = std::make_shared<AuxHeads>(config_.model, local.chunks,
-                                            local.aux_head == "blocks" ? local.aux_head_blocks : 0);
+    parts_.aux_heads =
+        std::make_shared<AuxHeads>(config_.model, local.chunks, local.aux_head == "blocks" ? local.aux_head_blocks : 0);
     parts_.aux_heads->to(device_);
     parts_.aux_params = named_parameters_of(*parts_.aux_heads);
     const std::string mine = pipelines_ ? fmt::format("aux.{}.", layout_.stage()) : "aux.";  // a stage: its head
@@ -107,7 +111,8 @@ void TrainingRun::build_model_and_data() {
   // process with batch N*b would.
   data_.loader = std::make_unique<BatchLoader>(
       train_tokens,
-      LoaderOptions{.batch_size = tc_.batch_size, .context = config_.model.context,
+      LoaderOptions{.batch_size = tc_.batch_size,
+                    .context = config_.model.context,
                     .seed = static_cast<uint64_t>(tc_.seed),
                     .rank = pipelines_ ? layout_.replica() : options_.dist.rank,  // a pipeline's stages read alike
                     .world_size = pipelines_ ? layout_.replicas() : options_.dist.world_size},
@@ -116,18 +121,20 @@ void TrainingRun::build_model_and_data() {
   BatchLoader(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
               fmt::format("'{}' val", config_.data.dir));
   if (!ckpt_ && !tc_.init_from.empty()) init_from(*parts_.model, tc_.init_from);
-  if (ckpt_) progress_ = restore(*ckpt_, *parts_.model, *parts_.optimizer, *data_.loader, options_.dist.rank,
-                                   options_.dist.world_size);
+  if (ckpt_)
+    progress_ =
+        restore(*ckpt_, *parts_.model, *parts_.optimizer, *data_.loader, options_.dist.rank, options_.dist.world_size);
   if (ckpt_ && parts_.aux_heads)  // a pipeline rank's own copy (DiLoCo replicas differ between outer steps)
-    load_parameters(*parts_.aux_heads, ckpt_->tensors(pipelines_ && options_.dist.rank != 0
-                                                    ? replica_aux_file(options_.dist.rank)
-                                                    : kAuxHeadsFile));
+    load_parameters(
+        *parts_.aux_heads,
+        ckpt_->tensors(pipelines_ && options_.dist.rank != 0 ? replica_aux_file(options_.dist.rank) : kAuxHeadsFile));
 }
 
 void TrainingRun::start_replicas() {
   if (!sync_) return;
   if (options_.dist.joining) {
-    pending_heal_ = join_run(*replicas_->quorum(), parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
+    pending_heal_ =
+        join_run(*replicas_->quorum(), parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
     if (!pending_heal_) reshard_data();  // a healed joiner re-shards when it becomes a member
     return;
   }
@@ -157,32 +164,37 @@ void TrainingRun::describe(int64_t threads) const {
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
   const int64_t replicas = pipelines_ ? layout_.replicas() : options_.dist.world_size;  // of the model
-  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
-            "{:.1f} GFLOP/s",
-            config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
-            data_.dataset->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
-            summary_.peak_flops / 1e9);
+  log::info(
+      "data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
+      "{:.1f} GFLOP/s",
+      config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
+      data_.dataset->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
+      summary_.peak_flops / 1e9);
   if (pipelines_) {
     const auto& par = config_.parallel;
-    log::info("{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
-              "activations on the wire as {}",
-              layout_.replicas(), layout_.stages(),
-              par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
-              par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
-              tc_.batch_size / par.micro_batches, par.activation_compression);
+    log::info(
+        "{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
+        "activations on the wire as {}",
+        layout_.replicas(), layout_.stages(),
+        par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
+        par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
+        tc_.batch_size / par.micro_batches, par.activation_compression);
   }
   const auto& l = config_.local;
   if (parts_.aux_heads)
-    log::info("local parallelism: {} chunks of {} blocks ({}, overlap {}), auxiliary heads {} ({} private blocks), "
-              "weight {}, {}", l.chunks, config_.model.num_layers / l.chunks, l.mode,
-              l.mode == "overlapping" ? l.overlap_blocks : 0, l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0,
-              l.aux_weight, pipelines_ ? "one chunk per pipeline stage" : "in one process");
+    log::info(
+        "local parallelism: {} chunks of {} blocks ({}, overlap {}), auxiliary heads {} ({} private blocks), "
+        "weight {}, {}",
+        l.chunks, config_.model.num_layers / l.chunks, l.mode, l.mode == "overlapping" ? l.overlap_blocks : 0,
+        l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0, l.aux_weight,
+        pipelines_ ? "one chunk per pipeline stage" : "in one process");
   if (!sync_) return;
   const auto& d = config_.dist;
   log::info("{} replicas{}, {}{}, compression {}", sync_->size(), pipelines_ ? " of each stage" : "",
             sync_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
-            sync_->ddp() ? "" : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr,
-                                                 d.outer_momentum),
+            sync_->ddp()
+                ? ""
+                : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr, d.outer_momentum),
             d.compression);
   if (!sync_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
 }

@@ -33,8 +33,8 @@ void TrainingRun::follow_membership(int64_t step) {
     report_->write({{"step", step}, {"event", "lead"}, {"lead_worker", options_.dist.rank}});
   }
   if (lead_ && replicas_->size() != members_before)  // `tributary report` lists these as faults and joins
-    report_->write({{"step", step}, {"event", "membership"}, {"members", replicas_->size()},
-                    {"members_before", members_before}});
+    report_->write(
+        {{"step", step}, {"event", "membership"}, {"members", replicas_->size()}, {"members_before", members_before}});
 }
 
 void TrainingRun::reshard_data() {

@@ -51,8 +51,10 @@ comm::LinkModel wan_link_model(const std::string& spec, const std::vector<int>& 
   if (c.size() < n) fail("dist.wan = '{}' describes {} devices but the run has {} ranks", spec, c.size(), n);
   for (int d : device_of_rank)
     if (d < 0 || d >= c.size())
-      fail("dist.wan = '{}' describes {} devices but a rank is placed on device {} (parallel.placement): plan and "
-           "train with the same cluster file", spec, c.size(), d);
+      fail(
+          "dist.wan = '{}' describes {} devices but a rank is placed on device {} (parallel.placement): plan and "
+          "train with the same cluster file",
+          spec, c.size(), d);
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) {
       const int da = device_of_rank[size_t(a)], db = device_of_rank[size_t(b)];

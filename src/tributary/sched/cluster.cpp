@@ -83,7 +83,8 @@ Cluster uniform_regions(std::string name, const std::vector<RegionSpec>& regions
 
 std::vector<RegionSpec> numbered(const std::string& prefix, int count, int devices) {
   std::vector<RegionSpec> out;
-  for (int i = 0; i < count; ++i) out.push_back({prefix + std::to_string(i), devices, 125, 16});  // V100: 125 TFLOP/s fp16, 16 GB
+  for (int i = 0; i < count; ++i)
+    out.push_back({prefix + std::to_string(i), devices, 125, 16});  // V100: 125 TFLOP/s fp16, 16 GB
   return out;
 }
 
@@ -95,8 +96,7 @@ std::vector<std::string> preset_names() {
 }
 
 Cluster preset(const std::string& name) {
-  if (name == "case1-datacenter-on-demand")
-    return uniform_regions(name, numbered("instance_", 8, 8), 0, 100, 0, 3.125);
+  if (name == "case1-datacenter-on-demand") return uniform_regions(name, numbered("instance_", 8, 8), 0, 100, 0, 3.125);
   if (name == "case2-datacenter-spot") {
     auto regions = numbered("spot_instance_", 8, 4);
     for (int i = 0; i < 32; ++i) regions.push_back({"standalone_" + std::to_string(i), 1, 125, 16});
@@ -108,12 +108,10 @@ Cluster preset(const std::string& name) {
   if (name == "case3-multiple-datacenters")
     return uniform_regions(name, {{"Ohio", 32, 125, 16}, {"Virginia", 32, 125, 16}}, 1, 5, 11, 1.12);
   if (name == "case4-regional")
-    return from_regions(name,
-                        {{"Virginia", 16, 125, 16}, {"Oregon", 16, 125, 16}, {"California", 16, 125, 16},
-                         {"Ohio", 16, 125, 16}},
-                        square({{5, 67, 59, 11}, {67, 5, 12, 49}, {59, 12, 5, 52}, {11, 49, 52, 5}}),
-                        square({{2.0, 1.15, 1.05, 1.12}, {1.15, 2.0, 1.25, 1.1}, {1.05, 1.25, 2.0, 1.02},
-                                {1.12, 1.1, 1.02, 2.0}}));
+    return from_regions(
+        name, {{"Virginia", 16, 125, 16}, {"Oregon", 16, 125, 16}, {"California", 16, 125, 16}, {"Ohio", 16, 125, 16}},
+        square({{5, 67, 59, 11}, {67, 5, 12, 49}, {59, 12, 5, 52}, {11, 49, 52, 5}}),
+        square({{2.0, 1.15, 1.05, 1.12}, {1.15, 2.0, 1.25, 1.1}, {1.05, 1.25, 2.0, 1.02}, {1.12, 1.1, 1.02, 2.0}}));
   if (name == "case5-worldwide") {
     std::vector<RegionSpec> cities;
     for (const char* city : {"Oregon", "Virginia", "Ohio", "Tokyo", "Seoul", "London", "Frankfurt", "Ireland"})
@@ -167,8 +165,8 @@ Cluster parse_cluster_json(const std::string& text, const std::string& origin) {
       if (!x.is_object() || !x.contains("devices") || !x["devices"].is_number_integer() ||
           x["devices"].get<int64_t>() <= 0 || x["devices"].get<int64_t>() > kMaxDevices)
         fail("{}: regions[{}].devices must be an integer from 1 to {}", origin, r, kMaxDevices);
-      regions.push_back({x.value("name", "region" + std::to_string(r)), x["devices"].get<int>(),
-                         x.value("tflops", 0.0), x.value("memory_gb", 0.0)});
+      regions.push_back({x.value("name", "region" + std::to_string(r)), x["devices"].get<int>(), x.value("tflops", 0.0),
+                         x.value("memory_gb", 0.0)});
     }
     int64_t total = 0;
     for (const auto& spec : regions) total += spec.devices;

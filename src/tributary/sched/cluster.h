@@ -43,7 +43,7 @@ struct Cluster {
   int size() const { return static_cast<int>(devices.size()); }
 };
 
-Cluster load_cluster(const std::string& path);                             // file or preset name
+Cluster load_cluster(const std::string& path);  // file or preset name
 Cluster parse_cluster(const std::string& json_text, const std::string& origin);
 std::vector<std::string> preset_names();
 Cluster preset(const std::string& name);  // Error listing the presets if unknown

@@ -12,13 +12,15 @@ void check_layout(const Cluster& cluster, int d_dp, int d_pp) {
   if (d_dp <= 0 || d_pp <= 0) fail("d_dp ({}) and d_pp ({}) must be positive", d_dp, d_pp);
   // The bottleneck matching between pipelines works on one 64-bit mask per stage group.
   if (d_dp > kMaxDataParallel)
-    fail("d_dp = {} exceeds the scheduler's limit of {} pipelines per stage; use a larger d_pp (--d-pp) so that "
-         "d_dp = devices / d_pp <= {}",
-         d_dp, kMaxDataParallel, kMaxDataParallel);
+    fail(
+        "d_dp = {} exceeds the scheduler's limit of {} pipelines per stage; use a larger d_pp (--d-pp) so that "
+        "d_dp = devices / d_pp <= {}",
+        d_dp, kMaxDataParallel, kMaxDataParallel);
   if (d_dp * d_pp != cluster.size())
-    fail("d_dp x d_pp = {} x {} = {} does not cover the cluster's {} devices (one tasklet per device); change d_dp/d_pp "
-         "or use --search-shape",
-         d_dp, d_pp, d_dp * d_pp, cluster.size());
+    fail(
+        "d_dp x d_pp = {} x {} = {} does not cover the cluster's {} devices (one tasklet per device); change d_dp/d_pp "
+        "or use --search-shape",
+        d_dp, d_pp, d_dp * d_pp, cluster.size());
 }
 
 CostModel::CostModel(const Cluster& cluster, double c_dp_gb, double c_pp_gb, int d_dp, int d_pp, int64_t sync_every)
@@ -74,7 +76,8 @@ bool perfect_matching(const std::vector<uint64_t>& adj, std::vector<int>& match_
 
 }  // namespace
 
-double CostModel::bottleneck_matching(const std::vector<int>& a, const std::vector<int>& b, std::vector<int>* match) const {
+double CostModel::bottleneck_matching(const std::vector<int>& a, const std::vector<int>& b,
+                                      std::vector<int>* match) const {
   const int k = static_cast<int>(a.size());
   TRIB_CHECK(k == static_cast<int>(b.size()) && k <= 64);
   std::vector<double> weights;
@@ -281,9 +284,10 @@ std::vector<double> tasklet_seconds(const Cluster& cluster, const Workload& work
   for (int d = 0; d < cluster.size(); ++d) {
     const Device& dev = cluster.devices[d];
     if (!(dev.tflops > 0))
-      fail("cluster '{}': device {}{} has no 'tflops': give every device its measured speed (run `tributary plan "
-           "--calibrate --config <train.toml>` on that machine) or leave compute out",
-           cluster.name, d, dev.region.empty() ? "" : fmt::format(" ({})", dev.region));
+      fail(
+          "cluster '{}': device {}{} has no 'tflops': give every device its measured speed (run `tributary plan "
+          "--calibrate --config <train.toml>` on that machine) or leave compute out",
+          cluster.name, d, dev.region.empty() ? "" : fmt::format(" ({})", dev.region));
     seconds.push_back(flops / (dev.tflops * 1e12));
   }
   return seconds;

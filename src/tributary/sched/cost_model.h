@@ -11,8 +11,9 @@
 // Beyond the paper, only when set_compute() is given per-device speeds (a cluster's `tflops`, measured by
 // `tributary plan --calibrate`): compute = max over pipelines i of (sum_s t_is + (m - 1) max_s t_is) / m, t_is the
 // seconds of stage s's tasklet on pipeline i's device and m the micro-batches (GPipe's fill and drain over uneven
-// stages: m = 1 runs the stages one after another, many micro-batches run at the slowest stage's pace); the data-parallel
-// replicas wait for the slowest pipeline. total = DP + 2 * PP + compute. Without it the model is the paper's.
+// stages: m = 1 runs the stages one after another, many micro-batches run at the slowest stage's pace); the
+// data-parallel replicas wait for the slowest pipeline. total = DP + 2 * PP + compute. Without it the model is the
+// paper's.
 #pragma once
 
 #include <string>
@@ -28,8 +29,8 @@ using Partition = std::vector<std::vector<int>>;
 
 struct Evaluation {
   double dp = 0, pp = 0, compute = 0, total = 0;  // compute: 0 unless the model has per-device speeds
-  std::vector<int> stage_order;        // group index per pipeline position
-  std::vector<std::vector<int>> pipelines;  // pipelines[i][s] = device of pipeline i at stage position s
+  std::vector<int> stage_order;                   // group index per pipeline position
+  std::vector<std::vector<int>> pipelines;        // pipelines[i][s] = device of pipeline i at stage position s
 };
 
 class CostModel {
@@ -44,7 +45,8 @@ class CostModel {
 
   double dp_cost(const std::vector<int>& group) const;
   // Bottleneck perfect matching between equal-size groups; match[i] = index in b of a[i]'s partner.
-  double bottleneck_matching(const std::vector<int>& a, const std::vector<int>& b, std::vector<int>* match = nullptr) const;
+  double bottleneck_matching(const std::vector<int>& a, const std::vector<int>& b,
+                             std::vector<int>* match = nullptr) const;
   // Cheapest open Hamiltonian path over a complete graph (exact Held-Karp up to 16 nodes, 2-opt beyond).
   static double open_tsp(const Matrix& edges, std::vector<int>* order = nullptr);
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <optional>
-#include <exception>
 #include <thread>
 
 #include "tributary/core/rng.h"
@@ -208,7 +208,8 @@ void local_search(State& state, const CostModel& model, SplitMix64& rng, int ran
         std::vector<Cand> cands;
         for (auto [x, px] : {std::pair{x1, x2}, std::pair{x2, x1}})
           for (auto [y, py] : {std::pair{y1, y2}, std::pair{y2, y1}})
-            cands.push_back({mean_w(model, x, gb) - model.w_pp(x, px) + mean_w(model, y, ga) - model.w_pp(y, py), x, y});
+            cands.push_back(
+                {mean_w(model, x, gb) - model.w_pp(x, px) + mean_w(model, y, ga) - model.w_pp(y, py), x, y});
         std::sort(cands.begin(), cands.end(), [](const Cand& l, const Cand& r) { return l.gain > r.gain; });
         for (const auto& c : cands)
           if (state.try_swap(c.x, c.y)) {

@@ -22,7 +22,7 @@ struct GeneticOptions {
   uint64_t seed = 1;
   int population = 100;
   int offspring = 16;  // per island (each offspring is locally optimised: ~0.1 s on 64 devices)
-  int islands = 2;      // threads
+  int islands = 2;     // threads
   double time_budget_s = 5.0;
   int random_swaps = 64;  // random swap tries per local-search round, after the paper's candidates
 };

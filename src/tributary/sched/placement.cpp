@@ -65,8 +65,8 @@ Placement read_placement(const std::string& path) {
       fail("'{}': a pipeline lists {} stages but d_pp = {}; {}", path, pipeline.size(), p.d_pp, remedy);
     for (int rank : pipeline) {
       if (rank < 0 || rank >= int(seen.size()) || seen[size_t(rank)]++)
-        fail("'{}': rank {} is out of range or placed twice (ranks 0..{} each once); {}", path, rank,
-             seen.size() - 1, remedy);
+        fail("'{}': rank {} is out of range or placed twice (ranks 0..{} each once); {}", path, rank, seen.size() - 1,
+             remedy);
     }
   }
   return p;

@@ -33,9 +33,20 @@ double Workload::stage_memory_gb(int dp, int pp) const {
 Workload parse_workload(const std::string& text, const std::string& origin) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", origin);
-  static const char* known[] = {"name", "num_layers", "width", "seq_len", "global_batch", "num_parameters",
-                                "bytes_per_parameter", "bytes_per_activation", "d_dp", "d_pp", "c_dp_gb", "c_pp_gb",
-                                "sync_every", "micro_batches"};
+  static const char* known[] = {"name",
+                                "num_layers",
+                                "width",
+                                "seq_len",
+                                "global_batch",
+                                "num_parameters",
+                                "bytes_per_parameter",
+                                "bytes_per_activation",
+                                "d_dp",
+                                "d_pp",
+                                "c_dp_gb",
+                                "c_pp_gb",
+                                "sync_every",
+                                "micro_batches"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
@@ -68,7 +79,8 @@ Workload parse_workload(const std::string& text, const std::string& origin) {
   w.sync_every = j.value("sync_every", int64_t{1});
   w.micro_batches = j.value("micro_batches", int64_t{1});
   if (w.micro_batches < 1) fail("{}: workload field 'micro_batches' must be at least 1", origin);
-  if (w.sync_every < 1) fail("{}: workload field 'sync_every' must be at least 1 (1 = data parallel every iteration)", origin);
+  if (w.sync_every < 1)
+    fail("{}: workload field 'sync_every' must be at least 1 (1 = data parallel every iteration)", origin);
   const bool derived = w.num_layers > 0 && w.width > 0 && w.seq_len > 0 && w.global_batch > 0;
   if (!derived && (w.c_dp_gb <= 0 || w.c_pp_gb <= 0))
     fail("{}: give either num_layers, width, seq_len and global_batch, or c_dp_gb and c_pp_gb", origin);

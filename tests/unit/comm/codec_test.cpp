@@ -53,7 +53,8 @@ TEST(Codec, SignsZerosAndDegenerateInputsSurvive) {
   auto y = round_trip(*comm::make_codec("fp4"), x);
   EXPECT_TRUE(y.equal(x)) << y;  // all exactly representable
   auto zeros = torch::zeros({9});
-  for (const auto& name : comm::codec_names()) EXPECT_TRUE(round_trip(*comm::make_codec(name), zeros).equal(zeros)) << name;
+  for (const auto& name : comm::codec_names())
+    EXPECT_TRUE(round_trip(*comm::make_codec(name), zeros).equal(zeros)) << name;
   // the int8 table keeps the mean of each bin: a constant vector comes back exactly
   auto c = torch::full({100}, 0.37f);
   EXPECT_TRUE(torch::allclose(round_trip(*comm::make_codec("int8"), c), c));

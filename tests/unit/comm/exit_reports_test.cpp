@@ -17,10 +17,12 @@ TEST(ExitReports, AGroupNamesTheExitsReportedSinceItFormed) {
   const comm::ExitWatch watch(store);
   EXPECT_EQ(watch.reported(0ms), "");
   comm::report_exit(store, 1, "exited with status 2 (an error in its input or config)");
-  EXPECT_EQ(watch.reported(0ms), "rank 1 exited with status 2 (an error in its input or config), as its launch reported");
+  EXPECT_EQ(watch.reported(0ms),
+            "rank 1 exited with status 2 (an error in its input or config), as its launch reported");
   comm::report_exit(store, 0, "was killed by signal 9 (Killed)");
-  EXPECT_EQ(watch.reported(0ms), "rank 1 exited with status 2 (an error in its input or config); rank 0 was killed by "
-                                 "signal 9 (Killed), as their launch reported");
+  EXPECT_EQ(watch.reported(0ms),
+            "rank 1 exited with status 2 (an error in its input or config); rank 0 was killed by "
+            "signal 9 (Killed), as their launch reported");
 }
 
 TEST(ExitReports, TheReaderWaitsForAReportThatIsOnItsWay) {

@@ -5,10 +5,10 @@
 #include <atomic>
 #include <thread>
 
+#include "support/thread_ranks.h"
 #include "tributary/comm/group.h"
 #include "tributary/comm/sparse_chunks.h"
 #include "tributary/core/error.h"
-#include "support/thread_ranks.h"
 
 using namespace tributary;
 
@@ -98,37 +98,40 @@ TEST(Group, EmulatedLinksDeliverEachMessageAtItsModelledTimeBehindTheOneBefore) 
   auto since_post = [&] {
     return double(std::chrono::steady_clock::now().time_since_epoch().count() - posted_ns.load()) / 1e9;
   };
-  run_ranks(2, [&](comm::Group& g) {
-    g.barrier();
-    if (g.rank() == 0) {
-      auto a = torch::full({25000}, 1.0f), b = torch::full({25000}, 2.0f);
-      posted_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-      auto first = g.send(a, 1, 7, "first"), second = g.send(b, 1, 8, "second");
-      a.fill_(-1);  // the emulated send copied it: the caller's buffer is free at once
-      first.wait();
-      EXPECT_GE(since_post(), 0.1 - 1e-3) << "the sender waits until its bytes have left";
-      second.wait();
-      EXPECT_GE(since_post(), 0.2 - 1e-3);
-      EXPECT_LT(since_post(), 0.5);
-    } else {
-      auto a = torch::empty({25000}), b = torch::empty({25000});
-      g.recv(a, 0, 7, "first").wait();
-      const double first = since_post();
-      g.recv(b, 0, 8, "second").wait();
-      const double second = since_post();
-      EXPECT_TRUE(a.equal(torch::full({25000}, 1.0f)));
-      EXPECT_TRUE(b.equal(torch::full({25000}, 2.0f)));
-      EXPECT_GE(first, 0.15 - 1e-3);
-      EXPECT_GE(second, 0.25 - 1e-3);
-      EXPECT_LT(second, 0.6) << "the emulation must not add much beyond the model";
-    }
-    // A collective takes the modelled ring time: 2 steps of (50 ms + 50 kB / 1 MB/s) = 0.2 s.
-    std::vector<torch::Tensor> t = {torch::ones({25000})};
-    const auto start = std::chrono::steady_clock::now();
-    g.all_reduce_sum(t);
-    EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.2);
-    EXPECT_TRUE(t[0].equal(torch::full({25000}, 2.0f)));
-  }, options);
+  run_ranks(
+      2,
+      [&](comm::Group& g) {
+        g.barrier();
+        if (g.rank() == 0) {
+          auto a = torch::full({25000}, 1.0f), b = torch::full({25000}, 2.0f);
+          posted_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+          auto first = g.send(a, 1, 7, "first"), second = g.send(b, 1, 8, "second");
+          a.fill_(-1);  // the emulated send copied it: the caller's buffer is free at once
+          first.wait();
+          EXPECT_GE(since_post(), 0.1 - 1e-3) << "the sender waits until its bytes have left";
+          second.wait();
+          EXPECT_GE(since_post(), 0.2 - 1e-3);
+          EXPECT_LT(since_post(), 0.5);
+        } else {
+          auto a = torch::empty({25000}), b = torch::empty({25000});
+          g.recv(a, 0, 7, "first").wait();
+          const double first = since_post();
+          g.recv(b, 0, 8, "second").wait();
+          const double second = since_post();
+          EXPECT_TRUE(a.equal(torch::full({25000}, 1.0f)));
+          EXPECT_TRUE(b.equal(torch::full({25000}, 2.0f)));
+          EXPECT_GE(first, 0.15 - 1e-3);
+          EXPECT_GE(second, 0.25 - 1e-3);
+          EXPECT_LT(second, 0.6) << "the emulation must not add much beyond the model";
+        }
+        // A collective takes the modelled ring time: 2 steps of (50 ms + 50 kB / 1 MB/s) = 0.2 s.
+        std::vector<torch::Tensor> t = {torch::ones({25000})};
+        const auto start = std::chrono::steady_clock::now();
+        g.all_reduce_sum(t);
+        EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.2);
+        EXPECT_TRUE(t[0].equal(torch::full({25000}, 2.0f)));
+      },
+      options);
 }
 
 TEST(LinkModel, ASubsetKeepsThePairsOfItsMembersInTheirOrder) {
@@ -277,8 +280,9 @@ TEST(Exchange, SparseLoCoErrorFeedbackCarriesTheResidualAndReplicasStayBitIdenti
     EXPECT_TRUE(torch::allclose(total_out.to(torch::kFloat32) + residual / 3, in / 3, 1e-4, 1e-4));
     EXPECT_GT(residual.abs().sum().item<double>(), 1.0) << "most values are still waiting: a real residual";
     applied[size_t(g.rank())] = total_out;
-    EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, 30.0 * 2 * (comm::SparseChunks({.chunk = 64, .k = 4}).payload_bytes(300) +
-                                                        comm::SparseChunks({.chunk = 64, .k = 4}).payload_bytes(70)));
+    EXPECT_DOUBLE_EQ(ex.stats().bytes_sent, 30.0 * 2 *
+                                                (comm::SparseChunks({.chunk = 64, .k = 4}).payload_bytes(300) +
+                                                 comm::SparseChunks({.chunk = 64, .k = 4}).payload_bytes(70)));
     EXPECT_GT(other.sum().item<double>(), 0) << "stream 1's averages went through";
     EXPECT_EQ(ex.error_feedback().count({1, 0}), 1u) << "stream 1 keeps its own feedback";
   });
@@ -347,8 +351,7 @@ TEST(Exchange, OwnerUpdateInsideTheRingSeesFullSumsAndReachesEveryRank) {
     });
     EXPECT_EQ(calls, 1);
     auto expected = torch::empty({10});
-    for (int c = 0; c < 3; ++c)
-      expected.narrow(0, begin[c], begin[c + 1] - begin[c]).fill_(60.0 + double((c + 2) % 3));
+    for (int c = 0; c < 3; ++c) expected.narrow(0, begin[c], begin[c + 1] - begin[c]).fill_(60.0 + double((c + 2) % 3));
     EXPECT_TRUE(flat.equal(expected)) << flat;
     auto stats = ex.take_stats();
     // Rank r sends chunks r and r-1 while reducing, r+1 (its own) and r while gathering: all 10 values + chunk r.

@@ -6,9 +6,9 @@
 #include <memory>
 #include <thread>
 
+#include "support/thread_ranks.h"
 #include "tributary/comm/membership.h"
 #include "tributary/core/error.h"
-#include "support/thread_ranks.h"
 
 using namespace tributary;
 

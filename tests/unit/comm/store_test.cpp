@@ -21,8 +21,10 @@ TEST(StoreHost, AClientStalledInTheMiddleOfARequestDoesNotHoldTheOthers) {
   const int port = free_tcp_port();
   auto host = comm::Store::host(port, std::chrono::seconds(5));
   const int stalled = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{.sin_family = AF_INET, .sin_port = htons(static_cast<uint16_t>(port)),
-                      .sin_addr = {htonl(INADDR_LOOPBACK)}, .sin_zero = {}};
+  sockaddr_in address{.sin_family = AF_INET,
+                      .sin_port = htons(static_cast<uint16_t>(port)),
+                      .sin_addr = {htonl(INADDR_LOOPBACK)},
+                      .sin_zero = {}};
   ASSERT_EQ(::connect(stalled, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   const char first = 0;
   ASSERT_EQ(::send(stalled, &first, 1, 0), 1);

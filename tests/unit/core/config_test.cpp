@@ -127,8 +127,7 @@ TEST(Config, FaultToleranceThatCannotWorkIsRefusedNamingTheKey) {
                   "dist.warmup_ddp_steps=10"}),
             "");
   auto msg = load({"dist.fault_tolerant=true", "dist.inner_steps=8", "dist.fragments=2", "dist.overlap_steps=4"});
-  EXPECT_NE(msg.find("needs dist.overlap_steps (4) < dist.inner_steps / dist.fragments (4)"), std::string::npos)
-      << msg;
+  EXPECT_NE(msg.find("needs dist.overlap_steps (4) < dist.inner_steps / dist.fragments (4)"), std::string::npos) << msg;
   msg = load({"dist.fault_tolerant=true", "dist.heartbeat_timeout_s=700", "dist.collective_timeout_s=600"});
   EXPECT_NE(msg.find("dist.heartbeat_timeout_s (700) must be shorter"), std::string::npos) << msg;
   msg = load({"dist.reject_norm_factor=0.5"});
@@ -174,9 +173,9 @@ TEST(Config, AutoOuterSettingsFollowTheRunsLength) {
   const RunConfig again = RunConfig::from_toml(short_run.to_toml(), "saved.toml");  // a resume reads the resolved one
   EXPECT_EQ(again.dist.warmup_ddp_steps, 100);
   EXPECT_DOUBLE_EQ(again.dist.outer_momentum, 0.5);
-  EXPECT_NE(error_of([] { RunConfig::from_toml("[dist]\nouter_momentum = -2\n", "bad.toml"); })
-                .find("dist.outer_momentum"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { RunConfig::from_toml("[dist]\nouter_momentum = -2\n", "bad.toml"); }).find("dist.outer_momentum"),
+      std::string::npos);
 }
 
 TEST(Config, ARenamedKeyKeepsWorkingUnderItsNewName) {

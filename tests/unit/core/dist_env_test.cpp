@@ -12,10 +12,17 @@ TEST(DistEnv, SingleProcessByDefault) {
 }
 
 TEST(DistEnv, TorchrunWithAgentStore) {
-  DistEnv d = resolve_dist_env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                                {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29600"}, {"TORCHELASTIC_RUN_ID", "x"},
-                                {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
-                                {"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "9"}});
+  DistEnv d = resolve_dist_env({{"RANK", "3"},
+                                {"WORLD_SIZE", "8"},
+                                {"LOCAL_RANK", "1"},
+                                {"LOCAL_WORLD_SIZE", "2"},
+                                {"MASTER_ADDR", "10.1.2.3"},
+                                {"MASTER_PORT", "29600"},
+                                {"TORCHELASTIC_RUN_ID", "x"},
+                                {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                {"SLURM_PROCID", "7"},
+                                {"SLURM_NTASKS", "9"}});
   EXPECT_EQ(d.source, "torchrun");
   EXPECT_EQ(d.rank, 3);
   EXPECT_EQ(d.world_size, 8);
@@ -27,8 +34,11 @@ TEST(DistEnv, TorchrunWithAgentStore) {
 }
 
 TEST(DistEnv, Slurm) {
-  DistEnv d = resolve_dist_env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "1"},
-                                {"SLURM_JOB_NODELIST", "gpu-[07-09,12],cpu1"}, {"SLURM_NTASKS_PER_NODE", "2(x3)"}});
+  DistEnv d = resolve_dist_env({{"SLURM_PROCID", "5"},
+                                {"SLURM_NTASKS", "6"},
+                                {"SLURM_LOCALID", "1"},
+                                {"SLURM_JOB_NODELIST", "gpu-[07-09,12],cpu1"},
+                                {"SLURM_NTASKS_PER_NODE", "2(x3)"}});
   EXPECT_EQ(d.source, "slurm");
   EXPECT_EQ(d.rank, 5);
   EXPECT_EQ(d.world_size, 6);

@@ -12,8 +12,8 @@ namespace {
 std::string sample() {
   std::vector<float> a = {1, 2, 3, 4, 5, 6};
   std::vector<int64_t> b = {7, -8};
-  return safetensors::serialize({{"a", DType::F32, {2, 3}, a.data(), a.size() * 4}, {"b", DType::I64, {2}, b.data(), 16}},
-                                {{"format", "test"}});
+  return safetensors::serialize(
+      {{"a", DType::F32, {2, 3}, a.data(), a.size() * 4}, {"b", DType::I64, {2}, b.data(), 16}}, {{"format", "test"}});
 }
 }  // namespace
 
@@ -48,12 +48,24 @@ TEST(Safetensors, HostileHeadersAreRefused) {
     return out + json + std::string(data_bytes, '\0');
   };
   // shape x dtype disagrees with the byte range
-  EXPECT_THROW(safetensors::File::parse(with_header(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "m"), Error);
+  EXPECT_THROW(
+      safetensors::File::parse(with_header(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "m"),
+      Error);
   // overlapping ranges
-  EXPECT_THROW(safetensors::File::parse(with_header(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12), "m"), Error);
+  EXPECT_THROW(
+      safetensors::File::parse(
+          with_header(
+              R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+              12),
+          "m"),
+      Error);
   // unknown dtype, negative dim, header length beyond the file
-  EXPECT_THROW(safetensors::File::parse(with_header(R"({"x":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4), "m"), Error);
-  EXPECT_THROW(safetensors::File::parse(with_header(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "m"), Error);
+  EXPECT_THROW(
+      safetensors::File::parse(with_header(R"({"x":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4), "m"),
+      Error);
+  EXPECT_THROW(
+      safetensors::File::parse(with_header(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "m"),
+      Error);
   std::string bad(8, '\xff');
   EXPECT_THROW(safetensors::File::parse(bad + "{}", "m"), Error);
   try {

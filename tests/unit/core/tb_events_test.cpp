@@ -8,9 +8,9 @@
 #include <tuple>
 #include <vector>
 
+#include "support/error_of.h"
 #include "tributary/core/error.h"
 #include "tributary/core/tb_events.h"
-#include "support/error_of.h"
 
 using namespace tributary;
 using test_support::error_of;

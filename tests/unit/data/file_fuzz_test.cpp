@@ -53,9 +53,12 @@ TEST(FileFuzz, DatasetJson) {
   EXPECT_GT(refused, 100) << "the mutations must reach the checks";
   std::printf("dataset.json: %d loaded, %d refused\n", ok, refused);
   // the cases, each refused naming the file
-  for (const auto& [pointer, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"/tokenizer/vocab_size", 0}, {"/tokenizer/kind", "bogus"}, {"/splits/val/num_bytes", -5},
-           {"/splits/train/shards/0", "../other/train-00000.bin"}, {"/splits/train/num_tokens", 7}}) {
+  for (const auto& [pointer, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"/tokenizer/vocab_size", 0},
+                                                           {"/tokenizer/kind", "bogus"},
+                                                           {"/splits/val/num_bytes", -5},
+                                                           {"/splits/train/shards/0", "../other/train-00000.bin"},
+                                                           {"/splits/train/num_tokens", 7}}) {
     auto j = valid;
     j[nlohmann::json::json_pointer(pointer)] = value;
     write_file(meta, j.dump(), false);

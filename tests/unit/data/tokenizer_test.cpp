@@ -32,7 +32,7 @@ TEST(SentencePieceTokenizer, TrainsAndRoundTrips) {
   SentencePieceTokenizer tok(dir / "tok.model");
   EXPECT_EQ(tok.vocab_size(), 400);
   for (const std::string& text : {std::string("The quick brown fox created 42 heavens."),
-                                 std::string("unseen: ζ∑ bytes\tand  spaces\nnew line  ")}) {
+                                  std::string("unseen: ζ∑ bytes\tand  spaces\nnew line  ")}) {
     auto ids = tok.encode(text);
     EXPECT_LT(ids.size(), text.size()) << "subwords should compress";
     EXPECT_EQ(tok.decode(ids), text);

@@ -4,12 +4,12 @@
 
 #include <cstdlib>
 
-#include "tributary/runtime/run_config.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/runtime/run_config.h"
 
 using namespace tributary;
 
@@ -20,7 +20,8 @@ fs::path golden_dir() {
   return env ? fs::path(env) : fs::path(TRIBUTARY_BINARY_DIR) / "golden";
 }
 
-void expect_close(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol, const std::string& what) {
+void expect_close(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol,
+                  const std::string& what) {
   ASSERT_EQ(got.sizes(), want.sizes()) << what;
   auto diff = (got - want).abs();
   auto bound = atol + rtol * want.abs();

@@ -54,7 +54,9 @@ torch::Tensor hf_forward(const std::map<std::string, torch::Tensor>& w, const nl
   auto cos = emb.cos().to(torch::kFloat32), sin = emb.sin().to(torch::kFloat32);
   auto mask = torch::ones({T, T}, torch::kBool).triu(1);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, -1, D}).transpose(1, 2); };
-  auto repeat_kv = [&](const torch::Tensor& t) { return t.repeat_interleave(H / KV, 1); };  // modeling_llama's repeat_kv
+  auto repeat_kv = [&](const torch::Tensor& t) {
+    return t.repeat_interleave(H / KV, 1);
+  };  // modeling_llama's repeat_kv
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto h = rms(x, w.at(p + "input_layernorm.weight"), eps);
@@ -226,18 +228,21 @@ TEST(HfLlama, ImportRefusesWhatTheModelCannotRepresentNamingTheField) {
   for (auto& [name, t] : to_hf_llama(model)) hf.emplace(name, t);
   auto without = hf;
   without.erase("model.layers.3.mlp.up_proj.weight");
-  EXPECT_NE(test_support::error_of([&] { from_hf_llama(model, without, "hf"); })
-                .find("hf: tensor 'model.layers.3.mlp.up_proj.weight' is missing"),
+  EXPECT_NE(test_support::error_of([&] {
+              from_hf_llama(model, without, "hf");
+            }).find("hf: tensor 'model.layers.3.mlp.up_proj.weight' is missing"),
             std::string::npos);
   auto misshapen = hf;
   misshapen["model.norm.weight"] = torch::ones({c.width + 1});
-  EXPECT_NE(test_support::error_of([&] { from_hf_llama(model, misshapen, "hf"); })
-                .find("tensor 'model.norm.weight' has shape 33 where the config.json implies 32"),
+  EXPECT_NE(test_support::error_of([&] {
+              from_hf_llama(model, misshapen, "hf");
+            }).find("tensor 'model.norm.weight' has shape 33 where the config.json implies 32"),
             std::string::npos);
   auto extra = hf;
   extra["model.layers.0.self_attn.q_proj.bias"] = torch::zeros({c.width});
   extra["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::zeros({4});  // a buffer: ignored
-  EXPECT_NE(test_support::error_of([&] { from_hf_llama(model, extra, "hf"); })
-                .find("tensor 'model.layers.0.self_attn.q_proj.bias' has no place"),
+  EXPECT_NE(test_support::error_of([&] {
+              from_hf_llama(model, extra, "hf");
+            }).find("tensor 'model.layers.0.self_attn.q_proj.bias' has no place"),
             std::string::npos);
 }

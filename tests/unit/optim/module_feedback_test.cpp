@@ -7,12 +7,12 @@
 
 #include <mutex>
 
+#include "support/thread_ranks.h"
 #include "tributary/comm/codec.h"
 #include "tributary/core/error.h"
 #include "tributary/optim/module_feedback.h"
 #include "tributary/optim/module_owners.h"
 #include "tributary/optim/outer_loop.h"
-#include "support/thread_ranks.h"
 
 using namespace tributary;
 

@@ -7,11 +7,11 @@
 
 #include <mutex>
 
+#include "support/thread_ranks.h"
 #include "tributary/comm/codec.h"
 #include "tributary/optim/module_owners.h"
 #include "tributary/optim/module_ring.h"
 #include "tributary/optim/outer_loop.h"
-#include "support/thread_ranks.h"
 
 using namespace tributary;
 

@@ -3,19 +3,19 @@
 // TCP. After three optimizer steps (clipping on, two micro-batches) the chunks' losses, the gradient norm and every
 // parameter agree at PyTorch's pipelining tolerance, for `chunked`, `greedy` and synchronous `overlapping`, tied and
 // untied embeddings, with and without per-chunk learning rates; in `chunked` mode no gradient message is sent at all.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <map>
 #include <mutex>
 
+#include "support/lcg_tokens.h"
+#include "support/thread_ranks.h"
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_reduce.h"
 #include "tributary/comm/store.h"
 #include "tributary/parallel/local/local_stage.h"
-#include "support/lcg_tokens.h"
-#include "support/thread_ranks.h"
 
 using namespace tributary;
 using namespace tributary::local;
@@ -109,12 +109,13 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
   // queue_steps = 0: every step's messages and numbers complete within the step; 2: a stage runs up to two steps
   // ahead, its numbers arrive two steps late (drained at the end), and nothing computed changes.
   torch::set_num_threads(1);
-  for (const Case& c : std::vector<Case>{{2, "chunked", 0, true, 0}, {2, "chunked", 0, false, 2},
-                                         {2, "overlapping", 1, true, 0}, {2, "overlapping", 0, false, 2, {1.0, 0.5}},
+  for (const Case& c : std::vector<Case>{{2, "chunked", 0, true, 0},
+                                         {2, "chunked", 0, false, 2},
+                                         {2, "overlapping", 1, true, 0},
+                                         {2, "overlapping", 0, false, 2, {1.0, 0.5}},
                                          {4, "greedy", 1, true, 2, {0.5, 1.0, 2.0, 1.0}}}) {
-    SCOPED_TRACE(testing::Message() << "K=" << c.chunks << " " << c.mode << " head blocks " << c.head_blocks
-                                    << " tied " << c.tied << " queue " << c.queue_steps << " lr scales "
-                                    << c.lr_scale.size());
+    SCOPED_TRACE(testing::Message() << "K=" << c.chunks << " " << c.mode << " head blocks " << c.head_blocks << " tied "
+                                    << c.tied << " queue " << c.queue_steps << " lr scales " << c.lr_scale.size());
     const auto plan = ChunkPlan::make(4, c.chunks, c.mode, 1);
     const Result ref = in_process(c, plan);
     std::vector<Built> ranks;
@@ -126,16 +127,28 @@ TEST(LocalStages, EqualTheChunksInOneProcess) {
       comm::Group pipe(store, s, p, {}, "pipe");
       comm::LaggedReduce report(comm::Store(store), s, p, {}, "report", c.queue_steps);
       std::unique_ptr<comm::Group> tie;
-      if (c.tied && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, comm::GroupOptions{}, "tie");
+      if (c.tied && (s == 0 || s == p - 1))
+        tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, comm::GroupOptions{}, "tie");
       Built& b = ranks[size_t(s)];
-      auto params = pipeline::stage_params(named_parameters_of(*b.model), plan.layout, s, tiny(c.tied).blocks_per_level(), c.tied);
+      auto params = pipeline::stage_params(named_parameters_of(*b.model), plan.layout, s,
+                                           tiny(c.tied).blocks_per_level(), c.tied);
       for (auto& [n, t] : named_parameters_of(*b.heads))
         if (n.rfind(fmt::format("aux.{}.", s), 0) == 0) params.emplace_back(n, t);
       AdamW adam(params, kAdam);
       auto data = loader();
-      LocalStage stage({.model = *b.model, .heads = *b.heads, .params = params, .optimizer = adam, .loader = data,
-                        .groups = {&pipe, tie.get(), nullptr}, .report = &report, .plan = plan, .stage = s, .micro_batches = kMicro,
-                        .aux_weight = kAuxWeight, .grad_clip = kClip, .lr_scale = c.lr_scale});
+      LocalStage stage({.model = *b.model,
+                        .heads = *b.heads,
+                        .params = params,
+                        .optimizer = adam,
+                        .loader = data,
+                        .groups = {&pipe, tie.get(), nullptr},
+                        .report = &report,
+                        .plan = plan,
+                        .stage = s,
+                        .micro_batches = kMicro,
+                        .aux_weight = kAuxWeight,
+                        .grad_clip = kClip,
+                        .lr_scale = c.lr_scale});
       std::vector<StepResult> results;
       for (int64_t step = 0; step < kSteps; ++step) {
         StepResult r = stage.run(step, lr(step));

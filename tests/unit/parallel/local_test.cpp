@@ -1,8 +1,8 @@
 // Local parallelism's chunk protocol in one process (parallel/local/chunks.h): which parameters each chunk's loss
 // reaches. chunked/greedy: chunk k+1's loss leaves chunk k's blocks and head untouched; overlapping: it reaches exactly
 // the last overlap_blocks blocks of chunk k. One chunk is global backprop, bit for bit.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/local/chunks.h"
@@ -118,16 +118,14 @@ TEST(LocalChunks, OverlapGradientsAddTheNextChunksLossOnTheOverlapOnly) {
     return out;
   };
   auto both = grads({1, 1}), first = grads({1, 0}), second = grads({0, 1});
-  for (const auto& [name, g] : both)
-    EXPECT_TRUE(torch::allclose(g, first[name] + second[name], 1e-5, 1e-7)) << name;
+  for (const auto& [name, g] : both) EXPECT_TRUE(torch::allclose(g, first[name] + second[name], 1e-5, 1e-7)) << name;
 }
 
 TEST(LocalChunks, OneChunkIsGlobalBackpropBitForBit) {
   const auto c = tiny(/*tied=*/true);
   Model local = make(c, 1, 0), global = make(c, 1, 0);
-  const auto losses =
-      local_forward_backward(*local.model, *local.heads, ChunkPlan::make(4, 1, "chunked", 1), local.tokens,
-                             local.targets, {1.0}, 1);
+  const auto losses = local_forward_backward(*local.model, *local.heads, ChunkPlan::make(4, 1, "chunked", 1),
+                                             local.tokens, local.targets, {1.0}, 1);
   auto loss = Transformer::loss(global.model->forward(global.tokens), global.targets);
   loss.backward();
   EXPECT_EQ(losses[0], loss.item<double>());
@@ -184,7 +182,9 @@ TEST(LocalChunks, PerChunkLearningRatesScaleOnlyTheirChunksStep) {
       auto full = stepped[0].groups[g][j].second.detach() - stepped[0].before[g][j];
       auto scaled = stepped[1].groups[g][j].second.detach() - stepped[1].before[g][j];
       ASSERT_GT(full.abs().max().item<double>(), 0) << name;
-      if (g == 1) EXPECT_TRUE(torch::allclose(scaled, 0.25 * full, 1e-4, 1e-9)) << name;
-      else EXPECT_TRUE(torch::equal(stepped[0].groups[g][j].second, stepped[1].groups[g][j].second)) << name;
+      if (g == 1)
+        EXPECT_TRUE(torch::allclose(scaled, 0.25 * full, 1e-4, 1e-9)) << name;
+      else
+        EXPECT_TRUE(torch::equal(stepped[0].groups[g][j].second, stepped[1].groups[g][j].second)) << name;
     }
 }

@@ -1,5 +1,5 @@
-// Pipeline stages against the single-process model (reference pipeline-and-local.md §3.2): ranks as threads, each
-// with its own Gloo process groups over loopback TCP (the real engine, one process). p in {2, 3, 4}, GPipe and
+// Pipeline stages against the single-process model (shared/reference/pipeline-and-local.md §3.2): ranks as threads,
+// each with its own Gloo process groups over loopback TCP (the real engine, one process). p in {2, 3, 4}, GPipe and
 // 1F1B(d = 0, 2), m in {1, p, 2p}: every stage's gradients equal the single-process gradients on the same batch
 // (rtol 1e-5, atol 4e-5, PyTorch's pipelining tolerance), and after three optimizer steps (clipping on) the losses,
 // gradient norms and parameters still match; the tied embedding copies stay bit-identical.
@@ -9,12 +9,12 @@
 #include <map>
 #include <thread>
 
+#include "support/lcg_tokens.h"
+#include "support/thread_ranks.h"
 #include "tributary/comm/group.h"
 #include "tributary/core/error.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/wan.h"
-#include "support/lcg_tokens.h"
-#include "support/thread_ranks.h"
 
 using namespace tributary;
 using namespace tributary::pipeline;
@@ -39,7 +39,9 @@ std::shared_ptr<const std::vector<uint32_t>> tokens() {
   return t;
 }
 
-BatchLoader loader() { return BatchLoader(tokens(), {.batch_size = kBatch, .context = tiny().context, .seed = 3}, "test"); }
+BatchLoader loader() {
+  return BatchLoader(tokens(), {.batch_size = kBatch, .context = tiny().context, .seed = 3}, "test");
+}
 const AdamWOptions kAdam{.weight_decay = 0.1};
 constexpr double kClip = 0.5;
 double lr(int64_t step) { return 3e-3 * double(step + 1); }
@@ -61,7 +63,8 @@ Reference reference(int64_t steps) {
   for (int64_t s = 0; s < steps; ++s) {
     adam.zero_grad();
     data.next(batch.data_ptr<int64_t>());
-    auto loss = Transformer::loss(model.forward(batch.narrow(1, 0, tiny().context)), batch.narrow(1, 1, tiny().context));
+    auto loss =
+        Transformer::loss(model.forward(batch.narrow(1, 0, tiny().context)), batch.narrow(1, 1, tiny().context));
     loss.backward();
     if (s == 0)
       for (auto& [n, t] : params) r.grads[n] = t.grad().clone();
@@ -90,12 +93,22 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
     auto options = [&](int n) { return comm::GroupOptions{.link = wan_link_model_or_none(wan, n)}; };
     comm::Group pipe(store, int(s), int(p), options(int(p)), "pipe");
     std::unique_ptr<comm::Group> tie;
-    if (p > 1 && (s == 0 || s == p - 1)) tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, options(2), "tie");
+    if (p > 1 && (s == 0 || s == p - 1))
+      tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, options(2), "tie");
     auto params = stage_params(named_parameters_of(*models[size_t(s)]), layout, s, tiny().blocks_per_level(), true);
     AdamW adam(params, kAdam);
     auto data = loader();
-    PipelineStep step({*models[size_t(s)], params, adam, data, {&pipe, tie.get(), nullptr}, spec, layout, s,
-                       torch::kCPU, kClip, wire});
+    PipelineStep step({*models[size_t(s)],
+                       params,
+                       adam,
+                       data,
+                       {&pipe, tie.get(), nullptr},
+                       spec,
+                       layout,
+                       s,
+                       torch::kCPU,
+                       kClip,
+                       wire});
     body(s, step, params);
   });
 }
@@ -118,7 +131,8 @@ TEST(Pipeline, StagesEqualTheSingleProcessModel) {
           std::lock_guard<std::mutex> lock(mu);
           for (auto& [n, t] : params)
             EXPECT_TRUE(torch::allclose(t.grad(), ref.grads.at(n), 1e-5, 4e-5))
-                << "stage " << stage << " " << n << " max diff " << (t.grad() - ref.grads.at(n)).abs().max().item<double>();
+                << "stage " << stage << " " << n << " max diff "
+                << (t.grad() - ref.grads.at(n)).abs().max().item<double>();
         });
         run_pipeline(spec, [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
           for (int64_t s = 0; s < 3; ++s) {
@@ -152,9 +166,13 @@ TEST(Pipeline, EmulatedLinksDelayTheStepsAndChangeNoNumber) {
   // Each step waits at least: an activation forward and a gradient back (40 ms each plus bytes), the tied-embedding
   // all-reduce and the loss/norm exchange (40 ms each).
   const auto start = std::chrono::steady_clock::now();
-  run_pipeline({ScheduleKind::OneFOneB, 2, 2, 0}, [&](int64_t, PipelineStep& step, NamedTensors&) {
-    for (int64_t s = 0; s < 2; ++s) EXPECT_NEAR(step.run(s, lr(s)).loss, ref.losses[size_t(s)], 1e-6) << "step " << s;
-  }, "8Mbit,40ms");
+  run_pipeline(
+      {ScheduleKind::OneFOneB, 2, 2, 0},
+      [&](int64_t, PipelineStep& step, NamedTensors&) {
+        for (int64_t s = 0; s < 2; ++s)
+          EXPECT_NEAR(step.run(s, lr(s)).loss, ref.losses[size_t(s)], 1e-6) << "step " << s;
+      },
+      "8Mbit,40ms");
   EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2 * 0.16);
 }
 
@@ -178,23 +196,27 @@ TEST(Pipeline, CompressedActivationsStayCloseAndSendFewerBytes) {
   torch::set_num_threads(1);
   const Reference ref = reference(1);
   const int64_t tokens_per_mb = kBatch / 2 * tiny().context, C = tiny().width;
-  for (auto [wire, tol] : std::vector<std::pair<Wire, double>>{{Wire::Fp16, 2e-3}, {Wire::Bf16, 2e-2}, {Wire::Int8, 2e-2}}) {
+  for (auto [wire, tol] :
+       std::vector<std::pair<Wire, double>>{{Wire::Fp16, 2e-3}, {Wire::Bf16, 2e-2}, {Wire::Int8, 2e-2}}) {
     SCOPED_TRACE(testing::Message() << "wire " << int(wire));
     std::mutex mu;
-    run_pipeline({ScheduleKind::GPipe, 2, 2, 0}, [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
-      step.forward_backward(0);
-      const auto stats = step.take_stats();
-      std::lock_guard<std::mutex> lock(mu);
-      EXPECT_EQ(stage == 0 ? stats.activation_bytes : stats.gradient_bytes, 2 * wire_bytes(wire, tokens_per_mb, C));
-      double diff = 0, norm = 0;
-      for (auto& [n, t] : params) {
-        diff += (t.grad() - ref.grads.at(n)).pow(2).sum().item<double>();
-        norm += ref.grads.at(n).pow(2).sum().item<double>();
-      }
-      EXPECT_LT(std::sqrt(diff / norm), tol) << "stage " << stage;
-      if (stage == 1) {
-        EXPECT_GT(diff, 0) << "the activations arrived exactly: nothing was compressed";
-      }
-    }, "", wire);
+    run_pipeline(
+        {ScheduleKind::GPipe, 2, 2, 0},
+        [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+          step.forward_backward(0);
+          const auto stats = step.take_stats();
+          std::lock_guard<std::mutex> lock(mu);
+          EXPECT_EQ(stage == 0 ? stats.activation_bytes : stats.gradient_bytes, 2 * wire_bytes(wire, tokens_per_mb, C));
+          double diff = 0, norm = 0;
+          for (auto& [n, t] : params) {
+            diff += (t.grad() - ref.grads.at(n)).pow(2).sum().item<double>();
+            norm += ref.grads.at(n).pow(2).sum().item<double>();
+          }
+          EXPECT_LT(std::sqrt(diff / norm), tol) << "stage " << stage;
+          if (stage == 1) {
+            EXPECT_GT(diff, 0) << "the activations arrived exactly: nothing was compressed";
+          }
+        },
+        "", wire);
   }
 }

@@ -1,6 +1,6 @@
-// Pipeline schedules without processes (reference pipeline-and-local.md §3.1): for p in 1..8 and m in 1..3p, GPipe and
-// 1F1B(d) dry-run without deadlock, every send received, each micro-batch forwarded before it is backwarded, the
-// activations held as the formulas say, and at zero latency the idle fraction (p-1)/(m+p-1).
+// Pipeline schedules without processes (shared/reference/pipeline-and-local.md §3.1): for p in 1..8 and m in 1..3p,
+// GPipe and 1F1B(d) dry-run without deadlock, every send received, each micro-batch forwarded before it is backwarded,
+// the activations held as the formulas say, and at zero latency the idle fraction (p-1)/(m+p-1).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -35,7 +35,7 @@ TEST(PipelineSchedule, EveryScheduleRunsWithoutDeadlockAndMatchesTheFormulas) {
         const DryRun run = dry_run(spec);
         ASSERT_FALSE(run.deadlock) << run.why;
         EXPECT_EQ(run.messages, 2 * m * (p - 1));  // activations down, gradients up
-        for (int64_t i = 0; i < p; ++i)  // GPipe: m; 1F1B: min(m, w_i + 1)
+        for (int64_t i = 0; i < p; ++i)            // GPipe: m; 1F1B: min(m, w_i + 1)
           EXPECT_EQ(run.peak_held[size_t(i)], peak_activations(spec, i)) << i;
         EXPECT_NEAR(run.idle_fraction(), double(p - 1) / double(m + p - 1), 1e-12);
         EXPECT_NEAR(run.makespan, double(m + p - 1) * 3.0, 1e-9);  // t_f = 1, t_b = 2

@@ -23,10 +23,18 @@ TEST(Wire, RoundTripsWithinTheFormatsRounding) {
     auto err = (back - x).abs();
     auto row_max = x.abs().amax(-1, true);
     switch (wire) {
-      case Wire::Fp32: EXPECT_TRUE(torch::equal(back, x)); break;
-      case Wire::Fp16: EXPECT_TRUE((err <= x.abs() * 1e-3 + 1e-7).all().item<bool>()); break;
-      case Wire::Bf16: EXPECT_TRUE((err <= x.abs() * 8e-3 + 1e-30).all().item<bool>()); break;
-      case Wire::Int8: EXPECT_TRUE((err <= row_max / 254 * 1.0001).all().item<bool>()); break;
+      case Wire::Fp32:
+        EXPECT_TRUE(torch::equal(back, x));
+        break;
+      case Wire::Fp16:
+        EXPECT_TRUE((err <= x.abs() * 1e-3 + 1e-7).all().item<bool>());
+        break;
+      case Wire::Bf16:
+        EXPECT_TRUE((err <= x.abs() * 8e-3 + 1e-30).all().item<bool>());
+        break;
+      case Wire::Int8:
+        EXPECT_TRUE((err <= row_max / 254 * 1.0001).all().item<bool>());
+        break;
     }
   }
   EXPECT_EQ(wire_bytes(Wire::Int8, 10, 64), 10 * 64 + 40);

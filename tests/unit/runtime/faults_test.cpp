@@ -18,8 +18,8 @@ struct Environment {
     for (const auto& [k, v] : vars) ::setenv(k, v, 1);
   }
   ~Environment() {
-    for (const char* k : {"TRIBUTARY_FAIL_RANK", "TRIBUTARY_FAIL_STEP", "TRIBUTARY_FAIL_EXCHANGE", "TRIBUTARY_FAIL_MODE",
-                          "TRIBUTARY_BAD_UPDATE_RANK", "TRIBUTARY_BAD_UPDATE"})
+    for (const char* k : {"TRIBUTARY_FAIL_RANK", "TRIBUTARY_FAIL_STEP", "TRIBUTARY_FAIL_EXCHANGE",
+                          "TRIBUTARY_FAIL_MODE", "TRIBUTARY_BAD_UPDATE_RANK", "TRIBUTARY_BAD_UPDATE"})
       ::unsetenv(k);
   }
 };
@@ -35,8 +35,11 @@ TEST(Faults, NoVariablesNoFaults) {
 }
 
 TEST(Faults, TheEnvironmentDescribesThePlan) {
-  Environment env({{"TRIBUTARY_FAIL_RANK", "0,2"}, {"TRIBUTARY_FAIL_STEP", "6"}, {"TRIBUTARY_FAIL_MODE", "error"},
-                   {"TRIBUTARY_BAD_UPDATE_RANK", "1"}, {"TRIBUTARY_BAD_UPDATE", "nan"}});
+  Environment env({{"TRIBUTARY_FAIL_RANK", "0,2"},
+                   {"TRIBUTARY_FAIL_STEP", "6"},
+                   {"TRIBUTARY_FAIL_MODE", "error"},
+                   {"TRIBUTARY_BAD_UPDATE_RANK", "1"},
+                   {"TRIBUTARY_BAD_UPDATE", "nan"}});
   const FaultPlan plan = fault_plan_from_environment();
   EXPECT_EQ(plan.ranks, (std::vector<int>{0, 2}));
   EXPECT_EQ(plan.at_step, 6);

@@ -21,7 +21,8 @@ batch_size = 8
 threads = 1
 [parallel]
 micro_batches = 2
-)", "calibrate.toml");
+)",
+                                          "calibrate.toml");
   const int threads_before = at::get_num_threads();
   const Calibration c = calibrate_speed(config, 3);
   at::set_num_threads(threads_before);
@@ -34,6 +35,5 @@ micro_batches = 2
   EXPECT_LE(c.tflops_min, c.tflops);
   EXPECT_LE(c.tflops, c.tflops_max);
   EXPECT_LT(c.tflops_max, 100);  // a 2-core CPU does not train at 100 TFLOP/s: the units are right
-  EXPECT_NE(test_support::error_of([&] { calibrate_speed(config, 0); }).find("at least one repeat"),
-            std::string::npos);
+  EXPECT_NE(test_support::error_of([&] { calibrate_speed(config, 0); }).find("at least one repeat"), std::string::npos);
 }

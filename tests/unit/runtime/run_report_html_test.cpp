@@ -15,8 +15,9 @@ using namespace tributary;
 namespace {
 
 struct RunDir {
-  fs::path dir = fs::temp_directory_path() / fmt::format("trib_report_{}_{}", ::getpid(),
-                                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir =
+      fs::temp_directory_path() /
+      fmt::format("trib_report_{}_{}", ::getpid(), ::testing::UnitTest::GetInstance()->current_test_info()->name());
   RunDir() {
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -40,35 +41,39 @@ TEST(RunReportHtml, WhatIsNotARunIsRefusedNamingTheDirectoryFileAndLine) {
   RunDir run;
   EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir / "nope"); }).find("is not a directory"),
             std::string::npos);
-  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); })
-                .find(run.dir.string() + "' is not a run directory: it has no metrics.jsonl"),
+  EXPECT_NE(test_support::error_of([&] {
+              report::read_run_files(run.dir);
+            }).find(run.dir.string() + "' is not a run directory: it has no metrics.jsonl"),
             std::string::npos);
   run.put("metrics.jsonl", "{\"step\":1,\"loss\":5}\nnot json\n{\"step\":2,\"loss\":4}\n");
-  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); })
-                .find("metrics.jsonl line 2 is not a JSON object"),
+  EXPECT_NE(test_support::error_of([&] {
+              report::read_run_files(run.dir);
+            }).find("metrics.jsonl line 2 is not a JSON object"),
             std::string::npos);
   run.put("metrics.jsonl", "{\"step\":1,\"loss\":5}\n");
   run.put("summary.json", "[1,2]");
   EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); }).find("summary.json is not a JSON object"),
             std::string::npos);
   run.put("summary.json", "{}");
-  EXPECT_NE(test_support::error_of([&] { report::write_report(run.dir, run.dir / "no" / "such" / "r.html"); })
-                .find("does not exist"),
+  EXPECT_NE(test_support::error_of([&] {
+              report::write_report(run.dir, run.dir / "no" / "such" / "r.html");
+            }).find("does not exist"),
             std::string::npos);
 }
 
 TEST(RunReportHtml, AnUnfinishedSingleProcessRunFillsEverySectionAndSaysWhatItLacks) {
   // A crash mid-write leaves a torn last line: skipped and mentioned, the rest drawn.
   RunDir run;
-  run.put("metrics.jsonl",
-          "{\"step\":10,\"tokens\":1000,\"loss\":4.0,\"loss_avg\":4.5,\"tokens_per_s\":900,\"mfu\":0.4,\"elapsed_s\":1}\n"
-          "{\"step\":20,\"tokens\":2000,\"val_loss\":3.5,\"elapsed_s\":2.5}\n"
-          "{\"step\":20,\"tokens\":2000,\"loss\":3.0,\"loss_avg\":3.2,\"tokens_per_s\":950,\"mfu\":0.42,\"elapsed_s\":2}\n"
-          "{\"step\":30,\"tok");
+  run.put(
+      "metrics.jsonl",
+      "{\"step\":10,\"tokens\":1000,\"loss\":4.0,\"loss_avg\":4.5,\"tokens_per_s\":900,\"mfu\":0.4,\"elapsed_s\":1}\n"
+      "{\"step\":20,\"tokens\":2000,\"val_loss\":3.5,\"elapsed_s\":2.5}\n"
+      "{\"step\":20,\"tokens\":2000,\"loss\":3.0,\"loss_avg\":3.2,\"tokens_per_s\":950,\"mfu\":0.42,\"elapsed_s\":2}\n"
+      "{\"step\":30,\"tok");
   run.put("config.toml", "[model]\nwidth = 64\n");
   const std::string page = report::render_html(report::read_run_files(run.dir));
-  for (const char* id : {"overview", "loss", "workers", "communication", "timeline", "faults", "dipaco", "pipeline",
-                         "config"})
+  for (const char* id :
+       {"overview", "loss", "workers", "communication", "timeline", "faults", "dipaco", "pipeline", "config"})
     EXPECT_EQ(count(page, fmt::format("<section id=\"{}\">", id)), 1u) << id;
   EXPECT_NE(page.find("the last line is torn"), std::string::npos);
   EXPECT_NE(page.find("unfinished: no summary.json"), std::string::npos);

@@ -54,8 +54,15 @@ TEST(RunReportMfu, ALeadRunningAheadReadsTheWorldsRoundRateNotItsOwn) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   {
-    RunReport report({.run_dir = dir, .lead = true, .total_steps = 20, .log_every = 1, .world_size = kWorkers,
-                      .distributed = true, .rank = 0, .flops_per_token = 1.0, .peak_flops = 150.0});
+    RunReport report({.run_dir = dir,
+                      .lead = true,
+                      .total_steps = 20,
+                      .log_every = 1,
+                      .world_size = kWorkers,
+                      .distributed = true,
+                      .rank = 0,
+                      .flops_per_token = 1.0,
+                      .peak_flops = 150.0});
     int64_t step = 0;
     round_of_five(report, step, kWorkers);
     round_of_five(report, step, kWorkers);

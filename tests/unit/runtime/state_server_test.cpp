@@ -20,7 +20,7 @@ TEST(StateServer, AHolderServesWhatItHasAndSaysWhenItHasNot) {
     return it->second;
   });
   EXPECT_EQ(ask_holder(store, 2, "inner/p3/r1", 5s), held.at("inner/p3/r1"));  // bytes as they are, NULs included
-  EXPECT_EQ(ask_holder(store, 2, "inner/p4/r1", 5s), std::nullopt);              // answered at once: not held
+  EXPECT_EQ(ask_holder(store, 2, "inner/p4/r1", 5s), std::nullopt);            // answered at once: not held
   EXPECT_EQ(ask_holder(store, 2, "best/p3", 5s), std::optional<std::string>("x"));
   EXPECT_EQ(server.take_served_bytes(), 8.0);
   EXPECT_EQ(server.take_served_bytes(), 0.0);

@@ -63,7 +63,7 @@ TEST(ComputeCost, ThePlanSpreadsSlowDevicesOverThePipelines) {
   EXPECT_DOUBLE_EQ(model.compute_cost(comm_only.evaluation.pipelines), 2.0);
   const ScheduleResult plan = schedule_genetic(model, o);
   EXPECT_FALSE(slow_together(plan.evaluation));
-  EXPECT_DOUBLE_EQ(plan.evaluation.compute, 1.0 + 1.0 / 3);  // one slow device per pipeline
+  EXPECT_DOUBLE_EQ(plan.evaluation.compute, 1.0 + 1.0 / 3);                            // one slow device per pipeline
   EXPECT_GT(plan.evaluation.dp + 2 * plan.evaluation.pp, comm_only.evaluation.total);  // it paid in communication
   EXPECT_LT(plan.evaluation.total, model.evaluate(comm_only.partition).total);
 }

@@ -8,14 +8,14 @@
 #include <limits>
 #include <numeric>
 
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/rng.h"
+#include "tributary/runtime/plan_workload.h"
 #include "tributary/sched/cost_model.h"
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/placement.h"
-#include "tributary/runtime/plan_workload.h"
-#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 
 using namespace tributary;
 using namespace tributary::sched;
@@ -198,14 +198,18 @@ TEST(Scheduler, ADiLoCoWorkloadKeepsEachPipelineInOneRegion) {
     EXPECT_NEAR(r.evaluation.total, brute_force_optimum(m), 1e-9) << "H = " << h;
     int pipelines_in_one_region = 0, replicas_in_one_region = 0;
     for (const auto& pipe : r.evaluation.pipelines)
-      pipelines_in_one_region += std::all_of(pipe.begin(), pipe.end(), [&](int d) { return region(d) == region(pipe[0]); });
+      pipelines_in_one_region +=
+          std::all_of(pipe.begin(), pipe.end(), [&](int d) { return region(d) == region(pipe[0]); });
     for (int s = 0; s < 4; ++s)
       replicas_in_one_region += region(r.evaluation.pipelines[0][s]) == region(r.evaluation.pipelines[1][s]);
-    if (h == 1) EXPECT_EQ(replicas_in_one_region, 4) << "data parallel: each stage's replicas share a region";
-    else EXPECT_EQ(pipelines_in_one_region, 2) << "DiLoCo, H = 100: each pipeline in one region";
+    if (h == 1)
+      EXPECT_EQ(replicas_in_one_region, 4) << "data parallel: each stage's replicas share a region";
+    else
+      EXPECT_EQ(pipelines_in_one_region, 2) << "DiLoCo, H = 100: each pipeline in one region";
   }
-  EXPECT_NE(error_of([] { parse_workload(R"({"c_dp_gb": 2, "c_pp_gb": 1, "sync_every": 0})", "w.json"); })
-                .find("w.json: workload field 'sync_every' must be at least 1"),
+  EXPECT_NE(error_of([] {
+              parse_workload(R"({"c_dp_gb": 2, "c_pp_gb": 1, "sync_every": 0})", "w.json");
+            }).find("w.json: workload field 'sync_every' must be at least 1"),
             std::string::npos);
 }
 
@@ -241,15 +245,16 @@ TEST(ClusterFile, LoadsRegionsAndMatricesAndRejectsBadFiles) {
   EXPECT_EQ(r.bandwidth_gbps(2, 0), 1);
   EXPECT_EQ(r.devices[2].region, "b");
 
-  auto msg = error_of([] {
-    parse_cluster(R"({"latency_ms": [[0, 1], [1]], "bandwidth_gbps": [[1, 1], [1, 1]]})", "bad.json");
-  });
+  auto msg = error_of(
+      [] { parse_cluster(R"({"latency_ms": [[0, 1], [1]], "bandwidth_gbps": [[1, 1], [1, 1]]})", "bad.json"); });
   EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("latency_ms"), std::string::npos) << msg;
-  msg = error_of([] { parse_cluster(R"({"latency_ms": [[0, 1], [1, 0]], "bandwidth_gbps": [[1, 0], [0, 1]]})", "z.json"); });
+  msg = error_of(
+      [] { parse_cluster(R"({"latency_ms": [[0, 1], [1, 0]], "bandwidth_gbps": [[1, 0], [0, 1]]})", "z.json"); });
   EXPECT_NE(msg.find("bandwidth_gbps"), std::string::npos) << msg;
   EXPECT_NE(msg.find("> 0"), std::string::npos) << msg;
-  msg = error_of([] { parse_cluster(R"({"latency_ms": [[0, -1], [1, 0]], "bandwidth_gbps": [[1, 1], [1, 1]]})", "n.json"); });
+  msg = error_of(
+      [] { parse_cluster(R"({"latency_ms": [[0, -1], [1, 0]], "bandwidth_gbps": [[1, 1], [1, 1]]})", "n.json"); });
   EXPECT_NE(msg.find("latency_ms"), std::string::npos) << msg;
   msg = error_of([] { check_layout(preset("case3-multiple-datacenters"), 8, 7); });
   EXPECT_NE(msg.find("d_dp x d_pp"), std::string::npos) << msg;
@@ -262,8 +267,7 @@ TEST(ClusterFile, ShuffleIsAPermutation) {
   std::vector<int> original;
   Cluster s = shuffle_ids(c, 42, &original);
   for (int a = 0; a < c.size(); ++a)
-    for (int b = 0; b < c.size(); ++b)
-      ASSERT_EQ(s.latency_ms(a, b), c.latency_ms(original[a], original[b]));
+    for (int b = 0; b < c.size(); ++b) ASSERT_EQ(s.latency_ms(a, b), c.latency_ms(original[a], original[b]));
   std::vector<int> sorted = original;
   std::sort(sorted.begin(), sorted.end());
   for (int i = 0; i < c.size(); ++i) EXPECT_EQ(sorted[i], i);
@@ -295,13 +299,14 @@ TEST(Placement, ReadBackAndBadFilesNamed) {
   EXPECT_EQ(p.cluster_device, (std::vector<int>{0, 1, 2, 3})) << "no ranks list: rank r is device r";
   // A plan made on shuffled ids says which device of the file as given each rank emulates.
   write_file(file, R"({"d_dp": 1, "d_pp": 2, "pipelines": [[1, 0]], "ranks": [{"rank": 0, "cluster_device": 5},
-                       {"rank": 1, "cluster_device": 2}]})", false);
+                       {"rank": 1, "cluster_device": 2}]})",
+             false);
   EXPECT_EQ(sched::read_placement(file).cluster_device, (std::vector<int>{5, 2}));
-  for (const char* bad : {R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 1]]})",
-                          R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1]]})", R"({"d_dp": 2, "d_pp": 2})",
-                          R"({"d_dp": "2", "d_pp": 2, "pipelines": []})", R"({"d_dp": 2, "d_pp": 2, "pipelines": [[4, 1], [0, 2]]})",
-                          R"({"d_dp": 1, "d_pp": 1, "pipelines": [[0]], "ranks": [{"rank": 3, "cluster_device": 0}]})",
-                          "{"}) {
+  for (const char* bad :
+       {R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1], [0, 1]]})", R"({"d_dp": 2, "d_pp": 2, "pipelines": [[3, 1]]})",
+        R"({"d_dp": 2, "d_pp": 2})", R"({"d_dp": "2", "d_pp": 2, "pipelines": []})",
+        R"({"d_dp": 2, "d_pp": 2, "pipelines": [[4, 1], [0, 2]]})",
+        R"({"d_dp": 1, "d_pp": 1, "pipelines": [[0]], "ranks": [{"rank": 3, "cluster_device": 0}]})", "{"}) {
     write_file(file, bad, false);
     try {
       sched::read_placement(file);
@@ -316,9 +321,10 @@ TEST(Placement, ReadBackAndBadFilesNamed) {
 // plan --config: the workload is the training run's. 8 devices, 4 stages of an 8-block model, DiLoCo every 10 steps
 // with int8 pseudo-gradients and int8 activations; data parallel sends fp32 every step; what cannot be priced is named.
 TEST(Placement, TheWorkloadOfATrainingConfigIsTheRunsOwn) {
-  const std::vector<std::string> base = {"model.vocab_size=257", "model.num_layers=8", "model.width=128",
-                                         "model.num_heads=4", "model.context=64", "train.batch_size=8",
-                                         "parallel.pipeline_stages=4", "model.tie_embeddings=false"};
+  const std::vector<std::string> base = {
+      "model.vocab_size=257",       "model.num_layers=8",        "model.width=128",
+      "model.num_heads=4",          "model.context=64",          "train.batch_size=8",
+      "parallel.pipeline_stages=4", "model.tie_embeddings=false"};
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.begin(), base.begin(), base.end());
     return workload_of(RunConfig::load("", more), 8, "cfg.toml");
@@ -338,7 +344,8 @@ TEST(Placement, TheWorkloadOfATrainingConfigIsTheRunsOwn) {
   EXPECT_EQ(ddp.sync_every, 1);
   EXPECT_EQ(ddp.bytes_per_parameter, 4.0) << "data parallel all-reduces fp32 gradients";
   EXPECT_NE(error_of([&] { with({"dist.compression=topk"}); }).find("dist.compression = topk"), std::string::npos);
-  EXPECT_NE(error_of([&] { workload_of(RunConfig::load("", base), 6, "cfg.toml"); })
-                .find("parallel.pipeline_stages = 4 does not divide the cluster's 6 devices"),
+  EXPECT_NE(error_of([&] {
+              workload_of(RunConfig::load("", base), 6, "cfg.toml");
+            }).find("parallel.pipeline_stages = 4 does not divide the cluster's 6 devices"),
             std::string::npos);
 }

@@ -94,8 +94,8 @@ std::vector<NamedTensors> clip_groups(const Transformer& model, const AuxHeads& 
                      model.config().tie_embeddings);
 }
 
-void set_chunk_lr_scales(AdamW& optimizer, const std::vector<NamedTensors>& groups, const std::vector<int64_t>& chunk_of,
-                         const std::vector<double>& scales) {
+void set_chunk_lr_scales(AdamW& optimizer, const std::vector<NamedTensors>& groups,
+                         const std::vector<int64_t>& chunk_of, const std::vector<double>& scales) {
   if (scales.empty()) return;
   TRIB_CHECK(chunk_of.size() == groups.size(), "{} chunk numbers for {} groups", chunk_of.size(), groups.size());
   for (size_t g = 0; g < groups.size(); ++g) optimizer.set_lr_scale(groups[g], scales.at(size_t(chunk_of[g])));

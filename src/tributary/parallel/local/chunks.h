@@ -1,6 +1,6 @@
-// How local parallelism cuts the model (Laskin, Metz et al., arXiv 2012.03837; reference pipeline-and-local.md §2.5):
-// K chunks of consecutive blocks, chunk k ending in auxiliary head k (the last chunk in the model's head), and the
-// protocol of one micro-batch through them:
+// How local parallelism cuts the model (Laskin, Metz et al., arXiv 2012.03837; shared/reference/pipeline-and-local.md
+// §2.5): K chunks of consecutive blocks, chunk k ending in auxiliary head k (the last chunk in the model's head), and
+// the protocol of one micro-batch through them:
 //   chunk k runs forward on the detached output of chunk k-1 (the embeddings for chunk 0), its head gives L_k, and
 //   L_k's gradient stops at the chunk's input: no gradient crosses a chunk boundary (`chunked`, and `greedy`, one
 //   block per chunk).
@@ -68,8 +68,8 @@ std::vector<NamedTensors> clip_groups(const NamedTensors& model_params, const Na
 std::vector<NamedTensors> clip_groups(const Transformer& model, const AuxHeads& heads, const ChunkPlan& plan);
 // Gives each chunk's group of `groups` (clip_groups' output, or some of its groups, `chunk_of[g]` naming group g's
 // chunk) its learning-rate multiplier in `optimizer`: per-chunk learning rates. Empty `scales`: nothing changes.
-void set_chunk_lr_scales(AdamW& optimizer, const std::vector<NamedTensors>& groups, const std::vector<int64_t>& chunk_of,
-                         const std::vector<double>& scales);
+void set_chunk_lr_scales(AdamW& optimizer, const std::vector<NamedTensors>& groups,
+                         const std::vector<int64_t>& chunk_of, const std::vector<double>& scales);
 // Clips each group to max_norm on its own; returns the norm of all gradients together, before clipping.
 double clip_chunks(const std::vector<NamedTensors>& groups, double max_norm);
 

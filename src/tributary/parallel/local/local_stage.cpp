@@ -43,9 +43,10 @@ torch::Tensor LocalStage::receive(int kind, int64_t step, int64_t mb, int peer) 
   const int64_t T = p_.loader.context(), C = p_.model.config().width;
   auto buffer = pipeline::wire_buffer(p_.wire, {micro_, T, C});
   const auto t0 = Clock::now();
-  p_.groups.pipe->recv(buffer, peer, tag(kind, step, mb),
-                       fmt::format("stage {}: {} of micro-batch {} at step {} from stage {}", p_.stage,
-                                   kKindName[kind], mb, step + 1, peer))
+  p_.groups.pipe
+      ->recv(buffer, peer, tag(kind, step, mb),
+             fmt::format("stage {}: {} of micro-batch {} at step {} from stage {}", p_.stage, kKindName[kind], mb,
+                         step + 1, peer))
       .wait();
   stats_.blocked_s += seconds_since(t0);
   return pipeline::wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device);
@@ -94,8 +95,10 @@ double LocalStage::forward_backward(int64_t step) {
     auto rows = batch_.narrow(0, mb * micro_, micro_).to(p_.device);
     torch::Tensor x = first_ ? torch::Tensor() : receive(kActivation, step, mb, int(p_.stage - 1));
     const auto start = Clock::now();
-    if (first_) x = p_.model.embed(rows.narrow(1, 0, T));
-    else if (overlap) x.requires_grad_(true);
+    if (first_)
+      x = p_.model.embed(rows.narrow(1, 0, T));
+    else if (overlap)
+      x.requires_grad_(true);
     const ChunkForward f = chunk_forward(p_.model, p_.plan, p_.stage, x);
     if (!last_) send(f.y.detach(), kActivation, step, mb, int(p_.stage + 1));  // before the loss: no waiting on it
     const torch::Tensor loss = chunk_loss(p_.model, p_.heads, p_.plan, p_.stage, f.y, rows.narrow(1, 1, T));

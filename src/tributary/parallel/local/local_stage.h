@@ -1,5 +1,5 @@
-// Local parallelism across processes (reference pipeline-and-local.md §2.5): each pipeline stage is one chunk, behind
-// the step seam (parallel/train_step.h). Per micro-batch a stage receives its input activation, runs its blocks,
+// Local parallelism across processes (shared/reference/pipeline-and-local.md §2.5): each pipeline stage is one chunk,
+// behind the step seam (parallel/train_step.h). Per micro-batch a stage receives its input activation, runs its blocks,
 // sends the output on at once (before its own loss), then computes its chunk's loss with its auxiliary head (the last
 // stage: the model's head), backpropagates and accumulates. No gradient crosses a stage boundary in `chunked` mode.
 // `overlapping` (synchronous): a stage sends the gradient of its loss at its input back to the previous stage, which
@@ -33,10 +33,10 @@
 namespace tributary::local {
 
 struct LocalStageParts {
-  Transformer& model;     // the whole model; the stage computes with and updates only its chunk
-  AuxHeads& heads;        // every chunk's head (drawn alike on every rank); this stage uses head(stage)
-  NamedTensors params;    // what the stage updates: pipeline::stage_params(...) + its head's parameters
-  AdamW& optimizer;       // over `params`
+  Transformer& model;   // the whole model; the stage computes with and updates only its chunk
+  AuxHeads& heads;      // every chunk's head (drawn alike on every rank); this stage uses head(stage)
+  NamedTensors params;  // what the stage updates: pipeline::stage_params(...) + its head's parameters
+  AdamW& optimizer;     // over `params`
   BatchLoader& loader;
   pipeline::PipelineGroups groups;
   comm::LaggedReduce* report = nullptr;  // over the pipeline; its lag is the queue's length in steps

@@ -28,8 +28,10 @@ PipelineStep::PipelineStep(PipelineStepParts parts)
       last_(p_.stage == p_.schedule.stages - 1) {
   const int64_t B = p_.loader.batch_size(), m = p_.schedule.micro_batches;
   if (m < 1 || B % m != 0)
-    fail("parallel.micro_batches = {} must divide train.batch_size = {} (equal micro-batches keep the loss the batch "
-         "mean)", m, B);
+    fail(
+        "parallel.micro_batches = {} must divide train.batch_size = {} (equal micro-batches keep the loss the batch "
+        "mean)",
+        m, B);
   if (m > 0xFFFF) fail("parallel.micro_batches = {} is more than 65535", m);
   TRIB_CHECK(p_.groups.pipe && p_.groups.pipe->size() == p_.schedule.stages && p_.groups.pipe->rank() == p_.stage);
   micro_ = B / m;
@@ -53,7 +55,8 @@ void PipelineStep::execute(const Action& a, int64_t step) {
     case Op::RecvAct: {
       auto buffer = wire_buffer(p_.wire, {micro_, T, C});
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb),
-                                        fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}", p_.stage, a.mb, step + 1, p_.stage - 1)));
+                                        fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}",
+                                                    p_.stage, a.mb, step + 1, p_.stage - 1)));
       inputs_[mb] = wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device).requires_grad_(true);
       return;
     }
@@ -76,19 +79,23 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       send_buffers_.push_back(wire_encode(outputs_[mb], p_.wire));
       stats_.activation_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1), tag(kActivation, step, a.mb),
-                                            fmt::format("stage {}: activation of micro-batch {} at step {} to stage {}", p_.stage, a.mb, step + 1, p_.stage + 1)));
+                                            fmt::format("stage {}: activation of micro-batch {} at step {} to stage {}",
+                                                        p_.stage, a.mb, step + 1, p_.stage + 1)));
       return;
     }
     case Op::RecvGrad: {
       auto buffer = wire_buffer(p_.wire, {micro_, T, C});
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb),
-                                        fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}", p_.stage, a.mb, step + 1, p_.stage + 1)));
+                                        fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}",
+                                                    p_.stage, a.mb, step + 1, p_.stage + 1)));
       out_grads_[mb] = wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device);
       return;
     }
     case Op::Backward: {
-      if (last_) outputs_[mb].backward();
-      else outputs_[mb].backward(out_grads_[mb]);
+      if (last_)
+        outputs_[mb].backward();
+      else
+        outputs_[mb].backward(out_grads_[mb]);
       outputs_[mb] = out_grads_[mb] = torch::Tensor();  // the activations of this micro-batch are released
       slow_down(p_.slowdown, start);
       stats_.compute_s += seconds_since(start);
@@ -98,7 +105,8 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       send_buffers_.push_back(wire_encode(inputs_[mb].grad(), p_.wire));
       stats_.gradient_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1), tag(kGradient, step, a.mb),
-                                            fmt::format("stage {}: gradient of micro-batch {} at step {} to stage {}", p_.stage, a.mb, step + 1, p_.stage - 1)));
+                                            fmt::format("stage {}: gradient of micro-batch {} at step {} to stage {}",
+                                                        p_.stage, a.mb, step + 1, p_.stage - 1)));
       inputs_[mb] = torch::Tensor();
       return;
     }

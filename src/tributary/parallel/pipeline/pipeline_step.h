@@ -37,10 +37,10 @@ struct PipelineGroups {
 };
 
 struct PipelineStepParts {
-  Transformer& model;     // the whole model; the stage computes with and updates only `params`
-  NamedTensors params;    // stage_params(...)
-  AdamW& optimizer;       // over `params`
-  BatchLoader& loader;    // the pipeline's batches
+  Transformer& model;   // the whole model; the stage computes with and updates only `params`
+  NamedTensors params;  // stage_params(...)
+  AdamW& optimizer;     // over `params`
+  BatchLoader& loader;  // the pipeline's batches
   PipelineGroups groups;
   ScheduleSpec schedule;
   StageLayout layout;
@@ -56,7 +56,7 @@ struct PipelineStepParts {
 struct PipelineStats {
   int64_t activation_bytes = 0, gradient_bytes = 0;  // sent by this stage, as on the wire
   int64_t data_parallel_bytes = 0;  // the stage's gradient all-reduce, as a ring sends it: 2 (n-1)/n x the gradients
-  double compute_s = 0, blocked_s = 0;              // forward/backward vs waiting for messages
+  double compute_s = 0, blocked_s = 0;  // forward/backward vs waiting for messages
 };
 
 class PipelineStep : public TrainStep {

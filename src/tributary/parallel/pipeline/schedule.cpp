@@ -13,12 +13,18 @@ namespace tributary::pipeline {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::RecvAct: return "recv-activation";
-    case Op::Forward: return "forward";
-    case Op::SendAct: return "send-activation";
-    case Op::RecvGrad: return "recv-gradient";
-    case Op::Backward: return "backward";
-    case Op::SendGrad: return "send-gradient";
+    case Op::RecvAct:
+      return "recv-activation";
+    case Op::Forward:
+      return "forward";
+    case Op::SendAct:
+      return "send-activation";
+    case Op::RecvGrad:
+      return "recv-gradient";
+    case Op::Backward:
+      return "backward";
+    case Op::SendGrad:
+      return "send-gradient";
   }
   return "?";
 }
@@ -132,7 +138,8 @@ DryRun dry_run(const std::vector<std::vector<Action>>& stage_lists, const DryRun
     st.clock = pick_start;
     switch (a.op) {
       case Op::RecvAct:
-      case Op::RecvGrad: in_flight.erase({a.op == Op::RecvGrad ? pick + 1 : pick - 1, pick, a.op == Op::RecvGrad, a.mb});
+      case Op::RecvGrad:
+        in_flight.erase({a.op == Op::RecvGrad ? pick + 1 : pick - 1, pick, a.op == Op::RecvGrad, a.mb});
         break;
       case Op::Forward:
         st.clock += costs.t_forward;

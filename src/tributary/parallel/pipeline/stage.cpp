@@ -45,8 +45,12 @@ NamedTensors stage_params(const NamedTensors& all, const StageLayout& layout, in
     TRIB_CHECK(place.has_value(), "parameter '{}' has no place in the model", name);
     bool mine = false;
     switch (place->part) {
-      case ParamPlace::Part::Embedding: mine = first || (last && tied_embeddings && name == kTiedEmbedding); break;
-      case ParamPlace::Part::Final: mine = last; break;
+      case ParamPlace::Part::Embedding:
+        mine = first || (last && tied_embeddings && name == kTiedEmbedding);
+        break;
+      case ParamPlace::Part::Final:
+        mine = last;
+        break;
       case ParamPlace::Part::Block: {
         const int64_t b = place->model_block(blocks_per_level);
         mine = b >= layout.begin(stage) && b < layout.end(stage);

@@ -1,6 +1,6 @@
-// Which part of the model a pipeline stage owns (reference pipeline-and-local.md §2.2): consecutive blocks, balanced
-// by count unless parallel.stage_layers names them ("3,5"); the first stage also owns the embeddings, the last the
-// final norm and the head. With tied embeddings the last stage holds a copy of the token embedding as its head: the
+// Which part of the model a pipeline stage owns (shared/reference/pipeline-and-local.md §2.2): consecutive blocks,
+// balanced by count unless parallel.stage_layers names them ("3,5"); the first stage also owns the embeddings, the last
+// the final norm and the head. With tied embeddings the last stage holds a copy of the token embedding as its head: the
 // two copies start equal (same seed), their gradients are summed between the first and last stage, and they take
 // identical AdamW steps, so they stay bit-identical.
 #pragma once

@@ -5,8 +5,8 @@
 
 namespace tributary::pipeline {
 
-int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& groups, int64_t stage, bool first,
-                               bool last, int64_t step) {
+int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& groups, int64_t stage, bool first, bool last,
+                               int64_t step) {
   torch::NoGradGuard no_grad;
   if (groups.tie && (first || last)) {  // the tied embedding: lookup gradient + head gradient
     torch::Tensor g;

@@ -13,7 +13,7 @@ namespace tributary::pipeline {
 
 // At `step` (0-based). Returns the bytes the data-parallel all-reduce sends as a ring does (2 (n-1)/n x the
 // gradients); 0 without one.
-int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& groups, int64_t stage, bool first,
-                               bool last, int64_t step);
+int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& groups, int64_t stage, bool first, bool last,
+                               int64_t step);
 
 }  // namespace tributary::pipeline

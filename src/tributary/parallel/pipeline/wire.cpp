@@ -38,10 +38,13 @@ Wire parse_wire(const std::string& text, const std::string& key) {
 
 int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols) {
   switch (wire) {
-    case Wire::Fp32: return rows * cols * 4;
+    case Wire::Fp32:
+      return rows * cols * 4;
     case Wire::Fp16:
-    case Wire::Bf16: return rows * cols * 2;
-    case Wire::Int8: return rows * cols + rows * 4;
+    case Wire::Bf16:
+      return rows * cols * 2;
+    case Wire::Int8:
+      return rows * cols + rows * 4;
   }
   return 0;
 }
@@ -50,9 +53,12 @@ torch::Tensor wire_encode(const torch::Tensor& x, Wire wire) {
   torch::NoGradGuard no_grad;
   auto cpu = x.detach().to(torch::kCPU, torch::kFloat32).contiguous();
   switch (wire) {
-    case Wire::Fp32: return cpu;
-    case Wire::Fp16: return as_bytes(cpu.to(torch::kHalf));
-    case Wire::Bf16: return as_bytes(cpu.to(torch::kBFloat16));
+    case Wire::Fp32:
+      return cpu;
+    case Wire::Fp16:
+      return as_bytes(cpu.to(torch::kHalf));
+    case Wire::Bf16:
+      return as_bytes(cpu.to(torch::kBFloat16));
     case Wire::Int8: {
       auto rows = cpu.reshape({-1, cpu.size(-1)});
       auto scale = rows.abs().amax(1, /*keepdim=*/true).div_(127.0).clamp_min_(1e-30);
@@ -72,9 +78,12 @@ torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArra
   const int64_t rows = rows_of(shape), cols = shape.back();
   TRIB_CHECK_EQ(buffer.numel() * int64_t(buffer.element_size()), wire_bytes(wire, rows, cols));
   switch (wire) {
-    case Wire::Fp32: return buffer;
-    case Wire::Fp16: return from_bytes(buffer, 0, torch::kHalf, shape).to(torch::kFloat32);
-    case Wire::Bf16: return from_bytes(buffer, 0, torch::kBFloat16, shape).to(torch::kFloat32);
+    case Wire::Fp32:
+      return buffer;
+    case Wire::Fp16:
+      return from_bytes(buffer, 0, torch::kHalf, shape).to(torch::kFloat32);
+    case Wire::Bf16:
+      return from_bytes(buffer, 0, torch::kBFloat16, shape).to(torch::kFloat32);
     case Wire::Int8: {
       auto q = from_bytes(buffer, 0, torch::kInt8, {rows, cols});
       auto scale = from_bytes(buffer, rows * cols, torch::kFloat32, {rows, 1});

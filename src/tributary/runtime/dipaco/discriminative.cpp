@@ -1,13 +1,13 @@
 #include "tributary/runtime/dipaco/discriminative.h"
 
-#include "tributary/runtime/dipaco/routes.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/routing/router.h"
-#include "tributary/runtime/dipaco/routes_build.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/inference.h"
 #include "tributary/runtime/dipaco/modules.h"
+#include "tributary/runtime/dipaco/routes.h"
+#include "tributary/runtime/dipaco/routes_build.h"
+#include "tributary/runtime/inference.h"
 
 namespace tributary {
 

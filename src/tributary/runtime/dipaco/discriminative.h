@@ -13,7 +13,7 @@
 namespace tributary {
 
 struct DiscriminativeOptions {
-  std::string run;              // a DiPaCo run directory (its routes give the feature model and source dataset)
+  std::string run;  // a DiPaCo run directory (its routes give the feature model and source dataset)
   fs::path out;
   bool overwrite = false;
   int64_t overlap = 1;

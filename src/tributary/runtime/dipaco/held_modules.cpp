@@ -12,7 +12,12 @@
 namespace tributary {
 
 HeldModules::HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial)
-    : config_(config), grid_(grid), rank_(rank), world_(world), module_ids_(grid.modules()), members_(size_t(world)),
+    : config_(config),
+      grid_(grid),
+      rank_(rank),
+      world_(world),
+      module_ids_(grid.modules()),
+      members_(size_t(world)),
       global_(std::move(initial)),
       loop_(OuterLoopOptions{.inner_steps = config.dist.inner_steps,
                              .outer = {config.dist.outer_lr, config.dist.outer_momentum},
@@ -64,8 +69,8 @@ void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseco
     feedback_ = std::make_unique<ModuleFeedback>(
         comm::SparseChunkOptions{.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
         d.error_feedback_decay);
-  codec_ = comm::make_codec(feedback_ ? "fp32" : d.compression,
-                            static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
+  codec_ =
+      comm::make_codec(feedback_ ? "fp32" : d.compression, static_cast<uint64_t>(config_.train.seed) + uint64_t(rank_));
   depot_ = std::make_unique<ModuleDepot>(store, config_.dipaco.fetch_codec, fetch_timeout);
   depot_->set_link(link());
   publish_owned(round);

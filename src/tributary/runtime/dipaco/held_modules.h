@@ -23,8 +23,8 @@
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
 #include "tributary/optim/module_feedback.h"
-#include "tributary/optim/module_owners.h"
 #include "tributary/optim/module_outer.h"
+#include "tributary/optim/module_owners.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/outer_loop.h"
 #include "tributary/runtime/dipaco/module_depot.h"
@@ -77,11 +77,11 @@ class HeldModules {
   std::vector<std::string> module_ids_;
   std::vector<int> members_;
   ModuleSet global_;  // every module's global parameters (ring), or the owned modules' (path-local)
-  OuterLoop loop_;  // one unit per module (in module_ids_ order); master copy + momentum of the owned ones
-  std::map<std::string, std::vector<std::string>> layout_;        // each module's tensor names, in order
-  std::map<std::string, int64_t> numel_;                          // each module's parameter count
-  std::unique_ptr<comm::Codec> codec_;                            // path-local upload
-  std::unique_ptr<ModuleFeedback> feedback_;                      // path-local upload, sparseloco
+  OuterLoop loop_;    // one unit per module (in module_ids_ order); master copy + momentum of the owned ones
+  std::map<std::string, std::vector<std::string>> layout_;  // each module's tensor names, in order
+  std::map<std::string, int64_t> numel_;                    // each module's parameter count
+  std::unique_ptr<comm::Codec> codec_;                      // path-local upload
+  std::unique_ptr<ModuleFeedback> feedback_;                // path-local upload, sparseloco
   std::unique_ptr<ModuleDepot> depot_;
   double modelled_s_ = 0;
 };

@@ -51,8 +51,9 @@ NamedTensors ModuleDepot::fetch(int64_t round, const std::string& id, const std:
                                 int self) {
   const auto start = Clock::now();
   const std::string key = module_key(round, id);
-  store_.wait({key}, timeout_, fmt::format("DiPaCo: waiting for module {} of round {} from its owner (group rank {})",
-                                           id, round + 1, owner));
+  store_.wait(
+      {key}, timeout_,
+      fmt::format("DiPaCo: waiting for module {} of round {} from its owner (group rank {})", id, round + 1, owner));
   const std::string bytes = store_.get(key);
   if (link_ && owner != self) {  // the modelled transfer from the owner, on top of the real one
     const double modelled = link_->latency(owner, self) + double(bytes.size()) / link_->bandwidth(owner, self);

@@ -2,8 +2,8 @@
 // TCPStore that `tributary launch` hosts), not a shared filesystem and not every worker's memory.
 //   modules      after each round every owner publishes its modules' new values, encoded with dipaco.fetch_codec
 //                (fp32 exact; fp16/bf16 halve the download); a worker fetches the modules of the path it claims,
-//                trains, and drops them. The owner trains from the same decoded values as everyone (its master copy stays
-//                exact), so every worker starts a path from identical parameters.
+//                trains, and drops them. The owner trains from the same decoded values as everyone (its master copy
+//                stays exact), so every worker starts a path from identical parameters.
 //   path state   a path's inner AdamW state and its early-stopping copy follow the path from worker to worker: put
 //                here (dipaco.path_state = store), or a note of who holds it and the bytes on request (holder).
 // A module's bytes go owner -> store host -> worker: the store host is a hub whose link carries every download (the
@@ -23,9 +23,9 @@
 namespace tributary {
 
 struct DepotBytes {
-  double published = 0, fetched = 0;  // module values, encoded
+  double published = 0, fetched = 0;    // module values, encoded
   double state_put = 0, state_got = 0;  // path state (AdamW, early-stopping copies)
-  double fetch_s = 0;                  // waiting for fetches, emulated link time included
+  double fetch_s = 0;                   // waiting for fetches, emulated link time included
 };
 
 class ModuleDepot {

@@ -7,8 +7,8 @@
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/data/tokenizer.h"
-#include "tributary/runtime/checkpoint.h"
 #include "tributary/model/param_name.h"
+#include "tributary/runtime/checkpoint.h"
 
 namespace tributary {
 
@@ -29,8 +29,10 @@ ModuleSet initial_modules(const ModelConfig& model, const PathGrid& grid, uint64
     try {
       load_parameters(dense, ckpt.model);
     } catch (const Error& e) {
-      fail("dipaco.init_from = '{}' does not match the model of this run ({}); train the dense model with the same "
-           "model.* settings (model.num_levels included)", init_from, e.what());
+      fail(
+          "dipaco.init_from = '{}' does not match the model of this run ({}); train the dense model with the same "
+          "model.* settings (model.num_levels included)",
+          init_from, e.what());
     }
   }
   NamedTensors dense_params = named_parameters_of(dense);
@@ -78,8 +80,9 @@ void save_modules(const fs::path& run_dir, const RunConfig& config, const PathGr
     files[module] = {{"size", bytes.size()}, {"xxh64", fmt::format("{:016x}", hash64(bytes.data(), bytes.size()))}};
   }
   write_file_atomic(run_dir / "config.toml", config.to_toml());
-  nlohmann::json j = {{"format", "tributary-dipaco"}, {"round", round}, {"modules", grid.describe()},
-                      {"private_stem", grid.private_stem()}, {"routes", config.dipaco.routes}, {"files", files}};
+  nlohmann::json j = {{"format", "tributary-dipaco"},   {"round", round},
+                      {"modules", grid.describe()},     {"private_stem", grid.private_stem()},
+                      {"routes", config.dipaco.routes}, {"files", files}};
   write_file_atomic(run_dir / "dipaco.json", j.dump(2) + "\n");  // last: the set of module files is complete
 }
 
@@ -90,29 +93,31 @@ DipacoRun load_dipaco_run(const fs::path& dir) {
     fail("'{}' is not a DiPaCo run directory (no dipaco.json); train one with dipaco.modules set", dir.string());
   DipacoRun run;
   run.dir = dir;
-  with_json_file(dir / "dipaco.json", "the run directory is damaged; train the run again", [&](const nlohmann::json& j) {
-    run.config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
-    run.grid = PathGrid::parse(j.at("modules").get<std::string>(), run.config.model.num_levels,
-                               j.at("private_stem").get<bool>(), (dir / "dipaco.json").string());
-    run.round = j.at("round").get<int64_t>();
-    if (!j.at("round").is_number_integer() || run.round < 0)
-      fail("'{}': round {} is not a round number; the run directory is damaged, train the run again",
-           (dir / "dipaco.json").string(), j.at("round").dump());
-    for (const std::string& module : run.grid.modules()) {
-      const fs::path file = dir / "modules" / (module + ".safetensors");
-      if (!j.at("files").contains(module)) fail("'{}' lists no file for module '{}'", (dir / "dipaco.json").string(), module);
-      std::string bytes = read_file(file);
-      const auto& meta = j.at("files").at(module);
-      if (bytes.size() != meta.at("size").get<size_t>() ||
-          fmt::format("{:016x}", hash64(bytes.data(), bytes.size())) != meta.at("xxh64").get<std::string>())
-        fail("module file '{}' does not match its checksum in dipaco.json (corrupted or from another round)",
-             file.string());
-      auto f = safetensors::File::parse(std::move(bytes), file.string());
-      NamedTensors tensors;
-      for (const auto& [name, view] : f.tensors()) tensors.emplace_back(name, to_torch(view));
-      run.modules[module] = std::move(tensors);
-    }
-  });
+  with_json_file(
+      dir / "dipaco.json", "the run directory is damaged; train the run again", [&](const nlohmann::json& j) {
+        run.config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
+        run.grid = PathGrid::parse(j.at("modules").get<std::string>(), run.config.model.num_levels,
+                                   j.at("private_stem").get<bool>(), (dir / "dipaco.json").string());
+        run.round = j.at("round").get<int64_t>();
+        if (!j.at("round").is_number_integer() || run.round < 0)
+          fail("'{}': round {} is not a round number; the run directory is damaged, train the run again",
+               (dir / "dipaco.json").string(), j.at("round").dump());
+        for (const std::string& module : run.grid.modules()) {
+          const fs::path file = dir / "modules" / (module + ".safetensors");
+          if (!j.at("files").contains(module))
+            fail("'{}' lists no file for module '{}'", (dir / "dipaco.json").string(), module);
+          std::string bytes = read_file(file);
+          const auto& meta = j.at("files").at(module);
+          if (bytes.size() != meta.at("size").get<size_t>() ||
+              fmt::format("{:016x}", hash64(bytes.data(), bytes.size())) != meta.at("xxh64").get<std::string>())
+            fail("module file '{}' does not match its checksum in dipaco.json (corrupted or from another round)",
+                 file.string());
+          auto f = safetensors::File::parse(std::move(bytes), file.string());
+          NamedTensors tensors;
+          for (const auto& [name, view] : f.tensors()) tensors.emplace_back(name, to_torch(view));
+          run.modules[module] = std::move(tensors);
+        }
+      });
   return run;
 }
 
@@ -148,15 +153,18 @@ fs::path export_path(const DipacoRun& run, int64_t path, const fs::path& out_dir
   RunConfig config = run.config;
   config.dipaco = DipacoConfig{};  // a standalone dense model
   config.data.dir = (fs::path(run.config.dipaco.routes) / fmt::format("path-{}", path)).string();
-  nlohmann::json state = {{"step", run.config.train.steps}, {"tokens", 0},
-                          {"dipaco", {{"run", fs::absolute(run.dir).string()}, {"path", path},
-                                      {"modules", run.grid.modules_of_path(path)}, {"early_stopped", early_stopped}}}};
+  nlohmann::json state = {{"step", run.config.train.steps},
+                          {"tokens", 0},
+                          {"dipaco",
+                           {{"run", fs::absolute(run.dir).string()},
+                            {"path", path},
+                            {"modules", run.grid.modules_of_path(path)},
+                            {"early_stopped", early_stopped}}}};
   state["tokenizer"] = load_tokenizer(config.data.dir)->kind();
   fs::path tok_model = fs::path(config.data.dir) / "tokenizer.model";
-  return save_checkpoint(out_dir, run.config.train.steps,
-                         {named_parameters_of(*dense), {}, state, config.to_toml(),
-                          fs::exists(tok_model) ? tok_model : fs::path()},
-                         1);
+  return save_checkpoint(
+      out_dir, run.config.train.steps,
+      {named_parameters_of(*dense), {}, state, config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path()}, 1);
 }
 
 }  // namespace tributary

@@ -8,8 +8,8 @@
 #include "tributary/comm/store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/module_depot.h"
+#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/state_server.h"
 #include "tributary/runtime/json_file.h"
 
@@ -48,8 +48,10 @@ fs::path PathState::best_json(int64_t path) const { return run_dir_ / "best" / f
 std::optional<std::string> PathState::lookup(const std::string& what) const {
   long long p = 0, r = 0;
   fs::path file;
-  if (std::sscanf(what.c_str(), "inner/p%lld/r%lld", &p, &r) == 2) file = inner_file(p, r);
-  else if (std::sscanf(what.c_str(), "best/p%lld", &p) == 1) file = best_path_file(run_dir_, p);
+  if (std::sscanf(what.c_str(), "inner/p%lld/r%lld", &p, &r) == 2)
+    file = inner_file(p, r);
+  else if (std::sscanf(what.c_str(), "best/p%lld", &p) == 1)
+    file = best_path_file(run_dir_, p);
   if (file.empty() || !fs::exists(file)) return std::nullopt;
   return read_file(file);
 }
@@ -84,8 +86,10 @@ std::optional<safetensors::File> PathState::inner(int64_t path, int64_t round) {
 void PathState::save_inner(int64_t path, int64_t round, const std::string& bytes) {
   write_file_atomic(inner_file(path, round), bytes);  // before the store names this worker as its holder
   if (depot_) {
-    if (options_.on_request) depot_->put(holder_key(path, round), std::to_string(options_.self));
-    else depot_->put(inner_key(path, round), bytes);
+    if (options_.on_request)
+      depot_->put(holder_key(path, round), std::to_string(options_.self));
+    else
+      depot_->put(inner_key(path, round), bytes);
     if (round > 1) depot_->remove(options_.on_request ? holder_key(path, round - 2) : inner_key(path, round - 2));
   }
   saved_here_.insert({path, round});
@@ -130,9 +134,10 @@ void PathState::gather_best(int64_t num_paths) {
       const int holder = nlohmann::json::parse(*json).value("holder", options_.self);
       params = from_holder(holder, best_name(p));
       if (!params) {
-        log::warn("DiPaCo: path {}'s early-stopping copy was held by worker {}, which did not hand it over: the "
-                  "early-stopped evaluation uses the copy this directory holds, or the path's final modules",
-                  p, holder);
+        log::warn(
+            "DiPaCo: path {}'s early-stopping copy was held by worker {}, which did not hand it over: the "
+            "early-stopped evaluation uses the copy this directory holds, or the path's final modules",
+            p, holder);
         continue;
       }
     } else {
@@ -148,8 +153,10 @@ void PathState::republish_inner(int64_t num_paths, int64_t round) {
   if (!depot_ || round < 0) return;
   for (int64_t p = 0; p < num_paths; ++p) {
     if (!fs::exists(inner_file(p, round))) continue;
-    if (options_.on_request) depot_->put(holder_key(p, round), std::to_string(options_.self));
-    else depot_->put(inner_key(p, round), read_file(inner_file(p, round)));
+    if (options_.on_request)
+      depot_->put(holder_key(p, round), std::to_string(options_.self));
+    else
+      depot_->put(inner_key(p, round), read_file(inner_file(p, round)));
   }
 }
 

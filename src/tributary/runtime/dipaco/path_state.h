@@ -37,8 +37,8 @@ class Store;
 }
 
 struct PathStateOptions {
-  int self = 0;             // this worker's rank (the holder it names)
-  bool on_request = true;   // dipaco.path_state = holder; false: store
+  int self = 0;                                  // this worker's rank (the holder it names)
+  bool on_request = true;                        // dipaco.path_state = holder; false: store
   std::chrono::milliseconds ask_timeout{10000};  // a holder silent this long is dead (dist.heartbeat_timeout_s)
 };
 
@@ -81,7 +81,7 @@ class PathState {
   ModuleDepot* depot_;
   PathStateOptions options_;
   std::unique_ptr<StateServer> server_;
-  std::vector<int> live_;  // empty: everyone is
+  std::vector<int> live_;                             // empty: everyone is
   std::set<std::pair<int64_t, int64_t>> saved_here_;  // (path, round) of the inner states this process saved
 };
 

@@ -37,15 +37,17 @@ std::optional<DipacoRun> open_dipaco_run_dir(const fs::path& run_dir, const RunC
                                              const std::string& resume_from, bool overwrite) {
   if (resume) {
     if (!resume_from.empty() && fs::weakly_canonical(resume_from) != fs::weakly_canonical(run_dir))
-      fail("a DiPaCo run resumes in its own directory (its per-path state lives there): pass --resume without a path "
-           "and --set train.run_dir={}",
-           resume_from);
+      fail(
+          "a DiPaCo run resumes in its own directory (its per-path state lives there): pass --resume without a path "
+          "and --set train.run_dir={}",
+          resume_from);
     return load_resumable_dipaco_run(run_dir, config);
   }
   if (is_dipaco_run(run_dir) && !overwrite)
-    fail("train.run_dir '{}' already holds a DiPaCo run: pass --resume to continue it, --overwrite to start over, or "
-         "choose another directory",
-         run_dir.string());
+    fail(
+        "train.run_dir '{}' already holds a DiPaCo run: pass --resume to continue it, --overwrite to start over, or "
+        "choose another directory",
+        run_dir.string());
   return std::nullopt;
 }
 
@@ -55,7 +57,8 @@ void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path&
     const auto it = resumed.find(module);
     if (it == resumed.end()) fail("cannot resume: the run in '{}' has no module '{}'", run_dir.string(), module);
     for (auto& [name, t] : tensors) {
-      const auto src = std::find_if(it->second.begin(), it->second.end(), [&](const auto& e) { return e.first == name; });
+      const auto src =
+          std::find_if(it->second.begin(), it->second.end(), [&](const auto& e) { return e.first == name; });
       if (src == it->second.end() || src->second.sizes() != t.sizes())
         fail("cannot resume: module '{}' of the run in '{}' has no tensor '{}' of shape {}", module, run_dir.string(),
              name, fmt::join(t.sizes(), "x"));
@@ -69,8 +72,9 @@ void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates
   for (const auto& [module, opt] : outer) {
     NamedTensors tensors = opt->global();
     for (auto& t : opt->state()) tensors.push_back(std::move(t));
-    write_file_atomic(outer_file(run_dir, module, round),
-                      tensors_to_safetensors(tensors, {{"module", module}, {"steps", std::to_string(opt->num_steps())}}));
+    write_file_atomic(
+        outer_file(run_dir, module, round),
+        tensors_to_safetensors(tensors, {{"module", module}, {"steps", std::to_string(opt->num_steps())}}));
     if (round >= 2) fs::remove(outer_file(run_dir, module, round - 2));
   }
 }
@@ -79,10 +83,11 @@ void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates
   for (const auto& [module, opt] : outer) {
     const fs::path file = outer_file(run_dir, module, round);
     if (!fs::exists(file))
-      fail("cannot resume: '{}' (module {}'s outer state after round {}) is missing: the run directory is incomplete, "
-           "or (path-local workers with their own directories) this worker did not own the module before; resume "
-           "with the same workers, each in its own directory, or start the run again",
-           file.string(), module, round);
+      fail(
+          "cannot resume: '{}' (module {}'s outer state after round {}) is missing: the run directory is incomplete, "
+          "or (path-local workers with their own directories) this worker did not own the module before; resume "
+          "with the same workers, each in its own directory, or start the run again",
+          file.string(), module, round);
     auto f = safetensors::File::load(file);
     int64_t steps = -1;
     try {
@@ -121,14 +126,15 @@ int64_t agree_on_resumed_round(comm::Group& group, int64_t round, bool from_lead
   group.broadcast(lead, 0);
   const int64_t agreed = lead[0].item<int64_t>();
   if (!from_lead && agreed != round)
-    fail("cannot resume: this worker's run directory says round {} but the lead's says round {}; resume every worker "
-         "from the same stop (or give each its own directory)",
-         round, agreed);
+    fail(
+        "cannot resume: this worker's run directory says round {} but the lead's says round {}; resume every worker "
+        "from the same stop (or give each its own directory)",
+        round, agreed);
   return agreed;
 }
 
 void republish_path_state(PathState& state, comm::Group& group, int64_t num_paths, int64_t round) {
-  state.republish_inner(num_paths, round - 1);  // a task of round `round` loads its path's state after round - 1
+  state.republish_inner(num_paths, round - 1);       // a task of round `round` loads its path's state after round - 1
   for (int turn = 0; turn < group.size(); ++turn) {  // in turn: the latest early-stopping copy wins
     if (turn == group.rank()) state.republish_best(num_paths);
     group.barrier();

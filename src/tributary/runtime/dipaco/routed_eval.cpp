@@ -31,21 +31,22 @@ RoutedEval evaluate_routed(const fs::path& run_dir, bool early_stopped, int64_t 
       model->to(device);
       losses.push_back(per_token_loss(*model, val.tokens, kRoutingPrefix, device));
     }
-    auto all = torch::stack(losses, 0);                      // (P, N, T')
+    auto all = torch::stack(losses, 0);  // (P, N, T')
     auto choice = torch::empty({val.size(), T + 1 - kRoutingPrefix}, torch::kInt64);
     for (int64_t b = kRoutingPrefix; b <= T; b += reroute_every) {
       const int64_t len = std::min(reroute_every, T + 1 - b);
       auto window = val.tokens.narrow(1, b - kRoutingPrefix, kRoutingPrefix);
-      auto path = b == kRoutingPrefix ? path_of
-                                      : routes.router.route(routing_features(*routes.feature_model, window, device), 1)
-                                            .select(1, 0);
+      auto path = b == kRoutingPrefix
+                      ? path_of
+                      : routes.router.route(routing_features(*routes.feature_model, window, device), 1).select(1, 0);
       choice.narrow(1, b - kRoutingPrefix, len).copy_(path.unsqueeze(1).expand({-1, len}));
     }
     auto picked = all.gather(0, choice.unsqueeze(0)).squeeze(0);
     for (int64_t p = 0; p < P; ++p) {
       auto mine = choice == p;
       out.units_per_path[size_t(p)] = mine.sum().item<int64_t>();
-      if (out.units_per_path[size_t(p)] > 0) out.loss_per_path[size_t(p)] = picked.masked_select(mine).mean().item<double>();
+      if (out.units_per_path[size_t(p)] > 0)
+        out.loss_per_path[size_t(p)] = picked.masked_select(mine).mean().item<double>();
     }
     out.num_tokens = picked.numel();
     out.loss = picked.to(torch::kFloat64).mean().item<double>();

@@ -55,8 +55,8 @@ nlohmann::json write_path_dataset(const fs::path& dir, int64_t p, int64_t row, c
   fs::create_directories(dir);
   train.write(dir / "train-00000.bin", dataset.vocab_size() - 1);
   val.write(dir / "val-00000.bin", dataset.vocab_size() - 1);
-  const auto [entropy, cross] = unigram_bits(token_counts(train.tokens, dataset.vocab_size()),
-                                             token_counts(val.tokens, dataset.vocab_size()));
+  const auto [entropy, cross] =
+      unigram_bits(token_counts(train.tokens, dataset.vocab_size()), token_counts(val.tokens, dataset.vocab_size()));
   nlohmann::json meta = source_meta;
   auto split = [&](const Shard& shard, const char* file, double bpt) {
     return nlohmann::json{{"shards", {file}},
@@ -71,7 +71,9 @@ nlohmann::json write_path_dataset(const fs::path& dir, int64_t p, int64_t row, c
   if (fs::exists(dataset.dir() / "tokenizer.model"))
     fs::copy_file(dataset.dir() / "tokenizer.model", dir / "tokenizer.model");
   write_file_atomic(dir / "dataset.json", meta.dump(2) + "\n");
-  return {{"path", p}, {"train_units", train.docs.size()}, {"val_units", val.docs.size()},
+  return {{"path", p},
+          {"train_units", train.docs.size()},
+          {"val_units", val.docs.size()},
           {"train_tokens", train.tokens.size()}};
 }
 
@@ -146,8 +148,10 @@ nlohmann::json build_routes(const RouteOptions& o) {
   auto feature = load_model(ckpt.dir.string(), device);
   Dataset dataset = Dataset::open(o.data);
   if (feature.config.model.vocab_size < dataset.vocab_size())
-    fail("feature model '{}' has a vocabulary of {} ids but dataset '{}' uses {}: route with a model trained on this "
-         "tokenizer", ckpt.dir.string(), feature.config.model.vocab_size, o.data, dataset.vocab_size());
+    fail(
+        "feature model '{}' has a vocabulary of {} ids but dataset '{}' uses {}: route with a model trained on this "
+        "tokenizer",
+        ckpt.dir.string(), feature.config.model.vocab_size, o.data, dataset.vocab_size());
   const int64_t context = o.context > 0 ? o.context : feature.config.model.context;
   if (context < kRoutingPrefix)
     fail("--context {} is shorter than the {}-token routing prefix", context, kRoutingPrefix);
@@ -155,8 +159,10 @@ nlohmann::json build_routes(const RouteOptions& o) {
   const int64_t levels = std::count(modules.begin(), modules.end(), 'x') + 1;
   PathGrid grid = PathGrid::parse(modules, levels, false, "--modules");
   if (o.method != "kmeans" && o.method != "product")
-    fail("--method '{}': choose kmeans or product (discriminative routing re-shards a trained DiPaCo run: "
-         "`tributary route --discriminative RUN`)", o.method);
+    fail(
+        "--method '{}': choose kmeans or product (discriminative routing re-shards a trained DiPaCo run: "
+        "`tributary route --discriminative RUN`)",
+        o.method);
   if (o.overlap < 1 || o.overlap > grid.num_paths())
     fail("--overlap {} must be between 1 and the number of paths ({})", o.overlap, grid.num_paths());
 
@@ -192,10 +198,12 @@ nlohmann::json build_routes(const RouteOptions& o) {
             .centroids);
   } else {
     for (int64_t l = 0; l < levels; ++l)
-      router.centroids.push_back(kmeans(fit.index_select(1, product_slice(z.size(1), levels, l)),
-                                        {.k = grid.modules_per_level()[l], .iterations = o.iterations,
-                                         .seed = o.seed + uint64_t(l), .balanced = o.balanced})
-                                     .centroids);
+      router.centroids.push_back(
+          kmeans(fit.index_select(1, product_slice(z.size(1), levels, l)), {.k = grid.modules_per_level()[l],
+                                                                            .iterations = o.iterations,
+                                                                            .seed = o.seed + uint64_t(l),
+                                                                            .balanced = o.balanced})
+              .centroids);
   }
   auto routes_train = router.route(f_train, o.overlap);
   auto routes_val = router.route(f_val, 1);

@@ -21,8 +21,8 @@ struct RouteOptions {
   int64_t overlap = 1;             // top-k paths per training unit
   uint64_t seed = 0;
   int64_t iterations = 30;
-  int64_t context = 0;             // unit length - 1; 0: the feature model's context
-  int64_t fit_units = 20000;       // k-means is fitted on at most this many training units (all are routed)
+  int64_t context = 0;        // unit length - 1; 0: the feature model's context
+  int64_t fit_units = 20000;  // k-means is fitted on at most this many training units (all are routed)
   fs::path out;
   bool overwrite = false;
   std::string device = "cpu";

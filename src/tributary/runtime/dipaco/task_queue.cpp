@@ -1,10 +1,9 @@
 #include "tributary/runtime/dipaco/task_queue.h"
 
-
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -25,12 +24,8 @@ TaskQueue::TaskQueue(comm::Store store, comm::Store heartbeat_store, int worker,
 
 TaskQueue::~TaskQueue() = default;
 
-std::string TaskQueue::get(const std::string& key) {
-  return store_.get(kPrefix + key);
-}
-void TaskQueue::set(const std::string& key, const std::string& value) {
-  store_.set(kPrefix + key, value);
-}
+std::string TaskQueue::get(const std::string& key) { return store_.get(kPrefix + key); }
+void TaskQueue::set(const std::string& key, const std::string& value) { store_.set(kPrefix + key, value); }
 bool TaskQueue::has(const std::string& key) { return store_.check({kPrefix + key}); }
 
 std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::vector<int64_t>& tasks,
@@ -64,7 +59,9 @@ std::optional<int64_t> TaskQueue::claim(int64_t round, int64_t gen, const std::v
   }
 }
 
-void TaskQueue::done(int64_t round, int64_t path) { set(fmt::format("r{}/done/{}", round, path), std::to_string(worker_)); }
+void TaskQueue::done(int64_t round, int64_t path) {
+  set(fmt::format("r{}/done/{}", round, path), std::to_string(worker_));
+}
 
 Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& members,
                           const std::vector<int64_t>& round_tasks, bool requeue) {
@@ -83,8 +80,8 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
       }
     if (decider == worker_) {
       Verdict mine = decide(round, gen, members, round_tasks, requeue);
-      nlohmann::json j = {{"again", mine.again}, {"tasks", mine.tasks}, {"members", mine.members},
-                          {"dropped", mine.dropped}};
+      nlohmann::json j = {
+          {"again", mine.again}, {"tasks", mine.tasks}, {"members", mine.members}, {"dropped", mine.dropped}};
       store_.set_once(kPrefix + verdict_key, j.dump());
       break;
     }
@@ -97,8 +94,10 @@ Verdict TaskQueue::settle(int64_t round, int64_t gen, const std::vector<int>& me
   v.members = j.at("members").get<std::vector<int>>();
   v.dropped = j.at("dropped").get<std::vector<int64_t>>();
   if (std::find(v.members.begin(), v.members.end(), worker_) == v.members.end())
-    fail("worker {} was declared dead in round {} (its heartbeat was silent for more than dist.heartbeat_timeout_s "
-         "= {} s); raise the timeout if workers stall that long", worker_, round + 1, dead_after_s_);
+    fail(
+        "worker {} was declared dead in round {} (its heartbeat was silent for more than dist.heartbeat_timeout_s "
+        "= {} s); raise the timeout if workers stall that long",
+        worker_, round + 1, dead_after_s_);
   return v;
 }
 
@@ -121,8 +120,10 @@ Verdict TaskQueue::decide(int64_t round, int64_t gen, const std::vector<int>& me
         const std::string done_key = fmt::format("r{}/done/{}", round, path);
         const std::string claim_key = fmt::format("r{}/claim/{}", round, path);
         int by = -1;
-        if (has(done_key)) by = std::stoi(get(done_key));
-        else if (has(claim_key)) by = std::stoi(get(claim_key));
+        if (has(done_key))
+          by = std::stoi(get(done_key));
+        else if (has(claim_key))
+          by = std::stoi(get(claim_key));
         if (by < 0 || std::find(alive.begin(), alive.end(), by) == alive.end()) lost.push_back(path);
       }
       if (!dead.empty())

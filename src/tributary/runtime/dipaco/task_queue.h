@@ -1,5 +1,5 @@
-// DiPaCo's task queue (arXiv 2403.10616 §3) on the run's store (comm/store.h): a round's (path, shard) tasks are claimed one at
-// a time with an atomic counter, so fast workers take more tasks than slow ones and everyone stays busy.
+// DiPaCo's task queue (arXiv 2403.10616 §3) on the run's store (comm/store.h): a round's (path, shard) tasks are
+// claimed one at a time with an atomic counter, so fast workers take more tasks than slow ones and everyone stays busy.
 //
 // Liveness (comm/heartbeat.h): every worker bumps a heartbeat counter every 0.5 s from its own thread (its own store
 // connection). When a worker runs out of tasks it says so; the leader (the lowest-ranked member) then
@@ -24,7 +24,6 @@
 #include "tributary/comm/heartbeat.h"
 #include "tributary/comm/store.h"
 
-
 namespace tributary {
 
 struct Verdict {
@@ -37,8 +36,7 @@ struct Verdict {
 class TaskQueue {
  public:
   // `heartbeat_store`: a second connection used only by the heartbeat thread.
-  TaskQueue(comm::Store store, comm::Store heartbeat_store, int worker,
-            double dead_after_s);
+  TaskQueue(comm::Store store, comm::Store heartbeat_store, int worker, double dead_after_s);
   ~TaskQueue();
 
   // The next unclaimed task of (round, generation) from `tasks`, or nothing when all are claimed. `prefer`: paths this

@@ -4,14 +4,21 @@ namespace tributary {
 namespace dipaco {
 
 Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options)
-    : config_(config), env_(env), device_(parse_device(config.train.device)), lead_(env.rank == 0),
+    : config_(config),
+      env_(env),
+      device_(parse_device(config.train.device)),
+      lead_(env.rank == 0),
       grid_(PathGrid::parse(config.dipaco.modules, config.model.num_levels, config.dipaco.private_stem,
                             "dipaco.modules")),
-      module_ids_(grid_.modules()), rounds_(config.train.steps / config.dist.inner_steps),
-      run_dir_(config.train.run_dir), slowdown_(config.dist.slow_workers, env.rank, env.world_size),
+      module_ids_(grid_.modules()),
+      rounds_(config.train.steps / config.dist.inner_steps),
+      run_dir_(config.train.run_dir),
+      slowdown_(config.dist.slow_workers, env.rank, env.world_size),
       faults_(options.faults, env.rank),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
-      exchange_options_{.codec = config.dist.compression, .bucket_mb = config.dist.bucket_mb, .link = wan_link_model_or_none(config.dist.wan, env.world_size),
+      exchange_options_{.codec = config.dist.compression,
+                        .bucket_mb = config.dist.bucket_mb,
+                        .link = wan_link_model_or_none(config.dist.wan, env.world_size),
                         .seed = static_cast<uint64_t>(config.train.seed)} {
   data_ = load_routed_paths(config_, grid_);
 
@@ -56,8 +63,8 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   held_->own(start_round_);
   if (resuming) load_outer_states(run_dir_, start_round_, held_->outer());
   if (!(config_.dipaco.path_local && resuming))  // path-local: a worker resumes its owned modules only
-    held_->check_identical(*group_, resumed ? fmt::format("when resuming after round {}", start_round_)
-                                            : std::string("at start"));
+    held_->check_identical(
+        *group_, resumed ? fmt::format("when resuming after round {}", start_round_) : std::string("at start"));
   if (config_.dipaco.path_local)
     held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
   if (resuming && held_->feedback())
@@ -74,10 +81,11 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   if (lead_) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
     auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
-    log::info("DiPaCo {} grid: {} paths over {} modules; {} parameters per path, {} in all; {} rounds of tau = {} "
-              "inner steps; {} worker(s); routes '{}'",
-              grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)),
-              count(module_ids_), rounds_, config_.dist.inner_steps, env_.world_size, config_.dipaco.routes);
+    log::info(
+        "DiPaCo {} grid: {} paths over {} modules; {} parameters per path, {} in all; {} rounds of tau = {} "
+        "inner steps; {} worker(s); routes '{}'",
+        grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)), count(module_ids_),
+        rounds_, config_.dist.inner_steps, env_.world_size, config_.dipaco.routes);
   }
 }
 
@@ -92,18 +100,28 @@ DipacoSummary Worker::finish() {
     summary_.val_ppl = std::exp(routed.loss);
     summary_.val_loss_early = early.loss;
     summary_.val_ppl_early = std::exp(early.loss);
-    nlohmann::json j = {{"algorithm", "dipaco"}, {"modules", grid_.describe()}, {"paths", grid_.num_paths()},
-                        {"rounds", summary_.rounds}, {"val_loss", routed.loss}, {"val_ppl", summary_.val_ppl},
-                        {"val_loss_early_stopped", early.loss}, {"val_ppl_early_stopped", summary_.val_ppl_early},
-                        {"eval_tokens", routed.num_tokens}, {"units_per_path", routed.units_per_path},
-                        {"loss_per_path", routed.loss_per_path}, {"bytes_sent", summary_.bytes_sent},
-                        {"bytes_recv", summary_.bytes_recv}, {"comm_s", summary_.comm_s},
-                        {"tasks_dropped", summary_.tasks_dropped}, {"elapsed_s", summary_.elapsed_s},
+    nlohmann::json j = {{"algorithm", "dipaco"},
+                        {"modules", grid_.describe()},
+                        {"paths", grid_.num_paths()},
+                        {"rounds", summary_.rounds},
+                        {"val_loss", routed.loss},
+                        {"val_ppl", summary_.val_ppl},
+                        {"val_loss_early_stopped", early.loss},
+                        {"val_ppl_early_stopped", summary_.val_ppl_early},
+                        {"eval_tokens", routed.num_tokens},
+                        {"units_per_path", routed.units_per_path},
+                        {"loss_per_path", routed.loss_per_path},
+                        {"bytes_sent", summary_.bytes_sent},
+                        {"bytes_recv", summary_.bytes_recv},
+                        {"comm_s", summary_.comm_s},
+                        {"tasks_dropped", summary_.tasks_dropped},
+                        {"elapsed_s", summary_.elapsed_s},
                         {"world_size", env_.world_size}};
     write_file_atomic(run_dir_ / "summary.json", j.dump(2) + "\n");
-    log::info("DiPaCo {}: routed val loss {:.4f} (ppl {:.3f}) on tokens after the {}-token prefix; early-stopped "
-              "{:.4f} (ppl {:.3f})",
-              grid_.describe(), routed.loss, summary_.val_ppl, kRoutingPrefix, early.loss, summary_.val_ppl_early);
+    log::info(
+        "DiPaCo {}: routed val loss {:.4f} (ppl {:.3f}) on tokens after the {}-token prefix; early-stopped "
+        "{:.4f} (ppl {:.3f})",
+        grid_.describe(), routed.loss, summary_.val_ppl, kRoutingPrefix, early.loss, summary_.val_ppl_early);
   }
   if (env_.distributed()) group_->barrier();  // the leader hosts the store: others leave only after the evaluation
   return summary_;

@@ -28,9 +28,9 @@ namespace tributary {
 
 struct DipacoSummary {
   int64_t rounds = 0;
-  int64_t tasks_run = 0;      // by this process
-  int64_t tasks_dropped = 0;  // over the run (skip policy or nobody left)
-  double val_loss = 0, val_ppl = 0;          // routed, tokens after the 32-token prefix
+  int64_t tasks_run = 0;             // by this process
+  int64_t tasks_dropped = 0;         // over the run (skip policy or nobody left)
+  double val_loss = 0, val_ppl = 0;  // routed, tokens after the 32-token prefix
   double val_loss_early = 0, val_ppl_early = 0;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0, elapsed_s = 0;
   fs::path run_dir;

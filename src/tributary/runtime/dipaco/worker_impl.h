@@ -21,23 +21,23 @@
 #include "tributary/optim/schedule.h"
 #include "tributary/routing/router.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/wan.h"
-#include "tributary/runtime/inference.h"
-#include "tributary/runtime/metrics.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/json_file.h"
-#include "tributary/runtime/rendezvous.h"
-#include "tributary/runtime/run_report.h"
-#include "tributary/runtime/slowdown.h"
-#include "tributary/runtime/step_runner.h"
 #include "tributary/runtime/dipaco/held_modules.h"
+#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/path_data.h"
 #include "tributary/runtime/dipaco/path_state.h"
 #include "tributary/runtime/dipaco/resume.h"
 #include "tributary/runtime/dipaco/routed_eval.h"
+#include "tributary/runtime/dipaco/routes.h"
 #include "tributary/runtime/dipaco/task_queue.h"
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/inference.h"
+#include "tributary/runtime/json_file.h"
+#include "tributary/runtime/metrics.h"
+#include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/run_report.h"
+#include "tributary/runtime/slowdown.h"
+#include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/wan.h"
 
 namespace tributary::dipaco {
 
@@ -90,7 +90,7 @@ class Worker {
   std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
   std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
   std::vector<int> members_;           // live workers, ascending
-  std::map<std::string, ModuleAccumulator> accs_;                 // this round's contributions, by module
+  std::map<std::string, ModuleAccumulator> accs_;  // this round's contributions, by module
   std::vector<int64_t> trained_;  // the paths this worker trained last round (path-local: claimed first, see claim())
   int64_t inner_steps_done_ = 0;
   double compute_s_ = 0;

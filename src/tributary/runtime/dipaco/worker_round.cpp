@@ -12,15 +12,17 @@ void Worker::train_task(int64_t p, int64_t round) {
   model.to(device_);
   model.train();
   NamedTensors params = named_parameters_of(model);
-  AdamW optimizer(params, {.beta1 = config_.optim.beta1, .beta2 = config_.optim.beta2, .eps = config_.optim.eps,
+  AdamW optimizer(params, {.beta1 = config_.optim.beta1,
+                           .beta2 = config_.optim.beta2,
+                           .eps = config_.optim.eps,
                            .weight_decay = config_.optim.weight_decay});
   const bool keep_state = config_.dipaco.inner_state == "travel";
   if (keep_state)
     if (auto f = state_->inner(p, round - 1)) optimizer.load_state(*f, std::stoll(f->metadata().at("steps")));
-  BatchLoader loader(data_[p].train,
-                     {.batch_size = tc.batch_size, .context = T, .seed = static_cast<uint64_t>(tc.seed + p),
-                      .stride = T + 1},
-                     fmt::format("path {} shard", p));
+  BatchLoader loader(
+      data_[p].train,
+      {.batch_size = tc.batch_size, .context = T, .seed = static_cast<uint64_t>(tc.seed + p), .stride = T + 1},
+      fmt::format("path {} shard", p));
   const uint64_t consumed = static_cast<uint64_t>(round * tau * tc.batch_size);
   const uint64_t per_epoch = static_cast<uint64_t>(loader.num_windows());
   loader.set_position({consumed / per_epoch, consumed % per_epoch});
@@ -63,9 +65,14 @@ void Worker::train_task(int64_t p, int64_t round) {
   const double dt = seconds_since(task_start);
   compute_s_ += dt;
   // step/tokens count one path's inner steps (every path takes the same number), so `tributary plot` works.
-  metrics_->write(nlohmann::json{{"round", round}, {"path", p}, {"worker", env_.rank}, {"step", (round + 1) * tau},
-                                 {"tokens", (round + 1) * tau * tc.batch_size * T}, {"loss", loss_sum / double(tau)},
-                                 {"holdout_loss", holdout}, {"task_s", dt},
+  metrics_->write(nlohmann::json{{"round", round},
+                                 {"path", p},
+                                 {"worker", env_.rank},
+                                 {"step", (round + 1) * tau},
+                                 {"tokens", (round + 1) * tau * tc.batch_size * T},
+                                 {"loss", loss_sum / double(tau)},
+                                 {"holdout_loss", holdout},
+                                 {"task_s", dt},
                                  {"tokens_per_s", double(tau * tc.batch_size * T) / dt}}
                       .dump());
   log::info("round {:>3}/{} | path {:>3} | loss {:.4f} | held-out {:.4f} | {:.1f} s", round + 1, rounds_, p,
@@ -151,10 +158,18 @@ void Worker::run_round(int64_t round) {
   summary_.bytes_recv += recv;
   summary_.comm_s += work.comm_s;
   summary_.rounds = round + 1;
-  nlohmann::json line{{"outer_step", round + 1}, {"round", round + 1}, {"step", (round + 1) * config_.dist.inner_steps},
-                      {"bytes_sent", sent}, {"bytes_recv", recv}, {"comm_s", work.comm_s}, {"compute_s", compute_s_},
-                      {"tasks", work.tasks}, {"dropped", work.dropped}, {"members", members_},
-                      {"modelled_link_s", held_->modelled_s()}, {"round_s", seconds_since(round_start)},
+  nlohmann::json line{{"outer_step", round + 1},
+                      {"round", round + 1},
+                      {"step", (round + 1) * config_.dist.inner_steps},
+                      {"bytes_sent", sent},
+                      {"bytes_recv", recv},
+                      {"comm_s", work.comm_s},
+                      {"compute_s", compute_s_},
+                      {"tasks", work.tasks},
+                      {"dropped", work.dropped},
+                      {"members", members_},
+                      {"modelled_link_s", held_->modelled_s()},
+                      {"round_s", seconds_since(round_start)},
                       {"elapsed_s", seconds_since(start_)}};
   if (held_->path_local()) {
     line["bytes_up"] = work.sent;  // pseudo-gradients (+ weights, + the touched mask) to the owners
@@ -183,8 +198,11 @@ void Worker::after_round_as_leader(int64_t round, const RoundWork& work, double 
     const auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
     eval_s_ += seconds_since(eval_start);
     // elapsed_s includes every evaluation so far (eval_s): the others wait for the leader at the next settle.
-    metrics_->write(nlohmann::json{{"round", round + 1}, {"step", (round + 1) * config_.dist.inner_steps},
-                                   {"val_loss", routed.loss}, {"val_ppl", std::exp(routed.loss)}, {"eval_s", eval_s_},
+    metrics_->write(nlohmann::json{{"round", round + 1},
+                                   {"step", (round + 1) * config_.dist.inner_steps},
+                                   {"val_loss", routed.loss},
+                                   {"val_ppl", std::exp(routed.loss)},
+                                   {"eval_s", eval_s_},
                                    {"elapsed_s", seconds_since(start_)}}
                         .dump());
     log::info("round {:>3}/{} | routed val loss {:.4f} (ppl {:.3f})", round + 1, rounds_, routed.loss,
@@ -192,8 +210,7 @@ void Worker::after_round_as_leader(int64_t round, const RoundWork& work, double 
   }
   log::info("round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1, rounds_,
             work.tasks, sent / 1e6, work.comm_s, seconds_since(round_start),
-            work.dropped.empty() ? std::string()
-                                 : fmt::format(" | dropped paths {}", fmt::join(work.dropped, ", ")));
+            work.dropped.empty() ? std::string() : fmt::format(" | dropped paths {}", fmt::join(work.dropped, ", ")));
 }
 
 }  // namespace tributary::dipaco

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
@@ -43,10 +43,14 @@ FaultPlan fault_plan_from_environment() {
   }
   if (const char* mode = std::getenv("TRIBUTARY_FAIL_MODE")) {
     const std::string m = mode;
-    if (m == "kill") plan.mode = FaultPlan::Mode::kKill;
-    else if (m == "error") plan.mode = FaultPlan::Mode::kError;
-    else if (m == "stop") plan.mode = FaultPlan::Mode::kStop;
-    else fail("TRIBUTARY_FAIL_MODE='{}' is not a fault: use kill, error or stop", m);
+    if (m == "kill")
+      plan.mode = FaultPlan::Mode::kKill;
+    else if (m == "error")
+      plan.mode = FaultPlan::Mode::kError;
+    else if (m == "stop")
+      plan.mode = FaultPlan::Mode::kStop;
+    else
+      fail("TRIBUTARY_FAIL_MODE='{}' is not a fault: use kill, error or stop", m);
   }
   const char* how = std::getenv("TRIBUTARY_BAD_UPDATE");
   if (std::getenv("TRIBUTARY_BAD_UPDATE_RANK") && how) {
@@ -58,9 +62,7 @@ FaultPlan fault_plan_from_environment() {
   return plan;
 }
 
-bool Faults::mine() const {
-  return std::find(plan_.ranks.begin(), plan_.ranks.end(), rank_) != plan_.ranks.end();
-}
+bool Faults::mine() const { return std::find(plan_.ranks.begin(), plan_.ranks.end(), rank_) != plan_.ranks.end(); }
 
 void Faults::after_step(int64_t step) const {
   if (plan_.at_step != step || !mine()) return;

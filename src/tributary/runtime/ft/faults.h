@@ -21,12 +21,12 @@ namespace tributary {
 
 struct FaultPlan {
   enum class Mode { kKill, kError, kStop };
-  std::vector<int> ranks;      // the ranks that fail at at_step / at_exchange
-  int64_t at_step = -1;        // -1: none
-  int64_t at_exchange = -1;    // -1: none
+  std::vector<int> ranks;    // the ranks that fail at at_step / at_exchange
+  int64_t at_step = -1;      // -1: none
+  int64_t at_exchange = -1;  // -1: none
   Mode mode = Mode::kKill;
-  int bad_update_rank = -1;    // -1: none
-  std::string bad_update;      // nan | scale100
+  int bad_update_rank = -1;  // -1: none
+  std::string bad_update;    // nan | scale100
 };
 
 // The plan the environment describes (empty without the variables); an Error naming the variable on a bad value.
@@ -38,8 +38,8 @@ class Faults {
   Faults() = default;
   Faults(FaultPlan plan, int rank) : plan_(std::move(plan)), rank_(rank) {}
 
-  void after_step(int64_t step) const;       // fails here when the plan says so
-  void in_exchange(int64_t round) const;     // DiPaCo: round is 1-based
+  void after_step(int64_t step) const;    // fails here when the plan says so
+  void in_exchange(int64_t round) const;  // DiPaCo: round is 1-based
   // "nan" | "scale100" when this rank's pseudo-gradients are to be corrupted, "" otherwise.
   std::string bad_update() const { return plan_.bad_update_rank == rank_ ? plan_.bad_update : ""; }
 

@@ -25,8 +25,7 @@ std::vector<torch::Tensor> tensors_of(const NamedTensors& a, const NamedTensors&
 // collective's.
 comm::GroupOptions heal_group_options(const RunConfig& config) {
   auto options = group_options(config);
-  options.collective_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.dist.heartbeat_timeout_s * 1000));
+  options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(config.dist.heartbeat_timeout_s * 1000));
   return options;
 }
 
@@ -69,7 +68,7 @@ void Quorum::admit(const HealState& state) {
   auto tensors = tensors_of(state.tensors, sync_.outer_state());
   try {
     channel_.thread.run<int>([&] {
-      torch::NoGradGuard no_grad;  // parameters are filled in place (grad mode is per thread)
+      torch::NoGradGuard no_grad;            // parameters are filled in place (grad mode is per thread)
       channel_.group.broadcast(tensors, 0);  // rank 0 is the first old member: joiners come last
       for (size_t i = 0; i < own.size(); ++i) state.tensors[i].second.copy_(own[i]);
       return 0;
@@ -112,8 +111,8 @@ nlohmann::json Quorum::join(NamedTensors& params, HealState state) {
   sync_.adopt_progress(meta.at("outer"));
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
   sync_.check_identical(params, fmt::format("when worker {} joined", membership_.id()));
-  log::info("worker {} joined at step {} as rank {} of {} (epoch {})", membership_.id(),
-            meta.value("step", int64_t{0}), rank(), channel_.group.size(), membership_.epoch());
+  log::info("worker {} joined at step {} as rank {} of {} (epoch {})", membership_.id(), meta.value("step", int64_t{0}),
+            rank(), channel_.group.size(), membership_.epoch());
   return meta;
 }
 
@@ -144,19 +143,19 @@ void Quorum::offer_heal(const HealState& state) {
     membership_.offer(request, meta.dump());
     log::info("worker {}: healing worker {} at step {}; it joins at round x{}", membership_.id(), request.id,
               state.meta.value("step", int64_t{0}), channel_.reducer.rounds());
-    channel_.thread.enqueue<int>([this, copies = std::move(copies), prefix,
-                                  options = heal_group_options(config_), id = request.id]() mutable {
-      try {
-        comm::Group pair(store_, 0, 2, options, prefix);
-        pair.broadcast(copies, 0);
-        // A worker healed again (its first replacement died before the round) is proposed once, as its latest.
-        healed_.erase(std::remove(healed_.begin(), healed_.end(), id), healed_.end());
-        healed_.push_back(id);
-      } catch (const Error& e) {  // the joiner died meanwhile: it is not proposed; its launch may restart it
-        log::warn("worker {}: healing worker {} failed ({}); it is not admitted", membership_.id(), id, e.what());
-      }
-      return 0;
-    });
+    channel_.thread.enqueue<int>(
+        [this, copies = std::move(copies), prefix, options = heal_group_options(config_), id = request.id]() mutable {
+          try {
+            comm::Group pair(store_, 0, 2, options, prefix);
+            pair.broadcast(copies, 0);
+            // A worker healed again (its first replacement died before the round) is proposed once, as its latest.
+            healed_.erase(std::remove(healed_.begin(), healed_.end(), id), healed_.end());
+            healed_.push_back(id);
+          } catch (const Error& e) {  // the joiner died meanwhile: it is not proposed; its launch may restart it
+            log::warn("worker {}: healing worker {} failed ({}); it is not admitted", membership_.id(), id, e.what());
+          }
+          return 0;
+        });
   }
 }
 
@@ -167,11 +166,10 @@ bool Quorum::open_round(const std::string& round) {
   pending_ = false;
   if (membership_.rank() == 0)
     log::warn("worker(s) healed during the round joined at step {} (round {}): {} worker(s) {} go on as epoch {}",
-              sync_.step_now(), round, membership_.size(), fmt::join(membership_.members(), ", "),
-              membership_.epoch());
+              sync_.step_now(), round, membership_.size(), fmt::join(membership_.members(), ", "), membership_.epoch());
   if (was_pending)
-    log::info("worker {} joined at step {} (round {}) as rank {} of {} (epoch {})", membership_.id(),
-              sync_.step_now(), round, membership_.rank(), membership_.size(), membership_.epoch());
+    log::info("worker {} joined at step {} (round {}) as rank {} of {} (epoch {})", membership_.id(), sync_.step_now(),
+              round, membership_.rank(), membership_.size(), membership_.epoch());
   return true;
 }
 

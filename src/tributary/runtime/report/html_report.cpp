@@ -87,8 +87,9 @@ Section overview_section(const RunFiles& run) {
     auto has = [&](const char* key) { return s.contains(key) && s[key].is_number(); };
     row("algorithm", s.value("algorithm", std::string("?")));
     if (has("world_size")) row("workers", fmt::format("{}", s.value("world_size", 1)));
-    if (s.contains("modules")) row("DiPaCo grid", fmt::format("{} ({} paths, {} rounds)", s.value("modules", ""),
-                                                              s.value("paths", 0), s.value("rounds", 0)));
+    if (s.contains("modules"))
+      row("DiPaCo grid",
+          fmt::format("{} ({} paths, {} rounds)", s.value("modules", ""), s.value("paths", 0), s.value("rounds", 0)));
     if (has("num_parameters")) row("parameters", short_number(number(s, "num_parameters")));
     if (has("steps"))
       row("steps", fmt::format("{}{}", s.value("steps", 0), s.value("stopped_early", false) ? " (stopped early)" : ""));
@@ -145,7 +146,7 @@ Section loss_section(const RunFiles& run) {
 }
 
 std::string render_html(const RunFiles& run) {
-  const std::vector<Section> sections = {overview_section(run),      loss_section(run),   workers_section(run),
+  const std::vector<Section> sections = {overview_section(run),      loss_section(run),     workers_section(run),
                                          communication_section(run), timeline_section(run), faults_section(run),
                                          dipaco_section(run),        pipeline_section(run), config_section(run)};
   std::string nav, body;
@@ -154,10 +155,11 @@ std::string render_html(const RunFiles& run) {
     body += fmt::format("<section id=\"{}\"><h2>{}</h2>{}</section>\n", s.id, html_escape(s.title), s.html);
   }
   const std::string name = html_escape(fs::absolute(run.dir).filename().string());
-  return fmt::format("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Tributary run: {0}"
-                     "</title><style>{1}</style><script>{2}</script></head>\n<body><h1>Tributary run: {0}</h1>"
-                     "<nav>{3}</nav>\n{4}</body></html>\n",
-                     name, kStyle, kCheck, nav, body);
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Tributary run: {0}"
+      "</title><style>{1}</style><script>{2}</script></head>\n<body><h1>Tributary run: {0}</h1>"
+      "<nav>{3}</nav>\n{4}</body></html>\n",
+      name, kStyle, kCheck, nav, body);
 }
 
 fs::path write_report(const fs::path& run_dir, const fs::path& out) {

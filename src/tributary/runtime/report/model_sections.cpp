@@ -82,26 +82,27 @@ Section dipaco_section(const RunFiles& run) {
   std::vector<Series> curves;
   for (int64_t p = 0; p < paths; ++p) {
     auto at = [&](const char* key) {
-      return s.is_object() && s.contains(key) && s[key].is_array() && size_t(p) < s[key].size() ? s[key][p].get<double>()
-                                                                                              : std::nan("");
+      return s.is_object() && s.contains(key) && s[key].is_array() && size_t(p) < s[key].size()
+                 ? s[key][p].get<double>()
+                 : std::nan("");
     };
     const double units = at("units_per_path");
     const auto& mine = tasks[p];
     Series curve{fmt::format("path {}", p), {}, true};
     for (const auto* t : mine) curve.points.emplace_back(number(*t, "round"), number(*t, "loss"));
-    rows.push_back({fmt::format("{}", p), modules_of(p, k), fixed(units, 0), units > 0 ? fixed(at("loss_per_path"), 4) : "-",
-                    fmt::format("{}", mine.size()), mine.empty() ? "-" : fixed(number(*mine.back(), "loss"), 4),
+    rows.push_back({fmt::format("{}", p), modules_of(p, k), fixed(units, 0),
+                    units > 0 ? fixed(at("loss_per_path"), 4) : "-", fmt::format("{}", mine.size()),
+                    mine.empty() ? "-" : fixed(number(*mine.back(), "loss"), 4),
                     mine.empty() ? "-" : fixed(number(*mine.back(), "holdout_loss", std::nan("")), 4)});
     if (!curve.points.empty()) curves.push_back(std::move(curve));
   }
-  return {"dipaco", "DiPaCo paths",
-          fmt::format("<p>Grid {} ({} paths), {} rounds.</p>", html_escape(modules), paths,
-                      run.dipaco.value("round", 0)) +
-              table({"path", "modules", "validation units routed", "routed val loss", "tasks trained",
-                     "last train loss", "last holdout loss"},
-                    rows) +
-              line_chart(curves, {"Train loss of each path's tasks", "round", "loss"}) +
-              routing_table(run.routes, paths)};
+  return {
+      "dipaco", "DiPaCo paths",
+      fmt::format("<p>Grid {} ({} paths), {} rounds.</p>", html_escape(modules), paths, run.dipaco.value("round", 0)) +
+          table({"path", "modules", "validation units routed", "routed val loss", "tasks trained", "last train loss",
+                 "last holdout loss"},
+                rows) +
+          line_chart(curves, {"Train loss of each path's tasks", "round", "loss"}) + routing_table(run.routes, paths)};
 }
 
 Section pipeline_section(const RunFiles& run) {
@@ -112,14 +113,14 @@ Section pipeline_section(const RunFiles& run) {
     std::vector<Bar> bars;
     int stage = 0;
     for (const auto& st : s["stages"]) {
-      rows.push_back({fmt::format("stage {}", stage), fixed(number(st, "compute_s"), 2), fixed(number(st, "blocked_s"), 2),
-                      fixed(100 * number(st, "bubble"), 1), short_number(number(st, "activation_bytes")),
-                      short_number(number(st, "gradient_bytes")), short_number(number(st, "sync_bytes")),
-                      fixed(number(st, "peak_rss_mb"), 0)});
+      rows.push_back({fmt::format("stage {}", stage), fixed(number(st, "compute_s"), 2),
+                      fixed(number(st, "blocked_s"), 2), fixed(100 * number(st, "bubble"), 1),
+                      short_number(number(st, "activation_bytes")), short_number(number(st, "gradient_bytes")),
+                      short_number(number(st, "sync_bytes")), fixed(number(st, "peak_rss_mb"), 0)});
       bars.push_back({fmt::format("stage {}", stage++), {number(st, "compute_s"), number(st, "blocked_s")}});
     }
-    html += table({"stage", "compute s", "blocked s", "bubble %", "activations sent", "gradients sent",
-                   "replica sync", "peak RSS MB"},
+    html += table({"stage", "compute s", "blocked s", "bubble %", "activations sent", "gradients sent", "replica sync",
+                   "peak RSS MB"},
                   rows) +
             bar_chart(bars, {"compute", "blocked"}, {"Pipeline 0: seconds per stage", "stage", "seconds"});
   }

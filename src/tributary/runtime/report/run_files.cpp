@@ -33,8 +33,8 @@ Lines read_lines(const fs::path& file, std::vector<std::string>& notes) {
 nlohmann::json read_json_or_null(const fs::path& file) {
   if (!fs::exists(file)) return nullptr;
   auto j = nlohmann::json::parse(read_file(file), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail("{} is not a JSON object; remove it or rerun the step that wrote it",
-                                               file.string());
+  if (j.is_discarded() || !j.is_object())
+    fail("{} is not a JSON object; remove it or rerun the step that wrote it", file.string());
   return j;
 }
 
@@ -89,9 +89,10 @@ RunFiles read_run_files(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail("'{}' is not a directory: give a run directory (train.run_dir)", dir.string());
   const fs::path metrics = dir / "metrics.jsonl";
   if (!fs::exists(metrics))
-    fail("'{}' is not a run directory: it has no metrics.jsonl (`tributary train` writes one into train.run_dir "
-         "from its first logged step on)",
-         dir.string());
+    fail(
+        "'{}' is not a run directory: it has no metrics.jsonl (`tributary train` writes one into train.run_dir "
+        "from its first logged step on)",
+        dir.string());
   RunFiles run;
   run.dir = dir;
   const Lines lead = read_lines(metrics, run.notes);

@@ -20,12 +20,12 @@ using Lines = std::vector<nlohmann::json>;
 
 struct RunFiles {
   fs::path dir;
-  nlohmann::json summary;        // null: the run has not finished (or crashed)
-  std::string config_toml;       // "" when absent
+  nlohmann::json summary;                                // null: the run has not finished (or crashed)
+  std::string config_toml;                               // "" when absent
   Lines steps, evals, exchanges, events, tasks, rounds;  // from metrics.jsonl (tasks/rounds: DiPaCo, every worker)
-  std::map<int, Lines> workers;  // rank -> its own lines (workers/rank{R}.jsonl; DiPaCo: rounds and tasks)
-  nlohmann::json dipaco;         // dipaco.json or null
-  nlohmann::json routes;         // the routes directory's report.json or null
+  std::map<int, Lines> workers;    // rank -> its own lines (workers/rank{R}.jsonl; DiPaCo: rounds and tasks)
+  nlohmann::json dipaco;           // dipaco.json or null
+  nlohmann::json routes;           // the routes directory's report.json or null
   std::vector<std::string> notes;  // what was skipped (a torn last line of a crashed run), shown on the page
 };
 

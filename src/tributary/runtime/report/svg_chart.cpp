@@ -66,9 +66,10 @@ std::string no_data(const Axes& axes) {
 std::string axes_svg(const Frame& f, const std::vector<double>& xt, const std::vector<double>& yt, const Axes& axes) {
   std::string s;
   for (double t : yt)
-    s += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#e5e5e5\"/>"
-                     "<text x=\"{3}\" y=\"{4:.1f}\" font-size=\"11\" text-anchor=\"end\">{5}</text>",
-                     kLeft, kWidth - kRight, f.sy(t), kLeft - 6, f.sy(t) + 4, short_number(t));
+    s += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#e5e5e5\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" font-size=\"11\" text-anchor=\"end\">{5}</text>",
+        kLeft, kWidth - kRight, f.sy(t), kLeft - 6, f.sy(t) + 4, short_number(t));
   for (double t : xt)
     s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">{}</text>", f.sx(t),
                      kHeight - kBottom + 16, short_number(t));
@@ -76,9 +77,10 @@ std::string axes_svg(const Frame& f, const std::vector<double>& xt, const std::v
                    kWidth - kLeft - kRight, kHeight - kTop - kBottom);
   s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" text-anchor=\"middle\">{}</text>",
                    (kLeft + kWidth - kRight) / 2, kHeight - 8, html_escape(axes.x_label));
-  s += fmt::format("<text x=\"14\" y=\"{0}\" font-size=\"12\" text-anchor=\"middle\" "
-                   "transform=\"rotate(-90 14 {0})\">{1}</text>",
-                   (kTop + kHeight - kBottom) / 2, html_escape(axes.y_label));
+  s += fmt::format(
+      "<text x=\"14\" y=\"{0}\" font-size=\"12\" text-anchor=\"middle\" "
+      "transform=\"rotate(-90 14 {0})\">{1}</text>",
+      (kTop + kHeight - kBottom) / 2, html_escape(axes.y_label));
   return s;
 }
 
@@ -86,9 +88,10 @@ std::string legend(const std::vector<std::string>& names) {
   std::string s;
   for (size_t i = 0; i < names.size() && i < 16; ++i) {
     const int y = kTop + 8 + int(i) * 16;
-    s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"8\" fill=\"{}\"/>"
-                     "<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>",
-                     kWidth - kRight + 10, y - 7, colour(i), kWidth - kRight + 26, y, html_escape(names[i]));
+    s += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"8\" fill=\"{}\"/>"
+        "<text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>",
+        kWidth - kRight + 10, y - 7, colour(i), kWidth - kRight + 26, y, html_escape(names[i]));
   }
   if (names.size() > 16)
     s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"11\">+{} more</text>", kWidth - kRight + 10,
@@ -102,11 +105,20 @@ std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -167,10 +179,11 @@ std::string bar_chart(const std::vector<Bar>& bars, const std::vector<std::strin
     const double x = kLeft + slot * double(i) + (slot - width) / 2;
     for (size_t p = 0; p < bars[i].parts.size(); ++p) {
       const double v = std::isfinite(bars[i].parts[p]) ? bars[i].parts[p] : 0;
-      s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\">"
-                       "<title>{}: {}</title></rect>",
-                       x, f.sy(base + v), width, f.sy(base) - f.sy(base + v), colour(p), html_escape(bars[i].label),
-                       short_number(v));
+      s += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\">"
+          "<title>{}: {}</title></rect>",
+          x, f.sy(base + v), width, f.sy(base) - f.sy(base + v), colour(p), html_escape(bars[i].label),
+          short_number(v));
       base += v;
     }
     if (i % label_every == 0)
@@ -198,11 +211,12 @@ std::string timeline(const std::vector<std::string>& rows, const std::vector<Spa
                      kTop + band * (double(r) + 0.5) + 4, html_escape(rows[r]));
   for (const auto& sp : spans) {
     if (sp.row >= rows.size() || !(sp.end > sp.begin)) continue;
-    s += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\">"
-                     "<title>{} {}: {:.2f}-{:.2f} s</title></rect>",
-                     f.sx(sp.begin), kTop + band * double(sp.row) + band * 0.15, f.sx(sp.end) - f.sx(sp.begin),
-                     band * 0.7, colour(sp.kind), html_escape(rows[sp.row]),
-                     html_escape(sp.kind < kind_names.size() ? kind_names[sp.kind] : ""), sp.begin, sp.end);
+    s += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\">"
+        "<title>{} {}: {:.2f}-{:.2f} s</title></rect>",
+        f.sx(sp.begin), kTop + band * double(sp.row) + band * 0.15, f.sx(sp.end) - f.sx(sp.begin), band * 0.7,
+        colour(sp.kind), html_escape(rows[sp.row]), html_escape(sp.kind < kind_names.size() ? kind_names[sp.kind] : ""),
+        sp.begin, sp.end);
   }
   return s + legend(kind_names) + "</svg>";
 }

@@ -26,15 +26,15 @@ struct Series {
 std::string line_chart(const std::vector<Series>& series, const Axes& axes);
 
 struct Bar {
-  std::string label;           // under the bar (thinned when there are many)
-  std::vector<double> parts;   // stacked, bottom first, one per part name
+  std::string label;          // under the bar (thinned when there are many)
+  std::vector<double> parts;  // stacked, bottom first, one per part name
 };
 std::string bar_chart(const std::vector<Bar>& bars, const std::vector<std::string>& part_names, const Axes& axes);
 
 struct Span {
-  size_t row = 0;              // index into the row names
-  double begin = 0, end = 0;   // x (seconds)
-  size_t kind = 0;             // index into the kind names (colour)
+  size_t row = 0;             // index into the row names
+  double begin = 0, end = 0;  // x (seconds)
+  size_t kind = 0;            // index into the kind names (colour)
 };
 std::string timeline(const std::vector<std::string>& rows, const std::vector<Span>& spans,
                      const std::vector<std::string>& kind_names, const Axes& axes);

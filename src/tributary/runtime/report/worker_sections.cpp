@@ -86,20 +86,22 @@ Section communication_section(const RunFiles& run) {
     modelled += number(j, "modelled_link_s");
   }
   const std::string compression = run.summary.is_object() ? run.summary.value("compression", std::string("-")) : "-";
-  const std::string totals = table(
-      {"exchanges", "sent (lead)", "received (lead)", "per exchange (median sent)", "blocked s", "modelled link s",
-       "codec"},
-      {{fmt::format("{}", lines.size()), short_number(sent) + "B", short_number(recv) + "B",
-        short_number(median([&] {
-          std::vector<double> v;
-          for (const auto& j : lines) v.push_back(number(j, "bytes_sent"));
-          return v;
-        }())) + "B",
-        fixed(comm, 2), fixed(modelled, 2), compression}});
-  return {"communication", "Communication",
-          totals + bar_chart(bars, {"sent", "received"},
-                             {"Traffic per exchange (lead worker)", "step of the exchange", "MB"}) +
-              line_chart({share}, {"Share of each round spent blocked in communication", "step of the exchange", "%"})};
+  const std::string totals =
+      table({"exchanges", "sent (lead)", "received (lead)", "per exchange (median sent)", "blocked s",
+             "modelled link s", "codec"},
+            {{fmt::format("{}", lines.size()), short_number(sent) + "B", short_number(recv) + "B",
+              short_number(median([&] {
+                std::vector<double> v;
+                for (const auto& j : lines) v.push_back(number(j, "bytes_sent"));
+                return v;
+              }())) +
+                  "B",
+              fixed(comm, 2), fixed(modelled, 2), compression}});
+  return {
+      "communication", "Communication",
+      totals +
+          bar_chart(bars, {"sent", "received"}, {"Traffic per exchange (lead worker)", "step of the exchange", "MB"}) +
+          line_chart({share}, {"Share of each round spent blocked in communication", "step of the exchange", "%"})};
 }
 
 Section timeline_section(const RunFiles& run) {
@@ -135,10 +137,10 @@ Section faults_section(const RunFiles& run) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& e : run.events) {
     const std::string what = e.value("event", std::string());
-    const std::string detail =
-        what == "membership" ? fmt::format("{} -> {} workers", number(e, "members_before"), number(e, "members"))
-        : what == "lead"     ? fmt::format("worker {} leads from here on", number(e, "lead_worker"))
-                             : e.dump();
+    const std::string detail = what == "membership"
+                                   ? fmt::format("{} -> {} workers", number(e, "members_before"), number(e, "members"))
+                               : what == "lead" ? fmt::format("worker {} leads from here on", number(e, "lead_worker"))
+                                                : e.dump();
     rows.push_back({fmt::format("{}", int64_t(number(e, "step"))), what, detail});
   }
   double rejected = 0;
@@ -156,10 +158,11 @@ Section faults_section(const RunFiles& run) {
   const auto& s = run.summary;
   const double reformations = s.is_object() ? number(s, "reformations") : 0;
   rejected = std::max(rejected, s.is_object() ? number(s, "rejected") : 0.0);
-  std::string html = table({"step", "event", "detail"}, rows.empty()
-                                                            ? std::vector<std::vector<std::string>>{{"-", "none", "no "
-                                                              "worker was lost or joined"}}
-                                                            : rows);
+  std::string html = table({"step", "event", "detail"},
+                           rows.empty() ? std::vector<std::vector<std::string>>{{"-", "none",
+                                                                                 "no "
+                                                                                 "worker was lost or joined"}}
+                                        : rows);
   html += table({"group re-formations", "updates rejected", "DiPaCo tasks dropped"},
                 {{fixed(reformations, 0), fixed(rejected, 0),
                   s.is_object() && s.contains("tasks_dropped") ? fixed(number(s, "tasks_dropped"), 0) : "-"}});

@@ -13,10 +13,10 @@ namespace tributary {
 
 struct ReplicaChannel {
   comm::Group& group;
-  comm::Exchange& exchange;    // compression, accounting, WAN emulation
+  comm::Exchange& exchange;  // compression, accounting, WAN emulation
   comm::CommThread& thread;
-  ResilientAverage& reducer;   // the exchange's average, committed or redone whole under fault tolerance
-  ReplicaCheck& check;         // replicas verified identical where they must be
+  ResilientAverage& reducer;  // the exchange's average, committed or redone whole under fault tolerance
+  ReplicaCheck& check;        // replicas verified identical where they must be
 };
 
 }  // namespace tributary

@@ -19,12 +19,15 @@ comm::CommStats ReplicaSync::take_stats() {
 
 void ReplicaSync::start_outer_loop(NamedTensors& params, int64_t offset) {
   const auto& d = config_.dist;
-  outer_ = std::make_unique<OuterLoop>(
-      OuterLoopOptions{.inner_steps = d.inner_steps, .fragments = d.fragments, .overlap_steps = d.overlap_steps,
-                       .merge_alpha = d.merge_alpha, .qsr_alpha = d.qsr_alpha,
-                       .outer = {d.outer_lr, d.outer_momentum},
-                       .blocks_per_level = config_.model.blocks_per_level(), .num_layers = config_.model.num_layers},
-      channel_.reducer);
+  outer_ = std::make_unique<OuterLoop>(OuterLoopOptions{.inner_steps = d.inner_steps,
+                                                        .fragments = d.fragments,
+                                                        .overlap_steps = d.overlap_steps,
+                                                        .merge_alpha = d.merge_alpha,
+                                                        .qsr_alpha = d.qsr_alpha,
+                                                        .outer = {d.outer_lr, d.outer_momentum},
+                                                        .blocks_per_level = config_.model.blocks_per_level(),
+                                                        .num_layers = config_.model.num_layers},
+                                       channel_.reducer);
   outer_->set_landed([check = &channel_.check](const NamedTensors& globals, const std::string& when, bool merged) {
     if (merged) {
       check->later(globals, when);  // queues behind the exchanges in flight; verified at the next step or finish
@@ -58,9 +61,10 @@ void ReplicaSync::start(NamedTensors& params, int64_t step, const safetensors::F
   start_outer_loop(params, config_.dist.warmup_ddp_steps);
   if (step > 0) {
     if (!outer)
-      fail("the checkpoint at step {} has no DiLoCo outer state for this rank (outer.safetensors; a pipeline rank R "
-           "reads rank-R.outer.safetensors); it is incomplete: resume from an earlier checkpoint",
-           step);
+      fail(
+          "the checkpoint at step {} has no DiLoCo outer state for this rank (outer.safetensors; a pipeline rank R "
+          "reads rank-R.outer.safetensors); it is incomplete: resume from an earlier checkpoint",
+          step);
     outer_->load(*outer, fragments);
   }
   channel_.check.now(outer_->globals(), when);
