@@ -1,6 +1,13 @@
 #include "tributary/runtime/replica_checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "tributary/core/error.h"
+#include "tributary/core/fs.h"
 
 namespace tributary {
 
@@ -65,12 +72,46 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
   return true;
 }
 
+CheckpointPeers checkpoint_peers(Replicas& replicas) {
+  return {.rank = replicas.rank(),
+          .size = replicas.size(),
+          .barrier = [&replicas] { replicas.barrier(); },
+          .all_gather = [&replicas](const torch::Tensor& t) { return replicas.all_gather(t); }};
+}
+
+void require_shared_run_dir(const CheckpointPeers& peers, const fs::path& run_dir) {
+  const fs::path probe = run_dir / ".tributary-shared-probe";
+  auto token = torch::zeros({1}, torch::kInt64);
+  if (peers.rank == 0) {
+    std::random_device random;
+    const uint64_t value = (uint64_t(random()) << 32) ^ uint64_t(random()) ^ uint64_t(::getpid());
+    write_file(probe, fmt::format("{:016x}\n", value), /*sync=*/true);
+    token[0] = static_cast<int64_t>(value);
+  }
+  const auto tokens = peers.all_gather(token);  // after rank 0 wrote it
+  std::error_code ec;
+  const std::string expected = fmt::format("{:016x}\n", static_cast<uint64_t>(tokens.front()[0].item<int64_t>()));
+  const bool sees =
+      fs::is_regular_file(probe, ec) && fs::file_size(probe, ec) == expected.size() && read_file(probe) == expected;
+  auto mine = torch::full({1}, sees ? 1 : 0, torch::kInt64);
+  const auto all = peers.all_gather(mine);
+  std::vector<int> apart;
+  for (int rank = 0; rank < peers.size; ++rank)
+    if (all[size_t(rank)][0].item<int64_t>() == 0) apart.push_back(rank);
+  peers.barrier();  // every rank read it before it goes
+  if (peers.rank == 0) fs::remove(probe, ec);
+  if (!apart.empty())
+    fail(
+        "train.run_dir '{}' is not shared: rank(s) {} do not see the file rank 0 wrote there. A multi-machine run "
+        "checkpoints into one directory, which every machine must mount at the same path (NFS or the like); per-"
+        "machine run directories are not supported yet for this kind of run (path-local DiPaCo needs none). "
+        "Nothing was trained",
+        run_dir.string(), fmt::join(apart, ", "));
+}
+
 bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
                          const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents) {
-  const CheckpointPeers peers{.rank = replicas.rank(),
-                              .size = replicas.size(),
-                              .barrier = [&] { replicas.barrier(); },
-                              .all_gather = [&](const torch::Tensor& t) { return replicas.all_gather(t); }};
+  const CheckpointPeers peers = checkpoint_peers(replicas);
   const NamedTensors codec = replicas.codec_state();
   if (!stage_rank_state(peers, run_dir, step, {params, optim_state, position, nullptr, nullptr, &codec}, contents))
     return false;

@@ -32,6 +32,15 @@ struct CheckpointPeers {
   std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
 };
 
+// Every rank of the run sees train.run_dir as rank 0 does: the multi-process checkpoint stages each rank's files in
+// rank 0's directory, so a rank on another machine without a shared filesystem would lose the run at its first
+// checkpoint. Rank 0 writes a token there, every rank reads it back at the same path; an Error on every rank, naming
+// the ranks that do not see it, at start-up instead. Collective over `peers`.
+void require_shared_run_dir(const CheckpointPeers& peers, const fs::path& run_dir);
+
+// The peers of the replicas of the whole model.
+CheckpointPeers checkpoint_peers(Replicas& replicas);
+
 struct RankState {
   const NamedTensors& params;
   const NamedTensors& optim_state;

@@ -187,10 +187,7 @@ namespace {
 // `restore` reads them as it reads a replica's; DiLoCo per stage adds the stage's outer state per rank.
 bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t step, RankState mine,
                           CheckpointContents& contents) {
-  const CheckpointPeers peers{.rank = pipelines.rank(),
-                              .size = pipelines.world_size(),
-                              .barrier = [&] { pipelines.barrier(); },
-                              .all_gather = [&](const torch::Tensor& t) { return pipelines.all_gather(t); }};
+  const CheckpointPeers peers = checkpoint_peers(pipelines);
   Replicas* replicas = pipelines.stage_replicas();
   const NamedTensors outer = replicas ? replicas->sync().outer_state() : NamedTensors{};
   const NamedTensors codec = replicas ? replicas->codec_state() : NamedTensors{};
@@ -204,6 +201,13 @@ bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t
 }
 
 }  // namespace
+
+CheckpointPeers checkpoint_peers(Pipelines& pipelines) {
+  return {.rank = pipelines.rank(),
+          .size = pipelines.world_size(),
+          .barrier = [&pipelines] { pipelines.barrier(); },
+          .all_gather = [&pipelines](const torch::Tensor& t) { return pipelines.all_gather(t); }};
+}
 
 fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double elapsed) {
   NamedTensors optim_state = r.optimizer.state();

@@ -11,6 +11,7 @@
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/train_options.h"
 
@@ -67,13 +68,16 @@ struct SaveRequest {
   const BatchLoader& loader;
   Replicas* replicas = nullptr;    // the replicas of the whole model
   Pipelines* pipelines = nullptr;  // or the pipelines: every rank saves its stage's state
-  const NamedTensors* aux_heads =
-      nullptr;  // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
+  // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
+  const NamedTensors* aux_heads = nullptr;
 };
 
 // Local parallelism's auxiliary heads in a checkpoint: beside model.safetensors, so export/eval/generate, which read
 // the model, never see them, and --resume restores them.
 inline const std::string kAuxHeadsFile = "aux_heads.safetensors";
+// The peers of a pipeline run's checkpoint: every rank (replica_checkpoint.h has the whole model's replicas').
+CheckpointPeers checkpoint_peers(Pipelines& pipelines);
+
 // Writes checkpoint step-N (every rank takes part in a multi-process checkpoint). Returns its path on rank 0, an
 // empty path elsewhere.
 fs::path save_run(const SaveRequest& request, int64_t step, int64_t tokens, double elapsed);

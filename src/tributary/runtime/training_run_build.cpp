@@ -45,6 +45,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   }
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
+  if (layout_.distributed() && !env.joining && (replicas_ || pipelines_))  // before anything is trained
+    require_shared_run_dir(replicas_ ? checkpoint_peers(*replicas_) : checkpoint_peers(*pipelines_), tc_.run_dir);
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
