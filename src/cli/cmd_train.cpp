@@ -1,6 +1,9 @@
 #include <cmath>
 
 #include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "tributary/core/log.h"
@@ -10,6 +13,29 @@
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {
+namespace {
+
+// Every key with its default; with a config file or overrides, with their values instead, a * before each key that
+// differs from its default.
+void print_config_help(const std::string& file, const std::vector<std::string>& overrides) {
+  const std::string defaults = RunConfig().schema().help();
+  if (file.empty() && overrides.empty()) {
+    std::printf("%s", defaults.c_str());
+    return;
+  }
+  const std::string values = RunConfig::load(file, overrides).schema().help();
+  std::printf("every key as %s%s sets it (* differs from the default):\n", file.empty() ? "" : file.c_str(),
+              overrides.empty() ? "" : (file.empty() ? "--set" : " and --set"));
+  std::istringstream mine(values), base(defaults);
+  std::string line, default_line;
+  while (std::getline(mine, line)) {
+    std::getline(base, default_line);
+    if (line != default_line && !line.empty()) line[0] = '*';
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+}  // namespace
 
 void add_train(CLI::App& app) {
   struct Args {
@@ -32,11 +58,12 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--overwrite", args->overwrite, "start over: delete the checkpoints train.run_dir already has");
   cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
-  cmd->add_flag("--help-config", args->help_config, "list every config key with its default and exit");
+  cmd->add_flag("--help-config", args->help_config,
+                "list every config key with its default and exit; with a config (and --set), its values, the ones "
+                "that differ from the defaults marked *");
   cmd->callback([args, resume]() {
     if (args->help_config) {
-      RunConfig defaults;
-      std::printf("%s", defaults.schema().help().c_str());
+      print_config_help(args->config, args->overrides);
       return;
     }
     RunConfig config = RunConfig::load(args->config, args->overrides);

@@ -4,6 +4,7 @@
 #include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "tributary/core/error.h"
@@ -19,6 +20,17 @@ void report_to_torchelastic(const std::string& message) {
   if (!path) return;
   nlohmann::json j = {{"message", {{"message", message}, {"extraInfo", {{"py_callstack", ""}, {"timestamp", "0"}}}}}};
   std::ofstream(path) << j.dump();
+}
+
+// `launch` was given a worker's command without the `--` that separates it from launch's own options.
+bool launch_without_separator(int argc, char** argv) {
+  bool launch = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") return false;
+    if (arg == "launch") launch = true;
+  }
+  return launch;
 }
 
 }  // namespace
@@ -53,6 +65,13 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);                            // --help, --version
     if (dynamic_cast<const CLI::RuntimeError*>(&e)) return e.get_exit_code();  // launch: the workers' exit status
     // A usage mistake is a user error like any other: one [ERROR] line, exit 2 (CLI11's own codes are 104-109).
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) && launch_without_separator(argc, argv)) {
+      tributary::log::error(
+          "{}: launch takes the worker's command after `--`, e.g. tributary launch --nproc 2 -- train CFG --set "
+          "KEY=VALUE (without it, the worker's options read as launch's)",
+          e.what());
+      return 2;
+    }
     tributary::log::error("{} (see --help)", e.what());
     return 2;
   } catch (const tributary::RunLost& e) {

@@ -126,6 +126,9 @@ TEST_F(CliHardening, UserLimitsAreUserErrorsNotCrashes) {
   }
   expect_user_error("plan case1-datacenter-on-demand --out kept.json", "pass --overwrite");
   EXPECT_EQ(read_file(work_dir() / "kept.json"), "mine") << "an existing --out is refused, not replaced";
+  // The worker's command without launch's `--` is explained, not only refused (issue 45, item 7).
+  expect_user_error("launch --nproc 2 train cfg.toml --set train.steps=4",
+                    "launch takes the worker's command after `--`");
   expect_user_error("eval run --prefix 32", "--prefix");
   expect_user_error("generate run --temperature nan", "--temperature");
   expect_user_error("generate run --tokens 99999999999999999999", "--tokens");
@@ -209,3 +212,17 @@ TEST_F(CliHardening, NumericFlagSweepPlanTrainLaunchData) {
 }
 
 }  // namespace
+
+TEST_F(CliHardening, HelpConfigWithAConfigShowsItsValuesAndMarksWhatDiffers) {
+  // Issue 45, item 7: `train CFG --help-config` ignored CFG and listed the defaults.
+  const std::string cfg = std::string(TRIBUTARY_SOURCE_DIR) + "/configs/diloco.toml";
+  auto [rc, out] = cli("train " + cfg + " --set train.steps=700 --help-config");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("* train.steps                  = 700 "), std::string::npos) << out;
+  EXPECT_NE(out.find("* train.run_dir                = 'runs/diloco'"), std::string::npos) << out;
+  EXPECT_NE(out.find("  train.seed "), std::string::npos) << "a key left at its default is not marked\n" << out;
+  auto [rc2, plain] = cli("train --help-config");
+  ASSERT_EQ(rc2, 0) << plain;
+  EXPECT_EQ(plain.find("* "), std::string::npos) << plain;
+  EXPECT_NE(plain.find("  train.steps "), std::string::npos) << plain;
+}
