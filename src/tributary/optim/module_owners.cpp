@@ -14,22 +14,26 @@ int64_t numel_of(const NamedTensors& tensors) {
   return n;
 }
 
+}  // namespace
+
 // What one sender ships to one owner: the modules it touched that the owner holds, in module order.
-struct Message {
+struct OwnerUpload::Message {
   std::vector<size_t> modules;
   int64_t numel = 0;
-  torch::Tensor wire;    // encoded sums, concatenated
-  torch::Tensor meta;    // fp64 [weight, paths] per module
-  torch::Tensor values;  // the receiver's decoded sums
+  torch::Tensor wire;           // encoded sums, concatenated
+  torch::Tensor meta;           // fp64 [weight, paths] per module
+  torch::Tensor values;         // the receiver's decoded sums
+  int64_t offset = 0, row = 0;  // the owner's reading position in `values` and `meta` (modules come in module order)
 };
 
 // touched[w][i]: worker w's paths went through module i this round (one byte per module from every worker).
-std::vector<std::vector<bool>> who_touched(const OwnedRound& r, comm::Group& group) {
+std::vector<std::vector<bool>> OwnerUpload::who_touched(const OwnedRound& r) {
   const size_t M = r.contributions.size();
   auto mask = torch::zeros({static_cast<int64_t>(M)}, torch::kUInt8);
   for (size_t i = 0; i < M; ++i)
     if (r.contributions[i] != nullptr && r.contributions[i]->paths > 0) mask[int64_t(i)] = 1;
-  const std::vector<torch::Tensor> all = group.size() == 1 ? std::vector<torch::Tensor>{mask} : group.all_gather(mask);
+  const std::vector<torch::Tensor> all =
+      group_.size() == 1 ? std::vector<torch::Tensor>{mask} : group_.all_gather(mask);
   std::vector<std::vector<bool>> touched;
   for (const auto& t : all) {
     auto bytes = t.contiguous();
@@ -40,8 +44,7 @@ std::vector<std::vector<bool>> who_touched(const OwnedRound& r, comm::Group& gro
 
 // Encodes this worker's sums of m.modules (with `feedback`: sparse, error feedback added) and starts sending them to
 // owner `o`; returns the bytes.
-double post_send(const OwnedRound& r, const comm::Codec& codec, ModuleFeedback* feedback, comm::Group& group, int o,
-                 Message& m, std::vector<comm::PendingCollective>& pending) {
+double OwnerUpload::post_send(const OwnedRound& r, int o, Message& m, std::vector<comm::PendingCollective>& pending) {
   std::vector<const std::vector<torch::Tensor>*> sums;
   m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
   for (size_t k = 0; k < m.modules.size(); ++k) {
@@ -50,41 +53,41 @@ double post_send(const OwnedRound& r, const comm::Codec& codec, ModuleFeedback* 
     m.meta[int64_t(k)][0] = acc.weight;
     m.meta[int64_t(k)][1] = double(acc.paths);
   }
-  if (feedback) {
-    m.wire = feedback->encode(m.modules, sums);
+  if (feedback_) {
+    m.wire = feedback_->encode(m.modules, sums);
   } else {
     std::vector<torch::Tensor> parts;
     for (const auto* sum : sums)
       for (const auto& s : *sum) parts.push_back(s.reshape({-1}));
     auto flat = torch::cat(parts).contiguous();
     m.numel = flat.numel();
-    m.wire = torch::empty({static_cast<int64_t>(codec.encoded_bytes(m.numel))}, torch::kUInt8);
-    codec.encode(flat, m.wire.data_ptr<uint8_t>());
+    m.wire = torch::empty({static_cast<int64_t>(codec_.encoded_bytes(m.numel))}, torch::kUInt8);
+    codec_.encode(flat, m.wire.data_ptr<uint8_t>());
   }
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} module(s) to their owner", m.modules.size());
-  const int me = group.rank();
-  pending.push_back(group.send(m.wire, o, 2 * me, what));
-  pending.push_back(group.send(m.meta, o, 2 * me + 1, what + " (weights)"));
+  const int me = group_.rank();
+  pending.push_back(group_.send(m.wire, o, 2 * me, what));
+  pending.push_back(group_.send(m.meta, o, 2 * me + 1, what + " (weights)"));
   return double(m.wire.numel()) + double(m.meta.numel() * 8);
 }
 
 // Starts receiving worker w's sums of this owner's modules m.modules; returns the bytes.
-double post_recv(const OwnedRound& r, const comm::Codec& codec, const ModuleFeedback* feedback, comm::Group& group,
-                 int w, Message& m, std::vector<comm::PendingCollective>& pending) {
+double OwnerUpload::post_recv(const OwnedRound& r, int w, Message& m, std::vector<comm::PendingCollective>& pending) {
   for (size_t i : m.modules) m.numel += numel_of(*r.owned[i]);
-  const int64_t bytes = feedback ? feedback->chunks().payload_bytes(m.numel) : int64_t(codec.encoded_bytes(m.numel));
+  const int64_t bytes = feedback_ ? feedback_->chunks().payload_bytes(m.numel) : int64_t(codec_.encoded_bytes(m.numel));
   m.wire = torch::empty({bytes}, torch::kUInt8);
   m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} owned module(s)", m.modules.size());
-  pending.push_back(group.recv(m.wire, w, 2 * w, what));
-  pending.push_back(group.recv(m.meta, w, 2 * w + 1, what + " (weights)"));
+  pending.push_back(group_.recv(m.wire, w, 2 * w, what));
+  pending.push_back(group_.recv(m.meta, w, 2 * w + 1, what + " (weights)"));
   return double(m.wire.numel()) + double(m.meta.numel() * 8);
 }
 
 // The owner's step of module i: the sums added in group-rank order (its own at its own rank), then the outer loop's
-// step. `offset`/`row`: how far each sender's message has been read (modules come in module order).
-void step_owned(const OwnedRound& r, size_t i, int me, const std::vector<std::vector<bool>>& touched,
-                std::vector<Message>& recvs, std::vector<int64_t>& offset, std::vector<int64_t>& row) {
+// step.
+void OwnerUpload::step_owned(const OwnedRound& r, size_t i, const std::vector<std::vector<bool>>& touched,
+                             std::vector<Message>& recvs) {
+  const int me = group_.rank();
   std::vector<torch::Tensor> sum;
   for (const auto& [name, t] : *r.owned[i]) sum.push_back(torch::zeros_like(t));
   double weight = 0;
@@ -99,17 +102,15 @@ void step_owned(const OwnedRound& r, size_t i, int me, const std::vector<std::ve
       continue;
     }
     for (auto& s : sum) {
-      s.add_(recvs[w].values.narrow(0, offset[w], s.numel()).view(s.sizes()));
-      offset[w] += s.numel();
+      s.add_(recvs[w].values.narrow(0, recvs[w].offset, s.numel()).view(s.sizes()));
+      recvs[w].offset += s.numel();
     }
-    const auto meta = recvs[w].meta[row[w]++];
+    const auto meta = recvs[w].meta[recvs[w].row++];
     weight += meta[0].item<double>();
     paths += std::llround(meta[1].item<double>());
   }
   r.step(i, sum, weight, paths);
 }
-
-}  // namespace
 
 void OwnerUpload::reduce(const OwnedRound& r) {
   const size_t M = r.contributions.size();
@@ -123,7 +124,7 @@ void OwnerUpload::reduce(const OwnedRound& r) {
   std::exception_ptr failure;  // this worker's exchange failed; with a gate, the verdict says what that means
   std::string why;
   try {
-    touched = who_touched(r, group_);
+    touched = who_touched(r);
     for (size_t i = 0; i < M; ++i) {
       const int o = r.owner[i];
       if (o != me && touched[size_t(me)][i]) sends[size_t(o)].modules.push_back(i);
@@ -133,8 +134,8 @@ void OwnerUpload::reduce(const OwnedRound& r) {
     }
     std::vector<comm::PendingCollective> pending;
     for (size_t w = 0; w < n; ++w) {
-      if (!sends[w].modules.empty()) bytes_.sent += post_send(r, codec_, feedback_, group_, int(w), sends[w], pending);
-      if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, codec_, feedback_, group_, int(w), recvs[w], pending);
+      if (!sends[w].modules.empty()) bytes_.sent += post_send(r, int(w), sends[w], pending);
+      if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, int(w), recvs[w], pending);
     }
     for (auto& p : pending) p.wait();
   } catch (const NetworkError& e) {
@@ -160,9 +161,8 @@ void OwnerUpload::reduce(const OwnedRound& r) {
       m.values = codec_.decode(m.wire.data_ptr<uint8_t>(), m.numel);
     }
   }
-  std::vector<int64_t> offset(n, 0), row(n, 0);
   for (size_t i = 0; i < M; ++i)
-    if (r.owner[i] == me) step_owned(r, i, me, touched, recvs, offset, row);
+    if (r.owner[i] == me) step_owned(r, i, touched, recvs);
 }
 
 }  // namespace tributary

@@ -50,6 +50,13 @@ class OwnerUpload : public OwnerReducer {
   const OwnerUploadBytes& bytes() const { return bytes_; }  // of the last reduce()
 
  private:
+  struct Message;  // what one sender ships to one owner (module_owners.cpp)
+  std::vector<std::vector<bool>> who_touched(const OwnedRound& r);
+  double post_send(const OwnedRound& r, int owner, Message& m, std::vector<comm::PendingCollective>& pending);
+  double post_recv(const OwnedRound& r, int worker, Message& m, std::vector<comm::PendingCollective>& pending);
+  void step_owned(const OwnedRound& r, size_t module, const std::vector<std::vector<bool>>& touched,
+                  std::vector<Message>& recvs);
+
   comm::Group& group_;
   const comm::Codec& codec_;
   ModuleFeedback* feedback_;
