@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include <limits>
@@ -33,6 +34,27 @@ void print_config_help(const std::string& file, const std::vector<std::string>& 
     if (line != default_line && !line.empty()) line[0] = '*';
     std::printf("%s\n", line.c_str());
   }
+}
+
+// The last line of a multi-process run: what kind of run, and what rank 0 sent (pipelines: activations and their
+// gradients, plus its stage's exchanges with the other pipelines; no received count, which they do not keep).
+std::string traffic_line(const TrainSummary& s) {
+  const std::string blocked = fmt::format("{:.1f} s blocked in communication", s.comm_s);
+  if (s.kind == RunKind::kPipelines) {
+    const int64_t stages = std::max<int64_t>(1, int64_t(s.stages.size()));
+    const int64_t pipelines = s.world_size / stages;
+    const std::string across = pipelines == 1 ? std::string()
+                               : s.sync == Sync::kDiloco
+                                   ? fmt::format(" and its stage's pseudo-gradients ({} outer steps)", s.outer_steps)
+                                   : std::string(" and its stage's gradients");
+    return fmt::format("{} pipeline(s) of {} stages: rank 0 sent {:.2f} MB (activations, their gradients{}); {}",
+                       pipelines, stages, s.bytes_sent / 1e6, across, blocked);
+  }
+  if (s.sync == Sync::kDiloco)
+    return fmt::format("{} replicas, DiLoCo: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {}",
+                       s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, blocked);
+  return fmt::format("{} replicas, data parallel: rank 0 sent {:.2f} MB and received {:.2f} MB in {} steps; {}",
+                     s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.steps, blocked);
 }
 
 }  // namespace
@@ -90,11 +112,7 @@ void add_train(CLI::App& app) {
                                         : std::string("not evaluated");
     log::info("done: {} steps, {} tokens in {:.0f} s | {} | {:.0f} tok/s | MFU {:.1f}%", s.steps, s.tokens, s.elapsed_s,
               val, s.tokens_per_s, 100 * s.mfu);
-    if (s.world_size > 1)
-      log::info(
-          "{} replicas: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {:.1f} s blocked in "
-          "communication",
-          s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, s.comm_s);
+    if (s.world_size > 1) log::info("{}", traffic_line(s));
     log::info("run directory: {} (metrics.jsonl, summary.json, checkpoints/)", s.run_dir.string());
   });
 }

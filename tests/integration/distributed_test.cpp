@@ -33,6 +33,8 @@ TEST_F(Distributed, DataParallelEqualsOneProcessWithTheWholeBatch) {
   auto [rc2, out2] = sh(cli + " launch --nproc 2 --master-port 0 --" +
                         tiny("ddp", "--set train.steps=6 --set train.batch_size=4 --set dist.algorithm=ddp"));
   ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("2 replicas, data parallel: rank 0 sent"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("in 6 steps;"), std::string::npos) << "not outer steps\n" << out2;
   auto a = flat_params(work() / "single"), b = flat_params(work() / "ddp");
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-5)) << "max diff " << (a - b).abs().max().item<double>();
   // with gradient accumulation the gradients are averaged after the last micro-batch instead of during backward
@@ -67,6 +69,8 @@ TEST_F(Distributed, DilocoRunsAndCommunicatesHTimesLess) {
                            "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
                            "--set dist.compression=int8"));
   ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("2 replicas, DiLoCo: rank 0 sent"), std::string::npos) << out;
+  EXPECT_NE(out.find("in 3 outer steps;"), std::string::npos) << out;
   auto s = nlohmann::json::parse(read_file(work() / "diloco" / "summary.json"));
   EXPECT_EQ(s["outer_steps"].get<int>(), 3);
   // int8 quantised ring: 2 (N-1) chunks of params / N values + a 1 KB table each, 3 rounds -- 4x less than fp32
@@ -306,6 +310,10 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
                         tiny("pp_2x2", four + "--set train.batch_size=4 --set parallel.pipeline_stages=2 "
                                               "--set parallel.micro_batches=2"));
   ASSERT_EQ(rc3, 0) << out3;
+  // The last line says what ran (it said "4 replicas ... received 0.00 MB in 0 outer steps" for 2 x 2 stages).
+  EXPECT_NE(out2.find("1 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out2;
+  EXPECT_NE(out3.find("2 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out3;
+  EXPECT_NE(out3.find("(activations, their gradients and its stage's gradients)"), std::string::npos) << out3;
   auto a = flat_params(work() / "pp_single");
   for (const char* run : {"pp_2", "pp_2x2"}) {
     auto b = flat_params(work() / run);
@@ -360,6 +368,8 @@ TEST_F(Distributed, DilocoPerStageTrainsWhatDilocoOnTheWholeModelDoes) {
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4)) << "max diff " << (a - b).abs().max().item<double>();
   auto s = nlohmann::json::parse(read_file(work() / "dl_stages" / "summary.json"));
   EXPECT_EQ(s["algorithm"], "pipeline+diloco");
+  EXPECT_NE(out2.find("2 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("its stage's pseudo-gradients (2 outer steps)"), std::string::npos) << out2;
   EXPECT_EQ(s["outer_steps"].get<int>(), 2);
   // The same after a data-parallel warm-up of 2 steps (outer steps at 5 and 8): each stage averages its gradients over
   // its data group first, then starts DiLoCo from identical replicas.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tributary/core/fs.h"
+#include "tributary/parallel/layout.h"
 
 namespace tributary {
 
@@ -23,12 +24,15 @@ struct TrainSummary {
   double elapsed_s = 0;
   int64_t num_parameters = 0;
   bool stopped_early = false;
-  // Distributed runs: this rank's traffic and time blocked in communication, and the number of outer steps.
+  // Distributed runs: what kind (the layout's), this rank's traffic and time blocked in communication, and the number
+  // of outer steps.
+  RunKind kind = RunKind::kSingle;
+  Sync sync = Sync::kNone;
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;
-  int64_t rejected = 0,
-          reformations = 0;  // updates dropped (dist.reject_norm_factor); groups re-formed (deaths, joins)
+  int64_t rejected = 0;      // updates dropped (dist.reject_norm_factor)
+  int64_t reformations = 0;  // groups re-formed (deaths, joins)
   bool lead = true;          // this process wrote the run's metrics and summary (rank 0, or who took over from it)
   // Pipelines: per stage of pipeline 0, compute and blocked seconds, the measured bubble (1 - compute / step time),
   // the bytes of activations and activation gradients it sent, and the bytes it sent to its replicas in the other

@@ -160,6 +160,8 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
   summary_.steps = step;
   summary_.lead = lead_;
+  summary_.kind = layout_.kind();
+  summary_.sync = layout_.sync();
   if (replicas_) summary_.world_size = replicas_->size();
   if (sync_) summary_.outer_steps = sync_->outer_steps();
   if (pipelines_) {
