@@ -17,6 +17,7 @@
 #include "tributary/core/hash.h"
 #include "tributary/core/tb_events.h"
 #include "tributary/data/dataset.h"
+#include "tributary/data/tokenizer.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/inference.h"
@@ -276,6 +277,20 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   for (const auto& [name, view] : exported.tensors()) EXPECT_EQ(name.find("aux"), std::string::npos) << name;
   EXPECT_NE(read_file(hf / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
   EXPECT_NE(read_file(hf / "tributary_tokenizer.json").find("\"byte\""), std::string::npos);
+  {  // transformers' AutoTokenizer reads the exported tokenizer.json: our ids for any text, and the text back
+    const std::string text =
+        "And God said, \u00abLet there be light\u00bb: h\u00e9llo \u2713 \U0001D11E\n\ttabs  and  spaces\n";
+    const fs::path text_file = hf.parent_path() / "tokenizer_text.txt";
+    write_file(text_file, text);
+    const auto [py_rc, printed] =
+        test_support::run_shell(fmt::format("{} {}/tests/reference/hf_tokenizer_roundtrip.py {} {}", TRIBUTARY_PYTHON,
+                                            TRIBUTARY_SOURCE_DIR, hf.string(), text_file.string()));
+    ASSERT_EQ(py_rc, 0) << printed;
+    const auto theirs = nlohmann::json::parse(printed.substr(printed.rfind("{\"ids\"")));
+    EXPECT_EQ(theirs["ids"].get<std::vector<int32_t>>(), ByteTokenizer().encode(text)) << printed;
+    EXPECT_EQ(theirs["decoded"].get<std::string>(), text) << printed;
+    EXPECT_EQ(theirs["eos_id"].get<int32_t>(), ByteTokenizer::kEot) << printed;
+  }
   {  // transformers' LlamaForCausalLM, from the exported files alone, gives our logits
     const LoadedModel trained = load_model(full.run_dir.string(), torch::kCPU);
     auto tokens = torch::randint(257, {2, 24}, torch::kInt64);
@@ -293,7 +308,8 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   ASSERT_EQ(rc, 0) << out;
   std::tie(rc, out) = run_cli("export " + imported.string() + " --format hf --out " + again.string());
   ASSERT_EQ(rc, 0) << out;
-  for (const char* file : {"config.json", "model.safetensors", "tributary_tokenizer.json"})
+  for (const char* file :
+       {"config.json", "model.safetensors", "tributary_tokenizer.json", "tokenizer.json", "tokenizer_config.json"})
     EXPECT_EQ(read_file(hf / file), read_file(again / file)) << file;
   std::tie(rc, out) = run_cli("eval " + imported.string() + " --batches 2 --threads 1");
   EXPECT_NE(out.find("val loss " + model_loss), std::string::npos) << out;

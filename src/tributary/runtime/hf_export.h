@@ -1,6 +1,7 @@
 // `tributary export RUN_OR_CHECKPOINT --format hf --out DIR`: the trained dense model in the Hugging Face Llama layout
 // (model/hf_llama.h): config.json, model.safetensors (fp32, Hugging Face names) and the tokenizer beside them
-// (tokenizer.model for SentencePiece; tributary_tokenizer.json says which ids are which). Local parallelism's auxiliary
+// (the byte tokenizer as tokenizer.json + tokenizer_config.json, which transformers' AutoTokenizer reads;
+// tokenizer.model for SentencePiece; tributary_tokenizer.json says which ids are which). Local parallelism's auxiliary
 // heads live in their own files and are never exported; a DiPaCo run exports one path (`path`, as `export-path`
 // assembles it).
 #pragma once
