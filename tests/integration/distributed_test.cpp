@@ -314,6 +314,10 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
   EXPECT_NE(out2.find("1 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out2;
   EXPECT_NE(out3.find("2 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out3;
   EXPECT_NE(out3.find("(activations, their gradients and its stage's gradients)"), std::string::npos) << out3;
+  // Every worker of every kind of multi-process run keeps its own lines (workers/rankR.jsonl: none were written for
+  // pipeline stages without replicas to exchange with).
+  for (const char* file : {"pp_2/workers/rank1.jsonl", "pp_2x2/workers/rank3.jsonl"})
+    EXPECT_TRUE(fs::exists(work() / file)) << file;
   auto a = flat_params(work() / "pp_single");
   for (const char* run : {"pp_2", "pp_2x2"}) {
     auto b = flat_params(work() / run);

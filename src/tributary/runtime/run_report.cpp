@@ -126,8 +126,8 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
   const std::string chunks =
       chunk_losses.empty() ? std::string() : fmt::format(" (chunks at this step {:.3f})", fmt::join(chunk_losses, " "));
   const std::string comm_share =
-      setup_.distributed ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / std::max(interval_seconds_, 1e-9))
-                         : std::string();
+      setup_.exchanges ? fmt::format(" | comm {:.0f}%", 100.0 * round_comm_s_ / std::max(interval_seconds_, 1e-9))
+                       : std::string();
   round_comm_s_ = 0;
   if (setup_.lead)
     log::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,

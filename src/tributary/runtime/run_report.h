@@ -25,8 +25,9 @@ struct ReportSetup {
   int64_t total_steps = 0;
   int64_t log_every = 1;
   int world_size = 1;
-  bool distributed = false;
-  int rank = 0;                     // the worker's launch rank: distributed runs also write workers/rank{rank}.jsonl
+  bool distributed = false;  // more than one process: every worker writes workers/rank{rank}.jsonl
+  bool exchanges = false;    // replicas exchange (data parallel, DiLoCo): the console shows their share of the time
+  int rank = 0;              // the worker's launch rank: distributed runs also write workers/rank{rank}.jsonl
   int64_t worker_resume_step = -1;  // that file keeps its lines up to this step (a resume, or a healed worker's rejoin)
   double flops_per_token = 0, peak_flops = 0;
   double bytes_per_token = 1;  // validation bytes per token (bits/byte)

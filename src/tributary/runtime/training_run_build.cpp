@@ -74,7 +74,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                               .total_steps = tc_.steps,
                                               .log_every = tc_.log_every,
                                               .world_size = env.world_size,
-                                              .distributed = sync_ != nullptr,
+                                              .distributed = layout_.distributed(),
+                                              .exchanges = sync_ != nullptr,
                                               .rank = env.rank,
                                               // a restarted worker keeps the lines of its first life
                                               .worker_resume_step = ckpt_         ? progress_.step

@@ -104,3 +104,28 @@ TEST(RunReportHtml, WorkersStagesAndMembershipComeFromTheirFiles) {
   EXPECT_NE(page.find("step seconds per stage"), std::string::npos);
   EXPECT_EQ(count(page, "<title>worker 1 blocked in communication: 2.40-2.50 s</title>"), 1u);
 }
+
+TEST(RunReportHtml, TheWarmUpsGradientAveragesAreNotCountedAsOuterExchanges) {
+  // Issue 45, item 4: DiLoCo's data-parallel warm-up logs each interval's gradient averages as outer step 0; their
+  // bytes (many steps' all-reduces) made the demo's "per exchange (median)" read 177 MB for 19.7 MB exchanges.
+  RunDir run;
+  std::string lines = "{\"step\":1,\"tokens\":100,\"loss\":4.0,\"tokens_per_s\":900,\"mfu\":0.4,\"elapsed_s\":1}\n";
+  for (int step : {25, 50, 75})  // the warm-up: 177 MB per logged interval
+    lines += fmt::format(
+        "{{\"step\":{},\"outer_step\":0,\"bytes_sent\":1.77e8,\"bytes_recv\":1.77e8,\"comm_s\":1,"
+        "\"compute_s\":2,\"elapsed_s\":{}}}\n",
+        step, step);
+  for (int outer : {1, 2})  // DiLoCo: 19.7 MB per outer step
+    lines += fmt::format(
+        "{{\"step\":{},\"outer_step\":{},\"bytes_sent\":1.97e7,\"bytes_recv\":1.97e7,\"comm_s\":1,"
+        "\"compute_s\":2,\"elapsed_s\":{}}}\n",
+        75 + 50 * outer, outer, 75 + 50 * outer);
+  run.put("metrics.jsonl", lines);
+  run.put("summary.json", R"({"algorithm":"diloco","world_size":2,"compression":"fp32"})");
+  const std::string page = report::render_html(report::read_run_files(run.dir));
+  EXPECT_NE(page.find("<td>data-parallel warm-up (logged intervals)</td><td>3</td><td>531 MB</td>"), std::string::npos)
+      << page;
+  EXPECT_NE(page.find("<td>exchanges</td><td>2</td><td>39.4 MB</td><td>39.4 MB</td><td>19.7 MB</td>"),
+            std::string::npos)
+      << page;
+}

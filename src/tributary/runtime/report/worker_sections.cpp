@@ -86,17 +86,38 @@ Section communication_section(const RunFiles& run) {
     modelled += number(j, "modelled_link_s");
   }
   const std::string compression = run.summary.is_object() ? run.summary.value("compression", std::string("-")) : "-";
-  const std::string totals =
-      table({"exchanges", "sent (lead)", "received (lead)", "per exchange (median sent)", "blocked s",
-             "modelled link s", "codec"},
-            {{fmt::format("{}", lines.size()), short_number(sent) + "B", short_number(recv) + "B",
-              short_number(median([&] {
-                std::vector<double> v;
-                for (const auto& j : lines) v.push_back(number(j, "bytes_sent"));
-                return v;
-              }())) +
-                  "B",
-              fixed(comm, 2), fixed(modelled, 2), compression}});
+  // DiLoCo's data-parallel warm-up logs its gradient averages as outer step 0, one line per logging interval: a row of
+  // their own, so that the outer exchanges' median is theirs alone.
+  auto row = [&](const std::string& kind, bool warmup) -> std::vector<std::string> {
+    std::vector<double> sent_each;
+    double sent_sum = 0, recv_sum = 0, comm_sum = 0, modelled_sum = 0;
+    for (const auto& j : lines) {
+      if ((number(j, "outer_step") == 0) != warmup) continue;
+      sent_each.push_back(number(j, "bytes_sent"));
+      sent_sum += number(j, "bytes_sent");
+      recv_sum += number(j, "bytes_recv");
+      comm_sum += number(j, "comm_s");
+      modelled_sum += number(j, "modelled_link_s");
+    }
+    if (sent_each.empty()) return {};
+    return {kind,
+            fmt::format("{}", sent_each.size()),
+            short_number(sent_sum) + "B",
+            short_number(recv_sum) + "B",
+            short_number(median(sent_each)) + "B",
+            fixed(comm_sum, 2),
+            fixed(modelled_sum, 2),
+            compression};
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (auto r : {row("data-parallel warm-up (logged intervals)", true), row("exchanges", false)})
+    if (!r.empty()) rows.push_back(std::move(r));
+  if (rows.size() == 2)
+    rows.push_back({"all", fmt::format("{}", lines.size()), short_number(sent) + "B", short_number(recv) + "B", "-",
+                    fixed(comm, 2), fixed(modelled, 2), compression});
+  const std::string totals = table(
+      {"", "lines", "sent (lead)", "received (lead)", "median sent per line", "blocked s", "modelled link s", "codec"},
+      rows);
   return {
       "communication", "Communication",
       totals +
