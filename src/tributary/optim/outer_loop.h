@@ -46,6 +46,8 @@ struct OuterLoopOptions {
   std::string norm_rescale = "none";  // owner reductions: s(n) of optim/module_outer.h (dipaco.norm_rescale)
 };
 
+// Size: two kinds of units behind one loop, averaged (Reducer) and owned (DiPaCo's modules, sync_owned); one API for
+// both is issue 41's open "one driver" work.
 class OuterLoop {
  public:
   using Commit = std::function<bool(size_t unit, int64_t outer_step)>;

@@ -48,6 +48,9 @@ struct RunData {
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
 // numbers before the model), then the loop.
+// Size: the run's parts (layout, replicas or pipelines and their sync, model parts, data, report) and what the loop
+// carries from step to step (progress, tokens and FLOPs per step, evaluation time, the pending heal); each is the
+// loop's own.
 class TrainingRun {
  public:
   TrainingRun(const RunConfig& config, const TrainOptions& options);
