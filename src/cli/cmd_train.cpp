@@ -4,9 +4,11 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
+#include "tributary/core/fs.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/dist_env.h"
@@ -87,6 +89,14 @@ void add_train(CLI::App& app) {
     if (args->help_config) {
       print_config_help(args->config, args->overrides);
       return;
+    }
+    // `train --resume CFG.toml`: the option takes the next word, but a TOML file is never a checkpoint, so it is the
+    // config and the run resumes from its latest checkpoint, as `train CFG.toml --resume` does.
+    if (args->config.empty() && fs::path(args->resume_from).extension() == ".toml" &&
+        fs::is_regular_file(args->resume_from)) {
+      args->config = std::exchange(args->resume_from, std::string());
+      log::info("--resume {}: a config file, not a checkpoint; resuming from the latest checkpoint of its run",
+                args->config);
     }
     RunConfig config = RunConfig::load(args->config, args->overrides);
     TrainOptions options{.resume = resume->count() > 0,

@@ -226,3 +226,21 @@ TEST_F(CliHardening, HelpConfigWithAConfigShowsItsValuesAndMarksWhatDiffers) {
   EXPECT_EQ(plain.find("* "), std::string::npos) << plain;
   EXPECT_NE(plain.find("  train.steps "), std::string::npos) << plain;
 }
+
+TEST_F(CliHardening, ResumeBeforeTheConfigTakesItAsTheConfig) {
+  // Issue 45, item 7: `train --resume CFG` gave CFG to --resume, and the run failed as if CFG were a checkpoint.
+  {
+    std::ofstream f(work_dir() / "cfg.toml");
+    f << "[model]\nnum_layers = 1\nwidth = 32\nnum_heads = 2\ncontext = 32\n"
+         "[optim]\nwarmup_steps = 1\n"
+         "[train]\nbatch_size = 2\nsteps = 3\nthreads = 1\neval_every = 0\nrun_dir = \"resumed\"\n"
+         "[data]\ndir = \""
+      << test_support::test_data_dir((work_dir() / "data").string()) << "\"\n";
+  }
+  auto [rc0, out0] = cli("train cfg.toml --stop-after-step 1");
+  ASSERT_EQ(rc0, 0) << out0;
+  auto [rc, out] = cli("train --resume cfg.toml");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--resume cfg.toml: a config file, not a checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("done: 3 steps"), std::string::npos) << out;
+}
