@@ -105,7 +105,9 @@ void add_eval(CLI::App& app) {
                        dataset.dir().string() + " " + args->split);
     int64_t batches = args->batches > 0 ? std::min(args->batches, loader.num_windows() / args->batch_size)
                                         : loader.num_windows() / args->batch_size;
-    auto result = evaluate(*loaded.model, loader, batches, device);
+    Progress progress("eval: " + args->split, batches, "batches");
+    auto result = evaluate(*loaded.model, loader, batches, device, &progress);
+    progress.done();
     double bpb = result.loss / std::log(2.0) / dataset.bytes_per_token(args->split);
     std::printf("step %lld | %s loss %.4f | ppl %.3f | %.4f bits/byte | %lld tokens | unigram %.4f bits/byte\n",
                 static_cast<long long>(loaded.step), args->split.c_str(), result.loss, std::exp(result.loss), bpb,

@@ -99,7 +99,7 @@ Router Router::load(const fs::path& file) {
 }
 
 torch::Tensor routing_features(Transformer& model, const torch::Tensor& units, const torch::Device& device,
-                               int64_t batch) {
+                               int64_t batch, Progress* progress) {
   torch::NoGradGuard no_grad;
   // Shorter inputs (a short prompt) use what they have.
   const int64_t prefix = std::min<int64_t>(kRoutingPrefix, units.size(1));
@@ -110,6 +110,7 @@ torch::Tensor routing_features(Transformer& model, const torch::Tensor& units, c
   for (int64_t i = 0; i < units.size(0); i += batch) {
     auto chunk = units.narrow(0, i, std::min(batch, units.size(0) - i)).narrow(1, 0, prefix).to(device);
     out.push_back(model.hidden(chunk).mean(1).to(torch::kCPU, torch::kFloat32));
+    if (progress) progress->advance(chunk.size(0));
   }
   if (was_training) model.train();
   if (out.empty()) return torch::zeros({0, model.config().width});

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tributary/core/fs.h"
+#include "tributary/core/progress.h"
 #include "tributary/model/path_grid.h"
 #include "tributary/model/transformer.h"
 
@@ -53,7 +54,8 @@ struct Router {
 torch::Tensor product_slice(int64_t width, int64_t levels, int64_t level);
 
 // Routing features of units (N, L) int64: mean of model.hidden() over the first min(L, kRoutingPrefix) tokens (N, C).
+// `progress` (optional) advances by the units of each batch.
 torch::Tensor routing_features(Transformer& model, const torch::Tensor& units, const torch::Device& device,
-                               int64_t batch = 128);
+                               int64_t batch = 128, Progress* progress = nullptr);
 
 }  // namespace tributary

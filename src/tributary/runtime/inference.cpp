@@ -5,7 +5,8 @@
 
 namespace tributary {
 
-EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device) {
+EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device,
+                    Progress* progress) {
   torch::NoGradGuard no_grad;
   const int64_t B = loader.batch_size(), T = loader.context();
   auto batch = torch::empty({B, T + 1}, torch::kInt64);  // (B, T+1) on the host
@@ -15,6 +16,7 @@ EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches
     auto on_device = batch.to(device);
     auto loss = Transformer::loss(model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
     total += loss.item<double>();
+    if (progress) progress->advance();
   }
   return {total / double(num_batches), num_batches * B * T};
 }

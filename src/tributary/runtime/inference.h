@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tributary/core/fs.h"
+#include "tributary/core/progress.h"
 #include "tributary/data/loader.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/model/eval.h"
@@ -20,8 +21,9 @@ struct EvalResult {
   double loss = 0;  // mean next-token cross-entropy (nats)
   int64_t num_tokens = 0;
 };
-// Mean loss over `num_batches` batches of `loader` (no gradients).
-EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device);
+// Mean loss over `num_batches` batches of `loader` (no gradients); `progress` (optional) advances by one per batch.
+EvalResult evaluate(Transformer& model, BatchLoader& loader, int64_t num_batches, const torch::Device& device,
+                    Progress* progress = nullptr);
 
 torch::Device parse_device(const std::string& spec);  // Error naming train.device when invalid or unavailable
 

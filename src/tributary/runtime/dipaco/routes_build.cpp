@@ -169,8 +169,10 @@ nlohmann::json build_routes(const RouteOptions& o) {
   Units train = cut_units(dataset, "train", context), val = cut_units(dataset, "val", context);
   log::info("route: {} train units and {} val units of {} tokens; features from '{}'", train.size(), val.size(),
             context + 1, ckpt.dir.string());
-  auto f_train = routing_features(*feature.model, train.tokens, device);
-  auto f_val = routing_features(*feature.model, val.tokens, device);
+  Progress progress("route: routing features", train.size() + val.size(), "units");
+  auto f_train = routing_features(*feature.model, train.tokens, device, 128, &progress);
+  auto f_val = routing_features(*feature.model, val.tokens, device, 128, &progress);
+  progress.done();
 
   Router router;
   router.method = o.method;

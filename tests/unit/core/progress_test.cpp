@@ -1,0 +1,23 @@
+// The progress line of long work (core/progress.h): what it says, and that it says nothing off a terminal.
+#include <gtest/gtest.h>
+
+#include "tributary/core/progress.h"
+
+using namespace tributary;
+
+TEST(Progress, TheLineSaysHowFarHowFastAndHowLongToGo) {
+  EXPECT_EQ(progress_text("eval: val", 120, 400, "batches", 2.0), "eval: val  120/400 batches (30%)  60.0/s  ETA 5 s");
+  EXPECT_EQ(progress_text("eval: val", 400, 400, "batches", 8.0), "eval: val  400/400 batches (100%)  50.0/s");
+  EXPECT_EQ(progress_text("route", 0, 10, "units", 0.0), "route  0/10 units (0%)");
+  EXPECT_EQ(progress_text("route", 0, 0, "units", 1.0), "route  0/0 units (0%)");
+}
+
+TEST(Progress, OffATerminalItWritesNothing) {
+  // ctest's standard error is a pipe or a file, as a log's would be.
+  testing::internal::CaptureStderr();
+  {
+    Progress progress("quiet", 3, "steps");
+    for (int i = 0; i < 3; ++i) progress.advance();
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
