@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 
 #include "shell.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
+#include "tributary/core/hash.h"
 
 using namespace tributary;
 
@@ -243,4 +246,27 @@ TEST_F(CliHardening, ResumeBeforeTheConfigTakesItAsTheConfig) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("--resume cfg.toml: a config file, not a checkpoint"), std::string::npos) << out;
   EXPECT_NE(out.find("done: 3 steps"), std::string::npos) << out;
+}
+
+TEST_F(CliHardening, DataBuildWarnsWhenADomainGetsNoValidationDocument) {
+  // Issue 45, item 8: documents go to the validation split by their hash, so a small domain may get none, silently.
+  fs::create_directories(work_dir() / "domains" / "big");
+  fs::create_directories(work_dir() / "domains" / "small");
+  int val = 0, train = 0;
+  for (int i = 0; val == 0 || train < 20; ++i) {  // the big domain: validation and training documents
+    const std::string text = fmt::format("document {} of the big domain, with some words in it", i);
+    (hash64(text) % 1000 < 50 ? val : train) += 1;
+    std::ofstream(work_dir() / "domains" / "big" / fmt::format("{}.txt", i)) << text;
+  }
+  for (int i = 0;; ++i) {  // the small domain: one document, which the hash puts in the training split
+    const std::string text = fmt::format("the only document of the small domain, number {}", i);
+    if (hash64(text) % 1000 < 50) continue;
+    std::ofstream(work_dir() / "domains" / "small" / "only.txt") << text;
+    break;
+  }
+  auto [rc, out] = cli("data build domains/ --out domains_ds --val-permille 50");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("domain 'small' has no validation document (1 document(s), val_permille = 50)"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("domain 'big' has no validation document"), std::string::npos) << out;
 }

@@ -261,6 +261,18 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
         "add documents or raise the validation share",
         corpus.docs.size(), options.val_permille);
 
+  // The split is by document hash, so a domain of few documents may get none: its loss would go unmeasured silently.
+  std::vector<int64_t> val_docs(corpus.domains.size(), 0), all_docs(corpus.domains.size(), 0);
+  for (size_t i = 0; i < corpus.docs.size(); ++i) {
+    all_docs[corpus.docs[i].domain] += 1;
+    if (is_val[i]) val_docs[corpus.docs[i].domain] += 1;
+  }
+  for (size_t d = 0; d < corpus.domains.size(); ++d)
+    if (all_docs[d] > 0 && val_docs[d] == 0)
+      log::warn(
+          "domain '{}' has no validation document ({} document(s), val_permille = {}): the validation loss does not "
+          "measure it; add documents to it or raise --val-permille",
+          corpus.domains[d], all_docs[d], options.val_permille);
   const auto [entropy, cross] = unigram_bits(train_counts, val_counts);
 
   nlohmann::json meta = {
