@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // every option's help shows its default
   app.set_version_flag(
       "--version", [] { return tributary::platform_report(); },
       "Tributary's version, the LibTorch it runs on, its BLAS and threads, and CUDA devices");

@@ -224,6 +224,11 @@ TEST_F(CliHardening, HelpConfigWithAConfigShowsItsValuesAndMarksWhatDiffers) {
   EXPECT_NE(out.find("* train.steps                  = 700 "), std::string::npos) << out;
   EXPECT_NE(out.find("* train.run_dir                = 'runs/diloco'"), std::string::npos) << out;
   EXPECT_NE(out.find("  train.seed "), std::string::npos) << "a key left at its default is not marked\n" << out;
+  // Issue 45, item 7: help shows every option's default.
+  auto [rc_help, help] = cli("eval --help");
+  ASSERT_EQ(rc_help, 0) << help;
+  EXPECT_NE(help.find("--device TEXT=cpu"), std::string::npos) << help;
+  EXPECT_NE(help.find("=16"), std::string::npos) << "--batch-size's default\n" << help;
   auto [rc2, plain] = cli("train --help-config");
   ASSERT_EQ(rc2, 0) << plain;
   EXPECT_EQ(plain.find("* "), std::string::npos) << plain;
