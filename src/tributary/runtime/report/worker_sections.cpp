@@ -73,48 +73,44 @@ Section communication_section(const RunFiles& run) {
                            "step) sends nothing")};
   std::vector<Bar> bars;
   Series share{"blocked share of the round", {}, lines.size() < 60};
-  double sent = 0, recv = 0, comm = 0, modelled = 0;
   for (const auto& j : lines) {
     const double s = number(j, "bytes_sent"), r = number(j, "bytes_recv"), c = number(j, "comm_s");
     // Labelled by step: a data-parallel warm-up logs several exchanges as outer step 0.
     bars.push_back({fmt::format("{}", int64_t(number(j, "step"))), {s / 1e6, r / 1e6}});
     const double compute = number(j, "compute_s");
     if (c + compute > 0) share.points.emplace_back(number(j, "step"), 100 * c / (c + compute));
-    sent += s;
-    recv += r;
-    comm += c;
-    modelled += number(j, "modelled_link_s");
   }
   const std::string compression = run.summary.is_object() ? run.summary.value("compression", std::string("-")) : "-";
   // DiLoCo's data-parallel warm-up logs its gradient averages as outer step 0, one line per logging interval: a row of
   // their own, so that the outer exchanges' median is theirs alone.
-  auto row = [&](const std::string& kind, bool warmup) -> std::vector<std::string> {
+  enum class Lines { kWarmup, kExchanges, kAll };
+  auto row = [&](const std::string& kind, Lines which) -> std::vector<std::string> {
     std::vector<double> sent_each;
-    double sent_sum = 0, recv_sum = 0, comm_sum = 0, modelled_sum = 0;
+    double recv = 0, comm = 0, modelled = 0;
     for (const auto& j : lines) {
-      if ((number(j, "outer_step") == 0) != warmup) continue;
+      const bool warmup = number(j, "outer_step") == 0;
+      if (which != Lines::kAll && warmup != (which == Lines::kWarmup)) continue;
       sent_each.push_back(number(j, "bytes_sent"));
-      sent_sum += number(j, "bytes_sent");
-      recv_sum += number(j, "bytes_recv");
-      comm_sum += number(j, "comm_s");
-      modelled_sum += number(j, "modelled_link_s");
+      recv += number(j, "bytes_recv");
+      comm += number(j, "comm_s");
+      modelled += number(j, "modelled_link_s");
     }
     if (sent_each.empty()) return {};
+    double sent = 0;
+    for (double v : sent_each) sent += v;
     return {kind,
             fmt::format("{}", sent_each.size()),
-            short_number(sent_sum) + "B",
-            short_number(recv_sum) + "B",
-            short_number(median(sent_each)) + "B",
-            fixed(comm_sum, 2),
-            fixed(modelled_sum, 2),
+            short_number(sent) + "B",
+            short_number(recv) + "B",
+            which == Lines::kAll ? "-" : short_number(median(sent_each)) + "B",
+            fixed(comm, 2),
+            fixed(modelled, 2),
             compression};
   };
   std::vector<std::vector<std::string>> rows;
-  for (auto r : {row("data-parallel warm-up (logged intervals)", true), row("exchanges", false)})
+  for (auto r : {row("data-parallel warm-up (logged intervals)", Lines::kWarmup), row("exchanges", Lines::kExchanges)})
     if (!r.empty()) rows.push_back(std::move(r));
-  if (rows.size() == 2)
-    rows.push_back({"all", fmt::format("{}", lines.size()), short_number(sent) + "B", short_number(recv) + "B", "-",
-                    fixed(comm, 2), fixed(modelled, 2), compression});
+  if (rows.size() == 2) rows.push_back(row("all", Lines::kAll));
   const std::string totals = table(
       {"", "lines", "sent (lead)", "received (lead)", "median sent per line", "blocked s", "modelled link s", "codec"},
       rows);

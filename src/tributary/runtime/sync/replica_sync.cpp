@@ -48,18 +48,11 @@ void ReplicaSync::start_data_parallel(NamedTensors& params) {
 
 void ReplicaSync::start(NamedTensors& params, int64_t step, const safetensors::File* outer,
                         const nlohmann::json& fragments) {
-  const std::string when = step == 0 ? "at start" : fmt::format("when resuming at step {}", step);
-  in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
-  if (ddp_ || in_warmup_) {
-    if (!part_) start_data_parallel(params);
-    channel_.check.now(params, when);
-    return;
-  }
+  enter(step, params);
   // DiLoCo: the units' offsets count from the end of the warm-up (0 without one); a resumed run takes each unit's
   // last sync and outer state from the checkpoint. Replicas differ between syncs, so the identity check is on the
   // global parameters (at step 0 they are the parameters).
-  start_outer_loop(params, config_.dist.warmup_ddp_steps);
-  if (step > 0) {
+  if (diloco_phase() && step > 0) {
     if (!outer)
       fail(
           "the checkpoint at step {} has no DiLoCo outer state for this rank (outer.safetensors; a pipeline rank R "
@@ -67,13 +60,13 @@ void ReplicaSync::start(NamedTensors& params, int64_t step, const safetensors::F
           step);
     outer_->load(*outer, fragments);
   }
-  channel_.check.now(outer_->globals(), when);
+  check_identical(params, step == 0 ? "at start" : fmt::format("when resuming at step {}", step));
 }
 
 void ReplicaSync::enter(int64_t step, NamedTensors& params) {
   in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
   if (ddp_ || in_warmup_) {
-    start_data_parallel(params);
+    if (!part_) start_data_parallel(params);  // a part's step averages its own gradients
   } else {
     start_outer_loop(params, config_.dist.warmup_ddp_steps);
   }

@@ -65,9 +65,10 @@ class ReplicaSync {
   NamedTensors outer_state() const { return outer_ ? outer_->outer_state() : NamedTensors{}; }
   nlohmann::json progress() const { return outer_ ? outer_->progress() : nlohmann::json::array(); }
 
-  // For the quorum's heal: a joiner enters the members' phase at their `step` (data parallel, the warm-up, or DiLoCo,
-  // whose outer state it then receives in outer_state()'s tensors and adopts the units' progress); the identity
-  // check on what every member holds alike (DiLoCo's global parameters, otherwise `params`).
+  // The phase at `step` (data parallel, the warm-up, or DiLoCo), set up without checks: start() uses it, and the
+  // quorum's heal, whose joiner then receives the outer state in outer_state()'s tensors and adopts the units'
+  // progress. check_identical: the identity check on what every member holds alike (DiLoCo's global parameters,
+  // otherwise `params`).
   void enter(int64_t step, NamedTensors& params);
   void adopt_progress(const nlohmann::json& progress) {
     if (outer_) outer_->adopt_progress(progress);
