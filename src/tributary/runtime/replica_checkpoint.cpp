@@ -36,7 +36,7 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     if (mine.outer)
       files[2] = stage_file(staging, replica_outer_file(peers.rank),
                             tensors_to_safetensors(*mine.outer, {{"format", "tributary-outer"}}));
-    if (mine.aux)
+    if (mine.aux && !mine.aux->empty())
       files[3] = stage_file(staging, replica_aux_file(peers.rank),
                             tensors_to_safetensors(*mine.aux, {{"format", "tributary-aux-heads"}}));
     if (mine.codec && !mine.codec->empty())

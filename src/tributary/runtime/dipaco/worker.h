@@ -21,6 +21,7 @@
 // stops after the round that reaches step S.
 #pragma once
 
+#include "tributary/core/fs.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/runtime/train_options.h"
 
