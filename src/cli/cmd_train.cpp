@@ -52,6 +52,11 @@ std::string traffic_line(const TrainSummary& s) {
     return fmt::format("{} pipeline(s) of {} stages: rank 0 sent {:.2f} MB (activations, their gradients{}); {}",
                        pipelines, stages, s.bytes_sent / 1e6, across, blocked);
   }
+  if (s.kind == RunKind::kIslands)
+    return fmt::format(
+        "{} islands ({} ranks), DiLoCo across: rank 0 sent {:.2f} MB of its outer shard in {} outer steps over the "
+        "slow link and {:.2f} MB of gradients inside its island; {}",
+        s.islands, s.world_size, s.bytes_sent / 1e6, s.outer_steps, s.bytes_inside / 1e6, blocked);
   if (s.sync == Sync::kDiloco)
     return fmt::format("{} replicas, DiLoCo: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {}",
                        s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, blocked);

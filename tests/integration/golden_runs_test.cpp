@@ -1,6 +1,7 @@
 // Golden runs: fixed-seed runs of every algorithm (single, DP, DiLoCo, Streaming, a 1F1B pipeline, local parallelism,
-// fault-tolerant DiLoCo through one death, DiPaCo) on the tiny model, compared bit for bit with losses and checkpoint
-// hashes recorded before a refactor (torchtitan's rule: a refactor reproduces the losses exactly).
+// fault-tolerant DiLoCo through one death, DiPaCo; islands of one rank, compared with DiLoCo) on the tiny model,
+// compared bit for bit with losses and checkpoint hashes recorded before a refactor (torchtitan's rule: a refactor
+// reproduces the losses exactly).
 //
 // What is compared: every logged training loss (log_every = 1) and validation loss, in order; DiPaCo's per-task
 // losses keyed by (round, path); the xxh64 of every .safetensors file the run leaves (final checkpoint, DiPaCo's
@@ -149,6 +150,12 @@ json record_all() {
                            "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
                            "--set dist.qsr_alpha=0.004"));
   runs["diloco"] = trainer_record("diloco");
+  // The same as islands of one rank each (parallel.islands = 2 on two ranks): the islands' runtime must be flat
+  // DiLoCo bit for bit (compared with "diloco", not recorded on its own).
+  run_ok(launch2() + train("islands_of_one",
+                           "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
+                           "--set dist.qsr_alpha=0.004 --set parallel.islands=2"));
+  runs["islands_of_one"] = trainer_record("islands_of_one");
   // Streaming: data-parallel warm-up, two staggered fragments, overlapped by one step, int8 on the wire.
   run_ok(launch2() + train("streaming",
                            "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=6 "
@@ -275,5 +282,12 @@ TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
     if (exact && !order_dependent) {
       EXPECT_EQ(want["files"], got["files"]) << name << ": checkpoint tensors differ";
     }
+  }
+  // Islands of one rank are flat DiLoCo: the same losses, the same checkpoint files, bit for bit.
+  const json& flat = golden["runs"]["diloco"];
+  compare_losses("islands_of_one", flat["losses"], runs["islands_of_one"]["losses"], exact ? 0.0 : 1e-3);
+  compare_losses("islands_of_one val", flat["val_losses"], runs["islands_of_one"]["val_losses"], exact ? 0.0 : 1e-3);
+  if (exact) {
+    EXPECT_EQ(flat["files"], runs["islands_of_one"]["files"]) << "islands of one rank: checkpoint tensors";
   }
 }

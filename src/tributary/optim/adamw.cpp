@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
+#include "tributary/core/row_split.h"
 
 namespace tributary {
 
@@ -65,6 +66,24 @@ void fused_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torc
 
 }  // namespace
 
+void AdamW::keep_rows(int64_t index, int64_t count, MakeWhole make_whole) {
+  TRIB_CHECK(count >= 1 && index >= 0 && index < count && shard_count_ == 1, "AdamW rows {} of {}", index, count);
+  shard_index_ = index;
+  shard_count_ = count;
+  make_whole_ = std::move(make_whole);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TRIB_CHECK(params_[i].second.dim() >= 1, "'{}': a scalar parameter cannot be sharded", params_[i].first);
+    exp_avg_[i] = rows_of(exp_avg_[i]).clone();
+    exp_avg_sq_[i] = rows_of(exp_avg_sq_[i]).clone();
+  }
+}
+
+torch::Tensor AdamW::rows_of(const torch::Tensor& t) const {
+  if (shard_count_ == 1) return t;
+  const RowRange r = row_split(t.size(0), shard_index_, shard_count_);
+  return t.narrow(0, r.begin, r.rows);
+}
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   num_steps_ += 1;
@@ -72,9 +91,11 @@ void AdamW::step(double lr) {
   const double bias_correction1 = 1.0 - std::pow(b1, double(num_steps_));
   const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, double(num_steps_)));
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i].second;
-    const auto& g = p.grad();
-    if (!g.defined()) continue;
+    auto& whole = params_[i].second;
+    if (!whole.grad().defined()) continue;
+    auto p = rows_of(whole);  // ZeRO-1: this rank's rows; the others arrive through make_whole_
+    const auto g = rows_of(whole.grad());
+    if (p.numel() == 0) continue;
     const double lr_i = lr * lr_scale_[i];  // exactly lr where the scale is 1
     const double step_size = lr_i / bias_correction1;
     const bool decays = decay_[i] && options_.weight_decay != 0;
@@ -88,7 +109,7 @@ void AdamW::step(double lr) {
                           float(options_.eps),
                           float(-step_size)};
       fused_step(p, g, exp_avg_[i], exp_avg_sq_[i], s);
-      p.unsafeGetTensorImpl()->bump_version();  // as an in-place op would: autograd sees the parameter changed
+      whole.unsafeGetTensorImpl()->bump_version();  // as an in-place op would: autograd sees the parameter changed
       continue;
     }
     if (decays) p.mul_(1.0 - lr_i * options_.weight_decay);
@@ -96,6 +117,11 @@ void AdamW::step(double lr) {
     exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
     auto denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);
     p.addcdiv_(exp_avg_[i], denom, -step_size);
+  }
+  if (make_whole_) {
+    std::vector<torch::Tensor> whole;
+    for (const auto& [name, p] : params_) whole.push_back(p.detach());
+    make_whole_(whole);
   }
 }
 
@@ -108,10 +134,19 @@ void AdamW::zero_grad() {
 
 NamedTensors AdamW::state() const {
   NamedTensors out;
+  std::vector<torch::Tensor> whole;
   for (size_t i = 0; i < params_.size(); ++i) {
-    out.emplace_back(params_[i].first + ".exp_avg", exp_avg_[i]);
-    out.emplace_back(params_[i].first + ".exp_avg_sq", exp_avg_sq_[i]);
+    for (auto [suffix, mine] : {std::pair{".exp_avg", &exp_avg_[i]}, std::pair{".exp_avg_sq", &exp_avg_sq_[i]}}) {
+      torch::Tensor t = *mine;
+      if (shard_count_ > 1) {  // whole-size, this rank's rows filled, the others' by make_whole_
+        t = torch::zeros_like(params_[i].second);
+        rows_of(t).copy_(*mine);
+        whole.push_back(t);
+      }
+      out.emplace_back(params_[i].first + suffix, t);
+    }
   }
+  if (!whole.empty()) make_whole_(whole);
   return out;
 }
 
@@ -121,6 +156,7 @@ void AdamW::load_state(const safetensors::File& file, int64_t num_steps) {
     for (auto [suffix, target] : {std::pair{".exp_avg", &exp_avg_[i]}, std::pair{".exp_avg_sq", &exp_avg_sq_[i]}}) {
       auto name = params_[i].first + suffix;
       auto src = to_torch(file.at(name));
+      if (shard_count_ > 1 && src.dim() >= 1) src = rows_of(src);
       if (src.sizes() != target->sizes())
         fail("'{}': optimizer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(),
              name);

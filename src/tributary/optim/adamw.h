@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,18 @@ class AdamW {
   // leaves the step bit for bit as it was.
   void set_lr_scale(const NamedTensors& group, double scale);
 
+  // ZeRO-1 (runtime/islands.h): from now on this optimizer keeps and steps only rows core/row_split(index, count)
+  // of every parameter, its moments cut to them. After each step `make_whole` (collective over the ranks that hold
+  // the other shards) brings their rows of the parameters to this rank; state() hands it whole-size moments in which
+  // only this rank's rows are filled, so that every rank returns the whole state.
+  using MakeWhole = std::function<void(const std::vector<torch::Tensor>& tensors)>;
+  void keep_rows(int64_t index, int64_t count, MakeWhole make_whole);
+  bool sharded() const { return shard_count_ > 1; }
+
   int64_t num_steps() const { return num_steps_; }
   void set_num_steps(int64_t n) { num_steps_ = n; }  // a joining replica: its state() tensors were filled in place
-  // State as named tensors: "<param>.exp_avg", "<param>.exp_avg_sq"; the step count travels in metadata.
+  // State as named tensors: "<param>.exp_avg", "<param>.exp_avg_sq"; the step count travels in metadata. Whole
+  // when sharded (then collective, see keep_rows).
   NamedTensors state() const;
   void load_state(const safetensors::File& file, int64_t num_steps);
 
@@ -45,6 +55,10 @@ class AdamW {
   std::vector<double> lr_scale_;
   AdamWOptions options_;
   int64_t num_steps_ = 0;
+  int64_t shard_index_ = 0, shard_count_ = 1;  // keep_rows
+  MakeWhole make_whole_;
+
+  torch::Tensor rows_of(const torch::Tensor& t) const;  // this shard's rows (the tensor itself unsharded)
 };
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before clipping.

@@ -90,6 +90,8 @@ void ResilientAverage::follow_membership() {
 
 std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> tensors, int stream) {
   round_rejected_ = 0;
+  if (weight_ != 1)
+    for (auto& t : tensors) t.mul_(weight_);
   if (tamper_) tamper_(tensors);
   if (!membership_) {
     guarded_average(tensors, stream);

@@ -43,6 +43,10 @@ class ResilientAverage : public Reducer {
   // Collects a round (rounds are collected in the order they were started) and takes its outcome.
   std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override;
 
+  // This rank's update counts `weight` times in the average (sum of w_r * update_r / N; weights of mean 1 make it a
+  // weighted mean): islands of unlike size weigh their pseudo-gradients by the tokens they trained on. Set before the
+  // first round; 1 leaves the average bit for bit as it was.
+  void set_weight(double weight) { weight_ = weight; }
   // Tests: applied to this rank's update before the round (a fault injected on purpose).
   void set_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { tamper_ = std::move(tamper); }
   // Workers asking to join, from the decision of the last collected round; cleared.
@@ -72,6 +76,7 @@ class ResilientAverage : public Reducer {
   double reject_norm_factor_;
   std::optional<comm::LinkModel> link_;
   Reformed reformed_;
+  double weight_ = 1;
   std::function<void(std::vector<torch::Tensor>&)> tamper_;
   std::function<bool(const std::string&)> open_round_;
   int64_t rounds_ = 0;

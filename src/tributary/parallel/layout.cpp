@@ -2,6 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
 #include "tributary/core/error.h"
 
 namespace tributary {
@@ -18,6 +24,48 @@ const char* sync_name(Sync sync) {
       return "DiPaCo modules";
   }
   return "?";
+}
+
+std::vector<int64_t> parse_islands(const std::string& text, int world_size, int local_world_size,
+                                   const std::string& key) {
+  if (text.empty()) return {};
+  std::vector<int64_t> sizes;
+  if (text == "machines") {
+    if (local_world_size < 1 || world_size % local_world_size != 0)
+      fail("{} = machines: the world of {} ranks is not machines of {} processes each; give the sizes instead", key,
+           world_size, local_world_size);
+    sizes.assign(size_t(world_size / local_world_size), local_world_size);
+    return sizes;
+  }
+  std::istringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+      n = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || part.empty() || n < 1)
+      fail("{} = '{}': expected a number of equal islands ('2'), their sizes ('4,4,2') or 'machines'", key, text);
+    sizes.push_back(n);
+  }
+  if (sizes.size() == 1) {  // a count of equal islands
+    const int64_t n = sizes[0];
+    if (n > world_size || world_size % n != 0)
+      fail(
+          "{} = {}: {} islands do not divide the world of {} ranks equally; give their sizes (e.g. '{}') or launch "
+          "a multiple of {} workers",
+          key, n, n, world_size,
+          world_size > 1 ? fmt::format("{},{}", world_size - world_size / 2, world_size / 2) : std::string("1"), n);
+    sizes.assign(size_t(n), world_size / n);
+    return sizes;
+  }
+  const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+  if (total != world_size)
+    fail("{} = '{}': the islands hold {} ranks but the run has {} (launch --nproc {}, or sizes that add up to {})", key,
+         text, total, world_size, total, world_size);
+  return sizes;
 }
 
 Layout Layout::resolve(const LayoutSpec& spec) {
@@ -55,14 +103,46 @@ Layout Layout::resolve(const LayoutSpec& spec) {
     l.kind_ = RunKind::kReplicas;
     l.replicas_ = spec.world_size;
   }
-  if (l.kind_ == RunKind::kReplicas || (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
+  const std::vector<int64_t> islands =
+      parse_islands(spec.islands, spec.world_size, spec.local_world_size, "parallel.islands");
+  if (!islands.empty()) {
+    const char* other = spec.dipaco                ? "DiPaCo (dipaco.modules)"
+                        : spec.pipeline_stages > 1 ? "pipelines (parallel.pipeline_stages > 1)"
+                        : spec.local_chunks > 0    ? "local parallelism (local.chunks)"
+                                                   : nullptr;
+    if (other)
+      fail("parallel.islands with {} is not supported yet: islands run data parallel inside and DiLoCo across", other);
+    if (!spec.diloco)
+      fail(
+          "parallel.islands needs dist.algorithm = diloco (data parallel inside the islands, DiLoCo across them); "
+          "with dist.algorithm = ddp every rank averages every step, which islands would not change");
+    if (islands.size() == 1)
+      fail(
+          "parallel.islands = '{}' makes one island of all {} ranks: that is data parallel (dist.algorithm = ddp); "
+          "give two or more islands",
+          spec.islands, spec.world_size);
+    if (spec.warmup_ddp_steps > 0)
+      fail(
+          "dist.warmup_ddp_steps = {} with parallel.islands: the warm-up would be data parallel across the slow "
+          "link the islands avoid; set it to 0",
+          spec.warmup_ddp_steps);
+    l.kind_ = RunKind::kIslands;
+    l.replicas_ = int64_t(islands.size());
+    l.island_sizes_ = islands;
+  } else {
+    l.island_sizes_.assign(size_t(spec.world_size), 1);
+  }
+  if (l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands ||
+      (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
     l.sync_ = spec.diloco ? Sync::kDiloco : Sync::kDataParallel;
   if (l.sync_ == Sync::kDiloco) l.warmup_ddp_steps_ = spec.warmup_ddp_steps;
 
   l.rank_at_.assign(size_t(l.replicas_), std::vector<int>(size_t(l.stages_), 0));
   l.device_of_rank_.resize(size_t(spec.world_size));
-  for (int r = 0; r < spec.world_size; ++r)
-    l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = l.device_of_rank_[size_t(r)] = r;
+  for (int r = 0; r < spec.world_size; ++r) {
+    l.device_of_rank_[size_t(r)] = r;
+    if (l.kind_ != RunKind::kIslands) l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = r;
+  }
   if (spec.placement && l.kind_ == RunKind::kPipelines) {
     const auto& placement = *spec.placement;
     if (placement.stages != p || placement.replicas * placement.stages != spec.world_size)
@@ -74,10 +154,39 @@ Layout Layout::resolve(const LayoutSpec& spec) {
     l.rank_at_ = placement.rank_at;
     l.device_of_rank_ = placement.device_of_rank;
   }
+  if (l.kind_ == RunKind::kIslands)  // a replica is an island, named by its first rank
+    for (int64_t i = 0; i < l.replicas_; ++i) l.rank_at_[size_t(i)][0] = l.island_begin(i);
   for (size_t i = 0; i < l.rank_at_.size(); ++i)
     for (size_t j = 0; j < l.rank_at_[i].size(); ++j)
       if (l.rank_at_[i][j] == spec.rank) l.replica_ = int64_t(i), l.stage_ = int64_t(j);
+  while (l.island_begin(l.island_ + 1) <= spec.rank) ++l.island_;
+  if (l.kind_ == RunKind::kIslands) l.replica_ = l.island_;
   return l;
+}
+
+int Layout::island_begin(int64_t island) const {
+  int begin = 0;
+  for (int64_t i = 0; i < island && i < int64_t(island_sizes_.size()); ++i) begin += int(island_sizes_[size_t(i)]);
+  return begin;
+}
+
+std::vector<int> Layout::island_ranks() const {
+  std::vector<int> out(size_t(island_size(island_)));
+  std::iota(out.begin(), out.end(), island_begin(island_));
+  return out;
+}
+
+int64_t Layout::outer_shards() const { return *std::min_element(island_sizes_.begin(), island_sizes_.end()); }
+
+std::vector<int> Layout::outer_shard_ranks() const {
+  std::vector<int> out;
+  if (outer_shard() < 0) return out;
+  for (int64_t i = 0; i < islands(); ++i) out.push_back(island_begin(i) + int(outer_shard()));
+  return out;
+}
+
+bool Layout::equal_islands() const {
+  return std::all_of(island_sizes_.begin(), island_sizes_.end(), [&](int64_t n) { return n == island_sizes_[0]; });
 }
 
 int64_t Layout::stage_data_parallel_steps() const {
@@ -104,6 +213,8 @@ std::string Layout::name() const {
       return std::string(chunks_ > 0 ? "local-stages" : "pipeline") + (sync_ == Sync::kDiloco ? "+diloco" : "");
     case RunKind::kDipaco:
       return "dipaco";
+    case RunKind::kIslands:
+      return "islands";
   }
   return "?";
 }
@@ -124,6 +235,11 @@ std::string Layout::describe() const {
           rank_, stage_, replica_);
     case RunKind::kDipaco:
       return fmt::format("layout: DiPaCo, {} worker(s) claiming path tasks", world_size_);
+    case RunKind::kIslands:
+      return fmt::format(
+          "layout: {} islands of {} ranks, data parallel inside, DiLoCo across, the outer exchange sharded {} "
+          "way(s); rank {} is rank {} of island {}",
+          islands(), fmt::join(island_sizes_, "/"), outer_shards(), rank_, island_rank(), island_);
   }
   return "layout: ?";
 }

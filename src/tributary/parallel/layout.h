@@ -3,6 +3,8 @@
 // pipeline), and rank_at(replica, stage) names the rank that runs a stage of a replica. The replicas of a stage stay
 // together by one Sync (data parallel, DiLoCo); DiPaCo's workers train paths and sync modules with their owners.
 // Local parallelism cuts the model into chunks (one per stage across processes, all in one process otherwise).
+// Islands (parallel.islands) group the replicas by a fast link: data parallel inside an island, DiLoCo across the
+// islands, the outer exchange sharded over the island's ranks (runtime/islands.h).
 //
 // Pure and torch-free: the trainer, the planner and the unit tests compute the same layout from the same keys.
 // Megatron's order unless a placement renames the ranks: stage s's replicas are ranks s*R .. s*R + R - 1, replica
@@ -29,6 +31,7 @@ enum class RunKind {
   kReplicas,   // replicas of the whole model, one per process
   kPipelines,  // pipelines of stages, one stage per process; replicas of each stage across the pipelines
   kDipaco,     // workers claiming path tasks
+  kIslands,    // islands of ranks joined by a fast link: data parallel inside, DiLoCo across (runtime/islands.h)
 };
 
 // A placement's answer (sched/placement.h's placement.json, read by runtime/run_layout.h): which rank runs which stage
@@ -49,6 +52,8 @@ struct LayoutSpec {
   int64_t warmup_ddp_steps = 0;          // dist.warmup_ddp_steps (resolved: >= 0)
   std::optional<PlacedRanks> placement;  // parallel.placement, read
   std::string placement_key;             // its file, for messages
+  std::string islands;                   // parallel.islands: "" | "N" (equal) | "4,4,2" (sizes) | "machines"
+  int local_world_size = 1;              // processes on this rank's machine ("machines": one island each)
 };
 
 // A value: its public methods read it; none changes it.
@@ -81,6 +86,21 @@ class Layout {
   std::vector<int> pipeline_ranks() const;       // this rank's pipeline, stage by stage
   std::vector<int> stage_replica_ranks() const;  // the ranks that run this rank's stage, replica by replica
 
+  // Islands (RunKind::kIslands; otherwise every rank is an island of one): island i holds the consecutive ranks
+  // from island_begin(i). The outer exchange is cut into outer_shards() = the smallest island's size: rank r of an
+  // island exchanges shard r (r < outer_shards()) with rank r of every other island; the island's other ranks hold
+  // no outer state and receive the shards from their island.
+  int64_t islands() const { return int64_t(island_sizes_.size()); }
+  int64_t island() const { return island_; }  // this rank's
+  int64_t island_size(int64_t island) const { return island_sizes_[size_t(island)]; }
+  int island_begin(int64_t island) const;
+  int64_t island_rank() const { return rank_ - island_begin(island_); }  // this rank's place in its island
+  std::vector<int> island_ranks() const;                                 // this rank's island
+  int64_t outer_shards() const;
+  int64_t outer_shard() const { return island_rank() < outer_shards() ? island_rank() : -1; }  // -1: none
+  std::vector<int> outer_shard_ranks() const;  // the ranks that exchange this rank's shard, island by island
+  bool equal_islands() const;
+
   // "diloco", "ddp", "pipeline", "pipeline+diloco", "local-stages", "local", "single", "dipaco": summary.json's
   // algorithm.
   std::string name() const;
@@ -94,8 +114,15 @@ class Layout {
   int64_t stages_ = 1, replicas_ = 1, stage_ = 0, replica_ = 0, chunks_ = 0, warmup_ddp_steps_ = 0;
   std::vector<std::vector<int>> rank_at_;  // [replica][stage]
   std::vector<int> device_of_rank_;
+  std::vector<int64_t> island_sizes_;  // one island per rank unless RunKind::kIslands
+  int64_t island_ = 0;
 };
 
 const char* sync_name(Sync sync);
+
+// parallel.islands' island sizes for a world: "" (none: empty), "N" (N equal islands), "4,4,2", or "machines" (one
+// island per machine of `local_world_size` processes). An Error naming `key` when they do not cover the world.
+std::vector<int64_t> parse_islands(const std::string& text, int world_size, int local_world_size,
+                                   const std::string& key);
 
 }  // namespace tributary

@@ -60,7 +60,7 @@ Replicas::Replicas(const RunConfig& config, const DistEnv& env) : config_(config
 }
 
 Replicas::Replicas(const RunConfig& config, ReplicaGroup group) : config_(config) {
-  build(group.store, group.rank, group.size, group.link, group.prefix, group.link, true);
+  build(group.store, group.rank, group.size, group.link, group.prefix, group.link, group.part);
 }
 
 void Replicas::inject_bad_updates(const std::string& kind) {

@@ -31,6 +31,9 @@ struct ReplicaGroup {
   int rank = 0, size = 1;
   std::optional<comm::LinkModel> link;
   std::string prefix;
+  // A part of the model (a pipeline stage's replicas, an island's outer shard), whose own step averages any warm-up's
+  // gradients; false: the replicas average their gradients here (data parallel).
+  bool part = true;
 };
 
 class Replicas {
@@ -66,6 +69,8 @@ class Replicas {
   int64_t take_rejected() {
     return membership_ || config_.dist.reject_norm_factor > 0 ? reducer_->take_rejected() : -1;
   }
+  // This rank's updates count `weight` times in the average (ResilientAverage::set_weight).
+  void set_update_weight(double weight) { reducer_->set_weight(weight); }
   // Tests (runtime/ft/faults.h): this rank's every pseudo-gradient corrupted before its round ("nan" | "scale100").
   void inject_bad_updates(const std::string& kind);
   // The training thread's time blocked on communication since the start (dist.slow_workers slows compute only).

@@ -94,6 +94,11 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("parallel.activation_compression", parallel.activation_compression,
         "pipeline: activations and their gradients on the wire (int8: one scale per token)",
         {"fp32", "fp16", "bf16", "int8"});
+  s.add("parallel.islands", parallel.islands,
+        "islands of ranks on a fast link (data parallel inside, DiLoCo across): '' = none, '2' equal islands, sizes "
+        "'4,4,2', or 'machines' (one per launch machine)");
+  s.add("parallel.shard_optimizer", parallel.shard_optimizer,
+        "islands: ZeRO-1, each rank keeps and steps 1/N of its island's AdamW moments");
   s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
   s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
   s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");
@@ -259,7 +264,7 @@ RunConfig RunConfig::load(const std::string& file, const std::vector<std::string
   if (!file.empty()) config.schema().merge_toml_file(file);
   for (const auto& o : overrides) config.schema().apply_override(o);
   config.validate();
-  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps);
+  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps, !config.parallel.islands.empty());
   return config;
 }
 
@@ -267,7 +272,7 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
   RunConfig config;
   config.schema().merge_toml(text, origin);
   config.validate();
-  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps);
+  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps, !config.parallel.islands.empty());
   return config;
 }
 
@@ -314,6 +319,10 @@ void RunConfig::validate() const {
           "by its silence before a collective gives up on it",
           dist.heartbeat_timeout_s, dist.collective_timeout_s);
   }
+  if (!parallel.islands.empty() && dist.fault_tolerant)
+    fail(
+        "parallel.islands with dist.fault_tolerant = true is not supported yet: a rank lost inside an island stops "
+        "the run; set one of them");
   parse_slow_workers(dist.slow_workers);  // an Error naming the key and the bad entry
   if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
@@ -362,10 +371,12 @@ void RunConfig::check_resumable_from(RunConfig saved, const std::string& what, c
 }
 
 const std::vector<std::string>& RunConfig::resumable_keys() {
-  static const std::vector<std::string> keys = {
-      "train.log_every",        "train.eval_every", "train.eval_batches", "train.checkpoint_every",
-      "train.keep_checkpoints", "train.run_dir",    "train.device",       "data.dir",
-      "dist.compute_nice",      "dist.slow_workers"};  // a machine's speed, not what it computes
+  static const std::vector<std::string> keys = {"train.log_every", "train.eval_every", "train.eval_batches",
+                                                "train.checkpoint_every", "train.keep_checkpoints", "train.run_dir",
+                                                "train.device", "data.dir", "dist.compute_nice", "dist.slow_workers",
+                                                // the state is saved whole (islands hold identical replicas, ZeRO-1
+                                                // shards are gathered): any island shape resumes
+                                                "parallel.islands", "parallel.shard_optimizer"};
   return keys;
 }
 

@@ -13,7 +13,9 @@ Layout run_layout(const RunConfig& config, const DistEnv& env) {
                   .diloco = config.dist.diloco(),
                   .warmup_ddp_steps = std::max<int64_t>(config.dist.warmup_ddp_steps, 0),
                   .placement = std::nullopt,
-                  .placement_key = config.parallel.placement};
+                  .placement_key = config.parallel.placement,
+                  .islands = config.parallel.islands,
+                  .local_world_size = env.local_world_size};
   if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1) {
     const sched::Placement placement = sched::read_placement(config.parallel.placement);
     spec.placement = PlacedRanks{.replicas = placement.d_dp,

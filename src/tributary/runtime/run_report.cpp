@@ -183,6 +183,10 @@ void RunReport::write_summary(const TrainSummary& s, const std::string& algorith
                       {"reformations", s.reformations},
                       {"compression", compression}};
   if (!s.stages.is_null()) j["stages"] = s.stages;
+  if (s.islands > 0) {
+    j["islands"] = s.islands;
+    j["bytes_inside_island"] = s.bytes_inside;
+  }
   if (!s.evaluated)
     for (const char* key : {"val_loss", "val_bpb", "val_ppl"}) j[key] = nullptr;
   write_file_atomic(setup_.run_dir / "summary.json", j.dump(2) + "\n");

@@ -1,5 +1,7 @@
 #include "tributary/runtime/run_state.h"
 
+#include "tributary/runtime/islands.h"
+
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/param_name.h"
@@ -228,6 +230,7 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
   if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
   const RankState mine{.params = r.params, .optim_state = optim_state, .position = pos, .aux = r.aux_heads};
   if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, mine, contents)) return {};
+  if (r.islands && !r.islands->stage_state(run_dir, step, mine, contents)) return {};
   return save_checkpoint(run_dir, step, contents, r.config.train.keep_checkpoints);
 }
 

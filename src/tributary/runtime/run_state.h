@@ -19,6 +19,7 @@ namespace tributary {
 
 class Replicas;
 class Pipelines;
+class Islands;
 
 // Resolves model.vocab_size from the dataset, checks a resume against the checkpoint (same config up to the
 // resumable keys, same number of workers), refuses to silently reuse a run directory, prepares it and writes
@@ -70,6 +71,7 @@ struct SaveRequest {
   Pipelines* pipelines = nullptr;  // or the pipelines: every rank saves its stage's state
   // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
   const NamedTensors* aux_heads = nullptr;
+  Islands* islands = nullptr;  // or the islands: every rank saves its own, rank 0 the islands' whole outer state
 };
 
 // Local parallelism's auxiliary heads in a checkpoint: beside model.safetensors, so export/eval/generate, which read

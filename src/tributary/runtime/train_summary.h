@@ -31,6 +31,8 @@ struct TrainSummary {
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;
+  int64_t islands = 0;       // parallel.islands: how many (bytes_sent is then the outer shard's, over the slow link)
+  double bytes_inside = 0;   // islands: this rank's gradient all-reduce inside its island (the fast link)
   int64_t rejected = 0;      // updates dropped (dist.reject_norm_factor)
   int64_t reformations = 0;  // groups re-formed (deaths, joins)
   bool lead = true;          // this process wrote the run's metrics and summary (rank 0, or who took over from it)

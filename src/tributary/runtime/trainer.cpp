@@ -10,6 +10,7 @@
 namespace tributary::detail {
 
 bool TrainingRun::sync(int64_t step, double lr) {
+  if (islands_) return islands_->after_step(step, lr, parts_.trained, step == tc_.steps);
   if (!sync_) return false;
   bool synced = sync_->after_step(step, lr, parts_.trained);             // DiLoCo: outer step every H inner steps
   if (step == tc_.steps) synced |= sync_->finish(step, parts_.trained);  // pending inner steps at the end
@@ -35,7 +36,7 @@ void TrainingRun::count_traffic(const comm::CommStats& c) {
 
 void TrainingRun::save(int64_t step, double elapsed) {
   auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
-                        pipelines_.get(), &parts_.aux_params},
+                        pipelines_.get(), &parts_.aux_params, islands_.get()},
                        step, progress_.tokens, elapsed);
   if (!path.empty()) summary_.checkpoint = path;
 }
@@ -43,7 +44,10 @@ void TrainingRun::save(int64_t step, double elapsed) {
 // The loop: next batch -> step -> sync -> (membership) -> report -> evaluate / checkpoint / stop when due.
 TrainSummary TrainingRun::run() {
   auto built = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(),
-                                *parts_.optimizer, *data_.loader, replicas_ ? &replicas_->sync() : nullptr,
+                                *parts_.optimizer, *data_.loader,
+                                replicas_  ? &replicas_->sync()
+                                : islands_ ? islands_->inside()
+                                           : nullptr,
                                 pipelines_.get(), device_, slowdown_->factor()});
   if (built.take_stage_stats) stages_.emplace(std::move(built.take_stage_stats));
   StopAgreement stop(stop_vote(), options_.stop_after_step, lead_);
@@ -90,6 +94,7 @@ TrainSummary TrainingRun::run() {
 StopAgreement::Vote TrainingRun::stop_vote() {
   if (pipelines_) return [this](bool local) { return pipelines_->stop_agreed(local); };
   if (replicas_) return [this](bool local) { return replicas_->stop_agreed(local); };
+  if (islands_) return [this](bool local) { return islands_->stop_agreed(local); };
   return {};
 }
 
@@ -112,11 +117,11 @@ void TrainingRun::measure_stage() {
 
 TrainingRun::Due TrainingRun::due_after(int64_t step, bool synced, StopAgreement& stop) {
   const bool last = step == tc_.steps;
-  const bool quiescent = !sync_ || sync_->quiescent();
+  const bool quiescent = islands_ ? islands_->quiescent() : !sync_ || sync_->quiescent();
   const bool stop_now = stop.after_step(step, quiescent);
   // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
   // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-  const bool at_global = !sync_ || sync_->averaging_gradients() || synced;
+  const bool at_global = (!sync_ && !islands_) || (sync_ && sync_->averaging_gradients()) || synced;
   const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
   return {.last = last,
           .stop = stop_now,
@@ -158,6 +163,12 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 
 void TrainingRun::finish(int64_t step, double train_seconds) {
   if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
+  if (islands_) {
+    const comm::CommStats inside = islands_->take_inside_stats();
+    summary_.bytes_inside = inside.bytes_sent;
+    summary_.world_size = options_.dist.world_size;
+    summary_.islands = layout_.islands();
+  }
   summary_.steps = step;
   summary_.lead = lead_;
   summary_.kind = layout_.kind();

@@ -16,6 +16,7 @@
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/train_step.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/islands.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_report.h"
@@ -65,8 +66,11 @@ class TrainingRun {
 
   void build_model_and_data();
   void start_replicas();
+  void load_codec_state();  // a resumed rank's error feedback, when the world is the same
   void describe(int64_t threads) const;
-  Replicas* synced_replicas() const { return pipelines_ ? pipelines_->stage_replicas() : replicas_.get(); }
+  Replicas* synced_replicas() const {
+    return pipelines_ ? pipelines_->stage_replicas() : islands_ ? islands_->across() : replicas_.get();
+  }
   StopAgreement::Vote stop_vote();
   StepResult step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself);
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
@@ -94,8 +98,10 @@ class TrainingRun {
   bool lead_;
   std::unique_ptr<Replicas> replicas_;
   std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
-  // The sync that runs after each step: the whole model's replicas' (replicas_), or this pipeline stage's across
-  // the pipelines (DiLoCo per stage); null for one process, one pipeline or data-parallel stages.
+  std::unique_ptr<Islands> islands_;      // parallel.islands (then neither)
+  // The sync that runs after each step: the whole model's replicas' (replicas_), this pipeline stage's across the
+  // pipelines (DiLoCo per stage), or this rank's outer shard's across the islands (driven by islands_); null for one
+  // process, one pipeline, data-parallel stages or an island's rank without a shard.
   ReplicaSync* sync_ = nullptr;
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<LoadedCheckpoint> ckpt_;

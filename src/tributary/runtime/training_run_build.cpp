@@ -38,6 +38,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     pipelines_ = std::make_unique<Pipelines>(config_, env, layout_);
   } else if (layout_.kind() == RunKind::kReplicas) {
     replicas_ = std::make_unique<Replicas>(config_, env);
+  } else if (layout_.kind() == RunKind::kIslands) {
+    islands_ = std::make_unique<Islands>(config_, env, layout_);
   }
   if (Replicas* synced = synced_replicas()) {  // the model's replicas, or a pipeline stage's across the pipelines
     sync_ = &synced->sync();
@@ -45,8 +47,11 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   }
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
-  if (layout_.distributed() && !env.joining && (replicas_ || pipelines_))  // before anything is trained
-    require_shared_run_dir(replicas_ ? checkpoint_peers(*replicas_) : checkpoint_peers(*pipelines_), tc_.run_dir);
+  if (layout_.distributed() && !env.joining && (replicas_ || pipelines_ || islands_))  // before anything is trained
+    require_shared_run_dir(replicas_  ? checkpoint_peers(*replicas_)
+                           : islands_ ? islands_->peers()
+                                      : checkpoint_peers(*pipelines_),
+                           tc_.run_dir);
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
@@ -134,6 +139,17 @@ void TrainingRun::build_model_and_data() {
 }
 
 void TrainingRun::start_replicas() {
+  if (islands_) {
+    std::optional<safetensors::File> outer;
+    if (ckpt_ && ckpt_->has("outer.safetensors")) outer = ckpt_->tensors("outer.safetensors");
+    if (ckpt_ && !outer)
+      fail("the checkpoint at step {} has no DiLoCo outer state (outer.safetensors): resume from an earlier one",
+           progress_.step);
+    islands_->start(parts_.trained, *parts_.optimizer, progress_.step, outer ? &*outer : nullptr,
+                    ckpt_ ? ckpt_->state.at("replicas") : nlohmann::json::array());
+    if (ckpt_ && sync_) load_codec_state();
+    return;
+  }
   if (!sync_) return;
   if (options_.dist.joining) {
     pending_heal_ =
@@ -146,7 +162,11 @@ void TrainingRun::start_replicas() {
   const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
   if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
   sync_->start(parts_.trained, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
-  // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
+  load_codec_state();
+}
+
+// The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
+void TrainingRun::load_codec_state() {
   const std::string codec_file = replica_codec_file(options_.dist.rank);
   const bool same_world = ckpt_->state.value("world_size", 1) == options_.dist.world_size;
   if (same_world && ckpt_->has(codec_file)) {
@@ -193,7 +213,13 @@ void TrainingRun::describe(int64_t threads) const {
         pipelines_ ? "one chunk per pipeline stage" : "in one process");
   if (!sync_) return;
   const auto& d = config_.dist;
-  log::info("{} replicas{}, {}{}, compression {}", sync_->size(), pipelines_ ? " of each stage" : "",
+  if (islands_)
+    log::info("{} islands: data parallel inside{}; across, each rank's outer shard below", layout_.islands(),
+              config_.parallel.shard_optimizer ? ", AdamW moments sharded (ZeRO-1)" : "");
+  log::info("{} replicas{}, {}{}, compression {}", sync_->size(),
+            pipelines_ ? " of each stage"
+            : islands_ ? " (islands) of each outer shard"
+                       : "",
             sync_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
             sync_->ddp()
                 ? ""

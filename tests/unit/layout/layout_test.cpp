@@ -113,3 +113,69 @@ TEST(Layout, TheStartUpLineSaysTheKindAndThePlace) {
   EXPECT_EQ(Layout::resolve(warm).describe(),
             "layout: 2 replicas of the model, kept together by DiLoCo after 5 data-parallel steps; this is replica 1");
 }
+
+TEST(Layout, IslandsAreConsecutiveRanksAndShardTheOuterExchange) {
+  auto s = spec(3, 4);
+  s.islands = "2";
+  const Layout l = Layout::resolve(s);
+  EXPECT_EQ(l.kind(), RunKind::kIslands);
+  EXPECT_EQ(l.sync(), Sync::kDiloco);
+  EXPECT_EQ(l.name(), "islands");
+  EXPECT_EQ(l.islands(), 2);
+  EXPECT_EQ(l.replicas(), 2);
+  EXPECT_EQ(l.island(), 1);
+  EXPECT_EQ(l.replica(), 1);
+  EXPECT_EQ(l.island_rank(), 1);
+  EXPECT_EQ(l.island_ranks(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(l.outer_shards(), 2);
+  EXPECT_EQ(l.outer_shard(), 1);
+  EXPECT_EQ(l.outer_shard_ranks(), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(l.equal_islands());
+  EXPECT_EQ(l.describe(),
+            "layout: 2 islands of 2/2 ranks, data parallel inside, DiLoCo across, the outer exchange sharded 2 way(s); "
+            "rank 3 is rank 1 of island 1");
+}
+
+TEST(Layout, IslandsOfUnlikeSizeShardByTheSmallest) {
+  auto s = spec(2, 5);
+  s.islands = "3,2";
+  const Layout third = Layout::resolve(s);  // rank 2: the third rank of island 0 holds no outer shard
+  EXPECT_FALSE(third.equal_islands());
+  EXPECT_EQ(third.outer_shards(), 2);
+  EXPECT_EQ(third.island(), 0);
+  EXPECT_EQ(third.outer_shard(), -1);
+  EXPECT_TRUE(third.outer_shard_ranks().empty());
+  s.rank = 4;
+  const Layout last = Layout::resolve(s);
+  EXPECT_EQ(last.island(), 1);
+  EXPECT_EQ(last.island_rank(), 1);
+  EXPECT_EQ(last.outer_shard_ranks(), (std::vector<int>{1, 4}));
+  auto machines = spec(5, 6);
+  machines.islands = "machines";
+  machines.local_world_size = 3;
+  EXPECT_EQ(Layout::resolve(machines).island(), 1);
+  EXPECT_EQ(Layout::resolve(machines).islands(), 2);
+}
+
+TEST(Layout, IslandsThatCannotRunNameTheKey) {
+  auto with = [](int world, const std::string& islands, auto change) {
+    auto s = spec(0, world);
+    s.islands = islands;
+    change(s);
+    return error_of([&] { Layout::resolve(s); });
+  };
+  auto none = [](LayoutSpec&) {};
+  EXPECT_NE(with(4, "3", none).find("parallel.islands = 3: 3 islands do not divide the world of 4 ranks"),
+            std::string::npos);
+  EXPECT_NE(with(4, "2,1", none).find("the islands hold 3 ranks but the run has 4"), std::string::npos);
+  EXPECT_NE(with(4, "two", none).find("expected a number of equal islands"), std::string::npos);
+  EXPECT_NE(with(4, "2,0,2", none).find("expected a number"), std::string::npos);
+  EXPECT_NE(with(4, "1", none).find("one island of all 4 ranks"), std::string::npos);
+  EXPECT_NE(with(4, "machines", [](LayoutSpec& s) { s.local_world_size = 3; }).find("not machines of 3"),
+            std::string::npos);
+  EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.diloco = false; }).find("needs dist.algorithm = diloco"),
+            std::string::npos);
+  EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.pipeline_stages = 2; }).find("pipelines"), std::string::npos);
+  EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.warmup_ddp_steps = 3; }).find("dist.warmup_ddp_steps = 3"),
+            std::string::npos);
+}

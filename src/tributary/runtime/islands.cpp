@@ -1,0 +1,169 @@
+#include "tributary/runtime/islands.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/model/tensor_io.h"
+#include "tributary/parallel/row_shards.h"
+#include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/wan.h"
+
+namespace tributary {
+namespace {
+
+RunConfig data_parallel(RunConfig config) {
+  config.dist.algorithm = "ddp";
+  config.dist.compression = "fp32";  // a fast link: gradients as they are
+  config.dist.reject_norm_factor = 0;
+  return config;
+}
+
+// The rows of an outer.safetensors (whole tensors) that `shard` holds, as the file its outer loop loads.
+safetensors::File outer_rows(const safetensors::File& whole, const NamedTensors& shard, const RowShards& rows) {
+  NamedTensors mine;
+  for (const auto& [name, view] : shard)
+    for (const std::string& key : {name, name + ".outer_momentum"})
+      if (whole.contains(key)) mine.emplace_back(key, rows.mine(to_torch(whole.at(key))).contiguous());
+  return safetensors::File::parse(tensors_to_safetensors(mine, {{"format", "tributary-outer"}}), whole.origin());
+}
+
+}  // namespace
+
+Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layout)
+    : inside_config_(data_parallel(config)), layout_(layout), shard_optimizer_(config.parallel.shard_optimizer) {
+  TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
+  auto store = rendezvous(config, env);
+  const comm::GroupOptions options = group_options(config);
+  const int64_t island = layout.island(), size = layout.island_size(island);
+  island_ = std::make_unique<comm::Group>(store, int(layout.island_rank()), int(size), options,
+                                          fmt::format("island.{}", island));
+  if (size > 1)
+    inside_ = std::make_unique<Replicas>(inside_config_, ReplicaGroup{.store = store,
+                                                                      .rank = int(layout.island_rank()),
+                                                                      .size = int(size),
+                                                                      .link = std::nullopt,
+                                                                      .prefix = fmt::format("island-dp.{}", island),
+                                                                      .part = false});
+  if (layout.outer_shard() >= 0) {
+    const std::vector<int> peers = layout.outer_shard_ranks();
+    const auto links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
+    across_ = std::make_unique<Replicas>(
+        config, ReplicaGroup{.store = store,
+                             .rank = int(island),
+                             .size = int(layout.islands()),
+                             .link = links ? std::optional(links->subset(peers)) : std::nullopt,
+                             .prefix = fmt::format("islands.shard{}", layout.outer_shard())});
+    // Lockstep rounds: an island of n ranks trained on n ranks' batches; its pseudo-gradient counts n * K / W times
+    // in the average over K islands of W ranks (1 for equal islands).
+    across_->set_update_weight(double(size) * double(layout.islands()) / double(env.world_size));
+  }
+  world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
+  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
+}
+
+Islands::~Islands() = default;
+
+void Islands::share(const std::vector<torch::Tensor>& tensors, int64_t shards) {
+  if (island_->size() == 1) return;
+  RowShards(0, shards).all_gather(*island_, tensors);  // each rank sends its own shard (its island rank)
+}
+
+void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const safetensors::File* outer,
+                    const nlohmann::json& progress) {
+  params_ = params;
+  torch::NoGradGuard no_grad;
+  if (island_->size() > 1) {
+    // The island's rank 0 decides: a resume from another island shape (or from flat DiLoCo, whose replicas' AdamW
+    // states differ) leaves the island's ranks with states that would drift apart under one averaged gradient.
+    std::vector<torch::Tensor> state;
+    for (auto& [name, t] : params) state.push_back(t.detach());
+    for (auto& [name, t] : optimizer.state()) state.push_back(t);  // the optimizer's own tensors (not yet sharded)
+    std::vector<torch::Tensor> buffers;
+    for (const auto& t : state) buffers.push_back(t.to(torch::kCPU).contiguous());
+    island_->broadcast(buffers, 0);
+    for (size_t i = 0; i < state.size(); ++i) state[i].copy_(buffers[i]);
+    inside_->sync().start(params, step);  // checks the island's replicas are identical
+    if (shard_optimizer_) {
+      const int64_t n = island_->size();
+      optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
+    }
+  }
+  if (!across_) return;
+  const RowShards rows(layout_.outer_shard(), layout_.outer_shards());
+  outer_params_ = rows.mine(params);
+  std::optional<safetensors::File> mine;
+  if (outer) mine = outer_rows(*outer, outer_params_, rows);
+  across_->sync().start(outer_params_, step, mine ? &*mine : nullptr, progress);
+}
+
+bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
+  bool landed = false;
+  if (across_) {
+    landed = across_->sync().after_step(step, lr, outer_params_);
+    if (last) landed |= across_->sync().finish(step, outer_params_);
+    quiescent_ = across_->sync().quiescent();
+  }
+  if (!layout_.equal_islands() && island_->size() > 1) {
+    // Ranks without a shard learn from their island's rank 0 (which has one) what happened across.
+    std::vector<torch::Tensor> flags = {torch::tensor({int64_t(landed), int64_t(quiescent_)}, torch::kInt64)};
+    island_->broadcast(flags, 0);
+    landed = flags[0][0].item<int64_t>() != 0;
+    quiescent_ = flags[0][1].item<int64_t>() != 0;
+  }
+  if (landed) {
+    std::vector<torch::Tensor> whole;
+    for (auto& [name, t] : params) whole.push_back(t.detach());
+    share(whole, layout_.outer_shards());
+    // The island's replicas are one again (a shard lost on the way would leave them apart, silently, for good).
+    if (inside_) inside_->sync().check_identical(params, fmt::format("after the outer step at step {}", step));
+  }
+  return landed;
+}
+
+NamedTensors Islands::whole_outer_state(const NamedTensors& params) {
+  // Whole-size tensors in the parameters' order (global, then momentum), this rank's rows filled; the island's
+  // all-gather fills the other shards' rows. Rank 0 writes them in its outer loop's order, as flat DiLoCo does.
+  std::map<std::string, torch::Tensor> mine;
+  if (across_)
+    for (auto& [key, t] : across_->sync().outer_state()) mine.emplace(key, t);
+  const RowShards rows(std::max<int64_t>(0, layout_.outer_shard()), layout_.outer_shards());
+  std::map<std::string, torch::Tensor> whole;
+  std::vector<torch::Tensor> tensors;
+  for (const auto& [name, p] : params)
+    for (const std::string& key : {name, name + ".outer_momentum"}) {
+      auto t = torch::zeros(p.sizes(), torch::kFloat32);
+      if (auto it = mine.find(key); it != mine.end()) rows.mine(t).copy_(it->second);
+      whole.emplace(key, t);
+      tensors.push_back(t);
+    }
+  share(tensors, layout_.outer_shards());
+  NamedTensors out;
+  if (across_)
+    for (const auto& [key, t] : across_->sync().outer_state()) out.emplace_back(key, whole.at(key));
+  return out;
+}
+
+CheckpointPeers Islands::peers() {
+  return {.rank = world_->rank(),
+          .size = world_->size(),
+          .barrier = [this] { world_->barrier(); },
+          .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
+}
+
+bool Islands::stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents) {
+  NamedTensors outer = whole_outer_state(params_);  // collective over the island: before rank 0 goes on alone
+  const NamedTensors codec = across_ ? across_->codec_state() : NamedTensors{};
+  RankState state = mine;
+  state.codec = &codec;
+  if (!stage_rank_state(peers(), run_dir, step, state, contents)) return false;
+  contents.state["replicas"] = across_->sync().progress();  // rank 0 holds shard 0
+  contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
+  return true;
+}
+
+comm::CommStats Islands::take_inside_stats() { return inside_ ? inside_->sync().take_stats() : comm::CommStats{}; }
+
+}  // namespace tributary

@@ -1,0 +1,74 @@
+// Islands (parallel.islands; INTELLECT-1's and torchft's HSDP shape): ranks joined by a fast link form an island,
+// islands are joined by slow links. Inside an island the ranks are one replica trained data parallel (the bucketed,
+// overlapped all-reduce of parallel/data_parallel.h), optionally with ZeRO-1 (parallel.shard_optimizer: rank r keeps
+// and steps rows r/N of every AdamW moment, and the island all-gathers the step's parameters). Across islands the
+// replicas keep together by DiLoCo (Streaming fragments, overlap and every codec included), sharded: the outer state
+// and the pseudo-gradient are cut into S = smallest-island-size row shards (parallel/row_shards.h), rank r < S of an
+// island exchanges shard r with rank r of the other islands over the slow link (S parallel streams, each 1/S of the
+// bytes, and 1/S of the outer state per rank), and after an outer step lands the island all-gathers the shards.
+//
+// Groups on the run's store: island.<i> (the island's own collectives), island-dp.<i> (its gradient all-reduce),
+// islands.shard<r> (shard r across the islands; the emulated WAN applies here only), world (stop vote, checkpoints).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "tributary/comm/group.h"
+#include "tributary/comm/lagged_vote.h"
+#include "tributary/optim/adamw.h"
+#include "tributary/parallel/layout.h"
+#include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/dist_env.h"
+#include "tributary/runtime/replica_checkpoint.h"
+#include "tributary/runtime/replicas.h"
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+class Islands {
+ public:
+  Islands(const RunConfig& config, const DistEnv& env, const Layout& layout);
+  ~Islands();
+
+  // Data parallel inside the island: the dense step averages its gradients through it. Null for an island of one.
+  ReplicaSync* inside() { return inside_ ? &inside_->sync() : nullptr; }
+  // DiLoCo across the islands for this rank's outer shard. Null when this rank holds none (an island larger than
+  // the smallest one).
+  Replicas* across() { return across_.get(); }
+
+  // Every island agrees on its rank 0's parameters and AdamW state (a resume from another shape included), shards
+  // the optimizer (ZeRO-1), and starts the outer loop over this rank's shard at `step` (resumed: `outer` is the whole
+  // outer.safetensors, `progress` its units' progress). Collective over the run.
+  void start(NamedTensors& params, AdamW& optimizer, int64_t step = 0, const safetensors::File* outer = nullptr,
+             const nlohmann::json& progress = nlohmann::json::array());
+  // After each step: the outer steps due for this rank's shard (`last`: and the pending ones), then, when one
+  // landed, the island's all-gather of the shards. True on every rank of every island when an outer step landed.
+  bool after_step(int64_t step, double lr, NamedTensors& params, bool last);
+  bool quiescent() const { return quiescent_; }  // no exchange in flight (the island's rank 0's, for all of it)
+  int64_t outer_steps() const { return across_ ? across_->sync().outer_steps() : 0; }
+
+  bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
+  CheckpointPeers peers();  // every rank of the run
+  // A checkpoint's part beyond the per-rank files: the whole outer state (outer.safetensors, gathered within the
+  // island) and the units' progress, on rank 0. Collective over the run, like stage_rank_state.
+  bool stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents);
+  // The gradient all-reduce's traffic inside the island since the last call (fast link).
+  comm::CommStats take_inside_stats();
+
+ private:
+  NamedTensors whole_outer_state(const NamedTensors& params);
+  void share(const std::vector<torch::Tensor>& tensors, int64_t shards);  // island all-gather of row shards
+
+  RunConfig inside_config_;  // data parallel, fp32 (the inside replicas keep a reference)
+  Layout layout_;
+  bool shard_optimizer_;
+  std::unique_ptr<comm::Group> island_, world_;
+  std::unique_ptr<comm::LaggedVote> stop_vote_;
+  std::unique_ptr<Replicas> inside_, across_;
+  NamedTensors params_;        // every parameter (whole), for the island's all-gather after an outer step
+  NamedTensors outer_params_;  // this rank's outer shard: views of the parameters' rows
+  bool quiescent_ = true;
+};
+
+}  // namespace tributary
