@@ -159,3 +159,30 @@ TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
   EXPECT_NE(node1.find("restarting it to rejoin the run"), std::string::npos) << node1;
   EXPECT_NE(node1.find("worker 1 joined at step"), std::string::npos) << node1;
 }
+
+TEST_F(TwoMachines, IslandsTrainAcrossARateLimitedLinkBetweenTwoMachines) {
+  // Two workers per machine, one island per machine (parallel.islands = machines); the link between the machines is
+  // limited to 20 Mbit/s each way (tc tbf). Inside a machine the island averages every step over loopback; only the
+  // sharded pseudo-gradients cross the link: each rank of rank 0's island sends its half of the model per outer step.
+  for (const auto& [ns, dev] : {std::pair{a_, if_a_}, std::pair{b_, link_}}) {
+    auto [rc, out] =
+        sh(fmt::format("ip netns exec {} tc qdisc add dev {} root tbf rate 20mbit burst 32kb latency 1s", ns, dev));
+    if (rc != 0) GTEST_SKIP() << "tc is not permitted here: " << out;
+  }
+  const std::string args =
+      "--set parallel.islands=machines --set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 "
+      "--set dist.collective_timeout_s=60 --set dist.store_timeout_s=60";
+  const std::string node1_log = (work() / "mn_islands_node1.log").string();
+  auto [rc, out] = sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; {}; rc=$?; wait $n1; echo node1 exit $?; exit $rc'",
+                                  launch(1, 2, "mn_islands", args), node1_log,
+                                  launch(0, 2, "mn_islands", args, "GLOO_SOCKET_IFNAME=" + if_a_)));
+  ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << read_file(node1_log);
+  EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << read_file(node1_log);
+  EXPECT_NE(out.find("layout: 2 islands of 2/2 ranks"), std::string::npos) << out;
+  const auto s = summary_of("mn_islands");
+  EXPECT_EQ(s["islands"].get<int>(), 2);
+  EXPECT_EQ(s["outer_steps"].get<int>(), 3);
+  // Across: rank 0's shard (about half the model) every 4 steps; inside: every gradient every step.
+  EXPECT_GT(s["bytes_sent"].get<double>(), 0);
+  EXPECT_GT(s["bytes_inside_island"].get<double>(), 4 * s["bytes_sent"].get<double>());
+}

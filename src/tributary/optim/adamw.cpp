@@ -125,6 +125,12 @@ void AdamW::step(double lr) {
   }
 }
 
+double AdamW::held_bytes() const {
+  double bytes = 0;
+  for (size_t i = 0; i < exp_avg_.size(); ++i) bytes += double(exp_avg_[i].nbytes()) + double(exp_avg_sq_[i].nbytes());
+  return bytes;
+}
+
 void AdamW::zero_grad() {
   for (auto& [name, p] : params_) {
     auto& g = p.mutable_grad();

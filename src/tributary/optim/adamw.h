@@ -40,6 +40,7 @@ class AdamW {
   using MakeWhole = std::function<void(const std::vector<torch::Tensor>& tensors)>;
   void keep_rows(int64_t index, int64_t count, MakeWhole make_whole);
   bool sharded() const { return shard_count_ > 1; }
+  double held_bytes() const;  // the moments this rank keeps (1/count of them when sharded)
 
   int64_t num_steps() const { return num_steps_; }
   void set_num_steps(int64_t n) { num_steps_ = n; }  // a joining replica: its state() tensors were filled in place

@@ -97,6 +97,15 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
   std::optional<safetensors::File> mine;
   if (outer) mine = outer_rows(*outer, outer_params_, rows);
   across_->sync().start(outer_params_, step, mine ? &*mine : nullptr, progress);
+  if (layout_.rank() == 0) {  // what ZeRO-1 and the sharded outer state leave on a rank (docs/benchmarks.md)
+    double whole = 0, outer_held = 0;
+    for (const auto& [name, t] : params) whole += double(t.nbytes());
+    for (const auto& [name, t] : across_->sync().outer_state()) outer_held += double(t.nbytes());
+    log::info(
+        "rank 0 holds {:.2f} MB of AdamW moments (the whole: {:.2f} MB) and {:.2f} MB of DiLoCo outer state "
+        "(the whole: {:.2f} MB)",
+        optimizer.held_bytes() / 1e6, 2 * whole / 1e6, outer_held / 1e6, 2 * whole / 1e6);
+  }
 }
 
 bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
