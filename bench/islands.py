@@ -14,8 +14,13 @@ With --sweep 1,2,4: islands only, of 1, 2 and 4 workers per site (2 sites), repo
 holds of the AdamW moments and of DiLoCo's outer state (ZeRO-1, the sharded outer state: the start-up line "rank 0
 holds ..."), the bytes it sent across per outer step, and the median time it was blocked in an outer step.
 
+With --unlike: islands of unlike size and speed on this machine (no namespaces): 2 + 1 ranks, the lone rank 2x
+slower (dist.slow_workers), lockstep (every island one optimizer step per tick, the fast island waits at each outer
+step) against time-paced (parallel.island_steps = 2,1: the fast island takes two per tick); each run's training time
+to the lockstep run's final validation loss.
+
 Usage: python3 bench/islands.py --build build [--steps 300] [--rate 100mbit] [--inner-steps 25] [--repeats 1]
-       [--only dp,diloco,islands] [--sweep 1,2,4] [--out islands.json]
+       [--only dp,diloco,islands] [--sweep 1,2,4] [--unlike] [--out islands.json]
 """
 import re
 import argparse
@@ -107,6 +112,42 @@ def reached(evals, target):
     return None, None
 
 
+def unlike(cli, args):
+    results = {}
+    for kind, extra in (("lockstep", []), ("paced", ["parallel.island_steps=2,1"])):
+        runs = []
+        for rep in range(args.repeats):
+            run_dir = os.path.join(args.work, f"unlike-{kind}-{rep}")
+            sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", "train.batch_size=4",
+                    f"train.eval_every={args.eval_every}", "train.log_every=25", "train.checkpoint_every=0",
+                    f"optim.warmup_steps={max(1, args.steps // 10)}", f"dist.inner_steps={args.inner_steps}",
+                    "dist.warmup_ddp_steps=0", "parallel.islands=2,1", "dist.slow_workers=2:2"] + extra
+            cmd = [cli, "launch", "--nproc", "3", "--master-port", "0", "--", "train",
+                   os.path.join(ROOT, "configs/diloco.toml"), "--overwrite"] + [f"--set={x}" for x in sets]
+            with open(os.path.join(args.work, f"unlike-{kind}.log"), "w") as log:
+                if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                  env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE")).returncode:
+                    sys.exit(f"{kind}: launch failed; see {args.work}/unlike-{kind}.log")
+            evals = [(m["step"], m["train_s"], m["val_loss"]) for m in map(json.loads, open(os.path.join(
+                run_dir, "metrics.jsonl"))) if "val_loss" in m]
+            runs.append({"evals": evals, "val_loss": evals[-1][2], "train_s": evals[-1][1]})
+            print(f"[{kind} #{rep}] val loss {evals[-1][2]:.4f} | train {evals[-1][1]:.0f} s", flush=True)
+        results[kind] = runs
+    target = statistics.median(r["val_loss"] for r in results["lockstep"])
+    print(f"\nislands 2+1 ranks, rank 2 2x slower, {args.steps} ticks, H = {args.inner_steps}; target: lockstep's "
+          f"final val loss {target:.4f}")
+    base = None
+    for kind, runs in results.items():
+        times = [reached(r["evals"], target)[0] for r in runs]
+        hit = [t for t in times if t is not None]
+        t = statistics.median(hit) if len(hit) == len(times) else None
+        base = base or t
+        print(f"{kind:9} val loss {statistics.median(r['val_loss'] for r in runs):.4f} | to target "
+              f"{('%.0f s' % t) if t else 'not reached'} | {('%.2fx sooner' % (base / t)) if t and base else ''}")
+    if args.out:
+        json.dump({"args": vars(args), "unlike": results}, open(args.out, "w"), indent=1)
+
+
 def sweep(sites, cli, args):
     print(f"{'island':>6} {'AdamW MB':>9} {'of':>6} {'outer MB':>9} {'MB/outer step':>14} {'outer step s':>13}")
     rows = []
@@ -132,12 +173,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--only", default="dp,diloco,islands")
     ap.add_argument("--sweep", default="")
+    ap.add_argument("--unlike", action="store_true")
     ap.add_argument("--work", default="/tmp/trib_islands_bench")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     cli = os.path.abspath(os.path.join(args.build, "tributary"))
     os.makedirs(args.work, exist_ok=True)
     kinds = args.only.split(",")
+    if args.unlike:
+        return unlike(cli, args)
     sites = Sites(args.rate)
     if args.sweep:
         try:

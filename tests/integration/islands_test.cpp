@@ -116,6 +116,30 @@ TEST_F(Distributed, IslandsOfUnlikeSizeTrainTogether) {
         << "rank " << r;
 }
 
+TEST_F(Distributed, TimePacedIslandsTakeTheirOwnStepsPerTickAndMeetAtTheOuterStep) {
+  // Islands of 2 and 1 ranks, the lone rank 2x slower (dist.slow_workers); time-paced, the fast island takes two
+  // optimizer steps per tick: its ranks read twice the batches, the islands still meet at every outer step (the
+  // replica check) and end as one model.
+  auto [rc, out] = sh(launch(3) + tiny("isl_paced",
+                                       "--set train.steps=8 --set train.batch_size=4 --set parallel.islands=2,1 "
+                                       "--set parallel.island_steps=2,1 --set dist.slow_workers=2:2 "
+                                       "--set dist.inner_steps=4 --set train.checkpoint_every=4"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("time-paced: 2/1 optimizer steps per tick"), std::string::npos) << out;
+  const auto manifest =
+      nlohmann::json::parse(read_file(work() / "isl_paced" / "checkpoints" / "step-00000008" / "state.json"));
+  const auto& loaders = manifest.at("loaders");
+  ASSERT_EQ(loaders.size(), 3u);
+  const int64_t fast = loaders[0].at("cursor").get<int64_t>(), slow = loaders[2].at("cursor").get<int64_t>();
+  EXPECT_EQ(fast, 2 * slow) << manifest.dump();
+  for (int r = 1; r < 3; ++r)
+    EXPECT_TRUE(torch::equal(flat_params(work() / "isl_paced", 8),
+                             flat_params(work() / "isl_paced", 8, fmt::format("rank-{}.model.safetensors", r))))
+        << "rank " << r;
+  const auto s = nlohmann::json::parse(read_file(work() / "isl_paced" / "summary.json"));
+  EXPECT_EQ(s["tokens"].get<int64_t>(), 8 * 5 * 4 * 64);  // 8 ticks of 5 batches of 4 x 64 tokens
+}
+
 TEST_F(Distributed, IslandShapesThatCannotRunAreRefusedBeforeTraining) {
   auto [rc, out] = sh(launch(4) + tiny("isl_bad", "--set train.steps=4 --set parallel.islands=3"));
   EXPECT_NE(rc, 0);

@@ -130,7 +130,34 @@ Layout Layout::resolve(const LayoutSpec& spec) {
     l.replicas_ = int64_t(islands.size());
     l.island_sizes_ = islands;
   } else {
+    if (!spec.island_steps.empty())
+      fail("parallel.island_steps = '{}' without parallel.islands: it paces islands; set both or neither",
+           spec.island_steps);
     l.island_sizes_.assign(size_t(spec.world_size), 1);
+  }
+  l.island_steps_.assign(l.island_sizes_.size(), 1);
+  if (!spec.island_steps.empty()) {
+    std::vector<int64_t> steps;
+    std::istringstream in(spec.island_steps);
+    for (std::string part; std::getline(in, part, ',');) {
+      size_t used = 0;
+      int64_t n = 0;
+      try {
+        n = std::stoll(part, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (part.empty() || used != part.size() || n < 1)
+        fail("parallel.island_steps = '{}': expected optimizer steps per tick for each island, e.g. '2,1'",
+             spec.island_steps);
+      steps.push_back(n);
+    }
+    if (steps.size() != l.island_sizes_.size())
+      fail(
+          "parallel.island_steps = '{}' gives {} island(s) steps but parallel.islands makes {}: one number per "
+          "island",
+          spec.island_steps, steps.size(), l.island_sizes_.size());
+    l.island_steps_ = steps;
   }
   if (l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands ||
       (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
@@ -183,6 +210,12 @@ std::vector<int> Layout::outer_shard_ranks() const {
   if (outer_shard() < 0) return out;
   for (int64_t i = 0; i < islands(); ++i) out.push_back(island_begin(i) + int(outer_shard()));
   return out;
+}
+
+int64_t Layout::batches_per_tick() const {
+  int64_t batches = 0;
+  for (size_t i = 0; i < island_sizes_.size(); ++i) batches += island_sizes_[i] * island_steps_[i];
+  return batches;
 }
 
 bool Layout::equal_islands() const {
@@ -238,8 +271,12 @@ std::string Layout::describe() const {
     case RunKind::kIslands:
       return fmt::format(
           "layout: {} islands of {} ranks, data parallel inside, DiLoCo across, the outer exchange sharded {} "
-          "way(s); rank {} is rank {} of island {}",
-          islands(), fmt::join(island_sizes_, "/"), outer_shards(), rank_, island_rank(), island_);
+          "way(s){}; rank {} is rank {} of island {}",
+          islands(), fmt::join(island_sizes_, "/"), outer_shards(),
+          batches_per_tick() != world_size_
+              ? fmt::format(", time-paced: {} optimizer steps per tick", fmt::join(island_steps_, "/"))
+              : "",
+          rank_, island_rank(), island_);
   }
   return "layout: ?";
 }

@@ -53,6 +53,7 @@ struct LayoutSpec {
   std::optional<PlacedRanks> placement;  // parallel.placement, read
   std::string placement_key;             // its file, for messages
   std::string islands;                   // parallel.islands: "" | "N" (equal) | "4,4,2" (sizes) | "machines"
+  std::string island_steps;              // parallel.island_steps: "" | optimizer steps per tick per island "2,1"
   int local_world_size = 1;              // processes on this rank's machine ("machines": one island each)
 };
 
@@ -100,6 +101,12 @@ class Layout {
   int64_t outer_shard() const { return island_rank() < outer_shards() ? island_rank() : -1; }  // -1: none
   std::vector<int> outer_shard_ranks() const;  // the ranks that exchange this rank's shard, island by island
   bool equal_islands() const;
+  // Time-paced islands (parallel.island_steps): the optimizer steps an island takes per step of the loop (a tick);
+  // 1 everywhere in lockstep. An island's pseudo-gradient then stands for island_size x island_steps ranks' batches.
+  int64_t island_steps(int64_t island) const { return island_steps_[size_t(island)]; }
+  int64_t steps_per_tick() const { return island_steps(island_); }  // this rank's island's
+  // The batches of all islands in one tick, in ranks' batches: sum of size x steps (the world size in lockstep).
+  int64_t batches_per_tick() const;
 
   // "diloco", "ddp", "pipeline", "pipeline+diloco", "local-stages", "local", "single", "dipaco": summary.json's
   // algorithm.
@@ -115,6 +122,7 @@ class Layout {
   std::vector<std::vector<int>> rank_at_;  // [replica][stage]
   std::vector<int> device_of_rank_;
   std::vector<int64_t> island_sizes_;  // one island per rank unless RunKind::kIslands
+  std::vector<int64_t> island_steps_;  // per island, 1 unless time-paced
   int64_t island_ = 0;
 };
 

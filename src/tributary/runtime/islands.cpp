@@ -56,9 +56,10 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
                              .size = int(layout.islands()),
                              .link = links ? std::optional(links->subset(peers)) : std::nullopt,
                              .prefix = fmt::format("islands.shard{}", layout.outer_shard())});
-    // Lockstep rounds: an island of n ranks trained on n ranks' batches; its pseudo-gradient counts n * K / W times
-    // in the average over K islands of W ranks (1 for equal islands).
-    across_->set_update_weight(double(size) * double(layout.islands()) / double(env.world_size));
+    // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient
+    // counts n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
+    across_->set_update_weight(double(size * layout.steps_per_tick()) * double(layout.islands()) /
+                               double(layout.batches_per_tick()));
   }
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
@@ -74,6 +75,8 @@ void Islands::share(const std::vector<torch::Tensor>& tensors, int64_t shards) {
 void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const safetensors::File* outer,
                     const nlohmann::json& progress) {
   params_ = params;
+  // The checkpoint's count is rank 0's; a time-paced island took its own number of optimizer steps per tick.
+  if (step > 0) optimizer.set_num_steps(step * layout_.steps_per_tick());
   torch::NoGradGuard no_grad;
   if (island_->size() > 1) {
     // The island's rank 0 decides: a resume from another island shape (or from flat DiLoCo, whose replicas' AdamW

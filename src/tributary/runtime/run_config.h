@@ -96,6 +96,9 @@ struct ParallelConfig {
   // island of one) | "N" equal islands | sizes "4,4,2" | "machines" (one per launch machine).
   std::string islands;
   bool shard_optimizer = true;  // islands: ZeRO-1, each rank of an island keeps and steps 1/N of the AdamW moments
+  // Islands of unlike speed: optimizer steps per train step ("tick"), per island, e.g. "2,1" (a twice faster island
+  // takes two); "" = one each (lockstep). Rounds stay H ticks, so all islands meet at the same outer step.
+  std::string island_steps;
 };
 
 // DiPaCo (arXiv 2403.10616): a grid of modules, one path per routed shard. Each path trains dist.inner_steps (tau)

@@ -15,6 +15,7 @@ Layout run_layout(const RunConfig& config, const DistEnv& env) {
                   .placement = std::nullopt,
                   .placement_key = config.parallel.placement,
                   .islands = config.parallel.islands,
+                  .island_steps = config.parallel.island_steps,
                   .local_world_size = env.local_world_size};
   if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1) {
     const sched::Placement placement = sched::read_placement(config.parallel.placement);

@@ -102,6 +102,9 @@ StepResult TrainingRun::step_once(TrainStep& train_step, int64_t step, double lr
   const auto start = Clock::now();
   const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
   StepResult result = train_step.run(step, lr);
+  // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
+  // learning rate; the tick reports its last.
+  for (int64_t k = 1; k < layout_.steps_per_tick(); ++k) result = train_step.run(step, lr);
   // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
   if (!slows_itself)
     slowdown_->after_step(seconds_since(start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));

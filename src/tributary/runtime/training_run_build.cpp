@@ -64,6 +64,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
                      (pipelines_      ? layout_.replicas()
+                      : islands_      ? layout_.batches_per_tick()    // time-paced islands take more than one
                       : pending_heal_ ? pending_heal_->members_world  // the members' count until it is one
                       : replicas_     ? replicas_->size()
                                       : env.world_size);

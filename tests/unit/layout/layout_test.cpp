@@ -179,3 +179,24 @@ TEST(Layout, IslandsThatCannotRunNameTheKey) {
   EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.warmup_ddp_steps = 3; }).find("dist.warmup_ddp_steps = 3"),
             std::string::npos);
 }
+
+TEST(Layout, TimePacedIslandsTakeTheirOwnStepsPerTick) {
+  auto s = spec(2, 3);
+  s.islands = "2,1";
+  s.island_steps = "2,1";
+  const Layout l = Layout::resolve(s);
+  EXPECT_EQ(l.steps_per_tick(), 1);  // rank 2: the lone, slower island
+  EXPECT_EQ(l.island_steps(0), 2);
+  EXPECT_EQ(l.batches_per_tick(), 5);  // 2 ranks x 2 steps + 1 x 1
+  EXPECT_NE(l.describe().find("time-paced: 2/1 optimizer steps per tick"), std::string::npos) << l.describe();
+  s.island_steps = "";
+  EXPECT_EQ(Layout::resolve(s).batches_per_tick(), 3);
+  s.island_steps = "2";
+  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("gives 1 island(s) steps but parallel.islands makes 2"),
+            std::string::npos);
+  s.island_steps = "2,0";
+  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("expected optimizer steps per tick"), std::string::npos);
+  auto flat = spec(0, 2);
+  flat.island_steps = "1,1";
+  EXPECT_NE(error_of([&] { Layout::resolve(flat); }).find("without parallel.islands"), std::string::npos);
+}
