@@ -9,6 +9,7 @@
 #include "tributary/runtime/run_config.h"
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/placement.h"
+#include "tributary/sched/sites.h"
 
 namespace tributary::cli {
 
@@ -58,6 +59,7 @@ struct Args {
   bool workload_given = false;
   bool compute = false;    // add each device's compute time (its `tflops`) to the paper's communication cost
   bool calibrate = false;  // measure this machine's speed on --config's model; devices without `tflops` take it
+  bool sites = false;      // propose islands from the regions instead of placing a pipeline
   bool overwrite = false;  // --out may replace an existing file
 };
 
@@ -144,7 +146,36 @@ void calibrate(Cluster& cluster, const RunConfig& config) {
       static_cast<long long>(c.threads), filled, cluster.size());
 }
 
+// Islands for a replica run (runtime/islands.h): one per region of the cluster file, and how to launch them.
+void propose_islands(const Args& a) {
+  const Cluster cluster = load_cluster(a.cluster);
+  const std::vector<Site> sites = sites_of(cluster, a.cluster);
+  std::printf("islands from the regions of '%s' (fast links inside, slow between):\n", a.cluster.c_str());
+  bool equal = true;
+  for (const Site& s : sites) {
+    std::printf("  %-16s %d device(s): ranks %d..%d\n", s.region.c_str(), s.devices, s.first_device,
+                s.first_device + s.devices - 1);
+    equal &= s.devices == sites.front().devices;
+  }
+  if (sites.size() < 2) {
+    std::printf("one region: no islands to make (data parallel over its devices: dist.algorithm = ddp)\n");
+    return;
+  }
+  std::printf("  --set parallel.islands=%s\n", islands_key(sites).c_str());
+  if (equal)
+    std::printf(
+        "  or one launcher per site: launch --nproc %d --nnodes %zu --node-rank R --master-addr SITE0 -- "
+        "train ... --set parallel.islands=machines\n",
+        sites.front().devices, sites.size());
+  else
+    std::printf(
+        "  sites of unlike size: one launch of %d workers (a launcher per site needs the same --nproc on "
+        "each); unlike speeds: parallel.island_steps\n",
+        cluster.size());
+}
+
 void run_plan(Args a) {
+  if (a.sites) return propose_islands(a);
   validate(a.ga);  // user limits are user errors, checked before any GA thread starts
   if (!a.out.empty() && !a.overwrite && fs::exists(fs::symlink_status(a.out)) && !fs::is_directory(a.out))
     fail("plan: --out '{}' already exists; pass --overwrite to replace it", a.out);
@@ -234,6 +265,9 @@ void add_plan(CLI::App& app) {
   cmd->add_flag("--calibrate", a->calibrate,
                 "measure this machine's training speed on --config's model (forward + backward, median of 5) and give "
                 "it to every device without 'tflops'; implies --compute");
+  cmd->add_flag("--sites", a->sites,
+                "propose islands for a DiLoCo run (parallel.islands: data parallel inside a site, DiLoCo across) from "
+                "the cluster file's regions, and how to launch them");
   cmd->add_flag("--search-shape", a->search_shape, "also search D_DP x D_PP over the divisors of the device count");
   cmd->add_option("--random", a->random_k, "random partitions for the random baseline")->check(CLI::Range(1, 10000000));
   cmd->get_option("--d-dp")->check(CLI::Range(0, 1 << 20));
