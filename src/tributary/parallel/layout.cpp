@@ -68,6 +68,67 @@ std::vector<int64_t> parse_islands(const std::string& text, int world_size, int 
   return sizes;
 }
 
+// parallel.islands and parallel.island_steps: a replica run's ranks grouped by a fast link (one island per rank
+// otherwise), and the optimizer steps each island takes per tick.
+void Layout::place_islands(const LayoutSpec& spec) {
+  const std::vector<int64_t> islands =
+      parse_islands(spec.islands, spec.world_size, spec.local_world_size, "parallel.islands");
+  if (!islands.empty()) {
+    const char* other = spec.dipaco                ? "DiPaCo (dipaco.modules)"
+                        : spec.pipeline_stages > 1 ? "pipelines (parallel.pipeline_stages > 1)"
+                        : spec.local_chunks > 0    ? "local parallelism (local.chunks)"
+                                                   : nullptr;
+    if (other)
+      fail("parallel.islands with {} is not supported yet: islands run data parallel inside and DiLoCo across", other);
+    if (!spec.diloco)
+      fail(
+          "parallel.islands needs dist.algorithm = diloco (data parallel inside the islands, DiLoCo across them); "
+          "with dist.algorithm = ddp every rank averages every step, which islands would not change");
+    if (islands.size() == 1)
+      fail(
+          "parallel.islands = '{}' makes one island of all {} ranks: that is data parallel (dist.algorithm = ddp); "
+          "give two or more islands",
+          spec.islands, spec.world_size);
+    if (spec.warmup_ddp_steps > 0)
+      fail(
+          "dist.warmup_ddp_steps = {} with parallel.islands: the warm-up would be data parallel across the slow "
+          "link the islands avoid; set it to 0",
+          spec.warmup_ddp_steps);
+    kind_ = RunKind::kIslands;
+    replicas_ = int64_t(islands.size());
+    island_sizes_ = islands;
+  } else {
+    if (!spec.island_steps.empty())
+      fail("parallel.island_steps = '{}' without parallel.islands: it paces islands; set both or neither",
+           spec.island_steps);
+    island_sizes_.assign(size_t(spec.world_size), 1);
+  }
+  island_steps_.assign(island_sizes_.size(), 1);
+  if (!spec.island_steps.empty()) {
+    std::vector<int64_t> steps;
+    std::istringstream in(spec.island_steps);
+    for (std::string part; std::getline(in, part, ',');) {
+      size_t used = 0;
+      int64_t n = 0;
+      try {
+        n = std::stoll(part, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (part.empty() || used != part.size() || n < 1)
+        fail("parallel.island_steps = '{}': expected optimizer steps per tick for each island, e.g. '2,1'",
+             spec.island_steps);
+      steps.push_back(n);
+    }
+    if (steps.size() != island_sizes_.size())
+      fail(
+          "parallel.island_steps = '{}' gives {} island(s) steps but parallel.islands makes {}: one number per "
+          "island",
+          spec.island_steps, steps.size(), island_sizes_.size());
+    island_steps_ = steps;
+  }
+}
+
 Layout Layout::resolve(const LayoutSpec& spec) {
   TRIB_CHECK(spec.world_size >= 1 && spec.rank >= 0 && spec.rank < spec.world_size, "rank {} of world {}", spec.rank,
              spec.world_size);
@@ -103,62 +164,7 @@ Layout Layout::resolve(const LayoutSpec& spec) {
     l.kind_ = RunKind::kReplicas;
     l.replicas_ = spec.world_size;
   }
-  const std::vector<int64_t> islands =
-      parse_islands(spec.islands, spec.world_size, spec.local_world_size, "parallel.islands");
-  if (!islands.empty()) {
-    const char* other = spec.dipaco                ? "DiPaCo (dipaco.modules)"
-                        : spec.pipeline_stages > 1 ? "pipelines (parallel.pipeline_stages > 1)"
-                        : spec.local_chunks > 0    ? "local parallelism (local.chunks)"
-                                                   : nullptr;
-    if (other)
-      fail("parallel.islands with {} is not supported yet: islands run data parallel inside and DiLoCo across", other);
-    if (!spec.diloco)
-      fail(
-          "parallel.islands needs dist.algorithm = diloco (data parallel inside the islands, DiLoCo across them); "
-          "with dist.algorithm = ddp every rank averages every step, which islands would not change");
-    if (islands.size() == 1)
-      fail(
-          "parallel.islands = '{}' makes one island of all {} ranks: that is data parallel (dist.algorithm = ddp); "
-          "give two or more islands",
-          spec.islands, spec.world_size);
-    if (spec.warmup_ddp_steps > 0)
-      fail(
-          "dist.warmup_ddp_steps = {} with parallel.islands: the warm-up would be data parallel across the slow "
-          "link the islands avoid; set it to 0",
-          spec.warmup_ddp_steps);
-    l.kind_ = RunKind::kIslands;
-    l.replicas_ = int64_t(islands.size());
-    l.island_sizes_ = islands;
-  } else {
-    if (!spec.island_steps.empty())
-      fail("parallel.island_steps = '{}' without parallel.islands: it paces islands; set both or neither",
-           spec.island_steps);
-    l.island_sizes_.assign(size_t(spec.world_size), 1);
-  }
-  l.island_steps_.assign(l.island_sizes_.size(), 1);
-  if (!spec.island_steps.empty()) {
-    std::vector<int64_t> steps;
-    std::istringstream in(spec.island_steps);
-    for (std::string part; std::getline(in, part, ',');) {
-      size_t used = 0;
-      int64_t n = 0;
-      try {
-        n = std::stoll(part, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (part.empty() || used != part.size() || n < 1)
-        fail("parallel.island_steps = '{}': expected optimizer steps per tick for each island, e.g. '2,1'",
-             spec.island_steps);
-      steps.push_back(n);
-    }
-    if (steps.size() != l.island_sizes_.size())
-      fail(
-          "parallel.island_steps = '{}' gives {} island(s) steps but parallel.islands makes {}: one number per "
-          "island",
-          spec.island_steps, steps.size(), l.island_sizes_.size());
-    l.island_steps_ = steps;
-  }
+  l.place_islands(spec);
   if (l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands ||
       (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
     l.sync_ = spec.diloco ? Sync::kDiloco : Sync::kDataParallel;

@@ -115,6 +115,8 @@ class Layout {
   std::string describe() const;
 
  private:
+  void place_islands(const LayoutSpec& spec);
+
   RunKind kind_ = RunKind::kSingle;
   Sync sync_ = Sync::kNone;
   int rank_ = 0, world_size_ = 1;
