@@ -244,16 +244,16 @@ void RunConfig::bind() {
   s.add("optim.beta2", optim.beta2, "AdamW beta2", 0.0, 0.999999);
   s.add("optim.eps", optim.eps, "AdamW epsilon", 0.0, 1.0);
   s.add("optim.grad_clip", optim.grad_clip, "max global gradient norm; 0 disables", 0.0);
-  s.add("train.steps", train.steps, "optimizer steps", 1);
-  s.add("train.batch_size", train.batch_size, "sequences per micro-batch", 1);
-  s.add("train.grad_accum", train.grad_accum, "micro-batches per optimizer step", 1);
+  s.add("train.steps", train.steps, "optimizer steps", 1, int64_t{1} << 40);
+  s.add("train.batch_size", train.batch_size, "sequences per micro-batch", 1, 1 << 20);
+  s.add("train.grad_accum", train.grad_accum, "micro-batches per optimizer step", 1, 1 << 20);
   s.add("train.seed", train.seed, "seed for initialisation and data order", 0);
   s.add("train.threads", train.threads, "intra-op threads; 0 = all cores", 0, 1024);
   s.add("train.device", train.device, "torch device (cpu, cuda, cuda:1, ...)");
   s.add("train.run_dir", train.run_dir, "where metrics.jsonl, checkpoints and plots go");
   s.add("train.log_every", train.log_every, "steps between console/metrics lines", 1);
   s.add("train.eval_every", train.eval_every, "steps between validations; 0 = only at the end", 0);
-  s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1);
+  s.add("train.eval_batches", train.eval_batches, "validation micro-batches per evaluation", 1, 1 << 30);
   s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
   s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
   s.add("train.init_from", train.init_from, "checkpoint whose weights the model starts from ('' = initialise)");
@@ -339,6 +339,12 @@ void RunConfig::validate() const {
     fail("dist.sparse_topk = {} is more than dist.sparse_chunk = {}: a chunk cannot keep more values than it has",
          dist.sparse_topk, dist.sparse_chunk);
   validate_local(*this);
+  // Token counts are 64-bit integers: a run counts at most 2^62 tokens whatever its workers (up to 2^16 of them).
+  if (double(train.steps) * double(train.batch_size) * double(train.grad_accum) * double(model.context) > 0x1p46)
+    fail(
+        "train.steps x train.batch_size x train.grad_accum x model.context = {:.3g} tokens per worker, more than a "
+        "run can count (2^46); lower train.grad_accum or train.batch_size",
+        double(train.steps) * double(train.batch_size) * double(train.grad_accum) * double(model.context));
   if (optim.warmup_steps > train.steps)
     fail(
         "optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "

@@ -56,6 +56,11 @@ TEST(Config, ImpossibleValuesRejected) {
   EXPECT_NE(msg.find("model.num_levels"), std::string::npos) << msg;
   msg = error_of([] { RunConfig::load("", {"train.steps=10", "optim.warmup_steps=20"}); });
   EXPECT_NE(msg.find("optim.warmup_steps"), std::string::npos) << msg;
+  // A count that would overflow the run's token counter ("-,128 tokens per step") is refused, naming the keys.
+  msg = error_of([] { RunConfig().schema().apply_override("train.grad_accum=9223372036854775807"); });
+  EXPECT_NE(msg.find("train.grad_accum"), std::string::npos) << msg;
+  msg = error_of([] { RunConfig::load("", {"train.grad_accum=1048576", "train.batch_size=1048576"}); });
+  EXPECT_NE(msg.find("lower train.grad_accum or train.batch_size"), std::string::npos) << msg;
   msg = error_of([] { RunConfig().schema().merge_toml("[model\nwidth=1", "broken.toml"); });
   EXPECT_NE(msg.find("broken.toml"), std::string::npos) << msg;
 }
