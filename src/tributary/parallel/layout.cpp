@@ -5,10 +5,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
-#include <sstream>
 
 #include "tributary/core/error.h"
+#include "tributary/core/number_list.h"
 
 namespace tributary {
 
@@ -26,6 +27,20 @@ const char* sync_name(Sync sync) {
   return "?";
 }
 
+namespace {
+
+// "4,4,2" as counts of at least 1, or an Error saying what `key` expects.
+std::vector<int64_t> positive_counts(const std::string& text, const std::string& key, const std::string& expected) {
+  std::vector<int64_t> out;
+  for (double v : parse_number_list(text, key, expected)) {
+    if (!(v >= 1 && v <= double(1 << 20) && v == std::floor(v))) fail("{} = '{}': {}", key, text, expected);
+    out.push_back(int64_t(v));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<int64_t> parse_islands(const std::string& text, int world_size, int local_world_size,
                                    const std::string& key) {
   if (text.empty()) return {};
@@ -37,19 +52,7 @@ std::vector<int64_t> parse_islands(const std::string& text, int world_size, int 
     sizes.assign(size_t(world_size / local_world_size), local_world_size);
     return sizes;
   }
-  std::istringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
-    size_t used = 0;
-    int64_t n = 0;
-    try {
-      n = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != part.size() || part.empty() || n < 1)
-      fail("{} = '{}': expected a number of equal islands ('2'), their sizes ('4,4,2') or 'machines'", key, text);
-    sizes.push_back(n);
-  }
+  sizes = positive_counts(text, key, "expected a number of equal islands ('2'), their sizes ('4,4,2') or 'machines'");
   if (sizes.size() == 1) {  // a count of equal islands
     const int64_t n = sizes[0];
     if (n > world_size || world_size % n != 0)
@@ -105,21 +108,8 @@ void Layout::place_islands(const LayoutSpec& spec) {
   }
   island_steps_.assign(island_sizes_.size(), 1);
   if (!spec.island_steps.empty()) {
-    std::vector<int64_t> steps;
-    std::istringstream in(spec.island_steps);
-    for (std::string part; std::getline(in, part, ',');) {
-      size_t used = 0;
-      int64_t n = 0;
-      try {
-        n = std::stoll(part, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (part.empty() || used != part.size() || n < 1)
-        fail("parallel.island_steps = '{}': expected optimizer steps per tick for each island, e.g. '2,1'",
-             spec.island_steps);
-      steps.push_back(n);
-    }
+    const std::vector<int64_t> steps = positive_counts(spec.island_steps, "parallel.island_steps",
+                                                       "expected optimizer steps per tick for each island, e.g. '2,1'");
     if (steps.size() != island_sizes_.size())
       fail(
           "parallel.island_steps = '{}' gives {} island(s) steps but parallel.islands makes {}: one number per "
