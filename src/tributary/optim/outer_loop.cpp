@@ -55,10 +55,8 @@ void OuterLoop::own(size_t unit, const NamedTensors& global) {
 const NamedTensors& OuterLoop::owner_step(size_t unit, const std::vector<torch::Tensor>& sum, double weight,
                                           int64_t count) {
   OuterOptimizer& outer = *units_[unit].outer;
-  // count 0: every path through the unit was dropped; a discarded step: the outer optimizer does not move. Either
-  // way the unit keeps its global parameters.
-  if (count > 0 && (!commit_ || commit_(unit, outer.num_steps() + 1)))
-    outer.apply(finalize(sum, weight, count, options_.norm_rescale));
+  // count 0: every path through the unit was dropped; the unit keeps its global parameters.
+  if (count > 0) outer.apply(finalize(sum, weight, count, options_.norm_rescale));
   return outer.global();
 }
 
@@ -107,14 +105,6 @@ void OuterLoop::land(size_t index, NamedTensors& params) {
   u.apply_step = -1;
   auto local = subset(params, u);
   torch::NoGradGuard no_grad;
-  if (commit_ && !commit_(index, u.outer->num_steps() + 1)) {
-    // Discarded: back to the last global parameters; the outer optimizer does not move.
-    for (size_t i = 0; i < local.size(); ++i) {
-      auto& p = local[i].second;
-      p.copy_(u.outer->global()[i].second.to(p.device(), p.scalar_type()));
-    }
-    return;
-  }
   if (!u.merge) {
     u.outer->step(averaged, local);  // every replica continues from the new global parameters
   } else {

@@ -1,6 +1,6 @@
 // The outer loop of DiLoCo, Streaming DiLoCo and DiPaCo (data parallel is its H = 1 limit with an identity outer step
 // and lives in parallel/data_parallel.h): every step, the units that are due send their pseudo-gradients to the
-// reduction; a landed reduction passes the commit gate and takes the unit's outer Nesterov step. The reduction is a
+// reduction; a landed reduction takes the unit's outer Nesterov step. The reduction is a
 // parameter: an average across replicas (Reducer: every replica steps its copy of each unit's outer optimizer) or,
 // for DiPaCo's modules, an owner reduction (OwnerReducer: each unit's weighted sums reach its one owner, which alone
 // holds and steps its outer optimizer; sync_owned()).
@@ -10,12 +10,12 @@
 //   send      pseudo-gradient = global - local, handed to `reduce` (asynchronous: a future)
 //   land      now (overlap 0: every replica continues from the new global parameters), or tau = overlap_steps
 //             later, merged: local = alpha * local + (1 - alpha) * global (Streaming DiLoCo, arXiv 2501.18512)
-//   commit    `commit(unit, outer_step)` may discard an outer step (fault tolerance): the unit then returns to its
-//             last global parameters and its outer optimizer does not move. Default: always commit.
-//   landed    `landed(globals, when, merged)` after every committed outer step (the replica hash check)
+//   landed    `landed(globals, when, merged)` after every outer step (the replica hash check)
+//   faults    a round is committed or redone whole inside the reduction (optim/resilient_average.h), so every outer
+//             step that lands here is final
 //   DiPaCo    one unit per module; every unit is due at the end of each round (H = tau); the pseudo-gradients are
 //             accumulated per path outside the loop (sum_p w_p delta_p, optim/module_outer.h) and handed to
-//             sync_owned(); the owner's step is Delta = s(n) * sum / sum_p w_p, then Nesterov, behind the commit gate
+//             sync_owned(); the owner's step is Delta = s(n) * sum / sum_p w_p, then Nesterov
 //
 // Torch but no communication: the reducer is an interface, so the loop is tested with a fake one (no processes).
 #pragma once
@@ -50,12 +50,10 @@ struct OuterLoopOptions {
 // both is issue 41's open "one driver" work.
 class OuterLoop {
  public:
-  using Commit = std::function<bool(size_t unit, int64_t outer_step)>;
   using Landed = std::function<void(const NamedTensors& globals, const std::string& when, bool merged)>;
 
   OuterLoop(const OuterLoopOptions& options, Reducer& reducer);  // `reducer` outlives the loop
   explicit OuterLoop(const OuterLoopOptions& options);           // units with owners: sync_owned() only
-  void set_commit(Commit commit) { commit_ = std::move(commit); }
   void set_landed(Landed landed) { landed_ = std::move(landed); }
 
   // Splits the parameters into units (blocks strided over the fragments; embeddings, final norm and head with
@@ -71,7 +69,7 @@ class OuterLoop {
   void own(size_t unit, const NamedTensors& global);  // this worker owns `unit` from now on: outer state from `global`
   OuterOptimizer* owned(size_t unit) const { return units_[unit].outer.get(); }  // nullptr unless owned here
   // One round: `contributions[u]` = this worker's sums of unit u (nullptr: none), `owner[u]` its owner's group rank.
-  // Every unit syncs at `step`; each owner's step passes the commit gate. Collective over the reducer's group.
+  // Every unit syncs at `step`; each owner takes its units' steps. Collective over the reducer's group.
   void sync_owned(int64_t step, const std::vector<const ModuleAccumulator*>& contributions,
                   const std::vector<int>& owner, OwnerReducer& reducer);
 
@@ -95,7 +93,6 @@ class OuterLoop {
 
   OuterLoopOptions options_;
   Reducer* reducer_;  // the average; nullptr for units with owners
-  Commit commit_;
   Landed landed_;
   std::vector<SyncUnit> units_;
   int64_t current_h_;

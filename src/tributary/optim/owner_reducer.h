@@ -1,7 +1,7 @@
 // The outer loop's other reduction: units that each have one owner (DiPaCo's modules). Where the average (reducer.h)
 // leaves every replica with the same averaged pseudo-gradient and every replica steps its own copy of the unit's
 // outer optimizer, an owner reduction brings a round's weighted sums of unit u to u's owner only, which takes u's outer
-// step (`step`, the outer loop's: commit gate, norm rescale, Nesterov); what happens to the new global parameters
+// step (`step`, the outer loop's: norm rescale, Nesterov); what happens to the new global parameters
 // next is the reduction's business:
 //   OwnerRing   (optim/module_ring.h)    one ring for all units: reduce-scatter to the owners, the owners' steps,
 //                                         all-gather of the changes into every worker's replica of every unit;

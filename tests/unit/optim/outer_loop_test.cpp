@@ -89,22 +89,6 @@ TEST(OuterLoop, OverlappedExchangesLandTauStepsLaterAndMerge) {
   for (auto& [name, g] : loop.globals()) EXPECT_TRUE(torch::allclose(g, torch::ones_like(g))) << name;
 }
 
-TEST(OuterLoop, ADiscardedOuterStepReturnsToTheLastGlobalParameters) {
-  Fixture f;
-  auto loop = f.make({.inner_steps = 2, .outer = {1.0, 0.0}});
-  std::vector<int64_t> asked;
-  loop.set_commit([&](size_t, int64_t outer_step) {
-    asked.push_back(outer_step);
-    return false;
-  });
-  loop.start(f.params, 0);
-  for (auto& [name, p] : f.params) p.fill_(5.0);
-  f.run(loop, 1, 2);
-  EXPECT_EQ(asked, (std::vector<int64_t>{1}));
-  EXPECT_EQ(loop.outer_steps(), 0);
-  for (auto& [name, p] : f.params) EXPECT_TRUE(torch::equal(p, torch::zeros_like(p))) << name;
-}
-
 TEST(OuterLoop, FinishSyncsPendingInnerSteps) {
   Fixture f;
   auto loop = f.make({.inner_steps = 4, .fragments = 2});

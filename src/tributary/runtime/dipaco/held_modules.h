@@ -7,7 +7,7 @@
 //                                only (optim/module_owners.h) and every owner publishes its new values.
 // The modules are the sync units of an OuterLoop (optim/outer_loop.h) whose reduction is the owners' ring
 // (optim/module_ring.h) or the path-local upload (optim/module_owners.h); the loop holds the owned modules' outer
-// state and takes their steps behind its commit gate.
+// state and takes their steps.
 // Owners: modules dealt round-robin over the initial workers; a dead owner's modules pass to a survivor, which
 // restarts their momentum from zero (the state died with the owner; path-local, the values come from the depot).
 #pragma once
