@@ -275,3 +275,17 @@ TEST_F(CliHardening, DataBuildWarnsWhenADomainGetsNoValidationDocument) {
       << out;
   EXPECT_EQ(out.find("domain 'big' has no validation document"), std::string::npos) << out;
 }
+
+TEST_F(CliHardening, PlanSitesProposesIslandsFromTheRegionsAndRefusesSplitRegions) {
+  auto [rc, out] = cli(std::string("plan ") + TRIBUTARY_SOURCE_DIR + "/configs/examples/cluster.json --sites");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("berlin           2 device(s): ranks 0..1"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set parallel.islands=2,2"), std::string::npos) << out;
+  EXPECT_NE(out.find("launch --nproc 2 --nnodes 2"), std::string::npos) << out;
+  {
+    std::ofstream f(work_dir() / "split.json");
+    f << R"({"latency_ms": [[0, 1, 1], [1, 0, 1], [1, 1, 0]], "bandwidth_gbps": [[10, 1, 1], [1, 10, 1], [1, 1, 10]],
+             "device_regions": ["a", "b", "a"]})";
+  }
+  expect_user_error("plan split.json --sites", "region 'a' has devices 0 and 2");
+}
