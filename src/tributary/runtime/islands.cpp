@@ -33,7 +33,7 @@ safetensors::File outer_rows(const safetensors::File& whole, const NamedTensors&
 }  // namespace
 
 Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layout)
-    : inside_config_(data_parallel(config)), layout_(layout), shard_optimizer_(config.parallel.shard_optimizer) {
+    : layout_(layout), shard_optimizer_(config.parallel.shard_optimizer) {
   TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
   auto store = rendezvous(config, env);
   const comm::GroupOptions options = group_options(config);
@@ -41,12 +41,13 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
   island_ = std::make_unique<comm::Group>(store, int(layout.island_rank()), int(size), options,
                                           fmt::format("island.{}", island));
   if (size > 1)
-    inside_ = std::make_unique<Replicas>(inside_config_, ReplicaGroup{.store = store,
-                                                                      .rank = int(layout.island_rank()),
-                                                                      .size = int(size),
-                                                                      .link = std::nullopt,
-                                                                      .prefix = fmt::format("island-dp.{}", island),
-                                                                      .part = false});
+    inside_ =
+        std::make_unique<Replicas>(data_parallel(config), ReplicaGroup{.store = store,
+                                                                       .rank = int(layout.island_rank()),
+                                                                       .size = int(size),
+                                                                       .link = std::nullopt,
+                                                                       .prefix = fmt::format("island-dp.{}", island),
+                                                                       .part = false});
   if (layout.outer_shard() >= 0) {
     const std::vector<int> peers = layout.outer_shard_ranks();
     const auto links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
@@ -136,26 +137,23 @@ bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool las
 }
 
 NamedTensors Islands::whole_outer_state(const NamedTensors& params) {
-  // Whole-size tensors in the parameters' order (global, then momentum), this rank's rows filled; the island's
-  // all-gather fills the other shards' rows. Rank 0 writes them in its outer loop's order, as flat DiLoCo does.
+  // Whole-size tensors (global, then momentum, per parameter; the file sorts them by name), this rank's rows filled;
+  // the island's all-gather fills the other shards' rows.
   std::map<std::string, torch::Tensor> mine;
   if (across_)
     for (auto& [key, t] : across_->sync().outer_state()) mine.emplace(key, t);
   const RowShards rows(std::max<int64_t>(0, layout_.outer_shard()), layout_.outer_shards());
-  std::map<std::string, torch::Tensor> whole;
+  NamedTensors whole;
   std::vector<torch::Tensor> tensors;
   for (const auto& [name, p] : params)
     for (const std::string& key : {name, name + ".outer_momentum"}) {
       auto t = torch::zeros(p.sizes(), torch::kFloat32);
       if (auto it = mine.find(key); it != mine.end()) rows.mine(t).copy_(it->second);
-      whole.emplace(key, t);
+      whole.emplace_back(key, t);
       tensors.push_back(t);
     }
   share(tensors, layout_.outer_shards());
-  NamedTensors out;
-  if (across_)
-    for (const auto& [key, t] : across_->sync().outer_state()) out.emplace_back(key, whole.at(key));
-  return out;
+  return whole;
 }
 
 CheckpointPeers Islands::peers() {

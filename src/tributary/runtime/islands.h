@@ -60,7 +60,6 @@ class Islands {
   NamedTensors whole_outer_state(const NamedTensors& params);
   void share(const std::vector<torch::Tensor>& tensors, int64_t shards);  // island all-gather of row shards
 
-  RunConfig inside_config_;  // data parallel, fp32 (the inside replicas keep a reference)
   Layout layout_;
   bool shard_optimizer_;
   std::unique_ptr<comm::Group> island_, world_;
