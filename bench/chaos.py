@@ -99,6 +99,7 @@ class Run:
         train = ["train", os.path.join(ROOT, "configs/diloco.toml"), "--overwrite",
                  f"--set=train.run_dir={run_dir}", f"--set=train.steps={args.steps}", "--set=train.log_every=1",
                  f"--set=train.eval_every={args.steps}", f"--set=dist.inner_steps={args.inner_steps}",
+                 f"--set=optim.warmup_steps={min(40, max(1, args.steps // 10))}",  # the config's 40, or a tenth
                  "--set=dist.fault_tolerant=true", f"--set=dist.heartbeat_timeout_s={args.heartbeat}",
                  "--set=dist.collective_timeout_s=600", f"--set=dist.algorithm={args.algorithm}"]
         common = ["--grace", "10", "--max-restarts", "1000", "--max-failures", "3"]
@@ -304,9 +305,11 @@ def main():
         if machines:
             machines.down()
     text = json.dumps(report, indent=1)
+    failed = False
     for name in ("chaos", "clean"):
         r = report.get(name)
         if r and (r["exit"] != 0 or r["summary"] is None):
+            failed = True
             log_name = ("faults" if name == "chaos" else "clean") + tag
             print(f"THE {name.upper()} RUN FAILED: launch exit {r['exit']}, "
                   f"{'no summary.json of its own' if r['summary'] is None else 'a summary'}; "
@@ -321,8 +324,9 @@ def main():
         print(f"| {i} | {r['t']:.0f} | {r['rank']} | {r['kind']} | {r['step']} | {r['detected_after_s']} | "
               f"{r['round_stall_s']} | {r['trains_after_restart_s']} | {r['healed_after_restart_s']} | "
               f"{r['joined_at_step']} | {r['steps_lost']} |")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
     os.makedirs("/tmp/tributary_chaos", exist_ok=True)
-    main()
+    sys.exit(main())
