@@ -16,7 +16,9 @@
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/tb_events.h"
+#include "tributary/data/corpus.h"
 #include "tributary/data/dataset.h"
+#include "tributary/data/hf_tokenizer.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/checkpoint.h"
@@ -31,6 +33,24 @@ fs::path work_dir() { return fs::temp_directory_path() / "trib_integration"; }
 fs::path data_dir() { return test_support::test_data_dir((work_dir() / "data").string()); }
 
 // The CLI: exit codes and messages users see.
+// transformers' AutoTokenizer, reading `dir` alone (tokenizer.json, tokenizer_config.json), gives `ours`'s ids for a
+// text of accents, characters no training text had, tabs, newlines and double spaces, and decodes them back.
+void expect_transformers_round_trip(const fs::path& dir, const Tokenizer& ours) {
+  const std::string text =
+      "And God said, \u00abLet there be light\u00bb: h\u00e9llo \u2713 \U0001D11E\n\ttabs  and  spaces\n";
+  const fs::path text_file = dir / "tokenizer_text.txt";
+  write_file(text_file, text);
+  const auto [py_rc, printed] =
+      test_support::run_shell(fmt::format("{} {}/tests/reference/hf_tokenizer_roundtrip.py {} {}", TRIBUTARY_PYTHON,
+                                          TRIBUTARY_SOURCE_DIR, dir.string(), text_file.string()));
+  fs::remove(text_file);
+  ASSERT_EQ(py_rc, 0) << printed;
+  const auto theirs = nlohmann::json::parse(printed.substr(printed.rfind("{\"ids\"")));
+  EXPECT_EQ(theirs["ids"].get<std::vector<int32_t>>(), ours.encode(text)) << dir << ": " << printed;
+  EXPECT_EQ(theirs["decoded"].get<std::string>(), text) << dir << ": " << printed;
+  EXPECT_EQ(theirs["eos_id"].get<int32_t>(), ours.eot_id()) << dir << ": " << printed;
+}
+
 std::pair<int, std::string> run_cli(const std::string& args) {
   return test_support::run_shell(std::string(TRIBUTARY_CLI) + " " + args);
 }
@@ -141,6 +161,27 @@ TEST_F(Training, SentencePieceDatasetTrainsAndGenerates) {
   auto [rc, out] = run_cli("generate " + s.run_dir.string() + " --prompt 'The Lord' --tokens 8 --threads 1");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out.rfind("The Lord", 0), 0u) << out;
+  // export writes the SentencePiece model as a tokenizer.json too (BPE, byte fallback), which transformers reads
+  const auto hf = work_dir() / "spm_hf";
+  fs::remove_all(hf);
+  std::tie(rc, out) = run_cli("export " + s.run_dir.string() + " --format hf --out " + hf.string());
+  ASSERT_EQ(rc, 0) << out;
+  expect_transformers_round_trip(hf, SentencePieceTokenizer(hf / "tokenizer.model"));
+  // ... and a unigram model (data build --sp-model-type unigram) the same way
+  const auto unigram = work_dir() / "spm_unigram";
+  fs::remove_all(unigram);
+  fs::create_directories(unigram);
+  const Corpus corpus = build_default_corpus({.max_bytes_per_domain = 50 << 10});
+  std::vector<std::string_view> texts;
+  for (const Document& d : corpus.docs) texts.push_back(d.text);
+  train_sentencepiece(texts, unigram / "tokenizer", {.vocab_size = 512, .model_type = "unigram"});
+  const SentencePieceTokenizer unigram_tokenizer(unigram / "tokenizer.model");
+  const auto model = SentencePieceModel::parse(read_file(unigram / "tokenizer.model"), "unigram tokenizer.model");
+  ASSERT_EQ(model.kind, SentencePieceModel::Kind::kUnigram);
+  const HfTokenizer files = hf_sentencepiece_tokenizer(model, unigram_tokenizer.eot_id(), 64);
+  write_file(unigram / "tokenizer.json", files.tokenizer.dump());
+  write_file(unigram / "tokenizer_config.json", files.config.dump());
+  expect_transformers_round_trip(unigram, unigram_tokenizer);
 }
 
 TEST_F(Training, ResumeRefusesAnotherConfiguration) {
@@ -277,20 +318,7 @@ TEST_F(Training, LocalChunksResumeBitForBitAndKeepTheirHeadsBesideTheModel) {
   for (const auto& [name, view] : exported.tensors()) EXPECT_EQ(name.find("aux"), std::string::npos) << name;
   EXPECT_NE(read_file(hf / "config.json").find("\"LlamaForCausalLM\""), std::string::npos);
   EXPECT_NE(read_file(hf / "tributary_tokenizer.json").find("\"byte\""), std::string::npos);
-  {  // transformers' AutoTokenizer reads the exported tokenizer.json: our ids for any text, and the text back
-    const std::string text =
-        "And God said, \u00abLet there be light\u00bb: h\u00e9llo \u2713 \U0001D11E\n\ttabs  and  spaces\n";
-    const fs::path text_file = hf.parent_path() / "tokenizer_text.txt";
-    write_file(text_file, text);
-    const auto [py_rc, printed] =
-        test_support::run_shell(fmt::format("{} {}/tests/reference/hf_tokenizer_roundtrip.py {} {}", TRIBUTARY_PYTHON,
-                                            TRIBUTARY_SOURCE_DIR, hf.string(), text_file.string()));
-    ASSERT_EQ(py_rc, 0) << printed;
-    const auto theirs = nlohmann::json::parse(printed.substr(printed.rfind("{\"ids\"")));
-    EXPECT_EQ(theirs["ids"].get<std::vector<int32_t>>(), ByteTokenizer().encode(text)) << printed;
-    EXPECT_EQ(theirs["decoded"].get<std::string>(), text) << printed;
-    EXPECT_EQ(theirs["eos_id"].get<int32_t>(), ByteTokenizer::kEot) << printed;
-  }
+  expect_transformers_round_trip(hf, ByteTokenizer());  // AutoTokenizer reads the exported tokenizer.json
   {  // transformers' LlamaForCausalLM, from the exported files alone, gives our logits
     const LoadedModel trained = load_model(full.run_dir.string(), torch::kCPU);
     auto tokens = torch::randint(257, {2, 24}, torch::kInt64);

@@ -7,6 +7,10 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -72,10 +76,31 @@ int trib_spm_decode(void* handle, const int* ids, size_t num_ids, char** text, s
 
 void trib_spm_free_buffer(void* buffer) { std::free(buffer); }
 
+// SentencePiece 0.1.97 logs its whole command line before it reads --minloglevel, so its stderr goes to a temporary
+// file while it trains, and into the error when training fails.
 int trib_spm_train(const char* args, char* err, size_t err_len) {
+  char log_path[] = "/tmp/tributary-spm-XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  const int saved = log_fd >= 0 ? dup(2) : -1;
+  if (saved >= 0) dup2(log_fd, 2);
   auto status = sentencepiece::SentencePieceTrainer::Train(args);
+  std::string log;
+  if (saved >= 0) {
+    dup2(saved, 2);
+    close(saved);
+  }
+  if (log_fd >= 0) {
+    char buf[4096];
+    lseek(log_fd, 0, SEEK_SET);
+    for (ssize_t n; (n = read(log_fd, buf, sizeof(buf))) > 0;) log.append(buf, static_cast<size_t>(n));
+    close(log_fd);
+    unlink(log_path);
+  }
   if (!status.ok()) {
-    set_error(err, err_len, status.ToString());
+    const size_t keep = 600;
+    set_error(err, err_len,
+              status.ToString() +
+                  (log.empty() ? "" : "; its log ends: " + log.substr(log.size() - std::min(keep, log.size()))));
     return 1;
   }
   return 0;

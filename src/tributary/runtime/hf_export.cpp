@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/data/hf_tokenizer.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/inference.h"
@@ -29,65 +31,9 @@ struct PathCheckpoint {
   }
 };
 
-// A code point as UTF-8.
-std::string utf8(uint32_t cp) {
-  std::string out;
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
-// Our byte tokenizer (id b < 256 is byte b, 256 ends a document) in the `tokenizers` library's format: a byte-level
-// BPE without merges, whose vocabulary is GPT-2's printable stand-in for each byte (the ByteLevel pre-tokenizer's
-// alphabet) at the byte's own id, and the end of a document as a special added token. transformers'
-// PreTrainedTokenizerFast (AutoTokenizer) then encodes text to our ids and decodes them back.
-nlohmann::json byte_level_tokenizer(int32_t eot_id) {
-  std::vector<uint32_t> stand_in(256, 0);
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    stand_in[b] = printable ? b : next++;
-  }
-  nlohmann::json vocab = nlohmann::json::object();
-  for (uint32_t b = 0; b < 256; ++b) vocab[utf8(stand_in[b])] = b;
-  const std::string eot = "<|endoftext|>";
-  vocab[eot] = eot_id;
-  const nlohmann::json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens",
-           {{{"id", eot_id},
-             {"content", eot},
-             {"single_word", false},
-             {"lstrip", false},
-             {"rstrip", false},
-             {"normalized", false},
-             {"special", true}}}},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", byte_level},
-          {"post_processor", nullptr},
-          {"decoder", byte_level},
-          {"model",
-           {{"type", "BPE"},
-            {"dropout", nullptr},
-            {"unk_token", nullptr},
-            {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr},
-            {"fuse_unk", false},
-            {"byte_fallback", false},
-            {"ignore_merges", false},
-            {"vocab", vocab},
-            {"merges", nlohmann::json::array()}}}};
+void write_hf_tokenizer(const fs::path& out, const HfTokenizer& hf) {
+  write_file_atomic(out / "tokenizer.json", hf.tokenizer.dump(2) + "\n");
+  write_file_atomic(out / "tokenizer_config.json", hf.config.dump(2) + "\n");
 }
 
 }  // namespace
@@ -108,17 +54,21 @@ fs::path export_hf(const std::string& run_or_checkpoint, const fs::path& out, st
   nlohmann::json tokenizer = {{"type", loaded.tokenizer->kind()},
                               {"vocab_size", loaded.tokenizer->vocab_size()},
                               {"eot_id", loaded.tokenizer->eot_id()}};
+  const int64_t max_length = c.context;
   if (loaded.tokenizer->kind() == "byte") {
     tokenizer["ids"] = "id b < 256 is the byte b; 256 ends a document";
-    write_file_atomic(out / "tokenizer.json", byte_level_tokenizer(loaded.tokenizer->eot_id()).dump(2) + "\n");
-    const nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                   {"eos_token", "<|endoftext|>"},
-                                   {"model_max_length", c.context},
-                                   {"clean_up_tokenization_spaces", false}};
-    write_file_atomic(out / "tokenizer_config.json", config.dump(2) + "\n");
+    write_hf_tokenizer(out, hf_byte_tokenizer(loaded.tokenizer->eot_id(), max_length));
   } else {
-    write_file_atomic(out / "tokenizer.model", read_file(loaded.dir / "tokenizer.model"));
+    const fs::path model_file = loaded.dir / "tokenizer.model";
+    const std::string bytes = read_file(model_file);
+    write_file_atomic(out / "tokenizer.model", bytes);
     tokenizer["file"] = "tokenizer.model";
+    const SentencePieceModel model = SentencePieceModel::parse(bytes, model_file.string());
+    if (const std::string why = hf_unsupported(model); why.empty())
+      write_hf_tokenizer(out, hf_sentencepiece_tokenizer(model, loaded.tokenizer->eot_id(), max_length));
+    else
+      log::warn("export: no tokenizer.json for '{}', a SentencePiece model with {}: tokenizer.model only",
+                model_file.string(), why);
   }
   write_file_atomic(out / "tributary_tokenizer.json", tokenizer.dump(2) + "\n");
   return out;
