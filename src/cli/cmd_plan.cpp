@@ -217,7 +217,12 @@ void run_plan(Args a) {
       best.c_pp);
   std::printf("plan: %.3f s per iteration = %s   (GA: %lld evaluations in %.2f s%s)\n", e.total,
               terms(e, a.compute).c_str(), static_cast<long long>(best.result.evaluations), best.result.seconds,
-              best.result.budget_hit ? ", TIME BUDGET HIT: result not reproducible" : "");
+              best.result.budget_hit
+                  ? fmt::format(", stopped by --budget {:g} s before its {} offspring per GA island: another run may "
+                                "find another plan; a larger --budget gives a reproducible one",
+                                a.ga.time_budget_s, a.ga.offspring)
+                        .c_str()
+                  : "");
   print_layout(cluster, model, best);
   std::printf("baselines:\n");
   print_eval("GA plan", e, e.total, a.compute);

@@ -11,6 +11,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/log.h"
+#include "tributary/core/progress.h"
 
 namespace tributary {
 namespace {
@@ -236,7 +237,9 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
     infos[s].shards.push_back(file);
     current[s] = Shard{};
   };
+  Progress progress("data build: tokenizing", static_cast<int64_t>(corpus.docs.size()), "documents");
   for (size_t i = 0; i < corpus.docs.size(); ++i) {
+    progress.advance();
     const auto& doc = corpus.docs[i];
     int s = is_val[i] ? 1 : 0;
     std::vector<int32_t> ids = tokenizer->encode(doc.text);
@@ -253,6 +256,7 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
     infos[s].num_bytes += static_cast<int64_t>(doc.text.size());
     if (static_cast<int64_t>(shard.tokens.size()) >= options.shard_tokens) flush(s);
   }
+  progress.done();
   flush(0);
   flush(1);
   if (infos[0].num_tokens == 0 || infos[1].num_tokens == 0)

@@ -6,6 +6,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/core/progress.h"
 #include "tributary/data/hf_tokenizer.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/runtime/dipaco/modules.h"
@@ -45,12 +46,17 @@ fs::path export_hf(const std::string& run_or_checkpoint, const fs::path& out, st
   if (!dipaco && path) fail("--path {}: '{}' is not a DiPaCo run (it has one model)", *path, run_or_checkpoint);
   std::optional<PathCheckpoint> assembled;
   if (dipaco) assembled.emplace(run_or_checkpoint, *path);
+  Progress progress("export", 3, "steps");  // read, convert, write: a large model takes a while on each
   const LoadedModel loaded = load_model(dipaco ? assembled->dir.string() : run_or_checkpoint, torch::kCPU);
   const ModelConfig& c = loaded.config.model;
   check_llama_shaped(c);
+  progress.advance();
   fs::create_directories(out);
   write_file_atomic(out / "config.json", hf_llama_config_json(c));
-  write_file_atomic(out / "model.safetensors", tensors_to_safetensors(to_hf_llama(*loaded.model), {{"format", "pt"}}));
+  std::string weights = tensors_to_safetensors(to_hf_llama(*loaded.model), {{"format", "pt"}});
+  progress.advance();
+  write_file_atomic(out / "model.safetensors", weights);
+  progress.done();
   nlohmann::json tokenizer = {{"type", loaded.tokenizer->kind()},
                               {"vocab_size", loaded.tokenizer->vocab_size()},
                               {"eot_id", loaded.tokenizer->eot_id()}};

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "tributary/core/error.h"
+#include "tributary/core/progress.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/runtime/checkpoint.h"
@@ -71,12 +72,18 @@ fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& 
   config.data.dir = data_dir;
   config.validate();
   const std::string kind = tokenizer_kind(dir);
+  Progress progress("import", 3, "steps");  // read, convert, write: a large model takes a while on each
   Transformer model(config.model);
-  const NamedTensors params = from_hf_llama(model, read_hf_tensors(dir), dir.string());
+  auto tensors = read_hf_tensors(dir);
+  progress.advance();
+  const NamedTensors params = from_hf_llama(model, std::move(tensors), dir.string());
+  progress.advance();
   const nlohmann::json state = {
       {"step", 0}, {"tokens", 0}, {"tokenizer", kind}, {"imported_from", fs::absolute(dir).string()}};
   const fs::path tok_model = kind == "sentencepiece" ? dir / "tokenizer.model" : fs::path();
-  return save_checkpoint(out, 0, {params, {}, state, config.to_toml(), tok_model}, 1);
+  const fs::path saved = save_checkpoint(out, 0, {params, {}, state, config.to_toml(), tok_model}, 1);
+  progress.done();
+  return saved;
 }
 
 }  // namespace tributary

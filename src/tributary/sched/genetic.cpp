@@ -1,5 +1,9 @@
 #include "tributary/sched/genetic.h"
 
+#include <atomic>
+
+#include "tributary/core/progress.h"
+
 #include "tributary/core/error.h"
 
 #include <algorithm>
@@ -303,7 +307,7 @@ struct Island {
 };
 
 Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed,
-                  std::chrono::steady_clock::time_point deadline) {
+                  std::chrono::steady_clock::time_point deadline, std::atomic<int64_t>& offspring_done) {
   SplitMix64 rng(seed);
   const int n = model.num_devices(), d_dp = model.d_dp(), m = model.d_pp();
   bool budget_hit = false;
@@ -328,6 +332,7 @@ Island run_island(const CostModel& model, const GeneticOptions& o, uint64_t seed
     bool duplicate = false;
     for (const auto& s : population) duplicate |= s.same_as(child);
     if (!duplicate && child.better_than(population[worse])) population[worse] = std::move(child);
+    offspring_done += 1;
   }
   size_t best = 0;
   for (size_t i = 1; i < population.size(); ++i)
@@ -355,14 +360,26 @@ ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& op
   std::vector<std::thread> threads;
   // An exception must not leave a thread (std::terminate): each island's is kept and the first rethrown here.
   std::vector<std::exception_ptr> errors(islands.size());
+  std::atomic<int64_t> offspring_done{0}, finished{0};
   for (size_t i = 0; i < islands.size(); ++i)
     threads.emplace_back([&, i]() {
       try {
-        islands[i] = run_island(model, options, SplitMix64(options.seed * 0x9E3779B97F4A7C15ULL + i).next(), deadline);
+        islands[i] = run_island(model, options, SplitMix64(options.seed * 0x9E3779B97F4A7C15ULL + i).next(), deadline,
+                                offspring_done);
       } catch (...) {
         errors[i] = std::current_exception();
       }
+      finished += 1;
     });
+  {  // the offspring made so far, and the time budget's end as the ETA's bound
+    Progress progress("plan: genetic search", int64_t(options.offspring) * int64_t(islands.size()), "offspring");
+    for (int64_t shown = 0; finished < int64_t(islands.size());) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int64_t now = offspring_done;
+      progress.advance(now - shown);
+      shown = now;
+    }
+  }
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
