@@ -1,6 +1,7 @@
 // Each subcommand registers itself on the CLI11 app; the callbacks are thin: parse, build objects, call the library.
 #pragma once
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -35,11 +36,10 @@ inline CLI::Validator finite_range(double lo, double hi) {
         } catch (const std::exception&) {
           return "'" + s + "' is not a number";
         }
-        if (!(v >= lo && v <= hi))
-          return "'" + s + "' is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        if (!(v >= lo && v <= hi)) return fmt::format("'{}' is outside {:g} to {:g}", s, lo, hi);
         return {};
       },
-      "FINITE in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      fmt::format("{:g} to {:g}", lo, hi));
 }
 constexpr int64_t kMaxThreads = 1024;  // intra-op threads a flag may ask for
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/help_format.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/cpu_allocator.h"
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
   app.require_subcommand(1);
-  app.option_defaults()->always_capture_default();  // every option's help shows its default
+  app.option_defaults()->always_capture_default();                   // every option's help shows its default
+  app.formatter(std::make_shared<tributary::cli::HelpFormatter>());  // before the commands: they copy it
   app.set_version_flag(
       "--version", [] { return tributary::platform_report(); },
       "Tributary's version, the LibTorch it runs on, its BLAS and threads, and CUDA devices");

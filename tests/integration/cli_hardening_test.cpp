@@ -224,11 +224,18 @@ TEST_F(CliHardening, HelpConfigWithAConfigShowsItsValuesAndMarksWhatDiffers) {
   EXPECT_NE(out.find("* train.steps                  = 700 "), std::string::npos) << out;
   EXPECT_NE(out.find("* train.run_dir                = 'runs/diloco'"), std::string::npos) << out;
   EXPECT_NE(out.find("  train.seed "), std::string::npos) << "a key left at its default is not marked\n" << out;
-  // Issue 45, item 7: help shows every option's default.
+  // Issue 45, item 7: help shows every option's default, and its bounds in words (not CLI11's "INT in [0 - 2^63-1]").
   auto [rc_help, help] = cli("eval --help");
   ASSERT_EQ(rc_help, 0) << help;
-  EXPECT_NE(help.find("--device TEXT=cpu"), std::string::npos) << help;
-  EXPECT_NE(help.find("--batch-size INT:INT in [1 - 1048576]=16"), std::string::npos) << help;
+  EXPECT_NE(help.find("--device TEXT (default cpu)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--batch-size INT (1 to 1048576; default 16)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--batches INT (at least 0; default 0)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--split TEXT ({train,val}; default val)"), std::string::npos) << help;
+  for (const char* command : {"train", "eval", "generate", "data build", "plan", "launch", "export", "route"}) {
+    auto [rc_c, text] = cli(std::string(command) + " --help");
+    EXPECT_EQ(rc_c, 0) << command << ": " << text;
+    EXPECT_EQ(text.find(" in ["), std::string::npos) << command << ": " << text;
+  }
   auto [rc2, plain] = cli("train --help-config");
   ASSERT_EQ(rc2, 0) << plain;
   EXPECT_EQ(plain.find("* "), std::string::npos) << plain;
@@ -274,6 +281,12 @@ TEST_F(CliHardening, DataBuildWarnsWhenADomainGetsNoValidationDocument) {
   EXPECT_NE(out.find("domain 'small' has no validation document (1 document(s), val_permille = 50)"), std::string::npos)
       << out;
   EXPECT_EQ(out.find("domain 'big' has no validation document"), std::string::npos) << out;
+  // ... and SentencePiece trains without its own log lines in the output (it printed its whole command line)
+  std::tie(rc, out) = cli("data build domains/ --out domains_spm --tokenizer sentencepiece --vocab-size 300");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("training SentencePiece"), std::string::npos) << out;
+  EXPECT_EQ(out.find("LOG("), std::string::npos) << out;
+  EXPECT_EQ(out.find("sentencepiece_trainer"), std::string::npos) << out;
 }
 
 TEST_F(CliHardening, PlanSitesProposesIslandsFromTheRegionsAndRefusesSplitRegions) {
