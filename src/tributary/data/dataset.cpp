@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <cmath>
@@ -31,13 +32,55 @@ nlohmann::json split_to_json(const SplitInfo& s) {
   return {{"shards", s.shards}, {"num_tokens", s.num_tokens}, {"num_docs", s.num_docs}, {"num_bytes", s.num_bytes}};
 }
 
+// Edits (insert, delete, replace a character) between a and b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
+
+void fail_not_a_dataset(const fs::path& dir) {
+  std::error_code ec;
+  const std::string where =
+      dir.is_relative() ? fmt::format(" (relative to the working directory '{}')", fs::current_path(ec).string())
+                        : std::string();
+  if (fs::is_directory(dir, ec))
+    fail(
+        "'{}'{} is not a Tributary dataset: it has no dataset.json. Build one there with `tributary data "
+        "build-default --out {}` (the built-in corpus) or `tributary data build TEXTS --out {}`",
+        dir.string(), where, dir.string(), dir.string());
+  // A misspelt name: the datasets beside it, the closest first.
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  std::vector<std::pair<size_t, std::string>> near;
+  for (const auto& e : fs::directory_iterator(parent, ec))
+    if (fs::exists(e.path() / "dataset.json", ec))
+      near.emplace_back(edit_distance(e.path().filename().string(), dir.filename().string()),
+                        (dir.has_parent_path() ? parent / e.path().filename() : e.path().filename()).string());
+  std::sort(near.begin(), near.end());
+  if (!near.empty() && near.front().first <= std::max<size_t>(2, dir.filename().string().size() / 4))
+    fail("dataset '{}'{} does not exist; did you mean '{}'?", dir.string(), where, near.front().second);
+  std::string others;
+  for (size_t i = 0; i < near.size() && i < 5; ++i) others += (i ? ", '" : "'") + near[i].second + "'";
+  fail(
+      "dataset '{}'{} does not exist{}. Build one with `tributary data build-default --out {}` (the built-in "
+      "corpus) or `tributary data build TEXTS --out {}`",
+      dir.string(), where, others.empty() ? "" : "; datasets beside it: " + others, dir.string(), dir.string());
+}
 
 Dataset Dataset::open(const fs::path& dir) {
   fs::path meta = dir / "dataset.json";
-  if (!fs::exists(meta))
-    fail("'{}' is not a Tributary dataset (no dataset.json); build one with `tributary data build-default --out {}`",
-         dir.string(), dir.string());
+  if (!fs::exists(meta)) fail_not_a_dataset(dir);
   auto j = nlohmann::json::parse(read_file(meta), nullptr, false);
   if (j.is_discarded()) fail("'{}' is not valid JSON; rebuild the dataset", meta.string());
   Dataset d;

@@ -36,6 +36,10 @@ struct SplitInfo {
   int64_t num_bytes = 0;  // UTF-8 bytes of the documents' text (for bits per byte)
 };
 
+// The error for a dataset directory without dataset.json: whether it exists (and relative to which working
+// directory), a dataset beside it with a close name ("did you mean"), or how to build one there.
+[[noreturn]] void fail_not_a_dataset(const fs::path& dir);
+
 class Dataset {
  public:
   static Dataset open(const fs::path& dir);  // Error naming the directory/file when missing or corrupt

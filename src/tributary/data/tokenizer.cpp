@@ -1,5 +1,7 @@
 #include "tributary/data/tokenizer.h"
 
+#include "tributary/data/dataset.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -157,11 +159,7 @@ void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::p
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dataset_dir) {
   fs::path meta = dataset_dir / "dataset.json";
-  if (!fs::exists(meta))
-    fail(
-        "'{}' is not a Tributary dataset (no dataset.json); build one with `tributary data build-default` or "
-        "`tributary data build`",
-        dataset_dir.string());
+  if (!fs::exists(meta)) fail_not_a_dataset(dataset_dir);
   auto spec = nlohmann::json::parse(read_file(meta), nullptr, false);
   if (spec.is_discarded() || !spec.contains("tokenizer")) fail("'{}' is corrupt: no tokenizer entry", meta.string());
   std::string kind = spec["tokenizer"].value("kind", "");

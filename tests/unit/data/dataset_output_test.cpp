@@ -133,3 +133,25 @@ TEST(DatasetOutput, AReadErrorIsAnErrorNotATruncatedCorpus) {
   msg = error_of([] { read_file(fs::temp_directory_path()); });
   EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
 }
+
+TEST(DatasetOutput, AMisspeltDatasetIsNamedWithTheOneBesideItNotBuiltThere) {
+  // Issue 45, item 7: a misspelt data.dir suggested building the built-in corpus into the misspelt directory.
+  const auto parent = fresh("beside");
+  build_dataset(small_corpus(), parent / "default", {.val_permille = 200});
+  auto msg = error_of([&] { Dataset::open(parent / "defualt"); });
+  EXPECT_NE(msg.find("does not exist; did you mean '" + (parent / "default").string() + "'?"), std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("build-default"), std::string::npos) << msg;
+  // nothing close: the datasets beside it, and how to build one
+  msg = error_of([&] { Dataset::open(parent / "something-else"); });
+  EXPECT_NE(msg.find("datasets beside it: '" + (parent / "default").string() + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("data build-default --out"), std::string::npos) << msg;
+  // a directory that exists but holds no dataset, and a relative path names the working directory
+  fs::create_directories(parent / "empty");
+  msg = error_of([&] { Dataset::open(parent / "empty"); });
+  EXPECT_NE(msg.find("it has no dataset.json"), std::string::npos) << msg;
+  msg = error_of([&] { Dataset::open("no-such-relative-dataset"); });
+  EXPECT_NE(msg.find("relative to the working directory '" + fs::current_path().string() + "'"), std::string::npos)
+      << msg;
+  fs::remove_all(parent);
+}
