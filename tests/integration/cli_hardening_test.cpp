@@ -1,6 +1,8 @@
 // Issue 12: the CLI as a careless or hostile user drives it. Every bad flag ends in exit 2 with one [ERROR] line and
 // no signal; path names are never executed; user limits are user errors.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -301,4 +303,27 @@ TEST_F(CliHardening, PlanSitesProposesIslandsFromTheRegionsAndRefusesSplitRegion
              "device_regions": ["a", "b", "a"]})";
   }
   expect_user_error("plan split.json --sites", "region 'a' has devices 0 and 2");
+}
+
+TEST_F(CliHardening, APortInUseIsNamedWithWhatToDo) {
+  // Issue 45, item 7: a port in use printed raw library lines; now one line that names the port and the way out.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  auto [rc, out] = cli(fmt::format("store --port {}", port));
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(error_lines(out), 1) << out;
+  EXPECT_NE(out.find(fmt::format("cannot host the run's store on port {}: another program", port)), std::string::npos)
+      << out;
+  std::tie(rc, out) = cli(fmt::format("launch --nproc 1 --master-port {} -- train --help-config", port));
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("choose another port"), std::string::npos) << out;
+  ::close(fd);
 }

@@ -81,7 +81,13 @@ Store Store::host(int port, std::chrono::milliseconds timeout) {
   try {
     return Store(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts), -1);
   } catch (const std::exception& e) {
-    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, error_text(e)));
+    const std::string why = error_text(e);
+    if (why.find("EADDRINUSE") != std::string::npos)
+      throw NetworkError(fmt::format(
+          "cannot host the run's store on port {}: another program (another run?) listens there; choose another "
+          "port (launch --master-port, store --port; launch on one machine picks a free one without it) or stop it",
+          port));
+    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, why));
   }
 }
 
