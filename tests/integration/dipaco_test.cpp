@@ -97,7 +97,8 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
   EXPECT_NE(out5.find("is a DiPaCo run: say which path to export with --path P"), std::string::npos) << out5;
   // The run report has the paths' table (modules, routed units and loss) and the routing table of the routes.
   test_support::expect_report_opens(
-      work() / "run", {"<th>routed val loss</th>", "<td>L0.m1 L1.m0</td>", "routed to each path", "<td>worker 1</td>"});
+      work() / "run", {"<th>routed val loss</th>", "<td>L0.m1 L1.m0</td>", "routed to each path", "<td>worker 1</td>"},
+      "overview loss workers communication timeline faults dipaco config");
   // Out-of-range paths are refused with the valid range.
   auto [rc3, out3] =
       sh(cli + " export-path " + (work() / "run").string() + " --path 4 --out " + (work() / "nope").string());

@@ -78,7 +78,8 @@ TEST_F(Distributed, FaultTolerantDilocoSurvivesAKilledWorker) {
   // The run report shows the death: the members' count fell to 3 at the round it happened in; workers 0, 1 and 3
   // have their own lines to the end (worker 2's stop at its death); every section renders in a real browser.
   test_support::expect_report_opens(
-      work() / "ft_kill2", {"4 -&gt; 3 workers", "<td>worker 3</td>", "<td>worker 2</td>", "Workers per round"});
+      work() / "ft_kill2", {"4 -&gt; 3 workers", "<td>worker 3</td>", "<td>worker 2</td>", "Workers per round"},
+      "overview loss workers communication timeline faults config");
 }
 
 TEST_F(Distributed, FaultTolerantDilocoSurvivesTheDeathOfRankZero) {

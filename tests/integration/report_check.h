@@ -15,7 +15,9 @@
 
 namespace tributary::test_support {
 
-inline void expect_report_opens(const fs::path& run_dir, const std::vector<std::string>& texts) {
+// `sections`: the ids of the sections this kind of run has, in order (a DiLoCo run has no DiPaCo paths).
+inline void expect_report_opens(const fs::path& run_dir, const std::vector<std::string>& texts,
+                                const std::string& sections) {
   const fs::path html = run_dir / "report.html";
   const auto [rc, out] = run_shell(std::string(TRIBUTARY_CLI) + " report " + run_dir.string());
   ASSERT_EQ(rc, 0) << out;
@@ -27,9 +29,7 @@ inline void expect_report_opens(const fs::path& run_dir, const std::vector<std::
     return;
   }
   const std::string& dom = browser->dom;
-  EXPECT_NE(dom.find("data-sections=\"overview loss workers communication timeline faults dipaco pipeline config\""),
-            std::string::npos)
-      << dom.substr(0, 2000);
+  EXPECT_NE(dom.find("data-sections=\"" + sections + "\""), std::string::npos) << dom.substr(0, 2000);
   EXPECT_NE(dom.find("data-errors=\"0\""), std::string::npos) << browser->log;
   EXPECT_NE(dom.find("data-check=\"ok\""), std::string::npos)
       << "empty sections: " << dom.substr(dom.find("data-empty"), 80);

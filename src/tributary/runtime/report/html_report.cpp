@@ -151,6 +151,7 @@ std::string render_html(const RunFiles& run) {
                                          dipaco_section(run),        pipeline_section(run), config_section(run)};
   std::string nav, body;
   for (const auto& s : sections) {
+    if (!s.applies) continue;
     nav += fmt::format("<a href=\"#{}\">{}</a>", s.id, html_escape(s.title));
     body += fmt::format("<section id=\"{}\"><h2>{}</h2>{}</section>\n", s.id, html_escape(s.title), s.html);
   }

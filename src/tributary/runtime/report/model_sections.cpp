@@ -68,9 +68,7 @@ std::vector<Series> per_index(const Lines& steps, const char* key, const char* n
 }  // namespace
 
 Section dipaco_section(const RunFiles& run) {
-  if (run.dipaco.is_null())
-    return {"dipaco", "DiPaCo paths",
-            not_applicable("not a DiPaCo run (no dipaco.json): one model, no paths or routing")};
+  if (run.dipaco.is_null()) return {"dipaco", "DiPaCo paths", "", false};
   const std::string modules = run.dipaco.value("modules", std::string("1"));
   const auto k = grid_of(modules);
   int64_t paths = 1;
@@ -130,8 +128,7 @@ Section pipeline_section(const RunFiles& run) {
   if (!run.steps.empty() && run.steps.front().contains("chunk_losses"))
     html += line_chart(per_index(run.steps, "chunk_losses", "chunk"),
                        {"Local parallelism: each chunk's own loss", "step", "loss"});
-  if (html.empty()) html = not_applicable("not a pipeline or local-parallel run: the model is not split into stages");
-  return {"pipeline", "Pipeline stages", html};
+  return {"pipeline", "Pipeline stages", html, !html.empty()};
 }
 
 }  // namespace tributary::report

@@ -11,6 +11,7 @@ namespace tributary::report {
 
 struct Section {
   std::string id, title, html;
+  bool applies = true;  // false: this kind of run has no such part (DiPaCo's paths on a DiLoCo run): left out
 };
 
 // An HTML table; cells are escaped.

@@ -18,10 +18,12 @@ const char* colour(size_t i) { return kPalette[i % (sizeof(kPalette) / sizeof(kP
 
 struct Range {
   double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  bool counts = true;  // every value a whole number (workers, rounds, steps): no tick between two of them
   void add(double v) {
     if (!std::isfinite(v)) return;
     lo = std::min(lo, v);
     hi = std::max(hi, v);
+    counts = counts && v == std::floor(v);
   }
   bool empty() const { return !(lo <= hi); }
 };
@@ -30,12 +32,13 @@ struct Range {
 // of one value to +-10%) so that the frame ends on a tick.
 std::vector<double> ticks(Range& r, int n) {
   if (r.hi - r.lo < 1e-12 * std::max(1.0, std::abs(r.hi))) {  // one value: give it room
-    const double pad = r.hi == 0 ? 1.0 : std::abs(r.hi) * 0.1;
+    const double pad = r.hi == 0 || r.counts ? 1.0 : std::abs(r.hi) * 0.1;
     r.lo -= pad;
     r.hi += pad;
   }
   const double raw = (r.hi - r.lo) / n, mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double step = raw / mag < 1.5 ? mag : raw / mag < 3.5 ? 2 * mag : raw / mag < 7.5 ? 5 * mag : 10 * mag;
+  double step = raw / mag < 1.5 ? mag : raw / mag < 3.5 ? 2 * mag : raw / mag < 7.5 ? 5 * mag : 10 * mag;
+  if (r.counts) step = std::max(step, 1.0);
   r.lo = std::floor(r.lo / step) * step;
   r.hi = std::ceil(r.hi / step) * step;
   std::vector<double> out;
