@@ -18,13 +18,10 @@
 namespace tributary::cli {
 namespace {
 
-// --all-heads: every chunk head's loss of a local-parallel checkpoint on the same batches.
+// --all-heads: every chunk head's loss of a local-parallel checkpoint (local.chunks >= 2) on the same batches.
 void print_all_heads(const std::string& checkpoint, LoadedModel& loaded, BatchLoader& loader, int64_t batches,
                      const torch::Device& device) {
-  const LocalConfig& l = loaded.config.local;
-  if (l.chunks < 2)
-    fail("--all-heads: '{}' was not trained with local parallelism (local.chunks = {}), so it has no auxiliary heads",
-         checkpoint, l.chunks);
+  const LocalConfig& l = loaded.config.local;  // l.chunks >= 2: checked before the evaluation
   const auto ckpt = load_checkpoint(checkpoint);
   AuxHeads heads(loaded.config.model, l.chunks, l.aux_head == "blocks" ? l.aux_head_blocks : 0);
   load_parameters(heads, ckpt.tensors(kAuxHeadsFile));
@@ -36,6 +33,20 @@ void print_all_heads(const std::string& checkpoint, LoadedModel& loaded, BatchLo
     std::printf(
         "  chunk %zu (blocks %lld-%lld) %s head: loss %.4f\n", k, static_cast<long long>(plan.layout.begin(int64_t(k))),
         static_cast<long long>(plan.layout.end(int64_t(k)) - 1), k + 1 == losses.size() ? "model" : "aux", losses[k]);
+}
+
+// Why this loss need not be the run's own evaluation (summary.json, metrics.jsonl): that one scored the first
+// train.eval_batches batches of train.batch_size sequences of the validation split; say so, and how to get it.
+void explain_scope(const TrainConfig& run, const std::string& split, int64_t asked, int64_t batches,
+                   int64_t batch_size) {
+  if (split != "val" || run.eval_batches <= 0) return;
+  if (asked == run.eval_batches && batch_size == run.batch_size) return;
+  std::printf(
+      "  (%s: %lld batches of %lld sequences; the run's own evaluation scored the first %lld batches of %lld, and "
+      "--batches %lld --batch-size %lld gives its number)\n",
+      asked > 0 ? "these" : "the whole split", static_cast<long long>(batches), static_cast<long long>(batch_size),
+      static_cast<long long>(run.eval_batches), static_cast<long long>(run.batch_size),
+      static_cast<long long>(run.eval_batches), static_cast<long long>(run.batch_size));
 }
 
 }  // namespace
@@ -82,6 +93,9 @@ void add_eval(CLI::App& app) {
       return;
     }
     auto loaded = load_model(args->checkpoint, device);
+    if (args->all_heads && loaded.config.local.chunks < 2)  // said before the evaluation, not after it
+      fail("--all-heads: '{}' was not trained with local parallelism (local.chunks = {}), so it has no auxiliary heads",
+           args->checkpoint, loaded.config.local.chunks);
     Dataset dataset = Dataset::open(args->data.empty() ? loaded.config.data.dir : args->data);
     if (dataset.vocab_size() > loaded.config.model.vocab_size)
       fail("dataset '{}' has {} token ids but the model only {}: evaluate on data built with the same tokenizer",
@@ -113,6 +127,7 @@ void add_eval(CLI::App& app) {
                 static_cast<long long>(loaded.step), args->split.c_str(), result.loss, std::exp(result.loss), bpb,
                 static_cast<long long>(result.num_tokens),
                 dataset.unigram_val_bits_per_token() / dataset.bytes_per_token("val"));
+    explain_scope(loaded.config.train, args->split, args->batches, batches, args->batch_size);
     if (args->all_heads) print_all_heads(args->checkpoint, loaded, loader, batches, device);
   });
 }

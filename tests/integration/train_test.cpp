@@ -114,6 +114,21 @@ TEST_F(Training, LearnsWellBelowUnigramEntropy) {
   }
   EXPECT_EQ(checked, static_cast<int64_t>(events.size()));
   EXPECT_TRUE(scalars.count({"val_loss", 400})) << "the evaluation too";
+  // Issue 45, item 5: `eval` of the whole split says why its loss is not the run's, and how to get the run's.
+  auto [rc, out] = run_cli("eval " + s.run_dir.string() + " --threads 1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("the run's own evaluation scored the first 16 batches of 16, and --batches 16 --batch-size 16 "
+                     "gives its number"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = run_cli("eval " + s.run_dir.string() + " --threads 1 --batches 16 --batch-size 16");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(fmt::format("val loss {:.4f}", s.val_loss)), std::string::npos) << out;
+  EXPECT_EQ(out.find("own evaluation"), std::string::npos) << out;
+  // --all-heads on a run without chunks is refused before the evaluation, not after it
+  std::tie(rc, out) = run_cli("eval " + s.run_dir.string() + " --all-heads");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(out.find("val loss"), std::string::npos) << out;
 }
 
 TEST_F(Training, ResumeIsBitForBit) {
