@@ -130,7 +130,7 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
                        : std::string();
   round_comm_s_ = 0;
   if (setup_.lead)
-    log::info("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
+    log::info("step {:>5}/{} | loss_avg {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
               setup_.total_steps, loss_avg, chunks, lr, result.grad_norm, thousands(tps), 100 * mfu, comm_share,
               format_duration(eta));
   interval_seconds_ = 0;
