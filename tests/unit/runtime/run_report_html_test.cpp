@@ -151,3 +151,12 @@ TEST(RunReportHtml, ACountAxisHasOnlyWholeTicks) {
   const auto losses = labels(report::line_chart({{"loss", {{1, 3.1}, {2, 3.3}, {3, 3.4}}}}, {"Loss", "step", "loss"}));
   EXPECT_TRUE(std::any_of(losses.begin(), losses.end(), [](double v) { return v != std::floor(v); }));
 }
+
+TEST(RunReportHtml, ValuesNearTheLargestDoubleDrawAChartAndEnd) {
+  // Issue 46, item 6: token counts 1 and 1.75e308 sent the tick loop to infinity, growing memory without end.
+  const std::string svg = report::line_chart({{"loss", {{1, 3.0}, {1.75e308, 2.5}}}}, {"Loss", "tokens", "loss"});
+  EXPECT_NE(svg.find("<svg class=\"chart\""), std::string::npos);
+  EXPECT_LT(svg.size(), 100000u);
+  const std::string huge_y = report::line_chart({{"x", {{1, -1.7e308}, {2, 1.7e308}}}}, {"X", "step", "x"});
+  EXPECT_LT(huge_y.size(), 100000u);
+}

@@ -39,10 +39,17 @@ std::vector<double> ticks(Range& r, int n) {
   const double raw = (r.hi - r.lo) / n, mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = raw / mag < 1.5 ? mag : raw / mag < 3.5 ? 2 * mag : raw / mag < 7.5 ? 5 * mag : 10 * mag;
   if (r.counts) step = std::max(step, 1.0);
+  const Range given = r;
   r.lo = std::floor(r.lo / step) * step;
   r.hi = std::ceil(r.hi / step) * step;
+  // Values near the largest double (a corrupt metrics line) round the frame to infinity: no ticks beyond the values.
+  if (!std::isfinite(r.lo) || !std::isfinite(r.hi) || !(step > 0) || !std::isfinite(step)) {
+    r = given;
+    return {given.lo, given.hi};
+  }
   std::vector<double> out;
-  for (double t = r.lo; t <= r.hi + step * 1e-6; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  for (double t = r.lo; t <= r.hi + step * 1e-6 && out.size() <= size_t(4 * n); t += step)
+    out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
   return out;
 }
 
