@@ -48,12 +48,15 @@ void run_gnuplot(const fs::path& script) {
 void add_plot(CLI::App& app) {
   struct Args {
     std::string run_dir, out;
+    bool overwrite = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plot", "render a run's loss curves to PNG with gnuplot");
   cmd->add_option("run_dir", args->run_dir, "run directory holding metrics.jsonl")->required();
   cmd->add_option("--out", args->out, "PNG path (default: RUN_DIR/loss.png)");
+  cmd->add_flag("--overwrite", args->overwrite, "let --out replace an existing file");
   cmd->callback([args]() {
+    refuse_existing_out(args->out, args->overwrite);
     fs::path run = args->run_dir;
     fs::path metrics = run / "metrics.jsonl";
     if (!fs::exists(metrics)) fail("'{}' has no metrics.jsonl: is it a run directory?", run.string());

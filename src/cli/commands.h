@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "tributary/core/error.h"
+#include "tributary/core/fs.h"
+
 namespace tributary::cli {
 
 void add_train(CLI::App& app);
@@ -41,6 +44,14 @@ inline CLI::Validator finite_range(double lo, double hi) {
       },
       fmt::format("{:g} to {:g}", lo, hi));
 }
+// An --out the user named that already exists is replaced only with --overwrite (a command's own default file in the
+// run directory, report.html or loss.png, is rewritten: it is that command's output).
+inline void refuse_existing_out(const std::string& out, bool overwrite) {
+  std::error_code ec;
+  if (!out.empty() && !overwrite && fs::exists(fs::symlink_status(out, ec)))
+    fail("--out '{}' already exists; pass --overwrite to replace it, or choose another path", out);
+}
+
 constexpr int64_t kMaxThreads = 1024;  // intra-op threads a flag may ask for
 
 }  // namespace tributary::cli

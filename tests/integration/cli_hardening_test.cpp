@@ -327,3 +327,19 @@ TEST_F(CliHardening, APortInUseIsNamedWithWhatToDo) {
   EXPECT_NE(out.find("choose another port"), std::string::npos) << out;
   ::close(fd);
 }
+
+TEST_F(CliHardening, ANamedOutputThatExistsIsReplacedOnlyWithOverwrite) {
+  // Issue 45, item 7: every output path refuses to overwrite without --overwrite (report and plot wrote over it).
+  for (const char* name : {"mine.html", "mine.png"}) {
+    std::ofstream(work_dir() / name) << "mine";
+    const std::string command = std::string(name).ends_with(".html") ? "report" : "plot";
+    expect_user_error(command + " run --out " + name, "--out '" + std::string(name) + "' already exists");
+    EXPECT_EQ(read_file(work_dir() / name), "mine") << command;
+    auto [rc, out] = cli(command + " run --out " + name + " --overwrite");
+    EXPECT_EQ(rc, 0) << command << ": " << out;
+    EXPECT_NE(read_file(work_dir() / name), "mine") << command;
+  }
+  // a command's own file in the run directory is its output: written again
+  EXPECT_EQ(cli("report run").first, 0);
+  EXPECT_EQ(cli("report run").first, 0);
+}
