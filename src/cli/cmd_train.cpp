@@ -10,9 +10,7 @@
 #include "cli/commands.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/dist_env.h"
-#include "tributary/runtime/run_layout.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {
@@ -110,17 +108,15 @@ void add_train(CLI::App& app) {
                          .overwrite = args->overwrite,
                          .dist = resolve_dist_env_from_process(),
                          .faults = fault_plan_from_environment()};
-    if (run_layout(config, options.dist).kind() == RunKind::kDipaco) {
-      DipacoSummary d = train_dipaco(config, options);
-      if (options.dist.rank == 0)
-        log::info(
-            "done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "
-            "{:.2f} MB sent by rank 0 | run directory {}",
-            d.rounds, d.elapsed_s, d.val_loss, d.val_ppl, d.val_loss_early, d.bytes_sent / 1e6, d.run_dir.string());
-      return;
-    }
     TrainSummary s = train(config, options);
     if (!s.lead) return;  // rank 0, or the worker that took over from it (fault tolerance)
+    if (s.kind == RunKind::kDipaco) {
+      log::info(
+          "done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "
+          "{:.2f} MB sent by the lead | run directory {}",
+          s.outer_steps, s.elapsed_s, s.val_loss, s.val_ppl, s.val_loss_early, s.bytes_sent / 1e6, s.run_dir.string());
+      return;
+    }
     // A run stopped before its first evaluation has no validation loss (summary.json: null), not a loss of 0.
     const std::string val = s.evaluated ? fmt::format("val loss {:.4f} | {:.3f} bits/byte (unigram baseline {:.3f})",
                                                       s.val_loss, s.val_bpb, s.unigram_bpb)

@@ -216,6 +216,22 @@ TEST_F(Dipaco, AStoppedRunResumesBitForBit) {
   for (std::string line; std::getline(in, line);)
     if (auto j = nlohmann::json::parse(line); j.contains("outer_step")) rounds.push_back(j["round"].get<int>());
   EXPECT_EQ(rounds, (std::vector<int>{1, 2, 3, 4}));
+  // SIGTERM (what launch sends on Ctrl-C) stops the run after the round it came in, resumable: the trainer's stop
+  // agreement. The modules after the resume are those of the run that never stopped.
+  const fs::path log = work() / "resume_sig.log";
+  auto [rc5, out5] = sh("(" + cli + dipaco("resume_sig", "routes", args) + " > " + log.string() +
+                        " 2>&1 & p=$!; for i in $(seq 600); do grep -q 'round   1/4 done' " + log.string() +
+                        " && break; sleep 0.1; done; kill -TERM $p; wait $p; echo exit=$?)");
+  const std::string sig = read_file(log);
+  EXPECT_NE(out5.find("exit=0"), std::string::npos) << out5 << sig;
+  EXPECT_NE(sig.find("stopped after round "), std::string::npos) << sig;
+  EXPECT_EQ(sig.find("round   4/4 done"), std::string::npos) << "stopped before the end: " << sig;
+  auto [rc6, out6] = sh(cli + dipaco("resume_sig", "routes", args + " --resume"));
+  ASSERT_EQ(rc6, 0) << out6;
+  for (const auto& module : full.grid.modules())
+    EXPECT_TRUE(read_file(work() / "resume_full" / "modules" / (module + ".safetensors")) ==
+                read_file(work() / "resume_sig" / "modules" / (module + ".safetensors")))
+        << "module " << module << " differs after a SIGTERM and a resume";
 }
 
 TEST_F(Dipaco, ASlowWorkerTakesFewerPathsFromTheQueue) {

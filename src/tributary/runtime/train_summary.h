@@ -18,8 +18,9 @@ struct TrainSummary {
   int64_t tokens = 0;
   std::vector<double> losses;  // per optimizer step (mean over micro-batches), this invocation only
   double val_loss = 0, val_bpb = 0, val_ppl = 0;
-  bool evaluated = false;  // false: no evaluation ran (e.g. --stop-after-step); summary.json then has null val_*
-  double unigram_bpb = 0;  // the unigram baseline on the same validation split
+  double val_loss_early = 0;  // DiPaCo: every path's early-stopped parameters (val_loss: the last round's)
+  bool evaluated = false;     // false: no evaluation ran (e.g. --stop-after-step); summary.json then has null val_*
+  double unigram_bpb = 0;     // the unigram baseline on the same validation split
   double tokens_per_s = 0, mfu = 0, peak_flops = 0;
   double elapsed_s = 0;
   int64_t num_parameters = 0;

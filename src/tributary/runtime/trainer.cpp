@@ -3,6 +3,8 @@
 #include "tributary/core/log.h"
 #include "tributary/model/eval.h"
 #include "tributary/optim/schedule.h"
+#include "tributary/runtime/dipaco/worker.h"
+#include "tributary/runtime/run_layout.h"
 #include "tributary/runtime/step_factory.h"
 #include "tributary/runtime/stop.h"
 #include "tributary/runtime/training_run.h"
@@ -197,6 +199,7 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
 namespace tributary {
 
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
+  if (run_layout(config, options.dist).kind() == RunKind::kDipaco) return train_dipaco(config, options);
   detail::TrainingRun run(config, options);
   return run.run();
 }

@@ -89,62 +89,83 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   }
 }
 
-DipacoSummary Worker::finish() {
-  summary_.run_dir = run_dir_;
-  summary_.elapsed_s = seconds_since(start_);
+bool Worker::stop_agreed(bool local_stop) {
+  if (!env_.distributed()) return local_stop;
+  std::vector<torch::Tensor> vote = {torch::full({1}, local_stop ? 1.0f : 0.0f)};
+  group_->all_reduce_sum(vote);
+  return vote[0].item<float>() > 0;
+}
+
+TrainSummary Worker::finish(bool stopped_early) {
+  TrainSummary summary;
+  summary.kind = RunKind::kDipaco;
+  summary.run_dir = run_dir_;
+  summary.elapsed_s = seconds_since(start_);
+  summary.outer_steps = tally_.rounds;
+  summary.steps = tally_.rounds * config_.dist.inner_steps;
+  summary.bytes_sent = tally_.bytes_sent;
+  summary.bytes_recv = tally_.bytes_recv;
+  summary.comm_s = tally_.comm_s;
+  summary.world_size = env_.world_size;
+  summary.stopped_early = stopped_early;
+  summary.lead = lead_;
   if (lead_) {
     state_->gather_best(grid_.num_paths());
     auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
     auto early = evaluate_routed(run_dir_, true, config_.dipaco.eval_units, device_);
-    summary_.val_loss = routed.loss;
-    summary_.val_ppl = std::exp(routed.loss);
-    summary_.val_loss_early = early.loss;
-    summary_.val_ppl_early = std::exp(early.loss);
+    summary.evaluated = true;
+    summary.val_loss = routed.loss;
+    summary.val_ppl = std::exp(routed.loss);
+    summary.val_loss_early = early.loss;
     nlohmann::json j = {{"algorithm", "dipaco"},
                         {"modules", grid_.describe()},
                         {"paths", grid_.num_paths()},
-                        {"rounds", summary_.rounds},
+                        {"rounds", tally_.rounds},
                         {"val_loss", routed.loss},
-                        {"val_ppl", summary_.val_ppl},
+                        {"val_ppl", summary.val_ppl},
                         {"val_loss_early_stopped", early.loss},
-                        {"val_ppl_early_stopped", summary_.val_ppl_early},
+                        {"val_ppl_early_stopped", std::exp(early.loss)},
                         {"eval_tokens", routed.num_tokens},
                         {"units_per_path", routed.units_per_path},
                         {"loss_per_path", routed.loss_per_path},
-                        {"bytes_sent", summary_.bytes_sent},
-                        {"bytes_recv", summary_.bytes_recv},
-                        {"comm_s", summary_.comm_s},
-                        {"tasks_dropped", summary_.tasks_dropped},
-                        {"elapsed_s", summary_.elapsed_s},
+                        {"bytes_sent", tally_.bytes_sent},
+                        {"bytes_recv", tally_.bytes_recv},
+                        {"comm_s", tally_.comm_s},
+                        {"tasks_dropped", tally_.tasks_dropped},
+                        {"elapsed_s", summary.elapsed_s},
                         {"world_size", env_.world_size}};
     write_file_atomic(run_dir_ / "summary.json", j.dump(2) + "\n");
     log::info(
         "DiPaCo {}: routed val loss {:.4f} (ppl {:.3f}) on tokens after the {}-token prefix; early-stopped "
         "{:.4f} (ppl {:.3f})",
-        grid_.describe(), routed.loss, summary_.val_ppl, kRoutingPrefix, early.loss, summary_.val_ppl_early);
+        grid_.describe(), routed.loss, summary.val_ppl, kRoutingPrefix, early.loss, std::exp(early.loss));
   }
   if (env_.distributed()) group_->barrier();  // the leader hosts the store: others leave only after the evaluation
-  return summary_;
+  return summary;
 }
 
 }  // namespace dipaco
 
-DipacoSummary train_dipaco(const RunConfig& config, const TrainOptions& options) {
+TrainSummary train_dipaco(const RunConfig& config, const TrainOptions& options) {
   const DistEnv& env = options.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   configure_threads(config.train.threads, env.local_world_size);
   dipaco::Worker worker(config, env, options);
   const int64_t rounds = config.train.steps / config.dist.inner_steps, tau = config.dist.inner_steps;
   if (worker.start_round() > 0 && env.rank == 0) log::info("DiPaCo: resuming after round {}", worker.start_round());
+  // A round is DiPaCo's unit of resumable progress: a stop (signal or --stop-after-step) waits for the round's end.
+  StopAgreement stop([&](bool local) { return worker.stop_agreed(local); }, options.stop_after_step, worker.lead());
+  bool stopped = false;
   for (int64_t round = worker.start_round(); round < rounds; ++round) {
     worker.run_round(round);
-    if (options.stop_after_step > 0 && (round + 1) * tau >= options.stop_after_step && round + 1 < rounds) {
-      if (env.rank == 0)
+    if (round + 1 < rounds && stop.after_step((round + 1) * tau, true)) {
+      if (worker.lead())
         log::info("stopped after round {} (step {}); continue with --resume", round + 1, (round + 1) * tau);
+      stopped = true;
       break;
     }
   }
-  return worker.finish();
+  return worker.finish(stopped);
 }
 
 }  // namespace tributary

@@ -18,25 +18,19 @@
 // per-path early stopping keeps each path's parameters from its best round on a held-out slice of its shard
 // (path_state.h: the shared RUN_DIR, or the run's store for path-local workers, which need no shared directory).
 // A run resumes after its last complete round (--resume; what a round leaves on disk: resume.h); --stop-after-step S
-// stops after the round that reaches step S.
+// stops after the round that reaches step S, and so does SIGINT/SIGTERM after the round it came in (runtime/stop.h:
+// the same agreement as the trainer's, voted once per round).
 #pragma once
 
 #include "tributary/core/fs.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/runtime/train_options.h"
+#include "tributary/runtime/train_summary.h"
 
 namespace tributary {
 
-struct DipacoSummary {
-  int64_t rounds = 0;
-  int64_t tasks_run = 0;             // by this process
-  int64_t tasks_dropped = 0;         // over the run (skip policy or nobody left)
-  double val_loss = 0, val_ppl = 0;  // routed, tokens after the 32-token prefix
-  double val_loss_early = 0, val_ppl_early = 0;
-  double bytes_sent = 0, bytes_recv = 0, comm_s = 0, elapsed_s = 0;
-  fs::path run_dir;
-};
-
-DipacoSummary train_dipaco(const RunConfig& config, const TrainOptions& options);
+// The run's summary as every kind of run reports it: outer_steps are the rounds, val_loss the routed validation loss
+// (tokens after the 32-token prefix), val_loss_early that of every path's early-stopped parameters.
+TrainSummary train_dipaco(const RunConfig& config, const TrainOptions& options);
 
 }  // namespace tributary

@@ -37,9 +37,18 @@
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/stop.h"
 #include "tributary/runtime/wan.h"
 
 namespace tributary::dipaco {
+
+// What this worker counted over the run, for summary.json and the run's TrainSummary.
+struct RunTally {
+  int64_t rounds = 0;
+  int64_t tasks_run = 0;      // by this process
+  int64_t tasks_dropped = 0;  // over the run (skip policy or nobody left)
+  double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
+};
 
 // One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
 // modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
@@ -50,7 +59,9 @@ class Worker {
   Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
   int64_t start_round() const { return start_round_; }  // > 0 when resumed
   void run_round(int64_t round);
-  DipacoSummary finish();
+  bool stop_agreed(bool local_stop);  // every live worker's vote after a round: true on all if any wished to stop
+  bool lead() const { return lead_; }
+  TrainSummary finish(bool stopped_early);
 
  private:
   // What a round's tasks and exchange left: for its metrics line.
@@ -96,7 +107,7 @@ class Worker {
   double compute_s_ = 0;
   double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
   Clock::time_point start_ = Clock::now();
-  DipacoSummary summary_;
+  RunTally tally_;
 };
 
 }  // namespace tributary::dipaco

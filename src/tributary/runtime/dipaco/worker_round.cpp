@@ -147,17 +147,17 @@ void Worker::run_round(int64_t round) {
   accs_.clear();
   compute_s_ = 0;
   const RoundWork work = tasks_and_exchange(round);
-  summary_.tasks_run += work.tasks;
-  summary_.tasks_dropped += static_cast<int64_t>(work.dropped.size());
+  tally_.tasks_run += work.tasks;
+  tally_.tasks_dropped += static_cast<int64_t>(work.dropped.size());
   // Path-local: the upload plus what went through the store (module values, path state), per direction.
   const DepotBytes depot = held_->take_depot_bytes();
   const double state_put = depot.state_put + state_->take_served_bytes();  // served: sent to the store for an asker
   const double sent = work.sent + depot.published + state_put;
   const double recv = work.recv + depot.fetched + depot.state_got;
-  summary_.bytes_sent += sent;
-  summary_.bytes_recv += recv;
-  summary_.comm_s += work.comm_s;
-  summary_.rounds = round + 1;
+  tally_.bytes_sent += sent;
+  tally_.bytes_recv += recv;
+  tally_.comm_s += work.comm_s;
+  tally_.rounds = round + 1;
   nlohmann::json line{{"outer_step", round + 1},
                       {"round", round + 1},
                       {"step", (round + 1) * config_.dist.inner_steps},
