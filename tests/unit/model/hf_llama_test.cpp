@@ -3,6 +3,7 @@
 // q k^T / sqrt(D), SwiGLU = down(silu(gate x) * up x)) over the exported tensors only, and against transformers'
 // LlamaForCausalLM itself, both ways: it loads our export, and its own checkpoints import into ours.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "support/hf_python.h"
 #include "tributary/core/fs.h"
 #include "tributary/model/hf_llama.h"
+#include "tributary/model/tensor_io.h"
 #include "tributary/runtime/hf_import.h"
 #include "tributary/runtime/inference.h"
 
@@ -245,4 +247,46 @@ TEST(HfLlama, ImportRefusesWhatTheModelCannotRepresentNamingTheField) {
               from_hf_llama(model, extra, "hf");
             }).find("tensor 'model.layers.0.self_attn.q_proj.bias' has no place"),
             std::string::npos);
+}
+
+TEST(HfLlama, ImportReadsOnlyItsDirectorysOwnFilesAndBuildsOnlyAModelItsWeightsFill) {
+  // Issue 46, items 6 and 7: links out of the directory were followed (a private key copied into the checkpoint, or
+  // /dev/zero read until memory ran out), and config.json's model was built before any weight was read.
+  const ModelConfig c = llama_like(true);
+  Transformer model(c);
+  const fs::path dir = fs::temp_directory_path() / ("trib_hf_hostile_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "hf");
+  write_file(dir / "hf" / "config.json", hf_llama_config_json(c));
+  write_file(dir / "hf" / "model.safetensors", tensors_to_safetensors(to_hf_llama(model), {{"format", "pt"}}));
+  write_file(dir / "hf" / "tributary_tokenizer.json", "{\"type\": \"byte\"}");
+  auto import_error = [&](const std::string& out) {
+    return test_support::error_of([&] { import_hf(dir / "hf", dir / out, "data/default"); });
+  };
+  import_hf(dir / "hf", dir / "ok", "data/default");  // as it is: imports
+  write_file(dir / "secret", "a private key");
+  fs::create_symlink(dir / "secret", dir / "hf" / "tokenizer.model");
+  std::string msg = import_error("a");
+  EXPECT_NE(msg.find("tokenizer.model' is a link to '" + (dir / "secret").string() + "', outside"), std::string::npos)
+      << msg;
+  EXPECT_FALSE(fs::exists(dir / "a")) << "nothing written";
+  fs::remove(dir / "hf" / "tokenizer.model");
+  fs::rename(dir / "hf" / "model.safetensors", dir / "weights");
+  fs::create_symlink("/dev/zero", dir / "hf" / "model.safetensors");
+  msg = import_error("b");
+  EXPECT_NE(msg.find("model.safetensors' is not a regular file"), std::string::npos) << msg;
+  fs::remove(dir / "hf" / "model.safetensors");
+  fs::create_symlink(dir / "weights", dir / "hf" / "model.safetensors");  // outside too
+  EXPECT_NE(import_error("c").find("outside"), std::string::npos);
+  fs::remove(dir / "hf" / "model.safetensors");
+  fs::rename(dir / "weights", dir / "hf" / "model.safetensors");
+  auto huge = nlohmann::json::parse(hf_llama_config_json(c));
+  huge["hidden_size"] = 1 << 18;
+  huge["intermediate_size"] = 1 << 20;
+  huge["num_hidden_layers"] = 4096;
+  write_file(dir / "hf" / "config.json", huge.dump());
+  msg = import_error("d");
+  EXPECT_NE(msg.find("config.json describes a model of"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not this model's weights"), std::string::npos) << msg;
+  fs::remove_all(dir);
 }
