@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
     tributary::log::error("{}", e.what());
     report_to_torchelastic(e.what());
     return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user named that cannot be made or written (/proc, a read-only or full disk, no permission).
+    tributary::log::error("{}: check that the path can be written (nothing else was changed)", e.what());
+    report_to_torchelastic(e.what());
+    return 2;
   } catch (const c10::Error& e) {
     tributary::log::error("{}", e.what_without_backtrace());
     report_to_torchelastic(e.what_without_backtrace());

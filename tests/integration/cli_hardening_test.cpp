@@ -343,3 +343,28 @@ TEST_F(CliHardening, ANamedOutputThatExistsIsReplacedOnlyWithOverwrite) {
   EXPECT_EQ(cli("report run").first, 0);
   EXPECT_EQ(cli("report run").first, 0);
 }
+
+TEST_F(CliHardening, HostileOutputsAndHandEditedFilesAreUserErrorsNotBugs) {
+  // Issue 46, item 8: status 3 (our bug) for --out naming a device, a file or a dangling link, an --out under /proc,
+  // a checkpoint manifest or a summary.json of another JSON shape. Each is status 2 with one line naming it.
+  ASSERT_EQ(cli("export run --format hf --out hf").first, 0);
+  std::ofstream(work_dir() / "a_file") << "";
+  fs::create_symlink(work_dir() / "nowhere", work_dir() / "dangling");
+  for (const std::string out : {"/dev/null", "a_file", "dangling"}) {
+    expect_user_error("export run --format hf --out " + out, "is not a directory");
+    expect_user_error("import hf --out " + out, "is not a directory");
+  }
+  expect_user_error("data build-default --mb-per-domain 0.05 --out /proc/tributary-test", "/proc/tributary-test");
+  // a hand-edited run directory
+  fs::copy(work_dir() / "run", work_dir() / "edited", fs::copy_options::recursive);
+  fs::path ckpt;
+  for (const auto& e : fs::directory_iterator(work_dir() / "edited" / "checkpoints")) ckpt = e.path();
+  std::ofstream(ckpt / "manifest.json") << "[1, 2]";
+  expect_user_error("eval edited", "is not a valid checkpoint manifest");
+  std::ofstream(ckpt / "manifest.json")
+      << R"({"format": "tributary-checkpoint", "files": {"../../../../etc/passwd": {"bytes": 1, "xxh64": "0"}}})";
+  expect_user_error("eval edited", "entry '../../../../etc/passwd' is not a file of the checkpoint");
+  std::ofstream(work_dir() / "edited" / "summary.json") << R"({"algorithm": 5, "val_loss": "low"})";
+  expect_user_error("report edited --out edited.html", "has a JSON type train never writes");
+  EXPECT_FALSE(fs::exists(work_dir() / "edited.html"));
+}

@@ -66,7 +66,12 @@ void rename_durable(const fs::path& from, const fs::path& to) {
 }
 
 void require_empty_output(const fs::path& dir, std::string_view option) {
-  if (fs::exists(dir) && !fs::is_empty(dir))
+  std::error_code ec;
+  const auto status = fs::symlink_status(dir, ec);
+  if (fs::exists(status) && !fs::is_directory(fs::status(dir, ec)))  // a link to a directory is that directory
+    fail("{} '{}' is not a directory (a file, a device or a link): name a new or empty directory", option,
+         dir.string());
+  if (fs::exists(status) && !fs::is_empty(dir))
     fail("{} '{}' already holds files: write into a new or empty directory (nothing there is overwritten)", option,
          dir.string());
 }

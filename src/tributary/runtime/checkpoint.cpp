@@ -112,10 +112,17 @@ LoadedCheckpoint load_checkpoint(const fs::path& path) {
     }
   }
   auto manifest = nlohmann::json::parse(read_file(dir / kManifest), nullptr, false);
-  if (manifest.is_discarded() || manifest.value("format", "") != "tributary-checkpoint" || !manifest.contains("files"))
+  if (!manifest.is_object() || manifest.value("format", nlohmann::json()) != "tributary-checkpoint" ||
+      !manifest.contains("files") || !manifest["files"].is_object())
     fail("'{}' is not a valid checkpoint manifest", (dir / kManifest).string());
   std::map<std::string, std::string> contents;
   for (auto it = manifest["files"].begin(); it != manifest["files"].end(); ++it) {
+    // Each entry: a file of this directory (no path out of it) with its size and checksum.
+    if (it.key().empty() || it.key().find('/') != std::string::npos || it.key() == "." || it.key() == ".." ||
+        !it->is_object() || !it->contains("bytes") || !(*it)["bytes"].is_number_unsigned() || !it->contains("xxh64") ||
+        !(*it)["xxh64"].is_string())
+      fail("'{}': entry '{}' is not a file of the checkpoint with its bytes and xxh64; use an earlier checkpoint",
+           (dir / kManifest).string(), it.key());
     fs::path file = dir / it.key();
     if (!fs::exists(file)) fail("checkpoint '{}' is missing '{}' listed in its manifest", dir.string(), it.key());
     std::string bytes = read_file(file);

@@ -168,7 +168,16 @@ fs::path write_report(const fs::path& run_dir, const fs::path& out) {
   const fs::path target = out.empty() ? run_dir / "report.html" : out;
   if (!target.parent_path().empty() && !fs::is_directory(target.parent_path()))
     fail("--out {}: the directory '{}' does not exist", target.string(), target.parent_path().string());
-  write_file_atomic(target, render_html(run));
+  std::string page;
+  try {
+    page = render_html(run);
+  } catch (const nlohmann::json::exception& e) {  // a hand-edited or foreign file: a key with another JSON type
+    fail(
+        "'{}': a value in its summary.json, metrics.jsonl or workers/ files has a JSON type train never writes ({}); "
+        "nothing was written",
+        run_dir.string(), e.what());
+  }
+  write_file_atomic(target, page);
   return target;
 }
 
