@@ -82,6 +82,8 @@ File File::parse(std::string bytes, std::string origin) {
     for (const auto& d : t["shape"]) {
       if (!d.is_number_unsigned()) fail("{}: shape entries must be non-negative integers", ctx);
       uint64_t dim = d.get<uint64_t>();
+      // Each dimension must fit a tensor's int64 size even when another is 0 (a [0, 2^64-1] tensor holds no bytes)
+      if (dim > (uint64_t{1} << 62)) fail("{}: shape entry {} is larger than any tensor", ctx, dim);
       if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / dim / 8) fail("{}: shape overflows", ctx);
       count *= dim;
       view.shape.push_back(static_cast<int64_t>(dim));

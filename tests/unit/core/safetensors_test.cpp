@@ -66,6 +66,11 @@ TEST(Safetensors, HostileHeadersAreRefused) {
   EXPECT_THROW(
       safetensors::File::parse(with_header(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "m"),
       Error);
+  // Issue 46, item 6: a zero dimension beside one of 2^64-1 holds no bytes, and read as an int64 size it was -1
+  EXPECT_THROW(
+      safetensors::File::parse(
+          with_header(R"({"x":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", 0), "m"),
+      Error);
   std::string bad(8, '\xff');
   EXPECT_THROW(safetensors::File::parse(bad + "{}", "m"), Error);
   try {
