@@ -60,29 +60,48 @@ void add_eval(CLI::App& app) {
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "evaluate a checkpoint: loss, perplexity, bits per byte");
   cmd->add_option("checkpoint", args->checkpoint, "checkpoint directory or run directory")->required();
-  cmd->add_option("--data", args->data, "dataset directory (default: the checkpoint's data.dir)");
-  cmd->add_option("--split", args->split, "train or val")->check(CLI::IsMember({"train", "val"}));
-  cmd->add_option("--batches", args->batches, "number of batches (default: the whole split)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_option("--batch-size", args->batch_size, "sequences per batch")->check(CLI::Range(1, 1 << 20));
+  auto* data = cmd->add_option("--data", args->data, "dataset directory (default: the checkpoint's data.dir)");
+  auto* split = cmd->add_option("--split", args->split, "train or val")->check(CLI::IsMember({"train", "val"}));
+  auto* batches_opt = cmd->add_option("--batches", args->batches, "number of batches (default: the whole split)")
+                          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  auto* batch_size =
+      cmd->add_option("--batch-size", args->batch_size, "sequences per batch")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--device", args->device, "torch device");
   cmd->add_option("--threads", args->threads, "intra-op threads (0: all cores)")
       ->check(CLI::Range(int64_t{0}, kMaxThreads));
-  cmd->add_option("--prefix", args->prefix,
-                  "DiPaCo protocol: cut the split into units of context+1 tokens and score only the tokens after the "
-                  "first PREFIX (32 for DiPaCo comparisons)")
-      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
-  cmd->add_option("--units", args->units, "with --prefix or a DiPaCo run: evaluate at most this many units (0: all)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_option("--reroute-every", args->reroute, "DiPaCo run: re-route every W tokens after the prefix")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  cmd->add_flag("--early-stopped", args->early_stopped, "DiPaCo run: each path's best held-out parameters");
-  cmd->add_flag("--all-heads", args->all_heads, "local parallelism: also the loss of every chunk's auxiliary head");
-  cmd->callback([args]() {
+  auto* prefix =
+      cmd->add_option(
+             "--prefix", args->prefix,
+             "DiPaCo protocol: cut the split into units of context+1 tokens and score only the tokens after the "
+             "first PREFIX (32 for DiPaCo comparisons)")
+          ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+  auto* units = cmd->add_option("--units", args->units,
+                                "with --prefix or a DiPaCo run: evaluate at most this many units (0: all)")
+                    ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  auto* reroute =
+      cmd->add_option("--reroute-every", args->reroute, "DiPaCo run: re-route every W tokens after the prefix")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  auto* early =
+      cmd->add_flag("--early-stopped", args->early_stopped, "DiPaCo run: each path's best held-out parameters");
+  auto* heads =
+      cmd->add_flag("--all-heads", args->all_heads, "local parallelism: also the loss of every chunk's auxiliary head");
+  cmd->callback([=]() {
+    // A flag that does not apply to this kind of checkpoint is refused, not ignored.
+    const bool dipaco = is_dipaco_run(args->checkpoint), by_units = args->prefix >= 0;
+    const auto refuse = [&](CLI::Option* flag, bool applies, const char* why) {
+      if (flag->count() > 0 && !applies) fail("eval {}: {}", flag->get_name(), why);
+    };
+    const char* routed = "a DiPaCo run is evaluated by routing each unit of its validation split; drop the flag";
+    for (CLI::Option* flag : {data, split, batches_opt, batch_size, prefix, heads}) refuse(flag, !dipaco, routed);
+    refuse(early, dipaco, "applies to DiPaCo runs only (each path's best held-out parameters)");
+    refuse(reroute, dipaco, "applies to DiPaCo runs only (re-routing along a unit)");
+    refuse(units, dipaco || by_units, "counts units: it applies with --prefix or to a DiPaCo run");
+    for (CLI::Option* flag : {batches_opt, batch_size, heads})
+      refuse(flag, !by_units, "does not apply with --prefix, which scores whole units");
     configure_threads(args->threads);
     check_blas();
     auto device = parse_device(args->device);
-    if (is_dipaco_run(args->checkpoint)) {  // route every unit to one path by its first 32 tokens
+    if (dipaco) {  // route every unit to one path by its first 32 tokens
       auto r = evaluate_routed(args->checkpoint, args->early_stopped, args->units, device, args->reroute);
       std::printf("DiPaCo routed val loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix%s\n", r.loss,
                   std::exp(r.loss), static_cast<long long>(r.num_tokens), static_cast<long long>(kRoutingPrefix),

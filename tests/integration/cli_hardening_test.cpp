@@ -368,3 +368,12 @@ TEST_F(CliHardening, HostileOutputsAndHandEditedFilesAreUserErrorsNotBugs) {
   expect_user_error("report edited --out edited.html", "has a JSON type train never writes");
   EXPECT_FALSE(fs::exists(work_dir() / "edited.html"));
 }
+
+TEST_F(CliHardening, EvalRefusesFlagsThatDoNotApplyToItsCheckpoint) {
+  // Issue 46, item 9: eval ignored flags of another kind of run (DiPaCo's on a dense run, units without --prefix).
+  expect_user_error("eval run --early-stopped", "eval --early-stopped: applies to DiPaCo runs only");
+  expect_user_error("eval run --reroute-every 4", "eval --reroute-every: applies to DiPaCo runs only");
+  expect_user_error("eval run --units 5", "eval --units: counts units");
+  expect_user_error("eval run --prefix 8 --batches 3", "eval --batches: does not apply with --prefix");
+  EXPECT_EQ(cli("eval run --prefix 8 --units 5").first, 0);
+}

@@ -95,6 +95,12 @@ TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
       sh(cli + " export " + (work() / "run").string() + " --format hf --out " + (work() / "hf_nopath").string());
   EXPECT_NE(rc5, 0);
   EXPECT_NE(out5.find("is a DiPaCo run: say which path to export with --path P"), std::string::npos) << out5;
+  // eval's flags for a dense checkpoint are refused on a DiPaCo run, not ignored (issue 46, item 9)
+  for (const char* flag : {"--data data/default", "--batches 2", "--prefix 8", "--all-heads"}) {
+    auto [rc6, out6] = sh(cli + " eval " + (work() / "run").string() + " " + flag);
+    EXPECT_EQ(rc6, 2) << flag << ": " << out6;
+    EXPECT_NE(out6.find("a DiPaCo run is evaluated by routing"), std::string::npos) << flag << ": " << out6;
+  }
   // The run report has the paths' table (modules, routed units and loss) and the routing table of the routes.
   test_support::expect_report_opens(
       work() / "run", {"<th>routed val loss</th>", "<td>L0.m1 L1.m0</td>", "routed to each path", "<td>worker 1</td>"},
