@@ -99,24 +99,23 @@ void Layout::place_islands(const LayoutSpec& spec) {
           spec.warmup_ddp_steps);
     kind_ = RunKind::kIslands;
     replicas_ = int64_t(islands.size());
-    island_sizes_ = islands;
-  } else {
-    if (!spec.island_steps.empty())
-      fail("parallel.island_steps = '{}' without parallel.islands: it paces islands; set both or neither",
-           spec.island_steps);
-    island_sizes_.assign(size_t(spec.world_size), 1);
+  } else if (!spec.island_steps.empty()) {
+    fail("parallel.island_steps = '{}' without parallel.islands: it paces islands; set both or neither",
+         spec.island_steps);
   }
-  island_steps_.assign(island_sizes_.size(), 1);
+  const std::vector<int64_t> sizes = islands.empty() ? std::vector<int64_t>(size_t(spec.world_size), 1) : islands;
+  std::vector<int64_t> island_steps(sizes.size(), 1);
   if (!spec.island_steps.empty()) {
     const std::vector<int64_t> steps = positive_counts(spec.island_steps, "parallel.island_steps",
                                                        "expected optimizer steps per tick for each island, e.g. '2,1'");
-    if (steps.size() != island_sizes_.size())
+    if (steps.size() != sizes.size())
       fail(
           "parallel.island_steps = '{}' gives {} island(s) steps but parallel.islands makes {}: one number per "
           "island",
-          spec.island_steps, steps.size(), island_sizes_.size());
-    island_steps_ = steps;
+          spec.island_steps, steps.size(), sizes.size());
+    island_steps = steps;
   }
+  islands_ = IslandShape(sizes, island_steps, spec.rank);
 }
 
 Layout Layout::resolve(const LayoutSpec& spec) {
@@ -178,44 +177,12 @@ Layout Layout::resolve(const LayoutSpec& spec) {
     l.device_of_rank_ = placement.device_of_rank;
   }
   if (l.kind_ == RunKind::kIslands)  // a replica is an island, named by its first rank
-    for (int64_t i = 0; i < l.replicas_; ++i) l.rank_at_[size_t(i)][0] = l.island_begin(i);
+    for (int64_t i = 0; i < l.replicas_; ++i) l.rank_at_[size_t(i)][0] = l.islands_.begin(i);
   for (size_t i = 0; i < l.rank_at_.size(); ++i)
     for (size_t j = 0; j < l.rank_at_[i].size(); ++j)
       if (l.rank_at_[i][j] == spec.rank) l.replica_ = int64_t(i), l.stage_ = int64_t(j);
-  while (l.island_begin(l.island_ + 1) <= spec.rank) ++l.island_;
-  if (l.kind_ == RunKind::kIslands) l.replica_ = l.island_;
+  if (l.kind_ == RunKind::kIslands) l.replica_ = l.islands_.island();
   return l;
-}
-
-int Layout::island_begin(int64_t island) const {
-  int begin = 0;
-  for (int64_t i = 0; i < island && i < int64_t(island_sizes_.size()); ++i) begin += int(island_sizes_[size_t(i)]);
-  return begin;
-}
-
-std::vector<int> Layout::island_ranks() const {
-  std::vector<int> out(size_t(island_size(island_)));
-  std::iota(out.begin(), out.end(), island_begin(island_));
-  return out;
-}
-
-int64_t Layout::outer_shards() const { return *std::min_element(island_sizes_.begin(), island_sizes_.end()); }
-
-std::vector<int> Layout::outer_shard_ranks() const {
-  std::vector<int> out;
-  if (outer_shard() < 0) return out;
-  for (int64_t i = 0; i < islands(); ++i) out.push_back(island_begin(i) + int(outer_shard()));
-  return out;
-}
-
-int64_t Layout::batches_per_tick() const {
-  int64_t batches = 0;
-  for (size_t i = 0; i < island_sizes_.size(); ++i) batches += island_sizes_[i] * island_steps_[i];
-  return batches;
-}
-
-bool Layout::equal_islands() const {
-  return std::all_of(island_sizes_.begin(), island_sizes_.end(), [&](int64_t n) { return n == island_sizes_[0]; });
 }
 
 int64_t Layout::stage_data_parallel_steps() const {
@@ -268,11 +235,11 @@ std::string Layout::describe() const {
       return fmt::format(
           "layout: {} islands of {} ranks, data parallel inside, DiLoCo across, the outer exchange sharded {} "
           "way(s){}; rank {} is rank {} of island {}",
-          islands(), fmt::join(island_sizes_, "/"), outer_shards(),
-          batches_per_tick() != world_size_
-              ? fmt::format(", time-paced: {} optimizer steps per tick", fmt::join(island_steps_, "/"))
+          islands_.count(), fmt::join(islands_.sizes(), "/"), islands_.outer_shards(),
+          islands_.batches_per_tick() != world_size_
+              ? fmt::format(", time-paced: {} optimizer steps per tick", fmt::join(islands_.all_steps(), "/"))
               : "",
-          rank_, island_rank(), island_);
+          rank_, islands_.rank_in_island(), islands_.island());
   }
   return "layout: ?";
 }

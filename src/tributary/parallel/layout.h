@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "tributary/parallel/island_shape.h"
+
 namespace tributary {
 
 // How the replicas of the model (or of each pipeline stage) stay together.
@@ -87,26 +89,8 @@ class Layout {
   std::vector<int> pipeline_ranks() const;       // this rank's pipeline, stage by stage
   std::vector<int> stage_replica_ranks() const;  // the ranks that run this rank's stage, replica by replica
 
-  // Islands (RunKind::kIslands; otherwise every rank is an island of one): island i holds the consecutive ranks
-  // from island_begin(i). The outer exchange is cut into outer_shards() = the smallest island's size: rank r of an
-  // island exchanges shard r (r < outer_shards()) with rank r of every other island; the island's other ranks hold
-  // no outer state and receive the shards from their island.
-  int64_t islands() const { return int64_t(island_sizes_.size()); }
-  int64_t island() const { return island_; }  // this rank's
-  int64_t island_size(int64_t island) const { return island_sizes_[size_t(island)]; }
-  int island_begin(int64_t island) const;
-  int64_t island_rank() const { return rank_ - island_begin(island_); }  // this rank's place in its island
-  std::vector<int> island_ranks() const;                                 // this rank's island
-  int64_t outer_shards() const;
-  int64_t outer_shard() const { return island_rank() < outer_shards() ? island_rank() : -1; }  // -1: none
-  std::vector<int> outer_shard_ranks() const;  // the ranks that exchange this rank's shard, island by island
-  bool equal_islands() const;
-  // Time-paced islands (parallel.island_steps): the optimizer steps an island takes per step of the loop (a tick);
-  // 1 everywhere in lockstep. An island's pseudo-gradient then stands for island_size x island_steps ranks' batches.
-  int64_t island_steps(int64_t island) const { return island_steps_[size_t(island)]; }
-  int64_t steps_per_tick() const { return island_steps(island_); }  // this rank's island's
-  // The batches of all islands in one tick, in ranks' batches: sum of size x steps (the world size in lockstep).
-  int64_t batches_per_tick() const;
+  // Islands (RunKind::kIslands; otherwise every rank is an island of one, in lockstep): parallel/island_shape.h.
+  const IslandShape& islands() const { return islands_; }
 
   // "diloco", "ddp", "pipeline", "pipeline+diloco", "local-stages", "local", "single", "dipaco": summary.json's
   // algorithm.
@@ -123,9 +107,7 @@ class Layout {
   int64_t stages_ = 1, replicas_ = 1, stage_ = 0, replica_ = 0, chunks_ = 0, warmup_ddp_steps_ = 0;
   std::vector<std::vector<int>> rank_at_;  // [replica][stage]
   std::vector<int> device_of_rank_;
-  std::vector<int64_t> island_sizes_;  // one island per rank unless RunKind::kIslands
-  std::vector<int64_t> island_steps_;  // per island, 1 unless time-paced
-  int64_t island_ = 0;
+  IslandShape islands_;
 };
 
 const char* sync_name(Sync sync);

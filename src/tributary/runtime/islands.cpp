@@ -37,30 +37,30 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
   TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
   auto store = rendezvous(config, env);
   const comm::GroupOptions options = group_options(config);
-  const int64_t island = layout.island(), size = layout.island_size(island);
-  island_ = std::make_unique<comm::Group>(store, int(layout.island_rank()), int(size), options,
+  const int64_t island = layout.islands().island(), size = layout.islands().size(island);
+  island_ = std::make_unique<comm::Group>(store, int(layout.islands().rank_in_island()), int(size), options,
                                           fmt::format("island.{}", island));
   if (size > 1)
     inside_ =
         std::make_unique<Replicas>(data_parallel(config), ReplicaGroup{.store = store,
-                                                                       .rank = int(layout.island_rank()),
+                                                                       .rank = int(layout.islands().rank_in_island()),
                                                                        .size = int(size),
                                                                        .link = std::nullopt,
                                                                        .prefix = fmt::format("island-dp.{}", island),
                                                                        .part = false});
-  if (layout.outer_shard() >= 0) {
-    const std::vector<int> peers = layout.outer_shard_ranks();
+  if (layout.islands().outer_shard() >= 0) {
+    const std::vector<int> peers = layout.islands().outer_shard_ranks();
     const auto links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
     across_ = std::make_unique<Replicas>(
         config, ReplicaGroup{.store = store,
                              .rank = int(island),
-                             .size = int(layout.islands()),
+                             .size = int(layout.islands().count()),
                              .link = links ? std::optional(links->subset(peers)) : std::nullopt,
-                             .prefix = fmt::format("islands.shard{}", layout.outer_shard())});
+                             .prefix = fmt::format("islands.shard{}", layout.islands().outer_shard())});
     // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient
     // counts n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
-    across_->set_update_weight(double(size * layout.steps_per_tick()) * double(layout.islands()) /
-                               double(layout.batches_per_tick()));
+    across_->set_update_weight(double(size * layout.islands().steps_per_tick()) * double(layout.islands().count()) /
+                               double(layout.islands().batches_per_tick()));
   }
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
@@ -77,7 +77,7 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
                     const nlohmann::json& progress) {
   params_ = params;
   // The checkpoint's count is rank 0's; a time-paced island took its own number of optimizer steps per tick.
-  if (step > 0) optimizer.set_num_steps(step * layout_.steps_per_tick());
+  if (step > 0) optimizer.set_num_steps(step * layout_.islands().steps_per_tick());
   torch::NoGradGuard no_grad;
   if (island_->size() > 1) {
     // The island's rank 0 decides: a resume from another island shape (or from flat DiLoCo, whose replicas' AdamW
@@ -96,7 +96,7 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
     }
   }
   if (!across_) return;
-  const RowShards rows(layout_.outer_shard(), layout_.outer_shards());
+  const RowShards rows(layout_.islands().outer_shard(), layout_.islands().outer_shards());
   outer_params_ = rows.mine(params);
   std::optional<safetensors::File> mine;
   if (outer) mine = outer_rows(*outer, outer_params_, rows);
@@ -119,7 +119,7 @@ bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool las
     if (last) landed |= across_->sync().finish(step, outer_params_);
     quiescent_ = across_->sync().quiescent();
   }
-  if (!layout_.equal_islands() && island_->size() > 1) {
+  if (!layout_.islands().equal() && island_->size() > 1) {
     // Ranks without a shard learn from their island's rank 0 (which has one) what happened across.
     std::vector<torch::Tensor> flags = {torch::tensor({int64_t(landed), int64_t(quiescent_)}, torch::kInt64)};
     island_->broadcast(flags, 0);
@@ -129,7 +129,7 @@ bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool las
   if (landed) {
     std::vector<torch::Tensor> whole;
     for (auto& [name, t] : params) whole.push_back(t.detach());
-    share(whole, layout_.outer_shards());
+    share(whole, layout_.islands().outer_shards());
     // The island's replicas are one again (a shard lost on the way would leave them apart, silently, for good).
     if (inside_) inside_->sync().check_identical(params, fmt::format("after the outer step at step {}", step));
   }
@@ -142,7 +142,7 @@ NamedTensors Islands::whole_outer_state(const NamedTensors& params) {
   std::map<std::string, torch::Tensor> mine;
   if (across_)
     for (auto& [key, t] : across_->sync().outer_state()) mine.emplace(key, t);
-  const RowShards rows(std::max<int64_t>(0, layout_.outer_shard()), layout_.outer_shards());
+  const RowShards rows(std::max<int64_t>(0, layout_.islands().outer_shard()), layout_.islands().outer_shards());
   NamedTensors whole;
   std::vector<torch::Tensor> tensors;
   for (const auto& [name, p] : params)
@@ -152,7 +152,7 @@ NamedTensors Islands::whole_outer_state(const NamedTensors& params) {
       whole.emplace_back(key, t);
       tensors.push_back(t);
     }
-  share(tensors, layout_.outer_shards());
+  share(tensors, layout_.islands().outer_shards());
   return whole;
 }
 

@@ -106,7 +106,7 @@ StepResult TrainingRun::step_once(TrainStep& train_step, int64_t step, double lr
   StepResult result = train_step.run(step, lr);
   // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
   // learning rate; the tick reports its last.
-  for (int64_t k = 1; k < layout_.steps_per_tick(); ++k) result = train_step.run(step, lr);
+  for (int64_t k = 1; k < layout_.islands().steps_per_tick(); ++k) result = train_step.run(step, lr);
   // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
   if (!slows_itself)
     slowdown_->after_step(seconds_since(start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
@@ -172,7 +172,7 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
     const comm::CommStats inside = islands_->take_inside_stats();
     summary_.bytes_inside = inside.bytes_sent;
     summary_.world_size = options_.dist.world_size;
-    summary_.islands = layout_.islands();
+    summary_.islands = layout_.islands().count();
   }
   summary_.steps = step;
   summary_.lead = lead_;

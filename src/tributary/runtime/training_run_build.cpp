@@ -64,8 +64,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
                      (pipelines_      ? layout_.replicas()
-                      : islands_      ? layout_.batches_per_tick()    // time-paced islands take more than one
-                      : pending_heal_ ? pending_heal_->members_world  // the members' count until it is one
+                      : islands_      ? layout_.islands().batches_per_tick()  // time-paced islands take more than one
+                      : pending_heal_ ? pending_heal_->members_world          // the members' count until it is one
                       : replicas_     ? replicas_->size()
                                       : env.world_size);
   summary_.run_dir = tc_.run_dir;
@@ -215,7 +215,7 @@ void TrainingRun::describe(int64_t threads) const {
   if (!sync_) return;
   const auto& d = config_.dist;
   if (islands_)
-    log::info("{} islands: data parallel inside{}; across, each rank's outer shard below", layout_.islands(),
+    log::info("{} islands: data parallel inside{}; across, each rank's outer shard below", layout_.islands().count(),
               config_.parallel.shard_optimizer ? ", AdamW moments sharded (ZeRO-1)" : "");
   log::info("{} replicas{}, {}{}, compression {}", sync_->size(),
             pipelines_ ? " of each stage"

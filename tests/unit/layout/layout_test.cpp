@@ -121,16 +121,16 @@ TEST(Layout, IslandsAreConsecutiveRanksAndShardTheOuterExchange) {
   EXPECT_EQ(l.kind(), RunKind::kIslands);
   EXPECT_EQ(l.sync(), Sync::kDiloco);
   EXPECT_EQ(l.name(), "islands");
-  EXPECT_EQ(l.islands(), 2);
+  EXPECT_EQ(l.islands().count(), 2);
   EXPECT_EQ(l.replicas(), 2);
-  EXPECT_EQ(l.island(), 1);
+  EXPECT_EQ(l.islands().island(), 1);
   EXPECT_EQ(l.replica(), 1);
-  EXPECT_EQ(l.island_rank(), 1);
-  EXPECT_EQ(l.island_ranks(), (std::vector<int>{2, 3}));
-  EXPECT_EQ(l.outer_shards(), 2);
-  EXPECT_EQ(l.outer_shard(), 1);
-  EXPECT_EQ(l.outer_shard_ranks(), (std::vector<int>{1, 3}));
-  EXPECT_TRUE(l.equal_islands());
+  EXPECT_EQ(l.islands().rank_in_island(), 1);
+  EXPECT_EQ(l.islands().ranks(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(l.islands().outer_shards(), 2);
+  EXPECT_EQ(l.islands().outer_shard(), 1);
+  EXPECT_EQ(l.islands().outer_shard_ranks(), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(l.islands().equal());
   EXPECT_EQ(l.describe(),
             "layout: 2 islands of 2/2 ranks, data parallel inside, DiLoCo across, the outer exchange sharded 2 way(s); "
             "rank 3 is rank 1 of island 1");
@@ -140,21 +140,21 @@ TEST(Layout, IslandsOfUnlikeSizeShardByTheSmallest) {
   auto s = spec(2, 5);
   s.islands = "3,2";
   const Layout third = Layout::resolve(s);  // rank 2: the third rank of island 0 holds no outer shard
-  EXPECT_FALSE(third.equal_islands());
-  EXPECT_EQ(third.outer_shards(), 2);
-  EXPECT_EQ(third.island(), 0);
-  EXPECT_EQ(third.outer_shard(), -1);
-  EXPECT_TRUE(third.outer_shard_ranks().empty());
+  EXPECT_FALSE(third.islands().equal());
+  EXPECT_EQ(third.islands().outer_shards(), 2);
+  EXPECT_EQ(third.islands().island(), 0);
+  EXPECT_EQ(third.islands().outer_shard(), -1);
+  EXPECT_TRUE(third.islands().outer_shard_ranks().empty());
   s.rank = 4;
   const Layout last = Layout::resolve(s);
-  EXPECT_EQ(last.island(), 1);
-  EXPECT_EQ(last.island_rank(), 1);
-  EXPECT_EQ(last.outer_shard_ranks(), (std::vector<int>{1, 4}));
+  EXPECT_EQ(last.islands().island(), 1);
+  EXPECT_EQ(last.islands().rank_in_island(), 1);
+  EXPECT_EQ(last.islands().outer_shard_ranks(), (std::vector<int>{1, 4}));
   auto machines = spec(5, 6);
   machines.islands = "machines";
   machines.local_world_size = 3;
-  EXPECT_EQ(Layout::resolve(machines).island(), 1);
-  EXPECT_EQ(Layout::resolve(machines).islands(), 2);
+  EXPECT_EQ(Layout::resolve(machines).islands().island(), 1);
+  EXPECT_EQ(Layout::resolve(machines).islands().count(), 2);
 }
 
 TEST(Layout, IslandsThatCannotRunNameTheKey) {
@@ -185,12 +185,12 @@ TEST(Layout, TimePacedIslandsTakeTheirOwnStepsPerTick) {
   s.islands = "2,1";
   s.island_steps = "2,1";
   const Layout l = Layout::resolve(s);
-  EXPECT_EQ(l.steps_per_tick(), 1);  // rank 2: the lone, slower island
-  EXPECT_EQ(l.island_steps(0), 2);
-  EXPECT_EQ(l.batches_per_tick(), 5);  // 2 ranks x 2 steps + 1 x 1
+  EXPECT_EQ(l.islands().steps_per_tick(), 1);  // rank 2: the lone, slower island
+  EXPECT_EQ(l.islands().steps(0), 2);
+  EXPECT_EQ(l.islands().batches_per_tick(), 5);  // 2 ranks x 2 steps + 1 x 1
   EXPECT_NE(l.describe().find("time-paced: 2/1 optimizer steps per tick"), std::string::npos) << l.describe();
   s.island_steps = "";
-  EXPECT_EQ(Layout::resolve(s).batches_per_tick(), 3);
+  EXPECT_EQ(Layout::resolve(s).islands().batches_per_tick(), 3);
   s.island_steps = "2";
   EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("gives 1 island(s) steps but parallel.islands makes 2"),
             std::string::npos);
