@@ -375,3 +375,24 @@ TEST_F(Distributed, FaultTolerantRunOutlivesTheWholeMachineOfRankZeroWithAStanda
   EXPECT_NE(out2.find("nothing answers at 127.0.0.1:1 (--store): start `tributary store --port 1`"), std::string::npos)
       << out2;
 }
+
+TEST_F(Distributed, ADeathBeforeStartUpStopsTheRunAtOnceInsteadOfWaitingAtTheRendezvous) {
+  // Issue 46, item 5: a worker killed in its first second was "tolerated" by launch while rank 0 waited out the
+  // rendezvous (dist.store_timeout_s) and exited 4. --max-failures covers deaths after start-up; before it, launch
+  // stops the run at once and says why.
+  const std::string cmd = std::string(TRIBUTARY_CLI) + " launch --nproc 2 --master-port 0 --max-failures 1 --" +
+                          tiny("ft_early",
+                               "--set train.steps=8 --set train.batch_size=4 --set dist.inner_steps=4 "
+                               "--set dist.fault_tolerant=true --set dist.store_timeout_s=120");
+  const std::string log = (work() / "ft_early.log").string();
+  const auto start = std::chrono::steady_clock::now();
+  // The newest process whose command names this run is a worker (launch starts first); it dies at 0.3 s.
+  auto [rc, out] =
+      sh("(" + cmd + " > " + log + " 2>&1 & sleep 0.3; pkill -9 -n -f 'train.run_dir=.*ft_early'; wait $!; " +
+         "echo exit=$?; cat " + log + ")");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("before the run got through start-up"), std::string::npos) << out;
+  EXPECT_EQ(out.find("tolerated"), std::string::npos) << out;
+  EXPECT_LT(seconds, 60) << "it waited for the dead worker: " << out;
+}

@@ -204,6 +204,15 @@ void Supervisor::on_failure(const Worker& w, int code) {
     return blame(w.rank, code);
   }
   if (restart(w, code)) return;
+  // The survivors go on without a dead worker only once the run got through start-up (a formed group, the task
+  // queue): a death before it would leave them waiting for it at the rendezvous until dist.store_timeout_s.
+  if (tolerated_ < o_.max_failures && o_.run_started && !o_.run_started(o_.master_addr, o_.master_port)) {
+    log::error(
+        "launch: rank {} (pid {}) exited with status {} before the run got through start-up: --max-failures "
+        "covers deaths after it, so the run stops now; start it again (nothing was trained)",
+        w.rank, w.pid, code);
+    return blame(w.rank, code);
+  }
   if (tolerated_ < o_.max_failures) {
     tolerated_ += 1;
     log::warn(

@@ -75,6 +75,8 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
   if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
+  // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
+  if (env_.distributed() && env_.rank == 0) store_->set(kRunStartedKey, "1");
   metrics_ = std::make_unique<MetricsWriter>(
       run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
       resuming ? start_round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());

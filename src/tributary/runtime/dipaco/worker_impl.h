@@ -32,6 +32,7 @@
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/json_file.h"
+#include "tributary/runtime/launcher.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/run_report.h"
