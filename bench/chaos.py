@@ -38,6 +38,8 @@ import sys
 import threading
 import time
 
+from netns import TwoMachines
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -60,36 +62,9 @@ def rank_of(pid):
     return None
 
 
-class Machines:
+def Machines():
     """Two machines on this one: namespaces A (10.79.0.1, node 0) and B (10.79.0.2, node 1) joined by a veth pair."""
-    A, B, VA, VB = "tribchaosa", "tribchaosb", "tcva", "tcvb"
-
-    def __init__(self):
-        self.down()
-        script = (f"ip netns add {self.A} && ip netns add {self.B} && "
-                  f"ip link add {self.VA} type veth peer name {self.VB} && "
-                  f"ip link set {self.VA} netns {self.A} && ip link set {self.VB} netns {self.B} && "
-                  f"ip -n {self.A} addr add 10.79.0.1/24 dev {self.VA} && "
-                  f"ip -n {self.B} addr add 10.79.0.2/24 dev {self.VB} && "
-                  f"ip -n {self.A} link set lo up && ip -n {self.B} link set lo up && "
-                  f"ip -n {self.A} link set {self.VA} up && ip -n {self.B} link set {self.VB} up")
-        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-        if r.returncode != 0:
-            self.down()
-            sys.exit(f"--machines 2 needs network namespaces (root, ip netns): {r.stderr.strip()}")
-
-    def prefix(self, node):
-        if node == 0:  # Gloo on node 0 listens on the link's interface
-            return ["ip", "netns", "exec", self.A, "env", f"GLOO_SOCKET_IFNAME={self.VA}"]
-        return ["ip", "netns", "exec", self.B]
-
-    def cut(self, up):
-        subprocess.run(["ip", "-n", self.B, "link", "set", self.VB, "up" if up else "down"], check=True)
-
-    def down(self):
-        for ns in (self.A, self.B):
-            subprocess.run(["bash", "-c", f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; sleep 0.2; "
-                                          f"ip netns del {ns} 2>/dev/null"], capture_output=True)
+    return TwoMachines(("tribchaosa", "tribchaosb", "tcva", "tcvb"), "10.79.0")
 
 
 class Run:

@@ -31,38 +31,14 @@ import subprocess
 import sys
 import time
 
+from netns import TwoMachines
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class Sites:
+def Sites(rate):
     """Namespaces A (10.78.0.1, node 0) and B (10.78.0.2, node 1) joined by a veth pair limited to `rate`."""
-    A, B, VA, VB = "tribisla", "tribislb", "tiva", "tivb"
-
-    def __init__(self, rate):
-        self.down()
-        script = (f"ip netns add {self.A} && ip netns add {self.B} && "
-                  f"ip link add {self.VA} type veth peer name {self.VB} && "
-                  f"ip link set {self.VA} netns {self.A} && ip link set {self.VB} netns {self.B} && "
-                  f"ip -n {self.A} addr add 10.78.0.1/24 dev {self.VA} && "
-                  f"ip -n {self.B} addr add 10.78.0.2/24 dev {self.VB} && "
-                  f"ip -n {self.A} link set lo up && ip -n {self.B} link set lo up && "
-                  f"ip -n {self.A} link set {self.VA} up && ip -n {self.B} link set {self.VB} up && "
-                  f"ip netns exec {self.A} tc qdisc add dev {self.VA} root tbf rate {rate} burst 64kb latency 1s && "
-                  f"ip netns exec {self.B} tc qdisc add dev {self.VB} root tbf rate {rate} burst 64kb latency 1s")
-        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-        if r.returncode != 0:
-            self.down()
-            sys.exit(f"needs network namespaces and tc (root): {r.stderr.strip()}")
-
-    def prefix(self, node):
-        if node == 0:  # Gloo on node 0 listens on the link's interface
-            return ["ip", "netns", "exec", self.A, "env", f"GLOO_SOCKET_IFNAME={self.VA}"]
-        return ["ip", "netns", "exec", self.B]
-
-    def down(self):
-        for ns in (self.A, self.B):
-            subprocess.run(["bash", "-c", f"ip netns pids {ns} 2>/dev/null | xargs -r kill -9; sleep 0.2; "
-                                          f"ip netns del {ns} 2>/dev/null"], capture_output=True)
+    return TwoMachines(("tribisla", "tribislb", "tiva", "tivb"), "10.78.0", rate)
 
 
 def run(sites, cli, kind, args, run_dir, port, per_site=2):
