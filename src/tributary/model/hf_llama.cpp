@@ -1,5 +1,7 @@
 #include "tributary/model/hf_llama.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -121,11 +123,28 @@ NamedTensors from_hf_llama(const Transformer& model, const std::map<std::string,
 ModelConfig llama_model_config(const std::string& json_text, const std::string& origin) {
   const auto j = nlohmann::json::parse(json_text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object", origin);
-  const auto archs = j.value("architectures", nlohmann::json::array());
-  if (j.value("model_type", std::string("llama")) != "llama" ||
-      (archs.is_array() && !archs.empty() && archs[0] != "LlamaForCausalLM"))
+  // Optional keys of a JSON type other than the one transformers writes are named, not a crash.
+  auto text = [&](const char* key, const std::string& otherwise) {
+    if (!j.contains(key) || j[key].is_null()) return otherwise;
+    if (!j[key].is_string()) fail("{}: '{}' = {} must be a string", origin, key, j[key].dump());
+    return j[key].get<std::string>();
+  };
+  auto flag = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    if (!j[key].is_boolean()) fail("{}: '{}' = {} must be true or false", origin, key, j[key].dump());
+    return j[key].get<bool>();
+  };
+  auto positive = [&](const char* key, double otherwise) {  // finite and above 0 (a base, an epsilon)
+    if (!j.contains(key) || j[key].is_null()) return otherwise;
+    if (!j[key].is_number() || !(j[key].get<double>() > 0) || !std::isfinite(j[key].get<double>()))
+      fail("{}: '{}' = {} must be a positive finite number", origin, key, j[key].dump());
+    return j[key].get<double>();
+  };
+  const auto archs = j.contains("architectures") ? j["architectures"] : nlohmann::json::array();
+  const std::string model_type = text("model_type", "llama");
+  if (model_type != "llama" || (archs.is_array() && !archs.empty() && archs[0] != "LlamaForCausalLM"))
     fail("{}: 'architectures' / 'model_type' say {} / {}: only LlamaForCausalLM (model_type llama) can be imported",
-         origin, archs.dump(), j.value("model_type", std::string("?")));
+         origin, archs.dump(), model_type);
   auto integer = [&](const char* key) {
     if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
       fail("{}: '{}' must be a positive integer", origin, key);
@@ -153,26 +172,27 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != c.width / c.num_heads)
     fail("{}: head_dim = {} is not hidden_size / num_attention_heads = {}", origin, j["head_dim"].dump(),
          c.width / c.num_heads);
-  if (j.value("hidden_act", std::string("silu")) != "silu")
+  if (const std::string act = text("hidden_act", "silu"); act != "silu")
     fail("{}: hidden_act = {}: only silu (SwiGLU) is supported", origin, j["hidden_act"].dump());
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (j.value(key, false)) fail("{}: {} = true: biases are not supported", origin, key);
+    if (flag(key)) fail("{}: {} = true: biases are not supported", origin, key);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     fail("{}: rope_scaling = {}: only plain RoPE is supported", origin, j["rope_scaling"].dump());
-  c.rope_theta = j.value("rope_theta", 10000.0);
+  c.rope_theta = positive("rope_theta", 10000.0);
   // transformers >= 5 writes RoPE's settings as one object, {"rope_type": "default", "rope_theta": ...}.
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
     const auto& rope = j["rope_parameters"];
-    if (!rope.is_object() || rope.value("rope_type", std::string("default")) != "default")
+    if (!rope.is_object() || (rope.contains("rope_type") && rope["rope_type"] != "default"))
       fail("{}: rope_parameters = {}: only plain RoPE (rope_type \"default\") is supported", origin, rope.dump());
     if (rope.contains("rope_theta")) {
-      if (!rope["rope_theta"].is_number() || rope["rope_theta"].get<double>() <= 0)
+      if (!rope["rope_theta"].is_number() || !(rope["rope_theta"].get<double>() > 0) ||
+          !std::isfinite(rope["rope_theta"].get<double>()))
         fail("{}: rope_parameters.rope_theta = {} must be a positive number", origin, rope["rope_theta"].dump());
       c.rope_theta = rope["rope_theta"].get<double>();
     }
   }
-  c.norm_eps = j.value("rms_norm_eps", 1e-6);
-  c.tie_embeddings = j.value("tie_word_embeddings", false);
+  c.norm_eps = positive("rms_norm_eps", 1e-6);
+  c.tie_embeddings = flag("tie_word_embeddings");
   return c;
 }
 

@@ -290,3 +290,41 @@ TEST(HfLlama, ImportReadsOnlyItsDirectorysOwnFilesAndBuildsOnlyAModelItsWeightsF
   EXPECT_NE(msg.find("not this model's weights"), std::string::npos) << msg;
   fs::remove_all(dir);
 }
+
+TEST(HfLlama, EveryKeyOfAnotherJsonTypeIsNamedNotACrash) {
+  // Issue 46, item 8: a config.json key of another JSON type was a JSON library exception (status 3), and an
+  // out-of-range rope_theta or rms_norm_eps imported fine and failed at eval.
+  const auto good = nlohmann::json::parse(hf_llama_config_json(llama_like(true)));
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : good.items()) keys.push_back(key);
+  for (const char* extra : {"rope_parameters", "rope_scaling", "head_dim", "attention_bias", "mlp_bias", "hidden_act",
+                            "architectures", "model_type"})
+    keys.push_back(extra);
+  const std::vector<nlohmann::json> values = {
+      "text", nlohmann::json::array({1}), {{"a", 1}},           nullptr, true, -1, 1e308, 0.5,
+      0,      {{"rope_type", 5}},         {{"rope_theta", "x"}}};
+  int refused = 0;
+  for (const auto& key : keys)
+    for (const auto& value : values) {
+      auto j = good;
+      j[key] = value;
+      try {
+        llama_model_config(j.dump(), "hf/config.json");
+      } catch (const Error& e) {
+        refused += 1;
+        EXPECT_NE(std::string(e.what()).find("hf/config.json"), std::string::npos) << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << key << " = " << value.dump() << ": " << e.what();
+      }
+    }
+  EXPECT_GT(refused, 100);
+  for (const char* key : {"rope_theta", "rms_norm_eps"}) {
+    auto j = good;
+    j[key] = -1.0;
+    EXPECT_NE(test_support::error_of([&] {
+                llama_model_config(j.dump(), "hf/config.json");
+              }).find(std::string("'") + key + "' = -1.0 must be a positive finite number"),
+              std::string::npos)
+        << key;
+  }
+}
