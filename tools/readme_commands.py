@@ -14,7 +14,7 @@ Commands that ./run itself is (demo, test, format) are listed as not run.
 
   readme_commands.py --build BUILD [--work DIR] [--keep]
 """
-import argparse, os, re, shutil, socket, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,7 +79,6 @@ def newcomer_inputs(work):
     """my_texts/ (a directory of text files, one sub-directory per domain) and c4.jsonl (JSONL with "text")."""
     corpus = os.path.join(ROOT, "tests", "golden", "corpus")
     shutil.copytree(corpus, os.path.join(work, "my_texts"))
-    import json
     with open(os.path.join(work, "c4.jsonl"), "w", encoding="utf-8") as out:
         for dirpath, _, files in sorted(os.walk(corpus)):
             for f in sorted(files):

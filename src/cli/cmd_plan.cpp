@@ -177,8 +177,7 @@ void propose_islands(const Args& a) {
 void run_plan(Args a) {
   if (a.sites) return propose_islands(a);
   validate(a.ga);  // user limits are user errors, checked before any GA thread starts
-  if (!a.out.empty() && !a.overwrite && fs::exists(fs::symlink_status(a.out)) && !fs::is_directory(a.out))
-    fail("plan: --out '{}' already exists; pass --overwrite to replace it", a.out);
+  refuse_existing_out(a.out, a.overwrite);
   Cluster cluster = load_cluster(a.cluster);
   std::vector<int> original;
   if (a.shuffle_seed >= 0) cluster = shuffle_ids(cluster, static_cast<uint64_t>(a.shuffle_seed), &original);

@@ -44,11 +44,12 @@ inline CLI::Validator finite_range(double lo, double hi) {
       },
       fmt::format("{:g} to {:g}", lo, hi));
 }
-// An --out the user named that already exists is replaced only with --overwrite (a command's own default file in the
-// run directory, report.html or loss.png, is rewritten: it is that command's output).
+// An output file the user named with --out that already exists is replaced only with --overwrite (a command's own
+// default file in the run directory, report.html or loss.png, is rewritten: it is that command's output). A directory
+// is left to the write, which names it.
 inline void refuse_existing_out(const std::string& out, bool overwrite) {
   std::error_code ec;
-  if (!out.empty() && !overwrite && fs::exists(fs::symlink_status(out, ec)))
+  if (!out.empty() && !overwrite && fs::exists(fs::symlink_status(out, ec)) && !fs::is_directory(out, ec))
     fail("--out '{}' already exists; pass --overwrite to replace it, or choose another path", out);
 }
 

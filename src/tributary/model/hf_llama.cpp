@@ -134,11 +134,12 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
     if (!j[key].is_boolean()) fail("{}: '{}' = {} must be true or false", origin, key, j[key].dump());
     return j[key].get<bool>();
   };
-  auto positive = [&](const char* key, double otherwise) {  // finite and above 0 (a base, an epsilon)
-    if (!j.contains(key) || j[key].is_null()) return otherwise;
-    if (!j[key].is_number() || !(j[key].get<double>() > 0) || !std::isfinite(j[key].get<double>()))
-      fail("{}: '{}' = {} must be a positive finite number", origin, key, j[key].dump());
-    return j[key].get<double>();
+  // A base or an epsilon of `in` (the config, or one of its objects named `where`): finite and above 0.
+  auto positive = [&](const nlohmann::json& in, const char* key, double otherwise, const std::string& where = "") {
+    if (!in.contains(key) || in[key].is_null()) return otherwise;
+    if (!in[key].is_number() || !(in[key].get<double>() > 0) || !std::isfinite(in[key].get<double>()))
+      fail("{}: '{}{}' = {} must be a positive finite number", origin, where, key, in[key].dump());
+    return in[key].get<double>();
   };
   const auto archs = j.contains("architectures") ? j["architectures"] : nlohmann::json::array();
   const std::string model_type = text("model_type", "llama");
@@ -178,20 +179,15 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
     if (flag(key)) fail("{}: {} = true: biases are not supported", origin, key);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     fail("{}: rope_scaling = {}: only plain RoPE is supported", origin, j["rope_scaling"].dump());
-  c.rope_theta = positive("rope_theta", 10000.0);
+  c.rope_theta = positive(j, "rope_theta", 10000.0);
   // transformers >= 5 writes RoPE's settings as one object, {"rope_type": "default", "rope_theta": ...}.
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
     const auto& rope = j["rope_parameters"];
     if (!rope.is_object() || (rope.contains("rope_type") && rope["rope_type"] != "default"))
       fail("{}: rope_parameters = {}: only plain RoPE (rope_type \"default\") is supported", origin, rope.dump());
-    if (rope.contains("rope_theta")) {
-      if (!rope["rope_theta"].is_number() || !(rope["rope_theta"].get<double>() > 0) ||
-          !std::isfinite(rope["rope_theta"].get<double>()))
-        fail("{}: rope_parameters.rope_theta = {} must be a positive number", origin, rope["rope_theta"].dump());
-      c.rope_theta = rope["rope_theta"].get<double>();
-    }
+    c.rope_theta = positive(rope, "rope_theta", c.rope_theta, "rope_parameters.");
   }
-  c.norm_eps = positive("rms_norm_eps", 1e-6);
+  c.norm_eps = positive(j, "rms_norm_eps", 1e-6);
   c.tie_embeddings = flag("tie_word_embeddings");
   return c;
 }

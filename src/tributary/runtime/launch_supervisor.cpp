@@ -120,7 +120,8 @@ class Supervisor {
 
   void reap();
   void on_failure(const Worker& w, int code);
-  bool restart(const Worker& w, int code);  // --max-restarts: true if `w` is restarted
+  // --max-restarts: true if `w` is restarted (`started`: the run got through start-up, so a replacement can heal)
+  bool restart(const Worker& w, int code, bool started);
   void blame(int rank, int code);
   void settle_network_failure();
   void stop_all(int sig) {
@@ -172,7 +173,7 @@ void Supervisor::blame(int rank, int code) {
 }
 
 // A dead worker comes back while the others still run (after the run, nothing is left to join).
-bool Supervisor::restart(const Worker& w, int code) {
+bool Supervisor::restart(const Worker& w, int code, bool started) {
   if (restarts_ >= o_.max_restarts) return false;
   // One machine: with none of its workers left running, nobody holds the run's state to heal from. Several: the
   // other machines' workers may (a machine whose workers all died with its link heals from them); a replacement that
@@ -180,7 +181,7 @@ bool Supervisor::restart(const Worker& w, int code) {
   bool others = o_.nnodes > 1;
   for (const auto& o : workers_) others |= o.running && !o.stopped && o.pid != w.pid;
   if (!others) return false;
-  if (o_.run_started && !o_.run_started(o_.master_addr, o_.master_port)) {
+  if (!started) {
     log::warn(
         "launch: rank {} (pid {}) exited with status {} before the run got through start-up; a restart would "
         "fail the same way, so it is not restarted",
@@ -203,10 +204,11 @@ void Supervisor::on_failure(const Worker& w, int code) {
         w.rank);
     return blame(w.rank, code);
   }
-  if (restart(w, code)) return;
-  // The survivors go on without a dead worker only once the run got through start-up (a formed group, the task
-  // queue): a death before it would leave them waiting for it at the rendezvous until dist.store_timeout_s.
-  if (tolerated_ < o_.max_failures && o_.run_started && !o_.run_started(o_.master_addr, o_.master_port)) {
+  // Restarts and tolerated deaths both need a run that got through start-up (a formed group, the task queue): a
+  // death before it would leave the survivors waiting for it at the rendezvous until dist.store_timeout_s.
+  const bool started = !o_.run_started || o_.run_started(o_.master_addr, o_.master_port);
+  if (restart(w, code, started)) return;
+  if (tolerated_ < o_.max_failures && !started) {
     log::error(
         "launch: rank {} (pid {}) exited with status {} before the run got through start-up: --max-failures "
         "covers deaths after it, so the run stops now; start it again (nothing was trained)",

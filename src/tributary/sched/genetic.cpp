@@ -1,6 +1,8 @@
 #include "tributary/sched/genetic.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 
 #include "tributary/core/progress.h"
 
@@ -360,7 +362,10 @@ ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& op
   std::vector<std::thread> threads;
   // An exception must not leave a thread (std::terminate): each island's is kept and the first rethrown here.
   std::vector<std::exception_ptr> errors(islands.size());
-  std::atomic<int64_t> offspring_done{0}, finished{0};
+  std::atomic<int64_t> offspring_done{0};
+  int64_t finished = 0;  // islands done, under `mutex`: the progress loop wakes at once when the last one ends
+  std::mutex mutex;
+  std::condition_variable ended;
   for (size_t i = 0; i < islands.size(); ++i)
     threads.emplace_back([&, i]() {
       try {
@@ -369,12 +374,15 @@ ScheduleResult schedule_genetic(const CostModel& model, const GeneticOptions& op
       } catch (...) {
         errors[i] = std::current_exception();
       }
+      std::lock_guard<std::mutex> lock(mutex);
       finished += 1;
+      ended.notify_one();
     });
   {  // the offspring made so far, and the time budget's end as the ETA's bound
     Progress progress("plan: genetic search", int64_t(options.offspring) * int64_t(islands.size()), "offspring");
+    std::unique_lock<std::mutex> lock(mutex);
     for (int64_t shown = 0; finished < int64_t(islands.size());) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ended.wait_for(lock, std::chrono::milliseconds(100));
       const int64_t now = offspring_done;
       progress.advance(now - shown);
       shown = now;
