@@ -186,3 +186,43 @@ TEST_F(TwoMachines, IslandsTrainAcrossARateLimitedLinkBetweenTwoMachines) {
   EXPECT_GT(s["bytes_sent"].get<double>(), 0);
   EXPECT_GT(s["bytes_inside_island"].get<double>(), 4 * s["bytes_sent"].get<double>());
 }
+
+TEST_F(TwoMachines, MachinesWithTheirOwnRunDirectoriesSurviveAKillAndResume) {
+  // Two workers per machine, DiLoCo, each machine with its own train.run_dir (no shared filesystem). Once node 1's
+  // ranks hold their step-20 checkpoint, node 1's launch is killed (kill -9: its workers go with it, and node 0's
+  // fail their next collective). Both launches then --resume from the newest step every rank holds and finish.
+  const std::string args =
+      "--set dist.algorithm=diloco --set train.steps=60 --set train.batch_size=4 --set dist.inner_steps=5 "
+      "--set train.checkpoint_every=10 --set train.keep_checkpoints=10 --set dist.collective_timeout_s=20 "
+      "--set dist.store_timeout_s=20 --set dist.slow_workers=0:2";
+  const fs::path dir0 = work() / "mn_own0", dir1 = work() / "mn_own1";
+  auto node = [&](int n, const std::string& extra) {
+    return launch(n, 2, "mn_own",
+                  fmt::format("{} --set train.run_dir={} {}", args, (n == 0 ? dir0 : dir1).string(), extra),
+                  n == 0 ? "GLOO_SOCKET_IFNAME=" + if_a_ : "");
+  };
+  const fs::path marker = dir1 / "ranks" / "rank-3" / "checkpoints" / "step-00000020" / "manifest.json";
+  fs::remove_all(dir1);
+  const std::string node1_log = (work() / "mn_own_node1.log").string();
+  auto [rc, out] = sh(fmt::format(
+      "bash -c '{} > {} 2>&1 & n1=$!; (for i in $(seq 600); do test -e {} && break; sleep 0.05; done; kill -9 $n1) & "
+      "{}; echo node0 exit $?'",
+      node(1, ""), node1_log, marker.string(), node(0, "")));
+  EXPECT_TRUE(fs::exists(marker)) << out << "\nnode 1:\n" << read_file(node1_log);
+  EXPECT_EQ(out.find("node0 exit 0"), std::string::npos) << "node 0 finished without node 1\n" << out;
+  EXPECT_NE(out.find("is not shared with rank(s) 2, 3"), std::string::npos) << out;
+  ASSERT_FALSE(fs::exists(dir0 / "summary.json")) << out;
+
+  auto [rc2, out2] = sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; {}; rc=$?; wait $n1; echo node1 exit $?; exit $rc'",
+                                    node(1, "--resume"), node1_log, node(0, "--resume")));
+  ASSERT_EQ(rc2, 0) << out2 << "\nnode 1:\n" << read_file(node1_log);
+  EXPECT_NE(out2.find("node1 exit 0"), std::string::npos) << out2 << "\nnode 1:\n" << read_file(node1_log);
+  EXPECT_NE(out2.find("resumed from"), std::string::npos) << out2;
+  EXPECT_EQ(summary_of("mn_own0")["steps"].get<int>(), 60);
+  for (int rank : {2, 3}) {
+    EXPECT_TRUE(fs::exists(dir1 / "ranks" / fmt::format("rank-{}", rank) / "checkpoints" / "step-00000060"));
+    EXPECT_TRUE(fs::exists(dir0 / "workers" / fmt::format("rank{}.jsonl", rank)))
+        << "rank 0 keeps every worker's lines";
+  }
+  EXPECT_TRUE(fs::exists(dir0 / "checkpoints" / "step-00000060" / "manifest.json"));
+}

@@ -49,7 +49,7 @@ StagedFile stage_file(const fs::path& dir, const std::string& name, const std::s
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& contents, int64_t keep) {
   fs::path root = run_dir / "checkpoints";
   fs::create_directories(root);
-  fs::path final_dir = root / fmt::format("step-{:08d}", step);
+  fs::path final_dir = checkpoint_dir(run_dir, step);
   const bool staged = !contents.staged.empty();
   fs::path tmp = staged ? staging_dir(run_dir, step) : root / fmt::format("step-{:08d}.tmp-{}", step, ::getpid());
   if (!staged) fs::remove_all(tmp);
@@ -89,6 +89,16 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
         e.path().filename().string().find(fmt::format(".tmp-{}", ::getpid())) == std::string::npos)
       fs::remove_all(e.path());
   return final_dir;
+}
+
+std::vector<int64_t> checkpoint_steps(const fs::path& run_dir) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, dir] : complete_checkpoints(run_dir)) steps.push_back(step);
+  return steps;
+}
+
+fs::path checkpoint_dir(const fs::path& run_dir, int64_t step) {
+  return run_dir / "checkpoints" / fmt::format("step-{:08d}", step);
 }
 
 std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {

@@ -10,7 +10,8 @@
 // and momentum, identical on every rank), and with a stateful codec rank-R.codec.safetensors for every rank, 0
 // included (its error feedback: what it has not sent yet). The other ranks write their files into staging_dir() first;
 // rank 0 then writes its own files and the manifest covering all of them, and renames: one rename publishes every
-// rank's state.
+// rank's state. A rank on a machine that does not share rank 0's run directory keeps a whole checkpoint of its own
+// replica in RUN_DIR/ranks/rank-R/checkpoints/step-N instead (runtime/replica_checkpoint.h).
 // Writes go to a temp directory (fsync per file), then one rename; only then are old checkpoints pruned (keep N).
 #pragma once
 
@@ -49,6 +50,10 @@ StagedFile stage_file(const fs::path& dir, const std::string& name, const std::s
 // Returns the final checkpoint directory.
 fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const CheckpointContents& contents, int64_t keep);
 
+// The steps of the complete checkpoints under RUN_DIR/checkpoints, oldest first.
+std::vector<int64_t> checkpoint_steps(const fs::path& run_dir);
+// The directory of step `step`'s checkpoint under RUN_DIR/checkpoints.
+fs::path checkpoint_dir(const fs::path& run_dir, int64_t step);
 // Newest complete checkpoint under RUN_DIR/checkpoints, if any.
 std::optional<fs::path> latest_checkpoint(const fs::path& run_dir);
 

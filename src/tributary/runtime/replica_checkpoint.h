@@ -1,8 +1,11 @@
-// The multi-process part of a checkpoint (format: checkpoint.h). Every rank calls it at the same step: ranks >= 1
-// stage their state (parameters, optimizer state + RNG, for a pipeline stage under DiLoCo its stage's outer state,
-// under local parallelism its auxiliary heads) in staging_dir(), every rank's loader position and file stamps (size,
-// xxh64) are all-gathered, and rank 0 gets `contents` completed with them and the world size, ready for
-// save_checkpoint().
+// The multi-process part of a checkpoint (format: checkpoint.h). Every rank calls it at the same step. Rank 0 writes
+// a token into its staging_dir(); a rank that reads it back shares rank 0's run directory and stages its state there
+// (parameters, optimizer state + RNG, for a pipeline stage under DiLoCo its stage's outer state, under local
+// parallelism its auxiliary heads). A rank that does not (another machine, no shared filesystem) keeps its own
+// checkpoint in own_run_dir(): a whole checkpoint of its replica, resumable on that machine, and sends rank 0 its
+// workers/rank{R}.jsonl so that the report sees every worker. Every rank's loader position and file stamps (size,
+// xxh64) are all-gathered; the rank that publishes gets `contents` completed with them and the world size, ready for
+// save_checkpoint() into publish_dir().
 #pragma once
 
 #include <functional>
@@ -32,11 +35,19 @@ struct CheckpointPeers {
   std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
 };
 
-// Every rank of the run sees train.run_dir as rank 0 does: the multi-process checkpoint stages each rank's files in
-// rank 0's directory, so a rank on another machine without a shared filesystem would lose the run at its first
-// checkpoint. Rank 0 writes a token there, every rank reads it back at the same path; an Error on every rank, naming
-// the ranks that do not see it, at start-up instead. Collective over `peers`.
-void require_shared_run_dir(const CheckpointPeers& peers, const fs::path& run_dir);
+// Where rank `rank` keeps its own checkpoints when it does not see rank 0's run directory: RUN_DIR/ranks/rank-R (its
+// checkpoints/ as in any run directory). Its model/optim are that rank's replica (state.json's "replica_rank").
+fs::path own_run_dir(const fs::path& run_dir, int rank);
+// The run directory whose checkpoints/ `contents` (completed by stage_rank_state) goes to: rank 0's, or this rank's
+// own.
+fs::path publish_dir(const fs::path& run_dir, const CheckpointContents& contents);
+
+// At start-up, before anything is trained: which ranks see rank 0's train.run_dir (rank 0 writes a token there, every
+// rank reads it back), said once by rank 0 (and by each rank that keeps its own directory, with its path). On a resume
+// (`resume_steps`: the steps of the checkpoints this rank can resume from, oldest first; empty: a fresh run) it
+// returns the newest step every rank holds — a machine killed while it wrote its checkpoint may lack the newest one —
+// or fails on every rank naming each rank's newest when there is none. Returns -1 for a fresh run. Collective.
+int64_t check_run_dirs(const CheckpointPeers& peers, const fs::path& run_dir, const std::vector<int64_t>& resume_steps);
 
 // The peers of the replicas of the whole model.
 CheckpointPeers checkpoint_peers(Replicas& replicas);
@@ -50,7 +61,8 @@ struct RankState {
   const NamedTensors* codec = nullptr;  // this rank's codec state (error feedback); null or empty: none
 };
 
-// Returns true on rank 0 (which then calls save_checkpoint with `contents`), false on the other ranks.
+// Returns true on the ranks that publish a checkpoint (rank 0, and every rank keeping its own directory; they then
+// call save_checkpoint(publish_dir(...), contents)), false on the ranks that staged their files in rank 0's.
 bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int64_t step, const RankState& mine,
                       CheckpointContents& contents);
 

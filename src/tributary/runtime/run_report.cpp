@@ -26,14 +26,18 @@ std::string thousands(double value) {
   return out;
 }
 
+fs::path worker_lines_file(const fs::path& run_dir, int rank) {
+  return run_dir / "workers" / fmt::format("rank{}.jsonl", rank);
+}
+
 RunReport::RunReport(const ReportSetup& setup) : setup_(setup), launched_world_(std::max(setup.world_size, 1)) {
   if (setup_.lead)
     metrics_ =
         std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step, setup_.run_dir / "tb");
   if (setup_.distributed) {
     fs::create_directories(setup_.run_dir / "workers");
-    worker_ = std::make_unique<MetricsWriter>(setup_.run_dir / "workers" / fmt::format("rank{}.jsonl", setup_.rank),
-                                              setup_.worker_resume_step);
+    worker_ =
+        std::make_unique<MetricsWriter>(worker_lines_file(setup_.run_dir, setup_.rank), setup_.worker_resume_step);
   }
 }
 

@@ -18,6 +18,9 @@
 
 namespace tributary {
 
+// A worker's own lines in a run directory: workers/rank{R}.jsonl.
+fs::path worker_lines_file(const fs::path& run_dir, int rank);
+
 struct ReportSetup {
   fs::path run_dir;
   bool lead = true;          // rank 0 writes metrics and prints

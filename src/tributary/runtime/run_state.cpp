@@ -34,6 +34,21 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
         saved_world, world_size, world_size);
 }
 
+// What a rank resumes from: its run directory's latest checkpoint (or --resume-from's), unless it keeps its own
+// directory (replica_checkpoint.h) with a newer one (or, for --resume-from, one of the same step).
+fs::path resume_source(const fs::path& run_dir, const fs::path& own_dir, const TrainOptions& options) {
+  const fs::path shared = options.resume_from.empty() ? run_dir : fs::path(options.resume_from);
+  if (options.dist.rank == 0) return shared;
+  if (!options.resume_from.empty()) {
+    const fs::path same_step = own_dir / "checkpoints" / shared.filename();
+    return fs::exists(same_step / "manifest.json") ? same_step : shared;
+  }
+  const auto own = latest_checkpoint(own_dir);
+  if (!own) return shared;
+  const auto theirs = latest_checkpoint(run_dir);
+  return !theirs || own->filename().string() > theirs->filename().string() ? own_dir : shared;
+}
+
 }  // namespace
 
 std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOptions& options, const Dataset& dataset) {
@@ -50,17 +65,18 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
            options.dist.rank);
     return ckpt;
   }
+  const fs::path own_dir = own_run_dir(run_dir, options.dist.rank);  // where a rank apart from rank 0's keeps its own
   if (options.resume) {
-    ckpt = load_checkpoint(options.resume_from.empty() ? run_dir : fs::path(options.resume_from));
+    ckpt = load_checkpoint(resume_source(run_dir, own_dir, options));
     check_resumable(*ckpt, config, options.dist.world_size, lead);
-  } else if (latest_checkpoint(run_dir) && !options.overwrite) {
+  } else if ((latest_checkpoint(run_dir) || (!lead && latest_checkpoint(own_dir))) && !options.overwrite) {
     fail(
         "train.run_dir '{}' already holds checkpoints: pass --resume to continue that run, --overwrite to start over, "
         "or choose another directory with --set train.run_dir=...",
         run_dir.string());
   }
   // Starting over: the old run's checkpoints go, or a later --resume would continue from them.
-  if (lead && options.overwrite && !options.resume) fs::remove_all(run_dir / "checkpoints");
+  if (options.overwrite && !options.resume) fs::remove_all((lead ? run_dir : own_dir) / "checkpoints");
   if (lead && !options.resume) forget_earlier_results(run_dir);  // a failed run must not show the last one's results
   std::error_code ec;
   if (fs::exists(run_dir, ec) && !fs::is_directory(run_dir, ec))
@@ -69,6 +85,17 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
   if (ec) fail("cannot create train.run_dir = '{}': {}; choose a writable directory", run_dir.string(), ec.message());
   if (lead) write_file_atomic(run_dir / "config.toml", config.to_toml());
   return ckpt;
+}
+
+std::vector<int64_t> resumable_steps(const std::optional<LoadedCheckpoint>& ckpt, const TrainOptions& options) {
+  if (!ckpt) return {};
+  if (!options.resume_from.empty()) return {ckpt->state.at("step").get<int64_t>()};
+  return checkpoint_steps(ckpt->dir.parent_path().parent_path());  // RUN_DIR/checkpoints/step-N
+}
+
+void resume_at(LoadedCheckpoint& ckpt, int64_t step) {
+  if (ckpt.state.at("step").get<int64_t>() == step) return;
+  ckpt = load_checkpoint(checkpoint_dir(ckpt.dir.parent_path().parent_path(), step));
 }
 
 HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const BatchLoader& loader,
@@ -153,8 +180,15 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
                     int world_size) {
   // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
   const int saved_world = ckpt.state.value("world_size", 1);
-  const bool elastic = saved_world != world_size;  // check_resumable allowed it: everyone takes rank 0's
-  if (rank != 0 && !elastic) {
+  const bool elastic = saved_world != world_size;                // check_resumable allowed it: everyone takes rank 0's
+  const int replica_rank = ckpt.state.value("replica_rank", 0);  // whose replica model/optim are (own_run_dir)
+  if (elastic && replica_rank != 0)
+    fail(
+        "cannot resume '{}' with {} workers: it holds rank {}'s replica of a run of {} kept on its own machine, and a "
+        "resume with another number of workers starts every worker from rank 0's. Copy rank 0's checkpoint to this "
+        "machine and pass --resume-from, or resume with {} workers",
+        ckpt.dir.string(), world_size, replica_rank, saved_world, saved_world);
+  if (rank != 0 && !elastic && replica_rank != rank) {
     ckpt.model = ckpt.tensors(replica_model_file(rank));
     ckpt.optim = ckpt.tensors(replica_optim_file(rank));
   }
@@ -225,13 +259,16 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
   const fs::path tok_model = r.dataset.dir() / "tokenizer.model";
   CheckpointContents contents{
       r.params, optim_state, state, r.config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
-  if (r.aux_heads && !r.aux_heads->empty()) contents.extra_tensors.emplace_back(kAuxHeadsFile, *r.aux_heads);
   const fs::path run_dir = r.config.train.run_dir;
   if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
   const RankState mine{.params = r.params, .optim_state = optim_state, .position = pos, .aux = r.aux_heads};
   if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, mine, contents)) return {};
   if (r.islands && !r.islands->stage_state(run_dir, step, mine, contents)) return {};
-  return save_checkpoint(run_dir, step, contents, r.config.train.keep_checkpoints);
+  const fs::path dir = publish_dir(run_dir, contents);
+  // The model's auxiliary heads; a rank keeping its own directory has its own copy (rank-R.aux_heads) already.
+  if (r.aux_heads && !r.aux_heads->empty() && dir == run_dir)
+    contents.extra_tensors.emplace_back(kAuxHeadsFile, *r.aux_heads);
+  return save_checkpoint(dir, step, contents, r.config.train.keep_checkpoints);
 }
 
 }  // namespace tributary

@@ -47,11 +47,13 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   }
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
-  if (layout_.distributed() && !env.joining && (replicas_ || pipelines_ || islands_))  // before anything is trained
-    require_shared_run_dir(replicas_  ? checkpoint_peers(*replicas_)
-                           : islands_ ? islands_->peers()
-                                      : checkpoint_peers(*pipelines_),
-                           tc_.run_dir);
+  if (layout_.distributed() && !env.joining && (replicas_ || pipelines_ || islands_)) {  // before anything is trained
+    const int64_t step = check_run_dirs(replicas_  ? checkpoint_peers(*replicas_)
+                                        : islands_ ? islands_->peers()
+                                                   : checkpoint_peers(*pipelines_),
+                                        tc_.run_dir, resumable_steps(ckpt_, options_));
+    if (ckpt_) resume_at(*ckpt_, step);
+  }
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
