@@ -146,23 +146,26 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   if (model_type != "llama" || (archs.is_array() && !archs.empty() && archs[0] != "LlamaForCausalLM"))
     fail("{}: 'architectures' / 'model_type' say {} / {}: only LlamaForCausalLM (model_type llama) can be imported",
          origin, archs.dump(), model_type);
-  auto integer = [&](const char* key) {
+  // Bounded as the same keys of a run configuration are (runtime/run_config.cpp): what this tool can build.
+  auto integer = [&](const char* key, int64_t most) {
     if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
       fail("{}: '{}' must be a positive integer", origin, key);
+    if (j[key].get<int64_t>() > most)
+      fail("{}: '{}' = {} is more than this tool builds ({})", origin, key, j[key].get<int64_t>(), most);
     return j[key].get<int64_t>();
   };
   ModelConfig c;
-  c.width = integer("hidden_size");
-  c.num_layers = integer("num_hidden_layers");
-  c.num_heads = integer("num_attention_heads");
-  c.mlp_hidden = integer("intermediate_size");
-  c.vocab_size = integer("vocab_size");
-  c.context = integer("max_position_embeddings");
+  c.width = integer("hidden_size", 1 << 16);
+  c.num_layers = integer("num_hidden_layers", 1024);
+  c.num_heads = integer("num_attention_heads", 1024);
+  c.mlp_hidden = integer("intermediate_size", 1 << 20);
+  c.vocab_size = integer("vocab_size", 1 << 24);
+  c.context = integer("max_position_embeddings", 1 << 20);
   c.num_levels = 1;
   c.mlp = "swiglu";
   c.positions = "rope";
   if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()) {
-    const int64_t kv = integer("num_key_value_heads");
+    const int64_t kv = integer("num_key_value_heads", 1024);
     if (c.num_heads % kv != 0)
       fail(
           "{}: num_key_value_heads = {} does not divide num_attention_heads = {}: grouped-query attention needs "

@@ -94,7 +94,11 @@ fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& 
   RunConfig config;
   config.model = llama_model_config(read_file(config_file), config_file.string());
   config.data.dir = data_dir;
-  config.validate();
+  try {
+    config.validate();
+  } catch (const Error& e) {  // the keys are ours: say which file they came from
+    fail("{}: the model it describes cannot be built: {}", config_file.string(), e.what());
+  }
   const std::string kind = tokenizer_kind(dir);
   Progress progress("import", 3, "steps");  // read, convert, write: a large model takes a while on each
   auto tensors = read_hf_tensors(dir);

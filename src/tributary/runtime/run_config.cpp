@@ -273,7 +273,11 @@ RunConfig RunConfig::load(const std::string& file, const std::vector<std::string
 RunConfig RunConfig::from_toml(const std::string& text, const std::string& origin) {
   RunConfig config;
   config.schema().merge_toml(text, origin);
-  config.validate();
+  try {
+    config.validate();
+  } catch (const Error& e) {  // a configuration a run left behind (a checkpoint's, the store's): say whose
+    fail("{}: {}", origin, e.what());
+  }
   config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps, !config.parallel.islands.empty());
   return config;
 }
@@ -289,6 +293,12 @@ void RunConfig::validate() const {
   if (model.positions == "rope" && model.head_dim() % 2 != 0)
     fail("RoPE needs an even head dimension: model.width / model.num_heads = {}; change model.num_heads or model.width",
          model.head_dim());
+  // The RoPE tables (cos and sin, context x head dim, built in double precision) must fit: Llama 3.1's are 2^24.
+  if (model.positions == "rope" && double(model.context) * double(model.head_dim()) > 0x1p27)
+    fail(
+        "model.context x head dimension (model.width / model.num_heads) = {} x {} is more than 2^27: the RoPE tables "
+        "alone would take {:.1f} GB; shorten model.context or use more heads",
+        model.context, model.head_dim(), double(model.context) * double(model.head_dim()) * 16 / 1e9);
   if (model.num_layers % model.num_levels != 0)
     fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
          model.num_levels, model.num_layers);

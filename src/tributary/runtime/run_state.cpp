@@ -1,5 +1,7 @@
 #include "tributary/runtime/run_state.h"
 
+#include <cmath>
+
 #include "tributary/runtime/islands.h"
 
 #include "tributary/core/error.h"
@@ -12,7 +14,58 @@
 namespace tributary {
 namespace {
 
+// The fields of state.json a resume reads, each of the type and range train writes: an Error naming the file and
+// field before anything reads them (a hand-edited or damaged state.json is the user's to fix, not a crash).
+void check_resume_state(const LoadedCheckpoint& ckpt) {
+  const std::string file = (ckpt.dir / "state.json").string();
+  const nlohmann::json& s = ckpt.state;
+  auto count = [&](const nlohmann::json& j, const std::string& what, int64_t most) {
+    if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > most)
+      fail("'{}': {} = {} is not an integer in [0, {}]; use another checkpoint", file, what, j.dump(), most);
+    return j.get<int64_t>();
+  };
+  for (const char* key : {"optimizer_steps", "tokens"})  // a model-only checkpoint (an exported path) has neither
+    if (!s.contains(key) || !s[key].is_number_integer())
+      fail(
+          "cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
+          "with --set train.init_from=... instead",
+          ckpt.dir.string(), key);
+  constexpr int64_t kMost = int64_t(1) << 62;
+  count(s["optimizer_steps"], "optimizer_steps", kMost);
+  count(s["tokens"], "tokens", kMost);
+  const int64_t world = s.contains("world_size") ? count(s["world_size"], "world_size", 1 << 20) : 1;
+  if (world < 1) fail("'{}': world_size = 0; use another checkpoint", file);
+  if (s.contains("replica_rank")) count(s["replica_rank"], "replica_rank", world - 1);
+  if (s.contains("elapsed_s") && (!s["elapsed_s"].is_number() || !std::isfinite(s["elapsed_s"].get<double>())))
+    fail("'{}': elapsed_s = {} is not a finite number; use another checkpoint", file, s["elapsed_s"].dump());
+  auto position = [&](const nlohmann::json& j, const std::string& what) {
+    if (!j.is_object() || !j.contains("epoch") || !j.contains("cursor"))
+      fail("'{}': {} is not a loader position {{\"epoch\": E, \"cursor\": C}}; use another checkpoint", file, what);
+    count(j["epoch"], what + ".epoch", kMost);
+    count(j["cursor"], what + ".cursor", kMost);
+  };
+  if (s.contains("loaders")) {
+    if (!s["loaders"].is_array() || int64_t(s["loaders"].size()) != world)
+      fail("'{}': loaders is not a list of {} loader positions (world_size); use another checkpoint", file, world);
+    for (size_t r = 0; r < s["loaders"].size(); ++r) position(s["loaders"][r], fmt::format("loaders[{}]", r));
+  } else {
+    if (!s.contains("loader")) fail("'{}' has no loader position ('loader'); use another checkpoint", file);
+    position(s["loader"], "loader");
+  }
+  if (s.contains("replicas")) {
+    if (!s["replicas"].is_array()) fail("'{}': replicas is not a list; use another checkpoint", file);
+    for (size_t u = 0; u < s["replicas"].size(); ++u) {
+      const auto& unit = s["replicas"][u];
+      if (!unit.is_object() || !unit.contains("last_sync") || !unit.contains("outer_steps"))
+        fail("'{}': replicas[{}] has no last_sync and outer_steps; use another checkpoint", file, u);
+      count(unit["last_sync"], fmt::format("replicas[{}].last_sync", u), kMost);
+      count(unit["outer_steps"], fmt::format("replicas[{}].outer_steps", u), kMost);
+    }
+  }
+}
+
 void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int world_size, bool lead) {
+  check_resume_state(ckpt);
   const std::string saved_file = (ckpt.dir / "config.toml").string();
   config.check_resumable_from(RunConfig::from_toml(ckpt.config_toml, saved_file), ckpt.dir.string(), saved_file);
   const int saved_world = ckpt.state.value("world_size", 1);
@@ -179,6 +232,7 @@ void init_from(Transformer& model, const std::string& from) {
 RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank,
                     int world_size) {
   // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
+  check_resume_state(ckpt);
   const int saved_world = ckpt.state.value("world_size", 1);
   const bool elastic = saved_world != world_size;                // check_resumable allowed it: everyone takes rank 0's
   const int replica_rank = ckpt.state.value("replica_rank", 0);  // whose replica model/optim are (own_run_dir)
@@ -193,12 +247,6 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
     ckpt.optim = ckpt.tensors(replica_optim_file(rank));
   }
   load_parameters(model, ckpt.model);
-  for (const char* key : {"optimizer_steps", "tokens"})  // a model-only checkpoint (an exported path) has neither
-    if (!ckpt.state.contains(key) || !ckpt.state[key].is_number_integer())
-      fail(
-          "cannot resume from '{}': its state.json has no integer '{}' (a model-only checkpoint?); start a new run "
-          "with --set train.init_from=... instead",
-          ckpt.dir.string(), key);
   optimizer.load_state(ckpt.optim, ckpt.state.at("optimizer_steps").get<int64_t>());
   if (ckpt.optim.contains("rng.cpu")) {
     auto generator = at::detail::getDefaultCPUGenerator();  // a handle: setting its state sets the global one
@@ -211,7 +259,11 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
       ckpt.state.contains("loaders") ? ckpt.state.at("loaders").at(elastic ? 0 : rank) : ckpt.state.at("loader");
   const int64_t loader_rank = loader.rank(), loader_world = loader.world_size();
   if (elastic) loader.reshard(0, saved_world);  // the position counts rank 0's share under the saved world
-  loader.set_position({position.at("epoch").get<uint64_t>(), position.at("cursor").get<uint64_t>()});
+  try {
+    loader.set_position({position.at("epoch").get<uint64_t>(), position.at("cursor").get<uint64_t>()});
+  } catch (const Error& e) {
+    fail("cannot resume from '{}': {}", ckpt.dir.string(), e.what());
+  }
   if (elastic) loader.reshard(loader_rank, loader_world);
   log::info("resumed from '{}' at step {}", ckpt.dir.string(), progress.step);
   return progress;
