@@ -1,14 +1,43 @@
+#include <cstdlib>
 #include <optional>
 
 #include "cli/commands.h"
 #include "tributary/comm/exit_reports.h"
 #include "tributary/comm/membership.h"
+#include "tributary/comm/sealed_store.h"
 #include "tributary/comm/store.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/launcher.h"
 #include "tributary/runtime/rendezvous.h"
 
 namespace tributary::cli {
+namespace {
+
+// The key this launch and the workers it starts seal the store's values with (TRIBUTARY_RUN_SECRET, which they
+// inherit; never a command line): --secret-file's, the environment's, or on a single machine a fresh one.
+void choose_run_secret(const std::string& file, int nnodes) {
+  std::optional<comm::RunKey> key;
+  if (!file.empty()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > 4096)
+      fail("--secret-file '{}' is not a regular file of at most 4 KiB; give the run's secret file", file);
+    key = comm::run_key_of_secret(read_file(file), fmt::format("--secret-file '{}'", file));
+  } else if (auto from_environment = comm::run_key_from_environment()) {
+    key = from_environment;
+  } else if (nnodes == 1) {
+    key = comm::random_run_key();
+  }
+  if (key) {
+    ::setenv("TRIBUTARY_RUN_SECRET", comm::run_key_hex(*key).c_str(), 1);
+    return;
+  }
+  log::warn(
+      "launch: no run secret (--secret-file): whoever reaches the store's port can read this run's configuration "
+      "and write values its workers trust (docs/distributed.md, \"Threat model\"); give every machine the same "
+      "--secret-file");
+}
+
+}  // namespace
 
 void add_launch(CLI::App& app) {
   auto o = std::make_shared<LaunchOptions>();
@@ -29,8 +58,14 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--store", o->store,
                   "ADDR:PORT of a running `tributary store` (instead of node 0's launch hosting the store; replaces "
                   "--master-addr/--master-port)");
+  auto secret_file = std::make_shared<std::string>();
+  cmd->add_option("--secret-file", *secret_file,
+                  "the run's secret (a file of 16+ bytes that every machine holds, e.g. head -c 32 /dev/urandom): "
+                  "every store value is sealed with it (default: a fresh one on a single machine; none across "
+                  "machines, with a warning)");
   cmd->add_option("command", o->command, "the worker's tributary command, after --")->required();
-  cmd->callback([o]() {
+  cmd->callback([o, secret_file]() {
+    choose_run_secret(*secret_file, o->nnodes);
     o->host_store = [](int port) -> std::shared_ptr<void> {
       return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
     };

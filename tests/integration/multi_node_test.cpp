@@ -196,10 +196,14 @@ TEST_F(TwoMachines, MachinesWithTheirOwnRunDirectoriesSurviveAKillAndResume) {
       "--set train.checkpoint_every=10 --set train.keep_checkpoints=10 --set dist.collective_timeout_s=20 "
       "--set dist.store_timeout_s=20 --set dist.slow_workers=0:2";
   const fs::path dir0 = work() / "mn_own0", dir1 = work() / "mn_own1";
+  // Both machines hold the same secret file: every store value is sealed (comm/sealed_store.h).
+  const fs::path secret = work() / "mn_own.secret";
+  write_file(secret, "thirty-two bytes of the run secret!");
   auto node = [&](int n, const std::string& extra) {
-    return launch(n, 2, "mn_own",
-                  fmt::format("{} --set train.run_dir={} {}", args, (n == 0 ? dir0 : dir1).string(), extra),
-                  n == 0 ? "GLOO_SOCKET_IFNAME=" + if_a_ : "");
+    std::string cmd = launch(n, 2, "mn_own",
+                             fmt::format("{} --set train.run_dir={} {}", args, (n == 0 ? dir0 : dir1).string(), extra),
+                             n == 0 ? "GLOO_SOCKET_IFNAME=" + if_a_ : "");
+    return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 --secret-file " + secret.string() + " ");
   };
   const fs::path marker = dir1 / "ranks" / "rank-3" / "checkpoints" / "step-00000020" / "manifest.json";
   fs::remove_all(dir1);
@@ -211,6 +215,7 @@ TEST_F(TwoMachines, MachinesWithTheirOwnRunDirectoriesSurviveAKillAndResume) {
   EXPECT_TRUE(fs::exists(marker)) << out << "\nnode 1:\n" << read_file(node1_log);
   EXPECT_EQ(out.find("node0 exit 0"), std::string::npos) << "node 0 finished without node 1\n" << out;
   EXPECT_NE(out.find("is not shared with rank(s) 2, 3"), std::string::npos) << out;
+  EXPECT_EQ(out.find("no run secret"), std::string::npos) << out;
   ASSERT_FALSE(fs::exists(dir0 / "summary.json")) << out;
 
   auto [rc2, out2] = sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; {}; rc=$?; wait $n1; echo node1 exit $?; exit $rc'",

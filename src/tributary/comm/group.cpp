@@ -1,4 +1,5 @@
 #include "tributary/comm/group.h"
+#include "tributary/comm/sealed_store.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -335,6 +336,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
   opts.waitWorkers = false;
   opts.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> store;
+  if (opts.isServer) raise_open_file_limit();
   try {
     store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
   } catch (const std::exception& e) {
@@ -343,6 +345,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
                     "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
                     rank, master_addr, master_port, timeout.count() / 1000, error_text(e)));
   }
+  // The run's secret, when it has one: every value this process and its process groups exchange is sealed.
+  if (const auto key = run_key_from_environment()) store = sealed_store(store, *key);
   if (!prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   return store;
 }

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "tributary/comm/group.h"
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
@@ -71,7 +73,15 @@ Store Store::connect(const std::string& master_addr, int master_port, int rank, 
   return store;
 }
 
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit);  // best effort: the soft limit is only what the shell happened to leave
+}
+
 Store Store::host(int port, std::chrono::milliseconds timeout) {
+  raise_open_file_limit();
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = true;
@@ -79,7 +89,9 @@ Store Store::host(int port, std::chrono::milliseconds timeout) {
   opts.timeout = timeout;
   opts.useLibUV = true;  // the default since PyTorch 2.4, said here because the stalled-client guarantee rests on it
   try {
-    return Store(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts), -1);
+    c10::intrusive_ptr<c10d::Store> server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+    if (const auto key = run_key_from_environment()) server = sealed_store(server, *key);  // launch's own values
+    return Store(server, -1);
   } catch (const std::exception& e) {
     const std::string why = error_text(e);
     if (why.find("EADDRINUSE") != std::string::npos)

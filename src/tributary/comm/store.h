@@ -59,6 +59,11 @@ class Store {
   std::string local_address_ = "127.0.0.1";
 };
 
+// The store's host serves one connection per client (and per stranger): the soft limit on open files (often 1,024,
+// of which ~1,100 idle connections ran it out and the host aborted) is raised to the hard one (often 2^19). The
+// hosts call it (Store::host, and rank 0 hosting through Group's connect_store).
+void raise_open_file_limit();
+
 // An exception's message for a NetworkError: LibTorch's (c10::Error) without the C++ backtrace its what() carries.
 std::string error_text(const std::exception& e);
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -37,8 +38,12 @@ void wait_for_ranks(comm::Store& store, const std::string& prefix, int world_siz
       if (waited * 1000 >= double(timeout.count()))
         throw NetworkError(
             fmt::format("rank {}: rank(s) {} of {} did not reach the rendezvous within {} s "
-                        "(dist.store_timeout_s): start them, or check WORLD_SIZE and MASTER_ADDR:PORT",
-                        rank, fmt::join(missing, ", "), world_size, timeout.count() / 1000.0));
+                        "(dist.store_timeout_s): start them, or check WORLD_SIZE and MASTER_ADDR:PORT{}",
+                        rank, fmt::join(missing, ", "), world_size, timeout.count() / 1000.0,
+                        comm::run_key_from_environment()
+                            ? "; a rank with another run secret (or none) is not seen either: give every machine "
+                              "the same --secret-file"
+                            : ""));
       log::info("rank {}: waiting for rank(s) {} of {} at the rendezvous ({:.0f} s of {:.0f} s)", rank,
                 fmt::join(missing, ", "), world_size, waited, timeout.count() / 1000.0);
       next_report += 30;

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -39,4 +40,20 @@ TEST(StoreHost, AClientStalledInTheMiddleOfARequestDoesNotHoldTheOthers) {
   ::close(stalled);
   client.set("after", "close");
   EXPECT_EQ(client.get("after"), "close");
+}
+
+TEST(StoreHost, AHostTakesEveryFileDescriptorItMay) {
+  // Issue 46, item 2: ~1,100 idle connections ran a host with the usual soft limit of 1,024 files out of them, and
+  // the store's host aborted. The host raises its soft limit to the hard one.
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  if (before.rlim_max <= 256) GTEST_SKIP() << "the hard limit leaves nothing to raise";
+  rlimit lowered = before;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  { auto host = comm::Store::host(free_tcp_port(), std::chrono::seconds(5)); }
+  rlimit after{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &after), 0);
+  EXPECT_EQ(after.rlim_cur, before.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &before);
 }
