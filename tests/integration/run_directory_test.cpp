@@ -81,3 +81,36 @@ TEST_F(Distributed, MachinesWithoutASharedRunDirectoryEachKeepTheirOwnAndResumeB
     EXPECT_TRUE(torch::equal(a, b)) << mine << " " << theirs << " vs " << file;
   }
 }
+
+TEST_F(Distributed, AMachineWithOtherDataAtTheSamePathIsRefusedBeforeTraining) {
+  // Issue 46, item 1: a worker training on other data at the same data.dir joined a run and raised its loss unseen.
+  const std::string cli = TRIBUTARY_CLI;
+  for (int n : {0, 1}) {
+    const fs::path host = work() / fmt::format("datahost{}", n);
+    fs::remove_all(host);
+    fs::create_directories(host);
+    fs::copy(test_support::data(), host / "data", fs::copy_options::recursive);
+  }
+  // Machine 1's dataset says something else in its dataset.json (it opens and trains as well as the other).
+  const fs::path other = work() / "datahost1" / "data" / "dataset.json";
+  std::string meta = read_file(other);
+  meta.replace(meta.find("\"val_permille\""), 14, "\"val_permille\" ");
+  write_file(other, meta);
+  auto node = [&](int n, int port) {
+    return fmt::format("cd {} && {} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --grace 2 --{}",
+                       (work() / fmt::format("datahost{}", n)).string(), cli, n, port,
+                       tiny("unused", "--set train.steps=10 --set train.run_dir=run --set data.dir=data"));
+  };
+  const int port = free_tcp_port();
+  auto [rc, out] =
+      sh("bash -c '" + node(0, port) + " & n0=$!; " + node(1, port) + "; rc1=$?; wait $n0; exit $(( $? + rc1 ))'");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank(s) 1 hold other data than rank 0 at data.dir = 'data'"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(work() / "datahost0" / "run" / "checkpoints")) << "it trained";
+  // The same copy on both machines trains.
+  write_file(other, read_file(work() / "datahost0" / "data" / "dataset.json"));
+  const int port2 = free_tcp_port();
+  auto [rc2, out2] =
+      sh("bash -c '" + node(0, port2) + " & n0=$!; " + node(1, port2) + "; rc1=$?; wait $n0; exit $(( $? + rc1 ))'");
+  EXPECT_EQ(rc2, 0) << out2;
+}

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tributary/core/error.h"
@@ -383,6 +384,25 @@ void build_dataset(const Corpus& corpus, const fs::path& out_dir, const DatasetB
     fs::remove_all(tmp, ec);  // a failed build leaves nothing behind
     throw;
   }
+}
+
+uint64_t dataset_fingerprint(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "dataset.json", ec) || fs::file_size(dir / "dataset.json", ec) > (1 << 24)) return 0;
+  std::string material = read_file(dir / "dataset.json");
+  const auto meta = nlohmann::json::parse(material, nullptr, false);
+  if (meta.is_object() && meta.contains("splits") && meta["splits"].is_object())
+    for (const auto& [split, info] : meta["splits"].items()) {
+      if (!info.is_object() || !info.contains("shards") || !info["shards"].is_array()) continue;
+      for (const auto& shard : info["shards"]) {
+        if (!shard.is_string() || shard.get<std::string>().find('/') != std::string::npos) continue;
+        std::ifstream in(dir / shard.get<std::string>(), std::ios::binary);
+        char header[64] = {};
+        in.read(header, sizeof(header));
+        material.append(header, size_t(in.gcount()));
+      }
+    }
+  return hash64(material);
 }
 
 }  // namespace tributary

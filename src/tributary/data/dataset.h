@@ -70,6 +70,12 @@ class Dataset {
 
 // The unigram baseline from per-id token counts: entropy of the training distribution and its (add-one smoothed)
 // cross-entropy on validation, in bits per token.
+// What identifies a dataset's contents without reading its tokens: xxh64 over dataset.json and the header of every
+// shard it lists (each header holds the xxh64 of its tokens and document table). 0 when `dir` has no dataset.json
+// (opening it reports that). Workers compare theirs at the rendezvous: a machine with other data at the same path is
+// refused before it trains.
+uint64_t dataset_fingerprint(const fs::path& dir);
+
 struct UnigramBits {
   double train_entropy = 0, val_cross_entropy = 0;
 };

@@ -6,7 +6,9 @@
 #include "tributary/comm/sealed_store.h"
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
+#include "tributary/core/hash.h"
 #include "tributary/core/log.h"
+#include "tributary/data/dataset.h"
 
 namespace tributary {
 namespace {
@@ -99,6 +101,22 @@ comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
   if (!problems.empty())
     fail("workers disagree on the run configuration: {}. Start every worker with the same config and overrides",
          fmt::join(problems, "; "));
+  // The same data.dir on every machine must hold the same data (a joiner too: it compares with rank 0's). DiPaCo's
+  // path-local workers may hold only their own paths' shards.
+  if (config.dipaco.modules.empty()) {
+    store.set("dataset/" + std::to_string(env.rank), hex64(dataset_fingerprint(config.data.dir)));
+    wait_for_ranks(store, "dataset/", env.world_size, store_timeout, env.rank);
+    const std::string lead = store.get("dataset/0");
+    std::vector<int> other;
+    for (int r = 1; r < env.world_size; ++r)
+      if (store.get("dataset/" + std::to_string(r)) != lead) other.push_back(r);
+    if (!other.empty())
+      fail(
+          "rank(s) {} hold other data than rank 0 at data.dir = '{}' (dataset.json or a shard's checksums differ): "
+          "every machine must have the same dataset; build it with the same `tributary data build` command or copy "
+          "rank 0's",
+          fmt::join(other, ", "), config.data.dir);
+  }
   return store;
 }
 
