@@ -106,6 +106,17 @@ std::string mutate_toml(const std::string& text, SplitMix64& rng) {
   return out;
 }
 
+// A model small enough to build thousands of times.
+ModelConfig small_model() {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.num_layers = 2;
+  c.width = 16;
+  c.num_heads = 2;
+  c.context = 8;
+  return c;
+}
+
 // Every key of a resolved configuration ("train.steps", ...), from its TOML.
 std::vector<std::string> keys_of(const std::string& toml) {
   std::vector<std::string> keys;
@@ -164,12 +175,7 @@ TEST(InputFuzz, RunConfigurationFileAndOverrides) {
 
 TEST(InputFuzz, CheckpointAsLoadAndResumeReadIt) {
   const fs::path dir = scratch("checkpoint");
-  ModelConfig mc;
-  mc.vocab_size = 61;
-  mc.num_layers = 2;
-  mc.width = 16;
-  mc.num_heads = 2;
-  mc.context = 8;
+  const ModelConfig mc = small_model();
   Transformer model(mc);
   AdamW optimizer(named_parameters_of(model), {});
   auto tokens = std::make_shared<std::vector<uint32_t>>(4096, 7);
@@ -289,12 +295,7 @@ TEST(InputFuzz, RunDirectoryAsTheReportReadsIt) {
 
 TEST(InputFuzz, HuggingFaceConfigJsonAsImportReadsIt) {
   const fs::path dir = scratch("hf");
-  ModelConfig c;
-  c.vocab_size = 61;
-  c.num_layers = 2;
-  c.width = 16;
-  c.num_heads = 2;
-  c.context = 8;
+  const ModelConfig c = small_model();
   Transformer model(c);
   fs::create_directories(dir / "hf");
   const auto config = nlohmann::json::parse(hf_llama_config_json(c));
