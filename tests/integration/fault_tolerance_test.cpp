@@ -5,6 +5,8 @@
 // survivors identical.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <chrono>
@@ -392,4 +394,32 @@ TEST_F(Distributed, ADeathBeforeStartUpStopsTheRunAtOnceInsteadOfWaitingAtTheRen
   EXPECT_EQ(out.find("exit=0"), std::string::npos) << out;
   EXPECT_NE(out.find("before the run got through start-up"), std::string::npos) << out;
   EXPECT_EQ(out.find("tolerated"), std::string::npos) << "the survivors would wait out the rendezvous: " << out;
+}
+
+TEST_F(Distributed, AFrozenStoreHostEndsItsWorkersAtTheStoreDeadline) {
+  // Issue 46's fault matrix: launch (the store's host) stopped with SIGSTOP left its workers blocked in the store
+  // client's recv() with no deadline, for as long as anyone watched. Now each store call has one: the store's
+  // timeout (5 s here) + 10 s, then the worker ends with status 4 naming the call.
+  const std::string cli = TRIBUTARY_CLI;
+  const fs::path metrics = work() / "frozen_host" / "metrics.jsonl";
+  fs::remove(metrics);
+  const std::string run = fmt::format(
+      "{} launch --nproc 2 --grace 2 --max-failures 1 --{}", cli,
+      tiny("frozen_host",
+           "--set dist.algorithm=diloco --set train.steps=4000 --set train.batch_size=4 --set dist.inner_steps=5 "
+           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=4 --set dist.store_timeout_s=5 "
+           "--set dist.slow_workers=0:2,1:2"));
+  auto [rc, out] = sh(fmt::format(
+      "bash -c '{} > /dev/null 2>&1 & L=$!; for i in $(seq 600); do grep -q outer_step {} 2>/dev/null && break; "
+      "sleep 0.1; done; kids=$(pgrep -P $L); kill -STOP $L; for i in $(seq 600); do alive=0; for k in $kids; do "
+      "grep -qv \" Z \" /proc/$k/stat 2>/dev/null && alive=1; done; [ $alive = 0 ] && break; sleep 0.1; done; "
+      "echo workers gone after $i; kill -CONT $L; wait $L; echo launch exit $?'",
+      run, metrics.string()));
+  int tenths = -1, launch_rc = -1;
+  ASSERT_NE(out.find("workers gone after"), std::string::npos) << out;
+  ASSERT_NE(out.find("launch exit"), std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + out.find("workers gone after"), "workers gone after %d", &tenths), 1) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + out.find("launch exit"), "launch exit %d", &launch_rc), 1) << out;
+  EXPECT_LT(tenths, 400) << "the workers outlived the store's deadline by far\n" << out;
+  EXPECT_NE(launch_rc, 0) << out;
 }

@@ -18,6 +18,7 @@
 
 #include "tributary/comm/group.h"
 #include "tributary/comm/sealed_store.h"
+#include "tributary/comm/store_deadline.h"
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
@@ -114,48 +115,56 @@ namespace {
 // NetworkError naming the operation, the key and this process: LibTorch's own (c10::Error) would read as a bug (exit
 // 3) and name nothing.
 template <typename Op>
-auto guarded(int rank, const char* op, const std::string& key, Op&& run) -> decltype(run()) {
+auto guarded(int rank, const char* op, const std::string& key, std::chrono::milliseconds timeout,
+             Op&& run) -> decltype(run()) {
+  const std::string who = rank >= 0 ? fmt::format("rank {}", rank) : std::string("launch");
+  // c10d gives up on a get at `timeout`; the calls it does not bound end the process a little after that.
+  const StoreDeadline deadline(fmt::format("{}: {} key '{}'", who, op, key), timeout + std::chrono::seconds(10));
   try {
     return run();
   } catch (const NetworkError&) {
     throw;
   } catch (const std::exception& e) {
     throw NetworkError(fmt::format("{}: the run's store failed to {} key '{}': {} (its host is gone or unreachable)",
-                                   rank >= 0 ? fmt::format("rank {}", rank) : std::string("launch"), op, key,
-                                   error_text(e)));
+                                   who, op, key, error_text(e)));
   }
 }
 
 }  // namespace
 
 void Store::set(const std::string& key, const std::string& value) {
-  guarded(rank_, "set", key, [&] { impl_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+  guarded(rank_, "set", key, impl_->getTimeout(),
+          [&] { impl_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
 }
 
 std::string Store::get(const std::string& key) {
-  auto bytes = guarded(rank_, "get", key, [&] { return impl_->get(key); });
+  auto bytes = guarded(rank_, "get", key, impl_->getTimeout(), [&] { return impl_->get(key); });
   return {bytes.begin(), bytes.end()};
 }
 
 std::string Store::set_once(const std::string& key, const std::string& desired) {
-  auto held = guarded(rank_, "set", key,
+  auto held = guarded(rank_, "set", key, impl_->getTimeout(),
                       [&] { return impl_->compareSet(key, {}, std::vector<uint8_t>(desired.begin(), desired.end())); });
   return {held.begin(), held.end()};
 }
 
 int64_t Store::add(const std::string& key, int64_t delta) {
-  return guarded(rank_, "add to", key, [&] { return impl_->add(key, delta); });
+  return guarded(rank_, "add to", key, impl_->getTimeout(), [&] { return impl_->add(key, delta); });
 }
 
 bool Store::check(const std::vector<std::string>& keys) {
-  return guarded(rank_, "check", keys.empty() ? std::string() : keys.front(), [&] { return impl_->check(keys); });
+  return guarded(rank_, "check", keys.empty() ? std::string() : keys.front(), impl_->getTimeout(),
+                 [&] { return impl_->check(keys); });
 }
 
 bool Store::remove(const std::string& key) {
-  return guarded(rank_, "remove", key, [&] { return impl_->deleteKey(key); });
+  return guarded(rank_, "remove", key, impl_->getTimeout(), [&] { return impl_->deleteKey(key); });
 }
 
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout, const std::string& what) {
+  const StoreDeadline deadline(
+      fmt::format("rank {}: wait for key '{}'", rank_, keys.empty() ? std::string() : keys.front()),
+      timeout + std::chrono::seconds(10));
   try {
     impl_->wait(keys, timeout);
   } catch (const std::exception& e) {
