@@ -39,27 +39,9 @@ import threading
 import time
 
 from netns import TwoMachines
+from procs import children, rank_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def children(pid):
-    try:
-        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    except FileNotFoundError:
-        return []
-    return [int(p) for p in out.split()]
-
-
-def rank_of(pid):
-    try:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    except OSError:
-        return None
-    for kv in env:
-        if kv.startswith(b"RANK="):
-            return int(kv[5:])
-    return None
 
 
 def Machines():

@@ -25,24 +25,10 @@ import subprocess
 import sys
 import time
 
+from procs import alive, children, rank_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 80
-
-
-def children(pid):
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def rank_of(pid):
-    try:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    except OSError:
-        return None
-    for kv in env:
-        if kv.startswith(b"RANK="):
-            return int(kv[5:])
-    return None
 
 
 def worker_pid(launch_pid, rank):
@@ -50,13 +36,6 @@ def worker_pid(launch_pid, rank):
         if rank_of(pid) == rank:
             return pid
     return None
-
-
-def alive(pid):
-    try:
-        return open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def metrics_step(run_dir):
