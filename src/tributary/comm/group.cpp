@@ -1,5 +1,6 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/sealed_store.h"
+#include "tributary/comm/store_deadline.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -338,6 +339,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
   c10::intrusive_ptr<c10d::Store> store;
   if (opts.isServer) raise_open_file_limit();
   try {
+    // The client's first ping waits for the host's answer without a deadline (a frozen host held it for good).
+    const StoreDeadline deadline(fmt::format("rank {}: connect to the store at {}:{}", rank, master_addr, master_port),
+                                 timeout + std::chrono::seconds(10));
     store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
   } catch (const std::exception& e) {
     throw NetworkError(
