@@ -18,10 +18,7 @@ namespace {
 void choose_run_secret(const std::string& file, int nnodes) {
   std::optional<comm::RunKey> key;
   if (!file.empty()) {
-    std::error_code ec;
-    if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > 4096)
-      fail("--secret-file '{}' is not a regular file of at most 4 KiB; give the run's secret file", file);
-    key = comm::run_key_of_secret(read_file(file), fmt::format("--secret-file '{}'", file));
+    key = comm::run_key_of_file(file, fmt::format("--secret-file '{}'", file));
   } else if (auto from_environment = comm::run_key_from_environment()) {
     key = from_environment;
   } else if (nnodes == 1) {

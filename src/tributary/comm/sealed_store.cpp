@@ -170,6 +170,13 @@ RunKey run_key_of_secret(const std::string& secret, const std::string& origin) {
   return key;
 }
 
+RunKey run_key_of_file(const std::string& path, const std::string& origin) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > 4096)
+    fail("{} is not a regular file of at most 4 KiB; give the run's secret file", origin);
+  return run_key_of_secret(read_file(path), origin);
+}
+
 RunKey random_run_key() {
   RunKey key{};
   if (RAND_bytes(key.data(), static_cast<int>(key.size())) != 1)
@@ -186,14 +193,8 @@ std::string run_key_hex(const RunKey& key) {
 std::optional<RunKey> run_key_from_environment() {
   if (const char* hex = std::getenv("TRIBUTARY_RUN_SECRET"); hex && *hex)
     return key_from_hex(hex, "TRIBUTARY_RUN_SECRET");
-  if (const char* file = std::getenv("TRIBUTARY_SECRET_FILE"); file && *file) {
-    std::error_code ec;
-    if (!fs::is_regular_file(file, ec))
-      fail("TRIBUTARY_SECRET_FILE = '{}' is not a regular file; give the run's secret file", file);
-    if (fs::file_size(file, ec) > 4096)
-      fail("TRIBUTARY_SECRET_FILE = '{}' is larger than 4 KiB: is it the run's secret?", file);
-    return run_key_of_secret(read_file(file), fmt::format("TRIBUTARY_SECRET_FILE = '{}'", file));
-  }
+  if (const char* file = std::getenv("TRIBUTARY_SECRET_FILE"); file && *file)
+    return run_key_of_file(file, fmt::format("TRIBUTARY_SECRET_FILE = '{}'", file));
   return std::nullopt;
 }
 

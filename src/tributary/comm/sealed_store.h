@@ -32,6 +32,8 @@ using RunKey = std::array<uint8_t, 32>;
 std::optional<RunKey> run_key_from_environment();
 // The key of a secret file's bytes (`origin` names it in errors).
 RunKey run_key_of_secret(const std::string& secret, const std::string& origin);
+// The key of a secret file (`origin` names it in errors): a regular file of at most 4 KiB.
+RunKey run_key_of_file(const std::string& path, const std::string& origin);
 // A fresh random key (one machine's run: launch makes one and hands it to its workers).
 RunKey random_run_key();
 // The form TRIBUTARY_RUN_SECRET carries: 64 hex digits.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <iterator>
 #include <optional>
@@ -34,6 +35,12 @@ fs::path publish_dir(const fs::path& run_dir, const CheckpointContents& contents
 namespace {
 
 constexpr const char* kLeadToken = ".lead-token";
+
+// A rank's files by slot of its row: model, optim, outer, aux heads, codec.
+std::array<std::string, 5> rank_files(int rank) {
+  return {replica_model_file(rank), replica_optim_file(rank), replica_outer_file(rank), replica_aux_file(rank),
+          replica_codec_file(rank)};
+}
 
 uint64_t random_token() {
   std::random_device random;
@@ -95,9 +102,7 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
   // The staging directory exists and is empty; a rank that cannot see it keeps its own checkpoint.
   const bool own = !sees_lead_dir(peers, staging / kLeadToken);
   std::vector<StagedFile> files(kFiles);  // by slot; bytes = 0: none
-  const std::string names[kFiles] = {replica_model_file(peers.rank), replica_optim_file(peers.rank),
-                                     replica_outer_file(peers.rank), replica_aux_file(peers.rank),
-                                     replica_codec_file(peers.rank)};
+  const auto names = rank_files(peers.rank);
   if (!lead && !own) {
     files[0] = stage_file(staging, names[0], tensors_to_safetensors(mine.params, {{"format", "tributary-model"}}));
     files[1] = stage_file(staging, names[1], tensors_to_safetensors(mine.optim_state, {{"format", "tributary-optim"}}));
@@ -146,8 +151,7 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
     auto o = rows[size_t(rank)].accessor<int64_t, 1>();
     contents.state["loaders"].push_back({{"epoch", o[0]}, {"cursor", o[1]}});
     if (!lead || rank == 0) continue;
-    const std::string theirs[kFiles] = {replica_model_file(rank), replica_optim_file(rank), replica_outer_file(rank),
-                                        replica_aux_file(rank), replica_codec_file(rank)};
+    const auto theirs = rank_files(rank);
     for (int f = 0; f < kFiles; ++f)
       if (o[kHead + 2 * f] != 0)
         contents.staged.push_back(
