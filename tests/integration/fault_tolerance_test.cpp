@@ -387,10 +387,12 @@ TEST_F(Distributed, ADeathBeforeStartUpStopsTheRunAtOnceInsteadOfWaitingAtTheRen
                                "--set train.steps=8 --set train.batch_size=4 --set dist.inner_steps=4 "
                                "--set dist.fault_tolerant=true --set dist.store_timeout_s=120");
   const std::string log = (work() / "ft_early.log").string();
-  // The newest process whose command names this run is a worker (launch starts first); it dies at 0.3 s.
-  auto [rc, out] =
-      sh("(" + cmd + " > " + log + " 2>&1 & sleep 0.3; pkill -9 -n -f 'train.run_dir=.*ft_early'; wait $!; " +
-         "echo exit=$?; cat " + log + ")");
+  // Launch's first child to appear is a worker still loading; it dies at once. (Waiting for the child rather than a
+  // fixed time: a slow machine may not have forked any worker yet, and killing launch itself proves nothing.)
+  auto [rc, out] = sh("(" + cmd + " > " + log +
+                      " 2>&1 & l=$!; for i in $(seq 400); do w=$(pgrep -P $l | head -1); [ -n \"$w\" ] && break; "
+                      "sleep 0.025; done; kill -9 $w; wait $l; echo exit=$?; cat " +
+                      log + ")");
   EXPECT_EQ(out.find("exit=0"), std::string::npos) << out;
   EXPECT_NE(out.find("before the run got through start-up"), std::string::npos) << out;
   EXPECT_EQ(out.find("tolerated"), std::string::npos) << "the survivors would wait out the rendezvous: " << out;
