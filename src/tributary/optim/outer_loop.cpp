@@ -10,10 +10,10 @@
 namespace tributary {
 
 OuterLoop::OuterLoop(const OuterLoopOptions& options, Reducer& reducer)
-    : options_(options), reducer_(&reducer), current_h_(options.inner_steps) {}
+    : options_(options), reducer_(&reducer), length_(options.inner_steps, options.ramp_steps, options.qsr_alpha) {}
 
 OuterLoop::OuterLoop(const OuterLoopOptions& options)
-    : options_(options), reducer_(nullptr), current_h_(options.inner_steps) {}
+    : options_(options), reducer_(nullptr), length_(options.inner_steps, options.ramp_steps, options.qsr_alpha) {}
 
 NamedTensors OuterLoop::subset(const NamedTensors& params, const SyncUnit& u) const {
   NamedTensors out;
@@ -23,6 +23,7 @@ NamedTensors OuterLoop::subset(const NamedTensors& params, const SyncUnit& u) co
 
 void OuterLoop::start(NamedTensors& params, int64_t offset) {
   const int64_t num_fragments = options_.fragments;
+  start_ = offset;
   units_.clear();
   units_.resize(static_cast<size_t>(num_fragments));
   // Blocks strided over the fragments; everything outside the blocks (embeddings, final norm, head) in fragment 0.
@@ -45,6 +46,7 @@ void OuterLoop::start(NamedTensors& params, int64_t offset) {
 void OuterLoop::start_owned(size_t num_units, int64_t offset) {
   units_.clear();
   units_.resize(num_units);
+  start_ = offset;
   for (auto& u : units_) u.last_sync = offset;
 }
 
@@ -120,11 +122,7 @@ void OuterLoop::land(size_t index, NamedTensors& params) {
 }
 
 bool OuterLoop::after_step(int64_t step, double lr, NamedTensors& params) {
-  if (options_.qsr_alpha > 0 && lr > 0) {
-    // QSR: sync less often as the learning rate decays.
-    double h = std::floor(std::pow(options_.qsr_alpha / lr, 2.0));
-    current_h_ = std::max<int64_t>(options_.inner_steps, static_cast<int64_t>(std::min(h, 1e9)));
-  }
+  length_.observe_lr(lr);
   bool landed = false;
   for (size_t f = 0; f < units_.size(); ++f) {
     auto& u = units_[f];
@@ -132,7 +130,7 @@ bool OuterLoop::after_step(int64_t step, double lr, NamedTensors& params) {
       land(f, params);
       landed = true;
     }
-    if (!u.in_flight() && step - u.last_sync >= current_h_) {
+    if (!u.in_flight() && step - u.last_sync >= length_.of_round(u.last_sync - start_)) {
       send(u, step, params, options_.overlap_steps);
       if (!u.merge) {
         land(f, params);
@@ -158,6 +156,10 @@ bool OuterLoop::finish(int64_t step, NamedTensors& params) {
     }
   }
   return landed;
+}
+
+int64_t OuterLoop::inner_steps_now() const {
+  return units_.empty() ? length_.now() : length_.of_round(units_[0].last_sync - start_);
 }
 
 bool OuterLoop::quiescent() const {

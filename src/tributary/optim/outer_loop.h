@@ -6,7 +6,8 @@
 // holds and steps its outer optimizer; sync_owned()).
 //
 //   due       unit f (of F fragments; F = 1 is DiLoCo) syncs at offset + f*H/F + k*H, offset = the end of the
-//             data-parallel warm-up; QSR (arXiv 2310.14423) raises H to floor((alpha/lr)^2) as the lr decays
+//             data-parallel warm-up; the ramp shortens the first rounds and QSR lengthens late ones
+//             (optim/round_length.h)
 //   send      pseudo-gradient = global - local, handed to `reduce` (asynchronous: a future)
 //   land      now (overlap 0: every replica continues from the new global parameters), or tau = overlap_steps
 //             later, merged: local = alpha * local + (1 - alpha) * global (Streaming DiLoCo, arXiv 2501.18512)
@@ -30,6 +31,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/owner_reducer.h"
 #include "tributary/optim/reducer.h"
+#include "tributary/optim/round_length.h"
 #include "tributary/optim/sync_unit.h"
 
 namespace tributary {
@@ -39,6 +41,7 @@ struct OuterLoopOptions {
   int64_t fragments = 1;      // F
   int64_t overlap_steps = 0;  // tau
   double merge_alpha = 0.5;
+  int64_t ramp_steps = 0;  // rounds lengthen from 1 to H over the first ramp_steps steps (optim/round_length.h)
   double qsr_alpha = 0;
   OuterOptions outer;
   int64_t blocks_per_level = 1;       // to place blocks (levels.L.modules.M.blocks.B) on fragments
@@ -78,7 +81,7 @@ class OuterLoop {
 
   bool quiescent() const;  // nothing in flight
   int64_t outer_steps() const;
-  int64_t inner_steps_now() const { return current_h_; }
+  int64_t inner_steps_now() const;  // H of the round now running (fragment 0's): the ramp's and QSR's choice
   // Of the units whose outer state this worker holds (all of them unless owned):
   NamedTensors globals() const;      // the global parameters
   NamedTensors outer_state() const;  // globals and momenta ("<param>.outer_momentum")
@@ -95,7 +98,8 @@ class OuterLoop {
   Reducer* reducer_;  // the average; nullptr for units with owners
   Landed landed_;
   std::vector<SyncUnit> units_;
-  int64_t current_h_;
+  RoundLength length_;
+  int64_t start_ = 0;  // the step DiLoCo began at (the ramp counts from it)
 };
 
 }  // namespace tributary

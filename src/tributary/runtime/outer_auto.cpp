@@ -10,6 +10,7 @@
 namespace tributary {
 
 std::string resolve_outer_auto(DistConfig& dist, int64_t steps, bool islands) {
+  if (dist.ramp_steps < 0) dist.ramp_steps = 0;
   const bool auto_warmup = dist.warmup_ddp_steps < 0, auto_momentum = dist.outer_momentum < 0;
   if (!auto_warmup && !auto_momentum) return "";
   const int64_t h = std::max<int64_t>(1, dist.inner_steps);

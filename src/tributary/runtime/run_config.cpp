@@ -49,6 +49,10 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
   s.add("dist.outer_momentum", dist.outer_momentum,
         "DiLoCo: outer Nesterov momentum; -1: 1 - 10 / (outer steps of the run), within [0.5, 0.9]", -1.0, 0.999999);
+  s.add("dist.ramp_steps", dist.ramp_steps,
+        "DiLoCo: the first rounds are short, lengthening from 1 inner step to H over this many steps; -1: from the "
+        "run",
+        -1);
   s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);
   s.add("dist.fragments", dist.fragments, "Streaming DiLoCo: fragments synced at staggered times", 1, 1024);
   s.add("dist.overlap_steps", dist.overlap_steps, "inner steps an outer exchange overlaps with (tau)", 0);

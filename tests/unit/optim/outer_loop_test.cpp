@@ -99,3 +99,15 @@ TEST(OuterLoop, FinishSyncsPendingInnerSteps) {
   using P = std::pair<int64_t, size_t>;
   EXPECT_EQ(f.sends, (std::vector<P>{{4, 2}, {5, 2}, {5, 1}}));
 }
+
+TEST(OuterLoop, TheRampSyncsOftenFirstAndReachesHAtRampSteps) {
+  Fixture f;
+  auto loop = f.make({.inner_steps = 8, .ramp_steps = 16});
+  loop.start(f.params, /*offset=*/4);  // after a 4-step warm-up: the ramp counts from there
+  f.run(loop, 5, 40);
+  std::vector<int64_t> at;
+  for (const auto& s : f.sends) at.push_back(s.first);
+  // Round lengths max(1, round(8 * s / 16)) for rounds beginning s steps in: 1, 1, 1, 2, 3, 4, 6, then 8 (s >= 16).
+  EXPECT_EQ(at, (std::vector<int64_t>{5, 6, 7, 9, 12, 16, 22, 30, 38}));
+  EXPECT_EQ(loop.inner_steps_now(), 8);
+}

@@ -23,6 +23,7 @@ void ReplicaSync::start_outer_loop(NamedTensors& params, int64_t offset) {
                                                         .fragments = d.fragments,
                                                         .overlap_steps = d.overlap_steps,
                                                         .merge_alpha = d.merge_alpha,
+                                                        .ramp_steps = d.ramp_steps,
                                                         .qsr_alpha = d.qsr_alpha,
                                                         .outer = {d.outer_lr, d.outer_momentum},
                                                         .blocks_per_level = config_.model.blocks_per_level(),
