@@ -18,8 +18,13 @@ import time
 VARIANTS = {
     "shipped": [],
     "ddp": ["dist.algorithm=ddp"],
-    "paper": ["dist.warmup_ddp_steps=0", "dist.outer_momentum=0.9", "dist.outer_lr=0.7", "dist.inner_steps_ramp=0"],
-    "old_shipped": ["dist.warmup_ddp_steps=-1", "dist.outer_momentum=-1", "dist.inner_steps_ramp=0"],
+    # the paper's settings: H = 50, outer Nesterov 0.7 / 0.9, fp32
+    "paper": ["dist.inner_steps=50", "dist.compression=fp32", "dist.warmup_ddp_steps=0", "dist.outer_momentum=0.9",
+              "dist.outer_lr=0.7"],
+    # the config shipped before issue 44: H = 50, fp32, a data-parallel warm-up of a third (fewer than 20 outer
+    # steps), outer 0.7 / 0.5
+    "warmup": ["dist.inner_steps=50", "dist.compression=fp32", "dist.warmup_ddp_steps=-1", "dist.outer_momentum=0.5",
+               "dist.outer_lr=0.7"],
 }
 
 

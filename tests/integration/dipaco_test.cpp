@@ -46,7 +46,7 @@ TEST_F(Dipaco, RoutingIsDeterministicForASeed) {
 }
 
 TEST_F(Dipaco, TrainsEvaluatesAndExportsAPath) {
-  // Two outer steps: the momentum a short run picks (-1: 0.5 here, docs/distributed.md). With the paper's 0.9, the
+  // Two outer steps: the momentum a short run picks (-1: 0 here, docs/distributed.md). With the paper's 0.9, the
   // second Nesterov step moves the global modules ~1.6x past the paths' mean, and whether that still beats the dense
   // start depends on the last bits of the platform (3.15 -> 4.15 on LibTorch 2.13 with MKL, below 3.7 on 1.13).
   auto [rc, out] =

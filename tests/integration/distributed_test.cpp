@@ -142,6 +142,20 @@ TEST_F(Distributed, DilocoAfterADataParallelWarmUp) {
   EXPECT_DOUBLE_EQ(s["bytes_sent"].get<double>(), 6.0 * 4 * 123264);  // 2 (N-1)/N = 1 for N = 2
 }
 
+TEST_F(Distributed, TheRampSyncsTheFirstRoundsOftenAndResumesBitForBitInsideIt) {
+  // dist.ramp_steps (optim/round_length.h) after a 2-step warm-up: rounds of max(1, round(4 * s / 8)) steps, s steps
+  // after the warm-up: outer steps at 3, 4, 5, 7, 10 and the final one at 12. Stopped after step 5, inside the ramp,
+  // the resumed run must count its rounds from the same start and end where the uninterrupted one does.
+  const std::string args =
+      "--set train.steps=12 --set train.batch_size=4 --set dist.inner_steps=4 --set dist.warmup_ddp_steps=2 "
+      "--set dist.ramp_steps=8 --set dist.compression=int8 ";
+  const std::string launch = std::string(TRIBUTARY_CLI) + " launch --nproc 2 --master-port 0 --";
+  expect_resume_bit_exact(launch, "ramp", args, 5, 12,
+                          {"model.safetensors", "outer.safetensors", "rank-1.model.safetensors"});
+  auto s = nlohmann::json::parse(read_file(work() / "ramp_full" / "summary.json"));
+  EXPECT_EQ(s["outer_steps"].get<int>(), 6);
+}
+
 TEST_F(Distributed, AStoppedRunResumesBitForBit) {
   // DiLoCo with 2 fragments and overlap 1: the stop requested after step 4 waits for the exchange in flight (it
   // lands at 5); the resumed run must end exactly where the uninterrupted one does, on every rank. SparseLoCo: each

@@ -46,13 +46,11 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
         "DiLoCo: data-parallel steps before the first inner step; -1: a third of the steps when the run has fewer "
         "than 20 outer steps, else 0",
         -1);
-  s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate", 0.0, 10.0);
-  s.add("dist.outer_momentum", dist.outer_momentum,
-        "DiLoCo: outer Nesterov momentum; -1: 1 - 10 / (outer steps of the run), within [0.5, 0.9]", -1.0, 0.999999);
+  s.add("dist.outer_lr", dist.outer_lr, "DiLoCo: outer Nesterov learning rate; -1: from the run", -1.0, 10.0);
+  s.add("dist.outer_momentum", dist.outer_momentum, "DiLoCo: outer Nesterov momentum; -1: from the run", -1.0,
+        0.999999);
   s.add("dist.ramp_steps", dist.ramp_steps,
-        "DiLoCo: the first rounds are short, lengthening from 1 inner step to H over this many steps; -1: from the "
-        "run",
-        -1);
+        "DiLoCo: the first rounds are short, lengthening from 1 inner step to H over this many steps; 0: none", 0);
   s.add("dist.qsr_alpha", dist.qsr_alpha, "QSR: H = max(inner_steps, (alpha/lr)^2); 0 disables", 0.0, 1.0);
   s.add("dist.fragments", dist.fragments, "Streaming DiLoCo: fragments synced at staggered times", 1, 1024);
   s.add("dist.overlap_steps", dist.overlap_steps, "inner steps an outer exchange overlaps with (tau)", 0);
@@ -287,6 +285,10 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
 }
 
 void RunConfig::validate() const {
+  // -1 is "from the run"; any other negative value is a mistake, not a request for auto.
+  for (const auto& [key, v] :
+       {std::pair<const char*, double>{"dist.outer_lr", dist.outer_lr}, {"dist.outer_momentum", dist.outer_momentum}})
+    if (v < 0 && v != -1) fail("{} = {}: give a value >= 0, or -1 to choose it from the run", key, v);
   if (model.width % model.num_heads != 0)
     fail("model.width ({}) must be divisible by model.num_heads ({})", model.width, model.num_heads);
   if (model.num_heads % model.kv_heads() != 0)

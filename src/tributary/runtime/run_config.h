@@ -52,10 +52,10 @@ struct DistConfig {
   int64_t inner_steps = 50;          // H
   int64_t warmup_ddp_steps = 0;      // DiLoCo: train this many steps as data parallel first (the paper starts
                                      // DiLoCo from a pre-trained model); -1: from the run (runtime/outer_auto.h)
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;       // -1: from the run's number of outer steps (runtime/outer_auto.h)
+  double outer_lr = 0.7;             // -1: from the run (runtime/outer_auto.h)
+  double outer_momentum = 0.9;       // -1: from the run (runtime/outer_auto.h)
   int64_t ramp_steps = 0;            // > 0: rounds lengthen from 1 step to H over these first DiLoCo steps
-                                     // (optim/round_length.h); -1: from the run (runtime/outer_auto.h)
+                                     // (optim/round_length.h)
   double qsr_alpha = 0;              // > 0: H = max(inner_steps, floor((alpha / lr)^2)) as the inner lr decays
   int64_t fragments = 1;             // Streaming DiLoCo: fragments synced at staggered times (blocks strided)
   int64_t overlap_steps = 0;         // tau: apply a fragment's outer update tau inner steps after sending it

@@ -1,8 +1,10 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "support/error_of.h"
 
 #include "tributary/core/error.h"
+#include "tributary/runtime/outer_auto.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/runtime/slowdown.h"
 
@@ -157,30 +159,43 @@ TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {
 
 TEST(Config, AutoOuterSettingsFollowTheRunsLength) {
   // -1 = from the run (runtime/outer_auto.h); explicit values stay as given; the resolved config round-trips.
-  auto load = [](const std::string& sets) {
-    return RunConfig::from_toml("[dist]\nwarmup_ddp_steps = -1\nouter_momentum = -1\ninner_steps = 50\n" + sets,
+  auto load = [](int64_t h, int64_t steps) {
+    return RunConfig::from_toml(fmt::format("[dist]\nwarmup_ddp_steps = -1\nouter_momentum = -1\nouter_lr = -1\n"
+                                            "inner_steps = {}\n[train]\nsteps = {}\n",
+                                            h, steps),
                                 "auto.toml");
   };
-  const RunConfig short_run = load("[train]\nsteps = 300\n");  // 6 outer steps: warm up a third, then momentum 0.5
-  EXPECT_EQ(short_run.dist.warmup_ddp_steps, 100);
-  EXPECT_DOUBLE_EQ(short_run.dist.outer_momentum, 0.5);
-  EXPECT_NE(short_run.dist.auto_note.find("100 data-parallel warm-up steps, outer momentum 0.5"), std::string::npos)
-      << short_run.dist.auto_note;
-  const RunConfig mid_run = load("[train]\nsteps = 1500\n");  // 30 outer steps: no warm-up, 1 - 10/30
-  EXPECT_EQ(mid_run.dist.warmup_ddp_steps, 0);
-  EXPECT_NEAR(mid_run.dist.outer_momentum, 2.0 / 3, 1e-12);
-  const RunConfig long_run = load("[train]\nsteps = 50000\n");  // 1000 outer steps: the paper's 0.9
+  const RunConfig shipped = load(10, 300);  // 30 outer steps: no warm-up, plain averaging
+  EXPECT_EQ(shipped.dist.warmup_ddp_steps, 0);
+  EXPECT_DOUBLE_EQ(shipped.dist.outer_momentum, 0);
+  EXPECT_DOUBLE_EQ(shipped.dist.outer_lr, 1.0);
+  EXPECT_NE(shipped.dist.auto_note.find(
+                "(300 steps, H = 10: 30 outer steps): 0 data-parallel warm-up steps, plain averaging (outer lr 1"),
+            std::string::npos)
+      << shipped.dist.auto_note;
+  const RunConfig few = load(50, 300);  // 6 outer steps: a data-parallel warm-up of a third first
+  EXPECT_EQ(few.dist.warmup_ddp_steps, 100);
+  EXPECT_EQ(count_rounds(few.dist, 300), 4);
+  EXPECT_DOUBLE_EQ(few.dist.outer_momentum, 0);
+  const RunConfig long_run = load(50, 50000);  // 1,000 outer steps: the paper's
+  EXPECT_EQ(long_run.dist.warmup_ddp_steps, 0);
   EXPECT_DOUBLE_EQ(long_run.dist.outer_momentum, 0.9);
+  EXPECT_DOUBLE_EQ(long_run.dist.outer_lr, 0.7);
   const RunConfig given = RunConfig::from_toml("[dist]\nouter_momentum = 0.8\n[train]\nsteps = 300\n", "given.toml");
   EXPECT_DOUBLE_EQ(given.dist.outer_momentum, 0.8);
+  EXPECT_DOUBLE_EQ(given.dist.outer_lr, 0.7);
   EXPECT_EQ(given.dist.warmup_ddp_steps, 0);
   EXPECT_TRUE(given.dist.auto_note.empty());
-  const RunConfig again = RunConfig::from_toml(short_run.to_toml(), "saved.toml");  // a resume reads the resolved one
+  const RunConfig again = RunConfig::from_toml(few.to_toml(), "saved.toml");  // a resume reads the resolved one
   EXPECT_EQ(again.dist.warmup_ddp_steps, 100);
-  EXPECT_DOUBLE_EQ(again.dist.outer_momentum, 0.5);
-  EXPECT_NE(
-      error_of([] { RunConfig::from_toml("[dist]\nouter_momentum = -2\n", "bad.toml"); }).find("dist.outer_momentum"),
-      std::string::npos);
+  EXPECT_DOUBLE_EQ(again.dist.outer_lr, 1.0);
+  EXPECT_TRUE(again.dist.auto_note.empty());
+  // The ramp shortens the first rounds: 31 outer steps over 300 steps when H = 50 is reached at the end.
+  DistConfig ramp;
+  ramp.ramp_steps = 300;
+  EXPECT_EQ(count_rounds(ramp, 300), 31);
+  for (const char* bad : {"[dist]\nouter_momentum = -2\n", "[dist]\nouter_lr = -0.5\n"})
+    EXPECT_NE(error_of([&] { RunConfig::from_toml(bad, "bad.toml"); }).find("dist.outer_"), std::string::npos) << bad;
 }
 
 TEST(Config, ARenamedKeyKeepsWorkingUnderItsNewName) {
