@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "cli/commands.h"
 #include "tributary/core/error.h"
@@ -8,6 +9,7 @@
 #include "tributary/runtime/plan_workload.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/sched/genetic.h"
+#include "tributary/sched/outer_round.h"
 #include "tributary/sched/placement.h"
 #include "tributary/sched/sites.h"
 
@@ -146,6 +148,52 @@ void calibrate(Cluster& cluster, const RunConfig& config) {
       static_cast<long long>(c.threads), filled, cluster.size());
 }
 
+// One outer round of the islands on the cluster's links (sched/outer_round.h). The payload: --config's
+// dist.compression and H (dist.inner_steps), or SparseLoCo at its public settings (4096 / 64 / 2 bits) for a workload
+// file, H = --sync-every (50 unless given or the workload's).
+void price_round(const Args& a, const Cluster& cluster, const std::vector<Site>& sites) {
+  OuterRoundInput in;
+  Workload w;
+  std::string codec = "SparseLoCo 4096/64/2";
+  in.inner_steps = 50;
+  if (a.config.empty()) {
+    w = load_workload(a.workload);
+    in.parameters = w.parameters();
+    in.payload_gb = sparseloco_payload_gb(in.parameters, 4096, 64, 2);
+    if (w.sync_every > 1) in.inner_steps = w.sync_every;
+  } else {
+    const RunConfig config = RunConfig::load(a.config, a.overrides);
+    w = workload_of(config, cluster.size(), a.config);
+    in.parameters = w.parameters();
+    const auto& d = config.dist;
+    const std::map<std::string, double> bytes_per_value = {{"fp32", 4}, {"fp16", 2}, {"bf16", 2}, {"int8", 1}};
+    codec = d.compression;
+    if (d.compression == "sparseloco") {
+      in.payload_gb = sparseloco_payload_gb(in.parameters, d.sparse_chunk, d.sparse_topk, d.sparse_bits);
+    } else if (bytes_per_value.count(d.compression)) {
+      in.payload_gb = in.parameters * bytes_per_value.at(d.compression) / 1e9;
+    } else {
+      fail("plan --sites prices dist.compression = fp32, fp16, bf16, int8 or sparseloco, not '{}'", d.compression);
+    }
+    in.inner_steps = d.inner_steps;
+  }
+  if (a.sync_every > 0) in.inner_steps = a.sync_every;
+  in.tokens_per_device = w.global_batch * double(w.seq_len) / cluster.size();
+  const OuterRoundCost c = price_outer_round(cluster, sites, in);
+  std::printf("one outer round of '%s' (%.3g parameters, H = %lld, %s: %.2f MB per site), on the file's links:\n",
+              w.name.c_str(), in.parameters, static_cast<long long>(in.inner_steps), codec.c_str(),
+              in.payload_gb * 1e3);
+  std::printf("  compute %.2f s; inside a site %.2f s (H data-parallel all-reduces, the shards' all-gather)\n",
+              c.compute_s, c.inside_s);
+  std::printf(
+      "  exchange across the sites: leader %.2f s; sharded %.2f s over each rank's own links, %.2f s when a site's "
+      "ranks share one link\n",
+      c.leader_s, c.sharded_s, c.sharded_shared_s);
+  const double base = c.compute_s + c.inside_s;
+  std::printf("  round: %.2f s with the leader, %.2f s sharded (own links), %.2f s sharded (one shared link)\n",
+              base + c.leader_s, base + c.sharded_s, base + c.sharded_shared_s);
+}
+
 // Islands for a replica run (runtime/islands.h): one per region of the cluster file, and how to launch them.
 void propose_islands(const Args& a) {
   const Cluster cluster = load_cluster(a.cluster);
@@ -172,6 +220,9 @@ void propose_islands(const Args& a) {
         "  sites of unlike size: one launch of %d workers (a launcher per site needs the same --nproc on "
         "each); unlike speeds: parallel.island_steps\n",
         cluster.size());
+  const bool priced = equal && std::all_of(cluster.devices.begin(), cluster.devices.end(),
+                                           [](const Device& d) { return d.tflops > 0; });
+  if (priced) price_round(a, cluster, sites);
 }
 
 void run_plan(Args a) {
