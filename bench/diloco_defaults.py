@@ -17,7 +17,7 @@ import time
 
 VARIANTS = {
     "shipped": [],
-    "ddp": ["dist.algorithm=ddp"],
+    "ddp": ["dist.algorithm=ddp", "dist.compression=fp32"],  # the shipped config's int8 would quantise gradients
     # the paper's settings: H = 50, outer Nesterov 0.7 / 0.9, fp32
     "paper": ["dist.inner_steps=50", "dist.compression=fp32", "dist.warmup_ddp_steps=0", "dist.outer_momentum=0.9",
               "dist.outer_lr=0.7"],
