@@ -199,6 +199,9 @@ void validate_dipaco(const RunConfig& c) {
   if (c.train.steps % c.dist.inner_steps != 0)
     fail("DiPaCo: train.steps ({}) must be a multiple of dist.inner_steps ({}), the inner steps of one round",
          c.train.steps, c.dist.inner_steps);
+  if (c.dist.ramp_steps > 0)
+    fail("dist.ramp_steps = {}: DiPaCo's rounds are all dist.inner_steps long (tasks of whole rounds); set it to 0",
+         c.dist.ramp_steps);
 }
 
 }  // namespace

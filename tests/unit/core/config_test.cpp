@@ -206,3 +206,13 @@ TEST(Config, ARenamedKeyKeepsWorkingUnderItsNewName) {
   const RunConfig t = RunConfig::from_toml("[dipaco]\nheartbeat_timeout_s = 4\n", "old.toml");
   EXPECT_EQ(t.dist.heartbeat_timeout_s, 4);
 }
+
+TEST(Config, TheRampIsRefusedForDipacoWhoseRoundsAreWhole) {
+  const std::string err = error_of([] {
+    RunConfig::from_toml(
+        "[dipaco]\nmodules = \"2x2\"\nroutes = \"r\"\n[dist]\ninner_steps = 10\nramp_steps = 50\n[train]\nsteps = "
+        "100\n",
+        "dipaco.toml");
+  });
+  EXPECT_NE(err.find("dist.ramp_steps = 50: DiPaCo's rounds are all dist.inner_steps long"), std::string::npos) << err;
+}
