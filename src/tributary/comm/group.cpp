@@ -148,38 +148,42 @@ void Group::await_ranks(const std::string& prefix) {
   }
 }
 
+void Group::await(c10d::Work& work, const std::string& what, SteadyClock::time_point start) {
+  if (!abandon_) {
+    work.wait(options_.collective_timeout);
+    return;
+  }
+  // In slices: a timed-out slice of a work that has not completed is not a failure (Work::wait throws on both).
+  // A work may complete between the slice's timeout and the look at it: waiting once more then gives its own
+  // outcome (returns, or throws its error) — rethrowing the timeout failed sound rounds under load.
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  for (;;) {
+    try {
+      work.wait(kSlice);
+      return;
+    } catch (const std::exception&) {
+      if (work.isCompleted()) {
+        work.wait(kSlice);
+        return;
+      }
+    }
+    if (SteadyClock::now() - start > options_.collective_timeout) work.wait(std::chrono::milliseconds(1));
+    if (abandon_()) {
+      abandoned_ = true;
+      throw NetworkError(
+          fmt::format("rank {}: {} in group '{}' abandoned after {:.1f} s: a member of the group "
+                      "died or failed this round",
+                      rank_, what, prefix_, std::chrono::duration<double>(SteadyClock::now() - start).count()));
+    }
+  }
+}
+
 template <typename MakeWork>
 void Group::run(const char* what, MakeWork&& make_work, double modelled_s) {
   const auto start = SteadyClock::now();
   try {
     auto work = make_work();
-    if (!abandon_) {
-      work->wait(options_.collective_timeout);
-    } else {
-      // In slices: a timed-out slice of a work that has not completed is not a failure (Work::wait throws on both).
-      // A work may complete between the slice's timeout and the look at it: waiting once more then gives its own
-      // outcome (returns, or throws its error) — rethrowing the timeout failed sound rounds under load.
-      constexpr auto kSlice = std::chrono::milliseconds(100);
-      for (;;) {
-        try {
-          work->wait(kSlice);
-          break;
-        } catch (const std::exception&) {
-          if (work->isCompleted()) {
-            work->wait(kSlice);
-            break;
-          }
-        }
-        if (SteadyClock::now() - start > options_.collective_timeout) work->wait(std::chrono::milliseconds(1));
-        if (abandon_()) {
-          abandoned_ = true;
-          throw NetworkError(
-              fmt::format("rank {}: {} in group '{}' abandoned after {:.1f} s: a member of the group "
-                          "died or failed this round",
-                          rank_, what, prefix_, std::chrono::duration<double>(SteadyClock::now() - start).count()));
-        }
-      }
-    }
+    await(*work, what, start);
   } catch (const NetworkError&) {
     throw;
   } catch (const std::exception& e) {
@@ -285,8 +289,12 @@ void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, i
   try {
     auto sent = pg_->send(o, dst, tag);
     auto received = pg_->recv(i, src, tag);
-    received->wait(options_.collective_timeout);
-    sent->wait(options_.collective_timeout);
+    // A ring hop of the codecs' all-reduce is part of a round too: abandoned like a collective when a member died.
+    const std::string what = fmt::format("ring step (send to {}, receive from {})", dst, src);
+    await(*received, what, start);
+    await(*sent, what, start);
+  } catch (const NetworkError&) {
+    throw;
   } catch (const std::exception& e) {
     throw NetworkError(
         failure(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}'", rank_, dst, src, prefix_),

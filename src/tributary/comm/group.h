@@ -101,7 +101,8 @@ class Group {
   // Fault tolerance: while set, a collective (all_reduce_sum, broadcast, all_gather, barrier) waits in slices and is
   // abandoned with a NetworkError as soon as `abandon()` says it cannot succeed (a member died), instead of at the
   // collective deadline. The abandoned process group is leaked at the next reform (its threads may still wait on
-  // the dead peer; destroying it would wait with them). Point-to-point waits keep the collective deadline.
+  // the dead peer; destroying it would wait with them). The codecs' ring hops (send_recv) too; the pipelines'
+  // point-to-point waits (send, recv) keep the collective deadline.
   // A reform while set first waits, the same way, until every rank of the new group arrived (a store key each):
   // Gloo's own rendezvous waits for a missing peer until the collective deadline (30 min by default), so a member
   // killed as the group formed held the others that long.
@@ -113,6 +114,9 @@ class Group {
  private:
   template <typename Start>
   PendingCollective point_to_point(const std::string& what, Start&& start);
+  // Waits for `work` until the collective deadline (from `start`), or in slices while set_abandon is set, throwing
+  // NetworkError once abandon() says the round cannot succeed.
+  void await(c10d::Work& work, const std::string& what, std::chrono::steady_clock::time_point start);
   template <typename MakeWork>
   void run(const char* what, MakeWork&& make_work, double modelled_s = 0);
   void pad(double modelled_s) const;  // sleeps the emulated links' time of a collective (none without a link model)
