@@ -101,8 +101,8 @@ class Group {
   // Fault tolerance: while set, a collective (all_reduce_sum, broadcast, all_gather, barrier) waits in slices and is
   // abandoned with a NetworkError as soon as `abandon()` says it cannot succeed (a member died), instead of at the
   // collective deadline. The abandoned process group is leaked at the next reform (its threads may still wait on
-  // the dead peer; destroying it would wait with them). The codecs' ring hops (send_recv) too; the pipelines'
-  // point-to-point waits (send, recv) keep the collective deadline.
+  // the dead peer; destroying it would wait with them). Point-to-point waits (send, recv, and the codecs' ring hops
+  // in send_recv) keep the collective deadline: a Gloo send or receive whose wait times out closes its pair.
   // A reform while set first waits, the same way, until every rank of the new group arrived (a store key each):
   // Gloo's own rendezvous waits for a missing peer until the collective deadline (30 min by default), so a member
   // killed as the group formed held the others that long.
