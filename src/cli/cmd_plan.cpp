@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <limits>
-#include <map>
 
 #include "cli/commands.h"
+#include "tributary/comm/codec.h"
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/runtime/plan_calibrate.h"
@@ -166,14 +166,14 @@ void price_round(const Args& a, const Cluster& cluster, const std::vector<Site>&
     w = workload_of(config, cluster.size(), a.config);
     in.parameters = w.parameters();
     const auto& d = config.dist;
-    const std::map<std::string, double> bytes_per_value = {{"fp32", 4}, {"fp16", 2}, {"bf16", 2}, {"int8", 1}};
     codec = d.compression;
     if (d.compression == "sparseloco") {
       in.payload_gb = sparseloco_payload_gb(in.parameters, d.sparse_chunk, d.sparse_topk, d.sparse_bits);
-    } else if (bytes_per_value.count(d.compression)) {
-      in.payload_gb = in.parameters * bytes_per_value.at(d.compression) / 1e9;
-    } else {
-      fail("plan --sites prices dist.compression = fp32, fp16, bf16, int8 or sparseloco, not '{}'", d.compression);
+    } else if (d.compression == "topk" || d.compression == "powersgd") {
+      fail("plan --sites prices the ring codecs (fp32, fp16, bf16, int8, fp4, terngrad) and sparseloco, not '{}'",
+           d.compression);
+    } else {  // the codec's own exact wire size
+      in.payload_gb = double(comm::make_codec(d.compression)->encoded_bytes(int64_t(in.parameters))) / 1e9;
     }
     in.inner_steps = d.inner_steps;
   }
