@@ -10,7 +10,6 @@
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/routed_eval.h"
-#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/run_state.h"

@@ -19,7 +19,6 @@
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/routed_eval.h"
 #include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/inference.h"
 
 using namespace tributary;

@@ -2,11 +2,9 @@
 
 #include "tributary/core/log.h"
 #include "tributary/model/eval.h"
-#include "tributary/optim/schedule.h"
 #include "tributary/runtime/dipaco/worker.h"
 #include "tributary/runtime/run_layout.h"
-#include "tributary/runtime/step_factory.h"
-#include "tributary/runtime/stop.h"
+#include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/training_run.h"
 
 namespace tributary::detail {
@@ -43,54 +41,28 @@ void TrainingRun::save(int64_t step, double elapsed) {
   if (!path.empty()) summary_.checkpoint = path;
 }
 
-// The loop: next batch -> step -> sync -> (membership) -> report -> evaluate / checkpoint / stop when due.
-TrainSummary TrainingRun::run() {
-  auto built = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(),
-                                *parts_.optimizer, *data_.loader,
-                                replicas_  ? &replicas_->sync()
-                                : islands_ ? islands_->inside()
-                                           : nullptr,
-                                pipelines_.get(), device_, slowdown_->factor()});
-  if (built.take_stage_stats) stages_.emplace(std::move(built.take_stage_stats));
-  StopAgreement stop(stop_vote(), options_.stop_after_step, lead_);
-  const CosineSchedule schedule{config_.optim.lr, config_.optim.warmup_steps, tc_.steps, config_.optim.min_lr_ratio};
-  parts_.model->train();
-  run_start_ = Clock::now();
-  tokens_at_start_ = progress_.tokens;
-  double train_seconds = 0;
-  int64_t step = progress_.step;
-  while (step < tc_.steps) {
-    const auto step_start = Clock::now();
-    const double lr = schedule.lr(step);
-    const StepResult result = step_once(*built.step, step, lr, built.slows_itself);
-    step += 1;
-    faults_.after_step(step);
-    progress_.tokens += tokens_per_step_;
-    const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
-    const bool synced = sync(step, lr);
-    const bool round = synced || averaged;  // the replicas' membership may change only at a round
-    if (round) follow_membership(step);
-    measure_stage();
-    const double dt = seconds_since(step_start);
-    train_seconds += dt;
-    report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
-    const double now = elapsed();
-    report_exchange(step, synced, now);
-    if (result.reported) record(result, step, schedule.lr(step - 1 - result.lag), now);
-    const Due due = due_after(step, synced, stop);
-    evaluate_and_checkpoint(due, step, now);
-    if (due.last || due.stop)  // the numbers of the last steps, when they come late
-      for (const StepResult& owed : built.step->drain()) record(owed, step, schedule.lr(step - 1 - owed.lag), now);
-    if (due.last) break;
-    if (due.stop) {
-      stopped_early(step);
-      break;
-    }
-    if (round) admit_joiners(step, now);  // after this step's checkpoint
-    offer_heals(step, now);
-  }
-  finish(step, train_seconds);
-  return summary_;
+// One unit: next batch -> step -> sync -> (membership) -> report.
+UnitDone TrainingRun::next() {
+  const auto step_start = Clock::now();
+  const int64_t step = progress_.step;
+  const double lr = schedule_.lr(step);
+  const StepResult result = step_once(step, lr);
+  progress_.step = step + 1;
+  faults_.after_step(progress_.step);
+  progress_.tokens += tokens_per_step_;
+  const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
+  const bool synced = sync(progress_.step, lr);
+  const bool round = synced || averaged;
+  if (round) follow_membership(progress_.step);  // the replicas' membership may change only at a round
+  measure_stage();
+  const double dt = seconds_since(step_start);
+  train_seconds_ += dt;
+  report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
+  const double now = elapsed();
+  report_exchange(progress_.step, synced, now);
+  if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
+  const bool quiescent = islands_ ? islands_->quiescent() : !sync_ || sync_->quiescent();
+  return {.step = progress_.step, .quiescent = quiescent, .synced = synced, .round = round, .elapsed_s = now};
 }
 
 StopAgreement::Vote TrainingRun::stop_vote() {
@@ -100,15 +72,15 @@ StopAgreement::Vote TrainingRun::stop_vote() {
   return {};
 }
 
-StepResult TrainingRun::step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself) {
+StepResult TrainingRun::step_once(int64_t step, double lr) {
   const auto start = Clock::now();
   const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
-  StepResult result = train_step.run(step, lr);
+  StepResult result = step_.step->run(step, lr);
   // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
   // learning rate; the tick reports its last.
-  for (int64_t k = 1; k < layout_.islands().steps_per_tick(); ++k) result = train_step.run(step, lr);
+  for (int64_t k = 1; k < layout_.islands().steps_per_tick(); ++k) result = step_.step->run(step, lr);
   // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
-  if (!slows_itself)
+  if (!step_.slows_itself)
     slowdown_->after_step(seconds_since(start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
   return result;
 }
@@ -120,21 +92,21 @@ void TrainingRun::measure_stage() {
   summary_.comm_s += s.blocked_s;
 }
 
-TrainingRun::Due TrainingRun::due_after(int64_t step, bool synced, StopAgreement& stop) {
+Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
+  const int64_t step = unit.step;
   const bool last = step == tc_.steps;
-  const bool quiescent = islands_ ? islands_->quiescent() : !sync_ || sync_->quiescent();
-  const bool stop_now = stop.after_step(step, quiescent);
   // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
   // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-  const bool at_global = (!sync_ && !islands_) || (sync_ && sync_->averaging_gradients()) || synced;
-  const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && quiescent;
+  const bool at_global = (!sync_ && !islands_) || (sync_ && sync_->averaging_gradients()) || unit.synced;
+  const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && unit.quiescent;
   return {.last = last,
-          .stop = stop_now,
+          .stop = stop,
           .eval = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last,
-          .checkpoint = periodic || last || stop_now};
+          .checkpoint = periodic || last || stop};
 }
 
-void TrainingRun::evaluate_and_checkpoint(const Due& due, int64_t step, double now) {
+void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
+  const int64_t step = unit.step;
   // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
   if (pipelines_ && (due.eval || due.checkpoint)) {
     pipelines_->consolidate(parts_.params, config_.model.blocks_per_level());
@@ -146,16 +118,20 @@ void TrainingRun::evaluate_and_checkpoint(const Due& due, int64_t step, double n
                     fmt::format("'{}' val", config_.data.dir));
     const auto eval_start = Clock::now();
     const EvalResult result = evaluate(*parts_.model, val, tc_.eval_batches, device_);
-    report_->evaluated(step, progress_.tokens, result, now, eval_seconds_, summary_);
+    report_->evaluated(step, progress_.tokens, result, unit.elapsed_s, eval_seconds_, summary_);
     eval_seconds_ += seconds_since(eval_start);
   }
-  if ((lead_ || layout_.distributed()) && due.checkpoint) save(step, now);
+  if ((lead_ || layout_.distributed()) && due.checkpoint) save(step, unit.elapsed_s);
+  if (due.last || due.stop)  // the numbers of the last steps, when they come late
+    for (const StepResult& owed : step_.step->drain())
+      record(owed, step, schedule_.lr(step - 1 - owed.lag), unit.elapsed_s);
 }
 
-void TrainingRun::stopped_early(int64_t step) {
-  if (lead_)
-    log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
-  summary_.stopped_early = true;
+// Between two steps: workers that asked to join in a round are admitted after its checkpoint; at any quiet step the
+// lead heals those that asked since (training_run_membership.cpp).
+void TrainingRun::between_units(const UnitDone& unit) {
+  if (unit.round) admit_joiners(unit.step, unit.elapsed_s);
+  offer_heals(unit.step, unit.elapsed_s);
 }
 
 // A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
@@ -166,7 +142,13 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
   if (report_->log_due(of)) report_->log_step(of, progress_.tokens - result.lag * tokens_per_step_, result, lr, now);
 }
 
-void TrainingRun::finish(int64_t step, double train_seconds) {
+TrainSummary TrainingRun::finish(bool stopped_early) {
+  const int64_t step = progress_.step;
+  if (stopped_early) {
+    if (lead_)
+      log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
+    summary_.stopped_early = true;
+  }
   if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
   if (islands_) {
     const comm::CommStats inside = islands_->take_inside_stats();
@@ -182,16 +164,17 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
   if (sync_) summary_.outer_steps = sync_->outer_steps();
   if (pipelines_) {
     summary_.world_size = options_.dist.world_size;
-    summary_.stages = stages_ ? stages_->gather(*pipelines_, train_seconds) : nlohmann::json::array();
+    summary_.stages = stages_ ? stages_->gather(*pipelines_, train_seconds_) : nlohmann::json::array();
   }
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();
   // The tokens the members trained while this process did (tokens_per_step_ is the members' count at the end: a
   // run whose world shrank and grew again would count every step at the final size), against the launched
   // workers' peak (docs/architecture.md, "MFU").
-  summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds;
+  summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds_;
   summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
   report_->write_summary(summary_, layout_.name(), config_.dist.compression);
+  return summary_;
 }
 
 }  // namespace tributary::detail
@@ -199,9 +182,12 @@ void TrainingRun::finish(int64_t step, double train_seconds) {
 namespace tributary {
 
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
-  if (run_layout(config, options.dist).kind() == RunKind::kDipaco) return train_dipaco(config, options);
-  detail::TrainingRun run(config, options);
-  return run.run();
+  std::unique_ptr<WorkSource> work;
+  if (run_layout(config, options.dist).kind() == RunKind::kDipaco)
+    work = dipaco::make_path_rounds(config, options);
+  else
+    work = std::make_unique<detail::TrainingRun>(config, options);
+  return run_loop(*work, options.stop_after_step);
 }
 
 }  // namespace tributary

@@ -1,7 +1,7 @@
-// The trainer: the one entry point of every kind of run. One run loop serves one process, replicas of the model (data
-// parallel, DiLoCo, Streaming DiLoCo), pipelines of stages, local parallelism and islands; DiPaCo's rounds still have
-// their own loop (runtime/dipaco/worker.h), which reports through the same TrainSummary and stop agreement. The loop
-// reads as a sentence: next batch -> step (forward, backward, AdamW) -> sync -> report / evaluate / checkpoint / stop.
+// The trainer: the one entry point of every kind of run. One run loop (run_loop.h) drives one source of work: the
+// trainer's steps (training_run.h) for one process, replicas of the model (data parallel, DiLoCo, Streaming DiLoCo),
+// pipelines of stages, local parallelism and islands, or DiPaCo's rounds of path tasks (dipaco/worker.h). A unit reads
+// as a sentence: next batch -> step (forward, backward, AdamW) -> sync -> report; then evaluate / checkpoint / stop.
 // Deterministic for a seed and thread count; `resume` continues bit for bit from a checkpoint.
 #pragma once
 

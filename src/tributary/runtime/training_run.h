@@ -1,6 +1,7 @@
-// The trainer's one run of one process (trainer.h's train()), split over three files so that none grows past a
-// screen of concepts: training_run_build.cpp builds it (model, data, replicas or pipelines, resume), trainer.cpp runs
-// the loop, training_run_membership.cpp follows a fault-tolerant run's changing membership. Internal to runtime/.
+// The trainer's source of work for the one run loop (run_loop.h): one step and its sync per unit, for one process,
+// replicas, pipelines, local parallelism and islands. Built by training_run_build.cpp (model, data, replicas or
+// pipelines, resume); its units, evaluation, checkpoints and summary are trainer.cpp's; a fault-tolerant run's changing
+// membership is training_run_membership.cpp's. Internal to runtime/.
 #pragma once
 
 #include <functional>
@@ -13,16 +14,19 @@
 #include "tributary/model/aux_head.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
+#include "tributary/optim/schedule.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/train_step.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/islands.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replicas.h"
+#include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
 #include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/stage_accounting.h"
+#include "tributary/runtime/step_factory.h"
 #include "tributary/runtime/stop.h"
 #include "tributary/runtime/trainer.h"
 
@@ -48,36 +52,34 @@ struct RunData {
 };
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
-// numbers before the model), then the loop.
-// Size: the run's parts (layout, replicas or pipelines and their sync, model parts, data, report) and what the loop
-// carries from step to step (progress, tokens and FLOPs per step, evaluation time, the pending heal); each is the
-// loop's own.
-class TrainingRun {
+// numbers before the model), then driven unit by unit (one step and its sync) by the run loop.
+// Size: the run's parts (layout, replicas or pipelines and their sync, model parts, the step, data, report) and what
+// is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time, the pending heal).
+class TrainingRun : public WorkSource {
  public:
   TrainingRun(const RunConfig& config, const TrainOptions& options);
-  TrainSummary run();
+
+  StopAgreement::Vote stop_vote() override;
+  bool lead() const override { return lead_; }
+  bool done() const override { return progress_.step >= tc_.steps; }
+  UnitDone next() override;  // batch -> step -> sync -> (membership) -> report
+  Due due_after(const UnitDone& unit, bool stop) override;
+  void when_due(const UnitDone& unit, const Due& due) override;
+  void between_units(const UnitDone& unit) override;
+  TrainSummary finish(bool stopped_early) override;
 
  private:
-  // What is due after a step: the last, an agreed stop, an evaluation, a checkpoint (every rank of a multi-process
-  // run takes part in one).
-  struct Due {
-    bool last = false, stop = false, eval = false, checkpoint = false;
-  };
-
   void build_model_and_data();
   void start_replicas();
+  void start_training();
   void load_codec_state();  // a resumed rank's error feedback, when the world is the same
   void describe(int64_t threads) const;
   Replicas* synced_replicas() const {
     return pipelines_ ? pipelines_->stage_replicas() : islands_ ? islands_->across() : replicas_.get();
   }
-  StopAgreement::Vote stop_vote();
-  StepResult step_once(TrainStep& train_step, int64_t step, double lr, bool slows_itself);
+  StepResult step_once(int64_t step, double lr);
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
   void measure_stage();                // a pipeline stage's step: its traffic, compute, bubble and peak memory
-  Due due_after(int64_t step, bool synced, StopAgreement& stop);
-  void evaluate_and_checkpoint(const Due& due, int64_t step, double now);
-  void stopped_early(int64_t step);
   void report_exchange(int64_t step, bool synced, double elapsed);
   // Fault tolerance (training_run_membership.cpp), after a round: the members may have changed.
   void follow_membership(int64_t step);
@@ -87,7 +89,6 @@ class TrainingRun {
   void count_traffic(const comm::CommStats& c);  // the replicas' exchanges, into the summary
   void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
-  void finish(int64_t step, double train_seconds);
   double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
 
   RunConfig config_;
@@ -106,6 +107,8 @@ class TrainingRun {
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<LoadedCheckpoint> ckpt_;
   ModelParts parts_;
+  BuiltStep step_;  // the step behind the seam (parallel/train_step.h)
+  CosineSchedule schedule_;
   RunData data_;
   RunProgress progress_;
   int64_t tokens_at_start_ = 0;  // progress_.tokens when this process began training (resumed or healed: not 0)
@@ -114,7 +117,8 @@ class TrainingRun {
   int64_t tokens_per_step_ = 0;              // all replicas together
   std::optional<PendingHeal> pending_heal_;  // a joiner healed mid-round, until it is a member
   double flops_per_token_ = 0;
-  double eval_seconds_ = 0;  // in evaluations so far, this invocation (inside elapsed())
+  double train_seconds_ = 0;  // in steps so far, this invocation
+  double eval_seconds_ = 0;   // in evaluations so far, this invocation (inside elapsed())
   Clock::time_point run_start_;
   std::optional<Slowdown> slowdown_;  // dist.slow_workers: this worker's emulated slowness
   Faults faults_;                     // injected on purpose (TrainOptions::faults)

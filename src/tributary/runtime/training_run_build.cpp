@@ -20,6 +20,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
       layout_(run_layout(config, options.dist)),
       device_(parse_device(config.train.device)),
       lead_(options.dist.lead()),
+      schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
       faults_(options.faults, options.dist.rank) {
   const DistEnv& env = options_.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
@@ -92,6 +93,21 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                               .flops_per_token = flops_per_token_,
                                               .peak_flops = summary_.peak_flops,
                                               .bytes_per_token = bytes_per_token});
+  start_training();
+}
+
+// The step behind the seam, then the clocks: from here on the loop's units are timed.
+void TrainingRun::start_training() {
+  step_ = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(),
+                           *parts_.optimizer, *data_.loader,
+                           replicas_  ? &replicas_->sync()
+                           : islands_ ? islands_->inside()
+                                      : nullptr,
+                           pipelines_.get(), device_, slowdown_->factor()});
+  if (step_.take_stage_stats) stages_.emplace(std::move(step_.take_stage_stats));
+  parts_.model->train();
+  run_start_ = Clock::now();
+  tokens_at_start_ = progress_.tokens;
 }
 
 void TrainingRun::build_model_and_data() {

@@ -32,7 +32,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   std::optional<DipacoRun> resumed =
       from_lead ? std::nullopt
                 : open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
-  if (resumed) start_round_ = resumed->round;
+  if (resumed) round_ = resumed->round;
   const bool resuming = resumed.has_value() || from_lead;
   if (!resuming) clear_earlier_run(run_dir_, lead_);
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
@@ -59,27 +59,28 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dist.heartbeat_timeout_s);
 
-  if (config_.dipaco.path_local && resuming) start_round_ = agree_on_resumed_round(*group_, start_round_, from_lead);
-  held_->own(start_round_);
-  if (resuming) load_outer_states(run_dir_, start_round_, held_->outer());
+  if (config_.dipaco.path_local && resuming) round_ = agree_on_resumed_round(*group_, round_, from_lead);
+  held_->own(round_);
+  if (resuming) load_outer_states(run_dir_, round_, held_->outer());
   if (!(config_.dipaco.path_local && resuming))  // path-local: a worker resumes its owned modules only
-    held_->check_identical(
-        *group_, resumed ? fmt::format("when resuming after round {}", start_round_) : std::string("at start"));
+    held_->check_identical(*group_,
+                           resumed ? fmt::format("when resuming after round {}", round_) : std::string("at start"));
   if (config_.dipaco.path_local)
-    held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), start_round_);
+    held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), round_);
   if (resuming && held_->feedback())
-    load_feedback(run_dir_, start_round_, env_.rank, *held_->feedback(), held_->numel_by_index());
+    load_feedback(run_dir_, round_, env_.rank, *held_->feedback(), held_->numel_by_index());
   const bool on_request = config_.dipaco.path_state == "holder";
   state_ = std::make_unique<PathState>(
       run_dir_, held_->depot(),
       PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
-  if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), start_round_);
+  if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
   if (env_.distributed() && env_.rank == 0) store_->set(kRunStartedKey, "1");
   metrics_ = std::make_unique<MetricsWriter>(
       run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
-      resuming ? start_round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
+      resuming ? round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
+  if (round_ > 0 && lead_) log::info("DiPaCo: resuming after round {}", round_);
   if (lead_) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
     auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
@@ -91,14 +92,19 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   }
 }
 
-bool Worker::stop_agreed(bool local_stop) {
-  if (!env_.distributed()) return local_stop;
-  std::vector<torch::Tensor> vote = {torch::full({1}, local_stop ? 1.0f : 0.0f)};
-  group_->all_reduce_sum(vote);
-  return vote[0].item<float>() > 0;
+// A round is DiPaCo's unit of resumable progress: a stop (signal or --stop-after-step) waits for the round's end.
+StopAgreement::Vote Worker::stop_vote() {
+  return [this](bool local_stop) {
+    if (!env_.distributed()) return local_stop;
+    std::vector<torch::Tensor> vote = {torch::full({1}, local_stop ? 1.0f : 0.0f)};
+    group_->all_reduce_sum(vote);
+    return vote[0].item<float>() > 0;
+  };
 }
 
 TrainSummary Worker::finish(bool stopped_early) {
+  if (stopped_early && lead_)
+    log::info("stopped after round {} (step {}); continue with --resume", round_, round_ * config_.dist.inner_steps);
   TrainSummary summary;
   summary.kind = RunKind::kDipaco;
   summary.run_dir = run_dir_;
@@ -146,28 +152,243 @@ TrainSummary Worker::finish(bool stopped_early) {
   return summary;
 }
 
+void Worker::train_task(int64_t p, int64_t round) {
+  const auto& tc = config_.train;
+  const int64_t T = config_.model.context, tau = config_.dist.inner_steps;
+  const auto task_start = Clock::now();
+  const ModuleSet view = held_->path_view(p, round);  // path-local: fetched now, dropped when the task ends
+  Transformer model(config_.model, grid_.path_modules(p));
+  load_path(model, grid_, view, p);
+  model.to(device_);
+  model.train();
+  NamedTensors params = named_parameters_of(model);
+  AdamW optimizer(params, {.beta1 = config_.optim.beta1,
+                           .beta2 = config_.optim.beta2,
+                           .eps = config_.optim.eps,
+                           .weight_decay = config_.optim.weight_decay});
+  const bool keep_state = config_.dipaco.inner_state == "travel";
+  if (keep_state)
+    if (auto f = state_->inner(p, round - 1)) optimizer.load_state(*f, std::stoll(f->metadata().at("steps")));
+  BatchLoader loader(
+      data_[p].train,
+      {.batch_size = tc.batch_size, .context = T, .seed = static_cast<uint64_t>(tc.seed + p), .stride = T + 1},
+      fmt::format("path {} shard", p));
+  const uint64_t consumed = static_cast<uint64_t>(round * tau * tc.batch_size);
+  const uint64_t per_epoch = static_cast<uint64_t>(loader.num_windows());
+  loader.set_position({consumed / per_epoch, consumed % per_epoch});
+  // The inner steps are the trainer's dense step (runtime/step_runner.h) on the path's model.
+  DenseStep inner({model, params, optimizer, loader, nullptr, device_, 1, config_.optim.grad_clip});
+  double loss_sum = 0;
+  for (int64_t i = 0; i < tau; ++i) {
+    const int64_t step = round * tau + i;
+    try {
+      const auto step_start = Clock::now();
+      loss_sum += inner.run(step, schedule_.lr(step)).loss;
+      slowdown_.after_step(seconds_since(step_start));
+    } catch (const Error& e) {
+      fail("path {}: {} (or lower dist.outer_lr)", p, e.what());
+    }
+    faults_.after_step(++inner_steps_done_);  // counts this worker's steps over all its tasks
+  }
+  // Pseudo-gradients per module, weighted by the shard size.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [module, tensors] : split_by_module(params, grid_, p)) {
+      const auto& g = view.at(module);
+      std::vector<torch::Tensor> delta;
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        TRIB_CHECK_EQ(g[k].first, tensors[k].first, "(module tensor order)");
+        delta.push_back(g[k].second - tensors[k].second.detach().to(torch::kCPU, torch::kFloat32));
+      }
+      accs_[module].add(data_[p].weight, delta);
+    }
+  }
+  // Early stopping: keep the path's parameters from the round with the lowest held-out loss.
+  double holdout = 0;
+  if (data_[p].holdout.defined()) {
+    holdout = evaluate_units(model, data_[p].holdout, kRoutingPrefix, device_).mean();
+    if (holdout < state_->best_holdout(p)) state_->save_best(p, round, holdout, tensors_to_safetensors(params));
+  }
+  if (keep_state)
+    state_->save_inner(p, round,
+                       tensors_to_safetensors(optimizer.state(), {{"steps", std::to_string(optimizer.num_steps())}}));
+  const double dt = seconds_since(task_start);
+  compute_s_ += dt;
+  // step/tokens count one path's inner steps (every path takes the same number), so `tributary plot` works.
+  metrics_->write(nlohmann::json{{"round", round},
+                                 {"path", p},
+                                 {"worker", env_.rank},
+                                 {"step", (round + 1) * tau},
+                                 {"tokens", (round + 1) * tau * tc.batch_size * T},
+                                 {"loss", loss_sum / double(tau)},
+                                 {"holdout_loss", holdout},
+                                 {"task_s", dt},
+                                 {"tokens_per_s", double(tau * tc.batch_size * T) / dt}}
+                      .dump());
+  log::info("round {:>3}/{} | path {:>3} | loss {:.4f} | held-out {:.4f} | {:.1f} s", round + 1, rounds_, p,
+            loss_sum / double(tau), holdout, dt);
+}
+
+// The leader's verdict on the round's tasks; survivors of a death re-form the group.
+void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict) {
+  verdict = queue_->settle(round, gen, members_, round_tasks, config_.dipaco.on_failure == "requeue");
+  if (verdict.members == members_) return;
+  members_ = verdict.members;
+  held_->set_members(members_, round);
+  state_->set_live(members_);
+  group_->reform(fmt::format("dipaco/r{}g{}", round, gen), group_rank_of(env_.rank), static_cast<int>(members_.size()),
+                 held_->path_local() ? held_->link() : std::nullopt);
+  exchange_options_.link = held_->link();
+  exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
+  if (!lead_ && members_.front() == env_.rank)
+    log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
+  lead_ = members_.front() == env_.rank;  // the lowest live worker writes the run's files
+  if (lead_) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
+}
+
+// Tasks until the queue is empty; then the leader's verdict: done, or a new generation of re-queued tasks; then the
+// exchange. Path-local: the owners apply the exchange only once a verdict after it finds every member alive; a death
+// during it re-queues the dead worker's tasks like one during the tasks, and the exchange runs again without it.
+Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
+  std::vector<int64_t> round_tasks(static_cast<size_t>(grid_.num_paths()));
+  std::iota(round_tasks.begin(), round_tasks.end(), 0);
+  RoundWork work;
+  int64_t gen = 0;
+  Verdict verdict{.again = true, .tasks = round_tasks};
+  std::vector<int64_t> prefer = std::exchange(trained_, {});
+  if (!held_->path_local()) prefer.clear();  // a shared directory holds every path's state alike
+  const auto settle_next = [&] {
+    settle(round, gen++, round_tasks, verdict);
+    work.dropped.insert(work.dropped.end(), verdict.dropped.begin(), verdict.dropped.end());
+  };
+  const ExchangeGate gate = [&] {
+    const std::vector<int> before = members_;
+    settle_next();
+    return !verdict.again && members_ == before;
+  };
+  for (bool exchanged = false; !exchanged;) {
+    for (; verdict.again; settle_next()) {
+      const std::vector<int64_t> tasks = verdict.tasks;
+      while (auto p = queue_->claim(round, gen, tasks, prefer)) {
+        trained_.push_back(*p);
+        train_task(*p, round);
+        queue_->done(round, *p);
+        work.tasks += 1;
+      }
+    }
+    faults_.in_exchange(round + 1);
+    const auto comm_start = Clock::now();
+    try {
+      std::tie(work.sent, work.recv) =
+          held_->reduce(round, (round + 1) * config_.dist.inner_steps, accs_, *group_, *exchange_, gate);
+      if (!held_->path_local()) held_->check_identical(*group_, fmt::format("after round {}", round + 1));
+      exchanged = true;
+    } catch (const ExchangeAborted& e) {
+      log::warn("DiPaCo round {}: a worker died during the exchange ({}); it runs again with worker(s) {}", round + 1,
+                comm::error_text(e), fmt::join(members_, ", "));
+    }
+    work.comm_s += seconds_since(comm_start);
+  }
+  return work;
+}
+
+UnitDone Worker::next() {
+  const int64_t round = round_++;
+  const auto round_start = Clock::now();
+  accs_.clear();
+  compute_s_ = 0;
+  const RoundWork work = tasks_and_exchange(round);
+  tally_.tasks_run += work.tasks;
+  tally_.tasks_dropped += static_cast<int64_t>(work.dropped.size());
+  // Path-local: the upload plus what went through the store (module values, path state), per direction.
+  const DepotBytes depot = held_->take_depot_bytes();
+  const double state_put = depot.state_put + state_->take_served_bytes();  // served: sent to the store for an asker
+  const double sent = work.sent + depot.published + state_put;
+  const double recv = work.recv + depot.fetched + depot.state_got;
+  tally_.bytes_sent += sent;
+  tally_.bytes_recv += recv;
+  tally_.comm_s += work.comm_s;
+  tally_.rounds = round + 1;
+  nlohmann::json line{{"outer_step", round + 1},
+                      {"round", round + 1},
+                      {"step", (round + 1) * config_.dist.inner_steps},
+                      {"bytes_sent", sent},
+                      {"bytes_recv", recv},
+                      {"comm_s", work.comm_s},
+                      {"compute_s", compute_s_},
+                      {"tasks", work.tasks},
+                      {"dropped", work.dropped},
+                      {"members", members_},
+                      {"modelled_link_s", held_->modelled_s()},
+                      {"round_s", seconds_since(round_start)},
+                      {"elapsed_s", seconds_since(start_)}};
+  if (held_->path_local()) {
+    line["bytes_up"] = work.sent;  // pseudo-gradients (+ weights, + the touched mask) to the owners
+    line["bytes_published"] = depot.published;
+    line["bytes_fetched"] = depot.fetched;
+    line["bytes_state"] = state_put + depot.state_got;
+    line["bytes_state_put"] = state_put;
+    line["bytes_state_got"] = depot.state_got;  // what the path state cost this worker to fetch (0 for its own paths)
+    line["fetch_s"] = depot.fetch_s;
+  }
+  metrics_->write(line.dump());
+  save_outer_states(run_dir_, round + 1, held_->outer());  // resume.h: before dipaco.json says the round is done
+  if (held_->feedback()) save_feedback(run_dir_, round + 1, env_.rank, *held_->feedback());
+  if (env_.distributed()) group_->barrier();
+  if (lead_) save_round_as_leader(round);  // the round is a checkpoint: it is done once its files are
+  round_line_ = fmt::format(
+      "round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1, rounds_,
+      work.tasks, sent / 1e6, work.comm_s, seconds_since(round_start),
+      work.dropped.empty() ? std::string() : fmt::format(" | dropped paths {}", fmt::join(work.dropped, ", ")));
+  return {.step = round_ * config_.dist.inner_steps,
+          .quiescent = true,
+          .synced = true,
+          .round = true,
+          .elapsed_s = seconds_since(start_)};
+}
+
+// Every round is a checkpoint (next() wrote its files); the routed validation every dipaco.eval_every_rounds (the
+// last round's is finish()'s).
+Due Worker::due_after(const UnitDone& unit, bool stop) {
+  const int64_t every = config_.dipaco.eval_every_rounds;
+  const bool last = round_ == rounds_;
+  return {.last = last, .stop = stop, .eval = every > 0 && round_ % every == 0 && !last, .checkpoint = true};
+}
+
+// The leader's module files (path-local: it fetches every module, the checkpoint's cost, not counted in the round's
+// bytes).
+void Worker::save_round_as_leader(int64_t round) {
+  save_modules(run_dir_, config_, grid_, held_->all(round + 1), round + 1);
+  held_->take_depot_bytes();
+}
+
+void Worker::when_due(const UnitDone& unit, const Due& due) {
+  if (!lead_) return;
+  if (due.eval) {
+    const auto eval_start = Clock::now();
+    const auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
+    eval_s_ += seconds_since(eval_start);
+    // elapsed_s includes every evaluation so far (eval_s): the others wait for the leader at the next settle.
+    metrics_->write(nlohmann::json{{"round", round_},
+                                   {"step", unit.step},
+                                   {"val_loss", routed.loss},
+                                   {"val_ppl", std::exp(routed.loss)},
+                                   {"eval_s", eval_s_},
+                                   {"elapsed_s", seconds_since(start_)}}
+                        .dump());
+    log::info("round {:>3}/{} | routed val loss {:.4f} (ppl {:.3f})", round_, rounds_, routed.loss,
+              std::exp(routed.loss));
+  }
+  log::info("{}", round_line_);
+}
+
 }  // namespace dipaco
 
-TrainSummary train_dipaco(const RunConfig& config, const TrainOptions& options) {
+std::unique_ptr<WorkSource> dipaco::make_path_rounds(const RunConfig& config, const TrainOptions& options) {
   const DistEnv& env = options.dist;
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   configure_threads(config.train.threads, env.local_world_size);
-  dipaco::Worker worker(config, env, options);
-  const int64_t rounds = config.train.steps / config.dist.inner_steps, tau = config.dist.inner_steps;
-  if (worker.start_round() > 0 && env.rank == 0) log::info("DiPaCo: resuming after round {}", worker.start_round());
-  // A round is DiPaCo's unit of resumable progress: a stop (signal or --stop-after-step) waits for the round's end.
-  StopAgreement stop([&](bool local) { return worker.stop_agreed(local); }, options.stop_after_step, worker.lead());
-  bool stopped = false;
-  for (int64_t round = worker.start_round(); round < rounds; ++round) {
-    worker.run_round(round);
-    if (round + 1 < rounds && stop.after_step((round + 1) * tau, true)) {
-      if (worker.lead())
-        log::info("stopped after round {} (step {}); continue with --resume", round + 1, (round + 1) * tau);
-      stopped = true;
-      break;
-    }
-  }
-  return worker.finish(stopped);
+  return std::make_unique<Worker>(config, env, options);
 }
 
 }  // namespace tributary

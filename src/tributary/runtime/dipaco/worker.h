@@ -18,19 +18,21 @@
 // per-path early stopping keeps each path's parameters from its best round on a held-out slice of its shard
 // (path_state.h: the shared RUN_DIR, or the run's store for path-local workers, which need no shared directory).
 // A run resumes after its last complete round (--resume; what a round leaves on disk: resume.h); --stop-after-step S
-// stops after the round that reaches step S, and so does SIGINT/SIGTERM after the round it came in (runtime/stop.h:
-// the same agreement as the trainer's, voted once per round).
+// stops after the round that reaches step S, and so does SIGINT/SIGTERM after the round it came in: a round is one unit
+// of the one run loop (runtime/run_loop.h), which votes on stopping after each, as it does after the trainer's steps.
 #pragma once
 
-#include "tributary/core/fs.h"
+#include <memory>
+
 #include "tributary/runtime/run_config.h"
+#include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/train_options.h"
-#include "tributary/runtime/train_summary.h"
 
-namespace tributary {
+namespace tributary::dipaco {
 
-// The run's summary as every kind of run reports it: outer_steps are the rounds, val_loss the routed validation loss
-// (tokens after the 32-token prefix), val_loss_early that of every path's early-stopped parameters.
-TrainSummary train_dipaco(const RunConfig& config, const TrainOptions& options);
+// This process's rounds, for run_loop(). Its summary is every kind of run's TrainSummary: outer_steps are the rounds,
+// val_loss the routed validation loss (tokens after the 32-token prefix), val_loss_early that of every path's
+// early-stopped parameters.
+std::unique_ptr<WorkSource> make_path_rounds(const RunConfig& config, const TrainOptions& options);
 
-}  // namespace tributary
+}  // namespace tributary::dipaco

@@ -1,5 +1,5 @@
-// The worker process of a DiPaCo run (runtime/dipaco/worker.h's train_dipaco), shared by worker.cpp (setting up,
-// finishing) and worker_round.cpp (a round: tasks, verdicts, the exchange, the round's files). Internal to dipaco/.
+// The worker process of a DiPaCo run as a source of work for the one run loop (runtime/run_loop.h; made by
+// worker.h's make_path_rounds). Internal to dipaco/.
 #pragma once
 
 #include "tributary/runtime/dipaco/worker.h"
@@ -35,6 +35,7 @@
 #include "tributary/runtime/launcher.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/step_runner.h"
@@ -52,17 +53,22 @@ struct RunTally {
 };
 
 // One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
-// modules it holds, and the outer optimizers of the modules it owns. A round: tasks -> settle -> one ring -> save.
-// Size: DiPaCo's own driver (connection, modules, per-path state, accounting), until DiPaCo becomes a source of work
-// of the one run loop (issue 41's "one driver", open).
-class Worker {
+// modules it holds, and the outer optimizers of the modules it owns. Its unit of work is a round: claimed path tasks
+// -> settle -> one ring (or the owners' upload) -> the round's files; the loop drives it like the trainer's steps.
+// Size: the connection (store, group, exchange, queue, members), the modules and per-path state, the round's
+// accumulators, and the run's accounting; DiPaCo's commit (the TaskQueue's verdicts) is still its own.
+class Worker : public WorkSource {
  public:
   Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
-  int64_t start_round() const { return start_round_; }  // > 0 when resumed
-  void run_round(int64_t round);
-  bool stop_agreed(bool local_stop);  // every live worker's vote after a round: true on all if any wished to stop
-  bool lead() const { return lead_; }
-  TrainSummary finish(bool stopped_early);
+
+  StopAgreement::Vote stop_vote() override;  // every live worker's vote after a round
+  bool lead() const override { return lead_; }
+  bool done() const override { return round_ >= rounds_; }
+  UnitDone next() override;  // one round
+  Due due_after(const UnitDone& unit, bool stop) override;
+  void when_due(const UnitDone& unit, const Due& due) override;  // the leader's routed validation, the round's line
+  void between_units(const UnitDone&) override {}
+  TrainSummary finish(bool stopped_early) override;
 
  private:
   // What a round's tasks and exchange left: for its metrics line.
@@ -73,7 +79,7 @@ class Worker {
     double comm_s = 0;             // in the exchange, every attempt
   };
   RoundWork tasks_and_exchange(int64_t round);
-  void after_round_as_leader(int64_t round, const RoundWork& work, double sent, Clock::time_point round_start);
+  void save_round_as_leader(int64_t round);
   void train_task(int64_t path, int64_t round);
   void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
   int group_rank_of(int worker) const {
@@ -87,7 +93,7 @@ class Worker {
   PathGrid grid_;
   std::vector<std::string> module_ids_;
   int64_t rounds_;
-  int64_t start_round_ = 0;
+  int64_t round_ = 0;  // the next round to train (> 0 when resumed)
   fs::path run_dir_;
   Slowdown slowdown_;  // dist.slow_workers
   Faults faults_;      // injected on purpose (TrainOptions::faults)
@@ -109,6 +115,7 @@ class Worker {
   double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
   Clock::time_point start_ = Clock::now();
   RunTally tally_;
+  std::string round_line_;  // the last round's console line (the leader prints it after its validation)
 };
 
 }  // namespace tributary::dipaco
