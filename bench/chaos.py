@@ -59,9 +59,8 @@ class Run:
                  f"--set=optim.warmup_steps={min(40, max(1, args.steps // 10))}",  # the config's 40, or a tenth
                  "--set=dist.fault_tolerant=true", f"--set=dist.heartbeat_timeout_s={args.heartbeat}",
                  "--set=dist.collective_timeout_s=600", f"--set=dist.algorithm={args.algorithm}",
-                 # fp32 averages: the chaos numbers of docs/benchmarks.md §11 were measured so, and a codec's ring
-                 # hops wait out the collective deadline for a frozen worker (docs/distributed.md)
-                 "--set=dist.compression=fp32"]
+                 # fp32 by default: the chaos numbers of docs/benchmarks.md §11 were measured so
+                 f"--set=dist.compression={args.compression}"]
         common = ["--grace", "10", "--max-restarts", "1000", "--max-failures", "3"]
         if machines is None:
             cmds = [[cli, "launch", "--nproc", "4", "--master-port", "0", *common, "--", *train]]
@@ -221,6 +220,7 @@ def main():
     ap.add_argument("--every", type=float, default=25, help="mean seconds between faults")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--heartbeat", type=float, default=5)
+    ap.add_argument("--compression", default="fp32", help="dist.compression (the shipped DiLoCo config's is int8)")
     ap.add_argument("--inner-steps", type=int, default=50)
     ap.add_argument("--machines", type=int, choices=[1, 2], default=1,
                     help="2: two machines in network namespaces, and link cuts among the faults")

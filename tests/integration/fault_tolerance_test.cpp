@@ -184,6 +184,17 @@ TEST_F(Distributed, FaultTolerantDilocoDropsAFrozenWorkerAtItsHeartbeatDeadline)
   EXPECT_NE(out.find("killing the stopped rank 1"), std::string::npos) << out;
 }
 
+TEST_F(Distributed, WithACodecOnTheWireAFrozenWorkerIsDroppedAtItsHeartbeatDeadline) {
+  // int8's exchange is a quantised ring of point-to-point hops, not one collective: the hop that waits on the frozen
+  // worker is aborted once its heartbeat is 2 s stale, as a collective is abandoned, not at the 30 s deadline.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6", "ft_stop_int8",
+                          "--set dist.compression=int8");
+  expect_survived("ft_stop_int8", rc, out, 1);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(ring step .* abandoned after ([0-9.]+) s)"))) << out;
+  EXPECT_LT(std::stod(m[1]), 2.0 + 1.0) << out;
+}
+
 TEST_F(Distributed, NonFiniteAndOversizedUpdatesAreRejected) {
   const std::string args = "--set dist.fault_tolerant=false --set dist.reject_norm_factor=5";
   auto [rc0, out0] = ft_run("", "reject_clean", args);

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <future>
 #include <thread>
 
 #include "tributary/comm/link_lanes.h"
@@ -289,10 +290,43 @@ void Group::send_recv(torch::Tensor& out, int dst, torch::Tensor& in, int src, i
   try {
     auto sent = pg_->send(o, dst, tag);
     auto received = pg_->recv(i, src, tag);
-    // Not in slices like a collective: a Gloo send or receive whose wait times out closes its pair, so a hop that
-    // is merely slow would fail the round.
-    received->wait(options_.collective_timeout);
-    sent->wait(options_.collective_timeout);
+    if (!abandon_) {
+      received->wait(options_.collective_timeout);
+      sent->wait(options_.collective_timeout);
+      return;
+    }
+    // Not in slices like a collective: a Gloo send or receive whose wait times out closes its pair, so a hop that is
+    // merely slow would fail the round. A helper thread waits with the deadline instead, and this one watches
+    // abandon(): once it says the round cannot succeed (a member died or froze), both operations are aborted, which
+    // wakes the helper without touching the pair, and the hop is abandoned like a collective.
+    std::promise<void> hop;
+    std::future<void> done = hop.get_future();
+    std::thread waiter([&] {
+      try {
+        received->wait(options_.collective_timeout);
+        sent->wait(options_.collective_timeout);
+        hop.set_value();
+      } catch (...) {
+        hop.set_exception(std::current_exception());
+      }
+    });
+    while (done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      if (!abandon_()) continue;
+      received->abort();
+      sent->abort();
+      waiter.join();
+      abandoned_ = true;
+      aborted_.push_back(received);  // Gloo may still hold their buffers: they live as long as the leaked group
+      aborted_.push_back(sent);
+      throw NetworkError(fmt::format(
+          "rank {}: ring step (send to {}, receive from {}) in group '{}' abandoned after {:.1f} s: a member of "
+          "the group died or failed this round",
+          rank_, dst, src, prefix_, std::chrono::duration<double>(SteadyClock::now() - start).count()));
+    }
+    waiter.join();
+    done.get();
+  } catch (const NetworkError&) {
+    throw;
   } catch (const std::exception& e) {
     throw NetworkError(
         failure(fmt::format("rank {}: ring step (send to {}, receive from {}) in group '{}'", rank_, dst, src, prefix_),

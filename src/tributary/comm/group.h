@@ -101,8 +101,9 @@ class Group {
   // Fault tolerance: while set, a collective (all_reduce_sum, broadcast, all_gather, barrier) waits in slices and is
   // abandoned with a NetworkError as soon as `abandon()` says it cannot succeed (a member died), instead of at the
   // collective deadline. The abandoned process group is leaked at the next reform (its threads may still wait on
-  // the dead peer; destroying it would wait with them). Point-to-point waits (send, recv, and the codecs' ring hops
-  // in send_recv) keep the collective deadline: a Gloo send or receive whose wait times out closes its pair.
+  // the dead peer; destroying it would wait with them). The codecs' ring hops (send_recv) are abandoned the same way
+  // (their Gloo operations aborted, not timed out: a Gloo send or receive whose wait times out closes its pair);
+  // the pipelines' point-to-point waits (send, recv) keep the collective deadline.
   // A reform while set first waits, the same way, until every rank of the new group arrived (a store key each):
   // Gloo's own rendezvous waits for a missing peer until the collective deadline (30 min by default), so a member
   // killed as the group formed held the others that long.
@@ -130,7 +131,8 @@ class Group {
   std::unique_ptr<LinkLanes> lanes_;  // emulated point-to-point (options_.link); destroyed before pg_
   std::function<bool()> abandon_;
   bool abandoned_ = false;  // a collective of pg_ was abandoned: leak pg_ at the next reform
-  ExitWatch exits_;         // the exits reported since this group formed (its failures name the rank)
+  std::vector<c10::intrusive_ptr<c10d::Work>> aborted_;  // abandoned ring hops, kept with the leaked group
+  ExitWatch exits_;  // the exits reported since this group formed (its failures name the rank)
 };
 
 // The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as
