@@ -370,14 +370,13 @@ void Group::barrier() {
 c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
                                               bool server_exists, const std::string& prefix,
                                               std::chrono::milliseconds timeout) {
+  if (rank == 0 && !server_exists) host_for_this_process(master_port);
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(master_port);
-  opts.isServer = rank == 0 && !server_exists;
-  opts.numWorkers = server_exists ? c10::nullopt : c10::optional<std::size_t>(world_size);
+  opts.isServer = false;
   opts.waitWorkers = false;
   opts.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> store;
-  if (opts.isServer) raise_open_file_limit();
   try {
     // The client's first ping waits for the host's answer without a deadline (a frozen host held it for good).
     const StoreDeadline deadline(fmt::format("rank {}: connect to the store at {}:{}", rank, master_addr, master_port),

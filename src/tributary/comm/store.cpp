@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <mutex>
 
 #include <fmt/format.h>
 
 #include "tributary/comm/group.h"
 #include "tributary/comm/sealed_store.h"
 #include "tributary/comm/store_deadline.h"
+#include "tributary/comm/store_server.h"
 #include "tributary/core/error.h"
 
 namespace tributary::comm {
@@ -83,25 +85,32 @@ void raise_open_file_limit() {
 
 Store Store::host(int port, std::chrono::milliseconds timeout) {
   raise_open_file_limit();
+  auto server = std::make_shared<StoreServer>(port);
   c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(port);
-  opts.isServer = true;
+  opts.port = static_cast<std::uint16_t>(server->port());
+  opts.isServer = false;
   opts.waitWorkers = false;
   opts.timeout = timeout;
-  opts.useLibUV = true;  // the default since PyTorch 2.4, said here because the stalled-client guarantee rests on it
   try {
-    c10::intrusive_ptr<c10d::Store> server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
-    if (const auto key = run_key_from_environment()) server = sealed_store(server, *key);  // launch's own values
-    return Store(server, -1);
+    c10::intrusive_ptr<c10d::Store> client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+    if (const auto key = run_key_from_environment()) client = sealed_store(client, *key);  // launch's own values
+    Store store(client, -1);
+    store.server_ = std::move(server);
+    return store;
   } catch (const std::exception& e) {
-    const std::string why = error_text(e);
-    if (why.find("EADDRINUSE") != std::string::npos)
-      throw NetworkError(fmt::format(
-          "cannot host the run's store on port {}: another program (another run?) listens there; choose another "
-          "port (launch --master-port, store --port; launch on one machine picks a free one without it) or stop it",
-          port));
-    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, why));
+    throw NetworkError(fmt::format("cannot reach the run's store just started on port {}: {}", port, error_text(e)));
   }
+}
+
+void host_for_this_process(int port) {
+  raise_open_file_limit();
+  // Rank 0 hosts for as long as the process lives: its process groups and threads hold the store's client to the
+  // end, in an order no owner could follow. Never destroyed, like the process's other serving threads.
+  static auto* hosted = new std::vector<std::unique_ptr<StoreServer>>();
+  static std::mutex mutex;
+  auto server = std::make_unique<StoreServer>(port);
+  std::lock_guard<std::mutex> lock(mutex);
+  hosted->push_back(std::move(server));
 }
 
 std::string error_text(const std::exception& e) {

@@ -1,6 +1,7 @@
 // The narrow key-value store every process of a run shares (rendezvous, the DiPaCo task queue, heartbeats, the
-// process groups' own bootstrap). comm/ is the only layer that touches c10d: this wraps a c10d::Store (TCPStore in
-// real runs, hosted by rank 0 unless an agent such as torchrun already hosts one; HashStore in one process).
+// process groups' own bootstrap). comm/ is the only layer that touches c10d: this wraps a c10d::Store (c10d's
+// TCPStore client in real runs, against the server of comm/store_server.h that launch, `tributary store` or rank 0
+// hosts, or an agent's such as torchrun's; HashStore in one process).
 // Contracts: every blocking call has a deadline; failures are NetworkError naming the key and this rank.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@ class Store;
 }
 
 namespace tributary::comm {
+
+class StoreServer;
 
 class Store {
  public:
@@ -32,9 +36,8 @@ class Store {
                        const std::string& prefix, std::chrono::milliseconds timeout);
 
   // The run's store server itself, for a process that is not a worker (tributary launch, tributary store): it lives
-  // as long as the returned Store, so workers may come and go, rank 0 included. It is c10d's libuv server, which
-  // reads every client without blocking: a client that stops in the middle of a request (a cut link, a frozen
-  // process) holds no other client's requests.
+  // as long as the returned Store (and its copies), so workers may come and go, rank 0 included. It is ours
+  // (comm/store_server.h: c10d's protocol, limits a stranger cannot exhaust); this Store is a client of it.
   static Store host(int port, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::string& value);
@@ -57,11 +60,16 @@ class Store {
   c10::intrusive_ptr<c10d::Store> impl_;
   int rank_;
   std::string local_address_ = "127.0.0.1";
+  std::shared_ptr<StoreServer> server_;  // host(): the server this Store is the host's client of
 };
+
+// Rank 0 of a run without an agent's store hosts the run's store (comm/store_server.h) on `port` until the process
+// ends; its own client connects like everyone's (connect_store).
+void host_for_this_process(int port);
 
 // The store's host serves one connection per client (and per stranger): the soft limit on open files (often 1,024,
 // of which ~1,100 idle connections ran it out and the host aborted) is raised to the hard one (often 2^19). The
-// hosts call it (Store::host, and rank 0 hosting through Group's connect_store).
+// hosts call it (Store::host, host_for_this_process).
 void raise_open_file_limit();
 
 // An exception's message for a NetworkError: LibTorch's (c10::Error) without the C++ backtrace its what() carries.

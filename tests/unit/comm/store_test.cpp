@@ -18,7 +18,7 @@ using namespace tributary;
 TEST(StoreHost, AClientStalledInTheMiddleOfARequestDoesNotHoldTheOthers) {
   // The first byte of a request, then nothing (a cut link; a process frozen between two sends). A server that read a
   // request with blocking reads would wait there, and every other client's request with it: a cut-link test hung
-  // that way on LibTorch 1.13. c10d's libuv server reads each client without blocking.
+  // that way on LibTorch 1.13. The server (comm/store_server.h) reads each client without blocking.
   const int port = free_tcp_port();
   auto host = comm::Store::host(port, std::chrono::seconds(5));
   const int stalled = ::socket(AF_INET, SOCK_STREAM, 0);

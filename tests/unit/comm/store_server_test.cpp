@@ -1,0 +1,178 @@
+// The run's store server (comm/store_server.h) under c10d's own client and under a stranger: every operation the run
+// uses, idle floods, length fields that claim more than was sent, requests that break the protocol.
+#include "tributary/comm/store_server.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tributary/comm/store.h"
+#include "tributary/core/error.h"
+
+using namespace tributary;
+using namespace std::chrono_literals;
+
+namespace {
+
+comm::Store client_of(const comm::StoreServer& server) {
+  return comm::Store::connect("127.0.0.1", server.port(), 0, 1, /*server_exists=*/true, "t", 5s);
+}
+
+int raw_connection(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{.sin_family = AF_INET,
+                      .sin_port = htons(static_cast<uint16_t>(port)),
+                      .sin_addr = {htonl(INADDR_LOOPBACK)},
+                      .sin_zero = {}};
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+template <typename T>
+void put(std::string& bytes, T value) {
+  bytes.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+std::string validate() {
+  std::string b(1, '\0');  // VALIDATE
+  put<uint32_t>(b, 0x3C85F7CE);
+  return b;
+}
+
+// True once the server closed `fd` (a read sees the end), within `within`.
+bool closed_by_server(int fd, std::chrono::milliseconds within) {
+  timeval tv{.tv_sec = within.count() / 1000, .tv_usec = (within.count() % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char byte = 0;
+  return ::recv(fd, &byte, 1, 0) == 0;
+}
+
+int64_t rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) / 1024;
+  return -1;
+}
+
+}  // namespace
+
+TEST(StoreServer, ServesC10dsClientEveryOperationTheRunUses) {
+  comm::StoreServer server(0);
+  auto store = client_of(server);
+  store.set("a", "1");
+  EXPECT_EQ(store.get("a"), "1");
+  store.set("a", std::string(3 << 20, 'x'));  // a module's worth, overwritten
+  EXPECT_EQ(store.get("a").size(), size_t(3) << 20);
+  EXPECT_EQ(store.add("n", 5), 5);
+  EXPECT_EQ(store.add("n", -2), 3);
+  EXPECT_EQ(store.set_once("once", "first"), "first");
+  EXPECT_EQ(store.set_once("once", "second"), "first");
+  EXPECT_TRUE(store.check({"a", "n"}));
+  EXPECT_FALSE(store.check({"a", "missing"}));
+  EXPECT_TRUE(store.remove("a"));
+  EXPECT_FALSE(store.remove("a"));
+  // A wait ends when another client sets the key, not before.
+  auto other = client_of(server);
+  std::thread later([&] {
+    std::this_thread::sleep_for(200ms);
+    other.set("late", "here");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  store.wait({"late"}, 5s, "the late key");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  later.join();
+  EXPECT_EQ(store.get("late"), "here");
+  // A wait that times out leaves the client usable (c10d cancels it with CANCEL_WAIT).
+  EXPECT_THROW(store.wait({"never"}, 300ms, "a key nobody sets"), NetworkError);
+  store.set("after", "ok");
+  EXPECT_EQ(store.get("after"), "ok");
+  EXPECT_EQ(server.counts().closed_bad, 0);
+}
+
+TEST(StoreServer, AnIdleFloodIsRefusedPastItsCapAndClosedAtTheDeadlineWhileTheRunsClientGoesOn) {
+  comm::StoreServer server(0, {.max_per_address = 8, .introduce_within = 300ms});
+  auto store = client_of(server);  // the run's client, connected before the flood
+  std::vector<int> flood;
+  for (int i = 0; i < 50; ++i)
+    if (const int fd = raw_connection(server.port()); fd >= 0) flood.push_back(fd);
+  store.set("during", "flood");
+  EXPECT_EQ(store.get("during"), "flood");
+  std::this_thread::sleep_for(1s);
+  const auto counts = server.counts();
+  EXPECT_GE(counts.refused_connections, 50 - 8);
+  EXPECT_GE(counts.closed_silent, 7) << "the silent connections under the cap are closed at the deadline";
+  for (const int fd : flood) ::close(fd);
+  auto late = client_of(server);  // room again
+  EXPECT_EQ(late.get("during"), "flood");
+}
+
+TEST(StoreServer, ALengthFieldThatClaimsMoreThanWasSentAllocatesNothing) {
+  comm::StoreServer server(0, {.max_value_bytes = uint64_t(4) << 30});
+  const int64_t before = rss_mb();
+  std::vector<int> liars;
+  for (int i = 0; i < 4; ++i) {  // 4 x 2 GiB claimed, 10 bytes sent
+    std::string b = validate();
+    b.push_back('\1');  // SET
+    put<uint64_t>(b, 1);
+    b.push_back('k');
+    put<uint64_t>(b, uint64_t(2) << 30);
+    b.append("0123456789");
+    const int fd = raw_connection(server.port());
+    ASSERT_EQ(::send(fd, b.data(), b.size(), 0), ssize_t(b.size()));
+    liars.push_back(fd);
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LT(rss_mb() - before, 64) << "the server allocated for the claimed length";
+  auto store = client_of(server);
+  store.set("k2", "v");
+  EXPECT_EQ(store.get("k2"), "v");
+  for (const int fd : liars) ::close(fd);
+}
+
+TEST(StoreServer, ARequestThatBreaksALimitOrTheProtocolClosesOnlyItsConnection) {
+  comm::StoreServer server(0, {.max_value_bytes = 1 << 20});
+  auto store = client_of(server);
+  std::string oversized = validate();
+  oversized.push_back('\1');  // SET of a value over the limit: refused as soon as its length arrives
+  put<uint64_t>(oversized, 1);
+  oversized.push_back('k');
+  put<uint64_t>(oversized, uint64_t(1) << 40);
+  std::string unknown = validate();
+  unknown.push_back('\x63');                 // no such query
+  std::string unintroduced = "\x03garbage";  // a GET before VALIDATE
+  int bad = 0;
+  for (const std::string& bytes : {oversized, unknown, unintroduced}) {
+    const int fd = raw_connection(server.port());
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), 0), ssize_t(bytes.size()));
+    EXPECT_TRUE(closed_by_server(fd, 2000ms)) << "request " << bad;
+    ::close(fd);
+    ++bad;
+  }
+  EXPECT_EQ(server.counts().closed_bad, bad);
+  store.set("still", "served");
+  EXPECT_EQ(store.get("still"), "served");
+}
+
+TEST(StoreServer, APortInUseIsNamed) {
+  comm::StoreServer first(0);
+  try {
+    comm::StoreServer second(first.port());
+    FAIL() << "two servers on one port";
+  } catch (const NetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("another program (another run?) listens there"), std::string::npos)
+        << e.what();
+  }
+}
