@@ -183,9 +183,15 @@ TEST_F(Dipaco, APathLocalRunSurvivesTheDeathOfItsLeader) {
   EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
   EXPECT_TRUE(std::isfinite(summary["val_loss_early_stopped"].get<double>()));
   EXPECT_EQ(load_dipaco_run(work() / "leader_killed").round, 2);
-  int rounds = 0;
-  for (const auto& j : lines_of(work() / "leader_killed" / "metrics-rank1.jsonl")) rounds += j.contains("outer_step");
-  EXPECT_EQ(rounds, 2);
+  // metrics.jsonl has every round once, the dead leader's and then the new one's, and the change of lead.
+  std::vector<int64_t> rounds;
+  bool lead_event = false;
+  for (const auto& j : lines_of(work() / "leader_killed" / "metrics.jsonl")) {
+    if (j.contains("outer_step")) rounds.push_back(j["outer_step"].get<int64_t>());
+    lead_event |= j.value("event", "") == "lead";
+  }
+  EXPECT_EQ(rounds, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(lead_event);
 }
 
 TEST_F(Dipaco, APathLocalRunSurvivesADeathDuringTheExchange) {
@@ -224,6 +230,17 @@ TEST_F(Dipaco, ARingRunSurvivesTheDeathOfItsLeader) {
   EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
   EXPECT_TRUE(std::isfinite(summary["val_loss"].get<double>()));
   EXPECT_EQ(load_dipaco_run(work() / "ring_leader_killed").round, 2);
+  // The new lead continues metrics.jsonl (runtime/ft/lead.h, as the trainer's does): the change of lead, then the
+  // round it led.
+  bool lead_event = false, round_two = false;
+  std::istringstream metrics(read_file(work() / "ring_leader_killed" / "metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    lead_event |= j.value("event", "") == "lead" && j.value("lead_worker", -1) == 1;
+    round_two |= j.contains("tasks") && j.value("round", 0) == 2;
+  }
+  EXPECT_TRUE(lead_event);
+  EXPECT_TRUE(round_two) << "the round the new lead led is in metrics.jsonl";
 }
 
 TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {

@@ -112,7 +112,7 @@ void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
     pipelines_->consolidate(parts_.params, config_.model.blocks_per_level());
     if (parts_.aux_heads) pipelines_->consolidate_aux_heads(parts_.aux_params);
   }
-  if (lead_ && due.eval) {
+  if (lead_.is() && due.eval) {
     BatchLoader val(data_.val_tokens,
                     {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
                     fmt::format("'{}' val", config_.data.dir));
@@ -121,7 +121,7 @@ void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
     report_->evaluated(step, progress_.tokens, result, unit.elapsed_s, eval_seconds_, summary_);
     eval_seconds_ += seconds_since(eval_start);
   }
-  if ((lead_ || layout_.distributed()) && due.checkpoint) save(step, unit.elapsed_s);
+  if ((lead_.is() || layout_.distributed()) && due.checkpoint) save(step, unit.elapsed_s);
   if (due.last || due.stop)  // the numbers of the last steps, when they come late
     for (const StepResult& owed : step_.step->drain())
       record(owed, step, schedule_.lr(step - 1 - owed.lag), unit.elapsed_s);
@@ -145,7 +145,7 @@ void TrainingRun::record(const StepResult& result, int64_t step, double lr, doub
 TrainSummary TrainingRun::finish(bool stopped_early) {
   const int64_t step = progress_.step;
   if (stopped_early) {
-    if (lead_)
+    if (lead_.is())
       log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
     summary_.stopped_early = true;
   }
@@ -157,7 +157,7 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
     summary_.islands = layout_.islands().count();
   }
   summary_.steps = step;
-  summary_.lead = lead_;
+  summary_.lead = lead_.is();
   summary_.kind = layout_.kind();
   summary_.sync = layout_.sync();
   if (replicas_) summary_.world_size = replicas_->size();

@@ -18,6 +18,7 @@
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/train_step.h"
 #include "tributary/runtime/checkpoint.h"
+#include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/islands.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replicas.h"
@@ -60,7 +61,7 @@ class TrainingRun : public WorkSource {
   TrainingRun(const RunConfig& config, const TrainOptions& options);
 
   StopAgreement::Vote stop_vote() override;
-  bool lead() const override { return lead_; }
+  bool lead() const override { return lead_.is(); }
   bool done() const override { return progress_.step >= tc_.steps; }
   UnitDone next() override;  // batch -> step -> sync -> (membership) -> report
   Due due_after(const UnitDone& unit, bool stop) override;
@@ -96,7 +97,7 @@ class TrainingRun : public WorkSource {
   TrainOptions options_;
   Layout layout_;  // what kind of run, and this rank's place in it
   torch::Device device_;
-  bool lead_;
+  Lead lead_;  // writes metrics.jsonl, evaluates, writes the summary (fault tolerance: the lowest member)
   std::unique_ptr<Replicas> replicas_;
   std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
   std::unique_ptr<Islands> islands_;      // parallel.islands (then neither)

@@ -19,7 +19,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
       options_(options),
       layout_(run_layout(config, options.dist)),
       device_(parse_device(config.train.device)),
-      lead_(options.dist.lead()),
+      lead_(options.dist.rank, options.dist.lead()),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
       faults_(options.faults, options.dist.rank) {
   const DistEnv& env = options_.dist;
@@ -31,7 +31,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
         "worker {} runs {}x slower (dist.slow_workers: a sleep after each step, or after each forward and "
         "backward of a pipeline stage)",
         env.rank, slowdown_->factor());
-  if (lead_) {
+  if (lead_.is()) {
     check_blas();
     log::info("{}", layout_.describe());
   }
@@ -78,7 +78,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   describe(threads);
   report_ =
       std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir,
-                                              .lead = lead_,
+                                              .lead = lead_.is(),
                                               .resume_step = ckpt_ ? progress_.step : -1,
                                               .total_steps = tc_.steps,
                                               .log_every = tc_.log_every,
@@ -193,14 +193,14 @@ void TrainingRun::load_codec_state() {
     NamedTensors state;
     for (const auto& [name, view] : file.tensors()) state.emplace_back(name, to_torch(view));
     synced_replicas()->load_codec_state(state, (ckpt_->dir / codec_file).string());
-  } else if (!same_world && ckpt_->has(replica_codec_file(0)) && lead_) {
+  } else if (!same_world && ckpt_->has(replica_codec_file(0)) && lead_.is()) {
     log::info("dist.compression = {}: resuming with another number of workers, the error feedback starts from zero",
               config_.dist.compression);
   }
 }
 
 void TrainingRun::describe(int64_t threads) const {
-  if (!lead_) return;
+  if (!lead_.is()) return;
   const auto& m = config_.model;
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),

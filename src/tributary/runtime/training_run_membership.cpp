@@ -26,13 +26,12 @@ void TrainingRun::follow_membership(int64_t step) {
   summary_.reformations = quorum->reformations();
   const int64_t members_before = data_.loader->world_size();
   reshard_data();
-  if (replicas_->rank() == 0 && !lead_) {
-    lead_ = true;
+  if (lead_.follow(quorum->members())) {
     report_->take_lead(step);
     log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", options_.dist.rank, step);
     report_->write({{"step", step}, {"event", "lead"}, {"lead_worker", options_.dist.rank}});
   }
-  if (lead_ && replicas_->size() != members_before)  // `tributary report` lists these as faults and joins
+  if (lead_.is() && replicas_->size() != members_before)  // `tributary report` lists these as faults and joins
     report_->write(
         {{"step", step}, {"event", "membership"}, {"members", replicas_->size()}, {"members_before", members_before}});
 }

@@ -7,7 +7,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
     : config_(config),
       env_(env),
       device_(parse_device(config.train.device)),
-      lead_(env.rank == 0),
+      lead_(env.rank, env.rank == 0),
       grid_(PathGrid::parse(config.dipaco.modules, config.model.num_levels, config.dipaco.private_stem,
                             "dipaco.modules")),
       module_ids_(grid_.modules()),
@@ -28,13 +28,13 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   // Path-local workers may each have their own run directory; only the lead's holds dipaco.json and the modules. A
   // worker resuming in a directory without them takes the round from the lead and its owned modules from its own
   // outer-state files (the master copies); the rest travels through the store.
-  const bool from_lead = options.resume && config_.dipaco.path_local && !lead_ && !is_dipaco_run(run_dir_);
+  const bool from_lead = options.resume && config_.dipaco.path_local && !lead_.is() && !is_dipaco_run(run_dir_);
   std::optional<DipacoRun> resumed =
       from_lead ? std::nullopt
                 : open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
   if (resumed) round_ = resumed->round;
   const bool resuming = resumed.has_value() || from_lead;
-  if (!resuming) clear_earlier_run(run_dir_, lead_);
+  if (!resuming) clear_earlier_run(run_dir_, lead_.is());
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
   using std::chrono::milliseconds;
   std::optional<comm::Store> heartbeat_store;
@@ -78,10 +78,10 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
   if (env_.distributed() && env_.rank == 0) store_->set(kRunStartedKey, "1");
   metrics_ = std::make_unique<MetricsWriter>(
-      run_dir_ / (lead_ ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
-      resuming ? round_ * config_.dist.inner_steps : -1, lead_ ? run_dir_ / "tb" : fs::path());
-  if (round_ > 0 && lead_) log::info("DiPaCo: resuming after round {}", round_);
-  if (lead_) {
+      run_dir_ / (lead_.is() ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
+      resuming ? round_ * config_.dist.inner_steps : -1, lead_.is() ? run_dir_ / "tb" : fs::path());
+  if (round_ > 0 && lead_.is()) log::info("DiPaCo: resuming after round {}", round_);
+  if (lead_.is()) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
     auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
     log::info(
@@ -103,7 +103,7 @@ StopAgreement::Vote Worker::stop_vote() {
 }
 
 TrainSummary Worker::finish(bool stopped_early) {
-  if (stopped_early && lead_)
+  if (stopped_early && lead_.is())
     log::info("stopped after round {} (step {}); continue with --resume", round_, round_ * config_.dist.inner_steps);
   TrainSummary summary;
   summary.kind = RunKind::kDipaco;
@@ -116,8 +116,8 @@ TrainSummary Worker::finish(bool stopped_early) {
   summary.comm_s = tally_.comm_s;
   summary.world_size = env_.world_size;
   summary.stopped_early = stopped_early;
-  summary.lead = lead_;
-  if (lead_) {
+  summary.lead = lead_.is();
+  if (lead_.is()) {
     state_->gather_best(grid_.num_paths());
     auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
     auto early = evaluate_routed(run_dir_, true, config_.dipaco.eval_units, device_);
@@ -240,10 +240,15 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
                  held_->path_local() ? held_->link() : std::nullopt);
   exchange_options_.link = held_->link();
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  if (!lead_ && members_.front() == env_.rank)
+  if (lead_.follow(members_)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
-  lead_ = members_.front() == env_.rank;  // the lowest live worker writes the run's files
-  if (lead_) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
+    metrics_ =
+        std::make_unique<MetricsWriter>(run_dir_ / "metrics.jsonl", round * config_.dist.inner_steps, run_dir_ / "tb");
+    metrics_->write(
+        nlohmann::json{{"step", round * config_.dist.inner_steps}, {"event", "lead"}, {"lead_worker", env_.rank}}
+            .dump());
+  }
+  if (lead_.is()) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
 }
 
 // Tasks until the queue is empty; then the leader's verdict: done, or a new generation of re-queued tasks; then the
@@ -335,7 +340,7 @@ UnitDone Worker::next() {
   save_outer_states(run_dir_, round + 1, held_->outer());  // resume.h: before dipaco.json says the round is done
   if (held_->feedback()) save_feedback(run_dir_, round + 1, env_.rank, *held_->feedback());
   if (env_.distributed()) group_->barrier();
-  if (lead_) save_round_as_leader(round);  // the round is a checkpoint: it is done once its files are
+  if (lead_.is()) save_round_as_leader(round);  // the round is a checkpoint: it is done once its files are
   round_line_ = fmt::format(
       "round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1, rounds_,
       work.tasks, sent / 1e6, work.comm_s, seconds_since(round_start),
@@ -363,7 +368,7 @@ void Worker::save_round_as_leader(int64_t round) {
 }
 
 void Worker::when_due(const UnitDone& unit, const Due& due) {
-  if (!lead_) return;
+  if (!lead_.is()) return;
   if (due.eval) {
     const auto eval_start = Clock::now();
     const auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);

@@ -30,6 +30,7 @@
 #include "tributary/runtime/dipaco/routes.h"
 #include "tributary/runtime/dipaco/task_queue.h"
 #include "tributary/runtime/flops.h"
+#include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/json_file.h"
 #include "tributary/runtime/launcher.h"
@@ -62,7 +63,7 @@ class Worker : public WorkSource {
   Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
 
   StopAgreement::Vote stop_vote() override;  // every live worker's vote after a round
-  bool lead() const override { return lead_; }
+  bool lead() const override { return lead_.is(); }
   bool done() const override { return round_ >= rounds_; }
   UnitDone next() override;  // one round
   Due due_after(const UnitDone& unit, bool stop) override;
@@ -89,7 +90,7 @@ class Worker : public WorkSource {
   RunConfig config_;
   DistEnv env_;
   torch::Device device_;
-  bool lead_;  // the lowest live worker: writes the module files, metrics.jsonl (rank 0) and the summary
+  Lead lead_;  // the lowest live worker: writes the module files, metrics.jsonl and the summary
   PathGrid grid_;
   std::vector<std::string> module_ids_;
   int64_t rounds_;

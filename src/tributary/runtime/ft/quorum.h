@@ -63,6 +63,7 @@ class Quorum {
   bool heal_wanted();
   void offer_heal(const HealState& state);
   bool pending() const { return pending_; }  // a joiner healed mid-round, not a member yet
+  const std::vector<int>& members() const { return membership_.members(); }  // launch ranks, in the group's order
 
  private:
   nlohmann::json join_healed(const std::string& offer, NamedTensors& params, HealState& state);
