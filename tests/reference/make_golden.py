@@ -5,6 +5,7 @@ For each variant, writes OUT/<variant>/:
   weights.safetensors  every parameter (fixed by a seed)
   golden.safetensors   tokens (B, T+1) int64, logits (B, T, V), loss (1), grad.<name> for every parameter,
                        and after.<name>: parameters after 3 AdamW steps (lr 1e-2, wd 0.1, betas 0.9/0.95)
+  golden_bf16.safetensors  logits, loss and every gradient of the same step under torch.autocast (CPU, bf16)
   config.toml          the model config in Tributary's keys
 Safetensors are written with numpy + json (no safetensors package in Debian)."""
 import argparse
@@ -75,6 +76,18 @@ def make(variant, kwargs, out):
     golden = {"tokens": tokens, "logits": logits, "loss": loss.reshape(1)}
     for n, p in model.named_parameters():
         golden["grad." + n] = p.grad.clone()
+
+    # train.precision = bf16: the same step under PyTorch's own autocast (fp32 weights, bf16 matmuls), the loss on
+    # fp32 logits.
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits16 = model(tokens[:, :T])
+    loss16 = loss_fn(logits16.float(), tokens[:, 1:])
+    loss16.backward()
+    bf16 = {"logits": logits16.float(), "loss": loss16.reshape(1)}
+    for n, p in model.named_parameters():
+        bf16["grad." + n] = p.grad.clone()
+    write_safetensors(os.path.join(out, "golden_bf16.safetensors"), bf16)
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]

@@ -255,6 +255,10 @@ void RunConfig::bind() {
   s.add("train.seed", train.seed, "seed for initialisation and data order", 0);
   s.add("train.threads", train.threads, "intra-op threads; 0 = all cores", 0, 1024);
   s.add("train.device", train.device, "torch device (cpu, cuda, cuda:1, ...)");
+  s.add("train.precision", train.precision,
+        "compute precision: fp32, or bf16 (autocast: bf16 matmuls; fp32 master weights, AdamW state, loss and "
+        "pseudo-gradients)",
+        {"fp32", "bf16"});
   s.add("train.run_dir", train.run_dir, "where metrics.jsonl, checkpoints and plots go");
   s.add("train.log_every", train.log_every, "steps between console/metrics lines", 1);
   s.add("train.eval_every", train.eval_every, "steps between validations; 0 = only at the end", 0);
@@ -369,6 +373,10 @@ void RunConfig::validate() const {
         "optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "
         "optim.warmup_steps={} (a tenth of the steps)",
         optim.warmup_steps, train.steps, std::max<int64_t>(train.steps / 10, 0));
+  if (train.precision == "bf16" && (parallel.pipeline_stages > 1 || local.chunks > 0))
+    fail(
+        "train.precision = bf16 runs the whole model's step (one process, replicas, islands, DiPaCo's paths); "
+        "pipeline stages and local parallelism train in fp32: set train.precision = fp32");
   if (parallel.pipeline_stages > 1) {
     if (parallel.pipeline_stages > model.num_layers)
       fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",

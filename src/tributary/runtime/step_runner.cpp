@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
+#include "tributary/model/autocast.h"
 #include "tributary/runtime/sync/replica_sync.h"
 
 namespace tributary {
@@ -17,7 +18,12 @@ StepResult DenseStep::run(int64_t step, double lr) {
   for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
     p_.loader.next(batch_.data_ptr<int64_t>());
     auto on_device = batch_.to(p_.device);
-    auto loss = Transformer::loss(p_.model.forward(on_device.narrow(1, 0, T)), on_device.narrow(1, 1, T));
+    torch::Tensor logits;
+    {
+      const Autocast autocast(p_.bf16, p_.device.type());
+      logits = p_.model.forward(on_device.narrow(1, 0, T));
+    }
+    auto loss = Transformer::loss(p_.bf16 ? logits.to(torch::kFloat32) : logits, on_device.narrow(1, 1, T));
     if (p_.sync) p_.sync->before_backward(micro + 1 == p_.grad_accum, p_.grad_accum == 1);
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     step_loss += loss.item<double>() / double(p_.grad_accum);

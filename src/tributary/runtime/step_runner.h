@@ -25,9 +25,11 @@ struct DenseStepParts {
   torch::Device device = torch::kCPU;
   int64_t grad_accum = 1;
   double grad_clip = 0;
+  bool bf16 = false;  // train.precision = bf16: the forward pass under autocast (model/autocast.h)
 };
 
-// next micro-batch -> forward -> loss -> backward (x grad_accum) -> average gradients -> clip -> AdamW step.
+// next micro-batch -> forward (bf16 under autocast when asked) -> fp32 loss -> backward (x grad_accum) -> average
+// gradients -> clip -> AdamW step.
 class DenseStep : public TrainStep {
  public:
   explicit DenseStep(DenseStepParts parts);

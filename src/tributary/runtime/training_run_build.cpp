@@ -230,6 +230,11 @@ void TrainingRun::describe(int64_t threads) const {
         l.chunks, config_.model.num_layers / l.chunks, l.mode, l.mode == "overlapping" ? l.overlap_blocks : 0,
         l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0, l.aux_weight,
         pipelines_ ? "one chunk per pipeline stage" : "in one process");
+  if (tc_.precision == "bf16")
+    log::info("train.precision = bf16: the forward pass under autocast (bf16 matmuls), fp32 master weights and AdamW{}",
+              device_.is_cpu() ? "; on a CPU without bf16 matmul units this is ~10x slower than fp32 (measured on "
+                                 "the 2-core testbed): a numerics check, not a speed-up"
+                               : "");
   if (!sync_) return;
   const auto& d = config_.dist;
   if (islands_)

@@ -6,6 +6,7 @@
 
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
+#include "tributary/model/autocast.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
@@ -68,6 +69,60 @@ TEST_P(Golden, MatchesPyTorch) {
   }
   for (const auto& item : model.named_parameters())
     expect_close(item.value(), to_torch(golden.at("after." + item.key())), 1e-3, 2e-3, "after AdamW " + item.key());
+}
+
+// train.precision = bf16 (model/autocast.h) against PyTorch's own autocast of the same step (its independent reference
+// model): the logits carry bf16's rounding, closer to PyTorch's bf16 logits than our fp32 logits are, and loss and
+// gradients agree within bf16's precision (the two models round at different places).
+TEST_P(Golden, Bf16AutocastMatchesPyTorchsAutocast) {
+  fs::path dir = golden_dir() / GetParam();
+  ASSERT_TRUE(fs::exists(dir / "golden_bf16.safetensors")) << "run tests/reference/make_golden.py for " << dir;
+  torch::set_num_threads(1);
+  RunConfig config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
+  Transformer model(config.model);
+  load_parameters(model, safetensors::File::load(dir / "weights.safetensors"));
+  auto golden = safetensors::File::load(dir / "golden_bf16.safetensors");
+  auto tokens = to_torch(safetensors::File::load(dir / "golden.safetensors").at("tokens"));
+  const int64_t T = tokens.size(1) - 1;
+  auto inputs = tokens.narrow(1, 0, T), targets = tokens.narrow(1, 1, T);
+  const auto want = to_torch(golden.at("logits"));
+
+  Transformer fp32_model(config.model);  // the same step in fp32: how far bf16's rounding moves things
+  load_parameters(fp32_model, safetensors::File::load(dir / "weights.safetensors"));
+  const torch::Tensor fp32_logits = fp32_model.forward(inputs);
+  Transformer::loss(fp32_logits, targets).backward();
+  torch::Tensor logits;
+  {
+    const Autocast autocast(true, torch::kCPU);
+    logits = model.forward(inputs);
+  }
+  EXPECT_EQ(logits.scalar_type(), torch::kBFloat16) << "the forward pass ran under autocast";
+  logits = logits.to(torch::kFloat32);
+  const auto rel = [&](const torch::Tensor& got) {
+    return (got - want).norm().item<double>() / want.norm().item<double>();
+  };
+  const double ours = rel(logits), fp32 = rel(fp32_logits);
+  EXPECT_LT(ours, 0.02) << "bf16 logits off PyTorch's autocast by " << ours << " (relative); fp32's by " << fp32;
+  EXPECT_LT(ours, fp32) << "closer to PyTorch's bf16 logits than fp32 logits are";
+  auto loss = Transformer::loss(logits, targets);
+  expect_close(loss.reshape({1}), to_torch(golden.at("loss")), 1e-2, 1e-3, "bf16 loss");
+  loss.backward();
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU)) << "the guard restored autocast";
+  // Every gradient within bf16's reach of PyTorch's, and all of them together closer than fp32's gradients are.
+  const auto fp32_grads = fp32_model.named_parameters();
+  double ours_sq = 0, fp32_sq = 0;
+  for (const auto& item : model.named_parameters()) {
+    const auto& grad = item.value().grad();
+    const auto reference = to_torch(golden.at("grad." + item.key()));
+    EXPECT_EQ(grad.scalar_type(), torch::kFloat32) << item.key() << ": master gradients stay fp32";
+    const double off = (grad - reference).norm().item<double>() / (reference.norm().item<double>() + 1e-12);
+    EXPECT_LT(off, 0.15) << "grad " << item.key();
+    ours_sq += (grad - reference).pow(2).sum().item<double>();
+    fp32_sq += (fp32_grads[item.key()].grad() - reference).pow(2).sum().item<double>();
+  }
+  EXPECT_LT(ours_sq, fp32_sq) << "bf16 gradients closer to PyTorch's bf16 gradients than fp32's";
+  std::printf("bf16 vs PyTorch autocast: logits %.4f (fp32 %.4f) relative; gradients %.4g (fp32 %.4g) squared\n", ours,
+              fp32, ours_sq, fp32_sq);
 }
 
 // Both of AdamW's paths: float32 on the CPU takes the one-pass kernel; float64 takes the composite ATen ops, which

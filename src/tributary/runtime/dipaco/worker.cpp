@@ -177,7 +177,8 @@ void Worker::train_task(int64_t p, int64_t round) {
   const uint64_t per_epoch = static_cast<uint64_t>(loader.num_windows());
   loader.set_position({consumed / per_epoch, consumed % per_epoch});
   // The inner steps are the trainer's dense step (runtime/step_runner.h) on the path's model.
-  DenseStep inner({model, params, optimizer, loader, nullptr, device_, 1, config_.optim.grad_clip});
+  DenseStep inner({model, params, optimizer, loader, nullptr, device_, 1, config_.optim.grad_clip,
+                   config_.train.precision == "bf16"});
   double loss_sum = 0;
   for (int64_t i = 0; i < tau; ++i) {
     const int64_t step = round * tau + i;
