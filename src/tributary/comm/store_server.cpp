@@ -161,49 +161,53 @@ std::string peer_address(const sockaddr_storage& a) {
   return text;
 }
 
-int listen_on(int port) {
-  const auto fail = [port](int err) -> int {
-    if (err == EADDRINUSE)
-      throw NetworkError(fmt::format(
-          "cannot host the run's store on port {}: another program (another run?) listens there; choose another "
-          "port (launch --master-port, store --port; launch on one machine picks a free one without it) or stop it",
-          port));
-    throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, std::strerror(err)));
-  };
+[[noreturn]] void cannot_listen(int port, int err) {
+  if (err == EADDRINUSE)
+    throw NetworkError(fmt::format(
+        "cannot host the run's store on port {}: another program (another run?) listens there; choose another "
+        "port (launch --master-port, store --port; launch on one machine picks a free one without it) or stop it",
+        port));
+  throw NetworkError(fmt::format("cannot host the run's store on port {}: {}", port, std::strerror(err)));
+}
+
+// A bound socket of `family` on every interface at `port`, or -1 with errno set.
+int bound_socket(int family, int port) {
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
   const int one = 1, zero = 0;
-  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {  // dual stack: IPv6 and IPv4 clients on one socket
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_addr = in6addr_any;
-    a.sin6_port = htons(static_cast<uint16_t>(port));
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage a{};
+  socklen_t len = 0;
+  if (family == AF_INET6) {  // dual stack: IPv4 clients arrive on the same socket
     ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      const int err = errno;
-      ::close(fd);
-      if (err == EADDRINUSE) fail(err);
-      fd = -1;
-    }
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(a);
+    in6 = {.sin6_family = AF_INET6,
+           .sin6_port = htons(uint16_t(port)),
+           .sin6_flowinfo = 0,
+           .sin6_addr = in6addr_any,
+           .sin6_scope_id = 0};
+    len = sizeof(in6);
+  } else {
+    auto& in4 = reinterpret_cast<sockaddr_in&>(a);
+    in4 = {.sin_family = AF_INET, .sin_port = htons(uint16_t(port)), .sin_addr = {htonl(INADDR_ANY)}, .sin_zero = {}};
+    len = sizeof(in4);
   }
-  if (fd < 0) {  // no IPv6 on this machine
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) fail(errno);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      const int err = errno;
-      ::close(fd);
-      fail(err);
-    }
-  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return -1;
+}
+
+int listen_on(int port) {
+  int fd = bound_socket(AF_INET6, port);
+  if (fd < 0 && errno == EADDRINUSE) cannot_listen(port, errno);
+  if (fd < 0) fd = bound_socket(AF_INET, port);  // no IPv6 on this machine
+  if (fd < 0) cannot_listen(port, errno);
   if (::listen(fd, 4096) != 0) {
     const int err = errno;
     ::close(fd);
-    fail(err);
+    cannot_listen(port, err);
   }
   return fd;
 }
@@ -357,17 +361,18 @@ class StoreServer::Loop {
         return true;
       case Query::kCompareSet: {
         const auto it = data_.find(q.keys[0]);
-        if (it == data_.end()) {
-          if (!q.values[0].empty()) return answer_value(c, q.values[0]);  // c10d's answer: the expected value
-          put(q.keys[0], q.values[1]);
-          return answer_value(c, q.values[1]);
+        if (it == data_.end() && !q.values[0].empty()) {
+          answer_value(c, q.values[0]);  // c10d's answer when the key is missing: the expected value
+        } else {
+          if (it == data_.end() || it->second == q.values[0]) put(q.keys[0], std::move(q.values[1]));
+          answer_value(c, data_.at(q.keys[0]));
         }
-        if (it->second == q.values[0]) put(q.keys[0], std::move(q.values[1]));
-        return answer_value(c, data_.at(q.keys[0]));
+        return true;
       }
       case Query::kGet: {
         const auto it = data_.find(q.keys[0]);
-        return answer_value(c, it == data_.end() ? std::string() : it->second);
+        answer_value(c, it == data_.end() ? std::string() : it->second);
+        return true;
       }
       case Query::kAdd: {
         int64_t value = q.delta;
@@ -487,11 +492,10 @@ class StoreServer::Loop {
   }
 
   void answer(Client& c, const void* bytes, size_t n) { c.out.append(static_cast<const char*>(bytes), n); }
-  bool answer_value(Client& c, const std::string& value) {
+  void answer_value(Client& c, const std::string& value) {
     const uint64_t n = value.size();
     answer(c, &n, sizeof(n));
     c.out.append(value);
-    return true;
   }
 
   void flush_all() {

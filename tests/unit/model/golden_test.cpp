@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
@@ -31,20 +32,39 @@ void expect_close(const torch::Tensor& got, const torch::Tensor& want, double rt
                         << want.abs().max().item<double>() << ")";
 }
 
+// A variant's golden files: its config, the weights every model of a test starts from, and the token batch. One
+// thread, as the goldens were computed.
+struct Variant {
+  RunConfig config;
+  safetensors::File weights;
+  torch::Tensor inputs, targets;
+
+  explicit Variant(const fs::path& dir)
+      : config(RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string())),
+        weights(safetensors::File::load(dir / "weights.safetensors")) {
+    torch::set_num_threads(1);
+    const auto tokens = to_torch(safetensors::File::load(dir / "golden.safetensors").at("tokens"));
+    const int64_t T = tokens.size(1) - 1;
+    inputs = tokens.narrow(1, 0, T);
+    targets = tokens.narrow(1, 1, T);
+  }
+  std::unique_ptr<Transformer> model() const {
+    auto m = std::make_unique<Transformer>(config.model);
+    load_parameters(*m, weights);
+    return m;
+  }
+};
+
 class Golden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Golden, MatchesPyTorch) {
   fs::path dir = golden_dir() / GetParam();
   ASSERT_TRUE(fs::exists(dir / "golden.safetensors")) << "run tests/reference/make_golden.py (ctest does) for " << dir;
-  torch::set_num_threads(1);
-  RunConfig config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
-  Transformer model(config.model);
-  auto weights = safetensors::File::load(dir / "weights.safetensors");
-  load_parameters(model, weights);
+  const Variant variant(dir);
+  const auto &inputs = variant.inputs, &targets = variant.targets;
+  auto owned = variant.model();
+  Transformer& model = *owned;
   auto golden = safetensors::File::load(dir / "golden.safetensors");
-  auto tokens = to_torch(golden.at("tokens"));
-  const int64_t T = tokens.size(1) - 1;
-  auto inputs = tokens.narrow(1, 0, T), targets = tokens.narrow(1, 1, T);
 
   auto logits = model.forward(inputs);
   expect_close(logits, to_torch(golden.at("logits")), 1e-4, 1e-5, "logits");
@@ -60,7 +80,7 @@ TEST_P(Golden, MatchesPyTorch) {
 
   // Three AdamW steps from the same weights. Adam normalises each coordinate, so rounding-level gradient
   // differences of near-zero coordinates move by up to ~lr; the exact optimizer check is AdamWMatchesPyTorch.
-  load_parameters(model, weights);
+  load_parameters(model, variant.weights);
   AdamW opt(named_parameters_of(model), {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   for (int i = 0; i < 3; ++i) {
     opt.zero_grad();
@@ -77,18 +97,13 @@ TEST_P(Golden, MatchesPyTorch) {
 TEST_P(Golden, Bf16AutocastMatchesPyTorchsAutocast) {
   fs::path dir = golden_dir() / GetParam();
   ASSERT_TRUE(fs::exists(dir / "golden_bf16.safetensors")) << "run tests/reference/make_golden.py for " << dir;
-  torch::set_num_threads(1);
-  RunConfig config = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
-  Transformer model(config.model);
-  load_parameters(model, safetensors::File::load(dir / "weights.safetensors"));
+  const Variant variant(dir);
+  const auto &inputs = variant.inputs, &targets = variant.targets;
+  auto owned = variant.model(), fp32_owned = variant.model();  // the second: the same step in fp32
+  Transformer &model = *owned, &fp32_model = *fp32_owned;
   auto golden = safetensors::File::load(dir / "golden_bf16.safetensors");
-  auto tokens = to_torch(safetensors::File::load(dir / "golden.safetensors").at("tokens"));
-  const int64_t T = tokens.size(1) - 1;
-  auto inputs = tokens.narrow(1, 0, T), targets = tokens.narrow(1, 1, T);
   const auto want = to_torch(golden.at("logits"));
 
-  Transformer fp32_model(config.model);  // the same step in fp32: how far bf16's rounding moves things
-  load_parameters(fp32_model, safetensors::File::load(dir / "weights.safetensors"));
   const torch::Tensor fp32_logits = fp32_model.forward(inputs);
   Transformer::loss(fp32_logits, targets).backward();
   torch::Tensor logits;

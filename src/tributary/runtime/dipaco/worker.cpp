@@ -342,10 +342,10 @@ UnitDone Worker::next() {
   if (held_->feedback()) save_feedback(run_dir_, round + 1, env_.rank, *held_->feedback());
   if (env_.distributed()) group_->barrier();
   if (lead_.is()) save_round_as_leader(round);  // the round is a checkpoint: it is done once its files are
-  round_line_ = fmt::format(
-      "round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1, rounds_,
-      work.tasks, sent / 1e6, work.comm_s, seconds_since(round_start),
-      work.dropped.empty() ? std::string() : fmt::format(" | dropped paths {}", fmt::join(work.dropped, ", ")));
+  if (lead_.is())
+    log::info("round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1,
+              rounds_, work.tasks, sent / 1e6, work.comm_s, seconds_since(round_start),
+              work.dropped.empty() ? std::string() : fmt::format(" | dropped paths {}", fmt::join(work.dropped, ", ")));
   return {.step = round_ * config_.dist.inner_steps,
           .quiescent = true,
           .synced = true,
@@ -369,8 +369,7 @@ void Worker::save_round_as_leader(int64_t round) {
 }
 
 void Worker::when_due(const UnitDone& unit, const Due& due) {
-  if (!lead_.is()) return;
-  if (due.eval) {
+  if (lead_.is() && due.eval) {
     const auto eval_start = Clock::now();
     const auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
     eval_s_ += seconds_since(eval_start);
@@ -385,7 +384,6 @@ void Worker::when_due(const UnitDone& unit, const Due& due) {
     log::info("round {:>3}/{} | routed val loss {:.4f} (ppl {:.3f})", round_, rounds_, routed.loss,
               std::exp(routed.loss));
   }
-  log::info("{}", round_line_);
 }
 
 }  // namespace dipaco

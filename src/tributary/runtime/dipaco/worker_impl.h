@@ -67,7 +67,7 @@ class Worker : public WorkSource {
   bool done() const override { return round_ >= rounds_; }
   UnitDone next() override;  // one round
   Due due_after(const UnitDone& unit, bool stop) override;
-  void when_due(const UnitDone& unit, const Due& due) override;  // the leader's routed validation, the round's line
+  void when_due(const UnitDone& unit, const Due& due) override;  // the leader's routed validation
   void between_units(const UnitDone&) override {}
   TrainSummary finish(bool stopped_early) override;
 
@@ -116,7 +116,6 @@ class Worker : public WorkSource {
   double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
   Clock::time_point start_ = Clock::now();
   RunTally tally_;
-  std::string round_line_;  // the last round's console line (the leader prints it after its validation)
 };
 
 }  // namespace tributary::dipaco
