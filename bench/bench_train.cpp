@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "tributary/model/autocast.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/runtime/cpu_allocator.h"
@@ -40,9 +41,15 @@ int main(int argc, char** argv) {
   AdamW opt(params, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   const int64_t B = config.train.batch_size, T = config.model.context;
   auto tokens = torch::randint(0, config.model.vocab_size, {B, T + 1}, torch::kInt64).to(device);
+  const bool bf16 = config.train.precision == "bf16";  // as the trainer's step does (runtime/step_runner.cpp)
   auto step = [&]() {
     opt.zero_grad();
-    auto loss = Transformer::loss(model.forward(tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
+    torch::Tensor logits;
+    {
+      const Autocast autocast(bf16, device.type());
+      logits = model.forward(tokens.narrow(1, 0, T));
+    }
+    auto loss = Transformer::loss(bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
     loss.backward();
     clip_grad_norm(params, 1.0);
     opt.step(1e-3);
@@ -61,7 +68,7 @@ int main(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
-  double peak = measure_matmul_peak(device);
+  double peak = measure_matmul_peak(device, 0, 6, bf16 ? torch::kBFloat16 : torch::kFloat32);
   double tps = double(B * T) / median;
   double fpt = training_flops_per_token(config.model, model.num_matmul_parameters());
   nlohmann::json out = {{"impl", "tributary-cpp"},
@@ -73,6 +80,7 @@ int main(int argc, char** argv) {
                         {"num_parameters", model.num_parameters()},
                         {"threads", at::get_num_threads()},
                         {"device", device.str()},
+                        {"precision", config.train.precision},
                         {"blas", blas.library},
                         {"cpu_cache_hits", cpu_cache_stats().hits},
                         {"cpu_cache_misses", cpu_cache_stats().misses}};

@@ -2,10 +2,12 @@
 one run, plus MFU against the matmul peak measured in the same run. Measures; asserts nothing about time.
 
 Usage: python3 bench/compare.py --build BUILD [--steps N] [--repeats R] [--device cuda] [--no-compile] [--python PY]
-       [--configs default,100m] [--out FILE.json]
+       [--configs default,100m] [--precisions fp32,bf16] [--out FILE.json]
 --repeats runs each pair R times (C++, eager and torch.compile alternating) and reports the median ratio and its
 spread. torch.compile (inductor; on the CPU it generates C++ with the machine's g++) is timed beside eager unless
---no-compile. --python names the interpreter whose PyTorch the build links (./run bench passes it)."""
+--no-compile. --python names the interpreter whose PyTorch the build links (./run bench passes it). --precisions runs each
+config in each precision (train.precision; bf16 = the forward pass under autocast on every side), its MFU against
+the matmul peak of that precision."""
 import argparse
 import json
 import os
@@ -26,13 +28,17 @@ CONFIGS = {
                                            "train.batch_size=32"]),
     "100m": ("100M: 14L w768 h12 T512, B16", ["model.num_layers=14", "model.width=768", "model.num_heads=12",
                                               "model.context=512", "train.batch_size=16"]),
+    "1b": ("1B: 24L w2048 h16 T512, B8", ["model.num_layers=24", "model.width=2048", "model.num_heads=16",
+                                          "model.context=512", "train.batch_size=8"]),
 }
 CPU_DEFAULT = "default,gelu,6l,small"
 
 
 def run(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()
-    return json.loads(out[-1])
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:  # one failed run (out of memory, say) costs its row, not the whole table
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def spread(values):
@@ -50,26 +56,33 @@ def main():
     ap.add_argument("--compile", action="store_true", default=True, help=argparse.SUPPRESS)  # the old spelling
     ap.add_argument("--python", default="python3")
     ap.add_argument("--configs", default=None, help=f"comma-separated keys of {list(CONFIGS)}")
+    ap.add_argument("--precisions", default="fp32")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     keys = (args.configs or (CPU_DEFAULT if args.device == "cpu" else "default,100m")).split(",")
     rows = []
+    out = args.out or os.path.join(args.build, "bench_results.json")
     common = [f"train.threads={args.threads}", f"train.device={args.device}"]
-    for key in keys:
+    for key, precision in [(k, p) for k in keys for p in args.precisions.split(",")]:
         name, overrides = CONFIGS[key]
-        o = overrides + common
+        name = f"{name} {precision}"
+        o = overrides + common + [f"train.precision={precision}"]
         cpps, pys, comps = [], [], []
-        for _ in range(args.repeats):
-            cpps.append(run([os.path.join(args.build, "bench_train"), "--steps", str(args.steps)] + o))
-            pys.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}"] + o))
-            if args.compile:
-                comps.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}",
-                                  "--compile=1"] + o))
+        try:
+            for _ in range(args.repeats):
+                cpps.append(run([os.path.join(args.build, "bench_train"), "--steps", str(args.steps)] + o))
+                pys.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}"] + o))
+                if args.compile:
+                    comps.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}",
+                                      "--compile=1"] + o))
+        except RuntimeError as e:
+            print(f"{name}: not measured: {e}", flush=True)
+            continue
         cpp = cpps[len(cpps) // 2]
         fpt, peak = cpp["flops_per_token"], max(c["peak_flops"] for c in cpps)
         ratios = [c["tokens_per_s"] / p["tokens_per_s"] for c, p in zip(cpps, pys)]
-        row = {"config": name, "overrides": o, "cpp": cpps, "pytorch": pys, "compile": comps, "ratios": ratios,
-               "peak_flops": peak}
+        row = {"config": name, "precision": precision, "overrides": o, "cpp": cpps, "pytorch": pys, "compile": comps,
+               "ratios": ratios, "peak_flops": peak}
         line = (f"{name:36s} C++ {statistics.median(c['tokens_per_s'] for c in cpps):9.0f} tok/s "
                 f"(MFU {100 * statistics.median(c['tokens_per_s'] for c in cpps) * fpt / peak:4.1f}%) | "
                 f"eager {statistics.median(p['tokens_per_s'] for p in pys):9.0f} "
@@ -82,14 +95,18 @@ def main():
                      f"| C++/compile {spread(cratios)}")
         rows.append(row)
         print(line, flush=True)
-    print(f"matmul peak (fp32, {args.device}, {args.threads} threads): {rows[0]['peak_flops'] / 1e9:.1f} GFLOP/s; "
+        with open(out, "w") as f:  # after every row: a run cut short keeps what it measured
+            json.dump(rows, f, indent=2)
+    if not rows:
+        return 1
+    for row in rows:
+        print(f"matmul peak for {row['config']}: {row['peak_flops'] / 1e9:.1f} GFLOP/s")
+    print(f"{args.device}, {args.threads} threads; "
           f"BLAS: {rows[0]['cpp'][0]['blas']}; torch {rows[0]['pytorch'][0]['torch']}; "
           f"{args.repeats} paired run(s) per config, median [min-max]")
-    out = args.out or os.path.join(args.build, "bench_results.json")
-    with open(out, "w") as f:
-        json.dump(rows, f, indent=2)
     print(f"results: {out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs the Debian build dependencies that a GPU machine without network access lacks (CLI11, nlohmann-json, toml++, fmt, xxhash,
-# SentencePiece, zlib, GoogleTest: headers, CMake configs, libraries) into a prefix, .gpu/deps, that travels with
+# SentencePiece, zlib, GoogleTest, OpenSSL's libcrypto: headers, CMake configs, libraries) into a prefix, .gpu/deps, that travels with
 # the working tree (`carry: [".gpu"]`) and goes on CMAKE_PREFIX_PATH there. The libraries are Debian 12's, built
 # with the C++11 ABI that PyTorch 2.x wheels use too. Run here after ./run setup; see tools/gpu/cuda_check.sh.
 set -euo pipefail
@@ -9,13 +9,17 @@ D=.gpu/deps
 rm -rf "$D"; mkdir -p "$D/include" "$D/lib/x86_64-linux-gnu/cmake" "$D/share/cmake"
 mkdir -p "$(git rev-parse --git-dir)/info"; EX="$(git rev-parse --git-dir)/info/exclude"
 grep -qx "/.gpu/" "$EX" 2>/dev/null || echo "/.gpu/" >> "$EX"
-for h in CLI nlohmann toml++ fmt gtest gmock sentencepiece_processor.h sentencepiece_trainer.h xxh3.h xxhash.h \
+for h in CLI nlohmann toml++ fmt gtest sentencepiece_processor.h sentencepiece_trainer.h xxh3.h xxhash.h \
          xxh_x86dispatch.h zconf.h zlib.h; do
   cp -a "/usr/include/$h" "$D/include/"
 done
 L=/usr/lib/x86_64-linux-gnu
+# OpenSSL: the run secret's cipher (comm/sealed_store); Debian keeps two of its headers in the multiarch folder.
+cp -a /usr/include/openssl "$D/include/"
+cp -a /usr/include/x86_64-linux-gnu/openssl/. "$D/include/openssl/"
 cp -a $L/libfmt.so* $L/libtomlplusplus.so* $L/libxxhash.so* $L/libsentencepiece.so* $L/libz.so* \
-      $L/libgtest.a $L/libgtest_main.a $L/libgmock.a $L/libgmock_main.a "$D/lib/x86_64-linux-gnu/"
+      $L/libcrypto.so* $L/libssl.so* \
+      $L/libgtest.a $L/libgtest_main.a "$D/lib/x86_64-linux-gnu/"
 cp -a $L/cmake/fmt $L/cmake/tomlplusplus $L/cmake/GTest "$D/lib/x86_64-linux-gnu/cmake/"
 cp -a /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$D/share/cmake/"
 du -sh "$D"

@@ -140,4 +140,22 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::bmm(causal_softmax(torch::bmm(q, k.transpose(1, 2))), v);
 }
 
+torch::Tensor grouped_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       int64_t batch) {
+  if (k.size(0) == q.size(0)) return causal_attention(q, k, v);
+  const int64_t B = batch, H = q.size(0) / B, KV = k.size(0) / B, T = q.size(1), D = q.size(2);
+  TRIB_CHECK(B > 0 && H * B == q.size(0) && KV * B == k.size(0) && KV > 0 && H % KV == 0 && k.sizes() == v.sizes(),
+             "grouped_causal_attention: q {} and k {} are not batch {} x H and x KV heads with KV dividing H",
+             c10::str(q.sizes()), c10::str(k.sizes()), batch);
+  if (q.is_cuda() && fused_kernels_enabled()) {
+    return at::scaled_dot_product_attention(q.view({B, H, T, D}), k.view({B, KV, T, D}), v.view({B, KV, T, D}), {}, 0.0,
+                                            /*is_causal=*/true, /*scale=*/1.0, /*enable_gqa=*/true)
+        .reshape({B * H, T, D});
+  }
+  const auto repeat = [&](const torch::Tensor& t) {
+    return t.view({B, KV, 1, T, D}).expand({B, KV, H / KV, T, D}).reshape({B * H, T, D});
+  };
+  return causal_attention(q, repeat(k), repeat(v));
+}
+
 }  // namespace tributary

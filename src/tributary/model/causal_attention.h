@@ -27,6 +27,12 @@ namespace tributary {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                int64_t block = 0);
 
+// Grouped-query attention over `batch` sequences: q (batch x H, T, D), k and v (batch x KV, T, D), KV dividing H;
+// query head h reads key/value head h / (H / KV). On a GPU SDPA reads the shared heads in place (enable_gqa); elsewhere
+// k and v are repeated to H heads for causal_attention (autograd sums the copies back). KV == H is causal_attention.
+torch::Tensor grouped_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       int64_t batch);
+
 // The query-block height the fused path uses: 16, 48 and 96 measured within noise of each other at T 128-1024
 // (docs/benchmarks.md §16); 16 wastes least of the diagonal blocks.
 inline constexpr int64_t kCausalAttentionBlock = 16;

@@ -323,6 +323,8 @@ bool fused_kernels_enabled() { return g_fused_enabled.load(); }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   if (fused_kernels_apply(x) && fused_kernels_apply(weight)) return RMSNormFn::apply(x, weight, eps);
+  // On a GPU ATen's own (one fused kernel each way where the LibTorch has it, PyTorch >= 2.8).
+  if (x.is_cuda() && fused_kernels_enabled()) return at::rms_norm(x, {x.size(-1)}, weight, eps);
   return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
 }
 

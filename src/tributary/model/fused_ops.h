@@ -4,7 +4,8 @@
 // kernel instead of several is where the C++ trainer beats PyTorch eager.
 //
 // Each function takes the fused path for contiguous-able float32 CPU tensors and otherwise falls back to the
-// composite ATen formula (the reference semantics, used on CUDA and for other dtypes); tests compare the two.
+// composite ATen formula (the reference semantics, used for other dtypes; on CUDA ATen's fused ops where they exist);
+// tests compare the two.
 //
 // Shape legend: B batch, T time, C width, H heads, D head dim, F MLP hidden.
 #pragma once

@@ -26,14 +26,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, KV = num_kv_heads_, D = head_dim_;
   // q comes out pre-scaled by 1/sqrt(D); the attention computes only the causal (lower) triangle.
   auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin, 1.0 / std::sqrt(double(D)), KV);
-  if (KV < H) {  // grouped-query: query head h reads key/value head h / (H / KV); autograd sums the copies back
-    auto repeat = [&](const torch::Tensor& t) {
-      return t.view({B, KV, 1, T, D}).expand({B, KV, H / KV, T, D}).reshape({B * H, T, D});
-    };
-    k = repeat(k);
-    v = repeat(v);
-  }
-  auto y = causal_attention(q, k, v).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
+  auto y = grouped_causal_attention(q, k, v, B).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
   return proj->forward(y);
 }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tributary/core/error.h"
@@ -66,6 +67,52 @@ void fused_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torc
 
 }  // namespace
 
+bool AdamW::aten_fused_step(double lr, bool forced) {
+  struct Group {
+    double lr, weight_decay;
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  };
+  std::vector<Group> groups;
+  torch::Tensor first;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& whole = params_[i].second;
+    if (!whole.grad().defined()) continue;
+    auto p = rows_of(whole);
+    const auto g = rows_of(whole.grad());
+    if (p.numel() == 0) continue;
+    if (!first.defined()) first = p;
+    const bool suits = p.device() == first.device() && p.scalar_type() == first.scalar_type() &&
+                       g.scalar_type() == p.scalar_type() && g.device() == p.device() && g.is_contiguous() &&
+                       p.is_contiguous() && g.numel() == p.numel();
+    if (!suits) {
+      TRIB_CHECK(!forced, "AdamW: '{}' does not suit ATen's fused kernel (device, dtype or layout)", params_[i].first);
+      return false;
+    }
+    const double lr_i = lr * lr_scale_[i], wd = decay_[i] ? options_.weight_decay : 0.0;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& group) { return group.lr == lr_i && group.weight_decay == wd; });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{lr_i, wd, {}, {}, {}, {}});
+    it->params.push_back(p);
+    it->grads.push_back(g);
+    it->exp_avgs.push_back(exp_avg_[i]);
+    it->exp_avg_sqs.push_back(exp_avg_sq_[i]);
+  }
+  if (!first.defined()) return true;
+  // The kernel reads the step count (already advanced) from a tensor on the parameters' device, as torch.optim does.
+  // It is advanced on the device, so that a captured step (CUDA graphs) replays with the count moving on.
+  if (!device_step_.defined() || device_step_.device() != first.device() || device_step_of_ != num_steps_ - 1)
+    device_step_ = torch::full({}, double(num_steps_ - 1), first.options().dtype(torch::kFloat32));
+  device_step_.add_(1);
+  device_step_of_ = num_steps_;
+  for (auto& group : groups) {
+    const std::vector<torch::Tensor> steps(group.params.size(), device_step_);
+    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, group.lr, options_.beta1,
+                      options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+  }
+  return true;
+}
+
 void AdamW::keep_rows(int64_t index, int64_t count, MakeWhole make_whole) {
   TRIB_CHECK(count >= 1 && index >= 0 && index < count && shard_count_ == 1, "AdamW rows {} of {}", index, count);
   shard_index_ = index;
@@ -87,6 +134,13 @@ torch::Tensor AdamW::rows_of(const torch::Tensor& t) const {
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   num_steps_ += 1;
+  const auto kernel = options_.kernel;
+  const bool off_cpu = std::any_of(params_.begin(), params_.end(), [](const auto& p) { return !p.second.is_cpu(); });
+  if ((kernel == AdamWKernel::kATenFused || (kernel == AdamWKernel::kAuto && off_cpu)) &&
+      aten_fused_step(lr, kernel == AdamWKernel::kATenFused)) {
+    make_whole_after_step();
+    return;
+  }
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias_correction1 = 1.0 - std::pow(b1, double(num_steps_));
   const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, double(num_steps_)));
@@ -99,7 +153,7 @@ void AdamW::step(double lr) {
     const double lr_i = lr * lr_scale_[i];  // exactly lr where the scale is 1
     const double step_size = lr_i / bias_correction1;
     const bool decays = decay_[i] && options_.weight_decay != 0;
-    if (fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
+    if (kernel != AdamWKernel::kComposite && fusable(p, g, exp_avg_[i], exp_avg_sq_[i])) {
       const StepScalars s{float(decays ? 1.0 - lr_i * options_.weight_decay : 1.0),
                           float(b1),
                           float(1.0 - b1),
@@ -118,11 +172,14 @@ void AdamW::step(double lr) {
     auto denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);
     p.addcdiv_(exp_avg_[i], denom, -step_size);
   }
-  if (make_whole_) {
-    std::vector<torch::Tensor> whole;
-    for (const auto& [name, p] : params_) whole.push_back(p.detach());
-    make_whole_(whole);
-  }
+  make_whole_after_step();
+}
+
+void AdamW::make_whole_after_step() {
+  if (!make_whole_) return;
+  std::vector<torch::Tensor> whole;
+  for (const auto& [name, p] : params_) whole.push_back(p.detach());
+  make_whole_(whole);
 }
 
 double AdamW::held_bytes() const {
@@ -174,15 +231,27 @@ void AdamW::load_state(const safetensors::File& file, int64_t num_steps) {
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> norms;
+  std::vector<torch::Tensor> grads;
   for (const auto& [name, p] : params)
-    if (p.grad().defined()) norms.push_back(p.grad().norm(2));
-  if (norms.empty()) return 0.0;
-  double total = torch::stack(norms).norm(2).item<double>();
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  // Off the CPU one multi-tensor kernel per pass instead of one launch per parameter; on the CPU the per-tensor form,
+  // whose sums the golden runs recorded.
+  const bool multi_tensor = !grads.front().is_cpu();
+  std::vector<torch::Tensor> norms;
+  if (multi_tensor) {
+    norms = at::_foreach_norm(grads, 2);
+  } else {
+    for (const auto& g : grads) norms.push_back(g.norm(2));
+  }
+  const double total = torch::stack(norms).norm(2).item<double>();
   if (max_norm > 0 && total > max_norm) {
-    double scale = max_norm / (total + 1e-6);
-    for (const auto& [name, p] : params)
-      if (p.grad().defined()) p.grad().mul_(scale);
+    const double scale = max_norm / (total + 1e-6);
+    if (multi_tensor) {
+      at::_foreach_mul_(grads, scale);
+    } else {
+      for (auto& g : grads) g.mul_(scale);
+    }
   }
   return total;
 }

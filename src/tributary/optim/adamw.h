@@ -1,5 +1,7 @@
 // AdamW with decoupled weight decay: torch.optim.AdamW's arithmetic (foreach=False, PyTorch 1.13), in one pass per
-// element on CPU float32 (equal to PyTorch's to rounding; GoldenAdamW holds it to 1e-6 relative).
+// element on CPU float32 (equal to PyTorch's to rounding; GoldenAdamW holds it to 1e-6 relative). On a GPU the step is
+// ATen's fused multi-tensor kernel (`_fused_adamw_`, torch.optim.AdamW(fused=True)): a few launches per step instead
+// of six per parameter, which is what bounds a small model's step there.
 // Our own implementation (not torch::optim) so that its state is plainly named tensors: checkpointed as safetensors,
 // and later shipped, averaged or reset per module by the outer loop of DiLoCo/DiPaCo.
 // Weight decay applies to matrices and embeddings (dim >= 2), not to norm gains.
@@ -15,11 +17,16 @@
 
 namespace tributary {
 
+// Which code steps the parameters. kAuto: ours on CPU float32, ATen's fused kernel on any other device, the composite
+// ATen ops otherwise (other dtypes on the CPU). The others force one path (tests compare them).
+enum class AdamWKernel { kAuto, kOurs, kATenFused, kComposite };
+
 struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  AdamWKernel kernel = AdamWKernel::kAuto;
 };
 
 class AdamW {
@@ -58,11 +65,18 @@ class AdamW {
   int64_t num_steps_ = 0;
   int64_t shard_index_ = 0, shard_count_ = 1;  // keep_rows
   MakeWhole make_whole_;
+  torch::Tensor device_step_;    // aten_fused_step's step count on the parameters' device
+  int64_t device_step_of_ = -1;  // the num_steps_ it holds
 
   torch::Tensor rows_of(const torch::Tensor& t) const;  // this shard's rows (the tensor itself unsharded)
+  // ATen's fused kernel over every parameter with a gradient, in groups of one learning rate and decay; returns false
+  // (stepping nothing) where the tensors do not suit it.
+  bool aten_fused_step(double lr, bool forced);
+  void make_whole_after_step();  // ZeRO-1: the other shards' rows arrive (keep_rows)
 };
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before clipping.
+// On a GPU the norms and the scaling are multi-tensor kernels; the one host read is the returned norm.
 double clip_grad_norm(const NamedTensors& params, double max_norm);
 
 }  // namespace tributary

@@ -16,8 +16,9 @@ namespace {
 struct MatmulProbe {
   torch::Tensor a, b, c;
   bool cuda;
-  MatmulProbe(const torch::Device& device, int64_t n) : cuda(device.is_cuda()) {
-    auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+  MatmulProbe(const torch::Device& device, int64_t n, torch::ScalarType dtype = torch::kFloat32)
+      : cuda(device.is_cuda()) {
+    auto opts = torch::TensorOptions().device(device).dtype(dtype);
     auto gen = at::detail::createCPUGenerator(42);
     a = at::randn({n, n}, gen, torch::kFloat32).to(opts);
     b = at::randn({n, n}, gen, torch::kFloat32).to(opts);
@@ -35,9 +36,9 @@ int64_t probe_size(const torch::Device& device, int64_t n) { return n > 0 ? n : 
 
 }  // namespace
 
-double measure_matmul_peak(const torch::Device& device, int64_t n, int repeats) {
+double measure_matmul_peak(const torch::Device& device, int64_t n, int repeats, torch::ScalarType dtype) {
   torch::NoGradGuard no_grad;
-  MatmulProbe probe(device, probe_size(device, n));
+  MatmulProbe probe(device, probe_size(device, n), dtype);
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     auto start = std::chrono::steady_clock::now();

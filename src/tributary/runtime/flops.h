@@ -10,9 +10,11 @@
 
 namespace tributary {
 
-// Best-of-N fp32 matmul rate (FLOP/s) on `device` with the current intra-op thread count. n = 0 picks the size:
-// 1024 on a CPU, 8192 on a GPU (a 1024^3 product is too short to fill an H100 and would understate its peak).
-double measure_matmul_peak(const torch::Device& device, int64_t n = 0, int repeats = 6);
+// Best-of-N matmul rate (FLOP/s) on `device` with the current intra-op thread count, in fp32 or (for bf16 runs' MFU)
+// bf16. n = 0 picks the size: 1024 on a CPU, 8192 on a GPU (a 1024^3 product is too short to fill an H100 and would
+// understate its peak).
+double measure_matmul_peak(const torch::Device& device, int64_t n = 0, int repeats = 6,
+                           torch::ScalarType dtype = torch::kFloat32);
 
 // The fp32 matmul rate sustained over a window of `seconds` (same sizes): every product completed in the window
 // counts. For workers that measure at once while sharing a machine: a best-of-N catches moments when the others are

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <tuple>
 
 #include "tributary/model/causal_attention.h"
 #include "tributary/model/fused_ops.h"
@@ -118,4 +121,53 @@ TEST(CausalAttention, FusedPathIsTakenAndOtherShapesFallBack) {
   set_fused_kernels_enabled(false);
   EXPECT_EQ(causal_attention(q16, k16, v16).grad_fn()->name().find("CausalAttention"), std::string::npos);
   set_fused_kernels_enabled(true);
+}
+
+// On a GPU causal_attention is LibTorch's SDPA (flash / memory-efficient): the same values and gradients as the
+// composite formula in float64.
+TEST(CausalAttention, OnTheGpuSdpaMatchesTheCompositeFormula) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (a CPU build of LibTorch, or no GPU)";
+  torch::manual_seed(7);
+  for (const auto& [N, T, D] : {std::tuple{4, 100, 64}, std::tuple{2, 256, 32}}) {
+    auto q = torch::randn({N, T, D}) * 0.5, k = torch::randn({N, T, D}), v = torch::randn({N, T, D});
+    auto dy = torch::randn({N, T, D});
+    auto got = run(q.cuda(), k.cuda(), v.cuda(), dy.cuda());
+    auto want = run(q.to(torch::kFloat64), k.to(torch::kFloat64), v.to(torch::kFloat64), dy.to(torch::kFloat64));
+    const std::string what = fmt::format("GPU N {} T {} D {}", N, T, D);
+    expect_close(got.y.cpu(), want.y, what + " y");
+    expect_close(got.dq.cpu(), want.dq, what + " dq");
+    expect_close(got.dk.cpu(), want.dk, what + " dk");
+    expect_close(got.dv.cpu(), want.dv, what + " dv");
+  }
+}
+
+// Grouped-query attention: query head h of a sequence reads key/value head h / (H / KV) of that sequence, and the
+// gradient of a shared head sums over its group. The reference gathers each query head's k/v head by index and runs
+// the composite formula in float64; the CPU repeats the heads, a GPU reads them in place (SDPA's enable_gqa).
+TEST(CausalAttention, GroupedQueryHeadsReadTheirGroupsKeyValueHead) {
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA);
+  const int64_t B = 2, H = 6, KV = 2, T = 40, D = 32;
+  torch::manual_seed(11);
+  auto q0 = torch::randn({B * H, T, D}) * 0.5, k0 = torch::randn({B * KV, T, D}), v0 = torch::randn({B * KV, T, D});
+  auto dy = torch::randn({B * H, T, D});
+  std::vector<int64_t> source;  // the k/v row each query row reads
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) source.push_back(b * KV + h / (H / KV));
+  const auto index = torch::tensor(source);
+  auto qr = q0.to(torch::kFloat64).set_requires_grad(true), kr = k0.to(torch::kFloat64).set_requires_grad(true),
+       vr = v0.to(torch::kFloat64).set_requires_grad(true);
+  causal_attention(qr, kr.index_select(0, index), vr.index_select(0, index)).backward(dy.to(torch::kFloat64));
+  for (const auto& device : devices) {
+    auto q = q0.to(device).set_requires_grad(true), k = k0.to(device).set_requires_grad(true),
+         v = v0.to(device).set_requires_grad(true);
+    auto y = grouped_causal_attention(q, k, v, B);
+    y.backward(dy.to(device));
+    const std::string what = "GQA on " + device.str();
+    auto yr = causal_attention(qr.detach(), kr.detach().index_select(0, index), vr.detach().index_select(0, index));
+    expect_close(y.detach().cpu(), yr, what + " y");
+    expect_close(q.grad().cpu(), qr.grad(), what + " dq");
+    expect_close(k.grad().cpu(), kr.grad(), what + " dk (summed over the group)");
+    expect_close(v.grad().cpu(), vr.grad(), what + " dv (summed over the group)");
+  }
 }

@@ -2,6 +2,8 @@
 // tests/reference/make_golden.py (run by CTest as the `golden` fixture).
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
+
 #include <cstdlib>
 #include <memory>
 
@@ -57,23 +59,28 @@ struct Variant {
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(Golden, MatchesPyTorch) {
-  fs::path dir = golden_dir() / GetParam();
+// The golden step on `device`: logits, loss, every gradient and three AdamW steps. On a GPU this is every GPU path
+// at once (SDPA attention, ATen's RMSNorm, the multi-tensor clip and fused AdamW) against PyTorch's CPU numbers;
+// TF32 is off (LibTorch's default), so fp32 stays fp32.
+void check_against_pytorch(const fs::path& dir, const torch::Device& device) {
   ASSERT_TRUE(fs::exists(dir / "golden.safetensors")) << "run tests/reference/make_golden.py (ctest does) for " << dir;
   const Variant variant(dir);
-  const auto &inputs = variant.inputs, &targets = variant.targets;
+  const auto inputs = variant.inputs.to(device), targets = variant.targets.to(device);
   auto owned = variant.model();
   Transformer& model = *owned;
+  model.to(device);
   auto golden = safetensors::File::load(dir / "golden.safetensors");
+  const auto here = [](const torch::Tensor& t) { return t.to(torch::kCPU); };
 
   auto logits = model.forward(inputs);
-  expect_close(logits, to_torch(golden.at("logits")), 1e-4, 1e-5, "logits");
+  expect_close(here(logits), to_torch(golden.at("logits")), 1e-4, 1e-5, "logits");
   auto loss = Transformer::loss(logits, targets);
-  expect_close(loss.reshape({1}), to_torch(golden.at("loss")), 1e-5, 1e-6, "loss");
+  expect_close(here(loss.reshape({1})), to_torch(golden.at("loss")), 1e-5, 1e-6, "loss");
   loss.backward();
   int checked = 0;
   for (const auto& item : model.named_parameters()) {
-    expect_close(item.value().grad(), to_torch(golden.at("grad." + item.key())), 1e-3, 1e-5, "grad " + item.key());
+    expect_close(here(item.value().grad()), to_torch(golden.at("grad." + item.key())), 1e-3, 1e-5,
+                 "grad " + item.key());
     ++checked;
   }
   EXPECT_EQ(static_cast<int>(golden.tensors().size()), 2 * checked + 3) << "every parameter checked";
@@ -85,22 +92,32 @@ TEST_P(Golden, MatchesPyTorch) {
   for (int i = 0; i < 3; ++i) {
     opt.zero_grad();
     Transformer::loss(model.forward(inputs), targets).backward();
+    clip_grad_norm(named_parameters_of(model), 1e9);  // the norm pass of each device (no scaling at this bound)
     opt.step(1e-2);
   }
   for (const auto& item : model.named_parameters())
-    expect_close(item.value(), to_torch(golden.at("after." + item.key())), 1e-3, 2e-3, "after AdamW " + item.key());
+    expect_close(here(item.value()), to_torch(golden.at("after." + item.key())), 1e-3, 2e-3,
+                 "after AdamW " + item.key());
+}
+
+TEST_P(Golden, MatchesPyTorch) { check_against_pytorch(golden_dir() / GetParam(), torch::kCPU); }
+
+TEST_P(Golden, MatchesPyTorchOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (a CPU build of LibTorch, or no GPU)";
+  check_against_pytorch(golden_dir() / GetParam(), torch::kCUDA);
 }
 
 // train.precision = bf16 (model/autocast.h) against PyTorch's own autocast of the same step (its independent reference
 // model): the logits carry bf16's rounding, closer to PyTorch's bf16 logits than our fp32 logits are, and loss and
 // gradients agree within bf16's precision (the two models round at different places).
-TEST_P(Golden, Bf16AutocastMatchesPyTorchsAutocast) {
-  fs::path dir = golden_dir() / GetParam();
+void check_bf16_against_pytorch(const fs::path& dir, const torch::Device& device) {
   ASSERT_TRUE(fs::exists(dir / "golden_bf16.safetensors")) << "run tests/reference/make_golden.py for " << dir;
   const Variant variant(dir);
-  const auto &inputs = variant.inputs, &targets = variant.targets;
+  const auto inputs = variant.inputs.to(device), targets = variant.targets.to(device);
   auto owned = variant.model(), fp32_owned = variant.model();  // the second: the same step in fp32
   Transformer &model = *owned, &fp32_model = *fp32_owned;
+  model.to(device);
+  fp32_model.to(device);
   auto golden = safetensors::File::load(dir / "golden_bf16.safetensors");
   const auto want = to_torch(golden.at("logits"));
 
@@ -108,57 +125,80 @@ TEST_P(Golden, Bf16AutocastMatchesPyTorchsAutocast) {
   Transformer::loss(fp32_logits, targets).backward();
   torch::Tensor logits;
   {
-    const Autocast autocast(true, torch::kCPU);
+    const Autocast autocast(true, device.type());
     logits = model.forward(inputs);
   }
   EXPECT_EQ(logits.scalar_type(), torch::kBFloat16) << "the forward pass ran under autocast";
   logits = logits.to(torch::kFloat32);
   const auto rel = [&](const torch::Tensor& got) {
-    return (got - want).norm().item<double>() / want.norm().item<double>();
+    return (got.to(torch::kCPU) - want).norm().item<double>() / want.norm().item<double>();
   };
   const double ours = rel(logits), fp32 = rel(fp32_logits);
   EXPECT_LT(ours, 0.02) << "bf16 logits off PyTorch's autocast by " << ours << " (relative); fp32's by " << fp32;
   EXPECT_LT(ours, fp32) << "closer to PyTorch's bf16 logits than fp32 logits are";
   auto loss = Transformer::loss(logits, targets);
-  expect_close(loss.reshape({1}), to_torch(golden.at("loss")), 1e-2, 1e-3, "bf16 loss");
+  expect_close(loss.reshape({1}).to(torch::kCPU), to_torch(golden.at("loss")), 1e-2, 1e-3, "bf16 loss");
   loss.backward();
-  EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU)) << "the guard restored autocast";
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(device.type())) << "the guard restored autocast";
   // Every gradient within bf16's reach of PyTorch's, and all of them together closer than fp32's gradients are.
   const auto fp32_grads = fp32_model.named_parameters();
   double ours_sq = 0, fp32_sq = 0;
   for (const auto& item : model.named_parameters()) {
-    const auto& grad = item.value().grad();
+    const auto grad = item.value().grad().to(torch::kCPU);
     const auto reference = to_torch(golden.at("grad." + item.key()));
     EXPECT_EQ(grad.scalar_type(), torch::kFloat32) << item.key() << ": master gradients stay fp32";
     const double off = (grad - reference).norm().item<double>() / (reference.norm().item<double>() + 1e-12);
     EXPECT_LT(off, 0.15) << "grad " << item.key();
     ours_sq += (grad - reference).pow(2).sum().item<double>();
-    fp32_sq += (fp32_grads[item.key()].grad() - reference).pow(2).sum().item<double>();
+    fp32_sq += (fp32_grads[item.key()].grad().to(torch::kCPU) - reference).pow(2).sum().item<double>();
   }
   EXPECT_LT(ours_sq, fp32_sq) << "bf16 gradients closer to PyTorch's bf16 gradients than fp32's";
-  std::printf("bf16 vs PyTorch autocast: logits %.4f (fp32 %.4f) relative; gradients %.4g (fp32 %.4g) squared\n", ours,
-              fp32, ours_sq, fp32_sq);
+  std::printf("bf16 on %s vs PyTorch's CPU autocast: logits %.4f (fp32 %.4f) relative; gradients %.4g (fp32 %.4g)\n",
+              device.str().c_str(), ours, fp32, ours_sq, fp32_sq);
 }
 
-// Both of AdamW's paths: float32 on the CPU takes the one-pass kernel; float64 takes the composite ATen ops, which
-// non-CPU tensors take (compared in float32, the precision PyTorch's golden was computed in).
+TEST_P(Golden, Bf16AutocastMatchesPyTorchsAutocast) {
+  check_bf16_against_pytorch(golden_dir() / GetParam(), torch::kCPU);
+}
+
+// The same on a GPU, against the same (CPU) reference: CUDA's bf16 matmuls round where the CPU's do, so the bounds
+// hold there too.
+TEST_P(Golden, Bf16AutocastOnTheGpuMatchesPyTorchsAutocast) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (a CPU build of LibTorch, or no GPU)";
+  check_bf16_against_pytorch(golden_dir() / GetParam(), torch::kCUDA);
+}
+
+// Every AdamW path: our one-pass kernel (CPU float32), the composite ATen ops (float64 here), ATen's fused multi-tensor
+// kernel (what a GPU takes; its CPU form here) and, on a GPU machine, the GPU's own choice. Compared in float32, the
+// precision PyTorch's golden was computed in.
 TEST(GoldenAdamW, MatchesPyTorchOnFixedGradients) {
   auto golden = safetensors::File::load(golden_dir() / "adamw" / "golden.safetensors");
-  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
-    const std::string path = dtype == torch::kFloat32 ? "one pass" : "composite";
-    auto matrix = to_torch(golden.at("matrix")).to(dtype).set_requires_grad(true);
-    auto vector = to_torch(golden.at("vector")).to(dtype).set_requires_grad(true);
+  struct Path {
+    std::string name;
+    torch::ScalarType dtype;
+    AdamWKernel kernel;
+    torch::Device device;
+  };
+  std::vector<Path> paths{{"one pass", torch::kFloat32, AdamWKernel::kOurs, torch::kCPU},
+                          {"composite", torch::kFloat64, AdamWKernel::kComposite, torch::kCPU},
+                          {"ATen fused", torch::kFloat32, AdamWKernel::kATenFused, torch::kCPU}};
+  if (torch::cuda::is_available()) paths.push_back({"GPU", torch::kFloat32, AdamWKernel::kAuto, torch::kCUDA});
+  for (const auto& path : paths) {
+    const auto opts = torch::TensorOptions().dtype(path.dtype).device(path.device);
+    auto matrix = to_torch(golden.at("matrix")).to(opts).set_requires_grad(true);
+    auto vector = to_torch(golden.at("vector")).to(opts).set_requires_grad(true);
     AdamW opt({{"matrix", matrix}, {"vector", vector}},
-              {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+              {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .kernel = path.kernel});
     for (int i = 0; i < 3; ++i) {
-      matrix.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".matrix")).to(dtype);
-      vector.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".vector")).to(dtype);
+      matrix.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".matrix")).to(opts);
+      vector.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".vector")).to(opts);
       opt.step(1e-2);
     }
-    expect_close(matrix.to(torch::kFloat32), to_torch(golden.at("after.matrix")), 1e-6, 1e-7,
-                 "matrix (weight decay), " + path);
-    expect_close(vector.to(torch::kFloat32), to_torch(golden.at("after.vector")), 1e-6, 1e-7,
-                 "vector (no weight decay), " + path);
+    EXPECT_EQ(opt.num_steps(), 3);
+    expect_close(matrix.to(torch::kCPU, torch::kFloat32), to_torch(golden.at("after.matrix")), 1e-6, 1e-7,
+                 "matrix (weight decay), " + path.name);
+    expect_close(vector.to(torch::kCPU, torch::kFloat32), to_torch(golden.at("after.vector")), 1e-6, 1e-7,
+                 "vector (no weight decay), " + path.name);
   }
 }
 
