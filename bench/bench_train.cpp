@@ -13,6 +13,7 @@
 #include "tributary/runtime/cpu_allocator.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/runtime/step_graph.h"
 
 using namespace tributary;
 
@@ -42,7 +43,17 @@ int main(int argc, char** argv) {
   const int64_t B = config.train.batch_size, T = config.model.context;
   auto tokens = torch::randint(0, config.model.vocab_size, {B, T + 1}, torch::kInt64).to(device);
   const bool bf16 = config.train.precision == "bf16";  // as the trainer's step does (runtime/step_runner.cpp)
-  auto step = [&]() {
+  // train.cuda_graph=true: the step as the trainer's graphed step is built (runtime/step_runner.cpp): device work only,
+  // captured once and replayed.
+  const bool graphed = config.train.cuda_graph;
+  StepGraph graph(device);
+  const auto loss_out = torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(device));
+  if (graphed) {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : params) p.mutable_grad() = torch::zeros_like(p);
+    warmup = std::max<int64_t>(warmup, 5);  // the graph's eager runs and its capture stay out of the timing
+  }
+  auto forward_backward = [&]() {
     opt.zero_grad();
     torch::Tensor logits;
     {
@@ -51,6 +62,22 @@ int main(int argc, char** argv) {
     }
     auto loss = Transformer::loss(bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
     loss.backward();
+    return loss;
+  };
+  auto step = [&]() -> double {
+    if (graphed) {
+      opt.prepare_device_step(1e-3);
+      graph.run([] {},
+                [&] {
+                  const auto loss = forward_backward();
+                  torch::NoGradGuard no_grad;
+                  loss_out.copy_(loss.detach());
+                  clip_grad_norm_on_device(params, 1.0);
+                  opt.device_step();
+                });
+      return loss_out.item<double>();
+    }
+    const auto loss = forward_backward();
     clip_grad_norm(params, 1.0);
     opt.step(1e-3);
     return loss.item<double>();  // synchronizes with the device: the step's time is all in
@@ -81,6 +108,7 @@ int main(int argc, char** argv) {
                         {"threads", at::get_num_threads()},
                         {"device", device.str()},
                         {"precision", config.train.precision},
+                        {"cuda_graph", graphed},
                         {"blas", blas.library},
                         {"cpu_cache_hits", cpu_cache_stats().hits},
                         {"cpu_cache_misses", cpu_cache_stats().misses}};

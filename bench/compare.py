@@ -2,12 +2,12 @@
 one run, plus MFU against the matmul peak measured in the same run. Measures; asserts nothing about time.
 
 Usage: python3 bench/compare.py --build BUILD [--steps N] [--repeats R] [--device cuda] [--no-compile] [--python PY]
-       [--configs default,100m] [--precisions fp32,bf16] [--out FILE.json]
+       [--configs default,100m] [--precisions fp32,bf16] [--cuda-graph] [--out FILE.json]
 --repeats runs each pair R times (C++, eager and torch.compile alternating) and reports the median ratio and its
 spread. torch.compile (inductor; on the CPU it generates C++ with the machine's g++) is timed beside eager unless
 --no-compile. --python names the interpreter whose PyTorch the build links (./run bench passes it). --precisions runs each
 config in each precision (train.precision; bf16 = the forward pass under autocast on every side), its MFU against
-the matmul peak of that precision."""
+the matmul peak of that precision. --cuda-graph runs the C++ step as one CUDA graph (train.cuda_graph)."""
 import argparse
 import json
 import os
@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--python", default="python3")
     ap.add_argument("--configs", default=None, help=f"comma-separated keys of {list(CONFIGS)}")
     ap.add_argument("--precisions", default="fp32")
+    ap.add_argument("--cuda-graph", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     keys = (args.configs or (CPU_DEFAULT if args.device == "cpu" else "default,100m")).split(",")
@@ -65,12 +66,13 @@ def main():
     common = [f"train.threads={args.threads}", f"train.device={args.device}"]
     for key, precision in [(k, p) for k in keys for p in args.precisions.split(",")]:
         name, overrides = CONFIGS[key]
-        name = f"{name} {precision}"
+        name = f"{name} {precision}{' graph' if args.cuda_graph else ''}"
         o = overrides + common + [f"train.precision={precision}"]
         cpps, pys, comps = [], [], []
         try:
             for _ in range(args.repeats):
-                cpps.append(run([os.path.join(args.build, "bench_train"), "--steps", str(args.steps)] + o))
+                graph = ["train.cuda_graph=true"] if args.cuda_graph else []
+                cpps.append(run([os.path.join(args.build, "bench_train"), "--steps", str(args.steps)] + o + graph))
                 pys.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}"] + o))
                 if args.compile:
                     comps.append(run([args.python, os.path.join(HERE, "torch_eager.py"), f"--steps={args.steps}",

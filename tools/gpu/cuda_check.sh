@@ -2,7 +2,8 @@
 # Builds Tributary against the GPU machine's PyTorch 2.x LibTorch (CUDA), runs the GPU tests and the suite there and
 # measures the trainer against PyTorch eager and torch.compile on the GPU. Runs ON the device machine, from the
 # repository root:
-#   tools/gpu/cuda_check.sh probe build gputest graph bench train test     (any subset, in order)
+#   tools/gpu/cuda_check.sh probe build gputest bench train test     (any subset, in order)
+# CUDA_GRAPH=1 benchmarks the C++ step as one CUDA graph (train.cuda_graph).
 # Needs .gpu/deps (tools/gpu/pack_deps.sh) and .gpu/testdata (a `data build-default` made here) carried along.
 # Every stage has a time limit (seconds, overridable: BUILD_S, BENCH_S, TEST_S, ...), so that a lease's one call
 # brings back what it measured even when a stage runs long. Logs go to $OUT (or .gpu/out).
@@ -37,21 +38,13 @@ for stage in "$@"; do
       # The tests that run only where CUDA is (skipped on CPU machines), with the golden values PyTorch makes here.
       timeout 120 $PY tests/reference/make_golden.py --out "$GOLDEN" > "$OUT/golden.log" 2>&1 || tail -5 "$OUT/golden.log"
       TRIBUTARY_GOLDEN_DIR=$GOLDEN TRIBUTARY_TEST_DATA=$PWD/.gpu/testdata timeout "${GPUTEST_S:-120}" \
-        $B/tributary_tests --gtest_filter='Variants/Golden.*:GoldenAdamW.*:CausalAttention.*:FusedOps.*:Transformer.*' \
+        $B/tributary_tests --gtest_filter='Variants/Golden.*:GoldenAdamW.*:CausalAttention.*:FusedOps.*:Transformer.*:StepGraph.*' \
         2>&1 | tee "$OUT/gputest.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|bf16 on|Failure|Expected|Which is|actual" \
         | head -80 ;;
-    graph)
-      # The whole step as one CUDA graph vs launched op by op (bench/bench_step_graph.cpp).
-      for cfg in "" "model.num_layers=14 model.width=768 model.num_heads=12 model.context=512"; do
-        for prec in fp32 bf16; do
-          # shellcheck disable=SC2086
-          timeout 60 $B/bench_step_graph --steps 20 train.device=cuda train.precision=$prec $cfg 2>&1 | tail -2
-        done
-      done | tee "$OUT/graph.txt" ;;
     bench)
       timeout "${BENCH_S:-300}" $PY bench/compare.py --build $B --device cuda --python "$PY" \
         --repeats "${REPEATS:-3}" --steps "${STEPS:-20}" --configs "${CONFIGS:-default,100m}" \
-        --precisions "${PRECISIONS:-fp32,bf16}" --out "$OUT/bench_${BENCH_TAG:-gpu}.json" 2>&1 \
+        --precisions "${PRECISIONS:-fp32,bf16}" ${CUDA_GRAPH:+--cuda-graph} --out "$OUT/bench_${BENCH_TAG:-gpu}.json" 2>&1 \
         | tee "$OUT/bench_${BENCH_TAG:-gpu}.txt" ;;
     train)
       # The real CLI on the GPU: one process, then 2-worker DiLoCo sharing the one GPU (tokens/s of each).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "tributary/core/error.h"
 #include "tributary/core/row_split.h"
@@ -67,12 +68,8 @@ void fused_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torc
 
 }  // namespace
 
-bool AdamW::aten_fused_step(double lr, bool forced) {
-  struct Group {
-    double lr, weight_decay;
-    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-  };
-  std::vector<Group> groups;
+std::optional<std::vector<AdamW::FusedGroup>> AdamW::fused_groups(bool forced) const {
+  std::vector<FusedGroup> groups;
   torch::Tensor first;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& whole = params_[i].second;
@@ -86,31 +83,68 @@ bool AdamW::aten_fused_step(double lr, bool forced) {
                        p.is_contiguous() && g.numel() == p.numel();
     if (!suits) {
       TRIB_CHECK(!forced, "AdamW: '{}' does not suit ATen's fused kernel (device, dtype or layout)", params_[i].first);
-      return false;
+      return std::nullopt;
     }
-    const double lr_i = lr * lr_scale_[i], wd = decay_[i] ? options_.weight_decay : 0.0;
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const Group& group) { return group.lr == lr_i && group.weight_decay == wd; });
-    if (it == groups.end()) it = groups.insert(groups.end(), Group{lr_i, wd, {}, {}, {}, {}});
+    const double wd = decay_[i] ? options_.weight_decay : 0.0;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const FusedGroup& group) {
+      return group.lr_scale == lr_scale_[i] && group.weight_decay == wd;
+    });
+    if (it == groups.end()) it = groups.insert(groups.end(), FusedGroup{lr_scale_[i], wd});
     it->params.push_back(p);
     it->grads.push_back(g);
     it->exp_avgs.push_back(exp_avg_[i]);
     it->exp_avg_sqs.push_back(exp_avg_sq_[i]);
   }
-  if (!first.defined()) return true;
-  // The kernel reads the step count (already advanced) from a tensor on the parameters' device, as torch.optim does.
-  // It is advanced on the device, so that a captured step (CUDA graphs) replays with the count moving on.
-  if (!device_step_.defined() || device_step_.device() != first.device() || device_step_of_ != num_steps_ - 1)
-    device_step_ = torch::full({}, double(num_steps_ - 1), first.options().dtype(torch::kFloat32));
-  device_step_.add_(1);
-  device_step_of_ = num_steps_;
-  for (auto& group : groups) {
-    const std::vector<torch::Tensor> steps(group.params.size(), device_step_);
+  return groups;
+}
+
+void AdamW::write_device_step(const torch::Tensor& like) {
+  // The kernel reads the step count (already advanced) from a tensor on the parameters' device, as torch.optim does;
+  // written in place, so that a captured step (CUDA graphs) reads each step's count.
+  if (!device_step_.defined() || device_step_.device() != like.device())
+    device_step_ = torch::empty({}, like.options().dtype(torch::kFloat32));
+  device_step_.fill_(double(num_steps_));
+}
+
+void AdamW::launch_fused(const FusedGroup& group, const std::optional<double>& lr) const {
+  const std::vector<torch::Tensor> steps(group.params.size(), device_step_);
+  if (lr) {
+    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, *lr * group.lr_scale,
+                      options_.beta1, options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+  } else {
     at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, group.lr, options_.beta1,
                       options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false,
                       /*maximize=*/false);
   }
+}
+
+bool AdamW::aten_fused_step(double lr, bool forced) {
+  const auto groups = fused_groups(forced);
+  if (!groups) return false;
+  if (groups->empty()) return true;
+  write_device_step(groups->front().params.front());
+  for (const auto& group : *groups) launch_fused(group, lr);
   return true;
+}
+
+void AdamW::prepare_device_step(double lr) {
+  TRIB_CHECK(shard_count_ == 1, "AdamW: a device step (CUDA graphs) cannot be sharded (ZeRO-1 gathers after it)");
+  num_steps_ += 1;
+  if (device_groups_.empty()) {
+    auto groups = fused_groups(/*forced=*/true);
+    TRIB_CHECK(!groups->empty(), "AdamW: a device step needs the gradients to exist (run one step before)");
+    device_groups_ = std::move(*groups);
+    for (auto& group : device_groups_)
+      group.lr = torch::empty({}, group.params.front().options().dtype(torch::kFloat32));
+  }
+  for (auto& group : device_groups_) group.lr.fill_(lr * group.lr_scale);
+  write_device_step(device_groups_.front().params.front());
+}
+
+void AdamW::device_step() {
+  TRIB_CHECK(!device_groups_.empty(), "AdamW::device_step before prepare_device_step");
+  for (const auto& group : device_groups_) launch_fused(group, std::nullopt);
 }
 
 void AdamW::keep_rows(int64_t index, int64_t count, MakeWhole make_whole) {
@@ -253,6 +287,17 @@ double clip_grad_norm(const NamedTensors& params, double max_norm) {
       for (auto& g : grads) g.mul_(scale);
     }
   }
+  return total;
+}
+
+torch::Tensor clip_grad_norm_on_device(const NamedTensors& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& [name, p] : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  TRIB_CHECK(!grads.empty(), "clip_grad_norm_on_device: no parameter has a gradient");
+  auto total = torch::stack(at::_foreach_norm(grads, 2)).norm(2);
+  if (max_norm > 0) at::_foreach_mul_(grads, torch::clamp_max(max_norm / (total + 1e-6), 1.0));
   return total;
 }
 

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,13 @@ class AdamW {
   NamedTensors state() const;
   void load_state(const safetensors::File& file, int64_t num_steps);
 
+  // The step in two halves, for a step captured as a CUDA graph (runtime/step_graph.h): prepare_device_step advances
+  // the count and writes lr and the count into tensors on the parameters' device (host work, before each replay);
+  // device_step launches ATen's fused kernel, which reads them (what the graph captures). The parameters, gradients
+  // and moments must keep their storage from the first prepare on (zero_grad and load_state write in place).
+  void prepare_device_step(double lr);
+  void device_step();
+
  private:
   NamedTensors params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
@@ -65,12 +73,23 @@ class AdamW {
   int64_t num_steps_ = 0;
   int64_t shard_index_ = 0, shard_count_ = 1;  // keep_rows
   MakeWhole make_whole_;
-  torch::Tensor device_step_;    // aten_fused_step's step count on the parameters' device
-  int64_t device_step_of_ = -1;  // the num_steps_ it holds
+  torch::Tensor device_step_;  // the fused kernel's step count, on the parameters' device
+
+  // Parameters with gradients that ATen's fused kernel steps in one launch: one learning rate and decay.
+  struct FusedGroup {
+    double lr_scale, weight_decay;
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    torch::Tensor lr;  // device_step: the group's learning rate on the device
+  };
+  std::vector<FusedGroup> device_groups_;  // prepare_device_step's, kept for every step after
 
   torch::Tensor rows_of(const torch::Tensor& t) const;  // this shard's rows (the tensor itself unsharded)
-  // ATen's fused kernel over every parameter with a gradient, in groups of one learning rate and decay; returns false
-  // (stepping nothing) where the tensors do not suit it.
+  // The groups of every parameter with a gradient; nullopt (or, forced, an error) where the tensors do not suit it.
+  std::optional<std::vector<FusedGroup>> fused_groups(bool forced) const;
+  void write_device_step(const torch::Tensor& like);
+  void launch_fused(const FusedGroup& group, const std::optional<double>& lr) const;  // nullopt: group.lr
+  // ATen's fused kernel over every parameter with a gradient; returns false (stepping nothing) where the tensors do
+  // not suit it.
   bool aten_fused_step(double lr, bool forced);
   void make_whole_after_step();  // ZeRO-1: the other shards' rows arrive (keep_rows)
 };
@@ -78,5 +97,8 @@ class AdamW {
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before clipping.
 // On a GPU the norms and the scaling are multi-tensor kernels; the one host read is the returned norm.
 double clip_grad_norm(const NamedTensors& params, double max_norm);
+// The same without a host read, for a captured step (runtime/step_graph.h): the gradients are scaled by
+// min(1, max_norm / (norm + 1e-6)) on their device, and the norm comes back as a 0-d tensor there.
+torch::Tensor clip_grad_norm_on_device(const NamedTensors& params, double max_norm);
 
 }  // namespace tributary

@@ -35,8 +35,8 @@ std::string cuda_line() {
   const auto count = torch::cuda::device_count();
   std::string names;
 #ifdef TRIBUTARY_WITH_CUDA
-  for (size_t i = 0; i < count; ++i)
-    names += fmt::format("{}{}", i ? ", " : ": ", at::cuda::getDeviceProperties(static_cast<int>(i))->name);
+  for (int i = 0; i < int(count); ++i)
+    names += fmt::format("{}{}", i ? ", " : ": ", at::cuda::getDeviceProperties(i)->name);
 #endif
   return fmt::format("{} device{}{}", count, count == 1 ? "" : "s", names);
 }

@@ -259,6 +259,9 @@ void RunConfig::bind() {
         "compute precision: fp32, or bf16 (autocast: bf16 matmuls; fp32 master weights, AdamW state, loss and "
         "pseudo-gradients)",
         {"fp32", "bf16"});
+  s.add("train.cuda_graph", train.cuda_graph,
+        "on a GPU, capture the training step once as a CUDA graph and replay it (one launch per step instead of "
+        "hundreds: small models); one process or DiLoCo replicas");
   s.add("train.run_dir", train.run_dir, "where metrics.jsonl, checkpoints and plots go");
   s.add("train.log_every", train.log_every, "steps between console/metrics lines", 1);
   s.add("train.eval_every", train.eval_every, "steps between validations; 0 = only at the end", 0);
@@ -377,6 +380,16 @@ void RunConfig::validate() const {
     fail(
         "train.precision = bf16 runs the whole model's step (one process, replicas, islands, DiPaCo's paths); "
         "pipeline stages and local parallelism train in fp32: set train.precision = fp32");
+  if (train.cuda_graph) {
+    if (train.device.rfind("cuda", 0) != 0)
+      fail("train.cuda_graph = true needs a GPU (train.device = cuda), not '{}': CUDA graphs are CUDA's", train.device);
+    if (parallel.pipeline_stages > 1 || local.chunks > 0 || !parallel.islands.empty() || !dipaco.modules.empty() ||
+        dist.algorithm == "ddp")
+      fail(
+          "train.cuda_graph = true replays the whole model's step with no exchange inside it: one process or DiLoCo "
+          "replicas; pipeline stages, local parallelism, islands, DiPaCo and dist.algorithm = ddp exchange inside "
+          "the step: set train.cuda_graph = false");
+  }
   if (parallel.pipeline_stages > 1) {
     if (parallel.pipeline_stages > model.num_layers)
       fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",

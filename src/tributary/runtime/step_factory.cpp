@@ -48,9 +48,9 @@ BuiltStep make_train_step(const StepInputs& in) {
                                                                         .grad_clip = c.optim.grad_clip,
                                                                         .lr_scale = lr_scales(local)});
   } else if (!in.pipelines) {
-    out.step =
-        std::make_unique<DenseStep>(DenseStepParts{in.model, in.params, in.optimizer, in.loader, in.sync, in.device,
-                                                   c.train.grad_accum, c.optim.grad_clip, c.train.precision == "bf16"});
+    out.step = std::make_unique<DenseStep>(DenseStepParts{in.model, in.params, in.optimizer, in.loader, in.sync,
+                                                          in.device, c.train.grad_accum, c.optim.grad_clip,
+                                                          c.train.precision == "bf16", c.train.cuda_graph});
   } else {
     auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
         in.model, in.trained, in.optimizer, in.loader, in.pipelines->groups(), in.pipelines->schedule(),

@@ -4,6 +4,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/model/autocast.h"
+#include "tributary/runtime/step_graph.h"
 #include "tributary/runtime/sync/replica_sync.h"
 
 namespace tributary {
@@ -14,7 +15,25 @@ DenseStep::DenseStep(DenseStepParts parts)
       batch_(torch::empty({parts.loader.batch_size(), parts.loader.context() + 1},
                           torch::TensorOptions(torch::kInt64).pinned_memory(parts.device.is_cuda()))) {}
 
+// The step's inputs and outputs in tensors that keep their storage, as a captured graph needs (step_graph.h).
+struct DenseStep::Graphed {
+  StepGraph graph;
+  torch::Tensor host_batches;  // (grad_accum, B, T+1), pinned on a GPU run
+  torch::Tensor tokens;        // the same on the device
+  torch::Tensor loss, norm;    // 0-d, on the device
+  explicit Graphed(const DenseStepParts& p)
+      : graph(p.device),
+        host_batches(torch::empty({p.grad_accum, p.loader.batch_size(), p.loader.context() + 1},
+                                  torch::TensorOptions(torch::kInt64).pinned_memory(p.device.is_cuda()))),
+        tokens(torch::empty(host_batches.sizes(), torch::TensorOptions(torch::kInt64).device(p.device))),
+        loss(torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(p.device))),
+        norm(torch::zeros_like(loss)) {}
+};
+
+DenseStep::~DenseStep() = default;
+
 StepResult DenseStep::run(int64_t step, double lr) {
+  if (p_.cuda_graph && (!p_.sync || !p_.sync->averaging_gradients())) return run_graphed(step, lr);
   const int64_t T = p_.loader.context();
   p_.optimizer.zero_grad();
   double step_loss = 0;
@@ -37,6 +56,48 @@ StepResult DenseStep::run(int64_t step, double lr) {
   StepResult result{.loss = step_loss, .grad_norm = clip_grad_norm(p_.params, p_.grad_clip)};
   p_.optimizer.step(lr);
   return result;
+}
+
+StepResult DenseStep::run_graphed(int64_t step, double lr) {
+  if (!graphed_) {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : p_.params)  // the graph's gradient tensors exist before its first step
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    graphed_ = std::make_unique<Graphed>(p_);
+  }
+  Graphed& g = *graphed_;
+  for (int64_t micro = 0; micro < p_.grad_accum; ++micro) p_.loader.next(g.host_batches[micro].data_ptr<int64_t>());
+  if (p_.sync) p_.sync->before_backward(true, p_.grad_accum == 1);  // not averaging this step: its hooks stand down
+  p_.optimizer.prepare_device_step(lr);
+  g.graph.run([&] { g.tokens.copy_(g.host_batches, /*non_blocking=*/true); }, [&] { graphed_body(); });
+  // Read after the step (the graph cannot stop halfway): a non-finite loss ends the run as the eager step's does.
+  const double loss = g.loss.item<double>();
+  if (!std::isfinite(loss))
+    fail("loss became {} at step {}: lower optim.lr or raise optim.warmup_steps", loss, step + 1);
+  return {.loss = loss, .grad_norm = g.norm.item<double>()};
+}
+
+void DenseStep::graphed_body() {
+  Graphed& g = *graphed_;
+  const int64_t T = p_.loader.context();
+  p_.optimizer.zero_grad();
+  torch::Tensor total;
+  for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
+    const auto tokens = g.tokens[micro];
+    torch::Tensor logits;
+    {
+      const Autocast autocast(p_.bf16, p_.device.type());
+      logits = p_.model.forward(tokens.narrow(1, 0, T));
+    }
+    auto loss = Transformer::loss(p_.bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
+    (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
+    const auto share = loss.detach() / double(p_.grad_accum);
+    total = total.defined() ? total + share : share;
+  }
+  torch::NoGradGuard no_grad;
+  g.loss.copy_(total);
+  g.norm.copy_(clip_grad_norm_on_device(p_.params, p_.grad_clip));
+  p_.optimizer.device_step();
 }
 
 }  // namespace tributary

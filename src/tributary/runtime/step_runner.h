@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "tributary/data/loader.h"
 #include "tributary/model/tensor_io.h"
@@ -26,6 +27,9 @@ struct DenseStepParts {
   int64_t grad_accum = 1;
   double grad_clip = 0;
   bool bf16 = false;  // train.precision = bf16: the forward pass under autocast (model/autocast.h)
+  // train.cuda_graph: the step captured once and replayed (runtime/step_graph.h) whenever the replicas do not average
+  // gradients that step. Every parameter then has a gradient from the start (zeros before the first backward).
+  bool cuda_graph = false;
 };
 
 // next micro-batch -> forward (bf16 under autocast when asked) -> fp32 loss -> backward (x grad_accum) -> average
@@ -33,11 +37,17 @@ struct DenseStepParts {
 class DenseStep : public TrainStep {
  public:
   explicit DenseStep(DenseStepParts parts);
+  ~DenseStep() override;
   StepResult run(int64_t step, double lr) override;
 
  private:
+  struct Graphed;  // cuda_graph: the graph and the tensors it reads and writes
+  StepResult run_graphed(int64_t step, double lr);
+  void graphed_body();  // device work only: what the graph captures
+
   DenseStepParts p_;
   torch::Tensor batch_;  // (B, T+1) host buffer
+  std::unique_ptr<Graphed> graphed_;
 };
 
 }  // namespace tributary

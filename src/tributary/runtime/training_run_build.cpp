@@ -235,6 +235,10 @@ void TrainingRun::describe(int64_t threads) const {
               device_.is_cpu() ? "; on a CPU without bf16 matmul units this is ~10x slower than fp32 (measured on "
                                  "the 2-core testbed): a numerics check, not a speed-up"
                                : "");
+  if (tc_.cuda_graph)
+    log::info(
+        "train.cuda_graph: three eager steps, then the step is captured once as a CUDA graph and replayed{}",
+        sync_ && sync_->averaging_gradients() ? " (the data-parallel warm-up's steps stay eager: they exchange)" : "");
   if (!sync_) return;
   const auto& d = config_.dist;
   if (islands_)

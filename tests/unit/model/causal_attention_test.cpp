@@ -159,8 +159,9 @@ TEST(CausalAttention, GroupedQueryHeadsReadTheirGroupsKeyValueHead) {
        vr = v0.to(torch::kFloat64).set_requires_grad(true);
   causal_attention(qr, kr.index_select(0, index), vr.index_select(0, index)).backward(dy.to(torch::kFloat64));
   for (const auto& device : devices) {
-    auto q = q0.to(device).set_requires_grad(true), k = k0.to(device).set_requires_grad(true),
-         v = v0.to(device).set_requires_grad(true);
+    // Fresh leaves per device (to(kCPU) would hand back q0 itself, and then the GPU's copy would be no leaf).
+    const auto leaf = [&](const torch::Tensor& t) { return t.detach().to(device).set_requires_grad(true); };
+    auto q = leaf(q0), k = leaf(k0), v = leaf(v0);
     auto y = grouped_causal_attention(q, k, v, B);
     y.backward(dy.to(device));
     const std::string what = "GQA on " + device.str();

@@ -152,7 +152,12 @@ void check_bf16_against_pytorch(const fs::path& dir, const torch::Device& device
     ours_sq += (grad - reference).pow(2).sum().item<double>();
     fp32_sq += (fp32_grads[item.key()].grad().to(torch::kCPU) - reference).pow(2).sum().item<double>();
   }
-  EXPECT_LT(ours_sq, fp32_sq) << "bf16 gradients closer to PyTorch's bf16 gradients than fp32's";
+  // The reference is CPU autocast, which rounds where our CPU step rounds, so there our gradients must be the closer
+  // ones. CUDA's bf16 kernels round elsewhere (on an H200 the gelu variant's gradients came out 5% further off than
+  // fp32's, the swiglu variant's 2.7x closer), so on a GPU only the bounds above apply.
+  if (device.is_cpu()) {
+    EXPECT_LT(ours_sq, fp32_sq) << "bf16 gradients closer to PyTorch's bf16 gradients than fp32's";
+  }
   std::printf("bf16 on %s vs PyTorch's CPU autocast: logits %.4f (fp32 %.4f) relative; gradients %.4g (fp32 %.4g)\n",
               device.str().c_str(), ours, fp32, ours_sq, fp32_sq);
 }
@@ -161,8 +166,8 @@ TEST_P(Golden, Bf16AutocastMatchesPyTorchsAutocast) {
   check_bf16_against_pytorch(golden_dir() / GetParam(), torch::kCPU);
 }
 
-// The same on a GPU, against the same (CPU) reference: CUDA's bf16 matmuls round where the CPU's do, so the bounds
-// hold there too.
+// The same on a GPU, against the same (CPU) reference (the GPU machine's PyTorch is not this build's): logits and every
+// gradient within bf16's reach of it.
 TEST_P(Golden, Bf16AutocastOnTheGpuMatchesPyTorchsAutocast) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (a CPU build of LibTorch, or no GPU)";
   check_bf16_against_pytorch(golden_dir() / GetParam(), torch::kCUDA);
@@ -178,11 +183,16 @@ TEST(GoldenAdamW, MatchesPyTorchOnFixedGradients) {
     torch::ScalarType dtype;
     AdamWKernel kernel;
     torch::Device device;
+    bool split = false;  // prepare_device_step + device_step, as a captured step (CUDA graphs) runs it
   };
   std::vector<Path> paths{{"one pass", torch::kFloat32, AdamWKernel::kOurs, torch::kCPU},
                           {"composite", torch::kFloat64, AdamWKernel::kComposite, torch::kCPU},
-                          {"ATen fused", torch::kFloat32, AdamWKernel::kATenFused, torch::kCPU}};
-  if (torch::cuda::is_available()) paths.push_back({"GPU", torch::kFloat32, AdamWKernel::kAuto, torch::kCUDA});
+                          {"ATen fused", torch::kFloat32, AdamWKernel::kATenFused, torch::kCPU},
+                          {"split device step", torch::kFloat32, AdamWKernel::kAuto, torch::kCPU, true}};
+  if (torch::cuda::is_available()) {
+    paths.push_back({"GPU", torch::kFloat32, AdamWKernel::kAuto, torch::kCUDA});
+    paths.push_back({"GPU split device step", torch::kFloat32, AdamWKernel::kAuto, torch::kCUDA, true});
+  }
   for (const auto& path : paths) {
     const auto opts = torch::TensorOptions().dtype(path.dtype).device(path.device);
     auto matrix = to_torch(golden.at("matrix")).to(opts).set_requires_grad(true);
@@ -190,9 +200,20 @@ TEST(GoldenAdamW, MatchesPyTorchOnFixedGradients) {
     AdamW opt({{"matrix", matrix}, {"vector", vector}},
               {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .kernel = path.kernel});
     for (int i = 0; i < 3; ++i) {
-      matrix.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".matrix")).to(opts);
-      vector.mutable_grad() = to_torch(golden.at("grad" + std::to_string(i) + ".vector")).to(opts);
-      opt.step(1e-2);
+      for (auto [param, key] : {std::pair{&matrix, ".matrix"}, std::pair{&vector, ".vector"}}) {
+        auto grad = to_torch(golden.at("grad" + std::to_string(i) + key)).to(opts);
+        if (param->grad().defined()) {
+          param->mutable_grad().copy_(grad);  // in place: the split step keeps the tensors it was prepared with
+        } else {
+          param->mutable_grad() = grad;
+        }
+      }
+      if (path.split) {
+        opt.prepare_device_step(1e-2);
+        opt.device_step();
+      } else {
+        opt.step(1e-2);
+      }
     }
     EXPECT_EQ(opt.num_steps(), 3);
     expect_close(matrix.to(torch::kCPU, torch::kFloat32), to_torch(golden.at("after.matrix")), 1e-6, 1e-7,
