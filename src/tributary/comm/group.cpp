@@ -382,6 +382,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
     const StoreDeadline deadline(fmt::format("rank {}: connect to the store at {}:{}", rank, master_addr, master_port),
                                  timeout + std::chrono::seconds(10));
     store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
+    if (const auto key = run_key_from_environment()) prove_run_key(*store, *key);  // before anything else is asked
+  } catch (const Error&) {
+    throw;  // the store refused this process's secret: prove_run_key says so
   } catch (const std::exception& e) {
     throw NetworkError(
         fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "

@@ -1,6 +1,8 @@
 #include "tributary/comm/sealed_store.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -42,7 +44,11 @@ class SealedStore : public c10d::Store {
  public:
   SealedStore(c10::intrusive_ptr<c10d::Store> inner, const RunKey& key) : inner_(std::move(inner)), key_(key) {}
 
-  c10::intrusive_ptr<c10d::Store> clone() override { return c10::make_intrusive<SealedStore>(inner_->clone(), key_); }
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    auto inner = inner_->clone();  // a new connection: it proves the key as the first one did
+    prove_run_key(*inner, key_);
+    return c10::make_intrusive<SealedStore>(inner, key_);
+  }
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     inner_->set(key, seal(key_, key, value));
   }
@@ -244,6 +250,44 @@ std::optional<std::vector<uint8_t>> open_sealed(const RunKey& run_key, const std
 
 c10::intrusive_ptr<c10d::Store> sealed_store(c10::intrusive_ptr<c10d::Store> inner, const RunKey& key) {
   return c10::make_intrusive<SealedStore>(std::move(inner), key);
+}
+
+std::string store_nonce() {
+  std::string nonce(32, '\0');
+  if (RAND_bytes(reinterpret_cast<uint8_t*>(nonce.data()), static_cast<int>(nonce.size())) != 1)
+    throw Error("OpenSSL could not draw the store's nonce");
+  return nonce;
+}
+
+std::string store_proof(const RunKey& key, const std::string& nonce) {
+  const std::string message = "tributary store proof v1:" + nonce;  // labelled: no other HMAC of this key collides
+  std::string mac(EVP_MAX_MD_SIZE, '\0');
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const uint8_t*>(message.data()),
+            message.size(), reinterpret_cast<uint8_t*>(mac.data()), &len))
+    throw Error("OpenSSL could not compute the store proof");
+  mac.resize(len);
+  return mac;
+}
+
+bool store_proof_holds(const RunKey& key, const std::string& nonce, const std::string& proof) {
+  const std::string want = store_proof(key, nonce);
+  return proof.size() == want.size() && CRYPTO_memcmp(proof.data(), want.data(), want.size()) == 0;
+}
+
+bool prove_run_key(c10d::Store& raw, const RunKey& key) {
+  if (!raw.check({kStoreChallengeKey})) return false;  // not our server: it would make a get of the nonce wait
+  const auto nonce = raw.get(kStoreChallengeKey);
+  const std::string proof = store_proof(key, std::string(nonce.begin(), nonce.end()));
+  raw.set(kStoreProofKey, std::vector<uint8_t>(proof.begin(), proof.end()));
+  try {
+    raw.check({kStoreChallengeKey});  // a round trip: a server that refused the proof has closed the connection
+  } catch (const std::exception&) {
+    throw Error(
+        "the run's store refused this process's run secret: it was started with another one (TRIBUTARY_RUN_SECRET "
+        "or TRIBUTARY_SECRET_FILE must give the run's own secret, the same file on every machine)");
+  }
+  return true;
 }
 
 }  // namespace tributary::comm

@@ -2,9 +2,9 @@
 // leaves this process, and opened when it comes back. Whoever reaches the store's port without the secret reads only
 // ciphertext (not the configuration, not a path's state) and cannot write a value that a worker accepts — a forged
 // death report, join request, vote or Gloo address fails to open and is refused, naming the key. Counters (`add`) are
-// sealed too: an add is a compare-and-set loop on the sealed value. What it does not give: the store still serves
-// strangers, who can delete or overwrite values (a worker then fails, naming the key: liveness, not entry) — see
-// docs/distributed.md, "Threat model".
+// sealed too: an add is a compare-and-set loop on the sealed value. Our store server (comm/store_server.h) also serves
+// only connections that proved the key (prove_run_key, below), so a stranger cannot delete or overwrite values either
+// — see docs/distributed.md, "Threat model".
 //
 // The secret: TRIBUTARY_RUN_SECRET (64 hex digits of the derived key: what `launch` gives its workers, never on a
 // command line) or TRIBUTARY_SECRET_FILE (a file every machine of the run holds; the key is SHA-256 of its bytes
@@ -46,7 +46,21 @@ std::optional<std::vector<uint8_t>> open_sealed(const RunKey& run_key, const std
                                                 const std::vector<uint8_t>& sealed);
 
 // `inner` with every value sealed for `key` (PrefixStore-like: the wrapper is what Gloo and our Store see). A get of a
-// value not sealed with the run's key throws, naming the key; an add of a counter holding one does too.
+// value not sealed with the run's key throws, naming the key; an add of a counter holding one does too. A clone (a new
+// connection) proves the key to the server as prove_run_key does.
 c10::intrusive_ptr<c10d::Store> sealed_store(c10::intrusive_ptr<c10d::Store> inner, const RunKey& key);
+
+// Entry to the run's store (comm/store_server.h): a server that has the run's key serves a connection only once it has
+// proved the key, by answering the server's nonce (a per-connection value under kStoreChallengeKey) with the HMAC of
+// it (SHA-256, keyed with the run's key) under kStoreProofKey. Until then the connection may only ping, fetch the nonce
+// and answer it; anything else closes it. A server without a key serves everyone, and still hands out nonces.
+inline constexpr const char* kStoreChallengeKey = "/tributary/auth/challenge";
+inline constexpr const char* kStoreProofKey = "/tributary/auth/proof";
+std::string store_nonce();  // 32 random bytes
+std::string store_proof(const RunKey& key, const std::string& nonce);
+bool store_proof_holds(const RunKey& key, const std::string& nonce, const std::string& proof);  // constant time
+// Proves `key` on a fresh raw client of the run's store, before anything else is asked of it. False (and nothing
+// sent) when the server hands out no nonce: a server that is not Tributary's (torchrun's agent), which serves everyone.
+bool prove_run_key(c10d::Store& raw, const RunKey& key);
 
 }  // namespace tributary::comm

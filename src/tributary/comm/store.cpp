@@ -85,7 +85,8 @@ void raise_open_file_limit() {
 
 Store Store::host(int port, std::chrono::milliseconds timeout) {
   raise_open_file_limit();
-  auto server = std::make_shared<StoreServer>(port);
+  const auto key = run_key_from_environment();
+  auto server = std::make_shared<StoreServer>(port, key);
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(server->port());
   opts.isServer = false;
@@ -93,7 +94,10 @@ Store Store::host(int port, std::chrono::milliseconds timeout) {
   opts.timeout = timeout;
   try {
     c10::intrusive_ptr<c10d::Store> client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
-    if (const auto key = run_key_from_environment()) client = sealed_store(client, *key);  // launch's own values
+    if (key) {  // launch's own values, sealed as the workers' are
+      prove_run_key(*client, *key);
+      client = sealed_store(client, *key);
+    }
     Store store(client, -1);
     store.server_ = std::move(server);
     return store;
@@ -108,7 +112,7 @@ void host_for_this_process(int port) {
   // end, in an order no owner could follow. Never destroyed, like the process's other serving threads.
   static auto* hosted = new std::vector<std::unique_ptr<StoreServer>>();
   static std::mutex mutex;
-  auto server = std::make_unique<StoreServer>(port);
+  auto server = std::make_unique<StoreServer>(port, run_key_from_environment());
   std::lock_guard<std::mutex> lock(mutex);
   hosted->push_back(std::move(server));
 }

@@ -14,6 +14,7 @@
 #include <charconv>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -21,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 
@@ -50,6 +52,9 @@ enum class Query : uint8_t {
   kPing,
 };
 constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+// c10d's client puts "/" before every key (TCPStore's key prefix): the entry's keys as they arrive.
+const std::string kChallengeOnTheWire = std::string("/") + kStoreChallengeKey;
+const std::string kProofOnTheWire = std::string("/") + kStoreProofKey;
 constexpr uint8_t kReady = 0, kNotReady = 1;            // CheckResponseType
 constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;  // WaitResponseType
 constexpr size_t kReadChunk = 256 * 1024;
@@ -141,6 +146,9 @@ struct Client {
   std::string address;
   Clock::time_point since;
   bool introduced = false;  // sent VALIDATE
+  bool proved = false;      // proved the run's key (from VALIDATE on where the server has none)
+  bool counted = true;      // in per_address_: until it proved the key
+  std::string nonce;        // its challenge (comm/sealed_store.h), drawn when first asked for
   std::string in;           // bytes of requests not handled yet
   std::string out;          // answers not sent yet, from out_sent on
   size_t out_sent = 0;
@@ -219,7 +227,8 @@ using namespace store_server_detail;
 // The serving thread and everything it owns; only counts_ is read from other threads.
 class StoreServer::Loop {
  public:
-  Loop(int port, StoreServerLimits limits) : limits_(limits), listen_fd_(listen_on(port)) {
+  Loop(int port, std::optional<RunKey> run_key, StoreServerLimits limits)
+      : limits_(limits), run_key_(run_key), listen_fd_(listen_on(port)) {
     sockaddr_storage a{};
     socklen_t len = sizeof(a);
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -243,7 +252,7 @@ class StoreServer::Loop {
   }
 
   int port() const { return port_; }
-  StoreServerCounts counts() const { return {refused_.load(), silent_.load(), bad_.load()}; }
+  StoreServerCounts counts() const { return {refused_.load(), silent_.load(), bad_.load(), strangers_.load()}; }
 
  private:
   void serve() {
@@ -347,8 +356,10 @@ class StoreServer::Loop {
         return false;
       }
       c.introduced = true;
+      c.proved = !run_key_;
       return true;
     }
+    if (const auto entry = entry_request(fd, c, q)) return *entry;
     switch (q.query) {
       case Query::kValidate:
         close_bad(fd, "VALIDATE twice");
@@ -434,6 +445,54 @@ class StoreServer::Loop {
       }
     }
     return true;
+  }
+
+  // The requests of entry (comm/sealed_store.h): the nonce (CHECK, WAIT and GET of the challenge key) and the proof
+  // (SET of the proof key) are answered here, for every client; a client that has not proved the run's key may send
+  // nothing else. nullopt: an ordinary request, served by handle(); else handle()'s result.
+  std::optional<bool> entry_request(int fd, Client& c, const Request& q) {
+    const bool challenge = !q.keys.empty() && q.keys[0] == kChallengeOnTheWire;
+    const bool only_challenge = challenge && q.keys.size() == 1;
+    if (c.nonce.empty() && challenge) c.nonce = store_nonce();
+    if (only_challenge && (q.query == Query::kCheck || q.query == Query::kWait)) {
+      answer(c, q.query == Query::kCheck ? &kReady : &kStopWaiting, 1);
+      return true;
+    }
+    if (only_challenge && q.query == Query::kGet) {
+      answer_value(c, c.nonce);
+      return true;
+    }
+    if (q.query == Query::kSet && q.keys[0] == kProofOnTheWire) {
+      if (!run_key_ || c.proved) return true;
+      if (c.nonce.empty() || !store_proof_holds(*run_key_, c.nonce, q.values[0])) {
+        refuse_stranger(fd, c, "a wrong proof of the run's secret");
+        return false;
+      }
+      c.proved = true;
+      // The run's own connections do not count against their address's cap: a machine of many workers is not a flood.
+      uncount(c);
+      return true;
+    }
+    if (challenge) {  // the challenge key is the server's: nobody writes or deletes it
+      close_bad(fd, "a request that writes the store's challenge key");
+      return false;
+    }
+    if (run_key_ && !c.proved && q.query != Query::kPing) {
+      refuse_stranger(fd, c, fmt::format("request {} before proving the run's secret", int(q.query)));
+      return false;
+    }
+    return std::nullopt;
+  }
+
+  void refuse_stranger(int fd, const Client& c, const std::string& what) {
+    strangers_ += 1;
+    const auto now = Clock::now();
+    if (now - last_stranger_warning_ >= std::chrono::seconds(10)) {
+      last_stranger_warning_ = now;
+      log::warn("the run's store refused a client at {}: {} (a process without the run's secret; {} so far)", c.address,
+                what, strangers_.load());
+    }
+    close_client(fd);
   }
 
   void put(const std::string& key, std::string value) {
@@ -529,7 +588,7 @@ class StoreServer::Loop {
     const auto now = Clock::now();
     std::vector<int> silent;
     for (const auto& [fd, c] : clients_)
-      if (!c.introduced && now - c.since > limits_.introduce_within) silent.push_back(fd);
+      if (!c.proved && now - c.since > limits_.introduce_within) silent.push_back(fd);
     for (const int fd : silent) {
       silent_ += 1;
       close_client(fd);
@@ -542,16 +601,23 @@ class StoreServer::Loop {
     close_client(fd);
   }
 
+  void uncount(Client& c) {
+    if (!c.counted) return;
+    c.counted = false;
+    if (--per_address_[c.address] <= 0) per_address_.erase(c.address);
+  }
+
   void close_client(int fd) {
     Client& c = clients_.at(fd);
     stop_waiting(fd, c);
     held_ -= c.in.size();
-    if (--per_address_[c.address] <= 0) per_address_.erase(c.address);
+    uncount(c);
     ::close(fd);
     clients_.erase(fd);
   }
 
   StoreServerLimits limits_;
+  std::optional<RunKey> run_key_;  // entry needs its proof (entry_request); none: everyone is served
   int listen_fd_;
   int port_ = 0;
   int stop_pipe_[2] = {-1, -1};
@@ -561,12 +627,13 @@ class StoreServer::Loop {
   std::unordered_map<std::string, std::vector<int>> waiters_;  // key -> sockets waiting for it
   uint64_t held_ = 0;  // bytes of values and keys held, unread requests, awaited keys
   Clock::time_point accept_paused_until_{};
-  Clock::time_point last_warning_{};
-  std::atomic<int64_t> refused_{0}, silent_{0}, bad_{0};
+  Clock::time_point last_warning_{}, last_stranger_warning_{};
+  std::atomic<int64_t> refused_{0}, silent_{0}, bad_{0}, strangers_{0};
   std::thread thread_;  // last: it starts once everything above exists
 };
 
-StoreServer::StoreServer(int port, StoreServerLimits limits) : loop_(std::make_unique<Loop>(port, limits)) {}
+StoreServer::StoreServer(int port, std::optional<RunKey> run_key, StoreServerLimits limits)
+    : loop_(std::make_unique<Loop>(port, run_key, limits)) {}
 StoreServer::~StoreServer() = default;
 int StoreServer::port() const { return loop_->port(); }
 StoreServerCounts StoreServer::counts() const { return loop_->counts(); }

@@ -4,23 +4,30 @@
 //   - nothing is allocated for what a length field claims, only for bytes that arrived; keys, values and the number
 //     of keys in one request have limits, and so have the bytes held in all;
 //   - connections are capped per address and in all; a connection that has not introduced itself with the
-//     protocol's first message (VALIDATE) within a few seconds is closed, so idle floods cost nothing lasting;
-//   - a client that does not read its answers is not read from until it does (its answers are not piled up).
+//     protocol's first message (VALIDATE) — and, with the run's key, proved it — within a few seconds is closed, so
+//     idle floods cost nothing lasting; with a key, proved connections (the run's own) leave their address's count;
+//   - a client that does not read its answers is not read from until it does (its answers are not piled up);
+//   - with the run's key, a connection is served only once it has proved the key (comm/sealed_store.h: the HMAC of
+//     a nonce the server draws for it); a stranger's first other request closes it, and the host logs it.
 // A request that breaks a limit or the protocol closes that client's connection and nothing else. The values are the
 // run's (sealed when the run has a secret: comm/sealed_store.h); the server itself does not look into them.
 // c10d's server (libuv) refused a legitimate client once ~4,150 idle connections were open (docs/distributed.md).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace tributary::comm {
 
+using RunKey = std::array<uint8_t, 32>;  // as comm/sealed_store.h: the server itself needs no LibTorch
+
 struct StoreServerLimits {
-  int max_connections = 4096;                        // all clients together
-  int max_per_address = 512;                         // from one peer address (a machine of workers opens a few each)
-  std::chrono::milliseconds introduce_within{5000};  // VALIDATE by then, or the connection is closed
+  int max_connections = 4096;  // all clients together
+  int max_per_address = 512;   // from one peer address, not counting those that proved the run's key
+  std::chrono::milliseconds introduce_within{5000};  // VALIDATE (and the proof, with a key) by then, or closed
   uint64_t max_key_bytes = 64 * 1024;
   uint64_t max_value_bytes = uint64_t(1) << 31;  // 2 GiB: path-local DiPaCo moves whole modules through the store
   uint64_t max_keys_per_request = 64 * 1024;
@@ -32,12 +39,14 @@ struct StoreServerCounts {
   int64_t refused_connections = 0;  // over a cap
   int64_t closed_silent = 0;        // never introduced themselves
   int64_t closed_bad = 0;           // broke the protocol or a limit
+  int64_t strangers = 0;            // asked before proving the run's key, or proved it wrong
 };
 
 class StoreServer {
  public:
-  // Listens on every interface (IPv6 and IPv4) at `port`; 0 picks a free one. NetworkError when it cannot.
-  explicit StoreServer(int port, StoreServerLimits limits = {});
+  // Listens on every interface (IPv6 and IPv4) at `port`; 0 picks a free one. NetworkError when it cannot. With
+  // `run_key`, only clients that prove it are served (comm/sealed_store.h, prove_run_key).
+  explicit StoreServer(int port, std::optional<RunKey> run_key = std::nullopt, StoreServerLimits limits = {});
   ~StoreServer();  // stops serving and closes every connection
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;

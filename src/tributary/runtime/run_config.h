@@ -34,7 +34,7 @@ struct TrainConfig {
   int64_t threads = 0;  // intra-op threads; 0: all cores / local workers
   std::string device = "cpu";
   std::string precision = "fp32";  // fp32 | bf16 (model/autocast.h)
-  bool cuda_graph = false;          // the step captured once and replayed (runtime/step_graph.h)
+  bool cuda_graph = false;         // the step captured once and replayed (runtime/step_graph.h)
   std::string run_dir = "runs/default";
   int64_t log_every = 10;
   int64_t eval_every = 100;  // 0: only at the end

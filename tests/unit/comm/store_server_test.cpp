@@ -9,13 +9,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tributary/comm/sealed_store.h"
 #include "tributary/comm/store.h"
 #include "tributary/core/error.h"
 
@@ -52,12 +55,14 @@ std::string validate() {
   return b;
 }
 
-// True once the server closed `fd` (a read sees the end), within `within`.
+// True once the server closed `fd` (a read sees the end, or a reset: a socket closed with bytes unread), within
+// `within`.
 bool closed_by_server(int fd, std::chrono::milliseconds within) {
   timeval tv{.tv_sec = within.count() / 1000, .tv_usec = (within.count() % 1000) * 1000};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   char byte = 0;
-  return ::recv(fd, &byte, 1, 0) == 0;
+  const ssize_t n = ::recv(fd, &byte, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
 int64_t rss_mb() {
@@ -103,7 +108,7 @@ TEST(StoreServer, ServesC10dsClientEveryOperationTheRunUses) {
 }
 
 TEST(StoreServer, AnIdleFloodIsRefusedPastItsCapAndClosedAtTheDeadlineWhileTheRunsClientGoesOn) {
-  comm::StoreServer server(0, {.max_per_address = 8, .introduce_within = 300ms});
+  comm::StoreServer server(0, std::nullopt, {.max_per_address = 8, .introduce_within = 300ms});
   auto store = client_of(server);  // the run's client, connected before the flood
   std::vector<int> flood;
   for (int i = 0; i < 50; ++i)
@@ -120,7 +125,7 @@ TEST(StoreServer, AnIdleFloodIsRefusedPastItsCapAndClosedAtTheDeadlineWhileTheRu
 }
 
 TEST(StoreServer, ALengthFieldThatClaimsMoreThanWasSentAllocatesNothing) {
-  comm::StoreServer server(0, {.max_value_bytes = uint64_t(4) << 30});
+  comm::StoreServer server(0, std::nullopt, {.max_value_bytes = uint64_t(4) << 30});
   const int64_t before = rss_mb();
   std::vector<int> liars;
   for (int i = 0; i < 4; ++i) {  // 4 x 2 GiB claimed, 10 bytes sent
@@ -143,7 +148,7 @@ TEST(StoreServer, ALengthFieldThatClaimsMoreThanWasSentAllocatesNothing) {
 }
 
 TEST(StoreServer, ARequestThatBreaksALimitOrTheProtocolClosesOnlyItsConnection) {
-  comm::StoreServer server(0, {.max_value_bytes = 1 << 20});
+  comm::StoreServer server(0, std::nullopt, {.max_value_bytes = 1 << 20});
   auto store = client_of(server);
   std::string oversized = validate();
   oversized.push_back('\1');  // SET of a value over the limit: refused as soon as its length arrives
@@ -175,4 +180,107 @@ TEST(StoreServer, APortInUseIsNamed) {
     EXPECT_NE(std::string(e.what()).find("another program (another run?) listens there"), std::string::npos)
         << e.what();
   }
+}
+
+namespace {
+
+// TRIBUTARY_RUN_SECRET for the scope of one client's connection (connect_store reads it).
+class SecretInEnvironment {
+ public:
+  explicit SecretInEnvironment(const std::optional<comm::RunKey>& key) {
+    if (key) {
+      ::setenv("TRIBUTARY_RUN_SECRET", comm::run_key_hex(*key).c_str(), 1);
+    } else {
+      ::unsetenv("TRIBUTARY_RUN_SECRET");
+    }
+  }
+  ~SecretInEnvironment() { ::unsetenv("TRIBUTARY_RUN_SECRET"); }
+};
+
+}  // namespace
+
+// Entry (comm/sealed_store.h): a server with the run's key serves a connection only after it proved the key. A
+// client without it, one with another run's key, and a raw stranger's delete are refused and counted; the run's own
+// client, and what it stored, go on untouched. A server without a key serves everyone, provers included.
+TEST(StoreServer, OnlyClientsThatProveTheRunsSecretAreServed) {
+  const auto key = comm::random_run_key();
+  comm::StoreServer server(0, key);
+  auto member = [&] {
+    const SecretInEnvironment secret(key);
+    return client_of(server);
+  }();
+  member.set("a", "1");
+  EXPECT_EQ(member.get("a"), "1");
+  EXPECT_EQ(server.counts().strangers, 0);
+
+  {  // c10d's client without the secret: its first request closes it
+    const SecretInEnvironment none(std::nullopt);
+    auto stranger = client_of(server);
+    EXPECT_ANY_THROW({
+      stranger.set("a", "forged");
+      stranger.get("a");
+    });
+  }
+  {  // another run's secret: refused at the proof, and the message says what to fix
+    const SecretInEnvironment other(comm::random_run_key());
+    try {
+      client_of(server);
+      ADD_FAILURE() << "a client with another run's secret was served";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("refused this process's run secret"), std::string::npos) << e.what();
+    }
+  }
+  {  // a raw stranger: VALIDATE, then DELETE_KEY "a"
+    const int fd = raw_connection(server.port());
+    std::string bytes = validate();
+    bytes += char(8);  // DELETE_KEY
+    put<uint64_t>(bytes, 1);
+    bytes += "a";
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), ssize_t(bytes.size()));
+    EXPECT_TRUE(closed_by_server(fd, 2s));
+    ::close(fd);
+  }
+  EXPECT_EQ(server.counts().strangers, 3);
+  EXPECT_EQ(member.get("a"), "1") << "nothing a stranger sent reached the values";
+
+  comm::StoreServer open(0);  // no key: everyone is served, and a prover's proof changes nothing
+  auto prover = [&] {
+    const SecretInEnvironment secret(key);
+    return client_of(open);
+  }();
+  prover.set("b", "2");
+  EXPECT_EQ(prover.get("b"), "2");
+  const SecretInEnvironment none(std::nullopt);
+  auto anyone = client_of(open);
+  anyone.set("c", "3");
+  EXPECT_EQ(anyone.get("c"), "3");
+  EXPECT_EQ(open.counts().strangers, 0);
+}
+
+// With the run's key, the per-address cap and the deadline apply to connections that have not proved it: a machine
+// of many workers (here 8 on a cap of 4) is served, while a stranger's introduced but unproved connections are capped
+// and closed at the deadline.
+TEST(StoreServer, WithTheRunsKeyOnlyUnprovedConnectionsCountAgainstTheCapAndTheyLastSeconds) {
+  const auto key = comm::random_run_key();
+  comm::StoreServer server(0, key, {.max_per_address = 4, .introduce_within = 300ms});
+  std::vector<comm::Store> workers;
+  {
+    const SecretInEnvironment secret(key);
+    for (int i = 0; i < 8; ++i) workers.push_back(client_of(server));
+  }
+  for (size_t i = 0; i < workers.size(); ++i) workers[i].set("w" + std::to_string(i), "here");
+  std::vector<int> idle;
+  for (int i = 0; i < 5; ++i) {
+    const int fd = raw_connection(server.port());
+    const std::string hello = validate();
+    ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    idle.push_back(fd);
+  }
+  EXPECT_TRUE(closed_by_server(idle.back(), 1s)) << "a fifth unproved connection from the address is refused";
+  for (size_t i = 0; i + 1 < idle.size(); ++i)
+    EXPECT_TRUE(closed_by_server(idle[i], 3s)) << "an introduced but unproved connection outlived the deadline";
+  for (const int fd : idle) ::close(fd);
+  EXPECT_GE(server.counts().refused_connections, 1);
+  EXPECT_GE(server.counts().closed_silent, 4);
+  EXPECT_EQ(workers.back().get("w0"), "here") << "the run's own connections were kept";
 }

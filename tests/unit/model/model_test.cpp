@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "support/tiny_model.h"
 #include "tributary/core/error.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
@@ -8,14 +9,7 @@ using namespace tributary;
 
 namespace {
 ModelConfig small() {
-  ModelConfig c;
-  c.vocab_size = 50;
-  c.num_layers = 4;
-  c.num_levels = 2;
-  c.width = 32;
-  c.num_heads = 4;
-  c.context = 12;
-  return c;
+  return test_support::tiny_model({.vocab = 50, .layers = 4, .levels = 2, .width = 32, .heads = 4, .context = 12});
 }
 }  // namespace
 

@@ -11,6 +11,7 @@
 
 #include "support/lcg_tokens.h"
 #include "support/thread_ranks.h"
+#include "support/tiny_model.h"
 #include "tributary/comm/group.h"
 #include "tributary/core/error.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
@@ -23,16 +24,7 @@ namespace {
 
 constexpr int64_t kBatch = 24, kSeed = 5;
 
-ModelConfig tiny() {
-  ModelConfig c;
-  c.vocab_size = 61;
-  c.num_layers = 4;
-  c.num_levels = 2;
-  c.width = 32;
-  c.num_heads = 2;
-  c.context = 12;
-  return c;
-}
+ModelConfig tiny() { return test_support::tiny_model({.layers = 4, .levels = 2}); }
 
 std::shared_ptr<const std::vector<uint32_t>> tokens() {
   static auto t = test_support::lcg_tokens(4000, 61, 7);

@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include "support/lcg_tokens.h"
+#include "support/tiny_model.h"
 #include "tributary/core/error.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
@@ -19,16 +20,6 @@ using namespace tributary;
 
 namespace {
 
-ModelConfig tiny() {
-  ModelConfig c;
-  c.vocab_size = 61;
-  c.num_layers = 2;
-  c.width = 32;
-  c.num_heads = 2;
-  c.context = 12;
-  return c;
-}
-
 struct Trained {
   std::vector<double> losses, norms;
   std::vector<torch::Tensor> params;
@@ -37,11 +28,11 @@ struct Trained {
 Trained train(const torch::Device& device, bool graphed, int64_t accum, AdamWKernel kernel, int64_t steps) {
   static const auto tokens = test_support::lcg_tokens(4000, 61, 7);
   torch::manual_seed(1);
-  Transformer model(tiny());
+  Transformer model(test_support::tiny_model());
   model.to(device);
   auto params = named_parameters_of(model);
   AdamW opt(params, {.weight_decay = 0.1, .kernel = kernel});
-  BatchLoader loader(tokens, {.batch_size = 4, .context = tiny().context, .seed = 3}, "test");
+  BatchLoader loader(tokens, {.batch_size = 4, .context = test_support::tiny_model().context, .seed = 3}, "test");
   DenseStep step(DenseStepParts{.model = model,
                                 .params = params,
                                 .optimizer = opt,
