@@ -30,8 +30,20 @@ std::future<std::vector<torch::Tensor>> ResilientAverage::start(std::vector<torc
 // The norms of every rank's update, the same on every rank; zeros in place of the rejected, and the average
 // rescaled to the accepted ranks. A factor x median test on the lower median: with two ranks the larger is judged
 // against the smaller.
-void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int stream) {
-  if (reject_norm_factor_ <= 0) return exchange_.average(tensors, stream);
+void ResilientAverage::checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale,
+                                       const std::string& round) {
+  std::function<bool()> abandon;
+  if (membership_) abandon = [this, &round] { return membership_->should_abandon(round); };
+  if (check_) check_->before(group_, tensors, round, abandon);
+  if (wire_tamper_) wire_tamper_(tensors);
+  exchange_.average(tensors, stream);
+  if (rescale != 1)
+    for (auto& t : tensors) t.mul_(rescale);
+  if (check_) check_->after(group_, tensors, rescale / double(group_.size()), round, abandon);
+}
+
+void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round) {
+  if (reject_norm_factor_ <= 0) return checked_average(tensors, stream, 1.0, round);
   double squares = 0;
   for (const auto& t : tensors) squares += t.to(torch::kFloat64).pow(2).sum().item<double>();
   const double norm = std::isfinite(squares) ? std::sqrt(squares) : INFINITY;
@@ -56,9 +68,7 @@ void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int 
   round_rejected_ = static_cast<int64_t>(rejected.size());
   if (mine)
     for (auto& t : tensors) t.zero_();
-  exchange_.average(tensors, stream);
-  if (accepted > 0 && accepted < n)
-    for (auto& t : tensors) t.mul_(double(n) / double(accepted));
+  checked_average(tensors, stream, accepted > 0 && accepted < n ? double(n) / double(accepted) : 1.0, round);
 }
 
 std::vector<torch::Tensor> ResilientAverage::wait(std::future<std::vector<torch::Tensor>> pending) {
@@ -94,7 +104,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     for (auto& t : tensors) t.mul_(weight_);
   if (tamper_) tamper_(tensors);
   if (!membership_) {
-    guarded_average(tensors, stream);
+    guarded_average(tensors, stream, fmt::format("a{}", checked_rounds_++));
     rejected_ += round_rejected_;
     return tensors;
   }
@@ -121,7 +131,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     bool ok = formed;
     group_.set_abandon([this, &round] { return membership_->should_abandon(round); });
     try {
-      if (ok) guarded_average(tensors, stream);
+      if (ok) guarded_average(tensors, stream, round);
     } catch (const NetworkError& e) {
       ok = false;
       log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(), e.what());

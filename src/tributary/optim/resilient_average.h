@@ -19,10 +19,12 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <utility>
 
+#include "tributary/comm/average_check.h"
 #include "tributary/comm/comm_thread.h"
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/link_model.h"
@@ -49,6 +51,11 @@ class ResilientAverage : public Reducer {
   void set_weight(double weight) { weight_ = weight; }
   // Tests: applied to this rank's update before the round (a fault injected on purpose).
   void set_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { tamper_ = std::move(tamper); }
+  // Every average is checked against what the ranks sent (comm/average_check.h: a change of the traffic in flight
+  // fails the round on every rank, which then applies nothing of it). Set before the first round.
+  void check_averages(std::unique_ptr<comm::AverageCheck> check) { check_ = std::move(check); }
+  // Tests: applied to this rank's update after the check saw it, as a stranger on the path would change it.
+  void set_wire_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { wire_tamper_ = std::move(tamper); }
   // Workers asking to join, from the decision of the last collected round; cleared.
   std::vector<int> take_joiners() { return std::exchange(joiners_, {}); }
   // The group and exchange follow the membership after it changed outside a round (admit, join).
@@ -67,7 +74,9 @@ class ResilientAverage : public Reducer {
 
  private:
   std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors, int stream);
-  void guarded_average(std::vector<torch::Tensor>& tensors, int stream);
+  void guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
+  // The exchange's average, times `rescale`, checked when check_ is set.
+  void checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale, const std::string& round);
 
   comm::CommThread& thread_;
   comm::Exchange& exchange_;
@@ -77,7 +86,9 @@ class ResilientAverage : public Reducer {
   std::optional<comm::LinkModel> link_;
   Reformed reformed_;
   double weight_ = 1;
-  std::function<void(std::vector<torch::Tensor>&)> tamper_;
+  std::function<void(std::vector<torch::Tensor>&)> tamper_, wire_tamper_;
+  std::unique_ptr<comm::AverageCheck> check_;
+  int64_t checked_rounds_ = 0;  // names the checks of a run without fault tolerance (rounds_ names the others)
   std::function<bool(const std::string&)> open_round_;
   int64_t rounds_ = 0;
   int64_t round_rejected_ = 0;

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tributary/comm/average_check.h"
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/flops.h"
@@ -99,6 +101,12 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
                     fmt::join(dropped, ", "), now.size(), fmt::join(now.members(), ", "), now.epoch(),
                     now.members().front());
       });
+  // Gloo's pairs are unauthenticated: with the run's secret, every average is checked against what was sent.
+  const auto key = comm::run_key_from_environment();
+  const auto tolerance = comm::AverageCheck::tolerance_of(d.compression, group_->size());
+  if (key && tolerance)
+    reducer_->check_averages(std::make_unique<comm::AverageCheck>(
+        *key, *tolerance, std::chrono::milliseconds(int64_t(1000 * d.collective_timeout_s))));
   std::function<bool()> abandon;
   if (membership_) abandon = [m = membership_.get()] { return m->should_abandon("check"); };
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_, std::move(abandon));
