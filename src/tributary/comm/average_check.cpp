@@ -109,6 +109,11 @@ void AverageCheck::after(Group& group, const std::vector<torch::Tensor>& receive
   group.store().set(fmt::format("{}/avgcheck/{}/got/{}", group.prefix(), round, group.rank()),
                     std::vector<uint8_t>(mine.begin(), mine.end()));
   const auto sent = gather(group, "sent", round, abandon);  // "projection norm" per rank
+  // Every rank has published this round's contribution, so each has finished the last round's check: its keys go.
+  if (!last_keys_.empty())
+    for (const auto& key : last_keys_) group.store().deleteKey(key);
+  last_keys_ = {fmt::format("{}/avgcheck/{}/sent/{}", group.prefix(), round, group.rank()),
+                fmt::format("{}/avgcheck/{}/got/{}", group.prefix(), round, group.rank())};
   const auto got = gather(group, "got", round, abandon);
   double expected = 0, norms = 0;
   for (const auto& text : sent) {

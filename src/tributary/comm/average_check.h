@@ -52,6 +52,7 @@ class AverageCheck {
   RunKey key_;
   double tolerance_;
   std::chrono::milliseconds timeout_;
+  std::vector<std::string> last_keys_;  // this rank's keys of the last round, deleted once no rank reads them
 };
 
 }  // namespace tributary::comm

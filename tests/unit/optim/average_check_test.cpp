@@ -19,9 +19,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<torch::Tensor> update_of(int rank) {
-  torch::manual_seed(100 + rank);
-  return {torch::randn({1000}), torch::randn({7, 3})};
+std::vector<torch::Tensor> update_of(int rank) {  // a private generator: the ranks are threads of one process
+  auto generator = at::detail::createCPUGenerator(uint64_t(100 + rank));
+  return {at::randn({1000}, generator), at::randn({7, 3}, generator)};
 }
 
 }  // namespace
