@@ -7,12 +7,10 @@
 
 #include <string>
 
+#include "support/averaging_rank.h"
 #include "support/thread_ranks.h"
 #include "tributary/comm/average_check.h"
-#include "tributary/comm/comm_thread.h"
-#include "tributary/comm/exchange.h"
 #include "tributary/core/error.h"
-#include "tributary/optim/resilient_average.h"
 
 using namespace tributary;
 using namespace std::chrono_literals;
@@ -37,10 +35,8 @@ TEST(AverageCheck, AChangeInFlightFailsTheRoundOnEveryRankAndRoundingPasses) {
   }
   auto store = c10::make_intrusive<c10d::HashStore>();
   test_support::run_threads(2, [&](int r) {
-    comm::Group g(store, r, 2);
-    comm::Exchange exchange(g, comm::ExchangeOptions{});
-    comm::CommThread thread;
-    ResilientAverage average(thread, exchange, g, nullptr, 0, std::nullopt, {});
+    test_support::AveragingRank rank(store, r, 2);
+    ResilientAverage& average = rank.average;
     average.check_averages(std::make_unique<comm::AverageCheck>(key, *tolerance, 20s));
 
     auto honest = average.wait(average.start(update_of(r)));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "support/averaging_rank.h"
 #include "support/thread_ranks.h"
 #include "tributary/core/row_split.h"
 #include "tributary/optim/adamw.h"
@@ -99,10 +100,8 @@ TEST(WeightedAverage, IslandsOfUnlikeSizeWeighTheirUpdatesByTheirRanks) {
   // token-weighted mean (2 * a + b) / 3.
   auto store = c10::make_intrusive<c10d::HashStore>();
   test_support::run_threads(2, [&](int r) {
-    comm::Group g(store, r, 2);
-    comm::Exchange exchange(g, comm::ExchangeOptions{});
-    comm::CommThread thread;
-    ResilientAverage average(thread, exchange, g, nullptr, 0, std::nullopt, {});
+    test_support::AveragingRank rank(store, r, 2);
+    ResilientAverage& average = rank.average;
     average.set_weight(r == 0 ? 4.0 / 3.0 : 2.0 / 3.0);
     std::vector<torch::Tensor> update = {torch::full({3}, r == 0 ? 1.0f : 4.0f)};
     auto result = average.wait(average.start(update));
