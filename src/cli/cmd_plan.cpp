@@ -196,6 +196,7 @@ void price_round(const Args& a, const Cluster& cluster, const std::vector<Site>&
 
 // Islands for a replica run (runtime/islands.h): one per region of the cluster file, and how to launch them.
 void propose_islands(const Args& a) {
+  refuse_existing_out(a.out, a.overwrite);
   const Cluster cluster = load_cluster(a.cluster);
   const std::vector<Site> sites = sites_of(cluster, a.cluster);
   std::printf("islands from the regions of '%s' (fast links inside, slow between):\n", a.cluster.c_str());
@@ -210,6 +211,10 @@ void propose_islands(const Args& a) {
     return;
   }
   std::printf("  --set parallel.islands=%s\n", islands_key(sites).c_str());
+  if (!a.out.empty()) {  // the same islands as a file: --set parallel.placement=FILE
+    write_file_atomic(a.out, island_placement_json(sites));
+    std::printf("  or --set parallel.placement=%s (written: the islands and their ranks' regions)\n", a.out.c_str());
+  }
   if (equal)
     std::printf(
         "  or one launcher per site: launch --nproc %d --nnodes %zu --node-rank R --master-addr SITE0 -- "
@@ -295,7 +300,7 @@ void add_plan(CLI::App& app) {
   cmd->add_option("cluster", a->cluster, "cluster JSON, or a preset: case1-datacenter-on-demand ... case5-worldwide")
       ->required();
   cmd->add_option("workload", a->workload, "workload JSON, or the preset gpt3-xl (default)");
-  cmd->add_option("--out", a->out, "write the placement (rank -> stage, pipeline) as JSON");
+  cmd->add_option("--out", a->out, "write the placement as JSON (rank -> stage, pipeline; with --sites: the islands)");
   cmd->add_flag("--overwrite", a->overwrite, "let --out replace an existing file");
   cmd->add_option("--price", a->price, "print the cost model's time for these placement files instead of searching");
   cmd->add_option("--shuffle-ids", a->shuffle_seed, "relabel devices randomly (seed) before scheduling");

@@ -297,6 +297,13 @@ TEST_F(CliHardening, PlanSitesProposesIslandsFromTheRegionsAndRefusesSplitRegion
   EXPECT_NE(out.find("berlin           2 device(s): ranks 0..1"), std::string::npos) << out;
   EXPECT_NE(out.find("--set parallel.islands=2,2"), std::string::npos) << out;
   EXPECT_NE(out.find("launch --nproc 2 --nnodes 2"), std::string::npos) << out;
+  // The same islands as a file for parallel.placement; an existing file is not overwritten unasked.
+  const std::string plan_out =
+      std::string("plan ") + TRIBUTARY_SOURCE_DIR + "/configs/examples/cluster.json --sites --out islands.json";
+  std::tie(rc, out) = cli(plan_out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(read_file(work_dir() / "islands.json").find(R"("islands": [)"), std::string::npos);
+  expect_user_error(plan_out, "islands.json");
   {
     std::ofstream f(work_dir() / "split.json");
     f << R"({"latency_ms": [[0, 1, 1], [1, 0, 1], [1, 1, 0]], "bandwidth_gbps": [[10, 1, 1], [1, 10, 1], [1, 1, 10]],

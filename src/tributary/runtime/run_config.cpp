@@ -8,6 +8,7 @@
 #include "tributary/core/number_list.h"
 #include "tributary/runtime/outer_auto.h"
 #include "tributary/runtime/slowdown.h"
+#include "tributary/sched/sites.h"
 
 namespace tributary {
 
@@ -92,7 +93,8 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
         1024);
   s.add("parallel.stage_layers", parallel.stage_layers, "pipeline: blocks per stage, e.g. '3,5'; '' = balanced");
   s.add("parallel.placement", parallel.placement,
-        "pipeline: placement.json from `tributary plan --out` (which rank runs which stage); '' = rank order");
+        "placement.json from `tributary plan --out` (a pipeline's: which rank runs which stage) or from `tributary "
+        "plan --sites --out` (the islands of a replica run); '' = rank order");
   s.add("parallel.activation_compression", parallel.activation_compression,
         "pipeline: activations and their gradients on the wire (int8: one scale per token)",
         {"fp32", "fp16", "bf16", "int8"});
@@ -273,10 +275,30 @@ void RunConfig::bind() {
   bind_local(s, local);
 }
 
+namespace {
+
+// An islands placement (`plan --sites --out`) names the run's islands: parallel.islands takes them, so that everything
+// after (validation, DiLoCo's settings from the run, the layout) sees one value. It may repeat them, not contradict
+// them.
+void take_placement_islands(ParallelConfig& parallel) {
+  if (parallel.placement.empty() || parallel.pipeline_stages > 1) return;
+  const auto islands = sched::read_island_placement(parallel.placement);
+  if (!islands) return;
+  if (!parallel.islands.empty() && parallel.islands != *islands)
+    fail(
+        "parallel.islands = '{}' and the islands of parallel.placement '{}' ({}) differ: drop parallel.islands (the "
+        "placement's are taken), or write the placement again with `tributary plan --sites --out`",
+        parallel.islands, parallel.placement, *islands);
+  parallel.islands = *islands;
+}
+
+}  // namespace
+
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
   RunConfig config;
   if (!file.empty()) config.schema().merge_toml_file(file);
   for (const auto& o : overrides) config.schema().apply_override(o);
+  take_placement_islands(config.parallel);
   config.validate();
   config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps, !config.parallel.islands.empty());
   return config;

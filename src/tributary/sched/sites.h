@@ -3,6 +3,7 @@
 // numbers each machine's ranks consecutively, so a region's devices must be consecutive in the file. No LibTorch.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,5 +22,14 @@ std::vector<Site> sites_of(const Cluster& cluster, const std::string& origin);
 
 // "4,4,2": the sizes as parallel.islands takes them.
 std::string islands_key(const std::vector<Site>& sites);
+
+// placement.json for islands (`tributary plan --sites --out`), read back through parallel.placement:
+//   {"kind": "islands", "islands": [4, 4], "regions": ["Ohio", "Seoul"],
+//    "ranks": [{"rank": 0, "island": 0, "region": "Ohio"}, ...]}
+std::string island_placement_json(const std::vector<Site>& sites);
+// The island sizes of an islands placement file, as parallel.islands takes them ("4,4"); nullopt for a pipeline
+// placement (no "kind": "islands"). An Error naming the file when it is not JSON or its islands are not sizes >= 1
+// of at most 4,096 ranks in all.
+std::optional<std::string> read_island_placement(const std::string& path);
 
 }  // namespace tributary::sched

@@ -2,8 +2,13 @@
 // the groups a rank belongs to, and the shapes that cannot run. Built into core_tests: the layout is torch-free.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include "support/error_of.h"
+#include "tributary/core/fs.h"
 #include "tributary/parallel/layout.h"
+#include "tributary/runtime/run_config.h"
+#include "tributary/runtime/run_layout.h"
 
 using namespace tributary;
 using tributary::test_support::error_of;
@@ -199,4 +204,28 @@ TEST(Layout, TimePacedIslandsTakeTheirOwnStepsPerTick) {
   auto flat = spec(0, 2);
   flat.island_steps = "1,1";
   EXPECT_NE(error_of([&] { Layout::resolve(flat); }).find("without parallel.islands"), std::string::npos);
+}
+
+// parallel.placement naming an islands placement (`plan --sites --out`) gives the run its islands (RunConfig::load
+// takes them into parallel.islands); parallel.islands may repeat them but not contradict them.
+TEST(Layout, AnIslandsPlacementGivesTheIslands) {
+  const fs::path file = fs::temp_directory_path() / ("trib_islands_" + std::to_string(::getpid()) + ".json");
+  write_file(file, R"({"kind": "islands", "islands": [2, 2], "regions": ["a", "b"]})", false);
+  const DistEnv env{.rank = 3, .world_size = 4, .local_rank = 3, .local_world_size = 4};
+  const std::string placement = "parallel.placement=" + file.string();
+  const Layout l = run_layout(RunConfig::load("", {placement}), env);
+  EXPECT_EQ(l.kind(), RunKind::kIslands);
+  EXPECT_EQ(l.islands().ranks(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(run_layout(RunConfig::load("", {placement, "parallel.islands=2,2"}), env).islands().count(), 2)
+      << "the same islands said twice";
+  const std::string message = error_of([&] { RunConfig::load("", {placement, "parallel.islands=4"}); });
+  EXPECT_NE(message.find("parallel.islands = '4' and the islands of parallel.placement"), std::string::npos) << message;
+  const std::vector<std::string> few_rounds{"train.steps=60", "dist.inner_steps=10", "optim.warmup_steps=6",
+                                            "dist.algorithm=diloco", "dist.warmup_ddp_steps=-1"};
+  auto with_placement = few_rounds;
+  with_placement.push_back(placement);
+  ASSERT_GT(RunConfig::load("", few_rounds).dist.warmup_ddp_steps, 0) << "the flat run's warm-up, for contrast";
+  EXPECT_EQ(RunConfig::load("", with_placement).dist.warmup_ddp_steps, 0)
+      << "DiLoCo's settings from the run know the islands (no data-parallel warm-up across the slow link)";
+  fs::remove(file);
 }
