@@ -45,6 +45,21 @@ def spread(values):
     return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
 
 
+def print_markdown(rows):
+    """The table as docs/benchmarks.md keeps it: medians, [min-max] of the paired ratios, MFU of the C++ median."""
+    med = statistics.median
+    print("\n| config | C++ tok/s | eager tok/s | compile tok/s | C++ / eager | C++ / compile | C++ MFU |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        cpp = med(c["tokens_per_s"] for c in r["cpp"])
+        mfu = cpp * r["cpp"][0]["flops_per_token"] / r["peak_flops"]
+        comp = f"{med(c['tokens_per_s'] for c in r['compile']):,.0f}" if r["compile"] else "-"
+        cratio = spread(r["compile_ratios"]) if r.get("compile_ratios") else "-"
+        print(f"| {r['config']} | {cpp:,.0f} | {med(p['tokens_per_s'] for p in r['pytorch']):,.0f} | {comp} | "
+              f"{spread(r['ratios'])} | {cratio} | {100 * mfu:.1f}% |")
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -101,6 +116,7 @@ def main():
             json.dump(rows, f, indent=2)
     if not rows:
         return 1
+    print_markdown(rows)
     for row in rows:
         print(f"matmul peak for {row['config']}: {row['peak_flops'] / 1e9:.1f} GFLOP/s")
     print(f"{args.device}, {args.threads} threads; "
