@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
