@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "tributary/model/autocast.h"
+#include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/runtime/cpu_allocator.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/step_graph.h"
+#include "tributary/runtime/step_runner.h"
 
 using namespace tributary;
 
@@ -41,47 +41,25 @@ int main(int argc, char** argv) {
   auto params = named_parameters_of(model);
   AdamW opt(params, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   const int64_t B = config.train.batch_size, T = config.model.context;
-  auto tokens = torch::randint(0, config.model.vocab_size, {B, T + 1}, torch::kInt64).to(device);
-  const bool bf16 = config.train.precision == "bf16";  // as the trainer's step does (runtime/step_runner.cpp)
-  // train.cuda_graph=true: the step as the trainer's graphed step is built (runtime/step_runner.cpp): device work only,
-  // captured once and replayed.
-  const bool graphed = config.train.cuda_graph;
-  StepGraph graph(device);
-  const auto loss_out = torch::zeros({}, torch::TensorOptions(torch::kFloat32).device(device));
-  if (graphed) {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, p] : params) p.mutable_grad() = torch::zeros_like(p);
-    warmup = std::max<int64_t>(warmup, 5);  // the graph's eager runs and its capture stay out of the timing
-  }
-  auto forward_backward = [&]() {
-    opt.zero_grad();
-    torch::Tensor logits;
-    {
-      const Autocast autocast(bf16, device.type());
-      logits = model.forward(tokens.narrow(1, 0, T));
-    }
-    auto loss = Transformer::loss(bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
-    loss.backward();
-    return loss;
-  };
-  auto step = [&]() -> double {
-    if (graphed) {
-      opt.prepare_device_step(1e-3);
-      graph.run([] {},
-                [&] {
-                  const auto loss = forward_backward();
-                  torch::NoGradGuard no_grad;
-                  loss_out.copy_(loss.detach());
-                  clip_grad_norm_on_device(params, 1.0);
-                  opt.device_step();
-                });
-      return loss_out.item<double>();
-    }
-    const auto loss = forward_backward();
-    clip_grad_norm(params, 1.0);
-    opt.step(1e-3);
-    return loss.item<double>();  // synchronizes with the device: the step's time is all in
-  };
+  // Random tokens through the trainer's own step (runtime/step_runner.h): loader, forward under the run's precision,
+  // backward, clip, AdamW — and with train.cuda_graph=true the same step captured once and replayed.
+  auto generator = at::detail::createCPUGenerator(0);
+  const auto ids =
+      at::randint(0, config.model.vocab_size, {std::max<int64_t>(64, 4 * B) * T + 1}, generator, torch::kInt64);
+  const auto tokens =
+      std::make_shared<const std::vector<uint32_t>>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  BatchLoader loader(tokens, {.batch_size = B, .context = T, .seed = 0}, "bench");
+  DenseStep dense(DenseStepParts{.model = model,
+                                 .params = params,
+                                 .optimizer = opt,
+                                 .loader = loader,
+                                 .device = device,
+                                 .grad_clip = 1.0,
+                                 .bf16 = config.train.precision == "bf16",
+                                 .cuda_graph = config.train.cuda_graph});
+  if (config.train.cuda_graph) warmup = std::max<int64_t>(warmup, 5);  // the eager runs and the capture: untimed
+  int64_t done = 0;
+  auto step = [&] { return dense.run(done++, 1e-3).loss; };  // reads the loss: the step's time is all in
   for (int64_t i = 0; i < warmup; ++i) step();
   std::vector<double> times;
   for (int64_t i = 0; i < steps; ++i) {
@@ -95,7 +73,8 @@ int main(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
-  double peak = measure_matmul_peak(device, 0, 6, bf16 ? torch::kBFloat16 : torch::kFloat32);
+  double peak =
+      measure_matmul_peak(device, 0, 6, config.train.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   double tps = double(B * T) / median;
   double fpt = training_flops_per_token(config.model, model.num_matmul_parameters());
   nlohmann::json out = {{"impl", "tributary-cpp"},
@@ -108,7 +87,7 @@ int main(int argc, char** argv) {
                         {"threads", at::get_num_threads()},
                         {"device", device.str()},
                         {"precision", config.train.precision},
-                        {"cuda_graph", graphed},
+                        {"cuda_graph", config.train.cuda_graph},
                         {"blas", blas.library},
                         {"cpu_cache_hits", cpu_cache_stats().hits},
                         {"cpu_cache_misses", cpu_cache_stats().misses}};

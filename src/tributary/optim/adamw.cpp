@@ -106,25 +106,21 @@ void AdamW::write_device_step(const torch::Tensor& like) {
   device_step_.fill_(double(num_steps_));
 }
 
-void AdamW::launch_fused(const FusedGroup& group, const std::optional<double>& lr) const {
+void AdamW::launch_fused(const FusedGroup& group) const {
   const std::vector<torch::Tensor> steps(group.params.size(), device_step_);
-  if (lr) {
-    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, *lr * group.lr_scale,
-                      options_.beta1, options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false,
-                      /*maximize=*/false);
-  } else {
-    at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, group.lr, options_.beta1,
-                      options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false,
-                      /*maximize=*/false);
-  }
+  at::_fused_adamw_(group.params, group.grads, group.exp_avgs, group.exp_avg_sqs, {}, steps, group.lr, options_.beta1,
+                    options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
 bool AdamW::aten_fused_step(double lr, bool forced) {
-  const auto groups = fused_groups(forced);
+  auto groups = fused_groups(forced);
   if (!groups) return false;
   if (groups->empty()) return true;
   write_device_step(groups->front().params.front());
-  for (const auto& group : *groups) launch_fused(group, lr);
+  for (auto& group : *groups) {
+    group.lr = torch::full({}, lr * group.lr_scale, group.params.front().options().dtype(torch::kFloat32));
+    launch_fused(group);
+  }
   return true;
 }
 
@@ -144,7 +140,7 @@ void AdamW::prepare_device_step(double lr) {
 
 void AdamW::device_step() {
   TRIB_CHECK(!device_groups_.empty(), "AdamW::device_step before prepare_device_step");
-  for (const auto& group : device_groups_) launch_fused(group, std::nullopt);
+  for (const auto& group : device_groups_) launch_fused(group);
 }
 
 void AdamW::keep_rows(int64_t index, int64_t count, MakeWhole make_whole) {
@@ -269,23 +265,15 @@ double clip_grad_norm(const NamedTensors& params, double max_norm) {
   for (const auto& [name, p] : params)
     if (p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return 0.0;
-  // Off the CPU one multi-tensor kernel per pass instead of one launch per parameter; on the CPU the per-tensor form,
-  // whose sums the golden runs recorded.
-  const bool multi_tensor = !grads.front().is_cpu();
+  // Off the CPU: multi-tensor kernels, one host read. On the CPU the per-tensor form, whose sums the golden runs
+  // recorded.
+  if (!grads.front().is_cpu()) return clip_grad_norm_on_device(params, max_norm).item<double>();
   std::vector<torch::Tensor> norms;
-  if (multi_tensor) {
-    norms = at::_foreach_norm(grads, 2);
-  } else {
-    for (const auto& g : grads) norms.push_back(g.norm(2));
-  }
+  for (const auto& g : grads) norms.push_back(g.norm(2));
   const double total = torch::stack(norms).norm(2).item<double>();
   if (max_norm > 0 && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
-    if (multi_tensor) {
-      at::_foreach_mul_(grads, scale);
-    } else {
-      for (auto& g : grads) g.mul_(scale);
-    }
+    for (auto& g : grads) g.mul_(scale);
   }
   return total;
 }

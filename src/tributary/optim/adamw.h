@@ -79,7 +79,7 @@ class AdamW {
   struct FusedGroup {
     double lr_scale, weight_decay;
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-    torch::Tensor lr;  // device_step: the group's learning rate on the device
+    torch::Tensor lr;  // the group's learning rate, on the parameters' device (a captured step reads it there)
   };
   std::vector<FusedGroup> device_groups_;  // prepare_device_step's, kept for every step after
 
@@ -87,7 +87,7 @@ class AdamW {
   // The groups of every parameter with a gradient; nullopt (or, forced, an error) where the tensors do not suit it.
   std::optional<std::vector<FusedGroup>> fused_groups(bool forced) const;
   void write_device_step(const torch::Tensor& like);
-  void launch_fused(const FusedGroup& group, const std::optional<double>& lr) const;  // nullopt: group.lr
+  void launch_fused(const FusedGroup& group) const;  // at group.lr
   // ATen's fused kernel over every parameter with a gradient; returns false (stepping nothing) where the tensors do
   // not suit it.
   bool aten_fused_step(double lr, bool forced);
@@ -95,7 +95,7 @@ class AdamW {
 };
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping). Returns the norm before clipping.
-// On a GPU the norms and the scaling are multi-tensor kernels; the one host read is the returned norm.
+// On a GPU it is clip_grad_norm_on_device and one host read of the norm.
 double clip_grad_norm(const NamedTensors& params, double max_norm);
 // The same without a host read, for a captured step (runtime/step_graph.h): the gradients are scaled by
 // min(1, max_norm / (norm + 1e-6)) on their device, and the norm comes back as a 0-d tensor there.

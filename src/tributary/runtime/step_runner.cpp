@@ -34,18 +34,11 @@ DenseStep::~DenseStep() = default;
 
 StepResult DenseStep::run(int64_t step, double lr) {
   if (p_.cuda_graph && (!p_.sync || !p_.sync->averaging_gradients())) return run_graphed(step, lr);
-  const int64_t T = p_.loader.context();
   p_.optimizer.zero_grad();
   double step_loss = 0;
   for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
     p_.loader.next(batch_.data_ptr<int64_t>());  // the last copy out of batch_ is done: loss.item() waited for it
-    auto on_device = batch_.to(p_.device, /*non_blocking=*/true);
-    torch::Tensor logits;
-    {
-      const Autocast autocast(p_.bf16, p_.device.type());
-      logits = p_.model.forward(on_device.narrow(1, 0, T));
-    }
-    auto loss = Transformer::loss(p_.bf16 ? logits.to(torch::kFloat32) : logits, on_device.narrow(1, 1, T));
+    const auto loss = batch_loss(batch_.to(p_.device, /*non_blocking=*/true));
     if (p_.sync) p_.sync->before_backward(micro + 1 == p_.grad_accum, p_.grad_accum == 1);
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     step_loss += loss.item<double>() / double(p_.grad_accum);
@@ -77,19 +70,22 @@ StepResult DenseStep::run_graphed(int64_t step, double lr) {
   return {.loss = loss, .grad_norm = g.norm.item<double>()};
 }
 
+torch::Tensor DenseStep::batch_loss(const torch::Tensor& tokens) {
+  const int64_t T = p_.loader.context();
+  torch::Tensor logits;
+  {
+    const Autocast autocast(p_.bf16, p_.device.type());
+    logits = p_.model.forward(tokens.narrow(1, 0, T));
+  }
+  return Transformer::loss(p_.bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
+}
+
 void DenseStep::graphed_body() {
   Graphed& g = *graphed_;
-  const int64_t T = p_.loader.context();
   p_.optimizer.zero_grad();
   torch::Tensor total;
   for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
-    const auto tokens = g.tokens[micro];
-    torch::Tensor logits;
-    {
-      const Autocast autocast(p_.bf16, p_.device.type());
-      logits = p_.model.forward(tokens.narrow(1, 0, T));
-    }
-    auto loss = Transformer::loss(p_.bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
+    const auto loss = batch_loss(g.tokens[micro]);
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     const auto share = loss.detach() / double(p_.grad_accum);
     total = total.defined() ? total + share : share;

@@ -44,6 +44,8 @@ class DenseStep : public TrainStep {
   struct Graphed;  // cuda_graph: the graph and the tensors it reads and writes
   StepResult run_graphed(int64_t step, double lr);
   void graphed_body();  // device work only: what the graph captures
+  // The loss of one (B, T+1) batch on the device: the forward pass under the run's precision, the loss in fp32.
+  torch::Tensor batch_loss(const torch::Tensor& tokens);
 
   DenseStepParts p_;
   torch::Tensor batch_;  // (B, T+1) host buffer
