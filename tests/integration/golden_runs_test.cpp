@@ -13,10 +13,14 @@
 // compares its first round exactly (every task starts from the same global modules) and the rest to 1e-6; the same
 // grid on one worker (a fixed task order) is compared bit for bit, hashes included.
 //
-// Bit-exactness holds for one corpus and one floating-point platform (BLAS kernels, vector width). The goldens carry
-// a fingerprint of both: with another corpus the test skips (nothing comparable; under CI=true it fails instead); with
-// another platform it compares the losses to 1e-3 relative and skips the hashes, and says so. Record again (only when
-// a change is *meant* to change the numbers, and say why in the commit) with:
+// Bit-exactness holds for one corpus and one floating-point platform (BLAS kernels, vector width). ATen picks its
+// vectorised kernels by the CPU (an AVX-512 machine reduces in other lanes than an AVX2 one, and the losses differ in
+// their last bits), so the goldens also record the kernels' capability they ran with, and the runs here are pinned to
+// it (ATEN_CPU_CAPABILITY) where this CPU has it; recording pins AVX2 where the CPU has it, the widest set of machines
+// that can compare exactly. The goldens carry a fingerprint of all three: with another corpus the test skips (nothing
+// comparable; under CI=true it fails instead); with another platform it compares the losses to 1e-3 relative and skips
+// the hashes, and says so. Record again (only when a change is *meant* to change the numbers, and say why in the
+// commit) with:
 //   TRIBUTARY_GOLDEN_RECORD=1 ./build/tributary_tests --gtest_filter='GoldenRuns.*'
 #include <gtest/gtest.h>
 
@@ -24,9 +28,12 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <ATen/Version.h>
 
 #include "shell.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
@@ -80,6 +87,20 @@ std::string numerics_fingerprint() {
   h.update(c.data_ptr<float>(), size_t(c.numel()) * 4);
   h.update(d.data_ptr<float>(), size_t(d.numel()) * 4);
   return hex64(h.digest());
+}
+
+// The capability ATen's CPU kernels run with in this process ("AVX2", "AVX512", "DEFAULT", ...).
+std::string cpu_capability() { return at::get_cpu_capability(); }
+
+// Pins the runs this test starts to `wanted` when this CPU can run it (AVX2 code runs on an AVX-512 machine).
+bool pin_cpu_capability(const std::string& wanted) {
+  const std::string here = cpu_capability();
+  const bool can = wanted == here || (wanted == "AVX2" && here == "AVX512");
+  if (!can) return false;
+  std::string lower = wanted;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  ::setenv("ATEN_CPU_CAPABILITY", lower.c_str(), 1);
+  return true;
 }
 
 std::string tiny_model() {
@@ -246,8 +267,9 @@ class GoldenRuns : public ::testing::Test {
 }  // namespace
 
 TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
-  const json fingerprint = {{"data", data_fingerprint()}, {"numerics", numerics_fingerprint()}};
+  json fingerprint = {{"data", data_fingerprint()}, {"numerics", numerics_fingerprint()}};
   if (std::getenv("TRIBUTARY_GOLDEN_RECORD")) {
+    fingerprint["cpu_capability"] = pin_cpu_capability("AVX2") ? std::string("AVX2") : cpu_capability();
     json golden = {{"fingerprint", fingerprint}, {"runs", record_all()}};
     fs::create_directories(golden_file().parent_path());
     write_file_atomic(golden_file(), golden.dump(1) + "\n");
@@ -263,10 +285,13 @@ TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
   if (golden["fingerprint"]["data"] != fingerprint["data"])
     GTEST_SKIP() << "the test corpus differs from the one the goldens were recorded on (" << fingerprint["data"]
                  << " vs " << golden["fingerprint"]["data"] << "): nothing comparable";
-  const bool exact = golden["fingerprint"]["numerics"] == fingerprint["numerics"];
+  const std::string recorded_capability = golden["fingerprint"].value("cpu_capability", std::string());
+  const bool same_kernels = recorded_capability.empty() || pin_cpu_capability(recorded_capability);
+  const bool exact = golden["fingerprint"]["numerics"] == fingerprint["numerics"] && same_kernels;
   if (!exact)
-    std::cerr << "[golden] another floating-point platform than the goldens' (" << fingerprint["numerics"]
-              << "): losses compared to 1e-3, hashes not compared\n";
+    std::cerr << "[golden] another floating-point platform than the goldens' (" << fingerprint["numerics"] << ", "
+              << cpu_capability() << " kernels; recorded: " << golden["fingerprint"] << "): losses compared to 1e-3, "
+              << "hashes not compared\n";
   const json runs = record_all();
   for (const auto& [name, want] : golden["runs"].items()) {
     SCOPED_TRACE(name);

@@ -57,7 +57,12 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   if (config_.dipaco.path_local) group_opts.link = held_->link();
   group_ = std::make_unique<comm::Group>(*store_, env_.rank, env_.world_size, group_opts, "dipaco/g0");
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  queue_ = std::make_unique<TaskQueue>(*store_, *heartbeat_store, env_.rank, config_.dist.heartbeat_timeout_s);
+  queue_ = std::make_unique<TaskQueue>(*store_, env_.rank);
+  // The run's quorum: heartbeats, and the members' agreement on who is left after a round's tasks and exchange. A
+  // round waits for a slow worker as long as its heartbeat beats (up to dist.collective_timeout_s).
+  quorum_ = std::make_unique<comm::Membership>(*store_, *heartbeat_store, env_.rank, env_.world_size,
+                                               config_.dist.heartbeat_timeout_s, false,
+                                               group_options(config_).collective_timeout);
 
   if (config_.dipaco.path_local && resuming) round_ = agree_on_resumed_round(*group_, round_, from_lead);
   held_->own(round_);
@@ -230,14 +235,26 @@ void Worker::train_task(int64_t p, int64_t round) {
             loss_sum / double(tau), holdout, dt);
 }
 
-// The leader's verdict on the round's tasks; survivors of a death re-form the group.
+// The quorum's decision on the round's tasks (comm/membership.h: every member votes once it ran out of tasks, the
+// first decision written wins). A round without a death settles at once; otherwise the survivors re-form (a new epoch
+// and group) and the dead workers' tasks are lost: re-queued as the next generation or dropped (dipaco.on_failure).
 void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict) {
-  verdict = queue_->settle(round, gen, members_, round_tasks, config_.dipaco.on_failure == "requeue");
-  if (verdict.members == members_) return;
-  members_ = verdict.members;
+  const comm::RoundDecision decision = quorum_->decide(fmt::format("dipaco-r{}g{}", round, gen), true, false);
+  verdict = Verdict{.members = members_};
+  if (decision.commit) return;
+  const std::vector<int> left = quorum_->reform();
+  members_ = quorum_->members();
+  verdict.members = members_;
+  const std::vector<int64_t> lost = queue_->lost(round, round_tasks, members_);
+  if (!lost.empty() && config_.dipaco.on_failure == "requeue") {
+    verdict.again = true;
+    verdict.tasks = lost;
+  } else {
+    verdict.dropped = lost;
+  }
   held_->set_members(members_, round);
   state_->set_live(members_);
-  group_->reform(fmt::format("dipaco/r{}g{}", round, gen), group_rank_of(env_.rank), static_cast<int>(members_.size()),
+  group_->reform(quorum_->group_prefix() + "/dipaco", group_rank_of(env_.rank), static_cast<int>(members_.size()),
                  held_->path_local() ? held_->link() : std::nullopt);
   exchange_options_.link = held_->link();
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
@@ -249,7 +266,13 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
         nlohmann::json{{"step", round * config_.dist.inner_steps}, {"event", "lead"}, {"lead_worker", env_.rank}}
             .dump());
   }
-  if (lead_.is()) log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
+  if (lead_.is()) {
+    log::warn(
+        "DiPaCo round {}: worker(s) {} left the run (dead, or silent past dist.heartbeat_timeout_s); {} task(s) "
+        "lost{}{}",
+        round + 1, fmt::join(left, ", "), lost.size(), lost.empty() ? "" : ": ", fmt::join(lost, ", "));
+    log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
+  }
 }
 
 // Tasks until the queue is empty; then the leader's verdict: done, or a new generation of re-queued tasks; then the

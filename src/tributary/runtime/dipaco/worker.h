@@ -6,8 +6,9 @@
 // Processes and data flow, one round:
 //   1. tasks: the round's paths are claimed from the TaskQueue as workers become free (more paths than workers is the
 //      normal case); a worker accumulates w_p * delta_p per module in its own memory;
-//   2. settle: the leader waits for every live worker; a dead worker's tasks are re-queued or dropped
-//      (dipaco.on_failure) and the survivors re-form the group under a new store prefix;
+//   2. settle: the run's quorum (comm/membership.h, as for fault-tolerant replicas) waits for every live worker's
+//      vote; after a death the survivors re-form the group under a new epoch, and the dead worker's tasks are
+//      re-queued or dropped (dipaco.on_failure);
 //   3. exchange + outer step in one ring (Exchange::reduce_update_gather: compression, accounting and the emulated
 //      WAN of the runtime apply): a reduce-scatter leaves module m's owner (modules are dealt round-robin over the
 //      workers) with m's full sum; the owner takes m's Nesterov step and an all-gather ships the change to everyone

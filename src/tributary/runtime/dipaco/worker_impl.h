@@ -10,6 +10,7 @@
 
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
+#include "tributary/comm/membership.h"
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
@@ -57,7 +58,7 @@ struct RunTally {
 // modules it holds, and the outer optimizers of the modules it owns. Its unit of work is a round: claimed path tasks
 // -> settle -> one ring (or the owners' upload) -> the round's files; the loop drives it like the trainer's steps.
 // Size: the connection (store, group, exchange, queue, members), the modules and per-path state, the round's
-// accumulators, and the run's accounting; DiPaCo's commit (the TaskQueue's verdicts) is still its own.
+// accumulators, and the run's accounting.
 class Worker : public WorkSource {
  public:
   Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
@@ -105,6 +106,7 @@ class Worker : public WorkSource {
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<TaskQueue> queue_;
+  std::unique_ptr<comm::Membership> quorum_;  // the run's members, round by round (who is left after a death)
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
   std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
