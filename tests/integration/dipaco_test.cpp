@@ -123,6 +123,19 @@ TEST_F(Dipaco, AKilledWorkersTasksAreRequeuedAndTheRunFinishes) {
   auto summary = nlohmann::json::parse(read_file(work() / "killed" / "summary.json"));
   EXPECT_EQ(summary["rounds"].get<int64_t>(), 2);
   EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
+  // The summary every kind of run writes (runtime/run_report.h), DiPaCo's grid added: the quorum's re-formation and
+  // every path's tokens of both rounds (nothing dropped).
+  EXPECT_EQ(summary["algorithm"], "dipaco");
+  EXPECT_EQ(summary["reformations"].get<int64_t>(), 1);
+  EXPECT_EQ(summary["steps"].get<int64_t>(), 20);
+  EXPECT_EQ(summary["tokens"].get<int64_t>(), 2 * 4 * 10 * 8 * 64);  // rounds x paths x tau x batch x context
+  EXPECT_GT(summary["tokens_per_s"].get<double>(), 0);
+  EXPECT_TRUE(summary["val_bpb"].is_null());
+  // A DiPaCo worker that launch restarts cannot rejoin: it says so (the others went on without it).
+  auto [rc2, out2] = sh("RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 TRIBUTARY_JOINING=1 " + cli +
+                        dipaco("killed", "routes", ""));
+  EXPECT_EQ(rc2, 2) << out2;
+  EXPECT_NE(out2.find("cannot rejoin a running run"), std::string::npos) << out2;
 }
 
 TEST_F(Dipaco, BadInputIsRefusedNamingWhatToChange) {

@@ -34,6 +34,8 @@ RunReport::RunReport(const ReportSetup& setup) : setup_(setup), launched_world_(
   if (setup_.lead)
     metrics_ =
         std::make_unique<MetricsWriter>(setup_.run_dir / "metrics.jsonl", setup_.resume_step, setup_.run_dir / "tb");
+  else if (!setup_.own_metrics.empty())
+    metrics_ = std::make_unique<MetricsWriter>(setup_.run_dir / setup_.own_metrics, setup_.resume_step);
   if (setup_.distributed) {
     fs::create_directories(setup_.run_dir / "workers");
     worker_ =
@@ -193,6 +195,7 @@ void RunReport::write_summary(const TrainSummary& s, const std::string& algorith
   }
   if (!s.evaluated)
     for (const char* key : {"val_loss", "val_bpb", "val_ppl"}) j[key] = nullptr;
+  if (s.details.is_object()) j.update(s.details);
   write_file_atomic(setup_.run_dir / "summary.json", j.dump(2) + "\n");
 }
 

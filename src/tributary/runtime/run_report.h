@@ -32,6 +32,9 @@ struct ReportSetup {
   bool exchanges = false;    // replicas exchange (data parallel, DiLoCo): the console shows their share of the time
   int rank = 0;              // the worker's launch rank: distributed runs also write workers/rank{rank}.jsonl
   int64_t worker_resume_step = -1;  // that file keeps its lines up to this step (a resume, or a healed worker's rejoin)
+  // A process that does not lead may keep metrics lines of its own in the run directory under this name (DiPaCo's
+  // workers: their tasks and rounds in metrics-rank{R}.jsonl); empty: it writes none.
+  std::string own_metrics;
   double flops_per_token = 0, peak_flops = 0;
   double bytes_per_token = 1;  // validation bytes per token (bits/byte)
 };
@@ -40,7 +43,7 @@ class RunReport {
  public:
   explicit RunReport(const ReportSetup& setup);
 
-  void write(const nlohmann::json& line);  // a metrics line (rank 0 only)
+  void write(const nlohmann::json& line);  // a metrics line (the lead's metrics.jsonl, or setup.own_metrics)
   // Every step: the step's time and tokens (all replicas) for the interval statistics, and a loss when one was
   // reported (local stages report theirs late).
   void step_done(double seconds, int64_t tokens, std::optional<double> loss);
@@ -58,7 +61,8 @@ class RunReport {
   // not spent evaluating, the clock of time-to-loss measurements).
   void evaluated(int64_t step, int64_t tokens_seen, const EvalResult& result, double elapsed, double eval_s,
                  TrainSummary& summary);
-  // summary.json: val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model).
+  // summary.json (the lead only): val_* are null when nothing was evaluated (a 0.0 loss would read as a perfect model);
+  // `summary.details` are added at its top level.
   void write_summary(const TrainSummary& summary, const std::string& algorithm, const std::string& compression);
 
  private:

@@ -41,6 +41,9 @@ struct TrainSummary {
   // the bytes of activations and activation gradients it sent, and the bytes it sent to its replicas in the other
   // pipelines (sync_bytes: the gradient all-reduce, or DiLoCo's pseudo-gradient exchanges).
   nlohmann::json stages;
+  // What only one kind of run reports, merged into summary.json's top level (DiPaCo: its grid, paths, tasks dropped
+  // and the early-stopped paths' routed evaluation).
+  nlohmann::json details;
   fs::path run_dir, checkpoint;
 };
 

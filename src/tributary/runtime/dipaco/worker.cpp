@@ -82,9 +82,13 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
   if (env_.distributed() && env_.rank == 0) store_->set(kRunStartedKey, "1");
-  metrics_ = std::make_unique<MetricsWriter>(
-      run_dir_ / (lead_.is() ? std::string("metrics.jsonl") : fmt::format("metrics-rank{}.jsonl", env_.rank)),
-      resuming ? round_ * config_.dist.inner_steps : -1, lead_.is() ? run_dir_ / "tb" : fs::path());
+  report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = run_dir_,
+                                                    .lead = lead_.is(),
+                                                    .resume_step = resuming ? round_ * config_.dist.inner_steps : -1,
+                                                    .total_steps = config_.train.steps,
+                                                    .world_size = env_.world_size,
+                                                    .rank = env_.rank,
+                                                    .own_metrics = fmt::format("metrics-rank{}.jsonl", env_.rank)});
   if (round_ > 0 && lead_.is()) log::info("DiPaCo: resuming after round {}", round_);
   if (lead_.is()) {
     write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
@@ -110,16 +114,24 @@ StopAgreement::Vote Worker::stop_vote() {
 TrainSummary Worker::finish(bool stopped_early) {
   if (stopped_early && lead_.is())
     log::info("stopped after round {} (step {}); continue with --resume", round_, round_ * config_.dist.inner_steps);
+  const int64_t tau = config_.dist.inner_steps;
   TrainSummary summary;
   summary.kind = RunKind::kDipaco;
-  summary.run_dir = run_dir_;
+  summary.sync = Sync::kModules;
+  summary.run_dir = summary.checkpoint = run_dir_;  // what `eval` and `export-path` read
   summary.elapsed_s = seconds_since(start_);
   summary.outer_steps = tally_.rounds;
-  summary.steps = tally_.rounds * config_.dist.inner_steps;
+  summary.steps = tally_.rounds * tau;
+  // Every path trains tau steps a round: the tokens of the tasks that counted (dropped ones did not).
+  summary.tokens = (tally_.rounds * grid_.num_paths() - tally_.tasks_dropped) * tau * config_.train.batch_size *
+                   config_.model.context;
+  summary.tokens_per_s = summary.elapsed_s > 0 ? double(summary.tokens) / summary.elapsed_s : 0.0;
+  summary.num_parameters = held_->numel(module_ids_);
   summary.bytes_sent = tally_.bytes_sent;
   summary.bytes_recv = tally_.bytes_recv;
   summary.comm_s = tally_.comm_s;
   summary.world_size = env_.world_size;
+  summary.reformations = quorum_->epoch();
   summary.stopped_early = stopped_early;
   summary.lead = lead_.is();
   if (lead_.is()) {
@@ -130,24 +142,22 @@ TrainSummary Worker::finish(bool stopped_early) {
     summary.val_loss = routed.loss;
     summary.val_ppl = std::exp(routed.loss);
     summary.val_loss_early = early.loss;
-    nlohmann::json j = {{"algorithm", "dipaco"},
-                        {"modules", grid_.describe()},
-                        {"paths", grid_.num_paths()},
-                        {"rounds", tally_.rounds},
-                        {"val_loss", routed.loss},
-                        {"val_ppl", summary.val_ppl},
-                        {"val_loss_early_stopped", early.loss},
-                        {"val_ppl_early_stopped", std::exp(early.loss)},
-                        {"eval_tokens", routed.num_tokens},
-                        {"units_per_path", routed.units_per_path},
-                        {"loss_per_path", routed.loss_per_path},
-                        {"bytes_sent", tally_.bytes_sent},
-                        {"bytes_recv", tally_.bytes_recv},
-                        {"comm_s", tally_.comm_s},
-                        {"tasks_dropped", tally_.tasks_dropped},
-                        {"elapsed_s", summary.elapsed_s},
-                        {"world_size", env_.world_size}};
-    write_file_atomic(run_dir_ / "summary.json", j.dump(2) + "\n");
+    // Routed validation scores tokens after the routing prefix: no bits per byte, no unigram baseline; no MFU either
+    // (the paths' compute is not measured against a peak).
+    summary.details = {{"modules", grid_.describe()},
+                       {"paths", grid_.num_paths()},
+                       {"rounds", tally_.rounds},
+                       {"val_loss_early_stopped", early.loss},
+                       {"val_ppl_early_stopped", std::exp(early.loss)},
+                       {"eval_tokens", routed.num_tokens},
+                       {"units_per_path", routed.units_per_path},
+                       {"loss_per_path", routed.loss_per_path},
+                       {"tasks_dropped", tally_.tasks_dropped},
+                       {"val_bpb", nullptr},
+                       {"unigram_bpb", nullptr},
+                       {"mfu", nullptr},
+                       {"peak_flops", nullptr}};
+    report_->write_summary(summary, "dipaco", config_.dist.compression);
     log::info(
         "DiPaCo {}: routed val loss {:.4f} (ppl {:.3f}) on tokens after the {}-token prefix; early-stopped "
         "{:.4f} (ppl {:.3f})",
@@ -221,16 +231,15 @@ void Worker::train_task(int64_t p, int64_t round) {
   const double dt = seconds_since(task_start);
   compute_s_ += dt;
   // step/tokens count one path's inner steps (every path takes the same number), so `tributary plot` works.
-  metrics_->write(nlohmann::json{{"round", round},
-                                 {"path", p},
-                                 {"worker", env_.rank},
-                                 {"step", (round + 1) * tau},
-                                 {"tokens", (round + 1) * tau * tc.batch_size * T},
-                                 {"loss", loss_sum / double(tau)},
-                                 {"holdout_loss", holdout},
-                                 {"task_s", dt},
-                                 {"tokens_per_s", double(tau * tc.batch_size * T) / dt}}
-                      .dump());
+  report_->write({{"round", round},
+                  {"path", p},
+                  {"worker", env_.rank},
+                  {"step", (round + 1) * tau},
+                  {"tokens", (round + 1) * tau * tc.batch_size * T},
+                  {"loss", loss_sum / double(tau)},
+                  {"holdout_loss", holdout},
+                  {"task_s", dt},
+                  {"tokens_per_s", double(tau * tc.batch_size * T) / dt}});
   log::info("round {:>3}/{} | path {:>3} | loss {:.4f} | held-out {:.4f} | {:.1f} s", round + 1, rounds_, p,
             loss_sum / double(tau), holdout, dt);
 }
@@ -260,11 +269,8 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   if (lead_.follow(members_)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
-    metrics_ =
-        std::make_unique<MetricsWriter>(run_dir_ / "metrics.jsonl", round * config_.dist.inner_steps, run_dir_ / "tb");
-    metrics_->write(
-        nlohmann::json{{"step", round * config_.dist.inner_steps}, {"event", "lead"}, {"lead_worker", env_.rank}}
-            .dump());
+    report_->take_lead(round * config_.dist.inner_steps);
+    report_->write({{"step", round * config_.dist.inner_steps}, {"event", "lead"}, {"lead_worker", env_.rank}});
   }
   if (lead_.is()) {
     log::warn(
@@ -360,7 +366,7 @@ UnitDone Worker::next() {
     line["bytes_state_got"] = depot.state_got;  // what the path state cost this worker to fetch (0 for its own paths)
     line["fetch_s"] = depot.fetch_s;
   }
-  metrics_->write(line.dump());
+  report_->write(line);
   save_outer_states(run_dir_, round + 1, held_->outer());  // resume.h: before dipaco.json says the round is done
   if (held_->feedback()) save_feedback(run_dir_, round + 1, env_.rank, *held_->feedback());
   if (env_.distributed()) group_->barrier();
@@ -397,13 +403,12 @@ void Worker::when_due(const UnitDone& unit, const Due& due) {
     const auto routed = evaluate_routed(run_dir_, false, config_.dipaco.eval_units, device_);
     eval_s_ += seconds_since(eval_start);
     // elapsed_s includes every evaluation so far (eval_s): the others wait for the leader at the next settle.
-    metrics_->write(nlohmann::json{{"round", round_},
-                                   {"step", unit.step},
-                                   {"val_loss", routed.loss},
-                                   {"val_ppl", std::exp(routed.loss)},
-                                   {"eval_s", eval_s_},
-                                   {"elapsed_s", seconds_since(start_)}}
-                        .dump());
+    report_->write({{"round", round_},
+                    {"step", unit.step},
+                    {"val_loss", routed.loss},
+                    {"val_ppl", std::exp(routed.loss)},
+                    {"eval_s", eval_s_},
+                    {"elapsed_s", seconds_since(start_)}});
     log::info("round {:>3}/{} | routed val loss {:.4f} (ppl {:.3f})", round_, rounds_, routed.loss,
               std::exp(routed.loss));
   }
@@ -413,6 +418,11 @@ void Worker::when_due(const UnitDone& unit, const Due& due) {
 
 std::unique_ptr<WorkSource> dipaco::make_path_rounds(const RunConfig& config, const TrainOptions& options) {
   const DistEnv& env = options.dist;
+  if (env.joining)
+    fail(
+        "worker {}: a DiPaCo worker cannot rejoin a running run (launch --max-restarts restarted it): the others go "
+        "on without it (launch --max-failures), or stop the run and continue it with --resume",
+        env.rank);
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   configure_threads(config.train.threads, env.local_world_size);
   return std::make_unique<Worker>(config, env, options);

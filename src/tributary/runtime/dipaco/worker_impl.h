@@ -107,7 +107,7 @@ class Worker : public WorkSource {
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<TaskQueue> queue_;
   std::unique_ptr<comm::Membership> quorum_;  // the run's members, round by round (who is left after a death)
-  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<RunReport> report_;  // metrics.jsonl and tb/ (the lead; the others their own tasks' lines), summary
   std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
   std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
   std::vector<int> members_;           // live workers, ascending
