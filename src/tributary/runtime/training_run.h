@@ -1,7 +1,6 @@
 // The trainer's source of work for the one run loop (run_loop.h): one step and its sync per unit, for one process,
-// replicas, pipelines, local parallelism and islands. Built by training_run_build.cpp (model, data, replicas or
-// pipelines, resume); its units, evaluation, checkpoints and summary are trainer.cpp's; a fault-tolerant run's changing
-// membership is training_run_membership.cpp's. Internal to runtime/.
+// replicas, pipelines, local parallelism and islands (training_run.cpp); a fault-tolerant run's changing membership is
+// ft/membership_follower.h's. Internal to runtime/.
 #pragma once
 
 #include <functional>
@@ -19,6 +18,7 @@
 #include "tributary/parallel/train_step.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/ft/lead.h"
+#include "tributary/runtime/ft/membership_follower.h"
 #include "tributary/runtime/islands.h"
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replicas.h"
@@ -54,8 +54,8 @@ struct RunData {
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
 // numbers before the model), then driven unit by unit (one step and its sync) by the run loop.
-// Size: the run's parts (layout, replicas or pipelines and their sync, model parts, the step, data, report) and what
-// is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time, the pending heal).
+// Size: the run's parts (layout, replicas or pipelines and their sync, model parts, the step, data, report, the
+// members) and what is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time).
 class TrainingRun : public WorkSource {
  public:
   TrainingRun(const RunConfig& config, const TrainOptions& options);
@@ -71,7 +71,7 @@ class TrainingRun : public WorkSource {
 
  private:
   void build_model_and_data();
-  void start_replicas();
+  std::optional<PendingHeal> start_replicas();  // a joiner healed mid-round: its pending heal
   void start_training();
   void load_codec_state();  // a resumed rank's error feedback, when the world is the same
   void describe(int64_t threads) const;
@@ -82,11 +82,6 @@ class TrainingRun : public WorkSource {
   bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
   void measure_stage();                // a pipeline stage's step: its traffic, compute, bubble and peak memory
   void report_exchange(int64_t step, bool synced, double elapsed);
-  // Fault tolerance (training_run_membership.cpp), after a round: the members may have changed.
-  void follow_membership(int64_t step);
-  void reshard_data();
-  void admit_joiners(int64_t step, double now);
-  void offer_heals(int64_t step, double now);
   void count_traffic(const comm::CommStats& c);  // the replicas' exchanges, into the summary
   void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
@@ -115,8 +110,8 @@ class TrainingRun : public WorkSource {
   int64_t tokens_at_start_ = 0;  // progress_.tokens when this process began training (resumed or healed: not 0)
   std::unique_ptr<RunReport> report_;
   TrainSummary summary_;
-  int64_t tokens_per_step_ = 0;              // all replicas together
-  std::optional<PendingHeal> pending_heal_;  // a joiner healed mid-round, until it is a member
+  int64_t tokens_per_step_ = 0;                  // all replicas together
+  std::unique_ptr<MembershipFollower> members_;  // dist.fault_tolerant: the replicas' changing members
   double flops_per_token_ = 0;
   double train_seconds_ = 0;  // in steps so far, this invocation
   double eval_seconds_ = 0;   // in evaluations so far, this invocation (inside elapsed())

@@ -1,16 +1,19 @@
-// Building a TrainingRun (training_run.h): in order, since the seed fixes the initialisation and nothing may draw
-// random numbers before the model; then resume, the replicas' start (or a joiner's heal) and the run's description.
+// The trainer's source of work (training_run.h): built in order, since the seed fixes the initialisation and nothing
+// may draw random numbers before the model; then resume, the replicas' start (or a joiner's heal) and the run's
+// description; then driven unit by unit (one step and its sync), with its evaluations, checkpoints and summary.
+#include "tributary/runtime/training_run.h"
+
 #include <fmt/format.h>
 
 #include <limits>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/model/eval.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_layout.h"
-#include "tributary/runtime/training_run.h"
 
 namespace tributary::detail {
 
@@ -60,17 +63,17 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
   // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
   summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_) : measure_matmul_peak(device_);
-  start_replicas();  // a joining worker may find the run over: then it trains nothing
+  std::optional<PendingHeal> pending = start_replicas();  // a joining worker may find the run over: it trains nothing
   flops_per_token_ = training_flops_per_token(config_.model, parts_.model->num_matmul_parameters());
   if (parts_.aux_heads)  // the auxiliary heads are computed and trained too
     flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
-                     (pipelines_      ? layout_.replicas()
-                      : islands_      ? layout_.islands().batches_per_tick()  // time-paced islands take more than one
-                      : pending_heal_ ? pending_heal_->members_world          // the members' count until it is one
-                      : replicas_     ? replicas_->size()
-                                      : env.world_size);
+                     (pipelines_  ? layout_.replicas()
+                      : islands_  ? layout_.islands().batches_per_tick()  // time-paced islands take more than one
+                      : pending   ? pending->members_world                // the members' count until it is one
+                      : replicas_ ? replicas_->size()
+                                  : env.world_size);
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = parts_.model->num_parameters();
   const double bytes_per_token = data_.dataset->bytes_per_token("val");
@@ -93,6 +96,10 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                               .flops_per_token = flops_per_token_,
                                               .peak_flops = summary_.peak_flops,
                                               .bytes_per_token = bytes_per_token});
+  if (replicas_ && replicas_->quorum())
+    members_ = std::make_unique<MembershipFollower>(*replicas_, *data_.loader, lead_, *report_,
+                                                    tc_.batch_size * tc_.grad_accum * config_.model.context,
+                                                    std::move(pending));
   start_training();
 }
 
@@ -157,7 +164,7 @@ void TrainingRun::build_model_and_data() {
         ckpt_->tensors(pipelines_ && options_.dist.rank != 0 ? replica_aux_file(options_.dist.rank) : kAuxHeadsFile));
 }
 
-void TrainingRun::start_replicas() {
+std::optional<PendingHeal> TrainingRun::start_replicas() {
   if (islands_) {
     std::optional<safetensors::File> outer;
     if (ckpt_ && ckpt_->has("outer.safetensors")) outer = ckpt_->tensors("outer.safetensors");
@@ -167,21 +174,21 @@ void TrainingRun::start_replicas() {
     islands_->start(parts_.trained, *parts_.optimizer, progress_.step, outer ? &*outer : nullptr,
                     ckpt_ ? ckpt_->state.at("replicas") : nlohmann::json::array());
     if (ckpt_ && sync_) load_codec_state();
-    return;
+    return std::nullopt;
   }
-  if (!sync_) return;
-  if (options_.dist.joining) {
-    pending_heal_ =
-        join_run(*replicas_->quorum(), parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
-    if (!pending_heal_) reshard_data();  // a healed joiner re-shards when it becomes a member
-    return;
+  if (!sync_) return std::nullopt;
+  if (options_.dist.joining)  // its data is re-sharded over the members when it becomes one (MembershipFollower)
+    return join_run(*replicas_->quorum(), parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
+  if (!ckpt_) {
+    sync_->start(parts_.trained);
+    return std::nullopt;
   }
-  if (!ckpt_) return sync_->start(parts_.trained);
   std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
   const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
   if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
   sync_->start(parts_.trained, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
   load_codec_state();
+  return std::nullopt;
 }
 
 // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
@@ -254,6 +261,181 @@ void TrainingRun::describe(int64_t threads) const {
                 : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr, d.outer_momentum),
             d.compression);
   if (!sync_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
+}
+
+bool TrainingRun::sync(int64_t step, double lr) {
+  if (islands_) return islands_->after_step(step, lr, parts_.trained, step == tc_.steps);
+  if (!sync_) return false;
+  bool synced = sync_->after_step(step, lr, parts_.trained);             // DiLoCo: outer step every H inner steps
+  if (step == tc_.steps) synced |= sync_->finish(step, parts_.trained);  // pending inner steps at the end
+  return synced;
+}
+
+void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
+  if (!sync_ || !(synced || (sync_->averaging_gradients() && report_->log_due(step)))) return;
+  const auto c = sync_->take_stats();
+  count_traffic(c);
+  const int64_t rejected = replicas_ ? replicas_->take_rejected() : -1;  // -1: not guarded
+  summary_.rejected += std::max<int64_t>(0, rejected);
+  report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(), sync_->ddp() ? 1 : sync_->inner_steps_now(),
+                         c, elapsed, rejected >= 0 ? sync_->size() : 0, rejected);
+}
+
+void TrainingRun::count_traffic(const comm::CommStats& c) {
+  if (stages_) stages_->add_sync_bytes(c.bytes_sent);
+  summary_.bytes_sent += c.bytes_sent;
+  summary_.bytes_recv += c.bytes_recv;
+  summary_.comm_s += c.comm_s;
+}
+
+void TrainingRun::save(int64_t step, double elapsed) {
+  auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
+                        pipelines_.get(), &parts_.aux_params, islands_.get()},
+                       step, progress_.tokens, elapsed);
+  if (!path.empty()) summary_.checkpoint = path;
+}
+
+// One unit: next batch -> step -> sync -> (membership) -> report.
+UnitDone TrainingRun::next() {
+  const auto step_start = Clock::now();
+  const int64_t step = progress_.step;
+  const double lr = schedule_.lr(step);
+  const StepResult result = step_once(step, lr);
+  progress_.step = step + 1;
+  faults_.after_step(progress_.step);
+  progress_.tokens += tokens_per_step_;
+  const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
+  const bool synced = sync(progress_.step, lr);
+  const bool round = synced || averaged;
+  if (round && members_) {  // the replicas' membership may change only at a round
+    members_->after_round(progress_.step);
+    tokens_per_step_ = members_->tokens_per_step();
+  }
+  measure_stage();
+  const double dt = seconds_since(step_start);
+  train_seconds_ += dt;
+  report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
+  const double now = elapsed();
+  report_exchange(progress_.step, synced, now);
+  if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
+  const bool quiescent = islands_ ? islands_->quiescent() : !sync_ || sync_->quiescent();
+  return {.step = progress_.step, .quiescent = quiescent, .synced = synced, .round = round, .elapsed_s = now};
+}
+
+StopAgreement::Vote TrainingRun::stop_vote() {
+  if (pipelines_) return [this](bool local) { return pipelines_->stop_agreed(local); };
+  if (replicas_) return [this](bool local) { return replicas_->stop_agreed(local); };
+  if (islands_) return [this](bool local) { return islands_->stop_agreed(local); };
+  return {};
+}
+
+StepResult TrainingRun::step_once(int64_t step, double lr) {
+  const auto start = Clock::now();
+  const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
+  StepResult result = step_.step->run(step, lr);
+  // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
+  // learning rate; the tick reports its last.
+  for (int64_t k = 1; k < layout_.islands().steps_per_tick(); ++k) result = step_.step->run(step, lr);
+  // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
+  if (!step_.slows_itself)
+    slowdown_->after_step(seconds_since(start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
+  return result;
+}
+
+void TrainingRun::measure_stage() {
+  if (!stages_) return;
+  const pipeline::PipelineStats s = stages_->after_step();
+  summary_.bytes_sent += double(s.activation_bytes + s.gradient_bytes + s.data_parallel_bytes);
+  summary_.comm_s += s.blocked_s;
+}
+
+Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
+  const int64_t step = unit.step;
+  const bool last = step == tc_.steps;
+  // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
+  // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
+  const bool at_global = (!sync_ && !islands_) || (sync_ && sync_->averaging_gradients()) || unit.synced;
+  const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && unit.quiescent;
+  return {.last = last,
+          .stop = stop,
+          .eval = (tc_.eval_every > 0 && step % tc_.eval_every == 0) || last,
+          .checkpoint = periodic || last || stop};
+}
+
+void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
+  const int64_t step = unit.step;
+  // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
+  if (pipelines_ && (due.eval || due.checkpoint)) {
+    pipelines_->consolidate(parts_.params, config_.model.blocks_per_level());
+    if (parts_.aux_heads) pipelines_->consolidate_aux_heads(parts_.aux_params);
+  }
+  if (lead_.is() && due.eval) {
+    BatchLoader val(data_.val_tokens,
+                    {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
+                    fmt::format("'{}' val", config_.data.dir));
+    const auto eval_start = Clock::now();
+    const EvalResult result = evaluate(*parts_.model, val, tc_.eval_batches, device_);
+    report_->evaluated(step, progress_.tokens, result, unit.elapsed_s, eval_seconds_, summary_);
+    eval_seconds_ += seconds_since(eval_start);
+  }
+  if ((lead_.is() || layout_.distributed()) && due.checkpoint) save(step, unit.elapsed_s);
+  if (due.last || due.stop)  // the numbers of the last steps, when they come late
+    for (const StepResult& owed : step_.step->drain())
+      record(owed, step, schedule_.lr(step - 1 - owed.lag), unit.elapsed_s);
+}
+
+// Between two steps: workers that asked to join in a round are admitted after its checkpoint; at any quiet step the
+// lead heals those that asked since (ft/membership_follower.h).
+void TrainingRun::between_units(const UnitDone& unit) {
+  if (!members_) return;
+  members_->between_units(unit.step, unit.round, [&] {
+    return heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {unit.step, progress_.tokens, unit.elapsed_s});
+  });
+  tokens_per_step_ = members_->tokens_per_step();
+}
+
+// A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
+// step `result.lag` steps before `step`, the one just run; `lr` is that earlier step's.
+void TrainingRun::record(const StepResult& result, int64_t step, double lr, double now) {
+  summary_.losses.push_back(result.loss);
+  const int64_t of = step - result.lag;
+  if (report_->log_due(of)) report_->log_step(of, progress_.tokens - result.lag * tokens_per_step_, result, lr, now);
+}
+
+TrainSummary TrainingRun::finish(bool stopped_early) {
+  const int64_t step = progress_.step;
+  if (stopped_early) {
+    if (lead_.is())
+      log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
+    summary_.stopped_early = true;
+  }
+  if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
+  if (islands_) {
+    const comm::CommStats inside = islands_->take_inside_stats();
+    summary_.bytes_inside = inside.bytes_sent;
+    summary_.world_size = options_.dist.world_size;
+    summary_.islands = layout_.islands().count();
+  }
+  summary_.steps = step;
+  summary_.lead = lead_.is();
+  summary_.kind = layout_.kind();
+  summary_.sync = layout_.sync();
+  if (replicas_) summary_.world_size = replicas_->size();
+  if (members_) summary_.reformations = members_->reformations();
+  if (sync_) summary_.outer_steps = sync_->outer_steps();
+  if (pipelines_) {
+    summary_.world_size = options_.dist.world_size;
+    summary_.stages = stages_ ? stages_->gather(*pipelines_, train_seconds_) : nlohmann::json::array();
+  }
+  summary_.tokens = progress_.tokens;
+  summary_.elapsed_s = elapsed();
+  // The tokens the members trained while this process did (tokens_per_step_ is the members' count at the end: a
+  // run whose world shrank and grew again would count every step at the final size), against the launched
+  // workers' peak (docs/architecture.md, "MFU").
+  summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds_;
+  summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
+  report_->write_summary(summary_, layout_.name(), config_.dist.compression);
+  return summary_;
 }
 
 }  // namespace tributary::detail

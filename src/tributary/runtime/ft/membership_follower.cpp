@@ -1,0 +1,61 @@
+#include "tributary/runtime/ft/membership_follower.h"
+
+#include "tributary/core/log.h"
+
+namespace tributary {
+
+MembershipFollower::MembershipFollower(Replicas& replicas, BatchLoader& loader, Lead& lead, RunReport& report,
+                                       int64_t tokens_per_replica, std::optional<PendingHeal> pending)
+    : replicas_(replicas),
+      quorum_(*replicas.quorum()),
+      loader_(loader),
+      lead_(lead),
+      report_(report),
+      tokens_per_replica_(tokens_per_replica),
+      pending_(std::move(pending)) {
+  if (!pending_) reshard_data();  // a joiner admitted at a round boundary reads the members' shard from here on
+}
+
+int64_t MembershipFollower::tokens_per_step() const {
+  return tokens_per_replica_ * (pending_ ? pending_->members_world : replicas_.size());
+}
+
+void MembershipFollower::after_round(int64_t step) {
+  if (pending_) {
+    if (quorum_.pending()) return;
+    // Healed mid-round, a member now: the members' position, then the common re-shard below.
+    loader_.set_position(loader_.advanced(pending_->position, step - pending_->step));
+    pending_.reset();
+  }
+  const int64_t members_before = loader_.world_size();
+  reshard_data();
+  if (lead_.follow(quorum_.members())) {
+    report_.take_lead(step);
+    log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", quorum_.members().front(),
+              step);
+    report_.write({{"step", step}, {"event", "lead"}, {"lead_worker", quorum_.members().front()}});
+  }
+  if (lead_.is() && replicas_.size() != members_before)  // `tributary report` lists these as faults and joins
+    report_.write(
+        {{"step", step}, {"event", "membership"}, {"members", replicas_.size()}, {"members_before", members_before}});
+}
+
+void MembershipFollower::between_units(int64_t step, bool round, const std::function<HealState()>& state) {
+  if (round && quorum_.joiners_waiting()) {
+    quorum_.admit(state());
+    after_round(step);
+  }
+  if (quorum_.heal_wanted()) quorum_.offer_heal(state());
+}
+
+void MembershipFollower::reshard_data() {
+  if (loader_.rank() == replicas_.rank() && loader_.world_size() == replicas_.size()) return;
+  const auto before = loader_.position();
+  const int64_t world_before = loader_.world_size();
+  loader_.reshard(replicas_.rank(), replicas_.size());
+  if (replicas_.rank() == 0)
+    log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", replicas_.size(), world_before,
+              before.epoch, before.cursor, loader_.position().cursor);
+}
+
+}  // namespace tributary

@@ -1,0 +1,58 @@
+// A fault-tolerant trainer's side of its replicas' changing membership (dist.fault_tolerant; the rounds themselves are
+// optim/resilient_average.h's, the heal ft/quorum.h's). After every round — a DiLoCo outer step, or a data-parallel
+// step — the members may be fewer (a worker died in it) or, after an admission, more:
+//   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0); the lead
+//     records each change of lead and of the members' count in metrics.jsonl ("event" lines);
+//   - a step's tokens are the members';
+//   - a joiner the lead healed mid-round takes the members' data position when it becomes one;
+//   - the data is re-sharded over the members (BatchLoader::reshard), so no window of the epoch is skipped: the
+//     windows a dead worker had read in the round it died in were trained on by nobody (its update was lost with
+//     it); the survivors go on from the members' common position.
+// Between rounds the members admit the workers that asked to join in the round just ended, and at any quiet step the
+// lead heals those that asked since (they become members before the next round's collective).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "tributary/data/loader.h"
+#include "tributary/runtime/ft/lead.h"
+#include "tributary/runtime/ft/quorum.h"
+#include "tributary/runtime/replicas.h"
+#include "tributary/runtime/run_report.h"
+#include "tributary/runtime/run_state.h"
+
+namespace tributary {
+
+class MembershipFollower {
+ public:
+  // The replicas' quorum and the run's loader, lead and report, which outlive this. `tokens_per_replica`: one step's
+  // tokens on one replica. `pending`: this worker joined and was healed mid-round (join_run), not a member yet;
+  // otherwise its data is re-sharded over the members now (a joiner admitted at a round boundary).
+  MembershipFollower(Replicas& replicas, BatchLoader& loader, Lead& lead, RunReport& report, int64_t tokens_per_replica,
+                     std::optional<PendingHeal> pending);
+
+  // A step's tokens, all members together (a worker healed mid-round: the members' count until it is one).
+  int64_t tokens_per_step() const;
+  int64_t reformations() const { return quorum_.reformations(); }
+
+  // After a round that ends at `step`: the members may have changed.
+  void after_round(int64_t step);
+  // Between two steps (`round`: a round ended at `step`): admissions after a round, heals at any quiet step.
+  // `state` makes what a joiner receives, only when one is waiting.
+  void between_units(int64_t step, bool round, const std::function<HealState()>& state);
+
+ private:
+  void reshard_data();
+
+  Replicas& replicas_;
+  Quorum& quorum_;
+  BatchLoader& loader_;
+  Lead& lead_;
+  RunReport& report_;
+  int64_t tokens_per_replica_;
+  std::optional<PendingHeal> pending_;
+};
+
+}  // namespace tributary
