@@ -73,8 +73,9 @@ TEST_F(Distributed, DilocoRunsAndCommunicatesHTimesLess) {
   EXPECT_NE(out.find("in 3 outer steps;"), std::string::npos) << out;
   auto s = nlohmann::json::parse(read_file(work() / "diloco" / "summary.json"));
   EXPECT_EQ(s["outer_steps"].get<int>(), 3);
-  // int8 quantised ring: 2 (N-1) chunks of params / N values + a 1 KB table each, 3 rounds -- 4x less than fp32
-  EXPECT_NEAR(s["bytes_sent"].get<double>(), 3.0 * 2 * (123264 / 2 + 1024), 8);
+  // int8 quantised ring: 2 (N-1) chunks of params / N values + a 1 KB table each, 3 rounds -- 4x less than fp32; every
+  // message ends with the run's 32-byte MAC (launch gives the run a secret: comm/wire_mac.h)
+  EXPECT_NEAR(s["bytes_sent"].get<double>(), 3.0 * 2 * (123264 / 2 + 1024 + 32), 8);
   int rounds = 0;
   std::istringstream metrics(read_file(work() / "diloco" / "metrics.jsonl"));
   for (std::string line; std::getline(metrics, line);) {

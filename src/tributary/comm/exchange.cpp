@@ -1,5 +1,7 @@
 #include "tributary/comm/exchange.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -32,6 +34,7 @@ Exchange::Exchange(Group& group, const ExchangeOptions& options)
       codec_(make_codec(wire_codec(options.codec), options.seed * 7919 + static_cast<uint64_t>(group.rank()))),
       bucket_numel_(std::max<int64_t>(1, static_cast<int64_t>(options.bucket_mb * (1 << 20) / 4))) {
   if (mode_ == Mode::sparse) sparse_.emplace(options.sparse);
+  if (options.mac_key) mac_.emplace(*options.mac_key);
   if (options.link) {
     TRIB_CHECK_EQ(options.link->num_ranks, group.size(), "(ranks of the link model vs the group)");
     link_ = options.link;
@@ -144,7 +147,7 @@ void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
   auto values = x.index_select(0, idx.to(torch::kInt64));
   // payload: k x (u32 index, f32 value)
   auto payload = torch::cat({idx.view(torch::kUInt8), values.contiguous().view(torch::kUInt8)});
-  auto gathered = group_.all_gather(payload);
+  auto gathered = gather_payloads(payload);
   residual = x.index_fill_(0, idx.to(torch::kInt64), 0.0);  // only once the exchange happened
   flat.zero_();
   for (const auto& p : gathered) {
@@ -153,7 +156,7 @@ void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
     flat.index_add_(0, pi, pv);
   }
   flat.div_(n);
-  const double bytes = double(payload.numel());
+  const double bytes = double(payload.numel() + (mac_ ? WireMac::kBytes : 0));
   account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
 }
 
@@ -167,12 +170,12 @@ void Exchange::average_sparse(torch::Tensor& flat, size_t bucket_index) {
   const auto payload = sparse_->encode(e, sent);
   // Sparse payloads do not add up on the way (their indices differ): every rank gathers all and decodes them in rank
   // order, so the sums, and the update every replica applies, are bit-identical.
-  const auto gathered = group_.all_gather(payload);
+  const auto gathered = gather_payloads(payload);
   residual = e.sub_(sent);  // only once the exchange happened
   flat.zero_();
   for (const auto& p : gathered) sparse_->decode_add(p, flat);
   flat.div_(n);
-  const double bytes = double(payload.numel());
+  const double bytes = double(payload.numel() + (mac_ ? WireMac::kBytes : 0));
   account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
 }
 
@@ -243,7 +246,6 @@ void Exchange::reduce_update_gather(torch::Tensor& flat, const std::vector<int64
 void Exchange::ring(torch::Tensor& flat, const std::vector<int64_t>& begin,
                     const std::function<void(torch::Tensor&)>& update) {
   const int n = group_.size(), r = group_.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const auto start = Clock::now();
   auto chunk = [&](int c) { return flat.narrow(0, begin[c], begin[c + 1] - begin[c]); };
   auto encode = [&](int c) {
@@ -257,12 +259,8 @@ void Exchange::ring(torch::Tensor& flat, const std::vector<int64_t>& begin,
   // Reduce-scatter: after step s, rank r holds the partial sum over s + 2 ranks of chunk (r - s - 1) mod n.
   for (int s = 0; s < n - 1; ++s) {
     const int send_c = ((r - s) % n + n) % n, recv_c = ((r - s - 1) % n + n) % n;
-    auto out = encode(send_c);
-    auto in = torch::empty({wire_size(recv_c)}, torch::kUInt8);
-    group_.send_recv(out, next, in, prev, tag_++);
+    const auto in = hop(encode(send_c), wire_size(recv_c), sent, largest);
     chunk(recv_c).add_(codec_->decode(in.data_ptr<uint8_t>(), begin[recv_c + 1] - begin[recv_c]));
-    sent += double(out.numel());
-    largest = std::max(largest, double(out.numel()));
   }
   // Rank r now holds the full sum of chunk (r + 1) mod n: the owner's update goes here (DiPaCo's outer step).
   const int owned = (r + 1) % n;
@@ -275,16 +273,42 @@ void Exchange::ring(torch::Tensor& flat, const std::vector<int64_t>& begin,
   chunk(owned).copy_(codec_->decode(carried.data_ptr<uint8_t>(), begin[owned + 1] - begin[owned]));
   for (int s = 0; s < n - 1; ++s) {
     const int recv_c = ((r - s) % n + n) % n;
-    auto in = torch::empty({wire_size(recv_c)}, torch::kUInt8);
-    group_.send_recv(carried, next, in, prev, tag_++);
-    chunk(recv_c).copy_(codec_->decode(in.data_ptr<uint8_t>(), begin[recv_c + 1] - begin[recv_c]));
-    sent += double(carried.numel());
-    largest = std::max(largest, double(carried.numel()));
-    carried = in;
+    carried = hop(carried, wire_size(recv_c), sent, largest);
+    chunk(recv_c).copy_(codec_->decode(carried.data_ptr<uint8_t>(), begin[recv_c + 1] - begin[recv_c]));
   }
   // Link model: 2 (n - 1) ring steps, each as long as the largest chunk on the slowest edge.
   const double modelled = link_ ? link_->ring_allreduce_s(largest * n) : 0.0;
   account(sent, sent, modelled, start);
+}
+
+std::string Exchange::place(int tag, int from, int to) const {
+  return fmt::format("{}|{}|{}>{}", group_.prefix(), tag, from, to);
+}
+
+torch::Tensor Exchange::hop(const torch::Tensor& out, int64_t in_bytes, double& sent, double& largest) {
+  const int n = group_.size(), r = group_.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int tag = tag_++;
+  torch::Tensor wire = mac_ ? mac_->seal(out, place(tag, r, next)) : out;
+  if (wire_tamper_) wire_tamper_(wire);
+  auto in = torch::empty({in_bytes + (mac_ ? WireMac::kBytes : 0)}, torch::kUInt8);
+  group_.send_recv(wire, next, in, prev, tag);
+  sent += double(wire.numel());
+  largest = std::max(largest, double(wire.numel()));
+  if (!mac_) return in;
+  return mac_->open(in, place(tag, prev, r), fmt::format("ring message {} from rank {} to rank {}", tag, prev, r));
+}
+
+std::vector<torch::Tensor> Exchange::gather_payloads(const torch::Tensor& payload) {
+  const int tag = tag_++;
+  torch::Tensor wire = mac_ ? mac_->seal(payload, place(tag, group_.rank(), -1)) : payload;
+  if (wire_tamper_) wire_tamper_(wire);
+  auto gathered = group_.all_gather(wire);
+  if (mac_)
+    for (size_t i = 0; i < gathered.size(); ++i)
+      gathered[i] = mac_->open(gathered[i], place(tag, static_cast<int>(i), -1),
+                               fmt::format("payload {} all-gathered from rank {}", tag, i));
+  return gathered;
 }
 
 void Exchange::average_bucket(torch::Tensor& flat, size_t bucket_index) {

@@ -37,6 +37,7 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/sparse_chunks.h"
+#include "tributary/comm/wire_mac.h"
 
 namespace tributary::comm {
 
@@ -56,6 +57,9 @@ struct ExchangeOptions {
   SparseChunkOptions sparse;      // sparseloco: chunk, k and bits
   double sparse_decay = 0.95;     // sparseloco: error feedback kept from round to round (SparseLoCo's beta)
   uint64_t seed = 0;              // stochastic codecs and PowerSGD's initial Q
+  // The run's key: every message of the quantised ring and every top-k / SparseLoCo payload carries its MAC, checked
+  // before it is decoded (wire_mac.h; 32 bytes a message, counted). Gloo's fp32 all-reduce cannot carry one.
+  std::optional<RunKey> mac_key;
 };
 
 class Exchange {
@@ -93,6 +97,8 @@ class Exchange {
   // that is not one of the above.
   void load_codec_state(const std::vector<std::pair<std::string, torch::Tensor>>& state, const std::string& origin);
   const std::optional<LinkModel>& link_model() const { return link_; }
+  // Tests: changes every message this rank puts on the wire after it was sealed, as a stranger on the path would.
+  void set_wire_tamper(std::function<void(torch::Tensor&)> tamper) { wire_tamper_ = std::move(tamper); }
 
  private:
   void average_bucket(torch::Tensor& flat, size_t bucket_index);
@@ -102,6 +108,11 @@ class Exchange {
   void average_sparse(torch::Tensor& flat, size_t bucket_index);
   void average_powersgd(std::vector<torch::Tensor>& tensors);
   void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
+  // One ring hop: `out` to the next rank, `in_bytes` from the previous one, sealed and opened with the MAC; returns
+  // the message received.
+  torch::Tensor hop(const torch::Tensor& out, int64_t in_bytes, double& sent, double& largest);
+  std::vector<torch::Tensor> gather_payloads(const torch::Tensor& payload);  // all-gather, sealed and opened
+  std::string place(int tag, int from, int to) const;  // a message's place, which its MAC is bound to
   void account(double bytes_sent, double bytes_recv, double modelled_s, std::chrono::steady_clock::time_point start);
   // How a bucket is averaged, decided once from the options.
   enum class Mode { all_reduce, quantized_ring, top_k, sparse, power_sgd };
@@ -118,7 +129,9 @@ class Exchange {
   std::optional<LinkModel> link_;
   mutable std::mutex stats_mutex_;
   CommStats stats_;
-  int tag_ = 0;  // ring step tags (same sequence on every rank)
+  int tag_ = 0;  // message numbers: ring step tags (same sequence on every rank)
+  std::optional<WireMac> mac_;
+  std::function<void(torch::Tensor&)> wire_tamper_;
 };
 
 }  // namespace tributary::comm

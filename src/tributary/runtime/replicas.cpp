@@ -85,7 +85,8 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
                    .powersgd_rank = d.powersgd_rank,
                    .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
                    .sparse_decay = d.error_feedback_decay,
-                   .seed = static_cast<uint64_t>(config_.train.seed)});
+                   .seed = static_cast<uint64_t>(config_.train.seed),
+                   .mac_key = comm::run_key_from_environment()});
   if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
   if (rank == 0 && d.diloco() && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
     log::warn(

@@ -1,0 +1,38 @@
+// A MAC on every message our own collectives put on the wire (issue 46). Gloo's pairs are unauthenticated: a stranger
+// on the path between two sites could change a pseudo-gradient in flight. Where the bytes travel unchanged from one
+// rank to another — the quantised ring's hops (int8, fp4, fp16, bf16, terngrad), the top-k and SparseLoCo payloads
+// every rank all-gathers — the sender appends an HMAC-SHA256 of the message under the run's key (OpenSSL), bound to
+// the message's place (the group, the exchange's message number, sender and receiver) so that no tag verifies another
+// message, and the receiver checks it before it decodes a byte. Gloo's own fp32 all-reduce sums in flight, so its
+// bytes cannot carry a sender's tag: comm/average_check.h checks its result instead.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "tributary/comm/sealed_store.h"
+
+namespace tributary::comm {
+
+class WireMac {
+ public:
+  static constexpr int64_t kBytes = 32;  // appended to every message
+
+  explicit WireMac(const RunKey& key) : key_(key) {}
+
+  // `message` (uint8) with the tag of (`place`, its bytes) appended.
+  torch::Tensor seal(const torch::Tensor& message, const std::string& place) const;
+  // The message of `sealed` without its tag; throws NetworkError naming `what` when the tag is not the one the run's
+  // key gives (`place`, the message).
+  torch::Tensor open(const torch::Tensor& sealed, const std::string& place, const std::string& what) const;
+
+ private:
+  std::array<uint8_t, kBytes> tag(const std::string& place, const uint8_t* data, size_t n) const;
+
+  RunKey key_;
+};
+
+}  // namespace tributary::comm
