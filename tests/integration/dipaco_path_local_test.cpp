@@ -132,16 +132,23 @@ TEST_F(Dipaco, PathLocalWorkersNeedNoSharedRunDirectory) {
   // leader, its modules from its own outer-state files, and puts its path state back into the new store. It trains
   // what the uninterrupted run with a shared directory trains (the inner state, momentum and early-stopping copies
   // carry over; lose any of them and the modules differ by far more than the tolerance).
-  auto nodes = [&](const std::string& extra) {
+  auto nodes = [&](const std::string& extra, bool path_local = true) {
     const int port = free_tcp_port();
     auto node = [&](int n) {
-      return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --{}", cli, n, port,
-                         dipaco(fmt::format("node{}", n), "routes", "--set dipaco.path_local=true " + extra));
+      return fmt::format(
+          "{} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --{}", cli, n, port,
+          dipaco(fmt::format("node{}", n), "routes", fmt::format("--set dipaco.path_local={} ", path_local) + extra));
     };
     return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
   };
+  // The owners' ring keeps the paths' state in the shared directory: apart, it refuses to start, naming the key.
+  auto [rc_ring, out_ring] = nodes("", false);
+  EXPECT_NE(rc_ring, 0) << out_ring;
+  EXPECT_NE(out_ring.find("is not shared with worker(s) 1"), std::string::npos) << out_ring;
+  EXPECT_NE(out_ring.find("set dipaco.path_local = true"), std::string::npos) << out_ring;
   auto [rc0, out0] = nodes("--stop-after-step 10");
   ASSERT_EQ(rc0, 0) << out0;
+  EXPECT_NE(out0.find("path-local, each keeps its own"), std::string::npos) << out0;
   EXPECT_NE(out0.find("stopped after round 1"), std::string::npos) << out0;
   // Resumed with the leader 4x slower, worker 1 takes 3 of the 4 paths: at least one whose inner state and
   // early-stopping copy only the leader's directory holds.

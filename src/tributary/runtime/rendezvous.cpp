@@ -89,10 +89,9 @@ comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
   wait_for_ranks(store, "config/", env.world_size, store_timeout, env.rank);
   const auto reference = RunConfig::from_toml(store.get("config/0"), "rank 0's config").schema().flatten();
   std::vector<std::string> problems;
-  std::vector<std::string> local_keys = {"train.threads", "train.device", "dist.compute_nice"};
-  // Each machine may keep its own run directory (runtime/replica_checkpoint.h; path-local DiPaCo workers share
-  // nothing), except DiPaCo's workers that share their paths' state through the run directory.
-  if (config.dipaco.modules.empty() || config.dipaco.path_local) local_keys.push_back("train.run_dir");
+  // Each machine names its own run directory: whether it is rank 0's is found by looking (a probe file, after the
+  // groups form: runtime/replica_checkpoint.h), not by comparing names — one filesystem may be mounted at two paths.
+  const std::vector<std::string> local_keys = {"train.threads", "train.device", "dist.compute_nice", "train.run_dir"};
   for (int r = 1; r < env.world_size; ++r) {
     auto other = RunConfig::from_toml(store.get("config/" + std::to_string(r)), "rank config").schema().flatten();
     auto diffs = config_differences(reference, other, local_keys);

@@ -170,6 +170,18 @@ CheckpointPeers checkpoint_peers(Replicas& replicas) {
           .all_gather = [&replicas](const torch::Tensor& t) { return replicas.all_gather(t); }};
 }
 
+std::vector<int> ranks_apart_from_lead(const CheckpointPeers& peers, const fs::path& run_dir) {
+  const fs::path probe = run_dir / ".tributary-shared-probe";
+  const auto sees = torch::full({1}, sees_lead_dir(peers, probe) ? int64_t(1) : int64_t(0), torch::kInt64);
+  const auto all = peers.all_gather(sees);
+  std::error_code ec;
+  if (peers.rank == 0) fs::remove(probe, ec);  // every rank has read it
+  std::vector<int> apart;
+  for (int rank = 0; rank < peers.size; ++rank)
+    if (all[size_t(rank)][0].item<int64_t>() == 0) apart.push_back(rank);
+  return apart;
+}
+
 int64_t check_run_dirs(const CheckpointPeers& peers, const fs::path& run_dir,
                        const std::vector<int64_t>& resume_steps) {
   constexpr int64_t kSteps = 32;  // the newest checkpoints a rank offers; more are kept only by keep_checkpoints > 32

@@ -35,6 +35,9 @@ struct CheckpointPeers {
   std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
 };
 
+// The ranks that do not see rank 0's `run_dir` (another machine, no shared filesystem), the same list on every rank.
+// Collective.
+std::vector<int> ranks_apart_from_lead(const CheckpointPeers& peers, const fs::path& run_dir);
 // Where rank `rank` keeps its own checkpoints when it does not see rank 0's run directory: RUN_DIR/ranks/rank-R (its
 // checkpoints/ as in any run directory). Its model/optim are that rank's replica (state.json's "replica_rank").
 fs::path own_run_dir(const fs::path& run_dir, int rank);

@@ -19,7 +19,8 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       exchange_options_{.codec = config.dist.compression,
                         .bucket_mb = config.dist.bucket_mb,
                         .link = wan_link_model_or_none(config.dist.wan, env.world_size),
-                        .seed = static_cast<uint64_t>(config.train.seed)} {
+                        .seed = static_cast<uint64_t>(config.train.seed),
+                        .mac_key = comm::run_key_from_environment()} {
   data_ = load_routed_paths(config_, grid_);
 
   if (slowdown_.factor() > 1)
@@ -64,6 +65,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                                                config_.dist.heartbeat_timeout_s, false,
                                                group_options(config_).collective_timeout);
 
+  if (env_.distributed()) check_run_dir();
   if (config_.dipaco.path_local && resuming) round_ = agree_on_resumed_round(*group_, round_, from_lead);
   held_->own(round_);
   if (resuming) load_outer_states(run_dir_, round_, held_->outer());
@@ -99,6 +101,31 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
         grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)), count(module_ids_),
         rounds_, config_.dist.inner_steps, env_.world_size, config_.dipaco.routes);
   }
+}
+
+// The owners' ring keeps every path's AdamW state and early-stopping copy in the shared run directory; path-local
+// workers move them through the run's store, so each machine may keep its own directory. Every worker learns which
+// workers see the lead's directory (one probe file, one all-gather), and all act alike.
+void Worker::check_run_dir() {
+  const CheckpointPeers peers{.rank = group_->rank(),
+                              .size = group_->size(),
+                              .barrier = [this] { group_->barrier(); },
+                              .all_gather = [this](const torch::Tensor& t) { return group_->all_gather(t); }};
+  if (lead_.is()) fs::create_directories(run_dir_);  // a fresh run's: its files come later
+  const std::vector<int> apart = ranks_apart_from_lead(peers, run_dir_);
+  if (apart.empty()) return;
+  if (!config_.dipaco.path_local)
+    fail(
+        "train.run_dir '{}' is not shared with worker(s) {} (another machine, no shared filesystem), and the owners' "
+        "ring (dipaco.path_local = false) keeps every path's AdamW state and early-stopping copy there: share the "
+        "directory, or set dipaco.path_local = true (each machine keeps its own; the state moves through the run's "
+        "store)",
+        run_dir_.string(), fmt::join(apart, ", "));
+  if (lead_.is())
+    log::info(
+        "train.run_dir '{}' is not shared with worker(s) {} (another machine, no shared filesystem): path-local, each "
+        "keeps its own; this one holds the modules, the metrics and summary.json",
+        run_dir_.string(), fmt::join(apart, ", "));
 }
 
 // A round is DiPaCo's unit of resumable progress: a stop (signal or --stop-after-step) waits for the round's end.

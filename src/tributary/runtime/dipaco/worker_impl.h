@@ -37,6 +37,7 @@
 #include "tributary/runtime/launcher.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/slowdown.h"
@@ -82,6 +83,7 @@ class Worker : public WorkSource {
   };
   RoundWork tasks_and_exchange(int64_t round);
   void save_round_as_leader(int64_t round);
+  void check_run_dir();  // collective: a ring run needs the lead's directory on every machine
   void train_task(int64_t path, int64_t round);
   void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
   int group_rank_of(int worker) const {
