@@ -195,6 +195,15 @@ json record_all() {
                "--set train.steps=16 --set train.batch_size=4 --set parallel.pipeline_stages=2 "
                "--set parallel.micro_batches=2 --set dist.algorithm=diloco --set dist.inner_steps=4"));
   runs["pipeline_diloco"] = trainer_record("pipeline_diloco");
+  // The same as two islands holding one pipeline each (island-major ranks: the stages of a pipeline on one island's
+  // ranks, DiLoCo per stage across the islands): the same computation placed otherwise, bit for bit (compared with
+  // "pipeline_diloco", not recorded on its own).
+  run_ok(cli + " launch --nproc 4 --master-port 0 --" +
+         train("pipeline_islands",
+               "--set train.steps=16 --set train.batch_size=4 --set parallel.pipeline_stages=2 "
+               "--set parallel.micro_batches=2 --set dist.algorithm=diloco --set dist.inner_steps=4 "
+               "--set parallel.islands=2"));
+  runs["pipeline_islands"] = trainer_record("pipeline_islands");
   // Local parallelism in one process: two chunks of one block, each with its auxiliary head.
   run_ok(cli + train("local", "--set train.steps=24 --set train.batch_size=8 --set local.chunks=2"));
   runs["local"] = trainer_record("local");
@@ -314,5 +323,15 @@ TEST_F(GoldenRuns, EveryAlgorithmReproducesItsRecordedLossesAndCheckpoints) {
   compare_losses("islands_of_one val", flat["val_losses"], runs["islands_of_one"]["val_losses"], exact ? 0.0 : 1e-3);
   if (exact) {
     EXPECT_EQ(flat["files"], runs["islands_of_one"]["files"]) << "islands of one rank: checkpoint tensors";
+  }
+  // A pipeline per island is DiLoCo per stage across the pipelines: the same losses and consolidated model (the
+  // ranks' own files are named by rank, and the ranks are placed otherwise).
+  const json& megatron = golden["runs"]["pipeline_diloco"];
+  const json& islands = runs["pipeline_islands"];
+  compare_losses("pipeline_islands", megatron["losses"], islands["losses"], exact ? 0.0 : 1e-3);
+  compare_losses("pipeline_islands val", megatron["val_losses"], islands["val_losses"], exact ? 0.0 : 1e-3);
+  if (exact) {
+    EXPECT_EQ(megatron["files"]["model.safetensors"], islands["files"]["model.safetensors"])
+        << "a pipeline per island: the consolidated model";
   }
 }

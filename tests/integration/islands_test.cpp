@@ -140,6 +140,36 @@ TEST_F(Distributed, TimePacedIslandsTakeTheirOwnStepsPerTickAndMeetAtTheOuterSte
   EXPECT_EQ(s["tokens"].get<int64_t>(), 8 * 5 * 4 * 64);  // 8 ticks of 5 batches of 4 x 64 tokens
 }
 
+TEST_F(Distributed, AMeasuredPaceLetsTheFasterIslandTakeMoreStepsAndAResumeKeepsIt) {
+  // Islands of 2 and 1 ranks, the lone rank 4x slower; parallel.island_steps = auto: the ranks time their step at
+  // start-up and the fast island takes about 4 steps per tick (at least 2: the machine is noisy), the slow one 1. The
+  // islands meet at every outer step and end as one model; the checkpoint keeps the pace, and a resume uses it
+  // instead of measuring again.
+  const std::string args =
+      "--set train.steps=8 --set train.batch_size=4 --set parallel.islands=2,1 --set parallel.island_steps=auto "
+      "--set dist.slow_workers=2:4 --set dist.inner_steps=4 --set train.checkpoint_every=4";
+  auto [rc, out] = sh(launch(3) + tiny("isl_auto", args + " --stop-after-step 4"));
+  ASSERT_EQ(rc, 0) << out;
+  const auto at = out.find("parallel.island_steps = auto:");
+  ASSERT_NE(at, std::string::npos) << out;
+  const auto state =
+      nlohmann::json::parse(read_file(work() / "isl_auto" / "checkpoints" / "step-00000004" / "state.json"));
+  const auto steps = state.at("island_steps").get<std::vector<int64_t>>();
+  ASSERT_EQ(steps.size(), 2u) << state.dump();
+  EXPECT_GE(steps[0], 2) << out.substr(at, 300);
+  EXPECT_EQ(steps[1], 1) << out.substr(at, 300);
+  EXPECT_NE(out.find(fmt::format("parallel.island_steps = '{},1'", steps[0])), std::string::npos) << out;
+  auto [rc2, out2] = sh(launch(3) + tiny("isl_auto", args + " --resume"));
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_EQ(out2.find("parallel.island_steps = auto:"), std::string::npos) << "measured again on resume: " << out2;
+  for (int r = 1; r < 3; ++r)
+    EXPECT_TRUE(torch::equal(flat_params(work() / "isl_auto", 8),
+                             flat_params(work() / "isl_auto", 8, fmt::format("rank-{}.model.safetensors", r))))
+        << "rank " << r;
+  const auto s = nlohmann::json::parse(read_file(work() / "isl_auto" / "summary.json"));
+  EXPECT_EQ(s["tokens"].get<int64_t>(), 8 * (2 * steps[0] + 1) * 4 * 64);  // 8 ticks of the islands' batches
+}
+
 TEST_F(Distributed, IslandShapesThatCannotRunAreRefusedBeforeTraining) {
   auto [rc, out] = sh(launch(4) + tiny("isl_bad", "--set train.steps=4 --set parallel.islands=3"));
   EXPECT_NE(rc, 0);

@@ -76,11 +76,14 @@ std::vector<int64_t> parse_islands(const std::string& text, int world_size, int 
 void Layout::place_islands(const LayoutSpec& spec) {
   const std::vector<int64_t> islands =
       parse_islands(spec.islands, spec.world_size, spec.local_world_size, "parallel.islands");
+  if (!islands.empty() && spec.pipeline_stages > 1) {
+    place_pipeline_islands(spec, islands);
+    return;
+  }
   if (!islands.empty()) {
-    const char* other = spec.dipaco                ? "DiPaCo (dipaco.modules)"
-                        : spec.pipeline_stages > 1 ? "pipelines (parallel.pipeline_stages > 1)"
-                        : spec.local_chunks > 0    ? "local parallelism (local.chunks)"
-                                                   : nullptr;
+    const char* other = spec.dipaco             ? "DiPaCo (dipaco.modules)"
+                        : spec.local_chunks > 0 ? "local parallelism (local.chunks)"
+                                                : nullptr;
     if (other)
       fail("parallel.islands with {} is not supported yet: islands run data parallel inside and DiLoCo across", other);
     if (!spec.diloco)
@@ -105,9 +108,11 @@ void Layout::place_islands(const LayoutSpec& spec) {
   }
   const std::vector<int64_t> sizes = islands.empty() ? std::vector<int64_t>(size_t(spec.world_size), 1) : islands;
   std::vector<int64_t> island_steps(sizes.size(), 1);
-  if (!spec.island_steps.empty()) {
+  const bool measured = spec.island_steps == "auto";
+  if (!spec.island_steps.empty() && !measured) {
     const std::vector<int64_t> steps = positive_counts(spec.island_steps, "parallel.island_steps",
-                                                       "expected optimizer steps per tick for each island, e.g. '2,1'");
+                                                       "expected optimizer steps per tick for each island, e.g. '2,1', "
+                                                       "or 'auto'");
     if (steps.size() != sizes.size())
       fail(
           "parallel.island_steps = '{}' gives {} island(s) steps but parallel.islands makes {}: one number per "
@@ -115,7 +120,39 @@ void Layout::place_islands(const LayoutSpec& spec) {
           spec.island_steps, steps.size(), sizes.size());
     island_steps = steps;
   }
-  islands_ = IslandShape(sizes, island_steps, spec.rank);
+  islands_ = IslandShape(sizes, island_steps, spec.rank, measured);
+}
+
+// parallel.islands with parallel.pipeline_stages = p (DT-FM's shape: a pipeline inside a region, its replicas across
+// the regions): each island holds one pipeline, its stages on the island's consecutive ranks (rank = island x p +
+// stage, the island's fast link carrying the activations), and each stage's replicas are kept together across the
+// islands by DiLoCo — the pipelines' runtime with DiLoCo per stage, placed island-major instead of Megatron's order.
+void Layout::place_pipeline_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands) {
+  const int64_t p = spec.pipeline_stages;
+  for (int64_t n : islands)
+    if (n != p)
+      fail(
+          "parallel.islands = '{}' with parallel.pipeline_stages = {}: each island holds one pipeline, so every "
+          "island must have {} ranks (islands of {})",
+          spec.islands, p, p, fmt::join(islands, "/"));
+  if (islands.size() < 2)
+    fail("parallel.islands = '{}' makes one island: give two or more (one pipeline each)", spec.islands);
+  if (!spec.diloco)
+    fail(
+        "parallel.islands with pipelines needs dist.algorithm = diloco (each stage's replicas kept together across "
+        "the islands by DiLoCo); dist.algorithm = ddp would average across the slow link every step");
+  if (spec.warmup_ddp_steps > 0)
+    fail(
+        "dist.warmup_ddp_steps = {} with parallel.islands: the warm-up would be data parallel across the slow "
+        "link the islands avoid; set it to 0",
+        spec.warmup_ddp_steps);
+  if (spec.placement)
+    fail("parallel.placement with parallel.islands and pipelines: the islands place the pipelines; give one of them");
+  if (!spec.island_steps.empty())
+    fail("parallel.island_steps = '{}' with pipelines in the islands is not supported: every pipeline keeps the pace",
+         spec.island_steps);
+  islands_ = IslandShape(islands, std::vector<int64_t>(islands.size(), 1), spec.rank);
+  pipeline_islands_ = true;
 }
 
 Layout Layout::resolve(const LayoutSpec& spec) {
@@ -163,7 +200,10 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   l.device_of_rank_.resize(size_t(spec.world_size));
   for (int r = 0; r < spec.world_size; ++r) {
     l.device_of_rank_[size_t(r)] = r;
-    if (l.kind_ != RunKind::kIslands) l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = r;
+    if (l.pipeline_islands_)  // island-major: pipeline i on island i's ranks
+      l.rank_at_[size_t(r / l.stages_)][size_t(r % l.stages_)] = r;
+    else if (l.kind_ != RunKind::kIslands)
+      l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = r;
   }
   if (spec.placement && l.kind_ == RunKind::kPipelines) {
     const auto& placement = *spec.placement;
@@ -226,7 +266,8 @@ std::string Layout::describe() const {
           warmup_ddp_steps_ > 0 ? fmt::format(" after {} data-parallel steps", warmup_ddp_steps_) : "", replica_);
     case RunKind::kPipelines:
       return fmt::format(
-          "layout: {} pipeline(s) x {} stages{}{}; rank {} runs stage {} of pipeline {}", replicas_, stages_,
+          "layout: {} pipeline(s) x {} stages{}{}{}; rank {} runs stage {} of pipeline {}", replicas_, stages_,
+          pipeline_islands_ ? ", one per island (its stages on the island's fast link)" : "",
           replicas_ > 1 ? fmt::format(", each stage's replicas kept together by {}", sync_name(sync_)) : "", local,
           rank_, stage_, replica_);
     case RunKind::kDipaco:

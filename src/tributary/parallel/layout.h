@@ -55,7 +55,7 @@ struct LayoutSpec {
   std::optional<PlacedRanks> placement;  // parallel.placement, read
   std::string placement_key;             // its file, for messages
   std::string islands;                   // parallel.islands: "" | "N" (equal) | "4,4,2" (sizes) | "machines"
-  std::string island_steps;              // parallel.island_steps: "" | optimizer steps per tick per island "2,1"
+  std::string island_steps;              // parallel.island_steps: "" | steps per tick per island "2,1" | "auto"
   int local_world_size = 1;              // processes on this rank's machine ("machines": one island each)
 };
 
@@ -100,6 +100,7 @@ class Layout {
 
  private:
   void place_islands(const LayoutSpec& spec);
+  void place_pipeline_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands);
 
   RunKind kind_ = RunKind::kSingle;
   Sync sync_ = Sync::kNone;
@@ -108,6 +109,7 @@ class Layout {
   std::vector<std::vector<int>> rank_at_;  // [replica][stage]
   std::vector<int> device_of_rank_;
   IslandShape islands_;
+  bool pipeline_islands_ = false;  // parallel.islands with pipelines: one pipeline per island, island-major ranks
 };
 
 const char* sync_name(Sync sync);

@@ -57,16 +57,35 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
                              .size = int(layout.islands().count()),
                              .link = links ? std::optional(links->subset(peers)) : std::nullopt,
                              .prefix = fmt::format("islands.shard{}", layout.islands().outer_shard())});
-    // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient
-    // counts n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
-    across_->set_update_weight(double(size * layout.islands().steps_per_tick()) * double(layout.islands().count()) /
-                               double(layout.islands().batches_per_tick()));
   }
+  weigh_updates();
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }
 
 Islands::~Islands() = default;
+
+// An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient counts
+// n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
+void Islands::weigh_updates() {
+  if (!across_) return;
+  const IslandShape& shape = layout_.islands();
+  across_->set_update_weight(double(shape.size(shape.island()) * shape.steps_per_tick()) * double(shape.count()) /
+                             double(shape.batches_per_tick()));
+}
+
+std::vector<double> Islands::all_seconds(double mine) {
+  const auto all = world_->all_gather(torch::full({1}, mine, torch::kFloat64));
+  std::vector<double> out;
+  for (const auto& t : all) out.push_back(t.item<double>());
+  return out;
+}
+
+void Islands::set_pace(const Layout& layout) {
+  TRIB_CHECK(layout.islands().sizes() == layout_.islands().sizes(), "a pace for other islands");
+  layout_ = layout;
+  weigh_updates();
+}
 
 void Islands::share(const std::vector<torch::Tensor>& tensors, int64_t shards) {
   if (island_->size() == 1) return;
@@ -169,7 +188,8 @@ bool Islands::stage_state(const fs::path& run_dir, int64_t step, const RankState
   RankState state = mine;
   state.codec = &codec;
   if (!stage_rank_state(peers(), run_dir, step, state, contents)) return false;
-  contents.state["replicas"] = across_->sync().progress();  // rank 0 holds shard 0
+  contents.state["replicas"] = across_->sync().progress();         // rank 0 holds shard 0
+  contents.state["island_steps"] = layout_.islands().all_steps();  // a measured pace goes on after a resume
   contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
   return true;
 }

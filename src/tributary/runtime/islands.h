@@ -49,6 +49,10 @@ class Islands {
   int64_t outer_steps() const { return across_ ? across_->sync().outer_steps() : 0; }
 
   bool stop_agreed(bool local_stop) { return stop_vote_->step(local_stop); }
+  // parallel.island_steps = "auto" (runtime/island_pace.h): every rank's measured step seconds, in rank order
+  // (collective over the run); then the layout with the pace they give, before start().
+  std::vector<double> all_seconds(double mine);
+  void set_pace(const Layout& layout);
   CheckpointPeers peers();  // every rank of the run
   // A checkpoint's part beyond the per-rank files: the whole outer state (outer.safetensors, gathered within the
   // island) and the units' progress, on rank 0. Collective over the run, like stage_rank_state.
@@ -58,6 +62,7 @@ class Islands {
 
  private:
   NamedTensors whole_outer_state(const NamedTensors& params);
+  void weigh_updates();  // this island's pseudo-gradient's weight across the islands, from the layout's pace
   void share(const std::vector<torch::Tensor>& tensors, int64_t shards);  // island all-gather of row shards
 
   Layout layout_;

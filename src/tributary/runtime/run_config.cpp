@@ -104,7 +104,8 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("parallel.shard_optimizer", parallel.shard_optimizer,
         "islands: ZeRO-1, each rank keeps and steps 1/N of its island's AdamW moments");
   s.add("parallel.island_steps", parallel.island_steps,
-        "islands of unlike speed: optimizer steps per train step, per island, e.g. '2,1'; '' = one each (lockstep)");
+        "islands of unlike speed: optimizer steps per train step, per island, e.g. '2,1'; 'auto' = measured at "
+        "start-up, in proportion to each island's speed; '' = one each (lockstep)");
   s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
   s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
   s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");

@@ -12,6 +12,7 @@
 #include "tributary/model/eval.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
+#include "tributary/runtime/island_pace.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_layout.h"
 
@@ -59,6 +60,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     if (ckpt_) resume_at(*ckpt_, step);
   }
   build_model_and_data();
+  if (islands_ && layout_.islands().measured_pace()) pace_islands();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
   // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
@@ -101,6 +103,38 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                                     tc_.batch_size * tc_.grad_accum * config_.model.context,
                                                     std::move(pending));
   start_training();
+}
+
+// parallel.island_steps = "auto" (runtime/island_pace.h): the pace measured now, or the resumed checkpoint's.
+void TrainingRun::pace_islands() {
+  const IslandShape& shape = layout_.islands();
+  std::vector<int64_t> steps;
+  if (ckpt_ && ckpt_->state.contains("island_steps")) {
+    const auto& saved = ckpt_->state["island_steps"];
+    const bool valid =
+        saved.is_array() && int64_t(saved.size()) == shape.count() &&
+        std::all_of(saved.begin(), saved.end(), [](const nlohmann::json& n) {
+          return n.is_number_integer() && n.get<int64_t>() >= 1 && n.get<int64_t>() <= IslandShape::kMaxPacedSteps;
+        });
+    if (!valid)
+      fail("'{}': island_steps is not one step count (1..{}) per island; use another checkpoint",
+           (ckpt_->dir / "state.json").string(), IslandShape::kMaxPacedSteps);
+    steps = saved.get<std::vector<int64_t>>();
+  } else {
+    const double mine = measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor());
+    const std::vector<double> seconds = islands_->all_seconds(mine);
+    steps = shape.paced_steps(seconds);
+    if (lead_.is())
+      log::info(
+          "parallel.island_steps = auto: a step takes {:.3f} s on the ranks ({}); the islands take {} optimizer "
+          "step(s) per tick (set parallel.island_steps = '{}' to replay this pace)",
+          *std::max_element(seconds.begin(), seconds.end()), fmt::format("{:.3f}", fmt::join(seconds, ", ")),
+          fmt::join(steps, ", "), fmt::join(steps, ","));
+  }
+  RunConfig paced = config_;  // the config keeps "auto" (a resume compares it); the checkpoints keep the steps
+  paced.parallel.island_steps = fmt::format("{}", fmt::join(steps, ","));
+  layout_ = run_layout(paced, options_.dist);
+  islands_->set_pace(layout_);
 }
 
 // The step behind the seam, then the clocks: from here on the loop's units are timed.

@@ -74,6 +74,7 @@ class TrainingRun : public WorkSource {
   std::optional<PendingHeal> start_replicas();  // a joiner healed mid-round: its pending heal
   void start_training();
   void load_codec_state();  // a resumed rank's error feedback, when the world is the same
+  void pace_islands();      // parallel.island_steps = "auto"
   void describe(int64_t threads) const;
   Replicas* synced_replicas() const {
     return pipelines_ ? pipelines_->stage_replicas() : islands_ ? islands_->across() : replicas_.get();

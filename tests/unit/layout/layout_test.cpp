@@ -180,7 +180,8 @@ TEST(Layout, IslandsThatCannotRunNameTheKey) {
             std::string::npos);
   EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.diloco = false; }).find("needs dist.algorithm = diloco"),
             std::string::npos);
-  EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.pipeline_stages = 2; }).find("pipelines"), std::string::npos);
+  EXPECT_NE(with(4, "3,1", [](LayoutSpec& s) { s.pipeline_stages = 2; }).find("every island must have 2 ranks"),
+            std::string::npos);
   EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.warmup_ddp_steps = 3; }).find("dist.warmup_ddp_steps = 3"),
             std::string::npos);
 }
@@ -204,6 +205,52 @@ TEST(Layout, TimePacedIslandsTakeTheirOwnStepsPerTick) {
   auto flat = spec(0, 2);
   flat.island_steps = "1,1";
   EXPECT_NE(error_of([&] { Layout::resolve(flat); }).find("without parallel.islands"), std::string::npos);
+}
+
+// parallel.islands with pipelines: one pipeline per island, its stages on the island's consecutive ranks (island-major,
+// not Megatron's order), each stage's replicas across the islands by DiLoCo; shapes that cannot are refused by name.
+TEST(Layout, APipelinePerIslandPutsItsStagesOnTheIslandsRanks) {
+  auto s = spec(1, 6, 3);
+  s.islands = "2";
+  const Layout l = Layout::resolve(s);
+  EXPECT_EQ(l.kind(), RunKind::kPipelines);
+  EXPECT_EQ(l.sync(), Sync::kDiloco);
+  EXPECT_EQ(l.replicas(), 2);
+  EXPECT_EQ(l.stage(), 1);
+  EXPECT_EQ(l.replica(), 0);
+  EXPECT_EQ(l.pipeline_ranks(), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(l.stage_replica_ranks(), (std::vector<int>{1, 4}));
+  EXPECT_NE(l.describe().find("one per island"), std::string::npos) << l.describe();
+  s.rank = 4;
+  EXPECT_EQ(Layout::resolve(s).replica(), 1);
+  s.islands = "4,2";
+  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("every island must have 3 ranks"), std::string::npos);
+  auto ddp = spec(0, 4, 2, false);
+  ddp.islands = "2";
+  EXPECT_NE(error_of([&] { Layout::resolve(ddp); }).find("needs dist.algorithm = diloco"), std::string::npos);
+  auto paced = spec(0, 4, 2);
+  paced.islands = "2";
+  paced.island_steps = "auto";
+  EXPECT_NE(error_of([&] { Layout::resolve(paced); }).find("every pipeline keeps the pace"), std::string::npos);
+}
+
+// parallel.island_steps = "auto": lockstep until the run measured every rank's step; then the slowest island takes one
+// step per tick and island i round(T_slowest / T_i), an island as slow as its slowest rank.
+TEST(Layout, AMeasuredPaceGivesEachIslandStepsInProportionToItsSpeed) {
+  auto s = spec(2, 4);
+  s.islands = "2,1,1";
+  s.island_steps = "auto";
+  const Layout l = Layout::resolve(s);
+  EXPECT_TRUE(l.islands().measured_pace());
+  EXPECT_EQ(l.islands().all_steps(), (std::vector<int64_t>{1, 1, 1}));
+  // Ranks 0 and 1 (island 0: its slower rank counts), rank 2 (island 1), rank 3 (island 2, the slowest).
+  EXPECT_EQ(l.islands().paced_steps({0.10, 0.12, 0.40, 0.50}), (std::vector<int64_t>{4, 1, 1}));
+  EXPECT_EQ(l.islands().paced_steps({0.10, 0.12, 0.24, 0.50}), (std::vector<int64_t>{4, 2, 1}));
+  EXPECT_EQ(l.islands().paced_steps({0.2, 0.2, 0.2, 0.2}), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(l.islands().paced_steps({1e-9, 1e-9, 1e-9, 100.0}),
+            (std::vector<int64_t>{IslandShape::kMaxPacedSteps, IslandShape::kMaxPacedSteps, 1}));
+  s.island_steps = "2,1,1";
+  EXPECT_FALSE(Layout::resolve(s).islands().measured_pace());
 }
 
 // parallel.placement naming an islands placement (`plan --sites --out`) gives the run its islands (RunConfig::load

@@ -1,0 +1,21 @@
+// parallel.island_steps = "auto": islands of unlike speed paced by measurement (Async Local-SGD's dynamic local
+// updates, measured once). At start-up every rank times its own optimizer step's compute — grad_accum forward and
+// backward passes of a random batch, no update, the gradients dropped, dist.slow_workers' factor applied as the step
+// would — and the run all-gathers the times; an island is as slow as its slowest rank, and island i takes
+// round(T_slowest / T_i) optimizer steps per tick (parallel/island_shape.h), so every island's tick lasts about as long
+// and none waits for the others at an outer step. The schedule is logged, and kept in every checkpoint, so a resumed
+// run keeps it and `parallel.island_steps = '<the logged steps>'` replays the run.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "tributary/model/transformer.h"
+#include "tributary/runtime/run_config.h"
+
+namespace tributary {
+
+// Seconds one optimizer step of `model` takes this rank: the median of three timed steps after a warm-up one, times
+// `slow_factor`. Leaves the parameters, their gradients (none), the data and the global random generator as they were.
+double measure_step_seconds(Transformer& model, const RunConfig& config, torch::Device device, double slow_factor);
+
+}  // namespace tributary
