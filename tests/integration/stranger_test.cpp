@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "launch_support.h"
@@ -86,7 +88,115 @@ struct Stranger {
   }
 };
 
+// The TCP ports the processes whose command line names `marker` listen on (the run's workers and its launch: the
+// store, Gloo's pairs), from /proc: what a stranger on the machine, or a port scan from outside, finds.
+std::vector<int> listening_ports_of(const std::string& marker) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline;
+    try {
+      cmdline = read_file(proc.path() / "cmdline");
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (cmdline.find(marker) == std::string::npos) continue;
+    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", ec)) {
+      const std::string target = fs::read_symlink(fd.path(), ec).string();
+      if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<int> ports;
+  std::istringstream table(read_file("/proc/net/tcp"));
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+    if (state != "0A" || !inodes.count(inode)) continue;  // 0A: listening
+    ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+// Connects to every port the run listens on, over and over, and sends what it can: random bytes of random length, a
+// first 8 bytes that look like a Gloo pair's handshake (a sequence number), or nothing (an idle connection held for a
+// while).
+struct PortStranger {
+  std::atomic<bool> stop{false};
+  std::atomic<int> connections{0};
+  std::set<int> ports_seen;
+
+  void run(const std::string& marker) {
+    SplitMix64 rng(4646);
+    std::vector<int> held;
+    while (!stop) {
+      for (int port : listening_ports_of(marker)) {
+        ports_seen.insert(port);
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+          if (fd >= 0) ::close(fd);
+          continue;
+        }
+        connections += 1;
+        const uint64_t kind = rng.below(3);
+        std::vector<uint8_t> bytes(kind == 1 ? 8 : size_t(1 + rng.below(4096)));
+        for (auto& b : bytes) b = uint8_t(rng.below(256));
+        if (kind != 2) (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+        if (kind == 2 && held.size() < 16) {
+          held.push_back(fd);
+        } else {
+          ::close(fd);
+        }
+      }
+      if (held.size() >= 16) {
+        for (int fd : held) ::close(fd);
+        held.clear();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (int fd : held) ::close(fd);
+  }
+};
+
 }  // namespace
+
+// The stranger of issue 46 on the data plane: while a DiLoCo run trains (int8 pseudo-gradients on our own ring, each
+// message under the run's MAC), a process without the secret connects to every port the run listens on — the
+// store's and every Gloo pair listener of every worker — and sends random bytes, handshake-shaped bytes or nothing.
+// Nothing it sends may crash a worker, stop the run or change the model: the run ends as it does without it, bit for
+// bit.
+TEST_F(Distributed, AStrangerOnTheRunsGlooPortsCannotCrashItOrChangeTheModel) {
+  const std::string cli = TRIBUTARY_CLI;
+  const std::string args =
+      "--set dist.algorithm=diloco --set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
+      "--set dist.compression=int8 --set dist.store_timeout_s=60 --set dist.collective_timeout_s=60 "
+      "--set dist.slow_workers=0:3";
+  auto run = [&](const std::string& name) {
+    return sh(
+        fmt::format("timeout -s KILL 240 {} launch --nproc 2 --master-port 0 --grace 2 --{}", cli, tiny(name, args)));
+  };
+  auto [rc0, out0] = run("gloo_ref");
+  ASSERT_EQ(rc0, 0) << out0;
+  PortStranger stranger;
+  std::thread thread([&] { stranger.run("gloo_stranger"); });
+  auto [rc, out] = run("gloo_stranger");
+  stranger.stop = true;
+  thread.join();
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_GE(stranger.ports_seen.size(), 3u) << "the stranger found the store and the workers' Gloo listeners";
+  EXPECT_GT(stranger.connections.load(), 50) << "the stranger reached the run's ports while it trained";
+  EXPECT_TRUE(torch::equal(test_support::flat_params(work() / "gloo_ref", 24),
+                           test_support::flat_params(work() / "gloo_stranger", 24)))
+      << "the stranger changed the model";
+}
 
 TEST_F(Distributed, AStrangerWithoutTheSecretCannotReadTheRunOrChangeIt) {
   const std::string cli = TRIBUTARY_CLI;
