@@ -16,7 +16,8 @@ holds ..."), the bytes it sent across per outer step, and the median time it was
 
 With --unlike: islands of unlike size and speed on this machine (no namespaces): 2 + 1 ranks, the lone rank 2x
 slower (dist.slow_workers), lockstep (every island one optimizer step per tick, the fast island waits at each outer
-step) against time-paced (parallel.island_steps = 2,1: the fast island takes two per tick); each run's training time
+step) against time-paced (parallel.island_steps = 2,1: the fast island takes two per tick) and measured pacing
+(parallel.island_steps = auto: the ranks time their step at start-up); each run's training time
 to the lockstep run's final validation loss.
 
 Usage: python3 bench/islands.py --build build [--steps 300] [--rate 100mbit] [--inner-steps 25] [--repeats 1]
@@ -90,7 +91,8 @@ def reached(evals, target):
 
 def unlike(cli, args):
     results = {}
-    for kind, extra in (("lockstep", []), ("paced", ["parallel.island_steps=2,1"])):
+    kinds = (("lockstep", []), ("paced", ["parallel.island_steps=2,1"]), ("measured", ["parallel.island_steps=auto"]))
+    for kind, extra in (k for k in kinds if k[0] in args.kinds.split(",")):
         runs = []
         for rep in range(args.repeats):
             run_dir = os.path.join(args.work, f"unlike-{kind}-{rep}")
@@ -106,8 +108,12 @@ def unlike(cli, args):
                     sys.exit(f"{kind}: launch failed; see {args.work}/unlike-{kind}.log")
             evals = [(m["step"], m["train_s"], m["val_loss"]) for m in map(json.loads, open(os.path.join(
                 run_dir, "metrics.jsonl"))) if "val_loss" in m]
-            runs.append({"evals": evals, "val_loss": evals[-1][2], "train_s": evals[-1][1]})
-            print(f"[{kind} #{rep}] val loss {evals[-1][2]:.4f} | train {evals[-1][1]:.0f} s", flush=True)
+            paced = re.search(r"parallel.island_steps = '([0-9,]+)' to replay",
+                              open(os.path.join(args.work, f"unlike-{kind}.log")).read())
+            runs.append({"evals": evals, "val_loss": evals[-1][2], "train_s": evals[-1][1],
+                         "measured_steps": paced.group(1) if paced else None})
+            print(f"[{kind} #{rep}] val loss {evals[-1][2]:.4f} | train {evals[-1][1]:.0f} s"
+                  + (f" | measured pace {paced.group(1)}" if paced else ""), flush=True)
         results[kind] = runs
     target = statistics.median(r["val_loss"] for r in results["lockstep"])
     print(f"\nislands 2+1 ranks, rank 2 2x slower, {args.steps} ticks, H = {args.inner_steps}; target: lockstep's "
@@ -150,6 +156,7 @@ def main():
     ap.add_argument("--only", default="dp,diloco,islands")
     ap.add_argument("--sweep", default="")
     ap.add_argument("--unlike", action="store_true")
+    ap.add_argument("--kinds", default="lockstep,paced,measured", help="--unlike: which pacings to run")
     ap.add_argument("--work", default="/tmp/trib_islands_bench")
     ap.add_argument("--out", default="")
     args = ap.parse_args()

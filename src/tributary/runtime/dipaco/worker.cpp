@@ -34,6 +34,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       from_lead ? std::nullopt
                 : open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
   if (resumed) round_ = resumed->round;
+  tally_.first_round = tally_.rounds = round_;
   const bool resuming = resumed.has_value() || from_lead;
   if (!resuming) clear_earlier_run(run_dir_, lead_.is());
   // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
@@ -66,7 +67,10 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                                                group_options(config_).collective_timeout);
 
   if (env_.distributed()) check_run_dir();
-  if (config_.dipaco.path_local && resuming) round_ = agree_on_resumed_round(*group_, round_, from_lead);
+  if (config_.dipaco.path_local && resuming) {
+    round_ = agree_on_resumed_round(*group_, round_, from_lead);
+    tally_.first_round = tally_.rounds = round_;
+  }
   held_->own(round_);
   if (resuming) load_outer_states(run_dir_, round_, held_->outer());
   if (!(config_.dipaco.path_local && resuming))  // path-local: a worker resumes its owned modules only
@@ -149,10 +153,12 @@ TrainSummary Worker::finish(bool stopped_early) {
   summary.elapsed_s = seconds_since(start_);
   summary.outer_steps = tally_.rounds;
   summary.steps = tally_.rounds * tau;
-  // Every path trains tau steps a round: the tokens of the tasks that counted (dropped ones did not).
-  summary.tokens = (tally_.rounds * grid_.num_paths() - tally_.tasks_dropped) * tau * config_.train.batch_size *
-                   config_.model.context;
-  summary.tokens_per_s = summary.elapsed_s > 0 ? double(summary.tokens) / summary.elapsed_s : 0.0;
+  // Every path trains tau steps a round: the tokens of the tasks that counted (dropped ones did not); tokens/s over
+  // this invocation's rounds.
+  const int64_t task_tokens = tau * config_.train.batch_size * config_.model.context;
+  summary.tokens = (tally_.rounds * grid_.num_paths() - tally_.tasks_dropped) * task_tokens;
+  const int64_t here = (tally_.rounds - tally_.first_round) * grid_.num_paths() - tally_.tasks_dropped;
+  summary.tokens_per_s = summary.elapsed_s > 0 ? double(here * task_tokens) / summary.elapsed_s : 0.0;
   summary.num_parameters = held_->numel(module_ids_);
   summary.bytes_sent = tally_.bytes_sent;
   summary.bytes_recv = tally_.bytes_recv;

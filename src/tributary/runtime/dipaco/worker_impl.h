@@ -49,7 +49,8 @@ namespace tributary::dipaco {
 
 // What this worker counted over the run, for summary.json and the run's TrainSummary.
 struct RunTally {
-  int64_t rounds = 0;
+  int64_t first_round = 0;    // the round this invocation began with (> 0 when resumed)
+  int64_t rounds = 0;         // the run's, resumed ones included
   int64_t tasks_run = 0;      // by this process
   int64_t tasks_dropped = 0;  // over the run (skip policy or nobody left)
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
