@@ -66,13 +66,23 @@ void add_launch(CLI::App& app) {
     o->host_store = [](int port) -> std::shared_ptr<void> {
       return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
     };
-    // Deaths go to the run's store, through a connection made at the first one.
+    // Deaths go to the run's store, through a connection made at the first one (and made again when the store was:
+    // a run started again after a death in its start-up has a fresh one).
     auto reporter = std::make_shared<std::optional<comm::Store>>();
-    o->report_exit = [reporter](const std::string& addr, int port, int rank, const std::string& how, bool go_on) {
+    auto connected = [reporter](const std::string& addr, int port) -> comm::Store& {
+      if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
+      return **reporter;
+    };
+    o->report_exit = [reporter, connected](const std::string& addr, int port, int rank, const std::string& how,
+                                           bool go_on) {
       try {
-        if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
-        comm::report_exit(**reporter, rank, how);
-        if (go_on) comm::Membership::report_lost(**reporter, rank);
+        try {
+          comm::report_exit(connected(addr, port), rank, how);
+        } catch (const std::exception&) {  // a connection to a store that is gone: once more, anew
+          reporter->reset();
+          comm::report_exit(connected(addr, port), rank, how);
+        }
+        if (go_on) comm::Membership::report_lost(connected(addr, port), rank);
       } catch (const std::exception& e) {
         log::warn(
             "launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
@@ -80,10 +90,14 @@ void add_launch(CLI::App& app) {
             rank, e.what());
       }
     };
-    o->run_started = [reporter](const std::string& addr, int port) {
+    o->run_started = [reporter, connected](const std::string& addr, int port) {
       try {
-        if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
-        return (*reporter)->check({kRunStartedKey});
+        try {
+          return connected(addr, port).check({kRunStartedKey});
+        } catch (const std::exception&) {
+          reporter->reset();
+          return connected(addr, port).check({kRunStartedKey});
+        }
       } catch (const std::exception& e) {
         log::warn("launch: could not read the run's store ({}); restarting as if the run had started", e.what());
         return true;

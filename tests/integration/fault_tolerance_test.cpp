@@ -5,7 +5,12 @@
 // survivors identical.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -172,6 +177,72 @@ TEST_F(Distributed, AWorkerThatFailsAtStartUpIsNotRestarted) {
   EXPECT_NE(out.find("--set optim.warmup_steps=1 "), std::string::npos) << out;  // what to set, for a short run
   EXPECT_NE(out.find("before the run got through start-up"), std::string::npos) << out;
   EXPECT_EQ(out.find("restarting it to rejoin"), std::string::npos) << out;
+}
+
+namespace {
+
+// The pid of the worker of launch rank `rank` whose command line names `marker` (its run directory), or 0.
+pid_t worker_pid(const std::string& marker, int rank) {
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    try {
+      const std::string cmdline = read_file(proc.path() / "cmdline"), environ = read_file(proc.path() / "environ");
+      if (cmdline.find(marker) == std::string::npos || cmdline.find("launch") != std::string::npos) continue;
+      if (environ.find(fmt::format("{}RANK={}{}", '\0', rank, '\0')) != std::string::npos) return std::stoi(pid);
+    } catch (const std::exception&) {  // gone meanwhile
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_F(Distributed, AWorkerKilledInTheFirstSecondStartsTheRunAgainAndItCompletes) {
+  // Fault tolerance from the first second (issue 46): rank 1 is SIGKILLed as soon as it exists, before the run got
+  // through start-up. Nothing was trained, so launch (--max-restarts) stops the other and starts the whole run again
+  // on a fresh store; the run completes, and trains what the run without the kill trains, bit for bit.
+  auto [rc0, out0] = ft_run("", "ft_first_second_ref", "", "--max-restarts 1");
+  ASSERT_EQ(rc0, 0) << out0;
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (const pid_t pid = worker_pid("ft_first_second_run", 1)) {
+        killed = ::kill(pid, SIGKILL) == 0;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  auto [rc, out] = ft_run("", "ft_first_second_run", "", "--max-restarts 1");
+  killer.join();
+  ASSERT_TRUE(killed.load()) << out;
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("before the run got through start-up (nothing was trained): stopping the others and starting "
+                     "the run again"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(torch::equal(test_support::flat_params(work() / "ft_first_second_ref", 16),
+                           test_support::flat_params(work() / "ft_first_second_run", 16)))
+      << "the run started again trains what the run without the kill trains";
+}
+
+TEST_F(Distributed, ALeadKilledAfterTheLastRoundLeavesTheLivingToTakeTheFinalCheckpoint) {
+  // Rank 0, the lead, dies after the last outer step, before the final evaluation and checkpoint (whose collectives
+  // would find it gone): the members settle who is alive first, re-form without it, and the three survivors — worker
+  // 1 leading — evaluate and write the checkpoint and the summary. Before, the checkpoint's all-gather failed on every
+  // survivor and the run ended with status 4.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=0 TRIBUTARY_FAIL_CHECKPOINT=16", "ft_last_checkpoint");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker(s) 0 left before the checkpoint of ckpt16"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 leads the run from step 16"), std::string::npos) << out;
+  const auto s = summary_of("ft_last_checkpoint");
+  EXPECT_EQ(s["steps"].get<int>(), 16);
+  EXPECT_EQ(s["world_size"].get<int>(), 3);
+  EXPECT_FALSE(s["val_loss"].is_null()) << "the new lead evaluated";
+  EXPECT_TRUE(fs::exists(work() / "ft_last_checkpoint" / "checkpoints" / "step-00000016" / "model.safetensors"));
 }
 
 TEST_F(Distributed, FaultTolerantDilocoDropsAFrozenWorkerAtItsHeartbeatDeadline) {

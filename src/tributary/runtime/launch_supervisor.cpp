@@ -110,9 +110,11 @@ void pump_output(std::vector<Worker>& workers) {
 // named at once and again when the others fail waiting for it.
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& o, std::vector<Worker>& workers, Respawn respawn)
-      : o_(o), workers_(workers), respawn_(std::move(respawn)) {}
+  Supervisor(const LaunchOptions& o, std::vector<Worker>& workers, Respawn respawn, int restarts)
+      : o_(o), workers_(workers), respawn_(std::move(respawn)), restarts_(restarts) {}
   int run();
+  bool start_again() const { return start_again_; }
+  int restarts() const { return restarts_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -122,6 +124,8 @@ class Supervisor {
   void on_failure(const Worker& w, int code);
   // --max-restarts: true if `w` is restarted (`started`: the run got through start-up, so a replacement can heal)
   bool restart(const Worker& w, int code, bool started);
+  // A worker killed before start-up: true when the whole run starts again instead (Supervised::start_again).
+  bool start_run_again(const Worker& w, int code);
   void blame(int rank, int code);
   void settle_network_failure();
   void stop_all(int sig) {
@@ -147,6 +151,7 @@ class Supervisor {
   Respawn respawn_;
   std::vector<int> pending_restarts_;  // local ranks to fork again after this reap
   int restarts_ = 0;
+  bool start_again_ = false;
   int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
   bool killed_ = false;
   std::optional<Clock::time_point> stop_deadline_;
@@ -195,6 +200,24 @@ bool Supervisor::restart(const Worker& w, int code, bool started) {
   return true;
 }
 
+bool Supervisor::start_run_again(const Worker& w, int code) {
+  if (restarts_ >= o_.max_restarts || o_.nnodes > 1 || !o_.store.empty()) return false;
+  // A crash or a kill may not come back; a stop request (TERM, INT, HUP) is the user's, and an exit status of its
+  // own (a bad config, a missing dataset) would.
+  if (!WIFSIGNALED(w.status)) return false;
+  const int sig = WTERMSIG(w.status);
+  if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) return false;
+  restarts_ += 1;
+  start_again_ = true;
+  result_ = code;
+  log::warn(
+      "launch: rank {} (pid {}) {} before the run got through start-up (nothing was trained): stopping the others "
+      "and starting the run again on a fresh store ({} of --max-restarts {})",
+      w.rank, w.pid, how_it_ended(w.status), restarts_, o_.max_restarts);
+  begin_stop();
+  return true;
+}
+
 void Supervisor::on_failure(const Worker& w, int code) {
   if (failed_rank_ >= 0 || stop_deadline_) return;
   if (code == kRunLostStatus) {  // nobody is left to heal from: a restart would find the same, again and again
@@ -207,6 +230,7 @@ void Supervisor::on_failure(const Worker& w, int code) {
   // Restarts and tolerated deaths both need a run that got through start-up (a formed group, the task queue): a
   // death before it would leave the survivors waiting for it at the rendezvous until dist.store_timeout_s.
   const bool started = !o_.run_started || o_.run_started(o_.master_addr, o_.master_port);
+  if (!started && start_run_again(w, code)) return;
   if (restart(w, code, started)) return;
   if (tolerated_ < o_.max_failures && !started) {
     log::error(
@@ -350,8 +374,10 @@ int Supervisor::run() {
 
 }  // namespace
 
-int supervise(const LaunchOptions& options, std::vector<Worker>& workers, Respawn respawn) {
-  return Supervisor(options, workers, std::move(respawn)).run();
+Supervised supervise(const LaunchOptions& options, std::vector<Worker>& workers, Respawn respawn, int restarts) {
+  Supervisor supervisor(options, workers, std::move(respawn), restarts);
+  const int status = supervisor.run();
+  return {.status = status, .start_again = supervisor.start_again(), .restarts = supervisor.restarts()};
 }
 
 }  // namespace tributary

@@ -26,7 +26,17 @@ struct Worker {
 // Forks local worker `local` again, as a joiner of the running run (TRIBUTARY_JOINING=1).
 using Respawn = std::function<Worker(int local)>;
 
-// Runs until every worker exited; returns the status launch exits with.
-int supervise(const LaunchOptions& options, std::vector<Worker>& workers, Respawn respawn);
+// What a supervision ended with: the status launch exits with, or `start_again`: a worker was killed before the run
+// got through start-up (nothing was trained; a crash, not a stop request or an error of its own, which would come
+// back), on one machine that hosts the run's store, with --max-restarts left. The others were stopped, and launch
+// starts the whole run again on a fresh store. `restarts`: how many of --max-restarts are used, this one included.
+struct Supervised {
+  int status = 0;
+  bool start_again = false;
+  int restarts = 0;
+};
+
+// Runs until every worker exited. `restarts`: how many of --max-restarts earlier attempts used.
+Supervised supervise(const LaunchOptions& options, std::vector<Worker>& workers, Respawn respawn, int restarts = 0);
 
 }  // namespace tributary

@@ -83,8 +83,9 @@ int check_launch(const LaunchOptions& o) {
 }
 
 // Forks local worker `local` with the torchrun variables; its stdout and stderr go to one pipe. A joiner is a
-// restart (--max-restarts): it joins the running run, and the faults injected for tests are not injected again.
-Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
+// restart (--max-restarts): it joins the running run. The faults injected for tests (`faults`) are the first
+// attempt's only: not a joiner's, nor a run's started again.
+Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining, bool faults) {
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) fail("launch: cannot find its own executable");
@@ -112,10 +113,8 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
     ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
     ::setenv("TRIBUTARY_LAUNCHED", "1", 1);
     if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // node 0's launch or `tributary store` hosts it
-    if (joining) {
-      ::setenv("TRIBUTARY_JOINING", "1", 1);
-      ::unsetenv("TRIBUTARY_FAIL_RANK");
-    }
+    if (joining) ::setenv("TRIBUTARY_JOINING", "1", 1);
+    if (!faults) ::unsetenv("TRIBUTARY_FAIL_RANK");
     std::vector<char*> argv;
     argv.push_back(exe);
     for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -166,10 +165,17 @@ int launch(const LaunchOptions& options) {
   // The run's store lives here (or in `tributary store`), not in rank 0, so that any worker may die
   // (dist.fault_tolerant). Other machines' launches connect their workers to this one.
   std::shared_ptr<void> store;
-  if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
-  std::vector<Worker> workers;
-  for (int local = 0; local < o.nproc; ++local) workers.push_back(spawn_one(o, port, local, /*joining=*/false));
-  return supervise(o, workers, [&o, port](int local) { return spawn_one(o, port, local, /*joining=*/true); });
+  for (int restarts = 0;;) {
+    store.reset();  // a run started again finds no key of the attempt that failed
+    if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
+    std::vector<Worker> workers;
+    for (int local = 0; local < o.nproc; ++local)
+      workers.push_back(spawn_one(o, port, local, /*joining=*/false, /*faults=*/restarts == 0));
+    const Supervised s = supervise(
+        o, workers, [&o, port](int local) { return spawn_one(o, port, local, /*joining=*/true, false); }, restarts);
+    if (!s.start_again) return s.status;
+    restarts = s.restarts;
+  }
 }
 
 }  // namespace tributary

@@ -398,6 +398,11 @@ Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
 
 void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
   const int64_t step = unit.step;
+  if (due.eval || due.checkpoint) faults_.before_checkpoint(step);
+  if (members_ && (due.eval || due.checkpoint)) {  // a worker may have died since the last round
+    members_->before_checkpoint(step);
+    tokens_per_step_ = members_->tokens_per_step();
+  }
   // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
   if (pipelines_ && (due.eval || due.checkpoint)) {
     pipelines_->consolidate(parts_.params, config_.model.blocks_per_level());

@@ -40,6 +40,7 @@ FaultPlan fault_plan_from_environment() {
   if (!plan.ranks.empty()) {
     plan.at_step = number_of("TRIBUTARY_FAIL_STEP");
     plan.at_exchange = number_of("TRIBUTARY_FAIL_EXCHANGE");
+    plan.at_checkpoint = number_of("TRIBUTARY_FAIL_CHECKPOINT");
   }
   if (const char* mode = std::getenv("TRIBUTARY_FAIL_MODE")) {
     const std::string m = mode;
@@ -69,6 +70,10 @@ void Faults::after_step(int64_t step) const {
   if (plan_.mode == FaultPlan::Mode::kError)
     fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank_, step);
   ::raise(plan_.mode == FaultPlan::Mode::kStop ? SIGSTOP : SIGKILL);
+}
+
+void Faults::before_checkpoint(int64_t step) const {
+  if (plan_.at_checkpoint == step && mine()) ::raise(SIGKILL);
 }
 
 void Faults::in_exchange(int64_t round) const {

@@ -9,6 +9,8 @@
 //                                stop (SIGSTOP, a hung machine)
 //     TRIBUTARY_FAIL_EXCHANGE=N  DiPaCo: the rank is killed in round N's exchange (1-based), half a second after it
 //                                reached it, when the others wait in the exchange's collectives
+//     TRIBUTARY_FAIL_CHECKPOINT=S the trainer's rank is killed at step S's evaluation or checkpoint, after the step's
+//                                round (the worst moment of a fault-tolerant run's last step)
 //   TRIBUTARY_BAD_UPDATE_RANK=R TRIBUTARY_BAD_UPDATE=nan|scale100: rank R's every pseudo-gradient is corrupted (one
 //                                value NaN, or x100), for dist.reject_norm_factor
 #pragma once
@@ -21,9 +23,10 @@ namespace tributary {
 
 struct FaultPlan {
   enum class Mode { kKill, kError, kStop };
-  std::vector<int> ranks;    // the ranks that fail at at_step / at_exchange
-  int64_t at_step = -1;      // -1: none
-  int64_t at_exchange = -1;  // -1: none
+  std::vector<int> ranks;      // the ranks that fail at at_step / at_exchange
+  int64_t at_step = -1;        // -1: none
+  int64_t at_exchange = -1;    // -1: none
+  int64_t at_checkpoint = -1;  // -1: none
   Mode mode = Mode::kKill;
   int bad_update_rank = -1;  // -1: none
   std::string bad_update;    // nan | scale100
@@ -40,6 +43,7 @@ class Faults {
 
   void after_step(int64_t step) const;    // fails here when the plan says so
   void in_exchange(int64_t round) const;  // DiPaCo: round is 1-based
+  void before_checkpoint(int64_t step) const;
   // "nan" | "scale100" when this rank's pseudo-gradients are to be corrupted, "" otherwise.
   std::string bad_update() const { return plan_.bad_update_rank == rank_ ? plan_.bad_update : ""; }
 

@@ -1,5 +1,7 @@
 #include "tributary/runtime/ft/membership_follower.h"
 
+#include <fmt/format.h>
+
 #include "tributary/core/log.h"
 
 namespace tributary {
@@ -38,6 +40,10 @@ void MembershipFollower::after_round(int64_t step) {
   if (lead_.is() && replicas_.size() != members_before)  // `tributary report` lists these as faults and joins
     report_.write(
         {{"step", step}, {"event", "membership"}, {"members", replicas_.size()}, {"members_before", members_before}});
+}
+
+void MembershipFollower::before_checkpoint(int64_t step) {
+  if (quorum_.settle(fmt::format("ckpt{}", step))) after_round(step);
 }
 
 void MembershipFollower::between_units(int64_t step, bool round, const std::function<HealState()>& state) {

@@ -43,7 +43,7 @@ class Quorum {
          ReplicaSync& sync);
 
   // Re-formations so far: rounds that dropped the dead, and admissions.
-  int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }
+  int64_t reformations() const { return channel_.reducer.reformations() + admissions_ + settled_; }
   void round_ended();  // ReplicaSync's hook: the workers that asked to join in the round wait for admit()
   bool open_round(const std::string& round);  // ReplicaSync's hook, on the communication thread
 
@@ -63,6 +63,10 @@ class Quorum {
   bool heal_wanted();
   void offer_heal(const HealState& state);
   bool pending() const { return pending_; }  // a joiner healed mid-round, not a member yet
+  // Before a checkpoint (every member at the same step, nothing in flight): the members agree who is alive, as at the
+  // end of a round (`round`: a name no other round has); when a member died since the last round the group re-forms
+  // without it first, so that the checkpoint's collectives run over the living. True when the members changed.
+  bool settle(const std::string& round);
   const std::vector<int>& members() const { return membership_.members(); }  // launch ranks, in the group's order
 
  private:
@@ -78,6 +82,7 @@ class Quorum {
   std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
   std::atomic<bool> pending_{false};
   int64_t admissions_ = 0;
+  int64_t settled_ = 0;  // re-formations before a checkpoint
 };
 
 }  // namespace tributary
