@@ -15,6 +15,7 @@ Measures; asserts nothing. Needs only the Python standard library.
 
 Usage: python3 bench/fault_matrix.py --build build [--world 2] [--signals KILL,TERM,INT,STOP]
        [--targets worker,lead,launch] [--moments formation,first_round,mid,checkpoint] [--timeout 90] [--out m.json]
+       [--max-restarts 0]
 """
 import argparse
 import json
@@ -60,7 +61,7 @@ def checkpoint_started(run_dir):
 
 def command(cli, run_dir, port, resume=False):
     return [cli, "launch", "--nproc", str(ARGS.world), "--master-port", str(port), "--grace", "3",
-            "--max-failures", "1", "--", "train", os.path.join(ROOT, "configs", "diloco.toml"),
+            "--max-failures", "1", "--max-restarts", str(ARGS.max_restarts), "--", "train", os.path.join(ROOT, "configs", "diloco.toml"),
             "--resume" if resume else "--overwrite",
             "--set", "model.num_layers=2", "--set", "model.width=64", "--set", "model.context=64",
             "--set", f"train.steps={STEPS}", "--set", "optim.warmup_steps=4", "--set", "dist.inner_steps=10",
@@ -159,6 +160,7 @@ def main():
     p.add_argument("--moments", default="formation,first_round,mid,checkpoint")
     p.add_argument("--timeout", type=float, default=90)
     p.add_argument("--out", default="")
+    p.add_argument("--max-restarts", type=int, default=0, help="launch --max-restarts (0: the protocol of §21)")
     ARGS = p.parse_args()
     ARGS.cli = os.path.abspath(os.path.join(ARGS.build, "tributary"))
     ARGS.data = os.path.abspath(os.path.join(ARGS.build, "testdata"))
