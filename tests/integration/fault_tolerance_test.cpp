@@ -245,6 +245,21 @@ TEST_F(Distributed, ALeadKilledAfterTheLastRoundLeavesTheLivingToTakeTheFinalChe
   EXPECT_TRUE(fs::exists(work() / "ft_last_checkpoint" / "checkpoints" / "step-00000016" / "model.safetensors"));
 }
 
+TEST_F(Distributed, AWorkerKilledInsideTheFinalCheckpointLeavesTheLivingToTakeItAgain) {
+  // Rank 2 dies as the final checkpoint begins, after the members agreed who takes it: the others' checkpoint
+  // collectives give up at its death, the living settle without it and take the checkpoint again. Before, every
+  // survivor failed with a NetworkError and the run ended with status 4 (benchmarks §21's "checkpoint" moment).
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_IN_CHECKPOINT=16", "ft_in_checkpoint");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("the living settle and take it again"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker(s) 2 left before the checkpoint of ckpt16.1"), std::string::npos) << out;
+  const auto s = summary_of("ft_in_checkpoint");
+  EXPECT_EQ(s["steps"].get<int>(), 16);
+  EXPECT_EQ(s["world_size"].get<int>(), 3);
+  EXPECT_TRUE(fs::exists(work() / "ft_in_checkpoint" / "checkpoints" / "step-00000016" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(work() / "ft_in_checkpoint" / "checkpoints" / "step-00000016.tmp-ranks"));
+}
+
 TEST_F(Distributed, FaultTolerantDilocoDropsAFrozenWorkerAtItsHeartbeatDeadline) {
   auto [rc, out] = ft_run("TRIBUTARY_FAIL_MODE=stop TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6", "ft_stop1");
   expect_survived("ft_stop1", rc, out, 1);

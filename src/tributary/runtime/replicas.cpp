@@ -166,15 +166,33 @@ double Replicas::shared_matmul_peak(const torch::Device& device) {
   return per_worker;
 }
 
+// Fault tolerance: a checkpoint's collectives give up when a member dies (its heartbeat, or its launch's report),
+// not at the collective deadline, so that the living can settle and take the checkpoint again.
+template <typename T>
+T Replicas::abandoning_on_death(const std::function<T()>& collective) {
+  return thread_->run<T>([&] {
+    if (!membership_) return collective();
+    group_->set_abandon([m = membership_.get()] { return m->member_dead(); });
+    try {
+      T result = collective();
+      group_->set_abandon({});
+      return result;
+    } catch (...) {
+      group_->set_abandon({});
+      throw;
+    }
+  });
+}
+
 void Replicas::barrier() {
-  thread_->run<int>([&] {
+  abandoning_on_death<int>([&] {
     group_->barrier();
     return 0;
   });
 }
 
 std::vector<torch::Tensor> Replicas::all_gather(const torch::Tensor& tensor) {
-  return thread_->run<std::vector<torch::Tensor>>([&] { return group_->all_gather(tensor); });
+  return abandoning_on_death<std::vector<torch::Tensor>>([&] { return group_->all_gather(tensor); });
 }
 
 }  // namespace tributary

@@ -55,7 +55,8 @@ class Replicas {
   // (comm/lagged_vote.h); no outer step or blocking round trip needed. Only for the replicas of the whole world.
   // Fault tolerant: the wish travels with the next outer step's vote, and the run stops after that outer step.
   bool stop_agreed(bool local_stop);
-  // Small collectives for the checkpoint protocol (in the communication thread's FIFO).
+  // Small collectives for the checkpoint protocol (in the communication thread's FIFO); fault tolerant, they give up
+  // at a member's death (a NetworkError) instead of at the collective deadline.
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   // This rank's own codec state (top-k / SparseLoCo / PowerSGD error feedback; empty otherwise): each rank saves
@@ -82,6 +83,8 @@ class Replicas {
  private:
   void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
              const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part);
+  template <typename T>
+  T abandoning_on_death(const std::function<T()>& collective);
 
   RunConfig config_;
   std::unique_ptr<comm::Membership> membership_;  // dist.fault_tolerant

@@ -322,11 +322,26 @@ void TrainingRun::count_traffic(const comm::CommStats& c) {
   summary_.comm_s += c.comm_s;
 }
 
+// A fault-tolerant run's checkpoint is taken by the living: when a member dies during it, the others' collectives
+// fail (or are abandoned at its death), the members settle without it and take the checkpoint again (its staging
+// starts over; the checkpoint before stays intact). A failure with every member alive is no death: it ends the run.
 void TrainingRun::save(int64_t step, double elapsed) {
-  auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
-                        pipelines_.get(), &parts_.aux_params, islands_.get()},
-                       step, progress_.tokens, elapsed);
-  if (!path.empty()) summary_.checkpoint = path;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      if (attempt == 0) faults_.inside_checkpoint(step);
+      auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
+                            pipelines_.get(), &parts_.aux_params, islands_.get()},
+                           step, progress_.tokens, elapsed);
+      if (!path.empty()) summary_.checkpoint = path;
+      return;
+    } catch (const NetworkError& e) {
+      if (!members_ || attempt >= 3) throw;
+      log::warn("worker {}: the checkpoint of step {} failed ({}); the living settle and take it again",
+                options_.dist.rank, step, e.what());
+      if (!members_->before_checkpoint(step, attempt + 1)) throw;
+      tokens_per_step_ = members_->tokens_per_step();
+    }
+  }
 }
 
 // One unit: next batch -> step -> sync -> (membership) -> report.

@@ -41,6 +41,7 @@ FaultPlan fault_plan_from_environment() {
     plan.at_step = number_of("TRIBUTARY_FAIL_STEP");
     plan.at_exchange = number_of("TRIBUTARY_FAIL_EXCHANGE");
     plan.at_checkpoint = number_of("TRIBUTARY_FAIL_CHECKPOINT");
+    plan.in_checkpoint = number_of("TRIBUTARY_FAIL_IN_CHECKPOINT");
   }
   if (const char* mode = std::getenv("TRIBUTARY_FAIL_MODE")) {
     const std::string m = mode;
@@ -74,6 +75,10 @@ void Faults::after_step(int64_t step) const {
 
 void Faults::before_checkpoint(int64_t step) const {
   if (plan_.at_checkpoint == step && mine()) ::raise(SIGKILL);
+}
+
+void Faults::inside_checkpoint(int64_t step) const {
+  if (plan_.in_checkpoint == step && mine()) ::raise(SIGKILL);
 }
 
 void Faults::in_exchange(int64_t round) const {

@@ -11,6 +11,8 @@
 //                                reached it, when the others wait in the exchange's collectives
 //     TRIBUTARY_FAIL_CHECKPOINT=S the trainer's rank is killed at step S's evaluation or checkpoint, after the step's
 //                                round (the worst moment of a fault-tolerant run's last step)
+//     TRIBUTARY_FAIL_IN_CHECKPOINT=S the trainer's rank is killed as step S's checkpoint begins, once the members
+//                                agreed who takes it: the others meet its death inside the checkpoint's collectives
 //   TRIBUTARY_BAD_UPDATE_RANK=R TRIBUTARY_BAD_UPDATE=nan|scale100: rank R's every pseudo-gradient is corrupted (one
 //                                value NaN, or x100), for dist.reject_norm_factor
 #pragma once
@@ -27,6 +29,7 @@ struct FaultPlan {
   int64_t at_step = -1;        // -1: none
   int64_t at_exchange = -1;    // -1: none
   int64_t at_checkpoint = -1;  // -1: none
+  int64_t in_checkpoint = -1;  // -1: none
   Mode mode = Mode::kKill;
   int bad_update_rank = -1;  // -1: none
   std::string bad_update;    // nan | scale100
@@ -44,6 +47,7 @@ class Faults {
   void after_step(int64_t step) const;    // fails here when the plan says so
   void in_exchange(int64_t round) const;  // DiPaCo: round is 1-based
   void before_checkpoint(int64_t step) const;
+  void inside_checkpoint(int64_t step) const;
   // "nan" | "scale100" when this rank's pseudo-gradients are to be corrupted, "" otherwise.
   std::string bad_update() const { return plan_.bad_update_rank == rank_ ? plan_.bad_update : ""; }
 

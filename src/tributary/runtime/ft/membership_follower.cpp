@@ -42,8 +42,11 @@ void MembershipFollower::after_round(int64_t step) {
         {{"step", step}, {"event", "membership"}, {"members", replicas_.size()}, {"members_before", members_before}});
 }
 
-void MembershipFollower::before_checkpoint(int64_t step) {
-  if (quorum_.settle(fmt::format("ckpt{}", step))) after_round(step);
+bool MembershipFollower::before_checkpoint(int64_t step, int attempt) {
+  if (!quorum_.settle(attempt == 0 ? fmt::format("ckpt{}", step) : fmt::format("ckpt{}.{}", step, attempt)))
+    return false;
+  after_round(step);
+  return true;
 }
 
 void MembershipFollower::between_units(int64_t step, bool round, const std::function<HealState()>& state) {

@@ -41,8 +41,9 @@ class MembershipFollower {
   void after_round(int64_t step);
   // Before an evaluation or a checkpoint at `step` (every member alike, nothing in flight): the members settle who is
   // alive (Quorum::settle), and follow a change as after a round — so that the lead who evaluates and the group that
-  // checkpoints are the living ones even when a worker died after the last round.
-  void before_checkpoint(int64_t step);
+  // checkpoints are the living ones even when a worker died after the last round. `attempt` > 0: the checkpoint failed
+  // that many times (a member died during it). True when the members changed.
+  bool before_checkpoint(int64_t step, int attempt = 0);
   // Between two steps (`round`: a round ended at `step`): admissions after a round, heals at any quiet step.
   // `state` makes what a joiner receives, only when one is waiting.
   void between_units(int64_t step, bool round, const std::function<HealState()>& state);
