@@ -45,7 +45,14 @@ std::string failure(const std::string& what, SteadyClock::time_point start, std:
 
 Group::Group(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, GroupOptions options, std::string prefix)
     : store_(std::move(store)), rank_(rank), world_size_(world_size), options_(std::move(options)) {
-  reform(prefix);
+  abandon_ = options_.abandon_forming;
+  try {
+    reform(prefix);
+  } catch (...) {
+    abandon_ = {};
+    throw;
+  }
+  abandon_ = {};
 }
 
 void Group::pad(double modelled_s) const {

@@ -46,6 +46,9 @@ struct GroupOptions {
   // allreduce_s; exchange.h says what a ring models). send_recv is not padded: Exchange models its rings itself
   // (ExchangeOptions::link).
   std::optional<LinkModel> link;
+  // While the group first forms: true once it cannot (a member is known dead), so that the wait for the members'
+  // arrival ends then instead of at the collective deadline (as set_abandon does for a reform). Empty: no such wait.
+  std::function<bool()> abandon_forming;
 };
 
 // A collective in flight (Group::all_reduce_sum_async). wait() returns when it completed, or throws NetworkError

@@ -75,7 +75,11 @@ void Replicas::inject_bad_updates(const std::string& kind) {
 void Replicas::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
                      const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part) {
   const auto& d = config_.dist;
-  group_ = std::make_unique<comm::Group>(store, rank, size, group_options(config_), prefix);
+  comm::GroupOptions options = group_options(config_);
+  // Fault tolerant: a member that dies (or freezes) before the group formed ends the wait at its heartbeat deadline,
+  // not at the collective deadline; the run then stops before anything was trained (launch may start it again).
+  if (membership_) options.abandon_forming = [m = membership_.get()] { return m->member_dead(); };
+  group_ = std::make_unique<comm::Group>(store, rank, size, options, prefix);
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{
                    .codec = d.compression,
