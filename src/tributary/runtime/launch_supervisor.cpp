@@ -347,6 +347,7 @@ int Supervisor::run() {
   for (;;) {
     pump_output(workers_);
     reap();
+    if (g_signal) start_again_ = false;  // the user's stop wins over a run started again
     if (g_signal && !stop_deadline_) {
       log::warn("launch: signal {} received; stopping the workers", int(g_signal));
       result_ = 128 + g_signal;
