@@ -23,7 +23,6 @@ namespace tributary {
 struct Verdict {
   bool again = false;            // lost tasks were re-queued as the next generation: run `tasks` and settle again
   std::vector<int64_t> tasks;    // again: the re-queued tasks
-  std::vector<int> members;      // workers alive at the verdict, in the quorum's order
   std::vector<int64_t> dropped;  // tasks lost and not re-run (skip, or nobody left)
 };
 

@@ -48,8 +48,6 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   } else {
     store_ = heartbeat_store = comm::Store::in_memory();
   }
-  members_.resize(static_cast<size_t>(env_.world_size));
-  std::iota(members_.begin(), members_.end(), 0);
   ModuleSet initial = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
                                       resuming ? std::string() : config_.dipaco.init_from);
   if (resumed) adopt_modules(initial, resumed->modules, run_dir_);
@@ -280,27 +278,25 @@ void Worker::train_task(int64_t p, int64_t round) {
 // The quorum's decision on the round's tasks (comm/membership.h: every member votes once it ran out of tasks, the
 // first decision written wins). A round without a death settles at once; otherwise the survivors re-form (a new epoch
 // and group) and the dead workers' tasks are lost: re-queued as the next generation or dropped (dipaco.on_failure).
-void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict) {
-  const comm::RoundDecision decision = quorum_->decide(fmt::format("dipaco-r{}g{}", round, gen), true, false);
-  verdict = Verdict{.members = members_};
-  if (decision.commit) return;
+Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks) {
+  if (quorum_->decide(fmt::format("dipaco-r{}g{}", round, gen), true, false).commit) return {};
   const std::vector<int> left = quorum_->reform();
-  members_ = quorum_->members();
-  verdict.members = members_;
-  const std::vector<int64_t> lost = queue_->lost(round, round_tasks, members_);
+  const std::vector<int>& members = quorum_->members();
+  const std::vector<int64_t> lost = queue_->lost(round, round_tasks, members);
+  Verdict verdict;
   if (!lost.empty() && config_.dipaco.on_failure == "requeue") {
     verdict.again = true;
     verdict.tasks = lost;
   } else {
     verdict.dropped = lost;
   }
-  held_->set_members(members_, round);
-  state_->set_live(members_);
-  group_->reform(quorum_->group_prefix() + "/dipaco", group_rank_of(env_.rank), static_cast<int>(members_.size()),
+  held_->set_members(members, round);
+  state_->set_live(members);
+  group_->reform(quorum_->group_prefix() + "/dipaco", quorum_->rank(), quorum_->size(),
                  held_->path_local() ? held_->link() : std::nullopt);
   exchange_options_.link = held_->link();
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  if (lead_.follow(members_)) {  // the leader died: this worker writes the run's files from this round on
+  if (lead_.follow(members)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
     report_->take_lead(round * config_.dist.inner_steps);
     report_->write({{"step", round * config_.dist.inner_steps}, {"event", "lead"}, {"lead_worker", env_.rank}});
@@ -310,8 +306,9 @@ void Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& roun
         "DiPaCo round {}: worker(s) {} left the run (dead, or silent past dist.heartbeat_timeout_s); {} task(s) "
         "lost{}{}",
         round + 1, fmt::join(left, ", "), lost.size(), lost.empty() ? "" : ": ", fmt::join(lost, ", "));
-    log::warn("DiPaCo: continuing with {} worker(s): {}", members_.size(), fmt::join(members_, ", "));
+    log::warn("DiPaCo: continuing with {} worker(s): {}", members.size(), fmt::join(members, ", "));
   }
+  return verdict;
 }
 
 // Tasks until the queue is empty; then the leader's verdict: done, or a new generation of re-queued tasks; then the
@@ -326,13 +323,13 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
   std::vector<int64_t> prefer = std::exchange(trained_, {});
   if (!held_->path_local()) prefer.clear();  // a shared directory holds every path's state alike
   const auto settle_next = [&] {
-    settle(round, gen++, round_tasks, verdict);
+    verdict = settle(round, gen++, round_tasks);
     work.dropped.insert(work.dropped.end(), verdict.dropped.begin(), verdict.dropped.end());
   };
   const ExchangeGate gate = [&] {
-    const std::vector<int> before = members_;
+    const int epoch = quorum_->epoch();
     settle_next();
-    return !verdict.again && members_ == before;
+    return !verdict.again && quorum_->epoch() == epoch;
   };
   for (bool exchanged = false; !exchanged;) {
     for (; verdict.again; settle_next()) {
@@ -353,7 +350,7 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
       exchanged = true;
     } catch (const ExchangeAborted& e) {
       log::warn("DiPaCo round {}: a worker died during the exchange ({}); it runs again with worker(s) {}", round + 1,
-                comm::error_text(e), fmt::join(members_, ", "));
+                comm::error_text(e), fmt::join(quorum_->members(), ", "));
     }
     work.comm_s += seconds_since(comm_start);
   }
@@ -386,7 +383,7 @@ UnitDone Worker::next() {
                       {"compute_s", compute_s_},
                       {"tasks", work.tasks},
                       {"dropped", work.dropped},
-                      {"members", members_},
+                      {"members", quorum_->members()},
                       {"modelled_link_s", held_->modelled_s()},
                       {"round_s", seconds_since(round_start)},
                       {"elapsed_s", seconds_since(start_)}};

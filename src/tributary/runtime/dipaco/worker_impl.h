@@ -86,10 +86,8 @@ class Worker : public WorkSource {
   void save_round_as_leader(int64_t round);
   void check_run_dir();  // collective: a ring run needs the lead's directory on every machine
   void train_task(int64_t path, int64_t round);
-  void settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks, Verdict& verdict);
-  int group_rank_of(int worker) const {
-    return static_cast<int>(std::find(members_.begin(), members_.end(), worker) - members_.begin());
-  }
+  // The quorum's decision on the round's tasks of generation `gen` (all of `round_tasks` so far).
+  Verdict settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks);
 
   RunConfig config_;
   DistEnv env_;
@@ -113,7 +111,6 @@ class Worker : public WorkSource {
   std::unique_ptr<RunReport> report_;  // metrics.jsonl and tb/ (the lead; the others their own tasks' lines), summary
   std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
   std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
-  std::vector<int> members_;           // live workers, ascending
   std::map<std::string, ModuleAccumulator> accs_;  // this round's contributions, by module
   std::vector<int64_t> trained_;  // the paths this worker trained last round (path-local: claimed first, see claim())
   int64_t inner_steps_done_ = 0;
