@@ -109,21 +109,10 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     return tensors;
   }
   const std::string round = fmt::format("x{}", rounds_++);
-  // Forming a group can fail like a collective (a member died meanwhile): that attempt of the round failed.
-  auto form = [&] {
-    try {
-      follow_membership();
-      return true;
-    } catch (const NetworkError& e) {
-      log::warn("worker {}: round {} of epoch {} could not form its group: {}", membership_->id(), round,
-                membership_->epoch(), e.what());
-      return false;
-    }
-  };
   bool formed = true;
   if (open_round_ && open_round_(round)) {
     reformations_ += 1;
-    formed = form();
+    formed = form(round);
   }
   std::vector<torch::Tensor> original;
   for (const auto& t : tensors) original.push_back(t.clone());
@@ -144,22 +133,49 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
       outcomes_.push_back({decision.stop, decision.joiners});
       return tensors;
     }
-    if (membership_->rank() == 0 || !ok)
-      log::warn("worker {}: round {} discarded: {}; re-forming the group", membership_->id(), round,
-                decision.silent.empty()
-                    ? fmt::format("the collective failed on worker(s) {} and every member is alive",
-                                  fmt::join(decision.failed, ", "))
-                    : fmt::format("worker(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}",
-                                  fmt::join(decision.silent, ", "),
-                                  decision.failed.empty() ? std::string()
-                                                          : fmt::format(" and the collective failed with it on "
-                                                                        "worker(s) {}",
-                                                                        fmt::join(decision.failed, ", "))));
-    const auto dropped = membership_->reform();
-    formed = form();
-    reformations_ += 1;
-    if (reformed_) reformed_(dropped, *membership_);
+    formed = drop_the_dead(round, decision, ok);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
+  }
+}
+
+// Forming a group can fail like a collective (a member died meanwhile): that attempt of the round failed.
+bool ResilientAverage::form(const std::string& round) {
+  try {
+    follow_membership();
+    return true;
+  } catch (const NetworkError& e) {
+    log::warn("worker {}: round {} of epoch {} could not form its group: {}", membership_->id(), round,
+              membership_->epoch(), e.what());
+    return false;
+  }
+}
+
+bool ResilientAverage::drop_the_dead(const std::string& round, const comm::RoundDecision& decision, bool ok) {
+  if (membership_->rank() == 0 || !ok)
+    log::warn("worker {}: round {} discarded: {}; re-forming the group", membership_->id(), round,
+              decision.silent.empty()
+                  ? fmt::format("the collective failed on worker(s) {} and every member is alive",
+                                fmt::join(decision.failed, ", "))
+                  : fmt::format("worker(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}",
+                                fmt::join(decision.silent, ", "),
+                                decision.failed.empty() ? std::string()
+                                                        : fmt::format(" and the collective failed with it on "
+                                                                      "worker(s) {}",
+                                                                      fmt::join(decision.failed, ", "))));
+  const auto dropped = membership_->reform();
+  const bool formed = form(round);
+  reformations_ += 1;
+  if (reformed_) reformed_(dropped, *membership_);
+  return formed;
+}
+
+bool ResilientAverage::settle(const std::string& round) {
+  bool changed = false;
+  while (true) {
+    const comm::RoundDecision decision = membership_->decide(round, true, false);
+    if (decision.commit) return changed;
+    drop_the_dead(round, decision, true);
+    changed = true;
   }
 }
 

@@ -60,6 +60,10 @@ class ResilientAverage : public Reducer {
   std::vector<int> take_joiners() { return std::exchange(joiners_, {}); }
   // The group and exchange follow the membership after it changed outside a round (admit, join).
   void follow_membership();
+  // A round with nothing to average (before a checkpoint), on the communication thread: the members agree who is
+  // alive, and one gone since the last round is dropped as a failed round drops it. `round`: a name no other round of
+  // this epoch has. True when the members changed.
+  bool settle(const std::string& round);
   // DiLoCo rounds: called with the round's name before its first collective, on the communication thread; true when
   // it changed the members (Membership::open_round admits the joiners the lead healed during the round). The group
   // then re-forms before the collective.
@@ -74,6 +78,9 @@ class ResilientAverage : public Reducer {
 
  private:
   std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors, int stream);
+  bool form(const std::string& round);  // follow_membership; false when the group could not form (a death)
+  // After a discarded round: the next epoch without the dead, its group formed (false: it could not).
+  bool drop_the_dead(const std::string& round, const comm::RoundDecision& decision, bool ok);
   void guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
   // The exchange's average, times `rescale`, checked when check_ is set.
   void checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale, const std::string& round);

@@ -339,7 +339,6 @@ void TrainingRun::save(int64_t step, double elapsed) {
       log::warn("worker {}: the checkpoint of step {} failed ({}); the living settle and take it again",
                 options_.dist.rank, step, e.what());
       if (!members_->before_checkpoint(step, attempt + 1)) throw;
-      tokens_per_step_ = members_->tokens_per_step();
     }
   }
 }
@@ -352,18 +351,15 @@ UnitDone TrainingRun::next() {
   const StepResult result = step_once(step, lr);
   progress_.step = step + 1;
   faults_.after_step(progress_.step);
-  progress_.tokens += tokens_per_step_;
+  progress_.tokens += tokens_per_step();
   const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
   const bool synced = sync(progress_.step, lr);
   const bool round = synced || averaged;
-  if (round && members_) {  // the replicas' membership may change only at a round
-    members_->after_round(progress_.step);
-    tokens_per_step_ = members_->tokens_per_step();
-  }
+  if (round && members_) members_->after_round(progress_.step);  // the members may change only at a round
   measure_stage();
   const double dt = seconds_since(step_start);
   train_seconds_ += dt;
-  report_->step_done(dt, tokens_per_step_, result.reported ? std::optional(result.loss) : std::nullopt);
+  report_->step_done(dt, tokens_per_step(), result.reported ? std::optional(result.loss) : std::nullopt);
   const double now = elapsed();
   report_exchange(progress_.step, synced, now);
   if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
@@ -413,10 +409,9 @@ Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
 
 void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
   const int64_t step = unit.step;
-  if (due.eval || due.checkpoint) faults_.before_checkpoint(step);
-  if (members_ && (due.eval || due.checkpoint)) {  // a worker may have died since the last round
-    members_->before_checkpoint(step);
-    tokens_per_step_ = members_->tokens_per_step();
+  if (due.eval || due.checkpoint) {
+    faults_.before_checkpoint(step);
+    if (members_) members_->before_checkpoint(step);  // a worker may have died since the last round
   }
   // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
   if (pipelines_ && (due.eval || due.checkpoint)) {
@@ -445,7 +440,6 @@ void TrainingRun::between_units(const UnitDone& unit) {
   members_->between_units(unit.step, unit.round, [&] {
     return heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {unit.step, progress_.tokens, unit.elapsed_s});
   });
-  tokens_per_step_ = members_->tokens_per_step();
 }
 
 // A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
@@ -453,7 +447,7 @@ void TrainingRun::between_units(const UnitDone& unit) {
 void TrainingRun::record(const StepResult& result, int64_t step, double lr, double now) {
   summary_.losses.push_back(result.loss);
   const int64_t of = step - result.lag;
-  if (report_->log_due(of)) report_->log_step(of, progress_.tokens - result.lag * tokens_per_step_, result, lr, now);
+  if (report_->log_due(of)) report_->log_step(of, progress_.tokens - result.lag * tokens_per_step(), result, lr, now);
 }
 
 TrainSummary TrainingRun::finish(bool stopped_early) {
@@ -483,7 +477,7 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
   }
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();
-  // The tokens the members trained while this process did (tokens_per_step_ is the members' count at the end: a
+  // The tokens the members trained while this process did (tokens_per_step() is the members' count at the end: a
   // run whose world shrank and grew again would count every step at the final size), against the launched
   // workers' peak (docs/architecture.md, "MFU").
   summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds_;

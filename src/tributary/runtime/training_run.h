@@ -87,6 +87,8 @@ class TrainingRun : public WorkSource {
   void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
   double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
+  // A step's tokens, all replicas together: a fault-tolerant run's members' as of their last change.
+  int64_t tokens_per_step() const { return members_ ? members_->tokens_per_step() : tokens_per_step_; }
 
   RunConfig config_;
   const TrainConfig& tc_ = config_.train;
@@ -111,7 +113,7 @@ class TrainingRun : public WorkSource {
   int64_t tokens_at_start_ = 0;  // progress_.tokens when this process began training (resumed or healed: not 0)
   std::unique_ptr<RunReport> report_;
   TrainSummary summary_;
-  int64_t tokens_per_step_ = 0;                  // all replicas together
+  int64_t tokens_per_step_ = 0;                  // all replicas together, at the start
   std::unique_ptr<MembershipFollower> members_;  // dist.fault_tolerant: the replicas' changing members
   double flops_per_token_ = 0;
   double train_seconds_ = 0;  // in steps so far, this invocation

@@ -14,12 +14,9 @@ MembershipFollower::MembershipFollower(Replicas& replicas, BatchLoader& loader, 
       lead_(lead),
       report_(report),
       tokens_per_replica_(tokens_per_replica),
-      pending_(std::move(pending)) {
+      pending_(std::move(pending)),
+      tokens_per_step_(tokens_per_replica * (pending_ ? pending_->members_world : replicas.size())) {
   if (!pending_) reshard_data();  // a joiner admitted at a round boundary reads the members' shard from here on
-}
-
-int64_t MembershipFollower::tokens_per_step() const {
-  return tokens_per_replica_ * (pending_ ? pending_->members_world : replicas_.size());
 }
 
 void MembershipFollower::after_round(int64_t step) {
@@ -30,6 +27,7 @@ void MembershipFollower::after_round(int64_t step) {
     pending_.reset();
   }
   const int64_t members_before = loader_.world_size();
+  tokens_per_step_ = tokens_per_replica_ * replicas_.size();
   reshard_data();
   if (lead_.follow(quorum_.members())) {
     report_.take_lead(step);

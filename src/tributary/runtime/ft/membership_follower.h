@@ -34,7 +34,7 @@ class MembershipFollower {
                      std::optional<PendingHeal> pending);
 
   // A step's tokens, all members together (a worker healed mid-round: the members' count until it is one).
-  int64_t tokens_per_step() const;
+  int64_t tokens_per_step() const { return tokens_per_step_; }
   int64_t reformations() const { return quorum_.reformations(); }
 
   // After a round that ends at `step`: the members may have changed.
@@ -58,6 +58,7 @@ class MembershipFollower {
   RunReport& report_;
   int64_t tokens_per_replica_;
   std::optional<PendingHeal> pending_;
+  int64_t tokens_per_step_;  // as of the last change of members
 };
 
 }  // namespace tributary

@@ -44,24 +44,7 @@ void Quorum::round_ended() { joiners_ = channel_.reducer.take_joiners(); }
 bool Quorum::settle(const std::string& round) {
   if (pending_ || membership_.members().empty()) return false;  // a joiner not admitted yet takes no part
   TRIB_CHECK(sync_.quiescent(), "the members settle only while no exchange is in flight");
-  return channel_.thread.run<bool>([&] {
-    bool changed = false;
-    while (!membership_.decide(round + fmt::format("/e{}", membership_.epoch()), true, false).commit) {
-      const std::vector<int> dropped = membership_.reform();
-      if (membership_.rank() == 0)  // the new epoch's lead (the group follows below)
-        log::warn("worker(s) {} left before the checkpoint of {}; {} worker(s) {} take it (epoch {})",
-                  fmt::join(dropped, ", "), round, membership_.size(), fmt::join(membership_.members(), ", "),
-                  membership_.epoch());
-      try {
-        channel_.reducer.follow_membership();
-      } catch (const NetworkError& e) {  // another death as the group formed: settle again
-        log::warn("worker {}: the group could not form before the checkpoint: {}", membership_.id(), e.what());
-      }
-      settled_ += 1;
-      changed = true;
-    }
-    return changed;
-  });
+  return channel_.thread.run<bool>([&] { return channel_.reducer.settle(round); });
 }
 
 void Quorum::admit(const HealState& state) {

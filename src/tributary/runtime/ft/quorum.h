@@ -43,7 +43,7 @@ class Quorum {
          ReplicaSync& sync);
 
   // Re-formations so far: rounds that dropped the dead, and admissions.
-  int64_t reformations() const { return channel_.reducer.reformations() + admissions_ + settled_; }
+  int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }
   void round_ended();  // ReplicaSync's hook: the workers that asked to join in the round wait for admit()
   bool open_round(const std::string& round);  // ReplicaSync's hook, on the communication thread
 
@@ -82,7 +82,6 @@ class Quorum {
   std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
   std::atomic<bool> pending_{false};
   int64_t admissions_ = 0;
-  int64_t settled_ = 0;  // re-formations before a checkpoint
 };
 
 }  // namespace tributary
