@@ -1,4 +1,5 @@
 #include <cstdlib>
+#include <functional>
 #include <optional>
 
 #include "cli/commands.h"
@@ -34,6 +35,27 @@ void choose_run_secret(const std::string& file, int nnodes) {
       "--secret-file");
 }
 
+// launch's own connection to the run's store: made at the first use, and once more when the store it reached is gone
+// (a run started again has a fresh one).
+class StoreReporter {
+ public:
+  void use(const std::string& addr, int port, const std::function<void(comm::Store&)>& call) {
+    try {
+      call(connected(addr, port));
+    } catch (const std::exception&) {
+      store_.reset();
+      call(connected(addr, port));
+    }
+  }
+
+ private:
+  comm::Store& connected(const std::string& addr, int port) {
+    if (!store_) store_ = connect_supervisor(addr, port, std::chrono::seconds(5));
+    return *store_;
+  }
+  std::optional<comm::Store> store_;
+};
+
 }  // namespace
 
 void add_launch(CLI::App& app) {
@@ -68,21 +90,11 @@ void add_launch(CLI::App& app) {
     };
     // Deaths go to the run's store, through a connection made at the first one (and made again when the store was:
     // a run started again after a death in its start-up has a fresh one).
-    auto reporter = std::make_shared<std::optional<comm::Store>>();
-    auto connected = [reporter](const std::string& addr, int port) -> comm::Store& {
-      if (!*reporter) *reporter = connect_supervisor(addr, port, std::chrono::seconds(5));
-      return **reporter;
-    };
-    o->report_exit = [reporter, connected](const std::string& addr, int port, int rank, const std::string& how,
-                                           bool go_on) {
+    auto reporter = std::make_shared<StoreReporter>();
+    o->report_exit = [reporter](const std::string& addr, int port, int rank, const std::string& how, bool go_on) {
       try {
-        try {
-          comm::report_exit(connected(addr, port), rank, how);
-        } catch (const std::exception&) {  // a connection to a store that is gone: once more, anew
-          reporter->reset();
-          comm::report_exit(connected(addr, port), rank, how);
-        }
-        if (go_on) comm::Membership::report_lost(connected(addr, port), rank);
+        reporter->use(addr, port, [&](comm::Store& store) { comm::report_exit(store, rank, how); });
+        if (go_on) reporter->use(addr, port, [&](comm::Store& store) { comm::Membership::report_lost(store, rank); });
       } catch (const std::exception& e) {
         log::warn(
             "launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
@@ -90,14 +102,11 @@ void add_launch(CLI::App& app) {
             rank, e.what());
       }
     };
-    o->run_started = [reporter, connected](const std::string& addr, int port) {
+    o->run_started = [reporter](const std::string& addr, int port) {
       try {
-        try {
-          return connected(addr, port).check({kRunStartedKey});
-        } catch (const std::exception&) {
-          reporter->reset();
-          return connected(addr, port).check({kRunStartedKey});
-        }
+        bool started = false;
+        reporter->use(addr, port, [&](comm::Store& store) { started = store.check({kRunStartedKey}); });
+        return started;
       } catch (const std::exception& e) {
         log::warn("launch: could not read the run's store ({}); restarting as if the run had started", e.what());
         return true;

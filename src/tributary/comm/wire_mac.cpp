@@ -13,6 +13,10 @@
 
 namespace tributary::comm {
 
+WireMac::WireMac(const RunKey& key) : key_(key), hmac_(EVP_MAC_fetch(nullptr, "HMAC", nullptr), EVP_MAC_free) {
+  if (!hmac_) throw Error("OpenSSL has no HMAC: the run's messages cannot be signed");
+}
+
 std::array<uint8_t, WireMac::kBytes> WireMac::tag(const std::string& place, const uint8_t* data, size_t n) const {
   // HMAC(key, "tributary wire v1" | len(place) | place | message): the length keeps place and message apart.
   const std::string head = fmt::format("tributary wire v1|{}|{}|", place.size(), place);
@@ -20,14 +24,12 @@ std::array<uint8_t, WireMac::kBytes> WireMac::tag(const std::string& place, cons
   size_t len = 0;
   char digest[] = "SHA256";
   const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
-  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  EVP_MAC_CTX* ctx = mac ? EVP_MAC_CTX_new(mac) : nullptr;
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(hmac_.get());
   const bool ok = ctx && EVP_MAC_init(ctx, key_.data(), key_.size(), params) == 1 &&
                   EVP_MAC_update(ctx, reinterpret_cast<const uint8_t*>(head.data()), head.size()) == 1 &&
                   EVP_MAC_update(ctx, data, n) == 1 && EVP_MAC_final(ctx, out.data(), &len, out.size()) == 1 &&
                   len == kBytes;
   EVP_MAC_CTX_free(ctx);
-  EVP_MAC_free(mac);
   if (!ok) throw Error("OpenSSL could not compute a message's MAC");
   return out;
 }

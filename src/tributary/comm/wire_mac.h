@@ -11,9 +11,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "tributary/comm/sealed_store.h"
+
+struct evp_mac_st;  // OpenSSL's EVP_MAC
 
 namespace tributary::comm {
 
@@ -21,7 +24,7 @@ class WireMac {
  public:
   static constexpr int64_t kBytes = 32;  // appended to every message
 
-  explicit WireMac(const RunKey& key) : key_(key) {}
+  explicit WireMac(const RunKey& key);
 
   // `message` (uint8) with the tag of (`place`, its bytes) appended.
   torch::Tensor seal(const torch::Tensor& message, const std::string& place) const;
@@ -33,6 +36,7 @@ class WireMac {
   std::array<uint8_t, kBytes> tag(const std::string& place, const uint8_t* data, size_t n) const;
 
   RunKey key_;
+  std::shared_ptr<evp_mac_st> hmac_;  // fetched once: a fetch looks the algorithm up in OpenSSL's providers
 };
 
 }  // namespace tributary::comm

@@ -76,10 +76,6 @@ std::vector<int64_t> parse_islands(const std::string& text, int world_size, int 
 void Layout::place_islands(const LayoutSpec& spec) {
   const std::vector<int64_t> islands =
       parse_islands(spec.islands, spec.world_size, spec.local_world_size, "parallel.islands");
-  if (!islands.empty() && spec.pipeline_stages > 1) {
-    place_pipeline_islands(spec, islands);
-    return;
-  }
   if (!islands.empty()) {
     const char* other = spec.dipaco             ? "DiPaCo (dipaco.modules)"
                         : spec.local_chunks > 0 ? "local parallelism (local.chunks)"
@@ -88,18 +84,16 @@ void Layout::place_islands(const LayoutSpec& spec) {
       fail("parallel.islands with {} is not supported yet: islands run data parallel inside and DiLoCo across", other);
     if (!spec.diloco)
       fail(
-          "parallel.islands needs dist.algorithm = diloco (data parallel inside the islands, DiLoCo across them); "
-          "with dist.algorithm = ddp every rank averages every step, which islands would not change");
+          "parallel.islands needs dist.algorithm = diloco (DiLoCo across the islands); with dist.algorithm = ddp "
+          "every rank would average every step across the slow link the islands avoid");
     if (islands.size() == 1)
-      fail(
-          "parallel.islands = '{}' makes one island of all {} ranks: that is data parallel (dist.algorithm = ddp); "
-          "give two or more islands",
-          spec.islands, spec.world_size);
+      fail("parallel.islands = '{}' makes one island of all {} ranks: give two or more", spec.islands, spec.world_size);
     if (spec.warmup_ddp_steps > 0)
       fail(
           "dist.warmup_ddp_steps = {} with parallel.islands: the warm-up would be data parallel across the slow "
           "link the islands avoid; set it to 0",
           spec.warmup_ddp_steps);
+    if (spec.pipeline_stages > 1) return place_pipeline_islands(spec, islands);
     kind_ = RunKind::kIslands;
     replicas_ = int64_t(islands.size());
   } else if (!spec.island_steps.empty()) {
@@ -135,17 +129,6 @@ void Layout::place_pipeline_islands(const LayoutSpec& spec, const std::vector<in
           "parallel.islands = '{}' with parallel.pipeline_stages = {}: each island holds one pipeline, so every "
           "island must have {} ranks (islands of {})",
           spec.islands, p, p, fmt::join(islands, "/"));
-  if (islands.size() < 2)
-    fail("parallel.islands = '{}' makes one island: give two or more (one pipeline each)", spec.islands);
-  if (!spec.diloco)
-    fail(
-        "parallel.islands with pipelines needs dist.algorithm = diloco (each stage's replicas kept together across "
-        "the islands by DiLoCo); dist.algorithm = ddp would average across the slow link every step");
-  if (spec.warmup_ddp_steps > 0)
-    fail(
-        "dist.warmup_ddp_steps = {} with parallel.islands: the warm-up would be data parallel across the slow "
-        "link the islands avoid; set it to 0",
-        spec.warmup_ddp_steps);
   if (spec.placement)
     fail("parallel.placement with parallel.islands and pipelines: the islands place the pipelines; give one of them");
   if (!spec.island_steps.empty())

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "tributary/core/clock.h"
-#include "tributary/model/autocast.h"
+#include "tributary/runtime/step_runner.h"
 
 namespace tributary {
 
@@ -18,14 +18,7 @@ double measure_step_seconds(Transformer& model, const RunConfig& config, torch::
   std::vector<double> seconds;
   for (int pass = 0; pass < 4; ++pass) {
     const auto start = Clock::now();
-    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-      torch::Tensor logits;
-      {
-        const Autocast autocast(bf16, device.type());
-        logits = model.forward(tokens.narrow(1, 0, T));
-      }
-      Transformer::loss(bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T)).backward();
-    }
+    for (int64_t micro = 0; micro < tc.grad_accum; ++micro) next_token_loss(model, tokens, bf16).backward();
     if (device.is_cuda()) torch::cuda::synchronize();
     if (pass > 0) seconds.push_back(seconds_since(start));  // the first warms the allocator and the kernels
   }

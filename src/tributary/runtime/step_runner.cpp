@@ -38,7 +38,7 @@ StepResult DenseStep::run(int64_t step, double lr) {
   double step_loss = 0;
   for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
     p_.loader.next(batch_.data_ptr<int64_t>());  // the last copy out of batch_ is done: loss.item() waited for it
-    const auto loss = batch_loss(batch_.to(p_.device, /*non_blocking=*/true));
+    const auto loss = next_token_loss(p_.model, batch_.to(p_.device, /*non_blocking=*/true), p_.bf16);
     if (p_.sync) p_.sync->before_backward(micro + 1 == p_.grad_accum, p_.grad_accum == 1);
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     step_loss += loss.item<double>() / double(p_.grad_accum);
@@ -70,14 +70,14 @@ StepResult DenseStep::run_graphed(int64_t step, double lr) {
   return {.loss = loss, .grad_norm = g.norm.item<double>()};
 }
 
-torch::Tensor DenseStep::batch_loss(const torch::Tensor& tokens) {
-  const int64_t T = p_.loader.context();
+torch::Tensor next_token_loss(Transformer& model, const torch::Tensor& tokens, bool bf16) {
+  const int64_t T = tokens.size(1) - 1;
   torch::Tensor logits;
   {
-    const Autocast autocast(p_.bf16, p_.device.type());
-    logits = p_.model.forward(tokens.narrow(1, 0, T));
+    const Autocast autocast(bf16, tokens.device().type());
+    logits = model.forward(tokens.narrow(1, 0, T));
   }
-  return Transformer::loss(p_.bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
+  return Transformer::loss(bf16 ? logits.to(torch::kFloat32) : logits, tokens.narrow(1, 1, T));
 }
 
 void DenseStep::graphed_body() {
@@ -85,7 +85,7 @@ void DenseStep::graphed_body() {
   p_.optimizer.zero_grad();
   torch::Tensor total;
   for (int64_t micro = 0; micro < p_.grad_accum; ++micro) {
-    const auto loss = batch_loss(g.tokens[micro]);
+    const auto loss = next_token_loss(p_.model, g.tokens[micro], p_.bf16);
     (p_.grad_accum > 1 ? loss / double(p_.grad_accum) : loss).backward();
     const auto share = loss.detach() / double(p_.grad_accum);
     total = total.defined() ? total + share : share;

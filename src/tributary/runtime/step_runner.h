@@ -32,6 +32,10 @@ struct DenseStepParts {
   bool cuda_graph = false;
 };
 
+// The loss of one (B, T+1) token batch on its device: the forward pass under autocast when `bf16` (fp32 master
+// weights), the cross-entropy in fp32. The dense step's, and what a measured pace times (island_pace.h).
+torch::Tensor next_token_loss(Transformer& model, const torch::Tensor& tokens, bool bf16);
+
 // next micro-batch -> forward (bf16 under autocast when asked) -> fp32 loss -> backward (x grad_accum) -> average
 // gradients -> clip -> AdamW step.
 class DenseStep : public TrainStep {
@@ -44,8 +48,6 @@ class DenseStep : public TrainStep {
   struct Graphed;  // cuda_graph: the graph and the tensors it reads and writes
   StepResult run_graphed(int64_t step, double lr);
   void graphed_body();  // device work only: what the graph captures
-  // The loss of one (B, T+1) batch on the device: the forward pass under the run's precision, the loss in fp32.
-  torch::Tensor batch_loss(const torch::Tensor& tokens);
 
   DenseStepParts p_;
   torch::Tensor batch_;  // (B, T+1) host buffer
