@@ -136,6 +136,17 @@ void Exchange::all_reduce_mean(torch::Tensor& t) {
   account(wire, wire, link_ ? link_->ring_allreduce_s(bytes) : 0.0, start);
 }
 
+void Exchange::factor_mean(torch::Tensor& t) {
+  if (!mac_) {
+    all_reduce_mean(t);
+    return;
+  }
+  // PowerSGD's factors are not a linear average of the pseudo-gradients (average_check.h cannot check them), so with
+  // the run's key they take the sealed ring (codec_ is fp32 for PowerSGD: the same sum, each hop carrying its MAC).
+  auto flat = t.view({-1});
+  quantized_ring_all_reduce(flat);
+}
+
 void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
   const int n = group_.size();
   const auto start = Clock::now();
@@ -202,11 +213,11 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
       q_i = at::randn({cols, r}, gen, torch::kFloat32);
     }
     m = m + residual;
-    auto p = torch::mm(m, q_i);  // (rows, r)
-    all_reduce_mean(p);
-    p = std::get<0>(torch::linalg_qr(p));  // orthonormal columns (rows, r)
-    auto q = torch::mm(m.t(), p);          // (cols, r)
-    all_reduce_mean(q);
+    auto p = torch::mm(m, q_i).contiguous();  // (rows, r)
+    factor_mean(p);
+    p = std::get<0>(torch::linalg_qr(p));       // orthonormal columns (rows, r)
+    auto q = torch::mm(m.t(), p).contiguous();  // (cols, r)
+    factor_mean(q);
     auto approx = torch::mm(p, q.t());
     residual = m - approx;
     q_i = q;
@@ -214,7 +225,7 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
   }
   if (!uncompressed.empty()) {
     auto flat = torch::cat(uncompressed);
-    all_reduce_mean(flat);
+    factor_mean(flat);
     int64_t offset = 0;
     for (size_t j = 0; j < uncompressed.size(); ++j) {
       auto& t = tensors[uncompressed_index[j]];

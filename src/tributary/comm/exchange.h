@@ -57,8 +57,9 @@ struct ExchangeOptions {
   SparseChunkOptions sparse;      // sparseloco: chunk, k and bits
   double sparse_decay = 0.95;     // sparseloco: error feedback kept from round to round (SparseLoCo's beta)
   uint64_t seed = 0;              // stochastic codecs and PowerSGD's initial Q
-  // The run's key: every message of the quantised ring and every top-k / SparseLoCo payload carries its MAC, checked
-  // before it is decoded (wire_mac.h; 32 bytes a message, counted). Gloo's fp32 all-reduce cannot carry one.
+  // The run's key: every message of the quantised ring, every top-k / SparseLoCo payload and PowerSGD's factors (on
+  // the fp32 ring then) carry its MAC, checked before it is decoded (wire_mac.h; 32 bytes a message, counted). Gloo's
+  // fp32 all-reduce cannot carry one (average_check.h checks its result instead).
   std::optional<RunKey> mac_key;
 };
 
@@ -108,6 +109,7 @@ class Exchange {
   void average_sparse(torch::Tensor& flat, size_t bucket_index);
   void average_powersgd(std::vector<torch::Tensor>& tensors);
   void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
+  void factor_mean(torch::Tensor& t);      // PowerSGD's: all_reduce_mean, or the sealed fp32 ring with the run's key
   // One ring hop: `out` to the next rank, `in_bytes` from the previous one, sealed and opened with the MAC; returns
   // the message received.
   torch::Tensor hop(const torch::Tensor& out, int64_t in_bytes, double& sent, double& largest);

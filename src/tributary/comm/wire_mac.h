@@ -13,12 +13,20 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tributary/comm/sealed_store.h"
+#include "tributary/comm/store.h"
 
 struct evp_mac_st;  // OpenSSL's EVP_MAC
 
 namespace tributary::comm {
+
+// The key of this invocation's wire MACs: the run's key bound to a nonce that the first rank to ask draws and every
+// rank reads from the run's (sealed) store. A message recorded in an earlier invocation of the same run — before a
+// --resume, or before launch started the run again on a fresh store — verifies under no later one.
+RunKey invocation_key(Store& store, const RunKey& run_key);
 
 class WireMac {
  public:
@@ -31,9 +39,13 @@ class WireMac {
   // The message of `sealed` without its tag; throws NetworkError naming `what` when the tag is not the one the run's
   // key gives (`place`, the message).
   torch::Tensor open(const torch::Tensor& sealed, const std::string& place, const std::string& what) const;
+  // The tag (hex) of `tensors`' bytes, in order, at `place`: for state that travels over Gloo while its tag travels
+  // through the sealed store (a heal's parameters and optimizer state).
+  std::string tag_hex(const std::vector<torch::Tensor>& tensors, const std::string& place) const;
 
  private:
-  std::array<uint8_t, kBytes> tag(const std::string& place, const uint8_t* data, size_t n) const;
+  std::array<uint8_t, kBytes> tag(const std::string& place,
+                                  const std::vector<std::pair<const uint8_t*, size_t>>& parts) const;
 
   RunKey key_;
   std::shared_ptr<evp_mac_st> hmac_;  // fetched once: a fetch looks the algorithm up in OpenSSL's providers

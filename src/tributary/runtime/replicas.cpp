@@ -80,6 +80,11 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
   // not at the collective deadline; the run then stops before anything was trained (launch may start it again).
   if (membership_) options.abandon_forming = [m = membership_.get()] { return m->member_dead(); };
   group_ = std::make_unique<comm::Group>(store, rank, size, options, prefix);
+  std::optional<comm::RunKey> invocation_key;  // the MACs of this invocation's messages
+  if (const auto key = comm::run_key_from_environment()) {
+    comm::Store run_store = store;
+    invocation_key = comm::invocation_key(run_store, *key);
+  }
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{
                    .codec = d.compression,
@@ -90,7 +95,7 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
                    .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
                    .sparse_decay = d.error_feedback_decay,
                    .seed = static_cast<uint64_t>(config_.train.seed),
-                   .mac_key = comm::run_key_from_environment()});
+                   .mac_key = invocation_key});
   if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
   if (rank == 0 && d.diloco() && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
     log::warn(

@@ -19,8 +19,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       exchange_options_{.codec = config.dist.compression,
                         .bucket_mb = config.dist.bucket_mb,
                         .link = wan_link_model_or_none(config.dist.wan, env.world_size),
-                        .seed = static_cast<uint64_t>(config.train.seed),
-                        .mac_key = comm::run_key_from_environment()} {
+                        .seed = static_cast<uint64_t>(config.train.seed)} {
   data_ = load_routed_paths(config_, grid_);
 
   if (slowdown_.factor() > 1)
@@ -56,6 +55,8 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   // Path-local uploads go point to point over the emulated links; the ring models its own (exchange_options_.link).
   if (config_.dipaco.path_local) group_opts.link = held_->link();
   group_ = std::make_unique<comm::Group>(*store_, env_.rank, env_.world_size, group_opts, "dipaco/g0");
+  if (const auto key = comm::run_key_from_environment())  // the MACs of this invocation's messages
+    exchange_options_.mac_key = comm::invocation_key(*store_, *key);
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, env_.rank);
   // The run's quorum: heartbeats, and the members' agreement on who is left after a round's tasks and exchange. A

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/rendezvous.h"
@@ -37,7 +38,24 @@ NamedTensors params_of(const HealState& state, size_t count) {
 
 Quorum::Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
                ReplicaSync& sync)
-    : config_(config), membership_(membership), store_(std::move(store)), channel_(channel), sync_(sync) {}
+    : config_(config), membership_(membership), store_(std::move(store)), channel_(channel), sync_(sync) {
+  if (const auto key = comm::run_key_from_environment()) mac_.emplace(*key);
+}
+
+void Quorum::seal_state(nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
+                        const std::string& place) const {
+  if (mac_) meta["state_mac"] = mac_->tag_hex(tensors, place);
+}
+
+void Quorum::check_state(const nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
+                         const std::string& place) const {
+  if (!mac_ || (meta.contains("state_mac") && meta.at("state_mac") == mac_->tag_hex(tensors, place))) return;
+  throw NetworkError(fmt::format(
+      "worker {}: the state the lead sent to heal it ({}) does not carry the run's MAC: it was changed in flight "
+      "(someone on the path between the workers) or sent by a process without the run's secret. Nothing of it is "
+      "used; the worker stops and its launch may restart it (docs/distributed.md, threat model)",
+      membership_.id(), place));
+}
 
 void Quorum::round_ended() { joiners_ = channel_.reducer.take_joiners(); }
 
@@ -60,23 +78,25 @@ void Quorum::admit(const HealState& state) {
     return;
   }
   admissions_ += 1;
+  auto tensors = tensors_of(state.tensors, sync_.outer_state());
   if (rank() == 0) {
     nlohmann::json meta = state.meta;
     meta["outer"] = sync_.progress();
     meta["rounds"] = channel_.reducer.rounds();
+    seal_state(meta, tensors, heal_key(membership_.epoch()));
     store_.set(heal_key(membership_.epoch()), meta.dump());
   }
-  // The broadcast reaches every member: the others keep their own inner optimizer state (the parameters are the
-  // global ones on every member after an outer step, so they are equal anyway).
+  // The broadcast reaches every member: the others keep what they hold (their own inner optimizer state; the
+  // parameters and the outer state are the global ones on every member after an outer step, equal anyway), so
+  // nothing a stranger changes on the way to them is used.
   std::vector<torch::Tensor> own;
   if (rank() != 0)
-    for (const auto& [name, t] : state.tensors) own.push_back(t.detach().clone());
-  auto tensors = tensors_of(state.tensors, sync_.outer_state());
+    for (const auto& t : tensors) own.push_back(t.detach().clone());
   try {
     channel_.thread.run<int>([&] {
       torch::NoGradGuard no_grad;            // parameters are filled in place (grad mode is per thread)
       channel_.group.broadcast(tensors, 0);  // rank 0 is the first old member: joiners come last
-      for (size_t i = 0; i < own.size(); ++i) state.tensors[i].second.copy_(own[i]);
+      for (size_t i = 0; i < own.size(); ++i) tensors[i].copy_(own[i]);
       return 0;
     });
     sync_.check_identical(params_of(state, state.num_params),
@@ -85,7 +105,7 @@ void Quorum::admit(const HealState& state) {
     log::warn("worker {}: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
               membership_.id(), fmt::join(joiners, ", "), e.what());
     torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < own.size(); ++i) state.tensors[i].second.copy_(own[i]);
+    for (size_t i = 0; i < own.size(); ++i) tensors[i].copy_(own[i]);
     return;
   }
   if (rank() == 0)
@@ -114,6 +134,7 @@ nlohmann::json Quorum::join(NamedTensors& params, HealState state) {
     channel_.group.broadcast(tensors, 0);
     return 0;
   });
+  check_state(meta, tensors, heal_key(membership_.epoch()));
   sync_.adopt_progress(meta.at("outer"));
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
   sync_.check_identical(params, fmt::format("when worker {} joined", membership_.id()));
@@ -146,6 +167,7 @@ void Quorum::offer_heal(const HealState& state) {
     meta["members_world"] = channel_.group.size();
     std::vector<torch::Tensor> copies;
     for (const auto& t : tensors_of(state.tensors, sync_.outer_state())) copies.push_back(t.detach().clone());
+    seal_state(meta, copies, prefix);
     membership_.offer(request, meta.dump());
     log::info("worker {}: healing worker {} at step {}; it joins at round x{}", membership_.id(), request.id,
               state.meta.value("step", int64_t{0}), channel_.reducer.rounds());
@@ -190,6 +212,7 @@ nlohmann::json Quorum::join_healed(const std::string& offer, NamedTensors& param
     pair.broadcast(tensors, 0);
     return 0;
   });
+  check_state(meta, tensors, meta.at("prefix").get<std::string>());
   sync_.adopt_progress(meta.at("outer"));
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
   pending_ = true;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 
 #include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
+#include "tributary/comm/wire_mac.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/runtime/sync/replica_channel.h"
@@ -71,6 +73,11 @@ class Quorum {
 
  private:
   nlohmann::json join_healed(const std::string& offer, NamedTensors& params, HealState& state);
+  // With the run's key, the heal's state travels over Gloo and its tag in the lead's meta (the sealed store): the
+  // joiner uses only the state whose tag it checked (NetworkError otherwise).
+  void seal_state(nlohmann::json& meta, const std::vector<torch::Tensor>& tensors, const std::string& place) const;
+  void check_state(const nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
+                   const std::string& place) const;
   int rank() const { return channel_.group.rank(); }
 
   const RunConfig& config_;  // Replicas' own, which outlives this
@@ -82,6 +89,7 @@ class Quorum {
   std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
   std::atomic<bool> pending_{false};
   int64_t admissions_ = 0;
+  std::optional<comm::WireMac> mac_;  // the run's key (none without a run secret)
 };
 
 }  // namespace tributary
