@@ -15,6 +15,7 @@
 
 #include "dipaco_fixture.h"
 #include "tributary/comm/sparse_chunks.h"
+#include "tributary/comm/wire_mac.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/launcher.h"
 
@@ -87,11 +88,15 @@ TEST_F(Dipaco, PathLocalWorkersTrainLikeTheRingAndSendOnlyTheirPathsModules) {
     const WorkerRounds r = rounds_of(work() / "local", w, local.grid);
     ASSERT_EQ(r.exchange.size(), 2u) << "worker " << w;
     for (const auto& [round, line] : r.exchange) {
-      double expected = double(ids.size());
+      // The mask, then one message of sums and one of weights to the other worker, each with its MAC (launch's key).
+      const double mac = double(comm::WireMac::kBytes);
+      double expected = double(ids.size()) + mac;
+      bool sends = false;
       for (const auto& m : r.touched.at(round)) {
         const size_t i = size_t(std::find(ids.begin(), ids.end(), m) - ids.begin());
-        if (int(i % 2) != w) expected += 4.0 * double(numel[m]) + 16;
+        if (int(i % 2) != w) expected += 4.0 * double(numel[m]) + 16, sends = true;
       }
+      if (sends) expected += 2 * mac;
       EXPECT_EQ(line["bytes_up"].get<double>(), expected) << "worker " << w << ", round " << round;
       local_up += line["bytes_up"].get<double>();
     }
@@ -291,7 +296,9 @@ TEST_F(Dipaco, PathLocalSparseLoCoSendsPackedTopKAndResumesItsFeedback) {
         if (int(i % 2) != w) values += numel[m], ++modules;
       }
       const double payload = modules > 0 ? double(chunks.payload_bytes(values)) : 0.0;
-      EXPECT_EQ(bytes, double(ids.size()) + payload + 16.0 * double(modules)) << "worker " << w << ", round " << round;
+      const double macs = double(comm::WireMac::kBytes) * (modules > 0 ? 3 : 1);  // the mask's, the sums', the weights'
+      EXPECT_EQ(bytes, double(ids.size()) + payload + 16.0 * double(modules) + macs)
+          << "worker " << w << ", round " << round;
       if (modules > 0) {
         EXPECT_LT(payload, 0.02 * 4.0 * double(values));  // vs fp32: 16 of 4,096 values, 14 bits each
       }

@@ -98,6 +98,7 @@ class Exchange {
   // that is not one of the above.
   void load_codec_state(const std::vector<std::pair<std::string, torch::Tensor>>& state, const std::string& origin);
   const std::optional<LinkModel>& link_model() const { return link_; }
+  const WireMac* mac() const { return mac_ ? &*mac_ : nullptr; }  // the run's (invocation's) key; null without one
   // Tests: changes every message this rank puts on the wire after it was sealed, as a stranger on the path would.
   void set_wire_tamper(std::function<void(torch::Tensor&)> tamper) { wire_tamper_ = std::move(tamper); }
 

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <exception>
 
+#include <fmt/format.h>
+
 #include "tributary/core/error.h"
 
 namespace tributary {
@@ -20,8 +22,9 @@ int64_t numel_of(const NamedTensors& tensors) {
 struct OwnerUpload::Message {
   std::vector<size_t> modules;
   int64_t numel = 0;
-  torch::Tensor wire;           // encoded sums, concatenated
+  torch::Tensor wire;           // encoded sums, concatenated (sealed on the wire: wire_mac.h)
   torch::Tensor meta;           // fp64 [weight, paths] per module
+  torch::Tensor meta_wire;      // its bytes as they travel (sealed)
   torch::Tensor values;         // the receiver's decoded sums
   int64_t offset = 0, row = 0;  // the owner's reading position in `values` and `meta` (modules come in module order)
 };
@@ -32,14 +35,24 @@ std::vector<std::vector<bool>> OwnerUpload::who_touched(const OwnedRound& r) {
   auto mask = torch::zeros({static_cast<int64_t>(M)}, torch::kUInt8);
   for (size_t i = 0; i < M; ++i)
     if (r.contributions[i] != nullptr && r.contributions[i]->paths > 0) mask[int64_t(i)] = 1;
-  const std::vector<torch::Tensor> all =
-      group_.size() == 1 ? std::vector<torch::Tensor>{mask} : group_.all_gather(mask);
+  std::vector<torch::Tensor> all = group_.size() == 1 ? std::vector<torch::Tensor>{mask}
+                                                      : group_.all_gather(sealed(mask, "mask", group_.rank(), -1));
   std::vector<std::vector<bool>> touched;
-  for (const auto& t : all) {
-    auto bytes = t.contiguous();
+  for (size_t w = 0; w < all.size(); ++w) {
+    auto bytes = group_.size() == 1 ? all[w] : opened(all[w], "mask", int(w), -1).contiguous();
     touched.emplace_back(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + M);
   }
   return touched;
+}
+
+torch::Tensor OwnerUpload::sealed(const torch::Tensor& bytes, const std::string& what, int from, int to) const {
+  return mac_ ? mac_->seal(bytes, fmt::format("{}|{}|{}>{}", place_, what, from, to)) : bytes;
+}
+
+torch::Tensor OwnerUpload::opened(const torch::Tensor& bytes, const std::string& what, int from, int to) const {
+  if (!mac_) return bytes;
+  return mac_->open(bytes, fmt::format("{}|{}|{}>{}", place_, what, from, to),
+                    fmt::format("DiPaCo's {} from worker {} (group rank)", what, from));
 }
 
 // Encodes this worker's sums of m.modules (with `feedback`: sparse, error feedback added) and starts sending them to
@@ -66,21 +79,24 @@ double OwnerUpload::post_send(const OwnedRound& r, int o, Message& m, std::vecto
   }
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} module(s) to their owner", m.modules.size());
   const int me = group_.rank();
+  m.wire = sealed(m.wire, "sums", me, o);
+  m.meta_wire = sealed(m.meta.view(torch::kUInt8).reshape({-1}), "weights", me, o);
   pending.push_back(group_.send(m.wire, o, 2 * me, what));
-  pending.push_back(group_.send(m.meta, o, 2 * me + 1, what + " (weights)"));
-  return double(m.wire.numel()) + double(m.meta.numel() * 8);
+  pending.push_back(group_.send(m.meta_wire, o, 2 * me + 1, what + " (weights)"));
+  return double(m.wire.numel() + m.meta_wire.numel());
 }
 
 // Starts receiving worker w's sums of this owner's modules m.modules; returns the bytes.
 double OwnerUpload::post_recv(const OwnedRound& r, int w, Message& m, std::vector<comm::PendingCollective>& pending) {
   for (size_t i : m.modules) m.numel += numel_of(*r.owned[i]);
   const int64_t bytes = feedback_ ? feedback_->chunks().payload_bytes(m.numel) : int64_t(codec_.encoded_bytes(m.numel));
-  m.wire = torch::empty({bytes}, torch::kUInt8);
-  m.meta = torch::empty({int64_t(m.modules.size()), 2}, torch::kFloat64);
+  const int64_t tag = mac_ ? comm::WireMac::kBytes : 0;
+  m.wire = torch::empty({bytes + tag}, torch::kUInt8);
+  m.meta_wire = torch::empty({int64_t(m.modules.size()) * 2 * 8 + tag}, torch::kUInt8);
   const std::string what = fmt::format("DiPaCo pseudo-gradients of {} owned module(s)", m.modules.size());
   pending.push_back(group_.recv(m.wire, w, 2 * w, what));
-  pending.push_back(group_.recv(m.meta, w, 2 * w + 1, what + " (weights)"));
-  return double(m.wire.numel()) + double(m.meta.numel() * 8);
+  pending.push_back(group_.recv(m.meta_wire, w, 2 * w + 1, what + " (weights)"));
+  return double(m.wire.numel() + m.meta_wire.numel());
 }
 
 // The owner's step of module i: the sums added in group-rank order (its own at its own rank), then the outer loop's
@@ -117,7 +133,7 @@ void OwnerUpload::reduce(const OwnedRound& r) {
   const size_t n = static_cast<size_t>(group_.size());
   const int me = group_.rank();
   bytes_ = {};
-  bytes_.control = double(M);
+  bytes_.control = double(M) + (mac_ ? double(comm::WireMac::kBytes) : 0.0);
   // sends[o]: from this worker to owner o; recvs[w]: from worker w to this owner.
   std::vector<Message> sends(n), recvs(n);
   std::vector<std::vector<bool>> touched;
@@ -138,6 +154,12 @@ void OwnerUpload::reduce(const OwnedRound& r) {
       if (!recvs[w].modules.empty()) bytes_.recv += post_recv(r, int(w), recvs[w], pending);
     }
     for (auto& p : pending) p.wait();
+    for (size_t w = 0; w < n; ++w) {  // nothing is decoded before every message's tag checked
+      Message& m = recvs[w];
+      if (m.modules.empty()) continue;
+      m.wire = opened(m.wire, "sums", int(w), me);
+      m.meta = opened(m.meta_wire, "weights", int(w), me).clone().view(torch::kFloat64).view({-1, 2});
+    }
   } catch (const NetworkError& e) {
     failure = std::current_exception();
     why = e.what();

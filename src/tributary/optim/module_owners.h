@@ -11,9 +11,11 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "tributary/comm/codec.h"
 #include "tributary/comm/group.h"
+#include "tributary/comm/wire_mac.h"
 #include "tributary/core/error.h"
 #include "tributary/optim/module_feedback.h"
 #include "tributary/optim/owner_reducer.h"
@@ -42,9 +44,16 @@ class OwnerUpload : public OwnerReducer {
   // `codec`: on the wire (stateless codecs only), unless `feedback` (sparse payloads, error feedback committed once the
   // round's messages went out); all outlive the upload.
   // `gate`: none = apply once this worker's messages arrived (a failure throws the NetworkError).
+  // `mac` (the run's key; may be null): every message — the touched-module masks, each payload and its weights —
+  // carries a tag bound to `place` (the round's: no two rounds share one), checked before anything is decoded.
   OwnerUpload(comm::Group& group, const comm::Codec& codec, ModuleFeedback* feedback = nullptr,
-              ExchangeGate gate = nullptr)
-      : group_(group), codec_(codec), feedback_(feedback), gate_(std::move(gate)) {}
+              ExchangeGate gate = nullptr, const comm::WireMac* mac = nullptr, std::string place = {})
+      : group_(group),
+        codec_(codec),
+        feedback_(feedback),
+        gate_(std::move(gate)),
+        mac_(mac),
+        place_(std::move(place)) {}
   // One round's upload and the owners' outer steps. A module no path touched keeps its parameters.
   void reduce(const OwnedRound& round) override;
   const OwnerUploadBytes& bytes() const { return bytes_; }  // of the last reduce()
@@ -56,11 +65,15 @@ class OwnerUpload : public OwnerReducer {
   double post_recv(const OwnedRound& r, int worker, Message& m, std::vector<comm::PendingCollective>& pending);
   void step_owned(const OwnedRound& r, size_t module, const std::vector<std::vector<bool>>& touched,
                   std::vector<Message>& recvs);
+  torch::Tensor sealed(const torch::Tensor& bytes, const std::string& what, int from, int to) const;
+  torch::Tensor opened(const torch::Tensor& bytes, const std::string& what, int from, int to) const;
 
   comm::Group& group_;
   const comm::Codec& codec_;
   ModuleFeedback* feedback_;
   ExchangeGate gate_;
+  const comm::WireMac* mac_;
+  std::string place_;
   OwnerUploadBytes bytes_;
 };
 

@@ -110,3 +110,40 @@ TEST(OwnerLoop, ThePathLocalUploadLeavesTheNewValuesWithTheOwner) {
     EXPECT_TRUE(torch::equal(w.replicas[1][0].second, module_params(1)[0].second));
   });
 }
+
+// With the run's key every message of the upload carries a tag (the masks, each sum and its weights): the owner's
+// step is the one without it, and a stranger who sends in a worker's place (another key) changes nothing: the owner
+// refuses the message before it decodes it, and no module takes a step.
+TEST(OwnerLoop, ASealedUploadStepsAsThePlainOneAndAForgedMessageIsRefusedBeforeAnyStep) {
+  const auto ours = comm::random_run_key(), theirs = comm::random_run_key();
+  for (const bool forged : {false, true}) {
+    SCOPED_TRACE(forged ? "forged" : "sealed");
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::mutex mu;
+    test_support::run_threads(2, [&](int rank) {
+      comm::Group group(store, rank, 2, {}, "upload");
+      const auto codec = comm::make_codec("fp32");
+      const comm::WireMac mac(forged && rank == 0 ? theirs : ours);
+      Worker w(rank);
+      OwnerUpload upload(group, *codec, nullptr, nullptr, &mac, "upload|round0");
+      std::string error;
+      try {
+        w.sync(rank, upload);
+      } catch (const NetworkError& e) {
+        error = e.what();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      SCOPED_TRACE(testing::Message() << "worker " << rank);
+      if (!forged) {
+        EXPECT_EQ(error, "");
+        if (rank == 1) {
+          EXPECT_TRUE(torch::allclose(w.loop.owned(1)->global()[0].second, expected_module1()));
+          EXPECT_EQ(upload.bytes().recv, 4 * 4 + 2 * 8 + 2 * comm::WireMac::kBytes);
+        }
+        return;
+      }
+      EXPECT_NE(error.find("does not carry the run's MAC"), std::string::npos) << error;
+      EXPECT_EQ(w.loop.outer_steps(), 0);
+    });
+  }
+}

@@ -155,7 +155,8 @@ std::pair<double, double> HeldModules::reduce(int64_t round, int64_t step,
     modelled_s_ = stats.modelled_s;
     return {stats.bytes_sent, stats.bytes_recv};
   }
-  OwnerUpload upload(group, *codec_, feedback_.get(), std::move(gate));
+  OwnerUpload upload(group, *codec_, feedback_.get(), std::move(gate), exchange.mac(),
+                     fmt::format("{}|owners|round{}", group.prefix(), round));
   loop_.sync_owned(step, contributions, owner, upload);
   const OwnerUploadBytes bytes = upload.bytes();
   // Everyone has sent and received: nobody fetches this round's values any more.
