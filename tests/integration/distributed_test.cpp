@@ -232,6 +232,10 @@ TEST_F(Distributed, ASignalStopsEveryRankAtTheSameStepWithOneCheckpoint) {
   auto [rc, out] = sh("(" + cli + " launch --nproc 2 --master-port 0 --grace 20 --" + tiny("signalled", cfg) +
                       " 2>&1 & pid=$!; for i in $(seq 300); do grep -q '\"loss\"' " + (run / "metrics.jsonl").string() +
                       " 2>/dev/null && break; sleep 0.2; done; kill -TERM $pid; wait $pid)");
+  // Every worker stopped with its checkpoint: launch's status is theirs, 0, as a signalled `train`'s (issue 46,
+  // item 9: it was 143 while train's was 0).
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("every worker stopped cleanly"), std::string::npos) << out;
   EXPECT_NE(out.find("stopped after step"), std::string::npos) << out;
   EXPECT_NE(out.find("stop agreed by every rank"), std::string::npos) << out;
   auto summary = nlohmann::json::parse(read_file(run / "summary.json"));

@@ -191,6 +191,14 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
     c.rope_theta = positive(rope, "rope_theta", c.rope_theta, "rope_parameters.");
   }
   c.norm_eps = positive(j, "rms_norm_eps", 1e-6);
+  // The ranges of model.rope_theta and model.norm_eps (runtime/run_config.cpp): an import that a later load would
+  // refuse is refused here, naming the file.
+  auto within = [&](const char* key, double value, double lo, double hi) {
+    if (value < lo || value > hi)
+      fail("{}: '{}' = {} is outside [{}, {}], what the model's configuration allows", origin, key, value, lo, hi);
+  };
+  within("rope_theta", c.rope_theta, 1.0, 1e9);
+  within("rms_norm_eps", c.norm_eps, 0.0, 1.0);
   c.tie_embeddings = flag("tie_word_embeddings");
   return c;
 }

@@ -9,6 +9,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/progress.h"
 #include "tributary/core/safetensors.h"
+#include "tributary/data/tokenizer.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/run_config.h"
@@ -100,6 +101,13 @@ fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& 
     fail("{}: the model it describes cannot be built: {}", config_file.string(), e.what());
   }
   const std::string kind = tokenizer_kind(dir);
+  // The tokenizer loads, and every id it gives has a row of the embedding: checked here, not at the first eval.
+  const int64_t tokenizer_vocab = kind == "sentencepiece" ? SentencePieceTokenizer(dir / "tokenizer.model").vocab_size()
+                                                          : ByteTokenizer().vocab_size();
+  if (tokenizer_vocab > config.model.vocab_size)
+    fail("{}: vocab_size = {} is smaller than the tokenizer's {} ids ({}): not this model's tokenizer",
+         config_file.string(), config.model.vocab_size, tokenizer_vocab,
+         kind == "sentencepiece" ? (dir / "tokenizer.model").string() : std::string("byte-level"));
   Progress progress("import", 3, "steps");  // read, convert, write: a large model takes a while on each
   auto tensors = read_hf_tensors(dir);
   // The model config.json describes is built only if the weights could fill it (a config of a few hundred bytes may

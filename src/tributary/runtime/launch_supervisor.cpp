@@ -153,6 +153,7 @@ class Supervisor {
   int restarts_ = 0;
   bool start_again_ = false;
   int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
+  int stop_signal_ = 0;  // the user's SIGINT/SIGTERM, forwarded as a stop
   bool killed_ = false;
   std::optional<Clock::time_point> stop_deadline_;
   struct NetworkFailure {
@@ -298,6 +299,7 @@ void Supervisor::reap() {
     w.stopped = false;
     w.status = status;
     if (const int code = exit_code_of(status); code != 0) {
+      if (stop_signal_ && result_ == 0) result_ = code;  // a worker that did not stop cleanly at the user's signal
       // First, before the others are stopped or go on: their failed collectives name this rank.
       if (o_.report_exit)
         o_.report_exit(o_.master_addr, o_.master_port, w.rank, how_it_ended(status),
@@ -350,11 +352,12 @@ int Supervisor::run() {
     if (g_signal) start_again_ = false;  // the user's stop wins over a run started again
     if (g_signal && !stop_deadline_) {
       log::warn("launch: signal {} received; stopping the workers", int(g_signal));
-      result_ = 128 + g_signal;
+      stop_signal_ = g_signal;  // the status is the workers': 0 when each stopped with its checkpoint, as train's
       begin_stop();
     }
     if (g_signals >= 2 && !killed_) {
       log::warn("launch: second signal; killing the workers now (no final checkpoint)");
+      result_ = 128 + g_signal;
       stop_all(SIGKILL);
       killed_ = true;
     }
@@ -366,6 +369,9 @@ int Supervisor::run() {
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
+  if (stop_signal_ && result_ == 0)
+    log::info("launch: stopped at signal {}; every worker stopped cleanly (status 0): --resume continues",
+              stop_signal_);
   if (failed_rank_ >= 0 && !cause_.empty())
     log::error("launch: failed because {} (status {})", cause_, result_);
   else if (failed_rank_ >= 0)

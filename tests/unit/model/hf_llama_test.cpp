@@ -252,7 +252,8 @@ TEST(HfLlama, ImportRefusesWhatTheModelCannotRepresentNamingTheField) {
 TEST(HfLlama, ImportReadsOnlyItsDirectorysOwnFilesAndBuildsOnlyAModelItsWeightsFill) {
   // Issue 46, items 6 and 7: links out of the directory were followed (a private key copied into the checkpoint, or
   // /dev/zero read until memory ran out), and config.json's model was built before any weight was read.
-  const ModelConfig c = llama_like(true);
+  ModelConfig c = llama_like(true);
+  c.vocab_size = 257;  // the byte-level tokenizer's ids (a smaller vocabulary is refused)
   Transformer model(c);
   const fs::path dir = fs::temp_directory_path() / ("trib_hf_hostile_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -288,6 +289,21 @@ TEST(HfLlama, ImportReadsOnlyItsDirectorysOwnFilesAndBuildsOnlyAModelItsWeightsF
   msg = import_error("d");
   EXPECT_NE(msg.find("config.json describes a model of"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not this model's weights"), std::string::npos) << msg;
+  // A vocabulary without a row for every id of the tokenizer, or a tokenizer that does not load, is refused at
+  // import, not at the first eval.
+  auto small = c;
+  small.vocab_size = 200;
+  write_file(dir / "hf" / "config.json", hf_llama_config_json(small));
+  write_file(dir / "hf" / "model.safetensors",
+             tensors_to_safetensors(to_hf_llama(Transformer(small)), {{"format", "pt"}}));
+  msg = import_error("f");
+  EXPECT_NE(msg.find("vocab_size = 200 is smaller than the tokenizer's 257 ids"), std::string::npos) << msg;
+  write_file(dir / "hf" / "config.json", hf_llama_config_json(c));
+  write_file(dir / "hf" / "tokenizer.model", std::string("garbage\0\1", 9));
+  write_file(dir / "hf" / "tributary_tokenizer.json", "{\"type\": \"sentencepiece\"}");
+  msg = import_error("e");
+  EXPECT_NE(msg.find("tokenizer.model"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(dir / "e")) << "nothing written";
   fs::remove_all(dir);
 }
 
@@ -326,5 +342,13 @@ TEST(HfLlama, EveryKeyOfAnotherJsonTypeIsNamedNotACrash) {
               }).find(std::string("'") + key + "' = -1.0 must be a positive finite number"),
               std::string::npos)
         << key;
+  }  // Positive but beyond what a run's model.rope_theta / model.norm_eps allow: refused here, not at the first load.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, double>>{
+           {"rope_theta", 0.5}, {"rope_theta", 1e300}, {"rms_norm_eps", 1e300}, {"rms_norm_eps", 2.0}}) {
+    auto j = good;
+    j[key] = value;
+    EXPECT_NE(test_support::error_of([&] { llama_model_config(j.dump(), "hf/config.json"); }).find("'" + key + "' = "),
+              std::string::npos)
+        << key << " = " << value;
   }
 }
