@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/rendezvous.h"
@@ -34,6 +35,7 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   };
   const std::vector<int> pipe_members = layout.pipeline_ranks(), data_members = layout.stage_replica_ranks();
   auto store = rendezvous(config, env);
+  if (const auto key = comm::run_key_from_environment()) mac_.emplace(comm::invocation_key(store, *key));
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", place_.replica()));

@@ -70,8 +70,10 @@ Reference reference(int64_t steps) {
 
 // Runs every stage of one pipeline as a thread; `body(stage, step)` gets a ready PipelineStep.
 // `wan`: emulated links on every group (runtime/wan.h spec), none if empty.
+// `mac_of(stage)`: the key each stage seals and opens its messages with (none: plain).
 void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, PipelineStep&, NamedTensors&)>& body,
-                  const std::string& wan = "", Wire wire = Wire::Fp32) {
+                  const std::string& wan = "", Wire wire = Wire::Fp32,
+                  const std::function<const comm::WireMac*(int64_t)>& mac_of = {}) {
   const int64_t p = spec.stages;
   const auto layout = StageLayout::balanced(tiny().num_layers, p);
   std::vector<std::shared_ptr<Transformer>> models;
@@ -94,7 +96,7 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
                        params,
                        adam,
                        data,
-                       {&pipe, tie.get(), nullptr},
+                       {&pipe, tie.get(), nullptr, -1, mac_of ? mac_of(s) : nullptr},
                        spec,
                        layout,
                        s,
@@ -211,4 +213,52 @@ TEST(Pipeline, CompressedActivationsStayCloseAndSendFewerBytes) {
         },
         "", wire);
   }
+}
+
+TEST(Pipeline, SealedStageMessagesCarryTheSameValuesAndAStrangersAreRefused) {
+  // With the run's key every activation and activation gradient carries a MAC (wire.h): the stages compute what they
+  // compute without it, bit for bit, and 32 bytes more a message; a stage that seals with another key (a stranger on
+  // the path between the stages) is refused by its neighbour before anything it sent is used.
+  torch::set_num_threads(1);
+  const comm::WireMac ours(comm::random_run_key()), theirs(comm::random_run_key());
+  const ScheduleSpec spec{ScheduleKind::OneFOneB, 2, 2, 0};
+  std::mutex mu;
+  std::map<int64_t, std::map<std::string, torch::Tensor>> plain;
+  std::map<int64_t, int64_t> plain_bytes;
+  run_pipeline(spec, [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+    step.forward_backward(0);
+    const auto stats = step.take_stats();
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [n, t] : params) plain[stage][n] = t.grad().clone();
+    plain_bytes[stage] = stats.activation_bytes + stats.gradient_bytes;
+  });
+  run_pipeline(
+      spec,
+      [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+        step.forward_backward(0);
+        const auto stats = step.take_stats();
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto& [n, t] : params)
+          EXPECT_TRUE(torch::equal(t.grad(), plain[stage][n])) << "stage " << stage << " " << n;
+        EXPECT_EQ(stats.activation_bytes + stats.gradient_bytes, plain_bytes[stage] + 2 * comm::WireMac::kBytes);
+      },
+      "", Wire::Fp32, [&](int64_t) { return &ours; });
+  std::map<int64_t, std::string> errors;
+  run_pipeline(
+      spec,
+      [&](int64_t stage, PipelineStep& step, NamedTensors&) {
+        std::string error;
+        try {
+          step.forward_backward(0);
+        } catch (const NetworkError& e) {
+          error = e.what();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        errors[stage] = error;
+      },
+      "", Wire::Fp32, [&](int64_t stage) { return stage == 0 ? &theirs : &ours; });
+  EXPECT_NE(
+      errors[1].find("activation of micro-batch 0 at step 1 from stage 0: the message does not carry the run's MAC"),
+      std::string::npos)
+      << errors[1];
 }

@@ -39,21 +39,26 @@ LocalStage::LocalStage(LocalStageParts parts)
   set_chunk_lr_scales(p_.optimizer, clip_groups_, chunk_of, p_.lr_scale);
 }
 
+std::string LocalStage::place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const {
+  return fmt::format("{}|local{}|{}|{}|{}>{}", p_.groups.pipe->prefix(), kind, step, mb, from, to);
+}
+
 torch::Tensor LocalStage::receive(int kind, int64_t step, int64_t mb, int peer) {
   const int64_t T = p_.loader.context(), C = p_.model.config().width;
-  auto buffer = pipeline::wire_buffer(p_.wire, {micro_, T, C});
+  auto buffer = pipeline::message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
+  const std::string what = fmt::format("stage {}: {} of micro-batch {} at step {} from stage {}", p_.stage,
+                                       kKindName[kind], mb, step + 1, peer);
   const auto t0 = Clock::now();
-  p_.groups.pipe
-      ->recv(buffer, peer, tag(kind, step, mb),
-             fmt::format("stage {}: {} of micro-batch {} at step {} from stage {}", p_.stage, kKindName[kind], mb,
-                         step + 1, peer))
-      .wait();
+  p_.groups.pipe->recv(buffer, peer, tag(kind, step, mb), what).wait();
   stats_.blocked_s += seconds_since(t0);
-  return pipeline::wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device);
+  return pipeline::open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac, place(kind, step, mb, peer, p_.stage),
+                                what)
+      .to(p_.device);
 }
 
 void LocalStage::send(const torch::Tensor& t, int kind, int64_t step, int64_t mb, int peer) {
-  auto buffer = pipeline::wire_encode(t, p_.wire);
+  auto buffer =
+      pipeline::seal_message(pipeline::wire_encode(t, p_.wire), p_.groups.mac, place(kind, step, mb, p_.stage, peer));
   (kind == kActivation ? stats_.activation_bytes : stats_.gradient_bytes) +=
       buffer.numel() * int64_t(buffer.element_size());
   auto work = p_.groups.pipe->send(buffer, peer, tag(kind, step, mb),

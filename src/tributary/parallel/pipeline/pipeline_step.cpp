@@ -37,6 +37,10 @@ PipelineStep::PipelineStep(PipelineStepParts parts)
   micro_ = B / m;
 }
 
+std::string PipelineStep::place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const {
+  return fmt::format("{}|{}|{}|{}|{}>{}", p_.groups.pipe->prefix(), kind, step, mb, from, to);
+}
+
 int PipelineStep::tag(int kind, int64_t step, int64_t mb) const {
   // Unique per (peer, message) within a step and across neighbouring steps; Gloo tags are non-negative int32.
   return (kind << 28) | static_cast<int>((step & 0xFFF) << 16) | static_cast<int>(mb);
@@ -53,11 +57,14 @@ void PipelineStep::execute(const Action& a, int64_t step) {
   };
   switch (a.op) {
     case Op::RecvAct: {
-      auto buffer = wire_buffer(p_.wire, {micro_, T, C});
-      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb),
-                                        fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}",
-                                                    p_.stage, a.mb, step + 1, p_.stage - 1)));
-      inputs_[mb] = wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device).requires_grad_(true);
+      auto buffer = message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
+      const std::string what = fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}", p_.stage,
+                                           a.mb, step + 1, p_.stage - 1);
+      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb), what));
+      inputs_[mb] = open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
+                                 place(kActivation, step, a.mb, p_.stage - 1, p_.stage), what)
+                        .to(p_.device)
+                        .requires_grad_(true);
       return;
     }
     case Op::Forward: {
@@ -76,7 +83,8 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendAct: {
-      send_buffers_.push_back(wire_encode(outputs_[mb], p_.wire));
+      send_buffers_.push_back(seal_message(wire_encode(outputs_[mb], p_.wire), p_.groups.mac,
+                                           place(kActivation, step, a.mb, p_.stage, p_.stage + 1)));
       stats_.activation_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1), tag(kActivation, step, a.mb),
                                             fmt::format("stage {}: activation of micro-batch {} at step {} to stage {}",
@@ -84,11 +92,13 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::RecvGrad: {
-      auto buffer = wire_buffer(p_.wire, {micro_, T, C});
-      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb),
-                                        fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}",
-                                                    p_.stage, a.mb, step + 1, p_.stage + 1)));
-      out_grads_[mb] = wire_decode(buffer, p_.wire, {micro_, T, C}).to(p_.device);
+      auto buffer = message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
+      const std::string what = fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}", p_.stage,
+                                           a.mb, step + 1, p_.stage + 1);
+      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb), what));
+      out_grads_[mb] = open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
+                                    place(kGradient, step, a.mb, p_.stage + 1, p_.stage), what)
+                           .to(p_.device);
       return;
     }
     case Op::Backward: {
@@ -102,7 +112,8 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendGrad: {
-      send_buffers_.push_back(wire_encode(inputs_[mb].grad(), p_.wire));
+      send_buffers_.push_back(seal_message(wire_encode(inputs_[mb].grad(), p_.wire), p_.groups.mac,
+                                           place(kGradient, step, a.mb, p_.stage, p_.stage - 1)));
       stats_.gradient_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1), tag(kGradient, step, a.mb),
                                             fmt::format("stage {}: gradient of micro-batch {} at step {} to stage {}",

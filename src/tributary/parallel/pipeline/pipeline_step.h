@@ -31,6 +31,7 @@ struct PipelineGroups {
   // Gradients are averaged over `data` in steps 0 .. data_parallel_steps - 1 only (DiLoCo per stage after a
   // data-parallel warm-up); -1: every step (data parallel).
   int64_t data_parallel_steps = -1;
+  const comm::WireMac* mac = nullptr;  // the run's key: every message between stages carries its MAC (wire.h)
   bool averaging(int64_t step) const {
     return data && data->size() > 1 && (data_parallel_steps < 0 || step < data_parallel_steps);
   }
@@ -71,6 +72,7 @@ class PipelineStep : public TrainStep {
  private:
   void execute(const Action& a, int64_t step);
   int tag(int kind, int64_t step, int64_t mb) const;
+  std::string place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const;  // a message's, for its MAC
 
   PipelineStepParts p_;
   std::vector<Action> actions_;

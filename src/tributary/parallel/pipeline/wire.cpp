@@ -93,4 +93,24 @@ torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArra
   return buffer;
 }
 
+torch::Tensor seal_message(const torch::Tensor& encoded, const comm::WireMac* mac, const std::string& place) {
+  return mac ? mac->seal(as_bytes(encoded), place) : encoded;
+}
+
+torch::Tensor message_buffer(Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac) {
+  auto buffer = wire_buffer(wire, shape);
+  if (!mac) return buffer;
+  return torch::empty({int64_t(buffer.nbytes()) + comm::WireMac::kBytes}, torch::kUInt8);
+}
+
+torch::Tensor open_message(const torch::Tensor& received, Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac,
+                           const std::string& place, const std::string& what) {
+  if (!mac) return wire_decode(received, wire, shape);
+  const auto bytes = mac->open(received, place, what);
+  auto buffer = wire_buffer(wire, shape);
+  TRIB_CHECK_EQ(int64_t(buffer.nbytes()), bytes.numel(), "(a sealed stage message's size)");
+  std::memcpy(buffer.data_ptr(), bytes.data_ptr<uint8_t>(), buffer.nbytes());
+  return wire_decode(buffer, wire, shape);
+}
+
 }  // namespace tributary::pipeline

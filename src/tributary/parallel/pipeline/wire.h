@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tributary/comm/wire_mac.h"
+
 namespace tributary::pipeline {
 
 enum class Wire { Fp32, Fp16, Bf16, Int8 };
@@ -24,5 +26,14 @@ torch::Tensor wire_encode(const torch::Tensor& x, Wire wire);
 torch::Tensor wire_buffer(Wire wire, torch::IntArrayRef shape);
 // The fp32 tensor of `shape` a received buffer holds.
 torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArrayRef shape);
+
+// With the run's key (`mac`; null: none) every message between stages carries a MAC bound to `place` (the pipeline,
+// the kind, step and micro-batch, sender and receiver; comm/wire_mac.h): seal_message() makes what goes on the wire
+// from wire_encode's tensor, message_buffer() what a message of `shape` arrives in, and open_message() checks it
+// (NetworkError naming `what` when the tag is not the run's: nothing of it is used) and decodes it as wire_decode.
+torch::Tensor seal_message(const torch::Tensor& encoded, const comm::WireMac* mac, const std::string& place);
+torch::Tensor message_buffer(Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac);
+torch::Tensor open_message(const torch::Tensor& received, Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac,
+                           const std::string& place, const std::string& what);
 
 }  // namespace tributary::pipeline
