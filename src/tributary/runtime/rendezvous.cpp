@@ -1,5 +1,11 @@
 #include "tributary/runtime/rendezvous.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -54,6 +60,33 @@ void wait_for_ranks(comm::Store& store, const std::string& prefix, int world_siz
   }
 }
 
+// Whether anything accepts a TCP connection at addr:port within `timeout`. c10d's client retries a refused
+// connection until its own deadline; launch asks first, so that a store whose host has gone costs no wait.
+bool accepts_connections(const std::string& addr, int port, milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return true;  // c10d says why
+  bool open = false;
+  for (addrinfo* a = found; a && !open; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      open = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+      int error = 0;
+      socklen_t len = sizeof(error);
+      open = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+             ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return open;
+}
+
 }  // namespace
 
 comm::GroupOptions group_options(const RunConfig& config) {
@@ -67,6 +100,9 @@ comm::Store reconnect_store(const RunConfig& config, const DistEnv& env) {
 }
 
 comm::Store connect_supervisor(const std::string& addr, int port, milliseconds timeout) {
+  if (!accepts_connections(addr, port, timeout))
+    throw NetworkError(
+        fmt::format("nothing accepts connections at the run's store {}:{} (its host has gone)", addr, port));
   return comm::Store::connect(addr, port, /*rank=*/-1, 1, /*server_exists=*/true, kKeyPrefix, timeout);
 }
 

@@ -18,6 +18,7 @@ comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 
 // `tributary launch`'s own connection to the run's store at addr:port (launch's workers use no agent prefix), with
 // the workers' key prefix: it reports workers' exits through it (comm/exit_reports.h, comm::Membership::report_lost).
+// A NetworkError at once when nothing accepts connections there (the host has gone), not at `timeout`.
 comm::Store connect_supervisor(const std::string& addr, int port, std::chrono::milliseconds timeout);
 
 // The process groups' options from the config: dist.collective_timeout_s.
