@@ -299,7 +299,10 @@ void Supervisor::reap() {
     w.stopped = false;
     w.status = status;
     if (const int code = exit_code_of(status); code != 0) {
-      if (stop_signal_ && result_ == 0) result_ = code;  // a worker that did not stop cleanly at the user's signal
+      // A worker that did not stop cleanly at the user's signal: ended by the SIGTERM launch forwarded (before it
+      // could take it as a stop), the run ends as the user's signal would have ended it.
+      if (stop_signal_ && result_ == 0)
+        result_ = WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM ? 128 + stop_signal_ : code;
       // First, before the others are stopped or go on: their failed collectives name this rank.
       if (o_.report_exit)
         o_.report_exit(o_.master_addr, o_.master_port, w.rank, how_it_ended(status),

@@ -284,7 +284,12 @@ namespace {
 void take_placement_islands(ParallelConfig& parallel) {
   if (parallel.placement.empty() || parallel.pipeline_stages > 1) return;
   const auto islands = sched::read_island_placement(parallel.placement);
-  if (!islands) return;
+  if (!islands)  // a pipeline placement (or none of ours) would be read by nothing: the run would go on without it
+    fail(
+        "parallel.placement = '{}' is not an islands placement (`tributary plan --sites --out`), and a pipeline "
+        "placement places pipeline stages while parallel.pipeline_stages = {}: set parallel.pipeline_stages to the "
+        "placement's stages, or drop parallel.placement",
+        parallel.placement, parallel.pipeline_stages);
   if (!parallel.islands.empty() && parallel.islands != *islands)
     fail(
         "parallel.islands = '{}' and the islands of parallel.placement '{}' ({}) differ: drop parallel.islands (the "

@@ -274,5 +274,14 @@ TEST(Layout, AnIslandsPlacementGivesTheIslands) {
   ASSERT_GT(RunConfig::load("", few_rounds).dist.warmup_ddp_steps, 0) << "the flat run's warm-up, for contrast";
   EXPECT_EQ(RunConfig::load("", with_placement).dist.warmup_ddp_steps, 0)
       << "DiLoCo's settings from the run know the islands (no data-parallel warm-up across the slow link)";
+  // A placement nothing would read (a pipeline's, or not ours) in a run without pipeline stages is refused, not
+  // ignored.
+  for (const char* text :
+       {R"({"d_dp": 2, "d_pp": 2, "pipelines": [[0, 1], [2, 3]]})", "[1, 2]", R"({"islands": "x"})"}) {
+    write_file(file, text, false);
+    EXPECT_NE(error_of([&] { RunConfig::load("", {placement}); }).find("is not an islands placement"),
+              std::string::npos)
+        << text;
+  }
   fs::remove(file);
 }
