@@ -129,6 +129,28 @@ void sealed_ring(comm::Group& group, int rank) {
                           .c_str());
 }
 
+// What sealing and opening one message costs, by its size: a pipeline stage's activation of the default model is
+// 1 MiB per micro-batch of 4 (4 x 256 tokens x 256 x fp32), a heal's state tens of MB. Best of 20, one thread.
+void mac_per_message(int rank) {
+  if (rank != 0) return;
+  comm::RunKey key{};
+  key.fill(7);
+  const comm::WireMac mac(key);
+  for (const int64_t bytes : {int64_t(1) << 16, int64_t(1) << 20, int64_t(16) << 20}) {
+    const auto message = torch::randint(0, 256, {bytes}, torch::kUInt8);
+    torch::Tensor sealed;
+    const double seal_s = best_of(20, [&] { sealed = mac.seal(message, "pipe.0|0|1|0|0>1"); });
+    const double open_s = best_of(20, [&] { mac.open(sealed, "pipe.0|0|1|0|0>1", "bench"); });
+    std::printf("%s\n", nlohmann::json{{"bench", "mac_per_message"},
+                                       {"bytes", bytes},
+                                       {"seal_s", seal_s},
+                                       {"open_s", open_s},
+                                       {"gb_per_s", double(bytes) / open_s / 1e9}}
+                            .dump()
+                            .c_str());
+  }
+}
+
 int worker(int rank, int port) {
   at::set_num_threads(1);
   auto store = comm::connect_store("127.0.0.1", port, rank, 2, false, "bench");
@@ -180,6 +202,7 @@ int worker(int rank, int port) {
   sparse_vs_dense(group, rank);
   watched_ring(group, rank);
   sealed_ring(group, rank);
+  mac_per_message(rank);
   group.barrier();
   return 0;
 }
