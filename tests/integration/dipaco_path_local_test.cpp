@@ -146,11 +146,16 @@ TEST_F(Dipaco, PathLocalWorkersNeedNoSharedRunDirectory) {
     };
     return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
   };
-  // The owners' ring keeps the paths' state in the shared directory: apart, it refuses to start, naming the key.
+  // The owners' ring keeps the paths' state in one shared directory: apart, start-up finds it and the run goes
+  // path-local, saying so (before: it refused to start). It trains what the ring trains on a shared directory.
   auto [rc_ring, out_ring] = nodes("", false);
-  EXPECT_NE(rc_ring, 0) << out_ring;
+  ASSERT_EQ(rc_ring, 0) << out_ring;
   EXPECT_NE(out_ring.find("is not shared with worker(s) 1"), std::string::npos) << out_ring;
-  EXPECT_NE(out_ring.find("set dipaco.path_local = true"), std::string::npos) << out_ring;
+  EXPECT_NE(out_ring.find("dipaco.path_local = false asks for the owners' ring"), std::string::npos) << out_ring;
+  auto [rc_shared_ring, out_shared_ring] = sh(cli + " launch --nproc 2 --master-port 0 --" +
+                                              dipaco("shared_ring", "routes", "--set dipaco.path_local=false"));
+  ASSERT_EQ(rc_shared_ring, 0) << out_shared_ring;
+  expect_same_modules(load_dipaco_run(work() / "shared_ring"), load_dipaco_run(work() / "node0"), 2e-6);
   auto [rc0, out0] = nodes("--stop-after-step 10");
   ASSERT_EQ(rc0, 0) << out0;
   EXPECT_NE(out0.find("path-local, each keeps its own"), std::string::npos) << out0;

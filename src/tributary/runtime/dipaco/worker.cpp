@@ -25,10 +25,11 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   if (slowdown_.factor() > 1)
     log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each inner step)", env_.rank,
               slowdown_.factor());
-  // Path-local workers may each have their own run directory; only the lead's holds dipaco.json and the modules. A
-  // worker resuming in a directory without them takes the round from the lead and its owned modules from its own
-  // outer-state files (the master copies); the rest travels through the store.
-  const bool from_lead = options.resume && config_.dipaco.path_local && !lead_.is() && !is_dipaco_run(run_dir_);
+  // Workers may each have their own run directory (path-local, asked for or chosen at start-up when the directories
+  // are apart); only the lead's holds dipaco.json and the modules. A worker resuming in a directory without them
+  // takes the round from the lead and its owned modules from its own outer-state files (the master copies); the rest
+  // travels through the store.
+  const bool from_lead = options.resume && !lead_.is() && !is_dipaco_run(run_dir_);
   std::optional<DipacoRun> resumed =
       from_lead ? std::nullopt
                 : open_dipaco_run_dir(run_dir_, config_, options.resume, options.resume_from, options.overwrite);
@@ -65,18 +66,22 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
                                                config_.dist.heartbeat_timeout_s, false,
                                                group_options(config_).collective_timeout);
 
-  if (env_.distributed()) check_run_dir();
-  if (config_.dipaco.path_local && resuming) {
+  const bool apart = env_.distributed() && run_dirs_apart();
+  path_local_ = config_.dipaco.path_local || apart;
+  if (path_local_ && !config_.dipaco.path_local && held_->link()) {  // the uploads go over the emulated links
+    group_->reform("dipaco/g0-local", env_.rank, env_.world_size, held_->link());
+    exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
+  }
+  if (path_local_ && resuming) {
     round_ = agree_on_resumed_round(*group_, round_, from_lead);
     tally_.first_round = tally_.rounds = round_;
   }
   held_->own(round_);
   if (resuming) load_outer_states(run_dir_, round_, held_->outer());
-  if (!(config_.dipaco.path_local && resuming))  // path-local: a worker resumes its owned modules only
+  if (!(path_local_ && resuming))  // path-local: a worker resumes its owned modules only
     held_->check_identical(*group_,
                            resumed ? fmt::format("when resuming after round {}", round_) : std::string("at start"));
-  if (config_.dipaco.path_local)
-    held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), round_);
+  if (path_local_) held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), round_);
   if (resuming && held_->feedback())
     load_feedback(run_dir_, round_, env_.rank, *held_->feedback(), held_->numel_by_index());
   const bool on_request = config_.dipaco.path_state == "holder";
@@ -84,7 +89,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       run_dir_, held_->depot(),
       PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
-  if (config_.dipaco.path_local && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), round_);
+  if (path_local_ && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
   if (env_.distributed() && env_.rank == 0) store_->set(kRunStartedKey, "1");
   report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = run_dir_,
@@ -108,27 +113,26 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
 
 // The owners' ring keeps every path's AdamW state and early-stopping copy in the shared run directory; path-local
 // workers move them through the run's store, so each machine may keep its own directory. Every worker learns which
-// workers see the lead's directory (one probe file, one all-gather), and all act alike.
-void Worker::check_run_dir() {
+// workers see the lead's directory (one probe file, one all-gather), and all act alike: apart, a ring run goes
+// path-local (the same outer steps, the paper's data flow: ~1e-6 from the ring's sums), and says so.
+bool Worker::run_dirs_apart() {
   const CheckpointPeers peers{.rank = group_->rank(),
                               .size = group_->size(),
                               .barrier = [this] { group_->barrier(); },
                               .all_gather = [this](const torch::Tensor& t) { return group_->all_gather(t); }};
   if (lead_.is()) fs::create_directories(run_dir_);  // a fresh run's: its files come later
   const std::vector<int> apart = ranks_apart_from_lead(peers, run_dir_);
-  if (apart.empty()) return;
-  if (!config_.dipaco.path_local)
-    fail(
-        "train.run_dir '{}' is not shared with worker(s) {} (another machine, no shared filesystem), and the owners' "
-        "ring (dipaco.path_local = false) keeps every path's AdamW state and early-stopping copy there: share the "
-        "directory, or set dipaco.path_local = true (each machine keeps its own; the state moves through the run's "
-        "store)",
-        run_dir_.string(), fmt::join(apart, ", "));
+  if (apart.empty()) return false;
   if (lead_.is())
     log::info(
-        "train.run_dir '{}' is not shared with worker(s) {} (another machine, no shared filesystem): path-local, each "
-        "keeps its own; this one holds the modules, the metrics and summary.json",
-        run_dir_.string(), fmt::join(apart, ", "));
+        "train.run_dir '{}' is not shared with worker(s) {} (another machine, no shared filesystem): path-local{}, "
+        "each keeps its own; this one holds the modules, the metrics and summary.json",
+        run_dir_.string(), fmt::join(apart, ", "),
+        config_.dipaco.path_local ? ""
+                                  : " (dipaco.path_local = false asks for the owners' ring, which keeps every path's "
+                                    "state in one shared directory; the paths' state moves through the run's store "
+                                    "instead)");
+  return true;
 }
 
 // A round is DiPaCo's unit of resumable progress: a stop (signal or --stop-after-step) waits for the round's end.

@@ -84,7 +84,7 @@ class Worker : public WorkSource {
   };
   RoundWork tasks_and_exchange(int64_t round);
   void save_round_as_leader(int64_t round);
-  void check_run_dir();  // collective: a ring run needs the lead's directory on every machine
+  bool run_dirs_apart();  // collective: whether some worker does not see the lead's run directory
   void train_task(int64_t path, int64_t round);
   // The quorum's decision on the round's tasks of generation `gen` (all of `round_tasks` so far).
   Verdict settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks);
@@ -98,8 +98,9 @@ class Worker : public WorkSource {
   int64_t rounds_;
   int64_t round_ = 0;  // the next round to train (> 0 when resumed)
   fs::path run_dir_;
-  Slowdown slowdown_;  // dist.slow_workers
-  Faults faults_;      // injected on purpose (TrainOptions::faults)
+  bool path_local_ = false;  // dipaco.path_local, or run directories apart (run_dirs_apart)
+  Slowdown slowdown_;        // dist.slow_workers
+  Faults faults_;            // injected on purpose (TrainOptions::faults)
   std::vector<PathData> data_;
   CosineSchedule schedule_;
   comm::ExchangeOptions exchange_options_;
