@@ -15,11 +15,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       run_dir_(config.train.run_dir),
       slowdown_(config.dist.slow_workers, env.rank, env.world_size),
       faults_(options.faults, env.rank),
-      schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
-      exchange_options_{.codec = config.dist.compression,
-                        .bucket_mb = config.dist.bucket_mb,
-                        .link = wan_link_model_or_none(config.dist.wan, env.world_size),
-                        .seed = static_cast<uint64_t>(config.train.seed)} {
+      schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio} {
   data_ = load_routed_paths(config_, grid_);
 
   if (slowdown_.factor() > 1)
@@ -37,51 +33,29 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   tally_.first_round = tally_.rounds = round_;
   const bool resuming = resumed.has_value() || from_lead;
   if (!resuming) clear_earlier_run(run_dir_, lead_.is());
-  // Store, group, exchange, queue. A single process uses an in-memory store and a group of one.
   using std::chrono::milliseconds;
-  std::optional<comm::Store> heartbeat_store;
-  if (env_.distributed()) {
-    store_ = rendezvous(config_, env_);
-    heartbeat_store = comm::Store::connect(env_.master_addr, env_.master_port, env_.rank, env_.world_size, true,
-                                           env_.store_prefix + "/tributary",
-                                           milliseconds(int64_t(config_.dist.store_timeout_s * 1000)));
-  } else {
-    store_ = heartbeat_store = comm::Store::in_memory();
-  }
   ModuleSet initial = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
                                       resuming ? std::string() : config_.dipaco.init_from);
   if (resumed) adopt_modules(initial, resumed->modules, run_dir_);
   held_ = std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(initial));
-  comm::GroupOptions group_opts = group_options(config_);
-  // Path-local uploads go point to point over the emulated links; the ring models its own (exchange_options_.link).
-  if (config_.dipaco.path_local) group_opts.link = held_->link();
-  group_ = std::make_unique<comm::Group>(*store_, env_.rank, env_.world_size, group_opts, "dipaco/g0");
-  if (const auto key = comm::run_key_from_environment())  // the MACs of this invocation's messages
-    exchange_options_.mac_key = comm::invocation_key(*store_, *key);
-  exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  queue_ = std::make_unique<TaskQueue>(*store_, env_.rank);
-  // The run's quorum: heartbeats, and the members' agreement on who is left after a round's tasks and exchange. A
-  // round waits for a slow worker as long as its heartbeat beats (up to dist.collective_timeout_s).
-  quorum_ = std::make_unique<comm::Membership>(*store_, *heartbeat_store, env_.rank, env_.world_size,
-                                               config_.dist.heartbeat_timeout_s, false,
-                                               group_options(config_).collective_timeout);
+  // Path-local uploads go point to point over the emulated links; the ring models its own.
+  crew_ = std::make_unique<Crew>(config_, env_, config_.dipaco.path_local ? held_->link() : std::nullopt);
 
   const bool apart = env_.distributed() && run_dirs_apart();
   path_local_ = config_.dipaco.path_local || apart;
-  if (path_local_ && !config_.dipaco.path_local && held_->link()) {  // the uploads go over the emulated links
-    group_->reform("dipaco/g0-local", env_.rank, env_.world_size, held_->link());
-    exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
-  }
+  if (path_local_ && !config_.dipaco.path_local && held_->link())  // the uploads go over the emulated links
+    crew_->regroup_as("dipaco/g0-local", held_->link());
   if (path_local_ && resuming) {
-    round_ = agree_on_resumed_round(*group_, round_, from_lead);
+    round_ = agree_on_resumed_round(crew_->group(), round_, from_lead);
     tally_.first_round = tally_.rounds = round_;
   }
   held_->own(round_);
   if (resuming) load_outer_states(run_dir_, round_, held_->outer());
   if (!(path_local_ && resuming))  // path-local: a worker resumes its owned modules only
-    held_->check_identical(*group_,
+    held_->check_identical(crew_->group(),
                            resumed ? fmt::format("when resuming after round {}", round_) : std::string("at start"));
-  if (path_local_) held_->go_path_local(*store_, milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), round_);
+  if (path_local_)
+    held_->go_path_local(crew_->store(), milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), round_);
   if (resuming && held_->feedback())
     load_feedback(run_dir_, round_, env_.rank, *held_->feedback(), held_->numel_by_index());
   const bool on_request = config_.dipaco.path_state == "holder";
@@ -89,9 +63,9 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       run_dir_, held_->depot(),
       PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
-  if (path_local_ && resuming) republish_path_state(*state_, *group_, grid_.num_paths(), round_);
+  if (path_local_ && resuming) republish_path_state(*state_, crew_->group(), grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
-  if (env_.distributed() && env_.rank == 0) store_->set(kRunStartedKey, "1");
+  if (env_.distributed() && env_.rank == 0) crew_->store().set(kRunStartedKey, "1");
   report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = run_dir_,
                                                     .lead = lead_.is(),
                                                     .resume_step = resuming ? round_ * config_.dist.inner_steps : -1,
@@ -116,10 +90,11 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
 // workers see the lead's directory (one probe file, one all-gather), and all act alike: apart, a ring run goes
 // path-local (the same outer steps, the paper's data flow: ~1e-6 from the ring's sums), and says so.
 bool Worker::run_dirs_apart() {
-  const CheckpointPeers peers{.rank = group_->rank(),
-                              .size = group_->size(),
-                              .barrier = [this] { group_->barrier(); },
-                              .all_gather = [this](const torch::Tensor& t) { return group_->all_gather(t); }};
+  comm::Group& group = crew_->group();
+  const CheckpointPeers peers{.rank = group.rank(),
+                              .size = group.size(),
+                              .barrier = [&group] { group.barrier(); },
+                              .all_gather = [&group](const torch::Tensor& t) { return group.all_gather(t); }};
   if (lead_.is()) fs::create_directories(run_dir_);  // a fresh run's: its files come later
   const std::vector<int> apart = ranks_apart_from_lead(peers, run_dir_);
   if (apart.empty()) return false;
@@ -140,7 +115,7 @@ StopAgreement::Vote Worker::stop_vote() {
   return [this](bool local_stop) {
     if (!env_.distributed()) return local_stop;
     std::vector<torch::Tensor> vote = {torch::full({1}, local_stop ? 1.0f : 0.0f)};
-    group_->all_reduce_sum(vote);
+    crew_->group().all_reduce_sum(vote);
     return vote[0].item<float>() > 0;
   };
 }
@@ -167,7 +142,7 @@ TrainSummary Worker::finish(bool stopped_early) {
   summary.bytes_recv = tally_.bytes_recv;
   summary.comm_s = tally_.comm_s;
   summary.world_size = env_.world_size;
-  summary.reformations = quorum_->epoch();
+  summary.reformations = crew_->quorum().epoch();
   summary.stopped_early = stopped_early;
   summary.lead = lead_.is();
   if (lead_.is()) {
@@ -199,7 +174,8 @@ TrainSummary Worker::finish(bool stopped_early) {
         "{:.4f} (ppl {:.3f})",
         grid_.describe(), routed.loss, summary.val_ppl, kRoutingPrefix, early.loss, std::exp(early.loss));
   }
-  if (env_.distributed()) group_->barrier();  // the leader hosts the store: others leave only after the evaluation
+  if (env_.distributed())
+    crew_->group().barrier();  // the leader hosts the store: others leave only after the evaluation
   return summary;
 }
 
@@ -284,10 +260,11 @@ void Worker::train_task(int64_t p, int64_t round) {
 // first decision written wins). A round without a death settles at once; otherwise the survivors re-form (a new epoch
 // and group) and the dead workers' tasks are lost: re-queued as the next generation or dropped (dipaco.on_failure).
 Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks) {
-  if (quorum_->decide(fmt::format("dipaco-r{}g{}", round, gen), true, false).commit) return {};
-  const std::vector<int> left = quorum_->reform();
-  const std::vector<int>& members = quorum_->members();
-  const std::vector<int64_t> lost = queue_->lost(round, round_tasks, members);
+  const std::optional<Departure> departure = crew_->settle(round, gen, round_tasks);
+  if (!departure) return {};
+  const std::vector<int>& left = departure->left;
+  const std::vector<int64_t>& lost = departure->lost;
+  const std::vector<int>& members = crew_->quorum().members();
   Verdict verdict;
   if (!lost.empty() && config_.dipaco.on_failure == "requeue") {
     verdict.again = true;
@@ -297,10 +274,7 @@ Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& r
   }
   held_->set_members(members, round);
   state_->set_live(members);
-  group_->reform(quorum_->group_prefix() + "/dipaco", quorum_->rank(), quorum_->size(),
-                 held_->path_local() ? held_->link() : std::nullopt);
-  exchange_options_.link = held_->link();
-  exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
+  crew_->regroup(held_->path_local() ? held_->link() : std::nullopt, held_->link());
   if (lead_.follow(members)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
     report_->take_lead(round * config_.dist.inner_steps);
@@ -332,17 +306,17 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
     work.dropped.insert(work.dropped.end(), verdict.dropped.begin(), verdict.dropped.end());
   };
   const ExchangeGate gate = [&] {
-    const int epoch = quorum_->epoch();
+    const int epoch = crew_->quorum().epoch();
     settle_next();
-    return !verdict.again && quorum_->epoch() == epoch;
+    return !verdict.again && crew_->quorum().epoch() == epoch;
   };
   for (bool exchanged = false; !exchanged;) {
     for (; verdict.again; settle_next()) {
       const std::vector<int64_t> tasks = verdict.tasks;
-      while (auto p = queue_->claim(round, gen, tasks, prefer)) {
+      while (auto p = crew_->queue().claim(round, gen, tasks, prefer)) {
         trained_.push_back(*p);
         train_task(*p, round);
-        queue_->done(round, *p);
+        crew_->queue().done(round, *p);
         work.tasks += 1;
       }
     }
@@ -350,12 +324,12 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
     const auto comm_start = Clock::now();
     try {
       std::tie(work.sent, work.recv) =
-          held_->reduce(round, (round + 1) * config_.dist.inner_steps, accs_, *group_, *exchange_, gate);
-      if (!held_->path_local()) held_->check_identical(*group_, fmt::format("after round {}", round + 1));
+          held_->reduce(round, (round + 1) * config_.dist.inner_steps, accs_, crew_->group(), crew_->exchange(), gate);
+      if (!held_->path_local()) held_->check_identical(crew_->group(), fmt::format("after round {}", round + 1));
       exchanged = true;
     } catch (const ExchangeAborted& e) {
       log::warn("DiPaCo round {}: a worker died during the exchange ({}); it runs again with worker(s) {}", round + 1,
-                comm::error_text(e), fmt::join(quorum_->members(), ", "));
+                comm::error_text(e), fmt::join(crew_->quorum().members(), ", "));
     }
     work.comm_s += seconds_since(comm_start);
   }
@@ -388,7 +362,7 @@ UnitDone Worker::next() {
                       {"compute_s", compute_s_},
                       {"tasks", work.tasks},
                       {"dropped", work.dropped},
-                      {"members", quorum_->members()},
+                      {"members", crew_->quorum().members()},
                       {"modelled_link_s", held_->modelled_s()},
                       {"round_s", seconds_since(round_start)},
                       {"elapsed_s", seconds_since(start_)}};
@@ -404,7 +378,7 @@ UnitDone Worker::next() {
   report_->write(line);
   save_outer_states(run_dir_, round + 1, held_->outer());  // resume.h: before dipaco.json says the round is done
   if (held_->feedback()) save_feedback(run_dir_, round + 1, env_.rank, *held_->feedback());
-  if (env_.distributed()) group_->barrier();
+  if (env_.distributed()) crew_->group().barrier();
   if (lead_.is()) save_round_as_leader(round);  // the round is a checkpoint: it is done once its files are
   if (lead_.is())
     log::info("round {:>3}/{} done | {} task(s) here | {:.2f} MB sent | comm {:.1f} s of {:.1f} s{}", round + 1,

@@ -22,6 +22,7 @@
 #include "tributary/optim/schedule.h"
 #include "tributary/routing/router.h"
 #include "tributary/routing/units.h"
+#include "tributary/runtime/dipaco/crew.h"
 #include "tributary/runtime/dipaco/held_modules.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/path_data.h"
@@ -56,11 +57,11 @@ struct RunTally {
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
 };
 
-// One process of a DiPaCo run: its connection to the others (store, group, exchange, task queue), the global
-// modules it holds, and the outer optimizers of the modules it owns. Its unit of work is a round: claimed path tasks
-// -> settle -> one ring (or the owners' upload) -> the round's files; the loop drives it like the trainer's steps.
-// Size: the connection (store, group, exchange, queue, members), the modules and per-path state, the round's
-// accumulators, and the run's accounting.
+// One process of a DiPaCo run: its connection to the others (crew.h: store, group, exchange, task queue, quorum), the
+// global modules it holds, and the outer optimizers of the modules it owns. Its unit of work is a round: claimed path
+// tasks -> settle -> one ring (or the owners' upload) -> the round's files; the loop drives it like the trainer's
+// steps. Size: the run's settings and place, the modules and per-path state, the round's accumulators, and the run's
+// accounting.
 class Worker : public WorkSource {
  public:
   Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& options);
@@ -103,12 +104,7 @@ class Worker : public WorkSource {
   Faults faults_;            // injected on purpose (TrainOptions::faults)
   std::vector<PathData> data_;
   CosineSchedule schedule_;
-  comm::ExchangeOptions exchange_options_;
-  std::optional<comm::Store> store_;
-  std::unique_ptr<comm::Group> group_;
-  std::unique_ptr<comm::Exchange> exchange_;
-  std::unique_ptr<TaskQueue> queue_;
-  std::unique_ptr<comm::Membership> quorum_;  // the run's members, round by round (who is left after a death)
+  std::unique_ptr<Crew> crew_;         // the connection to the others, and who they are round by round
   std::unique_ptr<RunReport> report_;  // metrics.jsonl and tb/ (the lead; the others their own tasks' lines), summary
   std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns
   std::unique_ptr<PathState> state_;   // inner AdamW state and early-stopping copies, per path
