@@ -35,11 +35,13 @@ void choose_run_secret(const std::string& file, int nnodes) {
       "--secret-file");
 }
 
-// launch's own connection to the run's store: made at the first use, and once more when the store it reached is gone
-// (a run started again has a fresh one).
+// launch's own connection to the run's store, under an attempt's keys (launcher.h): made at the first use, again for
+// another attempt, and once more when a call on it failed (the connection may have been cut).
 class StoreReporter {
  public:
-  void use(const std::string& addr, int port, const std::function<void(comm::Store&)>& call) {
+  void use(const std::string& addr, int port, int attempt, const std::function<void(comm::Store&)>& call) {
+    if (attempt != attempt_) store_.reset();
+    attempt_ = attempt;
     try {
       call(connected(addr, port));
     } catch (const std::exception&) {
@@ -50,11 +52,18 @@ class StoreReporter {
 
  private:
   comm::Store& connected(const std::string& addr, int port) {
-    if (!store_) store_ = connect_supervisor(addr, port, std::chrono::seconds(5));
+    if (!store_) store_ = connect_supervisor(addr, port, std::chrono::seconds(5), attempt_, !reached_);
+    reached_ = true;
     return *store_;
   }
   std::optional<comm::Store> store_;
+  int attempt_ = 0;
+  bool reached_ = false;  // a refused connection after this means the store's host has gone
 };
+
+// The key by which a launch asks every machine's launch to start the run again after `attempt` (outside every
+// attempt's keys).
+std::string start_again_key(int attempt) { return "launch/again/" + std::to_string(attempt); }
 
 }  // namespace
 
@@ -91,10 +100,12 @@ void add_launch(CLI::App& app) {
     // Deaths go to the run's store, through a connection made at the first one (and made again when the store was:
     // a run started again after a death in its start-up has a fresh one).
     auto reporter = std::make_shared<StoreReporter>();
-    o->report_exit = [reporter](const std::string& addr, int port, int rank, const std::string& how, bool go_on) {
+    o->report_exit = [reporter](const std::string& addr, int port, int attempt, int rank, const std::string& how,
+                                bool go_on) {
       try {
-        reporter->use(addr, port, [&](comm::Store& store) { comm::report_exit(store, rank, how); });
-        if (go_on) reporter->use(addr, port, [&](comm::Store& store) { comm::Membership::report_lost(store, rank); });
+        reporter->use(addr, port, attempt, [&](comm::Store& store) { comm::report_exit(store, rank, how); });
+        if (go_on)
+          reporter->use(addr, port, attempt, [&](comm::Store& store) { comm::Membership::report_lost(store, rank); });
       } catch (const std::exception& e) {
         log::warn(
             "launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
@@ -102,14 +113,28 @@ void add_launch(CLI::App& app) {
             rank, e.what());
       }
     };
-    o->run_started = [reporter](const std::string& addr, int port) {
+    o->run_started = [reporter](const std::string& addr, int port, int attempt) {
       try {
         bool started = false;
-        reporter->use(addr, port, [&](comm::Store& store) { started = store.check({kRunStartedKey}); });
+        reporter->use(addr, port, attempt, [&](comm::Store& store) { started = store.check({kRunStartedKey}); });
         return started;
       } catch (const std::exception& e) {
         log::warn("launch: could not read the run's store ({}); restarting as if the run had started", e.what());
         return true;
+      }
+    };
+    auto coordinator = std::make_shared<StoreReporter>();  // the launches' own keys, beside the attempts'
+    o->start_again = [coordinator](const std::string& addr, int port, int attempt, bool ask) {
+      try {
+        bool asked = false;
+        coordinator->use(addr, port, 0, [&](comm::Store& store) {
+          if (ask) store.set(start_again_key(attempt), "1");
+          asked = store.check({start_again_key(attempt)});
+        });
+        return asked;
+      } catch (const std::exception& e) {
+        if (ask) log::warn("launch: could not ask the other machines' launches to start the run again ({})", e.what());
+        return false;
       }
     };
     int code = launch(*o);

@@ -229,6 +229,50 @@ TEST_F(Distributed, AWorkerKilledInTheFirstSecondStartsTheRunAgainAndItCompletes
       << "the run started again trains what the run without the kill trains";
 }
 
+TEST_F(Distributed, AWorkerKilledInTheFirstSecondOnAnotherMachineStartsEveryMachineAgain) {
+  // The same on two machines (two launches, --nnodes 2, one run secret): the second machine's rank 3 is SIGKILLed as
+  // soon as it exists. Its launch asks every launch, through the run's store, to start the run again; the first
+  // machine's launch stops its workers and starts them again too, under the next attempt's keys on the same store;
+  // the run trains what the run without the kill trains. Before, the other machine's ranks waited at the rendezvous
+  // until dist.store_timeout_s.
+  write_file(work() / "mn_secret", "the secret of a run on two machines", false);
+  auto two_machines = [&](const std::string& run) {
+    const int port = free_tcp_port();
+    auto node = [&](int n) {
+      return fmt::format(
+          "{} launch --nnodes 2 --node-rank {} --nproc 2 --master-port {} --secret-file {} "
+          "--max-failures 1 --max-restarts 1 --grace 2 --{}",
+          TRIBUTARY_CLI, n, port, (work() / "mn_secret").string(),
+          tiny(run,
+               "--set train.steps=16 --set train.batch_size=4 --set dist.inner_steps=4 "
+               "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 "
+               "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30"));
+    };
+    return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+  };
+  auto [rc0, out0] = two_machines("mn_first_second_ref");
+  ASSERT_EQ(rc0, 0) << out0;
+  std::atomic<bool> killed{false};
+  std::thread killer([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (const pid_t pid = worker_pid("mn_first_second_run", 3)) {
+        killed = ::kill(pid, SIGKILL) == 0;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  auto [rc, out] = two_machines("mn_first_second_run");
+  killer.join();
+  ASSERT_TRUE(killed.load()) << out;
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("another machine's launch starts the run again"), std::string::npos) << out;
+  EXPECT_TRUE(torch::equal(test_support::flat_params(work() / "mn_first_second_ref", 16),
+                           test_support::flat_params(work() / "mn_first_second_run", 16)))
+      << "the run started again on both machines trains what the run without the kill trains";
+}
+
 // Three survivors of four trained to the end and took the final checkpoint together (no staging left behind).
 void expect_final_checkpoint_by_three(const std::string& run) {
   const auto s = summary_of(run);

@@ -19,7 +19,7 @@ struct DistEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string store_prefix;       // non-empty when workers share an agent's store (torchrun)
+  std::string store_prefix;  // non-empty when workers share an agent's store (torchrun), or a run launch started again
   bool use_agent_store = false;   // torchrun's agent already runs the TCPStore server
   std::string source = "single";  // tributary | torchrun | slurm | mpi | single
   bool joining = false;           // TRIBUTARY_JOINING: restarted by launch --max-restarts to join the running run
@@ -30,6 +30,10 @@ struct DistEnv {
 
 DistEnv resolve_dist_env(const std::map<std::string, std::string>& env);
 DistEnv resolve_dist_env_from_process();  // reads environ
+
+// The store keys of `tributary launch`'s attempt n (TRIBUTARY_ATTEMPT): launch starts a run again after a death in
+// its start-up under fresh keys on the same store; attempt 0 has none.
+std::string attempt_prefix(int attempt);
 
 // "node[01-04,07],gpu5" -> "node01": the first host of a compressed Slurm host list.
 std::string first_slurm_host(const std::string& nodelist);

@@ -119,6 +119,7 @@ class Supervisor {
  private:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::seconds kBlameWindow{3};
+  static constexpr std::chrono::milliseconds kAgainPoll{250};
 
   void reap();
   void on_failure(const Worker& w, int code);
@@ -126,6 +127,7 @@ class Supervisor {
   bool restart(const Worker& w, int code, bool started);
   // A worker killed before start-up: true when the whole run starts again instead (Supervised::start_again).
   bool start_run_again(const Worker& w, int code);
+  void follow_start_again();
   void blame(int rank, int code);
   void settle_network_failure();
   void stop_all(int sig) {
@@ -152,6 +154,7 @@ class Supervisor {
   std::vector<int> pending_restarts_;  // local ranks to fork again after this reap
   int restarts_ = 0;
   bool start_again_ = false;
+  Clock::time_point next_again_poll_{};
   int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
   int stop_signal_ = 0;  // the user's SIGINT/SIGTERM, forwarded as a stop
   bool killed_ = false;
@@ -202,21 +205,46 @@ bool Supervisor::restart(const Worker& w, int code, bool started) {
 }
 
 bool Supervisor::start_run_again(const Worker& w, int code) {
-  if (restarts_ >= o_.max_restarts || o_.nnodes > 1 || !o_.store.empty()) return false;
+  if (restarts_ >= o_.max_restarts || (o_.nnodes > 1 && !o_.start_again)) return false;
   // A crash or a kill may not come back; a stop request (TERM, INT, HUP) is the user's, and an exit status of its
   // own (a bad config, a missing dataset) would.
   if (!WIFSIGNALED(w.status)) return false;
   const int sig = WTERMSIG(w.status);
   if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) return false;
+  if (o_.nnodes > 1) o_.start_again(o_.master_addr, o_.master_port, o_.attempt, /*ask=*/true);  // every machine's
   restarts_ += 1;
   start_again_ = true;
   result_ = code;
   log::warn(
       "launch: rank {} (pid {}) {} before the run got through start-up (nothing was trained): stopping the others "
-      "and starting the run again on a fresh store ({} of --max-restarts {})",
+      "and starting the run again under fresh keys ({} of --max-restarts {})",
       w.rank, w.pid, how_it_ended(w.status), restarts_, o_.max_restarts);
   begin_stop();
   return true;
+}
+
+// Several machines: another machine's launch asked every launch to start the run again (its worker died before the
+// run got through start-up); this one stops its workers and starts them again too, under the next attempt's keys.
+void Supervisor::follow_start_again() {
+  if (o_.nnodes == 1 || !o_.start_again || start_again_ || stop_deadline_ || failed_rank_ >= 0) return;
+  if (Clock::now() < next_again_poll_) return;
+  next_again_poll_ = Clock::now() + kAgainPoll;
+  if (!o_.start_again(o_.master_addr, o_.master_port, o_.attempt, /*ask=*/false)) return;
+  if (restarts_ >= o_.max_restarts) {
+    log::error(
+        "launch: another machine's launch starts the run again, but this one's --max-restarts {} is spent: stopping "
+        "this machine's workers",
+        o_.max_restarts);
+    result_ = 1;
+    return begin_stop();
+  }
+  restarts_ += 1;
+  start_again_ = true;
+  log::warn(
+      "launch: another machine's launch starts the run again (a worker died before the run got through start-up): "
+      "stopping this machine's workers and starting them again ({} of --max-restarts {})",
+      restarts_, o_.max_restarts);
+  begin_stop();
 }
 
 void Supervisor::on_failure(const Worker& w, int code) {
@@ -230,7 +258,7 @@ void Supervisor::on_failure(const Worker& w, int code) {
   }
   // Restarts and tolerated deaths both need a run that got through start-up (a formed group, the task queue): a
   // death before it would leave the survivors waiting for it at the rendezvous until dist.store_timeout_s.
-  const bool started = !o_.run_started || o_.run_started(o_.master_addr, o_.master_port);
+  const bool started = !o_.run_started || o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
   if (!started && start_run_again(w, code)) return;
   if (restart(w, code, started)) return;
   if (tolerated_ < o_.max_failures && !started) {
@@ -305,7 +333,7 @@ void Supervisor::reap() {
         result_ = WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM ? 128 + stop_signal_ : code;
       // First, before the others are stopped or go on: their failed collectives name this rank.
       if (o_.report_exit)
-        o_.report_exit(o_.master_addr, o_.master_port, w.rank, how_it_ended(status),
+        o_.report_exit(o_.master_addr, o_.master_port, o_.attempt, w.rank, how_it_ended(status),
                        /*go_on=*/o_.max_failures > 0 || o_.max_restarts > 0);
       on_failure(w, code);
     }
@@ -352,6 +380,7 @@ int Supervisor::run() {
   for (;;) {
     pump_output(workers_);
     reap();
+    follow_start_again();
     if (g_signal) start_again_ = false;  // the user's stop wins over a run started again
     if (g_signal && !stop_deadline_) {
       log::warn("launch: signal {} received; stopping the workers", int(g_signal));

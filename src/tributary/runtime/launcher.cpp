@@ -114,6 +114,7 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining, bool
     ::setenv("TRIBUTARY_LAUNCHED", "1", 1);
     if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // node 0's launch or `tributary store` hosts it
     if (joining) ::setenv("TRIBUTARY_JOINING", "1", 1);
+    if (o.attempt > 0) ::setenv("TRIBUTARY_ATTEMPT", std::to_string(o.attempt).c_str(), 1);
     if (!faults) ::unsetenv("TRIBUTARY_FAIL_RANK");
     std::vector<char*> argv;
     argv.push_back(exe);
@@ -164,10 +165,11 @@ int launch(const LaunchOptions& options) {
   o.master_port = port;  // the supervisor reports deaths to the store there
   // The run's store lives here (or in `tributary store`), not in rank 0, so that any worker may die
   // (dist.fault_tolerant). Other machines' launches connect their workers to this one.
+  // A run started again keeps the store (other machines' launches reach it) and uses fresh keys
+  // (LaunchOptions::attempt).
   std::shared_ptr<void> store;
-  for (int restarts = 0;;) {
-    store.reset();  // a run started again finds no key of the attempt that failed
-    if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
+  if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
+  for (int restarts = 0;; ++o.attempt) {
     std::vector<Worker> workers;
     for (int local = 0; local < o.nproc; ++local)
       workers.push_back(spawn_one(o, port, local, /*joining=*/false, /*faults=*/restarts == 0));

@@ -37,10 +37,18 @@ struct LaunchOptions {
   // (at addr:port), so that its peers' failed collectives name it (comm/exit_reports.h) and, when the run goes on
   // without it (`go_on`), fault-tolerant peers drop it at once instead of at its heartbeat deadline. Given by the CLI;
   // must not throw.
-  std::function<void(const std::string& addr, int port, int rank, const std::string& how, bool go_on)> report_exit;
+  // `attempt`: the run's (below), whose keys it is.
+  std::function<void(const std::string& addr, int port, int attempt, int rank, const std::string& how, bool go_on)>
+      report_exit;
   // Whether the run got through start-up (kRunStartedKey is on its store): a worker that dies before that (a bad
   // config, a missing dataset) would die again, so launch restarts nothing then. Given by the CLI; must not throw.
-  std::function<bool(const std::string& addr, int port)> run_started;
+  std::function<bool(const std::string& addr, int port, int attempt)> run_started;
+  // Several machines: whether a launch asked every machine's launch to start the run again after attempt `attempt`
+  // (a worker killed before the run got through start-up); `ask`: this launch asks. Given by the CLI; must not throw.
+  std::function<bool(const std::string& addr, int port, int attempt, bool ask)> start_again;
+  // Set by launch: the run's attempt, 0 and then one more each time it started the run again; attempt n's workers
+  // and launch use the store's keys under attempt_prefix(n) (dist_env.h), so that nothing of a failed attempt is read.
+  int attempt = 0;
 };
 
 // Set on the run's store by a fault-tolerant run's rank 0 once every worker built its model and data.

@@ -99,11 +99,16 @@ comm::Store reconnect_store(const RunConfig& config, const DistEnv& env) {
                               env.store_prefix + kKeyPrefix, store_timeout);
 }
 
-comm::Store connect_supervisor(const std::string& addr, int port, milliseconds timeout) {
-  if (!accepts_connections(addr, port, timeout))
-    throw NetworkError(
-        fmt::format("nothing accepts connections at the run's store {}:{} (its host has gone)", addr, port));
-  return comm::Store::connect(addr, port, /*rank=*/-1, 1, /*server_exists=*/true, kKeyPrefix, timeout);
+comm::Store connect_supervisor(const std::string& addr, int port, milliseconds timeout, int attempt, bool first) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!accepts_connections(addr, port, timeout)) {
+    if (!first || std::chrono::steady_clock::now() >= deadline)
+      throw NetworkError(fmt::format("nothing accepts connections at the run's store {}:{} ({})", addr, port,
+                                     first ? "not up yet" : "its host has gone"));
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  return comm::Store::connect(addr, port, /*rank=*/-1, 1, /*server_exists=*/true, attempt_prefix(attempt) + kKeyPrefix,
+                              timeout);
 }
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {

@@ -18,8 +18,11 @@ comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 
 // `tributary launch`'s own connection to the run's store at addr:port (launch's workers use no agent prefix), with
 // the workers' key prefix: it reports workers' exits through it (comm/exit_reports.h, comm::Membership::report_lost).
-// A NetworkError at once when nothing accepts connections there (the host has gone), not at `timeout`.
-comm::Store connect_supervisor(const std::string& addr, int port, std::chrono::milliseconds timeout);
+// `attempt`: launch's attempt (launcher.h), whose keys it reads and writes. `first`: this launch never reached the
+// store (its host may not be up yet): it waits for it up to `timeout`; otherwise a refused connection means the host
+// has gone, and the NetworkError comes at once.
+comm::Store connect_supervisor(const std::string& addr, int port, std::chrono::milliseconds timeout, int attempt = 0,
+                               bool first = true);
 
 // The process groups' options from the config: dist.collective_timeout_s.
 comm::GroupOptions group_options(const RunConfig& config);
