@@ -97,8 +97,7 @@ void add_launch(CLI::App& app) {
     o->host_store = [](int port) -> std::shared_ptr<void> {
       return std::make_shared<comm::Store>(comm::Store::host(port, std::chrono::seconds(60)));
     };
-    // Deaths go to the run's store, through a connection made at the first one (and made again when the store was:
-    // a run started again after a death in its start-up has a fresh one).
+    // Deaths go to the run's store under the attempt's keys, through a connection made at the first one.
     auto reporter = std::make_shared<StoreReporter>();
     o->report_exit = [reporter](const std::string& addr, int port, int attempt, int rank, const std::string& how,
                                 bool go_on) {

@@ -25,7 +25,7 @@ namespace tributary::comm {
 
 // The key of this invocation's wire MACs: the run's key bound to a nonce that the first rank to ask draws and every
 // rank reads from the run's (sealed) store. A message recorded in an earlier invocation of the same run — before a
-// --resume, or before launch started the run again on a fresh store — verifies under no later one.
+// --resume, or before launch started the run again (a new attempt: a new nonce) — verifies under no later one.
 RunKey invocation_key(Store& store, const RunKey& run_key);
 
 class WireMac {

@@ -28,8 +28,9 @@ using Respawn = std::function<Worker(int local)>;
 
 // What a supervision ended with: the status launch exits with, or `start_again`: a worker was killed before the run
 // got through start-up (nothing was trained; a crash, not a stop request or an error of its own, which would come
-// back), on one machine that hosts the run's store, with --max-restarts left. The others were stopped, and launch
-// starts the whole run again on a fresh store. `restarts`: how many of --max-restarts are used, this one included.
+// back), with --max-restarts left — on this machine, or on another machine whose launch asked every launch through
+// the store. The workers were stopped, and launch starts them again under the next attempt's keys (launcher.h).
+// `restarts`: how many of --max-restarts are used, this one included.
 struct Supervised {
   int status = 0;
   bool start_again = false;
