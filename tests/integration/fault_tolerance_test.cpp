@@ -199,6 +199,20 @@ pid_t worker_pid(const std::string& marker, int rank) {
 
 }  // namespace
 
+// SIGKILLs the worker of rank `rank` whose command line holds `marker` as soon as it exists (within 30 s).
+std::thread kill_once_it_exists(const std::string& marker, int rank, std::atomic<bool>& killed) {
+  return std::thread([marker, rank, &killed] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (const pid_t pid = worker_pid(marker, rank)) {
+        killed = ::kill(pid, SIGKILL) == 0;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+}
+
 TEST_F(Distributed, AWorkerKilledInTheFirstSecondStartsTheRunAgainAndItCompletes) {
   // Fault tolerance from the first second (issue 46): rank 1 is SIGKILLed as soon as it exists, before the run got
   // through start-up. Nothing was trained, so launch (--max-restarts) stops the other and starts the whole run again
@@ -206,16 +220,7 @@ TEST_F(Distributed, AWorkerKilledInTheFirstSecondStartsTheRunAgainAndItCompletes
   auto [rc0, out0] = ft_run("", "ft_first_second_ref", "", "--max-restarts 1");
   ASSERT_EQ(rc0, 0) << out0;
   std::atomic<bool> killed{false};
-  std::thread killer([&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (const pid_t pid = worker_pid("ft_first_second_run", 1)) {
-        killed = ::kill(pid, SIGKILL) == 0;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
+  std::thread killer = kill_once_it_exists("ft_first_second_run", 1, killed);
   auto [rc, out] = ft_run("", "ft_first_second_run", "", "--max-restarts 1");
   killer.join();
   ASSERT_TRUE(killed.load()) << out;
@@ -253,16 +258,7 @@ TEST_F(Distributed, AWorkerKilledInTheFirstSecondOnAnotherMachineStartsEveryMach
   auto [rc0, out0] = two_machines("mn_first_second_ref");
   ASSERT_EQ(rc0, 0) << out0;
   std::atomic<bool> killed{false};
-  std::thread killer([&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (const pid_t pid = worker_pid("mn_first_second_run", 3)) {
-        killed = ::kill(pid, SIGKILL) == 0;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
+  std::thread killer = kill_once_it_exists("mn_first_second_run", 3, killed);
   auto [rc, out] = two_machines("mn_first_second_run");
   killer.join();
   ASSERT_TRUE(killed.load()) << out;
