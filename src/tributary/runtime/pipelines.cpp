@@ -35,7 +35,9 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   };
   const std::vector<int> pipe_members = layout.pipeline_ranks(), data_members = layout.stage_replica_ranks();
   auto store = rendezvous(config, env);
-  if (const auto key = comm::run_key_from_environment()) mac_.emplace(comm::invocation_key(store, *key));
+  std::optional<comm::RunKey> key;  // this invocation's, from the run's secret
+  if (const auto run_key = comm::run_key_from_environment()) key = comm::invocation_key(store, *run_key);
+  if (key) mac_.emplace(*key);
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", place_.replica()));
@@ -54,6 +56,10 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
                                          fmt::format("tie.{}", place_.replica()));
+  if (key) {
+    if (tie_) tie_sealed_ = std::make_unique<comm::Exchange>(*tie_, comm::ExchangeOptions{.mac_key = key});
+    if (data_) data_sealed_ = std::make_unique<comm::Exchange>(*data_, comm::ExchangeOptions{.mac_key = key});
+  }
   const comm::GroupOptions options = group_options(config);
   if (config.local.chunks > 0)  // local stages: their lagged report, outside the link emulation like the stop vote
     report_ =

@@ -34,7 +34,9 @@ class Pipelines {
   const pipeline::StageLayout& layout() const { return layout_; }
   pipeline::ScheduleSpec schedule() const { return schedule_; }
   pipeline::PipelineGroups groups() {
-    return {pipe_.get(), tie_.get(), data_.get(), place_.stage_data_parallel_steps(), mac_ ? &*mac_ : nullptr};
+    return {
+        pipe_.get(),       tie_.get(),        data_.get(), place_.stage_data_parallel_steps(), mac_ ? &*mac_ : nullptr,
+        tie_sealed_.get(), data_sealed_.get()};
   }
   // DiLoCo per stage (dist.algorithm = diloco, more than one pipeline): this stage's replicas across the pipelines,
   // which take outer steps every H inner steps instead of averaging gradients every step (groups().data averages
@@ -65,7 +67,8 @@ class Pipelines {
   std::unique_ptr<Replicas> stage_replicas_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<comm::LaggedReduce> report_;
-  std::optional<comm::WireMac> mac_;  // the run's secret: the stages' messages carry its MAC
+  std::optional<comm::WireMac> mac_;                          // the run's secret: the stages' messages carry its MAC
+  std::unique_ptr<comm::Exchange> tie_sealed_, data_sealed_;  // and the stage's gradient sums (PipelineGroups)
 };
 
 }  // namespace tributary

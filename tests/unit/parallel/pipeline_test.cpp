@@ -70,10 +70,10 @@ Reference reference(int64_t steps) {
 
 // Runs every stage of one pipeline as a thread; `body(stage, step)` gets a ready PipelineStep.
 // `wan`: emulated links on every group (runtime/wan.h spec), none if empty.
-// `mac_of(stage)`: the key each stage seals and opens its messages with (none: plain).
+// `key_of(stage)`: the key each stage seals and opens its messages (and the tied embedding's sum) with (none: plain).
 void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, PipelineStep&, NamedTensors&)>& body,
                   const std::string& wan = "", Wire wire = Wire::Fp32,
-                  const std::function<const comm::WireMac*(int64_t)>& mac_of = {}) {
+                  const std::function<comm::RunKey(int64_t)>& key_of = {}) {
   const int64_t p = spec.stages;
   const auto layout = StageLayout::balanced(tiny().num_layers, p);
   std::vector<std::shared_ptr<Transformer>> models;
@@ -89,6 +89,12 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
     std::unique_ptr<comm::Group> tie;
     if (p > 1 && (s == 0 || s == p - 1))
       tie = std::make_unique<comm::Group>(store, s == 0 ? 0 : 1, 2, options(2), "tie");
+    std::optional<comm::WireMac> mac;
+    std::unique_ptr<comm::Exchange> tie_sealed;
+    if (key_of) {
+      mac.emplace(key_of(s));
+      if (tie) tie_sealed = std::make_unique<comm::Exchange>(*tie, comm::ExchangeOptions{.mac_key = key_of(s)});
+    }
     auto params = stage_params(named_parameters_of(*models[size_t(s)]), layout, s, tiny().blocks_per_level(), true);
     AdamW adam(params, kAdam);
     auto data = loader();
@@ -96,7 +102,7 @@ void run_pipeline(const ScheduleSpec& spec, const std::function<void(int64_t, Pi
                        params,
                        adam,
                        data,
-                       {&pipe, tie.get(), nullptr, -1, mac_of ? mac_of(s) : nullptr},
+                       {&pipe, tie.get(), nullptr, -1, mac ? &*mac : nullptr, tie_sealed.get()},
                        spec,
                        layout,
                        s,
@@ -216,11 +222,12 @@ TEST(Pipeline, CompressedActivationsStayCloseAndSendFewerBytes) {
 }
 
 TEST(Pipeline, SealedStageMessagesCarryTheSameValuesAndAStrangersAreRefused) {
-  // With the run's key every activation and activation gradient carries a MAC (wire.h): the stages compute what they
-  // compute without it, bit for bit, and 32 bytes more a message; a stage that seals with another key (a stranger on
-  // the path between the stages) is refused by its neighbour before anything it sent is used.
+  // With the run's key every activation and activation gradient carries a MAC (wire.h), and the tied embedding's
+  // gradient is summed on the sealed ring: the stages compute what they compute without it, bit for bit, and 32 bytes
+  // more a message; a stage that seals with another key (a stranger on the path between the stages) is refused by its
+  // neighbour before anything it sent is used.
   torch::set_num_threads(1);
-  const comm::WireMac ours(comm::random_run_key()), theirs(comm::random_run_key());
+  const comm::RunKey ours = comm::random_run_key(), theirs = comm::random_run_key();
   const ScheduleSpec spec{ScheduleKind::OneFOneB, 2, 2, 0};
   std::mutex mu;
   std::map<int64_t, std::map<std::string, torch::Tensor>> plain;
@@ -242,7 +249,7 @@ TEST(Pipeline, SealedStageMessagesCarryTheSameValuesAndAStrangersAreRefused) {
           EXPECT_TRUE(torch::equal(t.grad(), plain[stage][n])) << "stage " << stage << " " << n;
         EXPECT_EQ(stats.activation_bytes + stats.gradient_bytes, plain_bytes[stage] + 2 * comm::WireMac::kBytes);
       },
-      "", Wire::Fp32, [&](int64_t) { return &ours; });
+      "", Wire::Fp32, [&](int64_t) { return ours; });
   std::map<int64_t, std::string> errors;
   run_pipeline(
       spec,
@@ -256,7 +263,7 @@ TEST(Pipeline, SealedStageMessagesCarryTheSameValuesAndAStrangersAreRefused) {
         std::lock_guard<std::mutex> lock(mu);
         errors[stage] = error;
       },
-      "", Wire::Fp32, [&](int64_t stage) { return stage == 0 ? &theirs : &ours; });
+      "", Wire::Fp32, [&](int64_t stage) { return stage == 0 ? theirs : ours; });
   EXPECT_NE(
       errors[1].find("activation of micro-batch 0 at step 1 from stage 0: the message does not carry the run's MAC"),
       std::string::npos)

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
@@ -32,6 +33,11 @@ struct PipelineGroups {
   // data-parallel warm-up); -1: every step (data parallel).
   int64_t data_parallel_steps = -1;
   const comm::WireMac* mac = nullptr;  // the run's key: every message between stages carries its MAC (wire.h)
+  // With the run's key, the tied embedding's and the replicas' gradient sums take these exchanges' sealed fp32 ring
+  // (over `tie` and `data`; comm/wire_mac.h) instead of Gloo's all-reduce: the same sums (a + b for two ranks, bit for
+  // bit), every hop with its MAC. Null: Gloo's all-reduce.
+  comm::Exchange* tie_sealed = nullptr;
+  comm::Exchange* data_sealed = nullptr;
   bool averaging(int64_t step) const {
     return data && data->size() > 1 && (data_parallel_steps < 0 || step < data_parallel_steps);
   }

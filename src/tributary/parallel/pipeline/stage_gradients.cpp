@@ -4,6 +4,23 @@
 #include "tributary/parallel/pipeline/stage.h"
 
 namespace tributary::pipeline {
+namespace {
+
+// The sum of `flat` (fp32, CPU, one dimension) over `group`: on `sealed`'s ring when given (no owner's step in the middle), else
+// Gloo's all-reduce.
+void sum_over(comm::Group& group, comm::Exchange* sealed, torch::Tensor& flat) {
+  if (!sealed) {
+    std::vector<torch::Tensor> one = {flat};
+    group.all_reduce_sum(one);
+    return;
+  }
+  const int n = group.size();
+  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
+  for (int c = 0; c <= n; ++c) begin[size_t(c)] = flat.numel() * c / n;
+  sealed->reduce_update_gather(flat, begin, [](torch::Tensor&) {});
+}
+
+}  // namespace
 
 int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& groups, int64_t stage, bool first, bool last,
                                int64_t step) {
@@ -13,9 +30,9 @@ int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& group
     for (auto& [name, t] : params)
       if (name == kTiedEmbedding) g = t.grad();
     TRIB_CHECK(g.defined(), "stage {} has no gradient for the tied embedding", stage);
-    std::vector<torch::Tensor> one = {g.to(torch::kCPU).contiguous()};
-    groups.tie->all_reduce_sum(one);
-    g.copy_(one[0]);
+    torch::Tensor sum = g.to(torch::kCPU).contiguous().view({-1});
+    sum_over(*groups.tie, groups.tie_sealed, sum);
+    g.copy_(sum.view_as(g));
   }
   if (!groups.averaging(step)) return 0;
   std::vector<torch::Tensor> grads, parts;
@@ -24,16 +41,16 @@ int64_t reduce_stage_gradients(NamedTensors& params, const PipelineGroups& group
       grads.push_back(t.grad());
       parts.push_back(t.grad().reshape({-1}).to(torch::kCPU));
     }
-  std::vector<torch::Tensor> flat = {torch::cat(parts)};
+  torch::Tensor flat = torch::cat(parts).contiguous();
   const int64_t n = groups.data->size();
-  groups.data->all_reduce_sum(flat);
-  flat[0].div_(double(n));
+  sum_over(*groups.data, groups.data_sealed, flat);
+  flat.div_(double(n));
   int64_t offset = 0;
   for (auto& g : grads) {
-    g.copy_(flat[0].narrow(0, offset, g.numel()).view_as(g));
+    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
     offset += g.numel();
   }
-  return 2 * (n - 1) * flat[0].numel() * 4 / n;
+  return 2 * (n - 1) * flat.numel() * 4 / n + (groups.data_sealed ? 2 * (n - 1) * comm::WireMac::kBytes : 0);
 }
 
 }  // namespace tributary::pipeline
