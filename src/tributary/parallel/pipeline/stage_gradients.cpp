@@ -6,8 +6,8 @@
 namespace tributary::pipeline {
 namespace {
 
-// The sum of `flat` (fp32, CPU, one dimension) over `group`: on `sealed`'s ring when given (no owner's step in the middle), else
-// Gloo's all-reduce.
+// The sum of `flat` (fp32, CPU, one dimension) over `group`: on `sealed`'s ring when given (no owner's step in the
+// middle), else Gloo's all-reduce.
 void sum_over(comm::Group& group, comm::Exchange* sealed, torch::Tensor& flat) {
   if (!sealed) {
     std::vector<torch::Tensor> one = {flat};
