@@ -37,7 +37,10 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   auto store = rendezvous(config, env);
   std::optional<comm::RunKey> key;  // this invocation's, from the run's secret
   if (const auto run_key = comm::run_key_from_environment()) key = comm::invocation_key(store, *run_key);
-  if (key) mac_.emplace(*key);
+  if (key) {
+    mac_.emplace(*key);
+    store_ = store;
+  }
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", place_.replica()));
@@ -78,6 +81,18 @@ std::vector<std::vector<double>> Pipelines::gather_stages(const std::vector<doub
   return out;
 }
 
+void Pipelines::broadcast_sealed(std::vector<torch::Tensor>& buffers, int root) {
+  const std::string key = fmt::format("sealed/{}/{}", pipe_->prefix(), broadcasts_++);
+  if (mac_ && pipe_->rank() == root) store_->set(key, mac_->tag_hex(buffers, key));
+  pipe_->broadcast(buffers, root);
+  if (mac_ && pipe_->rank() != root && store_->get(key) != mac_->tag_hex(buffers, key))
+    throw NetworkError(fmt::format(
+        "stage {}: the parameters stage {} broadcast over its pipeline ({}) do not carry the run's MAC: they were "
+        "changed in flight (someone on the path between the stages) or sent by a process without the run's secret. "
+        "Nothing of them is used (docs/distributed.md, threat model)",
+        pipe_->rank(), root, key));
+}
+
 void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) {
   torch::NoGradGuard no_grad;
   for (int64_t s = 0; s < layout_.stages(); ++s) {
@@ -85,7 +100,7 @@ void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) 
     auto owned = pipeline::stage_params(all_params, layout_, s, blocks_per_level, /*tied_embeddings=*/false);
     std::vector<torch::Tensor> buffers;
     for (auto& [name, t] : owned) buffers.push_back(t.detach().to(torch::kCPU).contiguous());
-    pipe_->broadcast(buffers, int(s));
+    broadcast_sealed(buffers, int(s));
     for (size_t i = 0; i < owned.size(); ++i) owned[i].second.copy_(buffers[i]);
   }
 }
@@ -101,7 +116,7 @@ void Pipelines::consolidate_aux_heads(NamedTensors& aux_params) {
         owned.push_back(&t);
         buffers.push_back(t.detach().to(torch::kCPU).contiguous());
       }
-    pipe_->broadcast(buffers, int(s));
+    broadcast_sealed(buffers, int(s));
     for (size_t i = 0; i < owned.size(); ++i) owned[i]->copy_(buffers[i]);
   }
 }

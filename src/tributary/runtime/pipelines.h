@@ -59,6 +59,10 @@ class Pipelines {
   void consolidate_aux_heads(NamedTensors& aux_params);
 
  private:
+  // `root`'s tensors to the whole pipeline; with the run's secret their tag goes through the sealed store and every
+  // receiver checks it (NetworkError naming the stage otherwise).
+  void broadcast_sealed(std::vector<torch::Tensor>& buffers, int root);
+
   pipeline::StageLayout layout_;
   pipeline::ScheduleSpec schedule_;
   Layout place_;  // this rank's stage and pipeline among the run's
@@ -69,6 +73,8 @@ class Pipelines {
   std::unique_ptr<comm::LaggedReduce> report_;
   std::optional<comm::WireMac> mac_;                          // the run's secret: the stages' messages carry its MAC
   std::unique_ptr<comm::Exchange> tie_sealed_, data_sealed_;  // and the stage's gradient sums (PipelineGroups)
+  std::optional<comm::Store> store_;                          // the run's (with a secret): the consolidation's tags
+  int64_t broadcasts_ = 0;  // sealed broadcasts so far (the same count on every rank of the pipeline)
 };
 
 }  // namespace tributary
