@@ -42,19 +42,20 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   crew_ = std::make_unique<Crew>(config_, env_, config_.dipaco.path_local ? held_->link() : std::nullopt);
 
   const bool apart = env_.distributed() && run_dirs_apart();
-  path_local_ = config_.dipaco.path_local || apart;
-  if (path_local_ && !config_.dipaco.path_local && held_->link())  // the uploads go over the emulated links
+  // dipaco.path_local, or directories apart; afterwards HeldModules::path_local() says it (it holds the depot).
+  const bool path_local = config_.dipaco.path_local || apart;
+  if (path_local && !config_.dipaco.path_local && held_->link())  // the uploads go over the emulated links
     crew_->regroup_as("dipaco/g0-local", held_->link());
-  if (path_local_ && resuming) {
+  if (path_local && resuming) {
     round_ = agree_on_resumed_round(crew_->group(), round_, from_lead);
     tally_.first_round = tally_.rounds = round_;
   }
   held_->own(round_);
   if (resuming) load_outer_states(run_dir_, round_, held_->outer());
-  if (!(path_local_ && resuming))  // path-local: a worker resumes its owned modules only
+  if (!(path_local && resuming))  // path-local: a worker resumes its owned modules only
     held_->check_identical(crew_->group(),
                            resumed ? fmt::format("when resuming after round {}", round_) : std::string("at start"));
-  if (path_local_)
+  if (path_local)
     held_->go_path_local(crew_->store(), milliseconds(int64_t(config_.dist.store_timeout_s * 1000)), round_);
   if (resuming && held_->feedback())
     load_feedback(run_dir_, round_, env_.rank, *held_->feedback(), held_->numel_by_index());
@@ -63,7 +64,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
       run_dir_, held_->depot(),
       PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
-  if (path_local_ && resuming) republish_path_state(*state_, crew_->group(), grid_.num_paths(), round_);
+  if (path_local && resuming) republish_path_state(*state_, crew_->group(), grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
   if (env_.distributed() && env_.rank == 0) crew_->store().set(kRunStartedKey, "1");
   report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = run_dir_,

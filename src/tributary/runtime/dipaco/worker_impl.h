@@ -99,7 +99,6 @@ class Worker : public WorkSource {
   int64_t rounds_;
   int64_t round_ = 0;  // the next round to train (> 0 when resumed)
   fs::path run_dir_;
-  bool path_local_ = false;  // dipaco.path_local, or run directories apart (run_dirs_apart)
   Slowdown slowdown_;        // dist.slow_workers
   Faults faults_;            // injected on purpose (TrainOptions::faults)
   std::vector<PathData> data_;
