@@ -99,8 +99,8 @@ class Worker : public WorkSource {
   int64_t rounds_;
   int64_t round_ = 0;  // the next round to train (> 0 when resumed)
   fs::path run_dir_;
-  Slowdown slowdown_;        // dist.slow_workers
-  Faults faults_;            // injected on purpose (TrainOptions::faults)
+  Slowdown slowdown_;  // dist.slow_workers
+  Faults faults_;      // injected on purpose (TrainOptions::faults)
   std::vector<PathData> data_;
   CosineSchedule schedule_;
   std::unique_ptr<Crew> crew_;         // the connection to the others, and who they are round by round
