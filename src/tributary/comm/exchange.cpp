@@ -126,25 +126,31 @@ void Exchange::load_codec_state(const std::vector<std::pair<std::string, torch::
   }
 }
 
-void Exchange::all_reduce_mean(torch::Tensor& t) {
+void Exchange::gloo_sum(torch::Tensor& t) {
   const int n = group_.size();
   const auto start = Clock::now();
   std::vector<torch::Tensor> one = {t};
   group_.all_reduce_sum(one);
-  t.div_(n);
   const double bytes = double(t.numel()) * 4, wire = 2.0 * (n - 1) / n * bytes;
   account(wire, wire, link_ ? link_->ring_allreduce_s(bytes) : 0.0, start);
 }
 
-void Exchange::factor_mean(torch::Tensor& t) {
-  if (!mac_) {
-    all_reduce_mean(t);
-    return;
-  }
-  // PowerSGD's factors are not a linear average of the pseudo-gradients (average_check.h cannot check them), so with
-  // the run's key they take the sealed ring (codec_ is fp32 for PowerSGD: the same sum, each hop carrying its MAC).
-  auto flat = t.view({-1});
-  quantized_ring_all_reduce(flat);
+void Exchange::all_reduce_mean(torch::Tensor& t) {
+  gloo_sum(t);
+  t.div_(group_.size());
+}
+
+void Exchange::sum(torch::Tensor& flat) {
+  TRIB_CHECK(codec_->name() == "fp32" && flat.dim() == 1, "(a sealed sum is of one fp32 dimension)");
+  if (group_.size() == 1) return;
+  mac_ ? ring_sum(flat) : gloo_sum(flat);
+}
+
+void Exchange::ring_sum(torch::Tensor& flat) {
+  const int n = group_.size();
+  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
+  for (int c = 0; c <= n; ++c) begin[c] = flat.numel() * c / n;
+  ring(flat, begin, nullptr);
 }
 
 void Exchange::average_topk(torch::Tensor& flat, size_t bucket_index) {
@@ -214,10 +220,10 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
     }
     m = m + residual;
     auto p = torch::mm(m, q_i).contiguous();  // (rows, r)
-    factor_mean(p);
+    mean_of_factor(p);
     p = std::get<0>(torch::linalg_qr(p));       // orthonormal columns (rows, r)
     auto q = torch::mm(m.t(), p).contiguous();  // (cols, r)
-    factor_mean(q);
+    mean_of_factor(q);
     auto approx = torch::mm(p, q.t());
     residual = m - approx;
     q_i = q;
@@ -225,7 +231,8 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
   }
   if (!uncompressed.empty()) {
     auto flat = torch::cat(uncompressed);
-    factor_mean(flat);
+    sum(flat);
+    flat.div_(group_.size());
     int64_t offset = 0;
     for (size_t j = 0; j < uncompressed.size(); ++j) {
       auto& t = tensors[uncompressed_index[j]];
@@ -236,11 +243,16 @@ void Exchange::average_powersgd(std::vector<torch::Tensor>& tensors) {
 }
 
 void Exchange::quantized_ring_all_reduce(torch::Tensor& flat) {
-  const int n = group_.size();
-  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
-  for (int c = 0; c <= n; ++c) begin[c] = flat.numel() * c / n;
-  ring(flat, begin, nullptr);
-  flat.div_(n);
+  ring_sum(flat);
+  flat.div_(group_.size());
+}
+
+// PowerSGD's factors are not a linear average of the pseudo-gradients (average_check.h cannot check them): their sum
+// is sum()'s, sealed with the run's key (codec_ is fp32 for PowerSGD).
+void Exchange::mean_of_factor(torch::Tensor& factor) {
+  auto flat = factor.view({-1});
+  sum(flat);
+  flat.div_(group_.size());
 }
 
 void Exchange::reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,

@@ -78,6 +78,11 @@ class Exchange {
   // so every rank decodes the same values. Not available with topk/powersgd (refused by the callers' configs).
   void reduce_update_gather(torch::Tensor& flat, const std::vector<int64_t>& begin,
                             const std::function<void(torch::Tensor&)>& update);
+  // The sum of `flat` (fp32, one dimension) over the group, accounted, for sums comm/average_check.h cannot check
+  // (PowerSGD's factors, a pipeline stage's gradients): Gloo's all-reduce, or with the run's key (mac_key) the fp32
+  // ring, every hop sealed — the same sum (two ranks add a + b, bit for bit). Only an exchange whose wire format is
+  // fp32 (codec "fp32", "none" or "powersgd").
+  void sum(torch::Tensor& flat);
 
   // After the group re-formed with other members (fault tolerance): the ring tags restart (ranks may have left a
   // failed round at different steps) and the emulated links are the new members' (`link`, when emulating).
@@ -109,8 +114,10 @@ class Exchange {
   void average_topk(torch::Tensor& flat, size_t bucket_index);
   void average_sparse(torch::Tensor& flat, size_t bucket_index);
   void average_powersgd(std::vector<torch::Tensor>& tensors);
-  void all_reduce_mean(torch::Tensor& t);  // fp32 ring all-reduce with accounting and emulation
-  void factor_mean(torch::Tensor& t);      // PowerSGD's: all_reduce_mean, or the sealed fp32 ring with the run's key
+  void all_reduce_mean(torch::Tensor& t);      // gloo_sum, then the mean
+  void gloo_sum(torch::Tensor& t);             // Gloo's all-reduce with accounting and emulation
+  void ring_sum(torch::Tensor& flat);          // the codec's ring in equal chunks, no owner's step
+  void mean_of_factor(torch::Tensor& factor);  // PowerSGD's factors: sum(), then the mean
   // One ring hop: `out` to the next rank, `in_bytes` from the previous one, sealed and opened with the MAC; returns
   // the message received.
   torch::Tensor hop(const torch::Tensor& out, int64_t in_bytes, double& sent, double& largest);

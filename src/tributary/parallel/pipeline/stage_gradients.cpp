@@ -6,18 +6,12 @@
 namespace tributary::pipeline {
 namespace {
 
-// The sum of `flat` (fp32, CPU, one dimension) over `group`: on `sealed`'s ring when given (no owner's step in the
-// middle), else Gloo's all-reduce.
+// The sum of `flat` (fp32, CPU, one dimension) over `group`: `sealed`'s (comm::Exchange::sum) when given, else Gloo's
+// all-reduce.
 void sum_over(comm::Group& group, comm::Exchange* sealed, torch::Tensor& flat) {
-  if (!sealed) {
-    std::vector<torch::Tensor> one = {flat};
-    group.all_reduce_sum(one);
-    return;
-  }
-  const int n = group.size();
-  std::vector<int64_t> begin(static_cast<size_t>(n) + 1);
-  for (int c = 0; c <= n; ++c) begin[size_t(c)] = flat.numel() * c / n;
-  sealed->reduce_update_gather(flat, begin, [](torch::Tensor&) {});
+  if (sealed) return sealed->sum(flat);
+  std::vector<torch::Tensor> one = {flat};
+  group.all_reduce_sum(one);
 }
 
 }  // namespace
