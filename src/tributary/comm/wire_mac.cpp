@@ -26,6 +26,12 @@ RunKey invocation_key(Store& store, const RunKey& run_key) {
   return out;
 }
 
+std::optional<RunKey> invocation_key(Store& store) {
+  const auto run_key = run_key_from_environment();
+  if (!run_key) return std::nullopt;
+  return invocation_key(store, *run_key);
+}
+
 WireMac::WireMac(const RunKey& key) : key_(key), hmac_(EVP_MAC_fetch(nullptr, "HMAC", nullptr), EVP_MAC_free) {
   if (!hmac_) throw Error("OpenSSL has no HMAC: the run's messages cannot be signed");
 }

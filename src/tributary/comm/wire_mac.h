@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,8 @@ namespace tributary::comm {
 // rank reads from the run's (sealed) store. A message recorded in an earlier invocation of the same run — before a
 // --resume, or before launch started the run again (a new attempt: a new nonce) — verifies under no later one.
 RunKey invocation_key(Store& store, const RunKey& run_key);
+// The same from the run's secret (run_key_from_environment); none without a secret.
+std::optional<RunKey> invocation_key(Store& store);
 
 class WireMac {
  public:

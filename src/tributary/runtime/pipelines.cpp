@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/rendezvous.h"
@@ -35,8 +34,7 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   };
   const std::vector<int> pipe_members = layout.pipeline_ranks(), data_members = layout.stage_replica_ranks();
   auto store = rendezvous(config, env);
-  std::optional<comm::RunKey> key;  // this invocation's, from the run's secret
-  if (const auto run_key = comm::run_key_from_environment()) key = comm::invocation_key(store, *run_key);
+  const std::optional<comm::RunKey> key = comm::invocation_key(store);  // this invocation's MACs
   if (key) {
     mac_.emplace(*key);
     store_ = store;

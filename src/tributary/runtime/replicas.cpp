@@ -80,11 +80,8 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
   // not at the collective deadline; the run then stops before anything was trained (launch may start it again).
   if (membership_) options.abandon_forming = [m = membership_.get()] { return m->member_dead(); };
   group_ = std::make_unique<comm::Group>(store, rank, size, options, prefix);
-  std::optional<comm::RunKey> invocation_key;  // the MACs of this invocation's messages
-  if (const auto key = comm::run_key_from_environment()) {
-    comm::Store run_store = store;
-    invocation_key = comm::invocation_key(run_store, *key);
-  }
+  comm::Store run_store = store;
+  const std::optional<comm::RunKey> invocation_key = comm::invocation_key(run_store);  // this invocation's MACs
   exchange_ = std::make_unique<comm::Exchange>(
       *group_, comm::ExchangeOptions{
                    .codec = d.compression,

@@ -4,7 +4,6 @@
 
 #include <chrono>
 
-#include "tributary/comm/sealed_store.h"
 #include "tributary/comm/wire_mac.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/wan.h"
@@ -29,8 +28,7 @@ Crew::Crew(const RunConfig& config, const DistEnv& env, std::optional<comm::Link
   comm::GroupOptions group_opts = group_options(config);
   group_opts.link = std::move(upload_link);
   group_ = std::make_unique<comm::Group>(*store_, env.rank, env.world_size, group_opts, "dipaco/g0");
-  if (const auto key = comm::run_key_from_environment())  // the MACs of this invocation's messages
-    exchange_options_.mac_key = comm::invocation_key(*store_, *key);
+  exchange_options_.mac_key = comm::invocation_key(*store_);  // this invocation's MACs
   exchange_ = std::make_unique<comm::Exchange>(*group_, exchange_options_);
   queue_ = std::make_unique<TaskQueue>(*store_, env.rank);
   // A round waits for a slow worker as long as its heartbeat beats (up to dist.collective_timeout_s).

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/rendezvous.h"
@@ -39,7 +38,7 @@ NamedTensors params_of(const HealState& state, size_t count) {
 Quorum::Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
                ReplicaSync& sync)
     : config_(config), membership_(membership), store_(std::move(store)), channel_(channel), sync_(sync) {
-  if (const auto key = comm::run_key_from_environment()) mac_.emplace(*key);
+  if (const auto key = comm::invocation_key(store_)) mac_.emplace(*key);
 }
 
 void Quorum::seal_state(nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,

@@ -89,7 +89,7 @@ class Quorum {
   std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
   std::atomic<bool> pending_{false};
   int64_t admissions_ = 0;
-  std::optional<comm::WireMac> mac_;  // the run's key (none without a run secret)
+  std::optional<comm::WireMac> mac_;  // this invocation's key (none without a run secret)
 };
 
 }  // namespace tributary
