@@ -13,10 +13,6 @@ namespace {
 constexpr int kActivation = 0, kOverlapGradient = 1;
 const char* const kKindName[] = {"activation", "overlap gradient"};
 
-int tag(int kind, int64_t step, int64_t mb) {  // as the pipeline step's: unique per (peer, message) near a step
-  return (kind << 28) | static_cast<int>((step & 0xFFF) << 16) | static_cast<int>(mb);
-}
-
 }  // namespace
 
 LocalStage::LocalStage(LocalStageParts parts)
@@ -39,29 +35,25 @@ LocalStage::LocalStage(LocalStageParts parts)
   set_chunk_lr_scales(p_.optimizer, clip_groups_, chunk_of, p_.lr_scale);
 }
 
-std::string LocalStage::place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const {
-  return fmt::format("{}|local{}|{}|{}|{}>{}", p_.groups.pipe->prefix(), kind, step, mb, from, to);
-}
-
 torch::Tensor LocalStage::receive(int kind, int64_t step, int64_t mb, int peer) {
   const int64_t T = p_.loader.context(), C = p_.model.config().width;
   auto buffer = pipeline::message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
   const std::string what = fmt::format("stage {}: {} of micro-batch {} at step {} from stage {}", p_.stage,
                                        kKindName[kind], mb, step + 1, peer);
   const auto t0 = Clock::now();
-  p_.groups.pipe->recv(buffer, peer, tag(kind, step, mb), what).wait();
+  p_.groups.pipe->recv(buffer, peer, pipeline::stage_message_tag(kind, step, mb), what).wait();
   stats_.blocked_s += seconds_since(t0);
-  return pipeline::open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac, place(kind, step, mb, peer, p_.stage),
-                                what)
+  return pipeline::open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
+                                pipeline::stage_message_place(*p_.groups.pipe, kind, step, mb, peer, p_.stage), what)
       .to(p_.device);
 }
 
 void LocalStage::send(const torch::Tensor& t, int kind, int64_t step, int64_t mb, int peer) {
-  auto buffer =
-      pipeline::seal_message(pipeline::wire_encode(t, p_.wire), p_.groups.mac, place(kind, step, mb, p_.stage, peer));
+  auto buffer = pipeline::seal_message(pipeline::wire_encode(t, p_.wire), p_.groups.mac,
+                                       pipeline::stage_message_place(*p_.groups.pipe, kind, step, mb, p_.stage, peer));
   (kind == kActivation ? stats_.activation_bytes : stats_.gradient_bytes) +=
       buffer.numel() * int64_t(buffer.element_size());
-  auto work = p_.groups.pipe->send(buffer, peer, tag(kind, step, mb),
+  auto work = p_.groups.pipe->send(buffer, peer, pipeline::stage_message_tag(kind, step, mb),
                                    fmt::format("stage {}: {} of micro-batch {} at step {} to stage {}", p_.stage,
                                                kKindName[kind], mb, step + 1, peer));
   in_flight_.push_back({step, std::move(buffer), std::move(work)});

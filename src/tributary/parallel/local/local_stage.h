@@ -63,7 +63,6 @@ class LocalStage : public TrainStep {
 
  private:
   torch::Tensor receive(int kind, int64_t step, int64_t mb, int peer);
-  std::string place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const;  // a message's, for its MAC
   void send(const torch::Tensor& t, int kind, int64_t step, int64_t mb, int peer);
   void take_overlap_gradients(int64_t step, std::vector<torch::Tensor>& outputs);
   void retire_sends(int64_t oldest_kept_step);

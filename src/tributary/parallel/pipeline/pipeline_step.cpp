@@ -37,15 +37,6 @@ PipelineStep::PipelineStep(PipelineStepParts parts)
   micro_ = B / m;
 }
 
-std::string PipelineStep::place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const {
-  return fmt::format("{}|{}|{}|{}|{}>{}", p_.groups.pipe->prefix(), kind, step, mb, from, to);
-}
-
-int PipelineStep::tag(int kind, int64_t step, int64_t mb) const {
-  // Unique per (peer, message) within a step and across neighbouring steps; Gloo tags are non-negative int32.
-  return (kind << 28) | static_cast<int>((step & 0xFFF) << 16) | static_cast<int>(mb);
-}
-
 void PipelineStep::execute(const Action& a, int64_t step) {
   const int64_t T = p_.loader.context(), C = p_.model.config().width;
   const auto mb = static_cast<size_t>(a.mb);
@@ -60,11 +51,12 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       auto buffer = message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
       const std::string what = fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}", p_.stage,
                                            a.mb, step + 1, p_.stage - 1);
-      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), tag(kActivation, step, a.mb), what));
-      inputs_[mb] = open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
-                                 place(kActivation, step, a.mb, p_.stage - 1, p_.stage), what)
-                        .to(p_.device)
-                        .requires_grad_(true);
+      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), stage_message_tag(kActivation, step, a.mb), what));
+      inputs_[mb] =
+          open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
+                       stage_message_place(*p_.groups.pipe, kActivation, step, a.mb, p_.stage - 1, p_.stage), what)
+              .to(p_.device)
+              .requires_grad_(true);
       return;
     }
     case Op::Forward: {
@@ -83,10 +75,12 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendAct: {
-      send_buffers_.push_back(seal_message(wire_encode(outputs_[mb], p_.wire), p_.groups.mac,
-                                           place(kActivation, step, a.mb, p_.stage, p_.stage + 1)));
+      send_buffers_.push_back(
+          seal_message(wire_encode(outputs_[mb], p_.wire), p_.groups.mac,
+                       stage_message_place(*p_.groups.pipe, kActivation, step, a.mb, p_.stage, p_.stage + 1)));
       stats_.activation_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
-      sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1), tag(kActivation, step, a.mb),
+      sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1),
+                                            stage_message_tag(kActivation, step, a.mb),
                                             fmt::format("stage {}: activation of micro-batch {} at step {} to stage {}",
                                                         p_.stage, a.mb, step + 1, p_.stage + 1)));
       return;
@@ -95,10 +89,11 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       auto buffer = message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
       const std::string what = fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}", p_.stage,
                                            a.mb, step + 1, p_.stage + 1);
-      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), tag(kGradient, step, a.mb), what));
-      out_grads_[mb] = open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
-                                    place(kGradient, step, a.mb, p_.stage + 1, p_.stage), what)
-                           .to(p_.device);
+      wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), stage_message_tag(kGradient, step, a.mb), what));
+      out_grads_[mb] =
+          open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
+                       stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage + 1, p_.stage), what)
+              .to(p_.device);
       return;
     }
     case Op::Backward: {
@@ -112,10 +107,12 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendGrad: {
-      send_buffers_.push_back(seal_message(wire_encode(inputs_[mb].grad(), p_.wire), p_.groups.mac,
-                                           place(kGradient, step, a.mb, p_.stage, p_.stage - 1)));
+      send_buffers_.push_back(
+          seal_message(wire_encode(inputs_[mb].grad(), p_.wire), p_.groups.mac,
+                       stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage, p_.stage - 1)));
       stats_.gradient_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
-      sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1), tag(kGradient, step, a.mb),
+      sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1),
+                                            stage_message_tag(kGradient, step, a.mb),
                                             fmt::format("stage {}: gradient of micro-batch {} at step {} to stage {}",
                                                         p_.stage, a.mb, step + 1, p_.stage - 1)));
       inputs_[mb] = torch::Tensor();

@@ -77,8 +77,6 @@ class PipelineStep : public TrainStep {
 
  private:
   void execute(const Action& a, int64_t step);
-  int tag(int kind, int64_t step, int64_t mb) const;
-  std::string place(int kind, int64_t step, int64_t mb, int64_t from, int64_t to) const;  // a message's, for its MAC
 
   PipelineStepParts p_;
   std::vector<Action> actions_;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "tributary/core/error.h"
 
 namespace tributary::pipeline {
@@ -94,7 +96,15 @@ torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArra
 }
 
 torch::Tensor seal_message(const torch::Tensor& encoded, const comm::WireMac* mac, const std::string& place) {
-  return mac ? mac->seal(as_bytes(encoded), place) : encoded;
+  return mac ? mac->seal(encoded.view(torch::kUInt8).reshape({-1}), place) : encoded;  // a view: one copy, the seal's
+}
+
+int stage_message_tag(int kind, int64_t step, int64_t mb) {
+  return (kind << 28) | static_cast<int>((step & 0xFFF) << 16) | static_cast<int>(mb);  // Gloo: non-negative int32
+}
+
+std::string stage_message_place(const comm::Group& pipe, int kind, int64_t step, int64_t mb, int64_t from, int64_t to) {
+  return fmt::format("{}|{}|{}|{}|{}>{}", pipe.prefix(), kind, step, mb, from, to);
 }
 
 torch::Tensor message_buffer(Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac) {
@@ -106,11 +116,8 @@ torch::Tensor message_buffer(Wire wire, torch::IntArrayRef shape, const comm::Wi
 torch::Tensor open_message(const torch::Tensor& received, Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac,
                            const std::string& place, const std::string& what) {
   if (!mac) return wire_decode(received, wire, shape);
-  const auto bytes = mac->open(received, place, what);
-  auto buffer = wire_buffer(wire, shape);
-  TRIB_CHECK_EQ(int64_t(buffer.nbytes()), bytes.numel(), "(a sealed stage message's size)");
-  std::memcpy(buffer.data_ptr(), bytes.data_ptr<uint8_t>(), buffer.nbytes());
-  return wire_decode(buffer, wire, shape);
+  const auto bytes = mac->open(received, place, what);  // a view of `received`: decoded where it arrived
+  return wire_decode(wire == Wire::Fp32 ? bytes.view(torch::kFloat32).view(shape) : bytes, wire, shape);
 }
 
 }  // namespace tributary::pipeline

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tributary/comm/group.h"
 #include "tributary/comm/wire_mac.h"
 
 namespace tributary::pipeline {
@@ -32,6 +33,10 @@ torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArra
 // from wire_encode's tensor, message_buffer() what a message of `shape` arrives in, and open_message() checks it
 // (NetworkError naming `what` when the tag is not the run's: nothing of it is used) and decodes it as wire_decode.
 torch::Tensor seal_message(const torch::Tensor& encoded, const comm::WireMac* mac, const std::string& place);
+// A message between two neighbouring stages of `pipe` (pipelines' and local stages' alike): its Gloo tag, unique per
+// (peer, message) within a step and across neighbouring steps, and its place, which its MAC is bound to.
+int stage_message_tag(int kind, int64_t step, int64_t mb);
+std::string stage_message_place(const comm::Group& pipe, int kind, int64_t step, int64_t mb, int64_t from, int64_t to);
 torch::Tensor message_buffer(Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac);
 torch::Tensor open_message(const torch::Tensor& received, Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac,
                            const std::string& place, const std::string& what);
