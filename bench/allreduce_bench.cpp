@@ -35,6 +35,33 @@ double best_of(int repeats, F&& f) {
   return best;
 }
 
+// An int8 ring round on the same vector (the default model's size) without and with `variant` (`with(true)` sets it up
+// before a round, `with(false)` takes it down); interleaved, best of 7 each. Rank 0 prints `name`'s line.
+void int8_ring_pair(comm::Group& group, int rank, const std::string& name, comm::Exchange& plain_ex,
+                    comm::Exchange& variant_ex, const std::function<void(bool)>& with) {
+  const int64_t n = 3279360;
+  torch::manual_seed(uint64_t(rank) + 1);
+  const auto x = torch::randn({n});
+  double plain = 1e30, variant = 1e30;
+  for (int round = 0; round < 7; ++round)
+    for (const bool on : {false, true}) {
+      with(on);
+      std::vector<torch::Tensor> v = {x.clone()};
+      (on ? variant : plain) =
+          std::min(on ? variant : plain, best_of(1, [&] { (on ? variant_ex : plain_ex).average(v); }));
+    }
+  with(false);
+  if (rank != 0) return;
+  std::printf("%s\n", nlohmann::json{{"bench", name + "_ring"},
+                                     {"codec", "int8"},
+                                     {"values", n},
+                                     {"loopback_s_plain", plain},
+                                     {"loopback_s_" + name, variant},
+                                     {name + "_over_plain", variant / plain}}
+                          .dump()
+                          .c_str());
+}
+
 // The outer exchange's collectives on the same data (a Gaussian vector of the default model's size; the payload sizes
 // do not depend on the values, the times hardly). Interleaved rounds, best of 5 each.
 void sparse_vs_dense(comm::Group& group, int rank) {
@@ -78,55 +105,20 @@ void sparse_vs_dense(comm::Group& group, int rank) {
 // (Group::set_abandon: each hop is waited for in a helper thread that asks, every slice, whether to give up), on the
 // same vector; interleaved, best of 7 each. What the watch costs a round when nobody dies.
 void watched_ring(comm::Group& group, int rank) {
-  const int64_t n = 3279360;
-  torch::manual_seed(uint64_t(rank) + 1);
-  const auto x = torch::randn({n});
   comm::Exchange exchange(group, comm::ExchangeOptions{.codec = "int8", .bucket_mb = 64});
-  double plain = 1e30, watched = 1e30;
-  for (int round = 0; round < 7; ++round)
-    for (const bool watch : {false, true}) {
-      group.set_abandon(watch ? std::function<bool()>([] { return false; }) : std::function<bool()>());
-      std::vector<torch::Tensor> v = {x.clone()};
-      (watch ? watched : plain) = std::min(watch ? watched : plain, best_of(1, [&] { exchange.average(v); }));
-    }
-  group.set_abandon({});
-  if (rank != 0) return;
-  std::printf("%s\n", nlohmann::json{{"bench", "watched_ring"},
-                                     {"codec", "int8"},
-                                     {"values", n},
-                                     {"loopback_s_plain", plain},
-                                     {"loopback_s_watched", watched},
-                                     {"watched_over_plain", watched / plain}}
-                          .dump()
-                          .c_str());
+  int8_ring_pair(group, rank, "watched", exchange, exchange, [&](bool watch) {
+    group.set_abandon(watch ? std::function<bool()>([] { return false; }) : std::function<bool()>());
+  });
 }
 
 // The int8 ring with and without the run's MAC on every hop (comm/wire_mac.h: an HMAC-SHA256 of each message, sealed
 // by the sender, checked by the receiver), on the same vector; interleaved, best of 7 each. What the MACs cost a round.
 void sealed_ring(comm::Group& group, int rank) {
-  const int64_t n = 3279360;
-  torch::manual_seed(uint64_t(rank) + 1);
-  const auto x = torch::randn({n});
   comm::RunKey key{};
   key.fill(7);
   comm::Exchange plain_ex(group, comm::ExchangeOptions{.codec = "int8", .bucket_mb = 64});
   comm::Exchange sealed_ex(group, comm::ExchangeOptions{.codec = "int8", .bucket_mb = 64, .mac_key = key});
-  double plain = 1e30, sealed = 1e30;
-  for (int round = 0; round < 7; ++round)
-    for (const bool mac : {false, true}) {
-      std::vector<torch::Tensor> v = {x.clone()};
-      (mac ? sealed : plain) =
-          std::min(mac ? sealed : plain, best_of(1, [&] { (mac ? sealed_ex : plain_ex).average(v); }));
-    }
-  if (rank != 0) return;
-  std::printf("%s\n", nlohmann::json{{"bench", "sealed_ring"},
-                                     {"codec", "int8"},
-                                     {"values", n},
-                                     {"loopback_s_plain", plain},
-                                     {"loopback_s_sealed", sealed},
-                                     {"sealed_over_plain", sealed / plain}}
-                          .dump()
-                          .c_str());
+  int8_ring_pair(group, rank, "sealed", plain_ex, sealed_ex, [](bool) {});
 }
 
 // What sealing and opening one message costs, by its size: a pipeline stage's activation of the default model is
