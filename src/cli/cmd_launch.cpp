@@ -118,7 +118,7 @@ void add_launch(CLI::App& app) {
         reporter->use(addr, port, attempt, [&](comm::Store& store) { started = store.check({kRunStartedKey}); });
         return started;
       } catch (const std::exception& e) {
-        log::warn("launch: could not read the run's store ({}); restarting as if the run had started", e.what());
+        log::warn("launch: could not read the run's store ({}); taking the run as started", e.what());
         return true;
       }
     };

@@ -155,6 +155,7 @@ class Supervisor {
   int restarts_ = 0;
   bool start_again_ = false;
   Clock::time_point next_again_poll_{};
+  bool run_started_ = false;  // several machines: learnt by the polls for a start again, which then end
   int result_ = 0, failed_rank_ = -1, tolerated_ = 0;
   int stop_signal_ = 0;  // the user's SIGINT/SIGTERM, forwarded as a stop
   bool killed_ = false;
@@ -226,10 +227,14 @@ bool Supervisor::start_run_again(const Worker& w, int code) {
 // Several machines: another machine's launch asked every launch to start the run again (its worker died before the
 // run got through start-up); this one stops its workers and starts them again too, under the next attempt's keys.
 void Supervisor::follow_start_again() {
-  if (o_.nnodes == 1 || !o_.start_again || start_again_ || stop_deadline_ || failed_rank_ >= 0) return;
+  if (o_.nnodes == 1 || !o_.start_again || start_again_ || run_started_ || stop_deadline_ || failed_rank_ >= 0) return;
   if (Clock::now() < next_again_poll_) return;
   next_again_poll_ = Clock::now() + kAgainPoll;
-  if (!o_.start_again(o_.master_addr, o_.master_port, o_.attempt, /*ask=*/false)) return;
+  if (!o_.start_again(o_.master_addr, o_.master_port, o_.attempt, /*ask=*/false)) {
+    // Nobody asks once the run got through start-up: the polls end there.
+    run_started_ = o_.run_started && o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
+    return;
+  }
   if (restarts_ >= o_.max_restarts) {
     log::error(
         "launch: another machine's launch starts the run again, but this one's --max-restarts {} is spent: stopping "
@@ -258,7 +263,7 @@ void Supervisor::on_failure(const Worker& w, int code) {
   }
   // Restarts and tolerated deaths both need a run that got through start-up (a formed group, the task queue): a
   // death before it would leave the survivors waiting for it at the rendezvous until dist.store_timeout_s.
-  const bool started = !o_.run_started || o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
+  const bool started = run_started_ || !o_.run_started || o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
   if (!started && start_run_again(w, code)) return;
   if (restart(w, code, started)) return;
   if (tolerated_ < o_.max_failures && !started) {
