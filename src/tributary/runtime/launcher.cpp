@@ -83,9 +83,9 @@ int check_launch(const LaunchOptions& o) {
 }
 
 // Forks local worker `local` with the torchrun variables; its stdout and stderr go to one pipe. A joiner is a
-// restart (--max-restarts): it joins the running run. The faults injected for tests (`faults`) are the first
-// attempt's only: not a joiner's, nor a run's started again.
-Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining, bool faults) {
+// restart (--max-restarts): it joins the running run. The faults injected for tests are the first attempt's only: not
+// a joiner's, nor a run's started again.
+Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) fail("launch: cannot find its own executable");
@@ -115,7 +115,7 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining, bool
     if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // node 0's launch or `tributary store` hosts it
     if (joining) ::setenv("TRIBUTARY_JOINING", "1", 1);
     if (o.attempt > 0) ::setenv("TRIBUTARY_ATTEMPT", std::to_string(o.attempt).c_str(), 1);
-    if (!faults) ::unsetenv("TRIBUTARY_FAIL_RANK");
+    if (joining || o.attempt > 0) ::unsetenv("TRIBUTARY_FAIL_RANK");
     std::vector<char*> argv;
     argv.push_back(exe);
     for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -171,10 +171,9 @@ int launch(const LaunchOptions& options) {
   if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
   for (int restarts = 0;; ++o.attempt) {
     std::vector<Worker> workers;
-    for (int local = 0; local < o.nproc; ++local)
-      workers.push_back(spawn_one(o, port, local, /*joining=*/false, /*faults=*/restarts == 0));
-    const Supervised s = supervise(
-        o, workers, [&o, port](int local) { return spawn_one(o, port, local, /*joining=*/true, false); }, restarts);
+    for (int local = 0; local < o.nproc; ++local) workers.push_back(spawn_one(o, port, local, /*joining=*/false));
+    const Supervised s =
+        supervise(o, workers, [&o, port](int local) { return spawn_one(o, port, local, /*joining=*/true); }, restarts);
     if (!s.start_again) return s.status;
     restarts = s.restarts;
   }
