@@ -39,6 +39,7 @@ void choose_run_secret(const std::string& file, int nnodes) {
 // another attempt, and once more when a call on it failed (the connection may have been cut).
 class StoreReporter {
  public:
+  explicit StoreReporter(std::string scope = "") : scope_(std::move(scope)) {}
   void use(const std::string& addr, int port, int attempt, const std::function<void(comm::Store&)>& call) {
     if (attempt != attempt_) store_.reset();
     attempt_ = attempt;
@@ -52,10 +53,11 @@ class StoreReporter {
 
  private:
   comm::Store& connected(const std::string& addr, int port) {
-    if (!store_) store_ = connect_supervisor(addr, port, std::chrono::seconds(5), attempt_, !reached_);
+    if (!store_) store_ = connect_supervisor(addr, port, std::chrono::seconds(5), attempt_, !reached_, scope_);
     reached_ = true;
     return *store_;
   }
+  std::string scope_;
   std::optional<comm::Store> store_;
   int attempt_ = 0;
   bool reached_ = false;  // a refused connection after this means the store's host has gone
@@ -83,6 +85,9 @@ void add_launch(CLI::App& app) {
   cmd->add_option("--max-restarts", o->max_restarts,
                   "dead workers restarted while the others run; they rejoin at the next round and heal from a peer "
                   "(dist.fault_tolerant DiLoCo or data parallel)");
+  cmd->add_flag("--restart-island", o->restart_island,
+                "this machine's workers are one island (dist.fault_tolerant with parallel.islands = 'machines'): when "
+                "one dies, all of them start again together and the island rejoins from a peer island");
   cmd->add_option("--store", o->store,
                   "ADDR:PORT of a running `tributary store` (instead of node 0's launch hosting the store; replaces "
                   "--master-addr/--master-port)");
@@ -99,11 +104,17 @@ void add_launch(CLI::App& app) {
     };
     // Deaths go to the run's store under the attempt's keys, through a connection made at the first one.
     auto reporter = std::make_shared<StoreReporter>();
-    o->report_exit = [reporter](const std::string& addr, int port, int attempt, int rank, const std::string& how,
-                                bool go_on) {
+    // --restart-island: the members are the islands (the island leads' quorum, under its own keys), this machine's
+    // is island node_rank.
+    auto island_reporter = std::make_shared<StoreReporter>(kIslandsScope);
+    o->report_exit = [o, reporter, island_reporter](const std::string& addr, int port, int attempt, int rank,
+                                                    const std::string& how, bool go_on) {
       try {
         reporter->use(addr, port, attempt, [&](comm::Store& store) { comm::report_exit(store, rank, how); });
-        if (go_on)
+        if (go_on && o->restart_island)
+          island_reporter->use(addr, port, attempt,
+                               [&](comm::Store& store) { comm::Membership::report_lost(store, o->node_rank); });
+        else if (go_on)
           reporter->use(addr, port, attempt, [&](comm::Store& store) { comm::Membership::report_lost(store, rank); });
       } catch (const std::exception& e) {
         log::warn(

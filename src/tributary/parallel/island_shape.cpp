@@ -6,8 +6,13 @@
 
 namespace tributary {
 
-IslandShape::IslandShape(std::vector<int64_t> sizes, std::vector<int64_t> steps, int rank, bool measured)
-    : sizes_(std::move(sizes)), steps_(std::move(steps)), rank_(rank), measured_(measured) {
+IslandShape::IslandShape(std::vector<int64_t> sizes, std::vector<int64_t> steps, int rank, bool measured,
+                         bool leads_exchange)
+    : sizes_(std::move(sizes)),
+      steps_(std::move(steps)),
+      rank_(rank),
+      measured_(measured),
+      leads_exchange_(leads_exchange) {
   while (island_ + 1 < count() && begin(island_ + 1) <= rank_) ++island_;
 }
 
@@ -27,7 +32,9 @@ bool IslandShape::equal() const {
   return std::all_of(sizes_.begin(), sizes_.end(), [&](int64_t n) { return n == sizes_[0]; });
 }
 
-int64_t IslandShape::outer_shards() const { return *std::min_element(sizes_.begin(), sizes_.end()); }
+int64_t IslandShape::outer_shards() const {
+  return leads_exchange_ ? 1 : *std::min_element(sizes_.begin(), sizes_.end());
+}
 
 std::vector<int> IslandShape::outer_shard_ranks() const {
   std::vector<int> out;

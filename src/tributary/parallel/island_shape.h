@@ -22,7 +22,10 @@ class IslandShape {
   // sizes: ranks per island (they add up to the world); steps: optimizer steps per tick, one per island; rank: this
   // process's rank in the world.
   // measured: parallel.island_steps = "auto" (lockstep until the run measured the pace).
-  IslandShape(std::vector<int64_t> sizes, std::vector<int64_t> steps, int rank, bool measured = false);
+  // leads_exchange: the islands' ranks 0 exchange the whole model (one outer shard; dist.fault_tolerant, whose
+  // members are the islands, each spoken for by its rank 0).
+  IslandShape(std::vector<int64_t> sizes, std::vector<int64_t> steps, int rank, bool measured = false,
+              bool leads_exchange = false);
 
   int64_t count() const { return int64_t(sizes_.size()); }
   int64_t island() const { return island_; }  // this rank's
@@ -39,6 +42,7 @@ class IslandShape {
   const std::vector<int64_t>& all_steps() const { return steps_; }
   int64_t steps_per_tick() const { return steps(island_); }  // this rank's island's
   bool measured_pace() const { return measured_; }           // the steps are to be measured at start-up
+  bool leads_exchange() const { return leads_exchange_; }
   // The steps per tick that give every island's tick the length of the slowest island's one step: round(T_slowest /
   // T_i) within [1, kMaxPacedSteps], T_i the slowest step of island i's ranks (its data-parallel step waits for it).
   // `seconds`: every rank's measured step, in rank order. The same on every rank given the same `seconds`.
@@ -53,6 +57,7 @@ class IslandShape {
   int rank_ = 0;
   int64_t island_ = 0;
   bool measured_ = false;
+  bool leads_exchange_ = false;
 };
 
 }  // namespace tributary

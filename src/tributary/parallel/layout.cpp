@@ -114,7 +114,26 @@ void Layout::place_islands(const LayoutSpec& spec) {
           spec.island_steps, steps.size(), sizes.size());
     island_steps = steps;
   }
-  islands_ = IslandShape(sizes, island_steps, spec.rank, measured);
+  if (spec.fault_tolerant && !islands.empty()) check_fault_tolerant_islands(spec, islands);
+  islands_ = IslandShape(sizes, island_steps, spec.rank, measured, /*leads_exchange=*/spec.fault_tolerant);
+}
+
+// dist.fault_tolerant with islands: the members of the run's one quorum are the islands, each spoken for by its rank
+// 0, and an island that loses a rank starts again as a whole (launch --restart-island restarts a machine's workers
+// together): so an island is a machine's workers, and the islands keep one pace.
+void Layout::check_fault_tolerant_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands) {
+  for (int64_t n : islands)
+    if (n != spec.local_world_size)
+      fail(
+          "parallel.islands = '{}' with dist.fault_tolerant = true: each island must be one machine's workers "
+          "(islands of {}, {} worker(s) per machine), since a machine's launch starts its island again as a whole; "
+          "set parallel.islands = 'machines' and launch with --restart-island",
+          spec.islands, fmt::join(islands, "/"), spec.local_world_size);
+  if (!spec.island_steps.empty())
+    fail(
+        "parallel.island_steps = '{}' with dist.fault_tolerant = true is not supported: fault-tolerant islands keep "
+        "one pace; drop parallel.island_steps",
+        spec.island_steps);
 }
 
 // parallel.islands with parallel.pipeline_stages = p (DT-FM's shape: a pipeline inside a region, its replicas across
@@ -257,9 +276,12 @@ std::string Layout::describe() const {
       return fmt::format("layout: DiPaCo, {} worker(s) claiming path tasks", world_size_);
     case RunKind::kIslands:
       return fmt::format(
-          "layout: {} islands of {} ranks, data parallel inside, DiLoCo across, the outer exchange sharded {} "
-          "way(s){}; rank {} is rank {} of island {}",
-          islands_.count(), fmt::join(islands_.sizes(), "/"), islands_.outer_shards(),
+          "layout: {} islands of {} ranks, data parallel inside, DiLoCo across, {}{}; rank {} is rank {} of island {}",
+          islands_.count(), fmt::join(islands_.sizes(), "/"),
+          islands_.leads_exchange()
+              ? std::string("fault tolerant: the islands are the quorum's members, their ranks 0 exchange the whole "
+                            "model")
+              : fmt::format("the outer exchange sharded {} way(s)", islands_.outer_shards()),
           islands_.batches_per_tick() != world_size_
               ? fmt::format(", time-paced: {} optimizer steps per tick", fmt::join(islands_.all_steps(), "/"))
               : "",

@@ -57,6 +57,7 @@ struct LayoutSpec {
   std::string islands;                   // parallel.islands: "" | "N" (equal) | "4,4,2" (sizes) | "machines"
   std::string island_steps;              // parallel.island_steps: "" | steps per tick per island "2,1" | "auto"
   int local_world_size = 1;              // processes on this rank's machine ("machines": one island each)
+  bool fault_tolerant = false;           // dist.fault_tolerant: the members are the islands, one per machine
 };
 
 // A value: its public methods read it; none changes it.
@@ -101,6 +102,7 @@ class Layout {
  private:
   void place_islands(const LayoutSpec& spec);
   void place_pipeline_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands);
+  static void check_fault_tolerant_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands);
 
   RunKind kind_ = RunKind::kSingle;
   Sync sync_ = Sync::kNone;

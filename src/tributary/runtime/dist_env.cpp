@@ -81,6 +81,7 @@ DistEnv resolve_dist_env(const std::map<std::string, std::string>& env) {
           env.at("RANK"), env.at("WORLD_SIZE"));
     if (has(env, "TRIBUTARY_AGENT_STORE")) d.use_agent_store = true;  // tributary launch hosts the store
     d.joining = has(env, "TRIBUTARY_JOINING");
+    if (has(env, "TRIBUTARY_ISLAND_LIFE")) d.island_life = parse_int(env, "TRIBUTARY_ISLAND_LIFE");
     if (has(env, "TRIBUTARY_ATTEMPT")) d.store_prefix = attempt_prefix(parse_int(env, "TRIBUTARY_ATTEMPT"));
     auto agent = env.find("TORCHELASTIC_USE_AGENT_STORE");
     if (agent != env.end() && (agent->second == "True" || agent->second == "true" || agent->second == "1")) {

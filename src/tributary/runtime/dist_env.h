@@ -23,6 +23,9 @@ struct DistEnv {
   bool use_agent_store = false;   // torchrun's agent already runs the TCPStore server
   std::string source = "single";  // tributary | torchrun | slurm | mpi | single
   bool joining = false;           // TRIBUTARY_JOINING: restarted by launch --max-restarts to join the running run
+  // TRIBUTARY_ISLAND_LIFE (launch --restart-island): this machine's island's life, -1 without the flag; each start
+  // of the island again is one more, and its groups live under keys of their own.
+  int island_life = -1;
 
   bool distributed() const { return world_size > 1; }
   bool lead() const { return rank == 0 && !joining; }  // writes metrics and the run directory at start

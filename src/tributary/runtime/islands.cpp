@@ -8,6 +8,7 @@
 #include "tributary/core/log.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/row_shards.h"
+#include "tributary/runtime/launcher.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/wan.h"
 
@@ -33,34 +34,63 @@ safetensors::File outer_rows(const safetensors::File& whole, const NamedTensors&
 }  // namespace
 
 Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layout)
-    : layout_(layout), shard_optimizer_(config.parallel.shard_optimizer) {
+    : layout_(layout),
+      // Fault tolerant, a healing island takes a peer island's whole AdamW state from its rank 0 alone, between two of
+      // its steps: every rank keeps the whole state.
+      shard_optimizer_(config.parallel.shard_optimizer && !config.dist.fault_tolerant),
+      fault_tolerant_(config.dist.fault_tolerant),
+      store_(rendezvous(config, env)) {
   TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
-  auto store = rendezvous(config, env);
+  if (fault_tolerant_ && env.island_life < 0)
+    fail(
+        "dist.fault_tolerant = true with parallel.islands: start every machine's workers with `tributary launch "
+        "--restart-island --max-restarts N` (an island that loses a rank starts again as a whole)");
+  if (fault_tolerant_ && env.rank == 0 && !env.joining)
+    log::info(
+        "fault-tolerant islands: the quorum's members are the islands, each spoken for by its rank 0; in the "
+        "quorum's messages below, worker N is island N");
+  if (fault_tolerant_ && config.parallel.shard_optimizer && env.rank == 0 && !env.joining)
+    log::info(
+        "parallel.shard_optimizer: fault-tolerant islands keep the whole AdamW state on every rank (an island that "
+        "heals takes it whole from a peer island's rank 0); ZeRO-1 is off in this run");
   const comm::GroupOptions options = group_options(config);
   const int64_t island = layout.islands().island(), size = layout.islands().size(island);
-  island_ = std::make_unique<comm::Group>(store, int(layout.islands().rank_in_island()), int(size), options,
-                                          fmt::format("island.{}", island));
+  const std::string life = env.island_life > 0 ? fmt::format(".life{}", env.island_life) : "";
+  island_ = std::make_unique<comm::Group>(store_, int(layout.islands().rank_in_island()), int(size), options,
+                                          fmt::format("island.{}{}", island, life));
   if (size > 1)
-    inside_ =
-        std::make_unique<Replicas>(data_parallel(config), ReplicaGroup{.store = store,
-                                                                       .rank = int(layout.islands().rank_in_island()),
-                                                                       .size = int(size),
-                                                                       .link = std::nullopt,
-                                                                       .prefix = fmt::format("island-dp.{}", island),
-                                                                       .part = false});
+    inside_ = std::make_unique<Replicas>(data_parallel(config),
+                                         ReplicaGroup{.store = store_,
+                                                      .rank = int(layout.islands().rank_in_island()),
+                                                      .size = int(size),
+                                                      .link = std::nullopt,
+                                                      .prefix = fmt::format("island-dp.{}{}", island, life),
+                                                      .part = false});
   if (layout.islands().outer_shard() >= 0) {
     const std::vector<int> peers = layout.islands().outer_shard_ranks();
     const auto links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
-    across_ = std::make_unique<Replicas>(
-        config, ReplicaGroup{.store = store,
-                             .rank = int(island),
-                             .size = int(layout.islands().count()),
-                             .link = links ? std::optional(links->subset(peers)) : std::nullopt,
-                             .prefix = fmt::format("islands.shard{}", layout.islands().outer_shard())});
+    auto link = links ? std::optional(links->subset(peers)) : std::nullopt;
+    if (fault_tolerant_)
+      across_ =
+          std::make_unique<Replicas>(config, MemberGroup{.store = connect_scope(config, env, kIslandsScope),
+                                                         .heartbeat_store = connect_scope(config, env, kIslandsScope),
+                                                         .id = int(island),
+                                                         .size = int(layout.islands().count()),
+                                                         .joining = env.joining,
+                                                         .link = std::move(link)});
+    else
+      across_ = std::make_unique<Replicas>(
+          config, ReplicaGroup{.store = store_,
+                               .rank = int(island),
+                               .size = int(layout.islands().count()),
+                               .link = std::move(link),
+                               .prefix = fmt::format("islands.shard{}", layout.islands().outer_shard())});
   }
   weigh_updates();
-  world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
-  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
+  if (env.joining) return;  // an island started again: its rank 0 speaks for it; nothing is collective over the run
+  world_ = std::make_unique<comm::Group>(store_, env.rank, env.world_size, options, "world");  // start-up, checkpoints
+  if (!fault_tolerant_)  // fault tolerant, the stop travels with the quorum's rounds
+    stop_vote_ = std::make_unique<comm::LaggedVote>(store_, env.rank, env.world_size, options);
 }
 
 Islands::~Islands() = default;
@@ -92,6 +122,16 @@ void Islands::share(const std::vector<torch::Tensor>& tensors, int64_t shards) {
   RowShards(0, shards).all_gather(*island_, tensors);  // each rank sends its own shard (its island rank)
 }
 
+void Islands::from_lead(const std::vector<torch::Tensor>& tensors) {
+  if (island_->size() == 1) return;
+  std::vector<torch::Tensor> buffers;
+  for (const auto& t : tensors) buffers.push_back(t.to(torch::kCPU).contiguous());
+  island_->broadcast(buffers, 0);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (island_->rank() != 0) tensors[i].copy_(buffers[i]);
+}
+
 void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const safetensors::File* outer,
                     const nlohmann::json& progress) {
   params_ = params;
@@ -114,6 +154,8 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
       optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
     }
   }
+  // Every rank got here (a worker that dies from now on is restarted by its launch, which reads this).
+  if (fault_tolerant_ && layout_.rank() == 0) store_.set(kRunStartedKey, "1");
   if (!across_) return;
   const RowShards rows(layout_.islands().outer_shard(), layout_.islands().outer_shards());
   outer_params_ = rows.mine(params);
@@ -131,6 +173,45 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
   }
 }
 
+std::optional<PendingHeal> Islands::join(NamedTensors& params, AdamW& optimizer, BatchLoader& loader,
+                                         RunProgress& progress, int64_t total_steps) {
+  TRIB_CHECK(fault_tolerant_, "an island joins only a fault-tolerant run");
+  params_ = params;
+  std::optional<PendingHeal> pending;
+  if (across_) {
+    pending = join_run(*across_->quorum(), params, optimizer, loader, progress, total_steps);
+    outer_params_ = RowShards(0, 1).mine(params);
+  }
+  // What rank 0 healed, to the island's other ranks: the step, tokens, elapsed time and optimizer steps, then the
+  // parameters and AdamW state.
+  auto meta = torch::tensor({progress.step, progress.tokens, optimizer.num_steps()}, torch::kInt64);
+  auto elapsed = torch::full({1}, progress.elapsed_before, torch::kFloat64);
+  std::vector<torch::Tensor> state = {meta, elapsed};
+  for (auto& [name, t] : params) state.push_back(t.detach());
+  for (auto& [name, t] : optimizer.state()) state.push_back(t);
+  from_lead(state);
+  progress.step = meta[0].item<int64_t>();
+  progress.tokens = meta[1].item<int64_t>();
+  optimizer.set_num_steps(meta[2].item<int64_t>());
+  progress.elapsed_before = elapsed.item<double>();
+  if (inside_ && progress.step < total_steps) inside_->sync().start(params, progress.step);  // identical in the island
+  return pending;
+}
+
+int64_t Islands::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
+  if (!fault_tolerant_ || island_->size() == 1) return tokens_per_step;
+  const LoaderPosition at = loader.position();
+  std::vector<torch::Tensor> lead = {torch::tensor(
+      {loader.rank(), loader.world_size(), int64_t(at.epoch), int64_t(at.cursor), tokens_per_step}, torch::kInt64)};
+  island_->broadcast(lead, 0);
+  if (island_->rank() == 0) return tokens_per_step;
+  const auto v = lead[0];
+  const int64_t rank = v[0].item<int64_t>() + island_->rank(), world = v[1].item<int64_t>();
+  if (loader.rank() != rank || loader.world_size() != world) loader.reshard(rank, world);
+  loader.set_position({uint64_t(v[2].item<int64_t>()), uint64_t(v[3].item<int64_t>())});
+  return v[4].item<int64_t>();
+}
+
 bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
   bool landed = false;
   if (across_) {
@@ -138,7 +219,7 @@ bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool las
     if (last) landed |= across_->sync().finish(step, outer_params_);
     quiescent_ = across_->sync().quiescent();
   }
-  if (!layout_.islands().equal() && island_->size() > 1) {
+  if ((!layout_.islands().equal() || fault_tolerant_) && island_->size() > 1) {
     // Ranks without a shard learn from their island's rank 0 (which has one) what happened across.
     std::vector<torch::Tensor> flags = {torch::tensor({int64_t(landed), int64_t(quiescent_)}, torch::kInt64)};
     island_->broadcast(flags, 0);
@@ -148,7 +229,10 @@ bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool las
   if (landed) {
     std::vector<torch::Tensor> whole;
     for (auto& [name, t] : params) whole.push_back(t.detach());
-    share(whole, layout_.islands().outer_shards());
+    if (layout_.islands().leads_exchange())
+      from_lead(whole);
+    else
+      share(whole, layout_.islands().outer_shards());
     // The island's replicas are one again (a shard lost on the way would leave them apart, silently, for good).
     if (inside_) inside_->sync().check_identical(params, fmt::format("after the outer step at step {}", step));
   }
@@ -182,7 +266,23 @@ CheckpointPeers Islands::peers() {
           .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
 }
 
+bool Islands::stop_agreed(bool local_stop) {
+  if (!fault_tolerant_) return stop_vote_->step(local_stop);
+  std::vector<torch::Tensor> stop = {torch::tensor({int64_t(across_ && across_->stop_agreed(local_stop))})};
+  if (island_->size() > 1) island_->broadcast(stop, 0);
+  return stop[0][0].item<int64_t>() != 0;
+}
+
 bool Islands::stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents) {
+  if (fault_tolerant_) {
+    // The island leads' checkpoint, as the whole model's fault-tolerant replicas take it (the living ones). A lead's
+    // loader reads one of n x members shards; as one of the members' shards it is n times further on.
+    if (!across_) return false;
+    const int64_t n = layout_.islands().size(layout_.islands().island());
+    const LoaderPosition pos{mine.position.epoch, mine.position.cursor * uint64_t(n)};
+    contents.state["loader"] = {{"epoch", pos.epoch}, {"cursor", pos.cursor}};
+    return stage_replica_state(*across_, run_dir, step, mine.params, mine.optim_state, pos, contents);
+  }
   NamedTensors outer = whole_outer_state(params_);  // collective over the island: before rank 0 goes on alone
   const NamedTensors codec = across_ ? across_->codec_state() : NamedTensors{};
   RankState state = mine;

@@ -125,6 +125,9 @@ class Supervisor {
   void on_failure(const Worker& w, int code);
   // --max-restarts: true if `w` is restarted (`started`: the run got through start-up, so a replacement can heal)
   bool restart(const Worker& w, int code, bool started);
+  // --restart-island: the others are killed and all of them start again together once every one exited.
+  bool restart_island(const Worker& w, int code);
+  void respawn_island();
   // A worker killed before start-up: true when the whole run starts again instead (Supervised::start_again).
   bool start_run_again(const Worker& w, int code);
   void follow_start_again();
@@ -153,6 +156,8 @@ class Supervisor {
   Respawn respawn_;
   std::vector<int> pending_restarts_;  // local ranks to fork again after this reap
   int restarts_ = 0;
+  int island_life_ = 0;             // --restart-island: this launch's island's life (0: the first)
+  bool island_restarting_ = false;  // its workers are being killed to start again together
   bool start_again_ = false;
   Clock::time_point next_again_poll_{};
   bool run_started_ = false;  // several machines: learnt by the polls for a start again, which then end
@@ -190,7 +195,7 @@ bool Supervisor::restart(const Worker& w, int code, bool started) {
   // finds no live member exits with status 5 within the heartbeat deadline, and nothing is restarted after that.
   bool others = o_.nnodes > 1;
   for (const auto& o : workers_) others |= o.running && !o.stopped && o.pid != w.pid;
-  if (!others) return false;
+  if (!others && !o_.restart_island) return false;
   if (!started) {
     log::warn(
         "launch: rank {} (pid {}) exited with status {} before the run got through start-up; a restart would "
@@ -198,11 +203,40 @@ bool Supervisor::restart(const Worker& w, int code, bool started) {
         w.rank, w.pid, code);
     return false;
   }
+  if (o_.restart_island) return restart_island(w, code);
   restarts_ += 1;
   log::warn("launch: rank {} (pid {}) exited with status {}; restarting it to rejoin the run ({} of --max-restarts {})",
             w.rank, w.pid, code, restarts_, o_.max_restarts);
   pending_restarts_.push_back(w.rank - o_.node_rank * o_.nproc);
   return true;
+}
+
+// An island's ranks train as one replica (data parallel inside): with one of them dead the others can neither go on
+// nor be healed one by one, so the island starts again as a whole, under a fresh life (its groups' keys), and rejoins
+// the run; the other machines' islands hold the run's state meanwhile. Its restart counts once.
+bool Supervisor::restart_island(const Worker& w, int code) {
+  if (o_.nnodes == 1) return false;  // no other island on this launch's watch would hold the run's state
+  restarts_ += 1;
+  island_life_ += 1;
+  island_restarting_ = true;
+  log::warn(
+      "launch: rank {} (pid {}) exited with status {}; starting this machine's island again as its life {} ({} of "
+      "--max-restarts {})",
+      w.rank, w.pid, code, island_life_, restarts_, o_.max_restarts);
+  for (auto& other : workers_) {
+    if (!other.running || other.pid == w.pid) continue;
+    other.discarded = true;
+    ::kill(other.pid, SIGKILL);
+  }
+  return true;
+}
+
+void Supervisor::respawn_island() {
+  if (!island_restarting_) return;
+  for (const auto& w : workers_)
+    if (w.running) return;
+  island_restarting_ = false;
+  for (int local = 0; local < o_.nproc; ++local) workers_.push_back(respawn_(local, island_life_));
 }
 
 bool Supervisor::start_run_again(const Worker& w, int code) {
@@ -331,6 +365,7 @@ void Supervisor::reap() {
     w.running = false;
     w.stopped = false;
     w.status = status;
+    if (w.discarded) continue;  // killed to start its island again
     if (const int code = exit_code_of(status); code != 0) {
       // A worker that did not stop cleanly at the user's signal: ended by the SIGTERM launch forwarded (before it
       // could take it as a stop), the run ends as the user's signal would have ended it.
@@ -343,7 +378,8 @@ void Supervisor::reap() {
       on_failure(w, code);
     }
   }
-  for (int local : std::exchange(pending_restarts_, {})) workers_.push_back(respawn_(local));
+  for (int local : std::exchange(pending_restarts_, {})) workers_.push_back(respawn_(local, island_life_));
+  respawn_island();
   settle_network_failure();
 }
 

@@ -19,12 +19,14 @@ struct Worker {
   int fd;  // read end of the worker's stdout+stderr
   std::string partial;
   bool running = true;
-  bool stopped = false;  // by SIGSTOP/SIGTSTP: alive, but its peers wait for it
+  bool stopped = false;    // by SIGSTOP/SIGTSTP: alive, but its peers wait for it
+  bool discarded = false;  // killed by launch to start its island again: its exit is no failure
   int status = 0;
 };
 
 // Forks local worker `local` again, as a joiner of the running run (TRIBUTARY_JOINING=1).
-using Respawn = std::function<Worker(int local)>;
+// `life`: the island's life the worker belongs to (--restart-island; 0 otherwise).
+using Respawn = std::function<Worker(int local, int life)>;
 
 // What a supervision ended with: the status launch exits with, or `start_again`: a worker was killed before the run
 // got through start-up (nothing was trained; a crash, not a stop request or an error of its own, which would come

@@ -56,6 +56,11 @@ int check_launch(const LaunchOptions& o) {
   if (!(o.grace_s >= 0) || o.grace_s > 3600) fail("launch: --grace must be from 0 to 3600 seconds (got {})", o.grace_s);
   if (o.max_restarts < 0 || o.max_restarts > 1000000)
     fail("launch: --max-restarts must be from 0 to 1000000 (got {})", o.max_restarts);
+  if (o.restart_island && (o.nnodes < 2 || o.max_restarts < 1))
+    fail(
+        "launch: --restart-island starts this machine's island again while the other machines' islands hold the "
+        "run: it needs --nnodes 2 or more and --max-restarts 1 or more (got --nnodes {}, --max-restarts {})",
+        o.nnodes, o.max_restarts);
   if (o.max_failures < 0 || o.max_failures >= o.nproc * o.nnodes)
     fail("launch: --max-failures must be from 0 to the number of workers - 1 (got {})", o.max_failures);
   int port = o.master_port;
@@ -85,7 +90,7 @@ int check_launch(const LaunchOptions& o) {
 // Forks local worker `local` with the torchrun variables; its stdout and stderr go to one pipe. A joiner is a
 // restart (--max-restarts): it joins the running run. The faults injected for tests are the first attempt's only: not
 // a joiner's, nor a run's started again.
-Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
+Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining, int life = 0) {
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) fail("launch: cannot find its own executable");
@@ -114,6 +119,7 @@ Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining) {
     ::setenv("TRIBUTARY_LAUNCHED", "1", 1);
     if (o.host_store) ::setenv("TRIBUTARY_AGENT_STORE", "1", 1);  // node 0's launch or `tributary store` hosts it
     if (joining) ::setenv("TRIBUTARY_JOINING", "1", 1);
+    if (o.restart_island) ::setenv("TRIBUTARY_ISLAND_LIFE", std::to_string(life).c_str(), 1);
     if (o.attempt > 0) ::setenv("TRIBUTARY_ATTEMPT", std::to_string(o.attempt).c_str(), 1);
     if (joining || o.attempt > 0) ::unsetenv("TRIBUTARY_FAIL_RANK");
     std::vector<char*> argv;
@@ -172,8 +178,9 @@ int launch(const LaunchOptions& options) {
   for (int restarts = 0;; ++o.attempt) {
     std::vector<Worker> workers;
     for (int local = 0; local < o.nproc; ++local) workers.push_back(spawn_one(o, port, local, /*joining=*/false));
-    const Supervised s =
-        supervise(o, workers, [&o, port](int local) { return spawn_one(o, port, local, /*joining=*/true); }, restarts);
+    const Supervised s = supervise(
+        o, workers, [&o, port](int local, int life) { return spawn_one(o, port, local, /*joining=*/true, life); },
+        restarts);
     if (!s.start_again) return s.status;
     restarts = s.restarts;
   }

@@ -26,6 +26,10 @@ struct LaunchOptions {
                          // survive it (DiPaCo, dist.fault_tolerant DiLoCo)
   int max_restarts = 0;  // dead workers restarted as joiners of the running run (dist.fault_tolerant
                          // DiLoCo heals them from a peer); a death beyond them counts as a failure
+  // --restart-island: this launch's workers are one island (dist.fault_tolerant with parallel.islands): when one
+  // dies, launch kills the others and starts all of them again together, as the island's next life (one of
+  // --max-restarts); the island rejoins the run and heals from a peer island.
+  bool restart_island = false;
   // "ADDR:PORT": the run's store is served there already (`tributary store`, on a machine that outlives the
   // workers'); no launch hosts it, and it replaces --master-addr/--master-port.
   std::string store;

@@ -99,7 +99,14 @@ comm::Store reconnect_store(const RunConfig& config, const DistEnv& env) {
                               env.store_prefix + kKeyPrefix, store_timeout);
 }
 
-comm::Store connect_supervisor(const std::string& addr, int port, milliseconds timeout, int attempt, bool first) {
+comm::Store connect_scope(const RunConfig& config, const DistEnv& env, const std::string& scope) {
+  const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
+  return comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, /*server_exists=*/true,
+                              env.store_prefix + kKeyPrefix + scope, store_timeout);
+}
+
+comm::Store connect_supervisor(const std::string& addr, int port, milliseconds timeout, int attempt, bool first,
+                               const std::string& scope) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!accepts_connections(addr, port, timeout)) {
     if (!first || std::chrono::steady_clock::now() >= deadline)
@@ -107,8 +114,8 @@ comm::Store connect_supervisor(const std::string& addr, int port, milliseconds t
                                      first ? "not up yet" : "its host has gone"));
     std::this_thread::sleep_for(milliseconds(100));
   }
-  return comm::Store::connect(addr, port, /*rank=*/-1, 1, /*server_exists=*/true, attempt_prefix(attempt) + kKeyPrefix,
-                              timeout);
+  return comm::Store::connect(addr, port, /*rank=*/-1, 1, /*server_exists=*/true,
+                              attempt_prefix(attempt) + kKeyPrefix + scope, timeout);
 }
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {

@@ -21,8 +21,15 @@ comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 // `attempt`: launch's attempt (launcher.h), whose keys it reads and writes. `first`: this launch never reached the
 // store (its host may not be up yet): it waits for it up to `timeout`; otherwise a refused connection means the host
 // has gone, and the NetworkError comes at once.
+// `scope`: a part of the run's keys (kIslandsScope).
 comm::Store connect_supervisor(const std::string& addr, int port, std::chrono::milliseconds timeout, int attempt = 0,
-                               bool first = true);
+                               bool first = true, const std::string& scope = "");
+
+// The keys of the island leads' quorum (dist.fault_tolerant with parallel.islands): its own scope of the run's
+// store, so that its members (the islands) and the run's ranks never share a key.
+inline constexpr const char* kIslandsScope = "/islands";
+// A connection to the run's store under `scope` of its keys (after the rendezvous).
+comm::Store connect_scope(const RunConfig& config, const DistEnv& env, const std::string& scope);
 
 // The process groups' options from the config: dist.collective_timeout_s.
 comm::GroupOptions group_options(const RunConfig& config);

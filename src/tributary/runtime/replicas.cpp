@@ -40,25 +40,40 @@ void lower_training_priority(int64_t nice, int rank) {
 
 Replicas::Replicas(const RunConfig& config, const DistEnv& env) : config_(config) {
   auto store = rendezvous(config, env);
+  auto link = wan_link_model_or_none(config.dist.wan, env.world_size);
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
       log::warn(
           "dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
           "workers with `tributary launch` (it hosts the store itself)");
-    membership_ = std::make_unique<comm::Membership>(store, reconnect_store(config, env), env.rank, env.world_size,
-                                                     config.dist.heartbeat_timeout_s, env.joining,
-                                                     group_options(config).collective_timeout);
-    store_ = store;
-  } else {
-    stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
-  }
-  auto link = wan_link_model_or_none(config.dist.wan, env.world_size);
-  if (env.joining) {  // a group of one until the members admit it (join())
-    build(store, 0, 1, link ? std::optional(link->subset({env.rank})) : std::nullopt,
-          fmt::format("ft/joining-{}-{}", env.rank, ::getpid()), link, false);
+    join_members({.store = store,
+                  .heartbeat_store = reconnect_store(config, env),
+                  .id = env.rank,
+                  .size = env.world_size,
+                  .joining = env.joining,
+                  .link = link});
     return;
   }
-  build(store, env.rank, env.world_size, link, membership_ ? membership_->group_prefix() : "group0", link, false);
+  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
+  build(store, env.rank, env.world_size, link, "group0", link, false);
+}
+
+Replicas::Replicas(const RunConfig& config, MemberGroup members) : config_(config) {
+  TRIB_CHECK(config.dist.fault_tolerant, "a member group without dist.fault_tolerant");
+  join_members(std::move(members));
+}
+
+void Replicas::join_members(MemberGroup m) {
+  membership_ =
+      std::make_unique<comm::Membership>(m.store, m.heartbeat_store, m.id, m.size, config_.dist.heartbeat_timeout_s,
+                                         m.joining, group_options(config_).collective_timeout);
+  store_ = m.store;
+  if (m.joining) {  // a group of one until the members admit it (join())
+    build(m.store, 0, 1, m.link ? std::optional(m.link->subset({m.id})) : std::nullopt,
+          fmt::format("ft/joining-{}-{}", m.id, ::getpid()), m.link, false);
+    return;
+  }
+  build(m.store, m.id, m.size, m.link, membership_->group_prefix(), m.link, false);
 }
 
 Replicas::Replicas(const RunConfig& config, ReplicaGroup group) : config_(config) {

@@ -36,6 +36,16 @@ struct ReplicaGroup {
   bool part = true;
 };
 
+// The members of a fault-tolerant group (dist.fault_tolerant): member `id` of `size` on `store` (the run's keys, or
+// the island leads' scope of them), `heartbeat_store` a second connection for its heartbeat thread; `joining`: a
+// restarted member that joins the running group; `link`: the members' emulated links.
+struct MemberGroup {
+  comm::Store store, heartbeat_store;
+  int id = 0, size = 1;
+  bool joining = false;
+  std::optional<comm::LinkModel> link;
+};
+
 class Replicas {
  public:
   // Rendezvous: connects the store and forms the group of every rank; refuses ranks whose resolved configs differ.
@@ -44,6 +54,9 @@ class Replicas {
   // every rank). During a data-parallel warm-up the part's step averages its gradients itself (a pipeline stage over
   // its data group); these replicas only start DiLoCo when it ends.
   Replicas(const RunConfig& config, ReplicaGroup group);
+  // The fault-tolerant replicas of a part of the run (the islands, spoken for by their ranks 0): a quorum of their
+  // own, whose stop vote travels with its rounds as the whole run's does.
+  Replicas(const RunConfig& config, MemberGroup members);
   ~Replicas();
 
   int rank() const { return group_->rank(); }  // a fault-tolerant run's: this process's place among the members
@@ -81,6 +94,7 @@ class Replicas {
   double shared_matmul_peak(const torch::Device& device);
 
  private:
+  void join_members(MemberGroup members);
   void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
              const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part);
   template <typename T>

@@ -375,10 +375,6 @@ void RunConfig::validate() const {
           "by its silence before a collective gives up on it",
           dist.heartbeat_timeout_s, dist.collective_timeout_s);
   }
-  if (!parallel.islands.empty() && dist.fault_tolerant)
-    fail(
-        "parallel.islands with dist.fault_tolerant = true is not supported yet: a rank lost inside an island stops "
-        "the run; set one of them");
   parse_slow_workers(dist.slow_workers);  // an Error naming the key and the bad entry
   if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",

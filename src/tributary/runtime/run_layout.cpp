@@ -16,7 +16,8 @@ Layout run_layout(const RunConfig& config, const DistEnv& env) {
                   .placement_key = config.parallel.placement,
                   .islands = config.parallel.islands,
                   .island_steps = config.parallel.island_steps,
-                  .local_world_size = env.local_world_size};
+                  .local_world_size = env.local_world_size,
+                  .fault_tolerant = config.dist.fault_tolerant};
   if (!config.parallel.placement.empty() && config.parallel.pipeline_stages > 1) {
     const sched::Placement placement = sched::read_placement(config.parallel.placement);
     spec.placement = PlacedRanks{.replicas = placement.d_dp,

@@ -17,13 +17,23 @@
 #include "tributary/runtime/run_layout.h"
 
 namespace tributary::detail {
+namespace {
+
+// Who this process is among a fault-tolerant run's members: its rank, or, with islands, its island when it is the
+// island's rank 0 (the island's other ranks never lead).
+int member_id(const Layout& layout, const RunConfig& config, int rank) {
+  if (layout.kind() != RunKind::kIslands || !config.dist.fault_tolerant) return rank;
+  return layout.islands().rank_in_island() == 0 ? int(layout.islands().island()) : -1;
+}
+
+}  // namespace
 
 TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     : config_(config),
       options_(options),
       layout_(run_layout(config, options.dist)),
       device_(parse_device(config.train.device)),
-      lead_(options.dist.rank, options.dist.lead()),
+      lead_(member_id(layout_, config, options.dist.rank), options.dist.lead()),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio},
       faults_(options.faults, options.dist.rank) {
   const DistEnv& env = options_.dist;
@@ -98,10 +108,14 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                               .flops_per_token = flops_per_token_,
                                               .peak_flops = summary_.peak_flops,
                                               .bytes_per_token = bytes_per_token});
-  if (replicas_ && replicas_->quorum())
-    members_ = std::make_unique<MembershipFollower>(*replicas_, *data_.loader, lead_, *report_,
-                                                    tc_.batch_size * tc_.grad_accum * config_.model.context,
-                                                    std::move(pending));
+  if (Replicas* synced = synced_replicas(); synced && synced->quorum()) {
+    // A member is an island of n ranks (each reading its own shard) or one rank.
+    const int64_t n = islands_ ? layout_.islands().size(layout_.islands().island()) : 1;
+    members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
+                                                    n * tc_.batch_size * tc_.grad_accum * config_.model.context,
+                                                    std::move(pending), n);
+  }
+  if (islands_) tokens_per_step_ = islands_->follow_lead(*data_.loader, tokens_per_step());
   start_training();
 }
 
@@ -199,6 +213,8 @@ void TrainingRun::build_model_and_data() {
 }
 
 std::optional<PendingHeal> TrainingRun::start_replicas() {
+  if (islands_ && options_.dist.joining)
+    return islands_->join(parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
   if (islands_) {
     std::optional<safetensors::File> outer;
     if (ckpt_ && ckpt_->has("outer.safetensors")) outer = ckpt_->tensors("outer.safetensors");
@@ -283,8 +299,11 @@ void TrainingRun::describe(int64_t threads) const {
   if (!sync_) return;
   const auto& d = config_.dist;
   if (islands_)
-    log::info("{} islands: data parallel inside{}; across, each rank's outer shard below", layout_.islands().count(),
-              config_.parallel.shard_optimizer ? ", AdamW moments sharded (ZeRO-1)" : "");
+    log::info("{} islands: data parallel inside{}; across, {}", layout_.islands().count(),
+              islands_->shards_optimizer() ? ", AdamW moments sharded (ZeRO-1)" : "",
+              layout_.islands().leads_exchange()
+                  ? "the islands' ranks 0 exchange the whole model (fault tolerant: the members are the islands)"
+                  : "each rank's outer shard below");
   log::info("{} replicas{}, {}{}, compression {}", sync_->size(),
             pipelines_ ? " of each stage"
             : islands_ ? " (islands) of each outer shard"
@@ -436,10 +455,12 @@ void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
 // Between two steps: workers that asked to join in a round are admitted after its checkpoint; at any quiet step the
 // lead heals those that asked since (ft/membership_follower.h).
 void TrainingRun::between_units(const UnitDone& unit) {
-  if (!members_) return;
-  members_->between_units(unit.step, unit.round, [&] {
-    return heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {unit.step, progress_.tokens, unit.elapsed_s});
-  });
+  if (members_)
+    members_->between_units(unit.step, unit.round, [&] {
+      return heal_state(parts_.trained, *parts_.optimizer, *data_.loader,
+                        {unit.step, progress_.tokens, unit.elapsed_s});
+    });
+  if (islands_) tokens_per_step_ = islands_->follow_lead(*data_.loader, tokens_per_step());
 }
 
 // A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the

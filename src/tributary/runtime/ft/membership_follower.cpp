@@ -7,7 +7,8 @@
 namespace tributary {
 
 MembershipFollower::MembershipFollower(Replicas& replicas, BatchLoader& loader, Lead& lead, RunReport& report,
-                                       int64_t tokens_per_replica, std::optional<PendingHeal> pending)
+                                       int64_t tokens_per_replica, std::optional<PendingHeal> pending,
+                                       int64_t ranks_per_member)
     : replicas_(replicas),
       quorum_(*replicas.quorum()),
       loader_(loader),
@@ -15,6 +16,7 @@ MembershipFollower::MembershipFollower(Replicas& replicas, BatchLoader& loader, 
       report_(report),
       tokens_per_replica_(tokens_per_replica),
       pending_(std::move(pending)),
+      ranks_per_member_(ranks_per_member),
       tokens_per_step_(tokens_per_replica * (pending_ ? pending_->members_world : replicas.size())) {
   if (!pending_) reshard_data();  // a joiner admitted at a round boundary reads the members' shard from here on
 }
@@ -26,7 +28,7 @@ void MembershipFollower::after_round(int64_t step) {
     loader_.set_position(loader_.advanced(pending_->position, step - pending_->step));
     pending_.reset();
   }
-  const int64_t members_before = loader_.world_size();
+  const int64_t members_before = loader_.world_size() / ranks_per_member_;
   tokens_per_step_ = tokens_per_replica_ * replicas_.size();
   reshard_data();
   if (lead_.follow(quorum_.members())) {
@@ -56,13 +58,14 @@ void MembershipFollower::between_units(int64_t step, bool round, const std::func
 }
 
 void MembershipFollower::reshard_data() {
-  if (loader_.rank() == replicas_.rank() && loader_.world_size() == replicas_.size()) return;
+  const int64_t rank = replicas_.rank() * ranks_per_member_, world = replicas_.size() * ranks_per_member_;
+  if (loader_.rank() == rank && loader_.world_size() == world) return;
   const auto before = loader_.position();
   const int64_t world_before = loader_.world_size();
-  loader_.reshard(replicas_.rank(), replicas_.size());
+  loader_.reshard(rank, world);
   if (replicas_.rank() == 0)
-    log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", replicas_.size(), world_before,
-              before.epoch, before.cursor, loader_.position().cursor);
+    log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", world, world_before, before.epoch,
+              before.cursor, loader_.position().cursor);
 }
 
 }  // namespace tributary

@@ -30,8 +30,10 @@ class MembershipFollower {
   // The replicas' quorum and the run's loader, lead and report, which outlive this. `tokens_per_replica`: one step's
   // tokens on one replica. `pending`: this worker joined and was healed mid-round (join_run), not a member yet;
   // otherwise its data is re-sharded over the members now (a joiner admitted at a round boundary).
+  // `ranks_per_member`: a member is an island of that many ranks (this process its rank 0, runtime/islands.h), each
+  // reading its own of the members' shards: this one reads shard member x ranks_per_member.
   MembershipFollower(Replicas& replicas, BatchLoader& loader, Lead& lead, RunReport& report, int64_t tokens_per_replica,
-                     std::optional<PendingHeal> pending);
+                     std::optional<PendingHeal> pending, int64_t ranks_per_member = 1);
 
   // A step's tokens, all members together (a worker healed mid-round: the members' count until it is one).
   int64_t tokens_per_step() const { return tokens_per_step_; }
@@ -58,6 +60,7 @@ class MembershipFollower {
   RunReport& report_;
   int64_t tokens_per_replica_;
   std::optional<PendingHeal> pending_;
+  int64_t ranks_per_member_;
   int64_t tokens_per_step_;  // as of the last change of members
 };
 
