@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 
 #include "tributary/comm/average_check.h"
 #include "tributary/comm/sealed_store.h"
@@ -153,8 +154,10 @@ bool Replicas::stop_agreed(bool local_stop) {
 
 Replicas::~Replicas() {
   thread_.reset();  // join the communication thread before what its jobs use goes
-  if (membership_ && group_ && rank() == 0 && !membership_->members().empty()) try {
-      membership_->finish();  // workers still waiting to join give up
+  // The lead at the end of the run: workers still waiting to join give up. Not while an error unwinds (an island's
+  // rank 0 whose island lost a rank): the run goes on without it, and its island's next life joins it.
+  if (membership_ && group_ && rank() == 0 && !membership_->members().empty() && std::uncaught_exceptions() == 0) try {
+      membership_->finish();
     } catch (const std::exception&) {
     }
 }

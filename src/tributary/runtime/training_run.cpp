@@ -328,7 +328,8 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   if (!sync_ || !(synced || (sync_->averaging_gradients() && report_->log_due(step)))) return;
   const auto c = sync_->take_stats();
   count_traffic(c);
-  const int64_t rejected = replicas_ ? replicas_->take_rejected() : -1;  // -1: not guarded
+  Replicas* replicas = synced_replicas();
+  const int64_t rejected = replicas ? replicas->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
   report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(), sync_->ddp() ? 1 : sync_->inner_steps_now(),
                          c, elapsed, rejected >= 0 ? sync_->size() : 0, rejected);

@@ -1,0 +1,116 @@
+// Fault-tolerant islands (runtime/islands.h, dist.fault_tolerant): two machines' launches (--nnodes 2,
+// --restart-island), each machine's two workers one island. The islands are the quorum's members; a rank lost inside an
+// island takes the island out, its launch starts the island again, and it rejoins from the peer island. Real processes,
+// real c10d on loopback; the run hash-checks the islands' replicas after every outer step (and an island's ranks after
+// each), so a run that completes kept them identical.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "launch_support.h"
+#include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/core/fs.h"
+#include "tributary/runtime/launcher.h"
+
+using namespace tributary;
+
+using test_support::Distributed;
+using test_support::sh;
+using test_support::tiny;
+using test_support::work;
+
+namespace {
+
+// Two machines of two workers, one island each; `env` before both launches, `launch_extra` on both.
+std::pair<int, std::string> two_islands(const std::string& run, const std::string& extra,
+                                        const std::string& launch_extra, const std::string& env = "") {
+  const int port = free_tcp_port();
+  auto node = [&](int n) {
+    return fmt::format("{} {} launch --nnodes 2 --node-rank {} --nproc 2 --master-port {} --grace 2 {} --{}", env,
+                       TRIBUTARY_CLI, n, port, launch_extra,
+                       tiny(run,
+                            "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
+                            "--set parallel.islands=machines --set dist.heartbeat_timeout_s=2 "
+                            "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30 " +
+                                extra));
+  };
+  return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+}
+
+const std::string kFaultTolerant = "--set dist.fault_tolerant=true";
+const std::string kRestartIsland = "--max-restarts 1 --restart-island";
+
+fs::path final_checkpoint(const std::string& run) { return work() / run / "checkpoints" / "step-00000024"; }
+
+// Each membership event's (members before, members after), in order.
+std::vector<std::pair<int, int>> membership_events(const std::string& run) {
+  std::vector<std::pair<int, int>> out;
+  std::istringstream in(read_file(work() / run / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") == "membership")
+      out.emplace_back(j.at("members_before").get<int>(), j.at("members").get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_F(Distributed, FaultTolerantIslandsWithoutAFaultTrainWhatIslandsTrain) {
+  // The islands' ranks 0 exchanging the whole model through the quorum's rounds give what the sharded exchange gives
+  // (fp32: a sum of two is exact either way), with ZeRO-1 off in both (fault-tolerant islands keep whole AdamW state).
+  auto [rc, out] = two_islands("fti_plain", "--set parallel.shard_optimizer=false", "");
+  ASSERT_EQ(rc, 0) << out;
+  auto [rc2, out2] = two_islands("fti_ft", kFaultTolerant, kRestartIsland);
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("the islands are the quorum's members"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("ZeRO-1 is off in this run"), std::string::npos) << out2;
+  EXPECT_EQ(read_file(final_checkpoint("fti_plain") / "model.safetensors"),
+            read_file(final_checkpoint("fti_ft") / "model.safetensors"));
+}
+
+TEST_F(Distributed, ARankLostInsideAnIslandTakesItsIslandOutAndItRejoinsFromAPeerIsland) {
+  // Rank 1 (island 0's second rank; island 0 leads the run) is SIGKILLed at step 6. Its launch kills island 0's rank 0
+  // and starts both again as the island's life 1; island 1 redoes the round alone, leads, and admits island 0 back,
+  // whose rank 0 heals from island 1's rank 0 and hands the state to its own rank 1. The run completes with both
+  // islands, and the final checkpoint holds both islands' replicas, byte for byte the same.
+  // Every worker slowed 3x: the restarted island's start-up (slower on a loaded machine) has outer steps to join at.
+  auto [rc, out] = two_islands("fti_kill", kFaultTolerant + " --set dist.slow_workers=0:3,1:3,2:3,3:3", kRestartIsland,
+                               "TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("starting this machine's island again as its life 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker(s) 0 dropped out"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 leads the run"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 0 joined at step"), std::string::npos) << out;
+  const auto events = membership_events("fti_kill");
+  ASSERT_EQ(events.size(), 2u) << out;
+  EXPECT_EQ(events[0], std::make_pair(2, 1)) << "island 0 out";
+  EXPECT_EQ(events[1], std::make_pair(1, 2)) << "island 0 back";
+  const auto summary = nlohmann::json::parse(read_file(work() / "fti_kill" / "summary.json"));
+  EXPECT_EQ(summary["steps"].get<int>(), 24);
+  const fs::path ckpt = final_checkpoint("fti_kill");
+  ASSERT_TRUE(fs::exists(ckpt / "rank-1.model.safetensors")) << "the healed island takes part in the checkpoint";
+  EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-1.model.safetensors"))
+      << "the islands' replicas are one after the last outer step";
+}
+
+TEST_F(Distributed, FaultTolerantIslandsThatCannotRestartAsAWholeAreRefusedBeforeTraining) {
+  // An island of two on a machine of four: a machine's launch could not start the island alone.
+  auto [rc, out] = sh(fmt::format("{} launch --nproc 4 --master-port 0 --{}", TRIBUTARY_CLI,
+                                  tiny("fti_bad", "--set train.steps=4 --set parallel.islands=2 " + kFaultTolerant)));
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("each island must be one machine's workers"), std::string::npos) << out;
+  // One island per machine, but launched without --restart-island.
+  auto [rc2, out2] = two_islands("fti_bad2", kFaultTolerant, "");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("launch --restart-island --max-restarts N"), std::string::npos) << out2;
+  // --restart-island on one machine: no other island would hold the run meanwhile.
+  auto [rc3, out3] = sh(fmt::format("{} launch --nproc 2 --master-port 0 --max-restarts 1 --restart-island --{}",
+                                    TRIBUTARY_CLI, tiny("fti_bad3", "--set train.steps=4")));
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("--restart-island starts this machine's island again"), std::string::npos) << out3;
+  EXPECT_FALSE(fs::exists(work() / "fti_bad" / "checkpoints"));
+  EXPECT_FALSE(fs::exists(work() / "fti_bad2" / "checkpoints"));
+}
