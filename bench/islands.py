@@ -14,6 +14,11 @@ With --sweep 1,2,4: islands only, of 1, 2 and 4 workers per site (2 sites), repo
 holds of the AdamW moments and of DiLoCo's outer state (ZeRO-1, the sharded outer state: the start-up line "rank 0
 holds ..."), the bytes it sent across per outer step, and the median time it was blocked in an outer step.
 
+Fault-tolerant islands (--only islands,ft,ft-kill): `ft` is islands with dist.fault_tolerant (the islands are the
+quorum's members, their ranks 0 exchange the whole model; launch --restart-island), no fault; `ft-kill` the same with
+site B's second worker (rank 3) SIGKILLed at step --kill-step: site B's island drops out, its launch starts it again,
+and it rejoins from site A's island over the slow link. Reported besides: the step at which it rejoined.
+
 With --unlike: islands of unlike size and speed on this machine (no namespaces): 2 + 1 ranks, the lone rank 2x
 slower (dist.slow_workers), lockstep (every island one optimizer step per tick, the fast island waits at each outer
 step) against time-paced (parallel.island_steps = 2,1: the fast island takes two per tick) and measured pacing
@@ -51,15 +56,22 @@ def run(sites, cli, kind, args, run_dir, port, per_site=2):
         sets.append("dist.algorithm=ddp")
     else:  # the same outer settings for both DiLoCo runs; no data-parallel warm-up across the slow link
         sets += [f"dist.inner_steps={args.inner_steps}", "dist.warmup_ddp_steps=0"]
-    if kind == "islands":
+    if kind in ("islands", "ft", "ft-kill"):
         sets.append("parallel.islands=machines")
+    launch_extra, fault = [], {}
+    if kind in ("ft", "ft-kill"):
+        sets += ["dist.fault_tolerant=true", "dist.heartbeat_timeout_s=10"]
+        launch_extra = ["--max-restarts", "2", "--restart-island"]
+    if kind == "ft-kill":
+        fault = {"TRIBUTARY_FAIL_RANK": "3", "TRIBUTARY_FAIL_STEP": str(args.kill_step or args.steps // 3)}
     train = ["train", os.path.join(ROOT, "configs/diloco.toml"), "--overwrite"] + [f"--set={s}" for s in sets]
     procs = []
     for node in (1, 0):
         cmd = sites.prefix(node) + [cli, "launch", "--nproc", str(per_site), "--nnodes", "2", "--node-rank", str(node),
-                                    "--master-addr", "10.78.0.1", "--master-port", str(port), "--"] + train
+                                    "--master-addr", "10.78.0.1", "--master-port", str(port)] + launch_extra + \
+            ["--"] + train
         log = open(os.path.join(args.work, f"{kind}-node{node}.log"), "w")
-        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **fault)
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
     start = time.time()
     codes = [p.wait() for p in procs]
@@ -77,7 +89,8 @@ def run(sites, cli, kind, args, run_dir, port, per_site=2):
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     held = re.search(r"rank 0 holds ([0-9.]+) MB of AdamW moments \(the whole: ([0-9.]+) MB\) and ([0-9.]+) MB of "
                      r"DiLoCo outer state", open(os.path.join(args.work, f"{kind}-node0.log")).read())
-    return {"wall_s": wall, "evals": evals, "val_loss": summary["val_loss"], "bytes_sent": summary["bytes_sent"],
+    joined = re.search(r"worker 1 joined at step (\d+)", open(os.path.join(args.work, f"{kind}-node1.log")).read())
+    return {"wall_s": wall, "evals": evals, "joined_at": int(joined.group(1)) if joined else None, "val_loss": summary["val_loss"], "bytes_sent": summary["bytes_sent"],
             "bytes_inside_island": summary.get("bytes_inside_island", 0), "train_s": evals[-1][1], "outer": outer,
             "held": [float(x) for x in held.groups()] if held else None}
 
@@ -153,7 +166,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--rate", default="100mbit")
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--only", default="dp,diloco,islands")
+    ap.add_argument("--only", default="dp,diloco,islands", help="of dp,diloco,islands,ft,ft-kill")
+    ap.add_argument("--kill-step", type=int, default=0, help="ft-kill: the step rank 3 dies at (default steps / 3)")
     ap.add_argument("--sweep", default="")
     ap.add_argument("--unlike", action="store_true")
     ap.add_argument("--kinds", default="lockstep,paced,measured", help="--unlike: which pacings to run")
@@ -179,7 +193,8 @@ def main():
                 results[kind].append(r)
                 print(f"[{kind} #{rep}] val loss {r['val_loss']:.4f} | train {r['train_s']:.0f} s (wall {r['wall_s']:.0f}"
                       f" s) | rank 0 sent {r['bytes_sent'] / 1e6:.0f} MB across, "
-                      f"{r['bytes_inside_island'] / 1e6:.0f} MB inside", flush=True)
+                      f"{r['bytes_inside_island'] / 1e6:.0f} MB inside"
+                      + (f" | site B's island rejoined at step {r['joined_at']}" if r["joined_at"] else ""), flush=True)
     finally:
         sites.down()
     print(f"\n{args.steps} steps, 2 sites x 2 workers, link {args.rate}, H = {args.inner_steps} for DiLoCo and islands")

@@ -162,6 +162,26 @@ TEST(Layout, IslandsOfUnlikeSizeShardByTheSmallest) {
   EXPECT_EQ(Layout::resolve(machines).islands().count(), 2);
 }
 
+TEST(Layout, FaultTolerantIslandsAreMachinesWhoseRanksZeroExchangeTheWholeModel) {
+  auto s = spec(2, 4);
+  s.islands = "machines";
+  s.local_world_size = 2;
+  s.fault_tolerant = true;
+  const Layout lead = Layout::resolve(s);
+  EXPECT_TRUE(lead.islands().leads_exchange());
+  EXPECT_EQ(lead.islands().outer_shards(), 1);
+  EXPECT_EQ(lead.islands().outer_shard(), 0);
+  EXPECT_EQ(lead.islands().outer_shard_ranks(), (std::vector<int>{0, 2}));
+  EXPECT_NE(lead.describe().find("fault tolerant: the islands are the quorum's members"), std::string::npos);
+  s.rank = 3;
+  EXPECT_EQ(Layout::resolve(s).islands().outer_shard(), -1) << "an island's other ranks follow its rank 0";
+  s.islands = "2,1,1";  // an island of two on a machine of... two, then two islands of one
+  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("each island must be one machine's workers"), std::string::npos);
+  s.islands = "machines";
+  s.island_steps = "2,1";
+  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("fault-tolerant islands keep one pace"), std::string::npos);
+}
+
 TEST(Layout, IslandsThatCannotRunNameTheKey) {
   auto with = [](int world, const std::string& islands, auto change) {
     auto s = spec(0, world);
