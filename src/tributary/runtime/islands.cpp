@@ -15,6 +15,15 @@
 namespace tributary {
 namespace {
 
+// Fault tolerant, an island's other ranks wait for their rank 0 (at its next step, or for what it tells them) while
+// it is in a round of the quorum, which may wait a whole collective deadline for a peer island (alive, but stuck)
+// and then a heartbeat deadline: they give up on it only after that, so that a peer island's trouble never takes
+// their island out with it. Rank 0 itself gives up on them at the collective deadline.
+RunConfig following_rank_zero(RunConfig config) {
+  config.dist.collective_timeout_s = 2 * config.dist.collective_timeout_s + config.dist.heartbeat_timeout_s;
+  return config;
+}
+
 RunConfig data_parallel(RunConfig config) {
   config.dist.algorithm = "ddp";
   config.dist.compression = "fp32";  // a fast link: gradients as they are
@@ -53,13 +62,15 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
     log::info(
         "parallel.shard_optimizer: fault-tolerant islands keep the whole AdamW state on every rank (an island that "
         "heals takes it whole from a peer island's rank 0); ZeRO-1 is off in this run");
-  const comm::GroupOptions options = group_options(config);
   const int64_t island = layout.islands().island(), size = layout.islands().size(island);
+  const RunConfig& in_island =
+      fault_tolerant_ && layout.islands().rank_in_island() > 0 ? following_rank_zero(config) : config;
+  const comm::GroupOptions options = group_options(config);
   const std::string life = env.island_life > 0 ? fmt::format(".life{}", env.island_life) : "";
-  island_ = std::make_unique<comm::Group>(store_, int(layout.islands().rank_in_island()), int(size), options,
-                                          fmt::format("island.{}{}", island, life));
+  island_ = std::make_unique<comm::Group>(store_, int(layout.islands().rank_in_island()), int(size),
+                                          group_options(in_island), fmt::format("island.{}{}", island, life));
   if (size > 1)
-    inside_ = std::make_unique<Replicas>(data_parallel(config),
+    inside_ = std::make_unique<Replicas>(data_parallel(in_island),
                                          ReplicaGroup{.store = store_,
                                                       .rank = int(layout.islands().rank_in_island()),
                                                       .size = int(size),
