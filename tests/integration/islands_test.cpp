@@ -170,6 +170,34 @@ TEST_F(Distributed, AMeasuredPaceLetsTheFasterIslandTakeMoreStepsAndAResumeKeeps
   EXPECT_EQ(s["tokens"].get<int64_t>(), 8 * (2 * steps[0] + 1) * 4 * 64);  // 8 ticks of the islands' batches
 }
 
+TEST_F(Distributed, SeveralPipelinesPerIslandTrainWhatAnIslandOfWholeModelsTrains) {
+  // Two islands of two 2-stage pipelines (8 ranks) against two islands of two whole-model ranks (4 ranks): pipeline q
+  // reads the data shard rank q reads, a stage's two replicas in an island average their gradients every step as the
+  // island's two ranks do, and the island's first pipeline takes DiLoCo's outer steps across for its island and hands
+  // the result to the second. The same training up to the pipeline's float summation order.
+  const std::string common =
+      "--set train.steps=12 --set train.batch_size=4 --set train.log_every=1 --set dist.inner_steps=4 "
+      "--set parallel.islands=2 --set parallel.shard_optimizer=false";
+  auto [rc1, out1] = sh(launch(4) + tiny("pisl_dense", common));
+  ASSERT_EQ(rc1, 0) << out1;
+  auto [rc2, out2] =
+      sh(launch(8) + tiny("pisl_pipes", common + " --set parallel.pipeline_stages=2 --set parallel.micro_batches=1"));
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("4 pipeline(s) x 2 stages, 2 per island"), std::string::npos) << out2;
+  const auto dense = losses("pisl_dense"), pipes = losses("pisl_pipes");
+  ASSERT_EQ(dense.size(), 12u);
+  ASSERT_EQ(pipes.size(), 12u);
+  for (size_t i = 0; i < dense.size(); ++i) EXPECT_NEAR(pipes[i], dense[i], 1e-4 * dense[i]) << "step " << i + 1;
+  const auto a = flat_params(work() / "pisl_dense", 12), b = flat_params(work() / "pisl_pipes", 12);
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-4);
+  // After the last outer step every pipeline's stage holds the global stage: rank 2 runs stage 0 of pipeline 1 (the
+  // island's second), rank 4 stage 0 of pipeline 2 (the other island's first).
+  for (int r : {2, 4})
+    EXPECT_TRUE(torch::equal(flat_params(work() / "pisl_pipes", 12),
+                             flat_params(work() / "pisl_pipes", 12, fmt::format("rank-{}.model.safetensors", r))))
+        << "rank " << r;
+}
+
 TEST_F(Distributed, IslandShapesThatCannotRunAreRefusedBeforeTraining) {
   auto [rc, out] = sh(launch(4) + tiny("isl_bad", "--set train.steps=4 --set parallel.islands=3"));
   EXPECT_NE(rc, 0);

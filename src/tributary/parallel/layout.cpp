@@ -136,17 +136,19 @@ void Layout::check_fault_tolerant_islands(const LayoutSpec& spec, const std::vec
         spec.island_steps);
 }
 
-// parallel.islands with parallel.pipeline_stages = p (DT-FM's shape: a pipeline inside a region, its replicas across
-// the regions): each island holds one pipeline, its stages on the island's consecutive ranks (rank = island x p +
-// stage, the island's fast link carrying the activations), and each stage's replicas are kept together across the
-// islands by DiLoCo — the pipelines' runtime with DiLoCo per stage, placed island-major instead of Megatron's order.
+// parallel.islands with parallel.pipeline_stages = p (DT-FM's shape: pipelines inside a region, their replicas across
+// the regions): each island of d x p ranks holds d pipelines, their stages on the island's consecutive ranks (rank =
+// (island x d + pipeline) x p + stage, the island's fast link carrying the activations); a stage's d replicas in an
+// island average their gradients every step, and each stage's islands are kept together by DiLoCo through the
+// island's first pipeline — the pipelines' runtime with DiLoCo per stage, placed island-major instead of Megatron's
+// order.
 void Layout::place_pipeline_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands) {
   const int64_t p = spec.pipeline_stages;
   for (int64_t n : islands)
-    if (n != p)
+    if (n % p != 0 || n != islands.front())
       fail(
-          "parallel.islands = '{}' with parallel.pipeline_stages = {}: each island holds one pipeline, so every "
-          "island must have {} ranks (islands of {})",
+          "parallel.islands = '{}' with parallel.pipeline_stages = {}: each island holds the same number of whole "
+          "pipelines, so every island must have the same multiple of {} ranks (islands of {})",
           spec.islands, p, p, fmt::join(islands, "/"));
   if (spec.placement)
     fail("parallel.placement with parallel.islands and pipelines: the islands place the pipelines; give one of them");
@@ -154,7 +156,7 @@ void Layout::place_pipeline_islands(const LayoutSpec& spec, const std::vector<in
     fail("parallel.island_steps = '{}' with pipelines in the islands is not supported: every pipeline keeps the pace",
          spec.island_steps);
   islands_ = IslandShape(islands, std::vector<int64_t>(islands.size(), 1), spec.rank);
-  pipeline_islands_ = true;
+  pipelines_per_island_ = islands.front() / p;
 }
 
 Layout Layout::resolve(const LayoutSpec& spec) {
@@ -202,7 +204,7 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   l.device_of_rank_.resize(size_t(spec.world_size));
   for (int r = 0; r < spec.world_size; ++r) {
     l.device_of_rank_[size_t(r)] = r;
-    if (l.pipeline_islands_)  // island-major: pipeline i on island i's ranks
+    if (l.pipelines_per_island_ > 0)  // island-major: island i's pipelines on its ranks
       l.rank_at_[size_t(r / l.stages_)][size_t(r % l.stages_)] = r;
     else if (l.kind_ != RunKind::kIslands)
       l.rank_at_[size_t(r % l.replicas_)][size_t(r / l.replicas_)] = r;
@@ -229,8 +231,23 @@ Layout Layout::resolve(const LayoutSpec& spec) {
 
 int64_t Layout::stage_data_parallel_steps() const {
   if (kind_ != RunKind::kPipelines || replicas_ == 1) return 0;
-  if (sync_ == Sync::kDataParallel) return -1;
+  if (sync_ == Sync::kDataParallel || pipelines_per_island_ > 1) return -1;
   return warmup_ddp_steps_;
+}
+
+std::vector<int> Layout::island_stage_ranks() const {
+  if (pipelines_per_island_ == 0) return {};
+  std::vector<int> out;
+  const int64_t first = replica_ - pipeline_in_island();
+  for (int64_t k = 0; k < pipelines_per_island_; ++k) out.push_back(rank_at(first + k, stage_));
+  return out;
+}
+
+std::vector<int> Layout::lead_stage_ranks() const {
+  std::vector<int> out;
+  for (int64_t q = 0; pipelines_per_island_ > 0 && q < replicas_; q += pipelines_per_island_)
+    out.push_back(rank_at(q, stage_));
+  return out;
 }
 
 std::vector<int> Layout::pipeline_ranks() const { return rank_at_[size_t(replica_)]; }
@@ -269,7 +286,12 @@ std::string Layout::describe() const {
     case RunKind::kPipelines:
       return fmt::format(
           "layout: {} pipeline(s) x {} stages{}{}{}; rank {} runs stage {} of pipeline {}", replicas_, stages_,
-          pipeline_islands_ ? ", one per island (its stages on the island's fast link)" : "",
+          pipelines_per_island_ == 1 ? ", one per island (its stages on the island's fast link)"
+          : pipelines_per_island_ > 1
+              ? fmt::format(", {} per island (their stages on the island's fast link, a stage's "
+                            "replicas in an island data parallel)",
+                            pipelines_per_island_)
+              : "",
           replicas_ > 1 ? fmt::format(", each stage's replicas kept together by {}", sync_name(sync_)) : "", local,
           rank_, stage_, replica_);
     case RunKind::kDipaco:

@@ -89,6 +89,14 @@ class Layout {
   const std::vector<int>& device_of_rank() const { return device_of_rank_; }
   std::vector<int> pipeline_ranks() const;       // this rank's pipeline, stage by stage
   std::vector<int> stage_replica_ranks() const;  // the ranks that run this rank's stage, replica by replica
+  // Pipelines in islands (parallel.islands with parallel.pipeline_stages): d pipelines per island, island-major
+  // (island i's pipelines are i x d .. i x d + d - 1); 0 otherwise. With d > 1 a stage's replicas inside an island
+  // average their gradients every step (stage_data_parallel_steps() = -1 over island_stage_ranks()), and the island's
+  // first pipeline speaks for the island across the islands (DiLoCo per stage over lead_stage_ranks()).
+  int64_t pipelines_per_island() const { return pipelines_per_island_; }
+  int64_t pipeline_in_island() const { return pipelines_per_island_ > 0 ? replica_ % pipelines_per_island_ : 0; }
+  std::vector<int> island_stage_ranks() const;  // this rank's stage in its island's pipelines
+  std::vector<int> lead_stage_ranks() const;    // this rank's stage in every island's first pipeline
 
   // Islands (RunKind::kIslands; otherwise every rank is an island of one, in lockstep): parallel/island_shape.h.
   const IslandShape& islands() const { return islands_; }
@@ -111,7 +119,7 @@ class Layout {
   std::vector<std::vector<int>> rank_at_;  // [replica][stage]
   std::vector<int> device_of_rank_;
   IslandShape islands_;
-  bool pipeline_islands_ = false;  // parallel.islands with pipelines: one pipeline per island, island-major ranks
+  int64_t pipelines_per_island_ = 0;  // parallel.islands with pipelines (island-major ranks); 0: none
 };
 
 const char* sync_name(Sync sync);

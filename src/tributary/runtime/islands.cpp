@@ -165,8 +165,10 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
       optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
     }
   }
-  // Every rank got here (a worker that dies from now on is restarted by its launch, which reads this).
-  if (fault_tolerant_ && layout_.rank() == 0) store_.set(kRunStartedKey, "1");
+  if (fault_tolerant_) {  // every rank got here: a worker that dies from now on is restarted by its launch
+    world_->barrier();
+    if (layout_.rank() == 0) store_.set(kRunStartedKey, "1");
+  }
   if (!across_) return;
   const RowShards rows(layout_.islands().outer_shard(), layout_.islands().outer_shards());
   outer_params_ = rows.mine(params);

@@ -42,16 +42,24 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
                                         fmt::format("pipe.{}", place_.replica()));
-  if (layout.stage_data_parallel_steps() != 0) {  // data parallel, or DiLoCo's warm-up
+  const int64_t d = layout.pipelines_per_island();
+  if (d > 1) {  // several pipelines per island: a stage's replicas in the island average every step
+    data_ = std::make_unique<comm::Group>(store, int(layout.pipeline_in_island()), int(d),
+                                          options_among(layout.island_stage_ranks()),
+                                          fmt::format("data.{}.{}", place_.replica() / d, stage()));
+  } else if (layout.stage_data_parallel_steps() != 0) {  // data parallel, or DiLoCo's warm-up
     data_ = std::make_unique<comm::Group>(store, int(place_.replica()), int(place_.replicas()),
                                           options_among(data_members), fmt::format("data.{}", stage()));
   }
-  if (diloco)  // the exchange pads with the modelled time itself
+  // DiLoCo per stage across the pipelines, or across the islands through each island's first pipeline. The exchange
+  // pads with the modelled time itself.
+  const std::vector<int> across = d > 1 ? layout.lead_stage_ranks() : data_members;
+  if (diloco && layout.pipeline_in_island() == 0)
     stage_replicas_ = std::make_unique<Replicas>(
         config, ReplicaGroup{.store = store,
-                             .rank = int(place_.replica()),
-                             .size = int(place_.replicas()),
-                             .link = world_links ? std::optional(world_links->subset(data_members)) : std::nullopt,
+                             .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
+                             .size = int(across.size()),
+                             .link = world_links ? std::optional(world_links->subset(across)) : std::nullopt,
                              .prefix = fmt::format("diloco.{}", stage())});
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
@@ -71,6 +79,31 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
 }
 
 Pipelines::~Pipelines() = default;
+
+bool Pipelines::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+  bool landed = false;
+  quiescent_ = true;
+  if (stage_replicas_) {
+    landed = stage_replicas_->sync().after_step(step, lr, trained);
+    if (last) landed |= stage_replicas_->sync().finish(step, trained);
+    quiescent_ = stage_replicas_->sync().quiescent();
+  }
+  if (!data_ || place_.pipelines_per_island() <= 1) return landed;
+  // The island's other pipelines learn from its first what happened across, and take the stage it landed.
+  std::vector<torch::Tensor> flags = {torch::tensor({int64_t(landed), int64_t(quiescent_)}, torch::kInt64)};
+  data_->broadcast(flags, 0);
+  landed = flags[0][0].item<int64_t>() != 0;
+  quiescent_ = flags[0][1].item<int64_t>() != 0;
+  if (landed) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> buffers;
+    for (auto& [name, t] : trained) buffers.push_back(t.detach().to(torch::kCPU).contiguous());
+    data_->broadcast(buffers, 0);
+    if (data_->rank() != 0)
+      for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(buffers[i]);
+  }
+  return landed;
+}
 
 std::vector<std::vector<double>> Pipelines::gather_stages(const std::vector<double>& mine) {
   auto all = pipe_->all_gather(torch::tensor(mine, torch::kFloat64));

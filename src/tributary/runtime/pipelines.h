@@ -42,6 +42,12 @@ class Pipelines {
   // which take outer steps every H inner steps instead of averaging gradients every step (groups().data averages
   // only during dist.warmup_ddp_steps, and is null without a warm-up). Null otherwise.
   Replicas* stage_replicas() { return stage_replicas_.get(); }
+  // After each step, several pipelines per island (Layout::pipelines_per_island() > 1): the island's first pipeline's
+  // stage takes its outer steps across the islands (`last`: and the pending ones), then the island's other pipelines
+  // learn whether one landed and take its stage over the stage's island group. True on every rank of the island when
+  // an outer step landed. Otherwise: stage_replicas()'s sync alone.
+  bool after_step(int64_t step, double lr, NamedTensors& trained, bool last);
+  bool quiescent() const { return quiescent_; }  // no exchange in flight (the island's first pipeline's, for all)
   // Local parallelism (local.chunks > 0): the pipeline's lagged sum of the stages' numbers, lag local.queue_steps.
   comm::LaggedReduce* stage_report() { return report_.get(); }
 
@@ -75,6 +81,7 @@ class Pipelines {
   std::unique_ptr<comm::Exchange> tie_sealed_, data_sealed_;  // and the stage's gradient sums (PipelineGroups)
   std::optional<comm::Store> store_;                          // the run's (with a secret): the consolidation's tags
   int64_t broadcasts_ = 0;  // sealed broadcasts so far (the same count on every rank of the pipeline)
+  bool quiescent_ = true;
 };
 
 }  // namespace tributary

@@ -200,7 +200,7 @@ TEST(Layout, IslandsThatCannotRunNameTheKey) {
             std::string::npos);
   EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.diloco = false; }).find("needs dist.algorithm = diloco"),
             std::string::npos);
-  EXPECT_NE(with(4, "3,1", [](LayoutSpec& s) { s.pipeline_stages = 2; }).find("every island must have 2 ranks"),
+  EXPECT_NE(with(4, "3,1", [](LayoutSpec& s) { s.pipeline_stages = 2; }).find("the same multiple of 2 ranks"),
             std::string::npos);
   EXPECT_NE(with(4, "2", [](LayoutSpec& s) { s.warmup_ddp_steps = 3; }).find("dist.warmup_ddp_steps = 3"),
             std::string::npos);
@@ -227,7 +227,7 @@ TEST(Layout, TimePacedIslandsTakeTheirOwnStepsPerTick) {
   EXPECT_NE(error_of([&] { Layout::resolve(flat); }).find("without parallel.islands"), std::string::npos);
 }
 
-// parallel.islands with pipelines: one pipeline per island, its stages on the island's consecutive ranks (island-major,
+// parallel.islands with pipelines: a pipeline per island, its stages on the island's consecutive ranks (island-major,
 // not Megatron's order), each stage's replicas across the islands by DiLoCo; shapes that cannot are refused by name.
 TEST(Layout, APipelinePerIslandPutsItsStagesOnTheIslandsRanks) {
   auto s = spec(1, 6, 3);
@@ -244,7 +244,7 @@ TEST(Layout, APipelinePerIslandPutsItsStagesOnTheIslandsRanks) {
   s.rank = 4;
   EXPECT_EQ(Layout::resolve(s).replica(), 1);
   s.islands = "4,2";
-  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("every island must have 3 ranks"), std::string::npos);
+  EXPECT_NE(error_of([&] { Layout::resolve(s); }).find("the same multiple of 3 ranks"), std::string::npos);
   auto ddp = spec(0, 4, 2, false);
   ddp.islands = "2";
   EXPECT_NE(error_of([&] { Layout::resolve(ddp); }).find("needs dist.algorithm = diloco"), std::string::npos);
@@ -252,6 +252,29 @@ TEST(Layout, APipelinePerIslandPutsItsStagesOnTheIslandsRanks) {
   paced.islands = "2";
   paced.island_steps = "auto";
   EXPECT_NE(error_of([&] { Layout::resolve(paced); }).find("every pipeline keeps the pace"), std::string::npos);
+}
+
+// Several pipelines per island: island i's d pipelines on its consecutive ranks; a stage's replicas in the island
+// average every step, the island's first pipeline speaks for it across.
+TEST(Layout, SeveralPipelinesPerIslandAverageAStageInsideAndTheFirstSpeaksAcross) {
+  auto s = spec(5, 8, 2);  // 2 islands x 2 pipelines x 2 stages; rank 5: island 1, its pipeline 0 (pipeline 2), stage 1
+  s.islands = "2";
+  const Layout l = Layout::resolve(s);
+  EXPECT_EQ(l.replicas(), 4);
+  EXPECT_EQ(l.pipelines_per_island(), 2);
+  EXPECT_EQ(l.replica(), 2);
+  EXPECT_EQ(l.pipeline_in_island(), 0);
+  EXPECT_EQ(l.stage(), 1);
+  EXPECT_EQ(l.pipeline_ranks(), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.island_stage_ranks(), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.lead_stage_ranks(), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.stage_data_parallel_steps(), -1) << "a stage's replicas in an island average every step";
+  EXPECT_NE(l.describe().find("2 per island"), std::string::npos) << l.describe();
+  s.rank = 6;
+  EXPECT_EQ(Layout::resolve(s).pipeline_in_island(), 1);
+  auto one = spec(1, 4, 2);
+  one.islands = "2";
+  EXPECT_EQ(Layout::resolve(one).stage_data_parallel_steps(), 0) << "one pipeline per island: DiLoCo only";
 }
 
 // parallel.island_steps = "auto": lockstep until the run measured every rank's step; then the slowest island takes one
