@@ -44,9 +44,7 @@ safetensors::File outer_rows(const safetensors::File& whole, const NamedTensors&
 
 Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layout)
     : layout_(layout),
-      // Fault tolerant, a healing island takes a peer island's whole AdamW state from its rank 0 alone, between two of
-      // its steps: every rank keeps the whole state.
-      shard_optimizer_(config.parallel.shard_optimizer && !config.dist.fault_tolerant),
+      shard_optimizer_(config.parallel.shard_optimizer),
       fault_tolerant_(config.dist.fault_tolerant),
       store_(rendezvous(config, env)) {
   TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
@@ -58,10 +56,6 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
     log::info(
         "fault-tolerant islands: the quorum's members are the islands, each spoken for by its rank 0; in the "
         "quorum's messages below, worker N is island N");
-  if (fault_tolerant_ && config.parallel.shard_optimizer && env.rank == 0 && !env.joining)
-    log::info(
-        "parallel.shard_optimizer: fault-tolerant islands keep the whole AdamW state on every rank (an island that "
-        "heals takes it whole from a peer island's rank 0); ZeRO-1 is off in this run");
   const int64_t island = layout.islands().island(), size = layout.islands().size(island);
   const RunConfig& in_island =
       fault_tolerant_ && layout.islands().rank_in_island() > 0 ? following_rank_zero(config) : config;
@@ -207,8 +201,21 @@ std::optional<PendingHeal> Islands::join(NamedTensors& params, AdamW& optimizer,
   progress.tokens = meta[1].item<int64_t>();
   optimizer.set_num_steps(meta[2].item<int64_t>());
   progress.elapsed_before = elapsed.item<double>();
-  if (inside_ && progress.step < total_steps) inside_->sync().start(params, progress.step);  // identical in the island
+  if (inside_ && progress.step < total_steps) {
+    inside_->sync().start(params, progress.step);  // identical in the island
+    if (shard_optimizer_) {
+      const int64_t n = island_->size();
+      optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
+    }
+  }
   return pending;
+}
+
+bool Islands::rank_zero_says(bool mine) {
+  if (!fault_tolerant_ || island_->size() == 1) return mine;
+  std::vector<torch::Tensor> said = {torch::tensor({int64_t(mine)})};
+  island_->broadcast(said, 0);
+  return said[0][0].item<int64_t>() != 0;
 }
 
 int64_t Islands::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {

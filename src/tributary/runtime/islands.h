@@ -63,6 +63,8 @@ class Islands {
   int64_t follow_lead(BatchLoader& loader, int64_t tokens_per_step);
   bool fault_tolerant() const { return fault_tolerant_; }
   bool shards_optimizer() const { return shard_optimizer_; }  // ZeRO-1 in this run
+  // Fault tolerant: rank 0's `mine`, on every rank of the island (collective in the island); `mine` elsewhere.
+  bool rank_zero_says(bool mine);
   // After each step: the outer steps due for this rank's shard (`last`: and the pending ones), then, when one
   // landed, the island's all-gather of the shards. True on every rank of every island when an outer step landed.
   bool after_step(int64_t step, double lr, NamedTensors& params, bool last);

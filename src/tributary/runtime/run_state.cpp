@@ -298,7 +298,7 @@ CheckpointPeers checkpoint_peers(Pipelines& pipelines) {
 }
 
 fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double elapsed) {
-  NamedTensors optim_state = r.optimizer.state();
+  NamedTensors optim_state = r.optimizer_state ? *r.optimizer_state : r.optimizer.state();
   optim_state.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
   auto pos = r.loader.position();
   nlohmann::json state = {{"step", step},

@@ -78,6 +78,9 @@ struct SaveRequest {
   // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
   const NamedTensors* aux_heads = nullptr;
   Islands* islands = nullptr;  // or the islands: every rank saves its own, rank 0 the islands' whole outer state
+  // The optimizer's state, read once by a caller that may take the checkpoint again (ZeRO-1 reads it with its island,
+  // which takes part once); null: read here.
+  const NamedTensors* optimizer_state = nullptr;
 };
 
 // Local parallelism's auxiliary heads in a checkpoint: beside model.safetensors, so export/eval/generate, which read

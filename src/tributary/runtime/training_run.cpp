@@ -348,11 +348,12 @@ void TrainingRun::count_traffic(const comm::CommStats& c) {
 // fail (or are abandoned at its death), the members settle without it and take the checkpoint again (its staging
 // starts over; the checkpoint before stays intact). A failure with every member alive is no death: it ends the run.
 void TrainingRun::save(int64_t step, double elapsed) {
+  const NamedTensors optim_state = parts_.optimizer->state();  // once: with ZeRO-1 the island reads it together
   for (int attempt = 0;; ++attempt) {
     try {
       if (attempt == 0) faults_.inside_checkpoint(step);
       auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
-                            pipelines_.get(), &parts_.aux_params, islands_.get()},
+                            pipelines_.get(), &parts_.aux_params, islands_.get(), &optim_state},
                            step, progress_.tokens, elapsed);
       if (!path.empty()) summary_.checkpoint = path;
       return;
@@ -462,11 +463,14 @@ void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
 // Between two steps: workers that asked to join in a round are admitted after its checkpoint; at any quiet step the
 // lead heals those that asked since (ft/membership_follower.h).
 void TrainingRun::between_units(const UnitDone& unit) {
-  if (members_)
-    members_->between_units(unit.step, unit.round, [&] {
-      return heal_state(parts_.trained, *parts_.optimizer, *data_.loader,
-                        {unit.step, progress_.tokens, unit.elapsed_s});
-    });
+  const auto heals = members_ ? members_->heals_due(unit.round) : MembershipFollower::Heals{};
+  auto state = [&] {
+    return heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {unit.step, progress_.tokens, unit.elapsed_s});
+  };
+  // ZeRO-1 in a fault-tolerant island: the AdamW state a heal sends is gathered by the island's ranks together.
+  std::optional<HealState> gathered;
+  if (islands_ && islands_->shards_optimizer() && islands_->rank_zero_says(heals.any())) gathered = state();
+  if (members_) members_->carry_out(unit.step, heals, [&] { return gathered ? *gathered : state(); });
   if (islands_) tokens_per_step_ = islands_->follow_lead(*data_.loader, tokens_per_step());
 }
 

@@ -49,12 +49,20 @@ bool MembershipFollower::before_checkpoint(int64_t step, int attempt) {
   return true;
 }
 
-void MembershipFollower::between_units(int64_t step, bool round, const std::function<HealState()>& state) {
-  if (round && quorum_.joiners_waiting()) {
+MembershipFollower::Heals MembershipFollower::heals_due(bool round) {
+  Heals heals;
+  heals.admit = round && quorum_.joiners_waiting();
+  // An admission changes nothing the lead's heal looks at: deciding both first is deciding them in order.
+  heals.offer = quorum_.heal_wanted();
+  return heals;
+}
+
+void MembershipFollower::carry_out(int64_t step, const Heals& heals, const std::function<HealState()>& state) {
+  if (heals.admit) {
     quorum_.admit(state());
     after_round(step);
   }
-  if (quorum_.heal_wanted()) quorum_.offer_heal(state());
+  if (heals.offer) quorum_.offer_heal(state());
 }
 
 void MembershipFollower::reshard_data() {

@@ -48,7 +48,18 @@ class MembershipFollower {
   bool before_checkpoint(int64_t step, int attempt = 0);
   // Between two steps (`round`: a round ended at `step`): admissions after a round, heals at any quiet step.
   // `state` makes what a joiner receives, only when one is waiting.
-  void between_units(int64_t step, bool round, const std::function<HealState()>& state);
+  void between_units(int64_t step, bool round, const std::function<HealState()>& state) {
+    carry_out(step, heals_due(round), state);
+  }
+  // The same in two halves, for a member whose state is made by a collective (an island's sharded AdamW state, made
+  // by the island's ranks together): what is due now (the lead's request flag is taken), then doing it.
+  struct Heals {
+    bool admit = false;  // the workers that asked in the round that just ended (every member takes part)
+    bool offer = false;  // the lead heals one mid-round
+    bool any() const { return admit || offer; }
+  };
+  Heals heals_due(bool round);
+  void carry_out(int64_t step, const Heals& heals, const std::function<HealState()>& state);
 
  private:
   void reshard_data();
