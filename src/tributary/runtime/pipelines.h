@@ -42,10 +42,10 @@ class Pipelines {
   // which take outer steps every H inner steps instead of averaging gradients every step (groups().data averages
   // only during dist.warmup_ddp_steps, and is null without a warm-up). Null otherwise.
   Replicas* stage_replicas() { return stage_replicas_.get(); }
-  // After each step, several pipelines per island (Layout::pipelines_per_island() > 1): the island's first pipeline's
-  // stage takes its outer steps across the islands (`last`: and the pending ones), then the island's other pipelines
-  // learn whether one landed and take its stage over the stage's island group. True on every rank of the island when
-  // an outer step landed. Otherwise: stage_replicas()'s sync alone.
+  // After each step: DiLoCo per stage (stage_replicas()'s sync: its outer steps due, `last`: and the pending ones);
+  // true when an outer step landed. Several pipelines per island (Layout::pipelines_per_island() > 1): the island's
+  // first pipeline's stage takes them across the islands, then the island's other pipelines learn whether one landed
+  // and take its stage over the stage's island group (true on every rank of the island).
   bool after_step(int64_t step, double lr, NamedTensors& trained, bool last);
   bool quiescent() const { return quiescent_; }  // no exchange in flight (the island's first pipeline's, for all)
   // Local parallelism (local.chunks > 0): the pipeline's lagged sum of the stages' numbers, lag local.queue_steps.

@@ -318,8 +318,7 @@ void TrainingRun::describe(int64_t threads) const {
 
 bool TrainingRun::sync(int64_t step, double lr) {
   if (islands_) return islands_->after_step(step, lr, parts_.trained, step == tc_.steps);
-  if (pipelines_ && layout_.pipelines_per_island() > 1)
-    return pipelines_->after_step(step, lr, parts_.trained, step == tc_.steps);
+  if (pipelines_) return pipelines_->after_step(step, lr, parts_.trained, step == tc_.steps);
   if (!sync_) return false;
   bool synced = sync_->after_step(step, lr, parts_.trained);             // DiLoCo: outer step every H inner steps
   if (step == tc_.steps) synced |= sync_->finish(step, parts_.trained);  // pending inner steps at the end
@@ -386,9 +385,9 @@ UnitDone TrainingRun::next() {
   const double now = elapsed();
   report_exchange(progress_.step, synced, now);
   if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
-  const bool quiescent = islands_                                           ? islands_->quiescent()
-                         : pipelines_ && layout_.pipelines_per_island() > 1 ? pipelines_->quiescent()
-                                                                            : !sync_ || sync_->quiescent();
+  const bool quiescent = islands_     ? islands_->quiescent()
+                         : pipelines_ ? pipelines_->quiescent()
+                                      : !sync_ || sync_->quiescent();
   return {.step = progress_.step, .quiescent = quiescent, .synced = synced, .round = round, .elapsed_s = now};
 }
 
@@ -422,11 +421,10 @@ void TrainingRun::measure_stage() {
 Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
   const int64_t step = unit.step;
   const bool last = step == tc_.steps;
-  // DiLoCo replicas hold the global model only right after an outer step: periodic checkpoints then (their
-  // model.safetensors is the global model), or at the end. Every rank takes part in a multi-process checkpoint.
-  // (An island's other pipelines hold the global stage when the island's first landed an outer step.)
-  const bool across_islands = islands_ || layout_.pipelines_per_island() > 1;
-  const bool at_global = (!sync_ && !across_islands) || (sync_ && sync_->averaging_gradients()) || unit.synced;
+  // DiLoCo replicas hold the global model only right after an outer step (the ranks that follow another's exchange
+  // learn of it with `synced`): periodic checkpoints then (their model.safetensors is the global model), or at the
+  // end. Every rank takes part in a multi-process checkpoint.
+  const bool at_global = layout_.sync() != Sync::kDiloco || (sync_ && sync_->averaging_gradients()) || unit.synced;
   const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && unit.quiescent;
   return {.last = last,
           .stop = stop,
