@@ -11,7 +11,10 @@ trial ends as one of
   stopped       the run stopped with a clear error and left no checkpoint (nothing trained worth keeping yet)
   lost          it stopped with no checkpoint after a checkpoint was due, or the resume failed
   hang          launch did not exit within --timeout
-Measures; asserts nothing. Needs only the Python standard library.
+With --islands: fault-tolerant islands instead, two launches (--nnodes 2, --restart-island) of two workers each, one
+island per launch (parallel.islands = machines); targets worker (rank 1: island 0's second rank), lead (rank 0:
+island 0's first, which leads the run), island1 (rank 3: the other island's second) and launch (node 1's; node 0's
+hosts the store). Measures; asserts nothing. Needs only the Python standard library.
 
 Usage: python3 bench/fault_matrix.py --build build [--world 2] [--signals KILL,TERM,INT,STOP]
        [--targets worker,lead,launch] [--moments formation,first_round,mid,checkpoint] [--timeout 90] [--out m.json]
@@ -59,9 +62,13 @@ def checkpoint_started(run_dir):
     return os.path.isdir(root) and any(True for _ in os.scandir(root))
 
 
-def command(cli, run_dir, port, resume=False):
-    return [cli, "launch", "--nproc", str(ARGS.world), "--master-port", str(port), "--grace", "3",
-            "--max-failures", "1", "--max-restarts", str(ARGS.max_restarts), "--", "train", os.path.join(ROOT, "configs", "diloco.toml"),
+def command(cli, run_dir, port, resume=False, node=None):
+    launch = ["--nproc", str(ARGS.world), "--max-failures", "1"]
+    if node is not None:  # --islands: one launch per island
+        launch = ["--nproc", "2", "--nnodes", "2", "--node-rank", str(node), "--restart-island"]
+    extra = ["--set", "parallel.islands=machines", "--set", "dist.slow_workers=0:4,1:4,2:4,3:4"] if node is not None else []
+    return [cli, "launch"] + launch + ["--master-port", str(port), "--grace", "3",
+            "--max-restarts", str(ARGS.max_restarts), "--", "train", os.path.join(ROOT, "configs", "diloco.toml"),
             "--resume" if resume else "--overwrite",
             "--set", "model.num_layers=2", "--set", "model.width=64", "--set", "model.context=64",
             "--set", f"train.steps={STEPS}", "--set", "optim.warmup_steps=4", "--set", "dist.inner_steps=10",
@@ -70,7 +77,7 @@ def command(cli, run_dir, port, resume=False):
             "--set", "dist.collective_timeout_s=60", "--set", "train.checkpoint_every=20",
             "--set", "train.eval_every=0", "--set", "train.eval_batches=2", "--set", "train.log_every=5",
             "--set", "train.threads=1", "--set", "dist.slow_workers=0:4,1:4",
-            "--set", f"data.dir={ARGS.data}", "--set", f"train.run_dir={run_dir}"]
+            "--set", f"data.dir={ARGS.data}", "--set", f"train.run_dir={run_dir}"] + extra
 
 
 def free_port():
@@ -103,13 +110,40 @@ def reap(proc):
     subprocess.run(["pkill", "-9", "-f", proc.args[-1]], capture_output=True)  # the trial's run_dir names them
 
 
+class Launches:
+    """One launch, or --islands: one per island (node 0's hosts the store); wait/poll/kill as one."""
+
+    def __init__(self, run_dir, log, resume=False):
+        port = free_port()
+        nodes = [0, 1] if ARGS.islands else [None]
+        self.procs = [subprocess.Popen(command(ARGS.cli, run_dir, port, resume, node), stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True) for node in nodes]
+        self.pid = self.procs[-1].pid  # the launch a "launch" fault hits (node 1's with --islands)
+        self.args = self.procs[0].args
+
+    def poll(self):
+        codes = [p.poll() for p in self.procs]
+        return None if None in codes else max(codes, key=abs)
+
+    def wait(self, timeout):
+        end = time.time() + timeout
+        codes = [p.wait(timeout=max(0.1, end - time.time())) for p in self.procs]
+        return max(codes, key=abs)
+
+    def worker(self, rank):
+        return worker_pid(self.procs[rank // 2].pid if ARGS.islands else self.pid, rank)
+
+
+def target_rank(target):
+    return {"lead": 0, "worker": 1, "island1": 3}[target]
+
+
 def trial(sig, target, moment):
     run_dir = os.path.join(ARGS.work, f"{sig}-{target}-{moment}")
     shutil.rmtree(run_dir, ignore_errors=True)
     log = open(run_dir + ".log", "w")
     start = time.time()
-    proc = subprocess.Popen(command(ARGS.cli, run_dir, free_port()), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = Launches(run_dir, log)
     due = {"formation": lambda: time.time() - start >= 0.3,
            "first_round": lambda: metrics_step(run_dir)[1],
            "mid": lambda: metrics_step(run_dir)[0] >= STEPS // 2,
@@ -117,7 +151,7 @@ def trial(sig, target, moment):
     hit = None
     while proc.poll() is None and time.time() - start < ARGS.timeout:
         if due():
-            pid = proc.pid if target == "launch" else worker_pid(proc.pid, 0 if target == "lead" else 1)
+            pid = proc.pid if target == "launch" else proc.worker(target_rank(target))
             if pid:
                 os.kill(pid, getattr(signal, "SIG" + sig))
                 hit = round(time.time() - start, 2)
@@ -133,7 +167,8 @@ def trial(sig, target, moment):
         rc = proc.wait(timeout=max(1, ARGS.timeout - (time.time() - start)))
     except subprocess.TimeoutExpired:
         rc = None
-    reap(proc)
+    for p in proc.procs:
+        reap(p)
     log.close()
     if hit is None and rc == 0:
         return {"outcome": "completed (the fault came too late)", "rc": rc, "at_s": hit}
@@ -141,13 +176,21 @@ def trial(sig, target, moment):
         return {"outcome": "hang", "rc": rc, "at_s": hit}
     if rc == 0 and finished(run_dir):
         return {"outcome": "completed", "rc": rc, "at_s": hit}
+    if ARGS.islands and target == "launch" and sig == "KILL" and finished(run_dir):
+        # The killed launch's island died with it; the other island completed the run.
+        return {"outcome": "completed", "rc": rc, "at_s": hit, "note": "without the killed launch's island"}
     if not has_checkpoint(run_dir):
         return {"outcome": "stopped" if moment in ("formation", "first_round") else "lost", "rc": rc, "at_s": hit}
     with open(run_dir + ".resume.log", "w") as rlog:
-        r = subprocess.run(command(ARGS.cli, run_dir, free_port(), resume=True), stdout=rlog,
-                           stderr=subprocess.STDOUT, timeout=ARGS.timeout)
-    ok = r.returncode == 0 and finished(run_dir)
-    return {"outcome": "resumable" if ok else "lost", "rc": rc, "resume_rc": r.returncode, "at_s": hit}
+        resumed = Launches(run_dir, rlog, resume=True)
+        try:
+            resume_rc = resumed.wait(ARGS.timeout)
+        except subprocess.TimeoutExpired:
+            resume_rc = None
+        for p in resumed.procs:
+            reap(p)
+    ok = resume_rc == 0 and finished(run_dir)
+    return {"outcome": "resumable" if ok else "lost", "rc": rc, "resume_rc": resume_rc, "at_s": hit}
 
 
 def main():
@@ -161,6 +204,7 @@ def main():
     p.add_argument("--timeout", type=float, default=90)
     p.add_argument("--out", default="")
     p.add_argument("--max-restarts", type=int, default=0, help="launch --max-restarts (0: the protocol of §21)")
+    p.add_argument("--islands", action="store_true", help="fault-tolerant islands: two launches of two workers")
     ARGS = p.parse_args()
     ARGS.cli = os.path.abspath(os.path.join(ARGS.build, "tributary"))
     ARGS.data = os.path.abspath(os.path.join(ARGS.build, "testdata"))

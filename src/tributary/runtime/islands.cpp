@@ -288,7 +288,11 @@ CheckpointPeers Islands::peers() {
 
 bool Islands::stop_agreed(bool local_stop) {
   if (!fault_tolerant_) return stop_vote_->step(local_stop);
-  std::vector<torch::Tensor> stop = {torch::tensor({int64_t(across_ && across_->stop_agreed(local_stop))})};
+  // Any rank's wish is its island's: rank 0 votes with it in the quorum's rounds, and tells the island the decision.
+  std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
+  if (island_->size() > 1) island_->all_reduce_sum(wish);
+  std::vector<torch::Tensor> stop = {
+      torch::tensor({int64_t(across_ && across_->stop_agreed(wish[0][0].item<int64_t>() > 0))})};
   if (island_->size() > 1) island_->broadcast(stop, 0);
   return stop[0][0].item<int64_t>() != 0;
 }

@@ -71,7 +71,8 @@ class Islands {
   bool quiescent() const { return quiescent_; }  // no exchange in flight (the island's rank 0's, for all of it)
   int64_t outer_steps() const { return across_ ? across_->sync().outer_steps() : 0; }
 
-  // Fault tolerant: the island's rank 0's vote (with the quorum's rounds), told to the island.
+  // Fault tolerant: the island's wish (any of its ranks') is its rank 0's vote in the quorum's rounds; the decision is
+  // told to the island.
   bool stop_agreed(bool local_stop);
   // parallel.island_steps = "auto" (runtime/island_pace.h): every rank's measured step seconds, in rank order
   // (collective over the run); then the layout with the pace they give, before start().
