@@ -115,6 +115,20 @@ TEST_F(Distributed, AnIslandRestartedMidRoundIsHealedAndCountsInThatRound) {
   EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-1.model.safetensors"));
 }
 
+TEST_F(Distributed, AStopAskedOfAnIslandsOtherRankStopsTheRun) {
+  // SIGTERM to rank 1 alone (island 0's second rank) at step 6: its wish is its island's, which island 0's rank 0
+  // votes with in the next round; every rank stops after that outer step, with a checkpoint to resume from.
+  auto [rc, out] = two_islands("fti_term", kFaultTolerant, kRestartIsland,
+                               "TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6 TRIBUTARY_FAIL_MODE=term");
+  ASSERT_EQ(rc, 0) << out;
+  const auto summary = nlohmann::json::parse(read_file(work() / "fti_term" / "summary.json"));
+  EXPECT_TRUE(summary["stopped_early"].get<bool>()) << out;
+  EXPECT_LT(summary["steps"].get<int>(), 24);
+  EXPECT_TRUE(fs::exists(work() / "fti_term" / "checkpoints" / fmt::format("step-{:08d}", summary["steps"].get<int>()) /
+                         "model.safetensors"))
+      << out;
+}
+
 TEST_F(Distributed, FaultTolerantIslandsThatCannotRestartAsAWholeAreRefusedBeforeTraining) {
   // An island of two on a machine of four: a machine's launch could not start the island alone.
   auto [rc, out] = sh(fmt::format("{} launch --nproc 4 --master-port 0 --{}", TRIBUTARY_CLI,

@@ -51,8 +51,10 @@ FaultPlan fault_plan_from_environment() {
       plan.mode = FaultPlan::Mode::kError;
     else if (m == "stop")
       plan.mode = FaultPlan::Mode::kStop;
+    else if (m == "term")
+      plan.mode = FaultPlan::Mode::kTerm;
     else
-      fail("TRIBUTARY_FAIL_MODE='{}' is not a fault: use kill, error or stop", m);
+      fail("TRIBUTARY_FAIL_MODE='{}' is not a fault: use kill, error, stop or term", m);
   }
   const char* how = std::getenv("TRIBUTARY_BAD_UPDATE");
   if (std::getenv("TRIBUTARY_BAD_UPDATE_RANK") && how) {
@@ -70,7 +72,7 @@ void Faults::after_step(int64_t step) const {
   if (plan_.at_step != step || !mine()) return;
   if (plan_.mode == FaultPlan::Mode::kError)
     fail("rank {}: injected failure at step {} (TRIBUTARY_FAIL_MODE=error)", rank_, step);
-  ::raise(plan_.mode == FaultPlan::Mode::kStop ? SIGSTOP : SIGKILL);
+  ::raise(plan_.mode == FaultPlan::Mode::kStop ? SIGSTOP : plan_.mode == FaultPlan::Mode::kTerm ? SIGTERM : SIGKILL);
 }
 
 void Faults::before_checkpoint(int64_t step) const {

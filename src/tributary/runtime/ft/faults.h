@@ -6,7 +6,8 @@
 //     TRIBUTARY_FAIL_STEP=S      the rank fails when it reports step S (the trainer's optimizer steps; DiPaCo: a
 //                                worker's inner steps over all its tasks), as TRIBUTARY_FAIL_MODE says:
 //                                kill (SIGKILL, a pre-empted machine; default) | error (it refuses with an Error) |
-//                                stop (SIGSTOP, a hung machine)
+//                                stop (SIGSTOP, a hung machine) | term (SIGTERM: the user asks that one process to
+//                                stop; it goes on until the run agreed)
 //     TRIBUTARY_FAIL_EXCHANGE=N  DiPaCo: the rank is killed in round N's exchange (1-based), half a second after it
 //                                reached it, when the others wait in the exchange's collectives
 //     TRIBUTARY_FAIL_CHECKPOINT=S the trainer's rank is killed at step S's evaluation or checkpoint, after the step's
@@ -24,7 +25,7 @@
 namespace tributary {
 
 struct FaultPlan {
-  enum class Mode { kKill, kError, kStop };
+  enum class Mode { kKill, kError, kStop, kTerm };
   std::vector<int> ranks;      // the ranks that fail at at_step / at_exchange
   int64_t at_step = -1;        // -1: none
   int64_t at_exchange = -1;    // -1: none
