@@ -63,7 +63,7 @@ TEST(Faults, MalformedVariablesAreRefusedByName) {
   }
   {
     Environment env({{"TRIBUTARY_FAIL_MODE", "explode"}});
-    EXPECT_NE(error_of([] { fault_plan_from_environment(); }).find("use kill, error or stop"), std::string::npos);
+    EXPECT_NE(error_of([] { fault_plan_from_environment(); }).find("use kill, error, stop or term"), std::string::npos);
   }
   {
     Environment env({{"TRIBUTARY_BAD_UPDATE_RANK", "0"}, {"TRIBUTARY_BAD_UPDATE", "inf"}});
