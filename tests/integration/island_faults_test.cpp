@@ -144,6 +144,10 @@ TEST_F(Distributed, FaultTolerantIslandsThatCannotRestartAsAWholeAreRefusedBefor
                                     TRIBUTARY_CLI, tiny("fti_bad3", "--set train.steps=4")));
   EXPECT_NE(rc3, 0);
   EXPECT_NE(out3.find("--restart-island starts this machine's island again"), std::string::npos) << out3;
+  // --restart-island for a run that is not fault-tolerant islands: its restarted workers could not rejoin.
+  auto [rc4, out4] = two_islands("fti_bad4", "", kRestartIsland);
+  EXPECT_NE(rc4, 0);
+  EXPECT_NE(out4.find("only fault-tolerant islands can take back"), std::string::npos) << out4;
   EXPECT_FALSE(fs::exists(work() / "fti_bad" / "checkpoints"));
   EXPECT_FALSE(fs::exists(work() / "fti_bad2" / "checkpoints"));
 }
