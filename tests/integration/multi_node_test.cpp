@@ -160,6 +160,35 @@ TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
   EXPECT_NE(node1.find("worker 1 joined at step"), std::string::npos) << node1;
 }
 
+TEST_F(TwoMachines, AFaultTolerantIslandCutOffComesBackWhenItsLinkDoesAndRejoinsTheRun) {
+  // Fault-tolerant islands, one per machine of two workers (launch --restart-island); node 1's link is down for 4 s,
+  // then back. Island 1 is dropped (island 0 goes on alone); when the link is back its ranks find they were left
+  // out, their launch starts the island again, and its rank 0 heals from island 0's: the run ends with both islands.
+  const std::string args =
+      ft_args(1000, 10, 20) + " --set parallel.islands=machines --set dist.slow_workers=0:3,1:3,2:3,3:3";
+  const std::string cut = cut_after_first_outer_step("mn_island_back", /*back_after_s=*/4);
+  const std::string node1_log = (work() / "mn_island_back_node1.log").string();
+  auto launch_restarting = [&](int node, const std::string& env) {
+    std::string cmd = launch(node, 2, "mn_island_back", args, env);
+    return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 --max-restarts 4 --restart-island ");
+  };
+  auto [rc, out] =
+      sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
+                     "echo node1 exit $?; exit $rc'",
+                     launch_restarting(1, ""), node1_log, cut, launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
+  const std::string node1 = read_file(node1_log);
+  ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << node1;
+  EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << node1;
+  EXPECT_NE(out.find("worker(s) 1 dropped out"), std::string::npos) << out;
+  EXPECT_NE(node1.find("starting this machine's island again"), std::string::npos) << node1;
+  EXPECT_NE(node1.find("worker 1 joined at step"), std::string::npos) << node1;
+  const auto s = summary_of("mn_island_back");
+  EXPECT_EQ(s["steps"].get<int>(), 1000);
+  const fs::path ckpt = work() / "mn_island_back" / "checkpoints" / "step-00001000";
+  ASSERT_TRUE(fs::exists(ckpt / "rank-1.model.safetensors")) << "island 1 takes part in the final checkpoint";
+  EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-1.model.safetensors"));
+}
+
 TEST_F(TwoMachines, IslandsTrainAcrossARateLimitedLinkBetweenTwoMachines) {
   // Two workers per machine, one island per machine (parallel.islands = machines); the link between the machines is
   // limited to 20 Mbit/s each way (tc tbf). Inside a machine the island averages every step over loopback; only the
