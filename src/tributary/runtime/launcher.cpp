@@ -88,8 +88,8 @@ int check_launch(const LaunchOptions& o) {
 }
 
 // Forks local worker `local` with the torchrun variables; its stdout and stderr go to one pipe. A joiner is a
-// restart (--max-restarts): it joins the running run. The faults injected for tests are the first attempt's only: not
-// a joiner's, nor a run's started again.
+// restart (--max-restarts): it joins the running run; with --restart-island it is of its island's life `life`. The
+// faults injected for tests are the first attempt's only: not a joiner's, nor a run's started again.
 Worker spawn_one(const LaunchOptions& o, int port, int local, bool joining, int life = 0) {
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);

@@ -93,11 +93,7 @@ comm::GroupOptions group_options(const RunConfig& config) {
   return {.collective_timeout = milliseconds(static_cast<int64_t>(config.dist.collective_timeout_s * 1000))};
 }
 
-comm::Store reconnect_store(const RunConfig& config, const DistEnv& env) {
-  const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
-  return comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, /*server_exists=*/true,
-                              env.store_prefix + kKeyPrefix, store_timeout);
-}
+comm::Store reconnect_store(const RunConfig& config, const DistEnv& env) { return connect_scope(config, env, ""); }
 
 comm::Store connect_scope(const RunConfig& config, const DistEnv& env, const std::string& scope) {
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
