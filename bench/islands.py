@@ -89,7 +89,7 @@ def run(sites, cli, kind, args, run_dir, port, per_site=2):
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     held = re.search(r"rank 0 holds ([0-9.]+) MB of AdamW moments \(the whole: ([0-9.]+) MB\) and ([0-9.]+) MB of "
                      r"DiLoCo outer state", open(os.path.join(args.work, f"{kind}-node0.log")).read())
-    joined = re.search(r"worker 1 joined at step (\d+)", open(os.path.join(args.work, f"{kind}-node1.log")).read())
+    joined = re.search(r"island 1 joined at step (\d+)", open(os.path.join(args.work, f"{kind}-node1.log")).read())
     return {"wall_s": wall, "evals": evals, "joined_at": int(joined.group(1)) if joined else None, "val_loss": summary["val_loss"], "bytes_sent": summary["bytes_sent"],
             "bytes_inside_island": summary.get("bytes_inside_island", 0), "train_s": evals[-1][1], "outer": outer,
             "held": [float(x) for x in held.groups()] if held else None}

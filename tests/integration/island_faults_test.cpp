@@ -82,9 +82,9 @@ TEST_F(Distributed, ARankLostInsideAnIslandTakesItsIslandOutAndItRejoinsFromAPee
                                "TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("starting this machine's island again as its life 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker(s) 0 dropped out"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker 1 leads the run"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker 0 joined at step"), std::string::npos) << out;
+  EXPECT_NE(out.find("island(s) 0 dropped out"), std::string::npos) << out;
+  EXPECT_NE(out.find("island 1 leads the run"), std::string::npos) << out;
+  EXPECT_NE(out.find("island 0 joined at step"), std::string::npos) << out;
   const auto events = membership_events("fti_kill");
   ASSERT_EQ(events.size(), 2u) << out;
   EXPECT_EQ(events[0], std::make_pair(2, 1)) << "island 0 out";
@@ -108,8 +108,8 @@ TEST_F(Distributed, AnIslandRestartedMidRoundIsHealedAndCountsInThatRound) {
                                    "--set dist.slow_workers=0:10,1:10,2:10,3:10",
                                kRestartIsland, "TRIBUTARY_FAIL_RANK=3 TRIBUTARY_FAIL_STEP=2");
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("worker 1 healed from the lead at step"), std::string::npos) << out;
-  EXPECT_NE(out.find("worker 1 joined at step 20 (round x0)"), std::string::npos) << out;
+  EXPECT_NE(out.find("island 1 healed from the lead at step"), std::string::npos) << out;
+  EXPECT_NE(out.find("island 1 joined at step 20 (round x0)"), std::string::npos) << out;
   const fs::path ckpt = work() / "fti_midround" / "checkpoints" / "step-00000020";
   ASSERT_TRUE(fs::exists(ckpt / "rank-1.model.safetensors")) << out;
   EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-1.model.safetensors"));

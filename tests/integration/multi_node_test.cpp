@@ -179,9 +179,9 @@ TEST_F(TwoMachines, AFaultTolerantIslandCutOffComesBackWhenItsLinkDoesAndRejoins
   const std::string node1 = read_file(node1_log);
   ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << node1;
   EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << node1;
-  EXPECT_NE(out.find("worker(s) 1 dropped out"), std::string::npos) << out;
+  EXPECT_NE(out.find("island(s) 1 dropped out"), std::string::npos) << out;
   EXPECT_NE(node1.find("starting this machine's island again"), std::string::npos) << node1;
-  EXPECT_NE(node1.find("worker 1 joined at step"), std::string::npos) << node1;
+  EXPECT_NE(node1.find("island 1 joined at step"), std::string::npos) << node1;
   const auto s = summary_of("mn_island_back");
   EXPECT_EQ(s["steps"].get<int>(), 1000);
   const fs::path ckpt = work() / "mn_island_back" / "checkpoints" / "step-00001000";

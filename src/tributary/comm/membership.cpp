@@ -12,11 +12,12 @@
 
 namespace tributary::comm {
 Membership::Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining,
-                       std::chrono::milliseconds round_timeout)
+                       std::chrono::milliseconds round_timeout, std::string noun)
     : store_(std::move(store)),
       heartbeat_store_(std::move(heartbeat_store)),
       liveness_(store_, kPrefix, id, dead_after_s),
       id_(id),
+      noun_(std::move(noun)),
       world_size_(world_size),
       round_timeout_(round_timeout) {
   if (!joining) {
@@ -105,14 +106,13 @@ void Membership::watch() {
       if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
       for (int m : newly_lost)
         log::warn(
-            "worker {}: worker {} exited (its launch reported the death); the group re-forms without it at the "
-            "next round",
-            id_, m);
+            "{} {}: {} {} exited (its launch reported the death); the group re-forms without it at the next round",
+            noun_, id_, noun_, m);
       for (int m : newly_dead)
         log::warn(
-            "worker {}: worker {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the "
-            "group re-forms without it at the next outer step",
-            id_, m, liveness.dead_after_s());
+            "{} {}: {} {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the group re-forms "
+            "without it at the next outer step",
+            noun_, id_, noun_, m, liveness.dead_after_s());
     } catch (const std::exception&) {
       return;  // the store is gone: the main thread will find out
     }
@@ -164,9 +164,8 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
   auto check_deadline = [&](const char* what) {
     if (std::chrono::steady_clock::now() - start > timeout)
       throw NetworkError(
-          fmt::format("worker {}: {} within {} s (dist.store_timeout_s); are the other workers still "
-                      "running?",
-                      id_, what, timeout.count() / 1000.0));
+          fmt::format("{} {}: {} within {} s (dist.store_timeout_s); are the other workers still running?", noun_, id_,
+                      what, timeout.count() / 1000.0));
   };
   // Its old self must be out first: a heartbeat on its id would keep the dead incarnation a member.
   auto current_members = [&] {
@@ -203,10 +202,11 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
     if (store_.check({finished})) return {};
     if (const auto members = current_members(); none_alive(members))
       throw RunLost(fmt::format(
-          "worker {}: no member of the run is left to heal from (epoch {}'s members {} are all dead or reported "
+          "{} {}: no member of the run is left to heal from (epoch {}'s members {} are all dead or reported "
           "lost by their launch): the run's state died with them. Restarting workers cannot help; resume from the "
           "last checkpoint (train --resume) to go on",
-          id_, store_.check({kPrefix + "epoch"}) ? store_.get(kPrefix + "epoch") : "0", fmt::join(members, ", ")));
+          noun_, id_, store_.check({kPrefix + "epoch"}) ? store_.get(kPrefix + "epoch") : "0",
+          fmt::join(members, ", ")));
     check_deadline("it was not admitted to the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
@@ -310,10 +310,10 @@ std::vector<int> Membership::reform() {
   const auto now = nlohmann::json::parse(store_.get(members_key)).get<std::vector<int>>();
   if (std::find(now.begin(), now.end(), id_) == now.end())
     fail(
-        "worker {} was declared dead by the others (its heartbeat was silent for more than "
+        "{} {} was declared dead by the others (its heartbeat was silent for more than "
         "dist.heartbeat_timeout_s = {} s, e.g. while it was stopped) and the group went on without it; it stops "
         "here. Raise dist.heartbeat_timeout_s if workers stall that long",
-        id_, liveness_.dead_after_s());
+        noun_, id_, liveness_.dead_after_s());
   std::vector<int> dropped;
   for (int m : members_)
     if (std::find(now.begin(), now.end(), m) == now.end()) dropped.push_back(m);

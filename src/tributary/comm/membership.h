@@ -77,10 +77,12 @@ class Membership {
   // `joining`: this process restarts id and becomes a member only through join().
   // `round_timeout`: a member that is alive but has not voted (or registered) after this long counts as missing, so
   // no wait is unbounded even when a live member is stuck elsewhere.
+  // `noun`: what a member is, in the messages ("worker"; "island" when the members are islands).
   Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining = false,
-             std::chrono::milliseconds round_timeout = std::chrono::minutes(30));
+             std::chrono::milliseconds round_timeout = std::chrono::minutes(30), std::string noun = "worker");
 
   int id() const { return id_; }
+  const std::string& noun() const { return noun_; }  // what a member is, in messages: "worker" or "island"
   int epoch() const { return epoch_; }
   const std::vector<int>& members() const { return members_; }
   int rank() const;  // this process's index in members()
@@ -134,6 +136,7 @@ class Membership {
   std::unique_ptr<Heartbeat> heartbeat_;  // started at once, or by join()
   Liveness liveness_;
   int id_;
+  std::string noun_;
   int world_size_;
   std::chrono::milliseconds round_timeout_;
   int epoch_ = 0;

@@ -81,9 +81,9 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
     while (!store_.check({key})) {
       if (overdue() || store_.check({kPrefix + "finished"}))
         fail(
-            "worker {} was healed by the lead but no member opened round {} (the run ended or the members "
+            "{} {} was healed by the lead but no member opened round {} (the run ended or the members "
             "stopped); it stops here",
-            id_, round);
+            noun_, id_, round);
       std::this_thread::sleep_for(kPoll);
     }
     text = store_.get(key);
@@ -123,13 +123,13 @@ bool Membership::open_round(const std::string& round, const std::vector<int>& he
   if (!listed) {
     if (members_.empty())
       fail(
-          "worker {} was healed by the lead but not admitted at round {} (the lead died, or this worker reached the "
-          "round more than dist.heartbeat_timeout_s after it); it stops here and its launch may restart it",
-          id_, round);
+          "{} {} was healed by the lead but not admitted at round {} (the lead died, or it reached the round more "
+          "than dist.heartbeat_timeout_s after it); it stops here and its launch may restart it",
+          noun_, id_, round);
     fail(
-        "worker {} was declared dead by the lead (its heartbeat was silent for more than dist.heartbeat_timeout_s "
+        "{} {} was declared dead by the lead (its heartbeat was silent for more than dist.heartbeat_timeout_s "
         "= {} s) and the group went on without it; it stops here",
-        id_, liveness_.dead_after_s());
+        noun_, id_, liveness_.dead_after_s());
   }
   enter_with_joiners(epoch, members, joiners);
   return true;

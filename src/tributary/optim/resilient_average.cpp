@@ -123,7 +123,8 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
       if (ok) guarded_average(tensors, stream, round);
     } catch (const NetworkError& e) {
       ok = false;
-      log::warn("worker {}: round {} of epoch {} failed: {}", membership_->id(), round, membership_->epoch(), e.what());
+      log::warn("{} {}: round {} of epoch {} failed: {}", membership_->noun(), membership_->id(), round,
+                membership_->epoch(), e.what());
     }
     group_.set_abandon({});
     const comm::RoundDecision decision = membership_->decide(round, ok, stop_wish_);
@@ -144,7 +145,7 @@ bool ResilientAverage::form(const std::string& round) {
     follow_membership();
     return true;
   } catch (const NetworkError& e) {
-    log::warn("worker {}: round {} of epoch {} could not form its group: {}", membership_->id(), round,
+    log::warn("{} {}: round {} of epoch {} could not form its group: {}", membership_->noun(), membership_->id(), round,
               membership_->epoch(), e.what());
     return false;
   }
@@ -152,16 +153,17 @@ bool ResilientAverage::form(const std::string& round) {
 
 bool ResilientAverage::drop_the_dead(const std::string& round, const comm::RoundDecision& decision, bool ok) {
   if (membership_->rank() == 0 || !ok)
-    log::warn("worker {}: round {} discarded: {}; re-forming the group", membership_->id(), round,
+    log::warn("{} {}: round {} discarded: {}; re-forming the group", membership_->noun(), membership_->id(), round,
               decision.silent.empty()
-                  ? fmt::format("the collective failed on worker(s) {} and every member is alive",
+                  ? fmt::format("the collective failed on {}(s) {} and every member is alive", membership_->noun(),
                                 fmt::join(decision.failed, ", "))
-                  : fmt::format("worker(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}",
-                                fmt::join(decision.silent, ", "),
-                                decision.failed.empty() ? std::string()
-                                                        : fmt::format(" and the collective failed with it on "
-                                                                      "worker(s) {}",
-                                                                      fmt::join(decision.failed, ", "))));
+                  : fmt::format("{}(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}",
+                                membership_->noun(), fmt::join(decision.silent, ", "),
+                                decision.failed.empty()
+                                    ? std::string()
+                                    : fmt::format(" and the collective failed with it on "
+                                                  "{}(s) {}",
+                                                  membership_->noun(), fmt::join(decision.failed, ", "))));
   const auto dropped = membership_->reform();
   const bool formed = form(round);
   reformations_ += 1;

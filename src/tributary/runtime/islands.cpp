@@ -53,9 +53,7 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
         "dist.fault_tolerant = true with parallel.islands: start every machine's workers with `tributary launch "
         "--restart-island --max-restarts N` (an island that loses a rank starts again as a whole)");
   if (fault_tolerant_ && env.rank == 0 && !env.joining)
-    log::info(
-        "fault-tolerant islands: the quorum's members are the islands, each spoken for by its rank 0; in the "
-        "quorum's messages below, worker N is island N");
+    log::info("fault-tolerant islands: the quorum's members are the islands, each spoken for by its rank 0");
   const int64_t island = layout.islands().island(), size = layout.islands().size(island);
   const RunConfig& in_island =
       fault_tolerant_ && layout.islands().rank_in_island() > 0 ? following_rank_zero(config) : config;
@@ -82,7 +80,8 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
                                                          .id = int(island),
                                                          .size = int(layout.islands().count()),
                                                          .joining = env.joining,
-                                                         .link = std::move(link)});
+                                                         .link = std::move(link),
+                                                         .noun = "island"});
     else
       across_ = std::make_unique<Replicas>(
           config, ReplicaGroup{.store = store_,

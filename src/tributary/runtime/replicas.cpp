@@ -67,7 +67,7 @@ Replicas::Replicas(const RunConfig& config, MemberGroup members) : config_(confi
 void Replicas::join_members(MemberGroup m) {
   membership_ =
       std::make_unique<comm::Membership>(m.store, m.heartbeat_store, m.id, m.size, config_.dist.heartbeat_timeout_s,
-                                         m.joining, group_options(config_).collective_timeout);
+                                         m.joining, group_options(config_).collective_timeout, m.noun);
   store_ = m.store;
   if (m.joining) {  // a group of one until the members admit it (join())
     build(m.store, 0, 1, m.link ? std::optional(m.link->subset({m.id})) : std::nullopt,
@@ -120,7 +120,7 @@ void Replicas::build(const comm::Store& store, int rank, int size, std::optional
       *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(world_link),
       [](const std::vector<int>& dropped, const comm::Membership& now) {  // on the communication thread
         if (now.rank() == 0)
-          log::warn("worker(s) {} dropped out; {} worker(s) {} go on as epoch {} (worker {} leads)",
+          log::warn("{0}(s) {1} dropped out; {2} {0}(s) {3} go on as epoch {4} ({0} {5} leads)", now.noun(),
                     fmt::join(dropped, ", "), now.size(), fmt::join(now.members(), ", "), now.epoch(),
                     now.members().front());
       });

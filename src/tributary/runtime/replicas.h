@@ -44,6 +44,7 @@ struct MemberGroup {
   int id = 0, size = 1;
   bool joining = false;
   std::optional<comm::LinkModel> link;
+  std::string noun = "worker";  // what a member is, in the messages ("island")
 };
 
 class Replicas {

@@ -33,8 +33,8 @@ void MembershipFollower::after_round(int64_t step) {
   reshard_data();
   if (lead_.follow(quorum_.members())) {
     report_.take_lead(step);
-    log::warn("worker {} leads the run from step {} on (metrics, evaluation, summary)", quorum_.members().front(),
-              step);
+    log::warn("{} {} leads the run from step {} on (metrics, evaluation, summary)", quorum_.noun(),
+              quorum_.members().front(), step);
     report_.write({{"step", step}, {"event", "lead"}, {"lead_worker", quorum_.members().front()}});
   }
   if (lead_.is() && replicas_.size() != members_before)  // `tributary report` lists these as faults and joins

@@ -50,10 +50,10 @@ void Quorum::check_state(const nlohmann::json& meta, const std::vector<torch::Te
                          const std::string& place) const {
   if (!mac_ || (meta.contains("state_mac") && meta.at("state_mac") == mac_->tag_hex(tensors, place))) return;
   throw NetworkError(fmt::format(
-      "worker {}: the state the lead sent to heal it ({}) does not carry the run's MAC: it was changed in flight "
+      "{} {}: the state the lead sent to heal it ({}) does not carry the run's MAC: it was changed in flight "
       "(someone on the path between the workers) or sent by a process without the run's secret. Nothing of it is "
       "used; the worker stops and its launch may restart it (docs/distributed.md, threat model)",
-      membership_.id(), place));
+      membership_.noun(), membership_.id(), place));
 }
 
 void Quorum::round_ended() { joiners_ = channel_.reducer.take_joiners(); }
@@ -72,8 +72,8 @@ void Quorum::admit(const HealState& state) {
     channel_.reducer.follow_membership();
   } catch (const NetworkError& e) {  // a member died as the group formed: the next round drops it (a joiner whose
     // group did not form stops; its launch may restart it)
-    log::warn("worker {}: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
-              membership_.id(), fmt::join(joiners, ", "), e.what());
+    log::warn("{0} {1}: admitting {0}(s) {2} failed ({3}); the next round re-forms without the dead",
+              membership_.noun(), membership_.id(), fmt::join(joiners, ", "), e.what());
     return;
   }
   admissions_ += 1;
@@ -99,26 +99,26 @@ void Quorum::admit(const HealState& state) {
       return 0;
     });
     sync_.check_identical(params_of(state, state.num_params),
-                          fmt::format("after worker(s) {} joined", fmt::join(joiners, ", ")));
+                          fmt::format("after {}(s) {} joined", membership_.noun(), fmt::join(joiners, ", ")));
   } catch (const NetworkError& e) {  // a member or joiner died meanwhile: the next round finds out who, and drops it
-    log::warn("worker {}: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
-              membership_.id(), fmt::join(joiners, ", "), e.what());
+    log::warn("{0} {1}: admitting {0}(s) {2} failed ({3}); the next round re-forms without the dead",
+              membership_.noun(), membership_.id(), fmt::join(joiners, ", "), e.what());
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < own.size(); ++i) tensors[i].copy_(own[i]);
     return;
   }
   if (rank() == 0)
-    log::warn("worker(s) {} joined at step {}: {} worker(s) {} go on as epoch {}", fmt::join(joiners, ", "),
-              state.meta.value("step", int64_t{0}), channel_.group.size(), fmt::join(membership_.members(), ", "),
-              membership_.epoch());
+    log::warn("{}(s) {} joined at step {}: {} {}(s) {} go on as epoch {}", membership_.noun(), fmt::join(joiners, ", "),
+              state.meta.value("step", int64_t{0}), channel_.group.size(), membership_.noun(),
+              fmt::join(membership_.members(), ", "), membership_.epoch());
 }
 
 nlohmann::json Quorum::join(NamedTensors& params, HealState state) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
-  log::info("worker {}: waiting to join the run", membership_.id());
+  log::info("{} {}: waiting to join the run", membership_.noun(), membership_.id());
   const comm::JoinResult joined = membership_.join(timeout);
   if (joined.kind == comm::JoinResult::kFinished) {
-    log::warn("worker {}: the run finished before it could join", membership_.id());
+    log::warn("{} {}: the run finished before it could join", membership_.noun(), membership_.id());
     return {{"finished", true}};
   }
   if (joined.kind == comm::JoinResult::kOffered) return join_healed(joined.offer, params, state);
@@ -136,9 +136,9 @@ nlohmann::json Quorum::join(NamedTensors& params, HealState state) {
   check_state(meta, tensors, heal_key(membership_.epoch()));
   sync_.adopt_progress(meta.at("outer"));
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
-  sync_.check_identical(params, fmt::format("when worker {} joined", membership_.id()));
-  log::info("worker {} joined at step {} as rank {} of {} (epoch {})", membership_.id(), meta.value("step", int64_t{0}),
-            rank(), channel_.group.size(), membership_.epoch());
+  sync_.check_identical(params, fmt::format("when {} {} joined", membership_.noun(), membership_.id()));
+  log::info("{} {} joined at step {} as rank {} of {} (epoch {})", membership_.noun(), membership_.id(),
+            meta.value("step", int64_t{0}), rank(), channel_.group.size(), membership_.epoch());
   return meta;
 }
 
@@ -168,8 +168,8 @@ void Quorum::offer_heal(const HealState& state) {
     for (const auto& t : tensors_of(state.tensors, sync_.outer_state())) copies.push_back(t.detach().clone());
     seal_state(meta, copies, prefix);
     membership_.offer(request, meta.dump());
-    log::info("worker {}: healing worker {} at step {}; it joins at round x{}", membership_.id(), request.id,
-              state.meta.value("step", int64_t{0}), channel_.reducer.rounds());
+    log::info("{0} {1}: healing {0} {2} at step {3}; it joins at round x{4}", membership_.noun(), membership_.id(),
+              request.id, state.meta.value("step", int64_t{0}), channel_.reducer.rounds());
     channel_.thread.enqueue<int>(
         [this, copies = std::move(copies), prefix, options = heal_group_options(config_), id = request.id]() mutable {
           try {
@@ -179,7 +179,8 @@ void Quorum::offer_heal(const HealState& state) {
             healed_.erase(std::remove(healed_.begin(), healed_.end(), id), healed_.end());
             healed_.push_back(id);
           } catch (const Error& e) {  // the joiner died meanwhile: it is not proposed; its launch may restart it
-            log::warn("worker {}: healing worker {} failed ({}); it is not admitted", membership_.id(), id, e.what());
+            log::warn("{0} {1}: healing {0} {2} failed ({3}); it is not admitted", membership_.noun(), membership_.id(),
+                      id, e.what());
           }
           return 0;
         });
@@ -192,11 +193,12 @@ bool Quorum::open_round(const std::string& round) {
   if (!membership_.open_round(round, healed)) return false;
   pending_ = false;
   if (membership_.rank() == 0)
-    log::warn("worker(s) healed during the round joined at step {} (round {}): {} worker(s) {} go on as epoch {}",
-              sync_.step_now(), round, membership_.size(), fmt::join(membership_.members(), ", "), membership_.epoch());
+    log::warn("{0}(s) healed during the round joined at step {1} (round {2}): {3} {0}(s) {4} go on as epoch {5}",
+              membership_.noun(), sync_.step_now(), round, membership_.size(), fmt::join(membership_.members(), ", "),
+              membership_.epoch());
   if (was_pending)
-    log::info("worker {} joined at step {} (round {}) as rank {} of {} (epoch {})", membership_.id(), sync_.step_now(),
-              round, membership_.rank(), membership_.size(), membership_.epoch());
+    log::info("{} {} joined at step {} (round {}) as rank {} of {} (epoch {})", membership_.noun(), membership_.id(),
+              sync_.step_now(), round, membership_.rank(), membership_.size(), membership_.epoch());
   return true;
 }
 
@@ -216,8 +218,8 @@ nlohmann::json Quorum::join_healed(const std::string& offer, NamedTensors& param
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
   pending_ = true;
   meta["pending"] = true;
-  log::info("worker {} healed from the lead at step {}: it trains on and joins at round x{}", membership_.id(),
-            meta.value("step", int64_t{0}), meta.at("rounds").get<int64_t>());
+  log::info("{} {} healed from the lead at step {}: it trains on and joins at round x{}", membership_.noun(),
+            membership_.id(), meta.value("step", int64_t{0}), meta.at("rounds").get<int64_t>());
   return meta;
 }
 

@@ -70,6 +70,7 @@ class Quorum {
   // without it first, so that the checkpoint's collectives run over the living. True when the members changed.
   bool settle(const std::string& round);
   const std::vector<int>& members() const { return membership_.members(); }  // launch ranks, in the group's order
+  const std::string& noun() const { return membership_.noun(); }             // what a member is, in messages
 
  private:
   nlohmann::json join_healed(const std::string& offer, NamedTensors& params, HealState& state);
