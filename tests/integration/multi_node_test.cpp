@@ -79,6 +79,28 @@ class TwoMachines : public test_support::Distributed {
         steps, inner_steps, timeout_s, timeout_s);
   }
 
+  // Run `run` on both machines (`nproc` workers each, launches with `restart_flags`) while node 1's link goes down
+  // after the first outer step and comes back 4 s later. Returns launch 0's status and output (with "node1 exit N"),
+  // and node 1's output.
+  struct CutRun {
+    int rc;
+    std::string out, node1;
+  };
+  CutRun cut_and_come_back(const std::string& run, int nproc, const std::string& args,
+                           const std::string& restart_flags) const {
+    const std::string cut = cut_after_first_outer_step(run, /*back_after_s=*/4);
+    const std::string node1_log = (work() / (run + "_node1.log")).string();
+    auto launch_restarting = [&](int node, const std::string& env) {
+      std::string cmd = launch(node, nproc, run, args, env);
+      return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 " + restart_flags + " ");
+    };
+    auto [rc, out] =
+        sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
+                       "echo node1 exit $?; exit $rc'",
+                       launch_restarting(1, ""), node1_log, cut, launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
+    return {rc, out, read_file(node1_log)};
+  }
+
   std::string a_, b_, link_, if_a_;
   bool made_ = false;
 };
@@ -137,18 +159,8 @@ TEST_F(TwoMachines, ACutMachineComesBackWhenItsLinkDoesAndRejoinsTheRun) {
   // 0's and rejoins: the run ends with both.
   // Node 0's worker runs 3x slower (dist.slow_workers): alone, on an idle machine, it trained the 1000 steps in 5 s
   // and the run ended before node 1's restarted worker could reach the store (seen once).
-  const std::string args = ft_args(1000, 10, 20) + " --set dist.slow_workers=0:3";
-  const std::string cut = cut_after_first_outer_step("mn_back", /*back_after_s=*/4);
-  const std::string node1_log = (work() / "mn_back_node1.log").string();
-  auto launch_restarting = [&](int node, const std::string& env) {
-    std::string cmd = launch(node, 1, "mn_back", args, env);
-    return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 --max-restarts 4 ");
-  };
-  auto [rc, out] =
-      sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
-                     "echo node1 exit $?; exit $rc'",
-                     launch_restarting(1, ""), node1_log, cut, launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
-  const std::string node1 = read_file(node1_log);
+  const auto [rc, out, node1] =
+      cut_and_come_back("mn_back", 1, ft_args(1000, 10, 20) + " --set dist.slow_workers=0:3", "--max-restarts 4");
   ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << node1;
   EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << node1;
   const auto s = summary_of("mn_back");
@@ -164,19 +176,10 @@ TEST_F(TwoMachines, AFaultTolerantIslandCutOffComesBackWhenItsLinkDoesAndRejoins
   // Fault-tolerant islands, one per machine of two workers (launch --restart-island); node 1's link is down for 4 s,
   // then back. Island 1 is dropped (island 0 goes on alone); when the link is back its ranks find they were left
   // out, their launch starts the island again, and its rank 0 heals from island 0's: the run ends with both islands.
-  const std::string args =
-      ft_args(1000, 10, 20) + " --set parallel.islands=machines --set dist.slow_workers=0:3,1:3,2:3,3:3";
-  const std::string cut = cut_after_first_outer_step("mn_island_back", /*back_after_s=*/4);
-  const std::string node1_log = (work() / "mn_island_back_node1.log").string();
-  auto launch_restarting = [&](int node, const std::string& env) {
-    std::string cmd = launch(node, 2, "mn_island_back", args, env);
-    return cmd.replace(cmd.find(" --grace 2 "), 11, " --grace 2 --max-restarts 4 --restart-island ");
-  };
-  auto [rc, out] =
-      sh(fmt::format("bash -c '{} > {} 2>&1 & n1=$!; ({}) > /dev/null 2>&1 & {}; rc=$?; wait $n1; "
-                     "echo node1 exit $?; exit $rc'",
-                     launch_restarting(1, ""), node1_log, cut, launch_restarting(0, "GLOO_SOCKET_IFNAME=" + if_a_)));
-  const std::string node1 = read_file(node1_log);
+  const auto [rc, out, node1] = cut_and_come_back(
+      "mn_island_back", 2,
+      ft_args(1000, 10, 20) + " --set parallel.islands=machines --set dist.slow_workers=0:3,1:3,2:3,3:3",
+      "--max-restarts 4 --restart-island");
   ASSERT_EQ(rc, 0) << out << "\nnode 1:\n" << node1;
   EXPECT_NE(out.find("node1 exit 0"), std::string::npos) << out << "\nnode 1:\n" << node1;
   EXPECT_NE(out.find("island(s) 1 dropped out"), std::string::npos) << out;
