@@ -136,6 +136,12 @@ void Islands::from_lead(const std::vector<torch::Tensor>& tensors) {
     if (island_->rank() != 0) tensors[i].copy_(buffers[i]);
 }
 
+void Islands::shard(AdamW& optimizer) {
+  if (!shard_optimizer_) return;
+  const int64_t n = island_->size();
+  optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
+}
+
 void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const safetensors::File* outer,
                     const nlohmann::json& progress) {
   params_ = params;
@@ -148,15 +154,9 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
     std::vector<torch::Tensor> state;
     for (auto& [name, t] : params) state.push_back(t.detach());
     for (auto& [name, t] : optimizer.state()) state.push_back(t);  // the optimizer's own tensors (not yet sharded)
-    std::vector<torch::Tensor> buffers;
-    for (const auto& t : state) buffers.push_back(t.to(torch::kCPU).contiguous());
-    island_->broadcast(buffers, 0);
-    for (size_t i = 0; i < state.size(); ++i) state[i].copy_(buffers[i]);
+    from_lead(state);
     inside_->sync().start(params, step);  // checks the island's replicas are identical
-    if (shard_optimizer_) {
-      const int64_t n = island_->size();
-      optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
-    }
+    shard(optimizer);
   }
   if (fault_tolerant_) {  // every rank got here: a worker that dies from now on is restarted by its launch
     world_->barrier();
@@ -202,10 +202,7 @@ std::optional<PendingHeal> Islands::join(NamedTensors& params, AdamW& optimizer,
   progress.elapsed_before = elapsed.item<double>();
   if (inside_ && progress.step < total_steps) {
     inside_->sync().start(params, progress.step);  // identical in the island
-    if (shard_optimizer_) {
-      const int64_t n = island_->size();
-      optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
-    }
+    shard(optimizer);
   }
   return pending;
 }

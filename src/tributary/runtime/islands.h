@@ -61,7 +61,6 @@ class Islands {
   // shard of the members implies (rank 0's loader rank + their island rank, its world and position) and take its
   // tokens per step (returned; rank 0's own on rank 0). Collective in the island.
   int64_t follow_lead(BatchLoader& loader, int64_t tokens_per_step);
-  bool fault_tolerant() const { return fault_tolerant_; }
   bool shards_optimizer() const { return shard_optimizer_; }  // ZeRO-1 in this run
   // Fault tolerant: rank 0's `mine`, on every rank of the island (collective in the island); `mine` elsewhere.
   bool rank_zero_says(bool mine);
@@ -90,6 +89,7 @@ class Islands {
   void weigh_updates();  // this island's pseudo-gradient's weight across the islands, from the layout's pace
   void share(const std::vector<torch::Tensor>& tensors, int64_t shards);  // island all-gather of row shards
   void from_lead(const std::vector<torch::Tensor>& tensors);              // island broadcast from its rank 0
+  void shard(AdamW& optimizer);  // ZeRO-1 (parallel.shard_optimizer): this rank keeps its rows of the moments
 
   Layout layout_;
   bool shard_optimizer_;

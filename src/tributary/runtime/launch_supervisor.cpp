@@ -214,8 +214,7 @@ bool Supervisor::restart(const Worker& w, int code, bool started) {
 // An island's ranks train as one replica (data parallel inside): with one of them dead the others can neither go on
 // nor be healed one by one, so the island starts again as a whole, under a fresh life (its groups' keys), and rejoins
 // the run; the other machines' islands hold the run's state meanwhile. Its restart counts once.
-bool Supervisor::restart_island(const Worker& w, int code) {
-  if (o_.nnodes == 1) return false;  // no other island on this launch's watch would hold the run's state
+bool Supervisor::restart_island(const Worker& w, int code) {  // check_launch: --nnodes >= 2, so others hold the run
   restarts_ += 1;
   island_life_ += 1;
   island_restarting_ = true;
