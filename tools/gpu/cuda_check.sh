@@ -2,7 +2,7 @@
 # Builds Tributary against the GPU machine's PyTorch 2.x LibTorch (CUDA), runs the GPU tests and the suite there and
 # measures the trainer against PyTorch eager and torch.compile on the GPU. Runs ON the device machine, from the
 # repository root:
-#   tools/gpu/cuda_check.sh probe build gputest bench train test     (any subset, in order)
+#   tools/gpu/cuda_check.sh probe build gputest bench outer train test     (any subset, in order)
 # CUDA_GRAPH=1 benchmarks the C++ step as one CUDA graph (train.cuda_graph).
 # Needs .gpu/deps (tools/gpu/pack_deps.sh) and .gpu/testdata (a `data build-default` made here) carried along.
 # Every stage has a time limit (seconds, overridable: BUILD_S, BENCH_S, TEST_S, ...), so that a lease's one call
@@ -38,7 +38,7 @@ for stage in "$@"; do
       # The tests that run only where CUDA is (skipped on CPU machines), with the golden values PyTorch makes here.
       timeout 120 $PY tests/reference/make_golden.py --out "$GOLDEN" > "$OUT/golden.log" 2>&1 || tail -5 "$OUT/golden.log"
       TRIBUTARY_GOLDEN_DIR=$GOLDEN TRIBUTARY_TEST_DATA=$PWD/.gpu/testdata timeout "${GPUTEST_S:-120}" \
-        $B/tributary_tests --gtest_filter='Variants/Golden.*:GoldenAdamW.*:CausalAttention.*:FusedOps.*:Transformer.*:StepGraph.*' \
+        $B/tributary_tests --gtest_filter='Variants/Golden.*:GoldenAdamW.*:CausalAttention.*:FusedOps.*:Transformer.*:StepGraph.*:OuterOptimizer.*' \
         2>&1 | tee "$OUT/gputest.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|bf16 on|Failure|Expected|Which is|actual" \
         | head -80 ;;
     bench)
@@ -46,6 +46,11 @@ for stage in "$@"; do
         --repeats "${REPEATS:-3}" --steps "${STEPS:-20}" --configs "${CONFIGS:-default,100m}" \
         --precisions "${PRECISIONS:-fp32,bf16}" ${CUDA_GRAPH:+--cuda-graph} --out "$OUT/bench_${BENCH_TAG:-gpu}.json" 2>&1 \
         | tee "$OUT/bench_${BENCH_TAG:-gpu}.txt" ;;
+    outer)
+      # DiLoCo's outer step on the host for a model on the GPU: pinned state and asynchronous copies vs pageable.
+      for shape in "--layers 14 --width 768 --heads 12 --vocab 32000" "--layers 24 --width 2048 --heads 16 --vocab 32000"; do
+        timeout "${OUTER_S:-120}" $B/bench_outer --device cuda $shape --reps 5 2>&1 | tee -a "$OUT/outer.txt"
+      done ;;
     train)
       # The real CLI on the GPU: one process, then 2-worker DiLoCo sharing the one GPU (tokens/s of each).
       rm -rf runs/gpu1 runs/gpu2

@@ -1,31 +1,50 @@
 #include "tributary/optim/outer.h"
 
+#include <torch/cuda.h>
+
 #include "tributary/core/error.h"
 
 namespace tributary {
 
 OuterOptimizer::OuterOptimizer(const NamedTensors& params, OuterOptions options) : options_(options) {
+  for (const auto& [name, p] : params) pinned_ |= p.is_cuda();
+  const auto host = torch::TensorOptions(torch::kFloat32).pinned_memory(pinned_);
   for (const auto& [name, p] : params) {
-    global_.emplace_back(name, p.detach().to(torch::kCPU, torch::kFloat32).clone());
-    momentum_.push_back(torch::zeros_like(global_.back().second));
+    global_.emplace_back(name, torch::empty(p.sizes(), host));
+    global_.back().second.copy_(p.detach());
+    momentum_.push_back(torch::zeros(p.sizes(), host));
   }
 }
 
 std::vector<torch::Tensor> OuterOptimizer::pseudo_gradient(const NamedTensors& local) const {
   std::vector<torch::Tensor> delta;
-  for (size_t i = 0; i < global_.size(); ++i)
-    delta.push_back(global_[i].second - local[i].second.detach().to(torch::kCPU, torch::kFloat32));
+  if (!pinned_) {
+    for (size_t i = 0; i < global_.size(); ++i)
+      delta.push_back(global_[i].second - local[i].second.detach().to(torch::kCPU, torch::kFloat32));
+    return delta;
+  }
+  if (staging_.empty())
+    for (const auto& [name, g] : global_) staging_.push_back(torch::empty_like(g));
+  for (size_t i = 0; i < global_.size(); ++i) staging_[i].copy_(local[i].second.detach(), /*non_blocking=*/true);
+  wait_for_device();
+  for (size_t i = 0; i < global_.size(); ++i) delta.push_back(global_[i].second - staging_[i]);
   return delta;
 }
 
 void OuterOptimizer::step(const std::vector<torch::Tensor>& delta, NamedTensors& local) {
   apply(delta);
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < global_.size(); ++i)
-    local[i].second.copy_(global_[i].second.to(local[i].second.device(), local[i].second.scalar_type()));
+  // From pinned memory the copy is queued on the device's stream and the host goes on; apply() waits for it before
+  // the global parameters change again.
+  for (size_t i = 0; i < global_.size(); ++i) local[i].second.copy_(global_[i].second, /*non_blocking=*/pinned_);
+}
+
+void OuterOptimizer::wait_for_device() const {
+  if (pinned_) torch::cuda::synchronize();
 }
 
 void OuterOptimizer::apply(const std::vector<torch::Tensor>& delta) {
+  wait_for_device();
   torch::NoGradGuard no_grad;
   const double lr = options_.lr, mu = options_.momentum;
   for (size_t i = 0; i < global_.size(); ++i) {
@@ -47,6 +66,7 @@ NamedTensors OuterOptimizer::state() const {
 }
 
 void OuterOptimizer::load_state(const safetensors::File& file, int64_t num_steps) {
+  wait_for_device();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < global_.size(); ++i) {
     const std::string& name = global_[i].first;

@@ -1,5 +1,8 @@
 // The outer optimizer of DiLoCo (and, per module, DiPaCo): the global parameters and the Nesterov momentum live in
-// host memory (fp32, CPU) whatever device the inner loop runs on.
+// host memory (fp32, CPU) whatever device the inner loop runs on, so that a GPU holds one model (torchft RFC #342).
+// For a model on a GPU that memory is pinned: the local parameters come down into a pinned staging copy (one wait for
+// all of them, at the full DMA rate) and the new global parameters go up without the host waiting, so the next inner
+// steps are launched while they travel (the stream runs the copies before them).
 //   pseudo-gradient  delta = theta_global - theta_local            (per replica; then averaged across replicas)
 //   Nesterov SGD     buf = mu * buf + delta;  theta_global -= lr * (delta + mu * buf)   (torch.optim.SGD, nesterov)
 // With lr = 1 and mu = 0 the step is plain averaging of the replicas (FedAvg).
@@ -36,8 +39,13 @@ class OuterOptimizer {
   void load_state(const safetensors::File& file, int64_t num_steps);
 
  private:
+  // The device's queued work that reads the host state (the last step's copies up) is finished before it changes.
+  void wait_for_device() const;
+
   NamedTensors global_;
   std::vector<torch::Tensor> momentum_;
+  bool pinned_ = false;                         // a parameter lives on a GPU
+  mutable std::vector<torch::Tensor> staging_;  // pinned: the local parameters brought down, reused every round
   OuterOptions options_;
   int64_t num_steps_ = 0;
 };

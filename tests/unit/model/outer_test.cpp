@@ -1,5 +1,6 @@
 // The outer step against a hand-computed reference (torch.optim.SGD(nesterov=True) semantics).
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include "tributary/optim/outer.h"
 
@@ -31,4 +32,27 @@ TEST(OuterOptimizer, LrOneNoMomentumIsAveraging) {
   std::vector<torch::Tensor> avg_delta = {torch::tensor({1.5f})};  // replicas at 2 and 3 -> deltas 2 and 1
   outer.step(avg_delta, local);
   EXPECT_FLOAT_EQ(local[0].second.item<float>(), 2.5f);
+}
+
+// A model on a GPU: the outer state stays in pinned host memory (the GPU holds one model) and three rounds step it as
+// the same rounds on the CPU do, bit for bit (the copies are asynchronous; the arithmetic is the host's either way).
+TEST(OuterOptimizer, OnTheGpuTheStateIsPinnedHostMemoryAndStepsAsOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (a CPU build of LibTorch, or no GPU)";
+  torch::manual_seed(3);
+  const auto start = torch::randn({64, 48});
+  NamedTensors cpu = {{"w", start.clone()}}, gpu = {{"w", start.to(torch::kCUDA)}};
+  OuterOptimizer on_cpu(cpu, {.lr = 0.7, .momentum = 0.9}), on_gpu(gpu, {.lr = 0.7, .momentum = 0.9});
+  for (const auto& tensors : {on_gpu.global(), on_gpu.state()}) {
+    EXPECT_TRUE(tensors[0].second.device().is_cpu());
+    EXPECT_TRUE(tensors[0].second.is_pinned());
+  }
+  for (int round = 0; round < 3; ++round) {
+    const auto moved = torch::randn({64, 48}) * 0.01;
+    cpu[0].second.add_(moved);
+    gpu[0].second.add_(moved.to(torch::kCUDA));
+    on_cpu.step(on_cpu.pseudo_gradient(cpu), cpu);
+    on_gpu.step(on_gpu.pseudo_gradient(gpu), gpu);
+    EXPECT_TRUE(on_gpu.global()[0].second.equal(on_cpu.global()[0].second)) << "round " << round;
+    EXPECT_TRUE(gpu[0].second.cpu().equal(cpu[0].second)) << "round " << round;
+  }
 }
