@@ -2,12 +2,9 @@
 
 #include <cmath>
 
-#include "tributary/runtime/islands.h"
-
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/param_name.h"
-#include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_report.h"
 
@@ -269,34 +266,6 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
   return progress;
 }
 
-namespace {
-
-// A pipeline rank's parameters are its whole model as consolidated over its pipeline (its own stage current), so
-// `restore` reads them as it reads a replica's; DiLoCo per stage adds the stage's outer state per rank.
-bool stage_pipeline_state(Pipelines& pipelines, const fs::path& run_dir, int64_t step, RankState mine,
-                          CheckpointContents& contents) {
-  const CheckpointPeers peers = checkpoint_peers(pipelines);
-  Replicas* replicas = pipelines.stage_replicas();
-  const NamedTensors outer = replicas ? replicas->sync().outer_state() : NamedTensors{};
-  const NamedTensors codec = replicas ? replicas->codec_state() : NamedTensors{};
-  if (replicas) {
-    mine.outer = &outer;
-    mine.codec = &codec;
-  }
-  if (!stage_rank_state(peers, run_dir, step, mine, contents)) return false;
-  contents.state["replicas"] = replicas ? replicas->sync().progress() : nlohmann::json::array();
-  return true;
-}
-
-}  // namespace
-
-CheckpointPeers checkpoint_peers(Pipelines& pipelines) {
-  return {.rank = pipelines.rank(),
-          .size = pipelines.world_size(),
-          .barrier = [&pipelines] { pipelines.barrier(); },
-          .all_gather = [&pipelines](const torch::Tensor& t) { return pipelines.all_gather(t); }};
-}
-
 fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double elapsed) {
   NamedTensors optim_state = r.optimizer_state ? *r.optimizer_state : r.optimizer.state();
   optim_state.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
@@ -312,10 +281,8 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
   CheckpointContents contents{
       r.params, optim_state, state, r.config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
   const fs::path run_dir = r.config.train.run_dir;
-  if (r.replicas && !stage_replica_state(*r.replicas, run_dir, step, r.params, optim_state, pos, contents)) return {};
   const RankState mine{.params = r.params, .optim_state = optim_state, .position = pos, .aux = r.aux_heads};
-  if (r.pipelines && !stage_pipeline_state(*r.pipelines, run_dir, step, mine, contents)) return {};
-  if (r.islands && !r.islands->stage_state(run_dir, step, mine, contents)) return {};
+  if (r.stage_state && !r.stage_state(run_dir, step, mine, contents)) return {};
   const fs::path dir = publish_dir(run_dir, contents);
   // The model's auxiliary heads; a rank keeping its own directory has its own copy (rank-R.aux_heads) already.
   if (r.aux_heads && !r.aux_heads->empty() && dir == run_dir)

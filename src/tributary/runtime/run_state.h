@@ -3,6 +3,7 @@
 // RNG and loader, and saving one (every rank's replica and the outer state in multi-process runs).
 #pragma once
 
+#include <functional>
 #include <optional>
 
 #include "tributary/data/dataset.h"
@@ -18,8 +19,6 @@
 namespace tributary {
 
 class Replicas;
-class Pipelines;
-class Islands;
 
 // Resolves model.vocab_size from the dataset, checks a resume against the checkpoint (same config up to the
 // resumable keys, same number of workers), refuses to silently reuse a run directory, prepares it and writes
@@ -73,11 +72,13 @@ struct SaveRequest {
   NamedTensors& params;
   const AdamW& optimizer;
   const BatchLoader& loader;
-  Replicas* replicas = nullptr;    // the replicas of the whole model
-  Pipelines* pipelines = nullptr;  // or the pipelines: every rank saves its stage's state
+  // The multi-process run's part (every rank takes part): `mine` staged for rank 0 or published (the replicas'
+  // outer state, a pipeline stage's, the islands' whole outer state); false on the ranks that do not publish. Empty
+  // for one process.
+  std::function<bool(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents)>
+      stage_state;
   // local parallelism: the auxiliary heads, kept beside the model (kAuxHeadsFile)
   const NamedTensors* aux_heads = nullptr;
-  Islands* islands = nullptr;  // or the islands: every rank saves its own, rank 0 the islands' whole outer state
   // The optimizer's state, read once by a caller that may take the checkpoint again (ZeRO-1 reads it with its island,
   // which takes part once); null: read here.
   const NamedTensors* optimizer_state = nullptr;
@@ -86,8 +87,6 @@ struct SaveRequest {
 // Local parallelism's auxiliary heads in a checkpoint: beside model.safetensors, so export/eval/generate, which read
 // the model, never see them, and --resume restores them.
 inline const std::string kAuxHeadsFile = "aux_heads.safetensors";
-// The peers of a pipeline run's checkpoint: every rank (replica_checkpoint.h has the whole model's replicas').
-CheckpointPeers checkpoint_peers(Pipelines& pipelines);
 
 // Writes checkpoint step-N (every rank takes part in a multi-process checkpoint). Returns its path on rank 0, an
 // empty path elsewhere.

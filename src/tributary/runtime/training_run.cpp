@@ -49,43 +49,36 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     check_blas();
     log::info("{}", layout_.describe());
   }
-  if (layout_.kind() == RunKind::kPipelines) {
-    pipelines_ = std::make_unique<Pipelines>(config_, env, layout_);
-  } else if (layout_.kind() == RunKind::kReplicas) {
-    replicas_ = std::make_unique<Replicas>(config_, env);
-  } else if (layout_.kind() == RunKind::kIslands) {
-    islands_ = std::make_unique<Islands>(config_, env, layout_);
-  }
-  if (Replicas* synced = synced_replicas()) {  // the model's replicas, or a pipeline stage's across the pipelines
+  world_ = make_world(config_, env, layout_);
+  if (Replicas* synced = world_->synced()) {
     sync_ = &synced->sync();
     if (const std::string bad = faults_.bad_update(); !bad.empty()) synced->inject_bad_updates(bad);
   }
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
-  if (layout_.distributed() && !env.joining && (replicas_ || pipelines_ || islands_)) {  // before anything is trained
-    const int64_t step = check_run_dirs(replicas_  ? checkpoint_peers(*replicas_)
-                                        : islands_ ? islands_->peers()
-                                                   : checkpoint_peers(*pipelines_),
-                                        tc_.run_dir, resumable_steps(ckpt_, options_));
-    if (ckpt_) resume_at(*ckpt_, step);
+  if (layout_.distributed() && !env.joining) {  // before anything is trained (a joiner takes the run's state)
+    if (const auto peers = world_->peers()) {
+      const int64_t step = check_run_dirs(*peers, tc_.run_dir, resumable_steps(ckpt_, options_));
+      if (ckpt_) resume_at(*ckpt_, step);
+    }
   }
   build_model_and_data();
-  if (islands_ && layout_.islands().measured_pace()) pace_islands();
+  const auto step_seconds = [this] {
+    return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor());
+  };
+  if (auto paced = world_->paced(ckpt_ ? &*ckpt_ : nullptr, step_seconds, lead_.is())) layout_ = *paced;
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
   // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
-  summary_.peak_flops = replicas_ ? replicas_->shared_matmul_peak(device_) : measure_matmul_peak(device_);
-  std::optional<PendingHeal> pending = start_replicas();  // a joining worker may find the run over: it trains nothing
+  summary_.peak_flops = world_->matmul_peak(device_);
+  std::optional<PendingHeal> pending = start_world();  // a joining worker may find the run over: it trains nothing
   flops_per_token_ = training_flops_per_token(config_.model, parts_.model->num_matmul_parameters());
   if (parts_.aux_heads)  // the auxiliary heads are computed and trained too
     flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
-                     (pipelines_  ? layout_.replicas()
-                      : islands_  ? layout_.islands().batches_per_tick()  // time-paced islands take more than one
-                      : pending   ? pending->members_world                // the members' count until it is one
-                      : replicas_ ? replicas_->size()
-                                  : env.world_size);
+                     (pending ? pending->members_world  // the members' count until it is one
+                              : world_->batches_per_step());
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = parts_.model->num_parameters();
   const double bytes_per_token = data_.dataset->bytes_per_token("val");
@@ -108,57 +101,21 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                               .flops_per_token = flops_per_token_,
                                               .peak_flops = summary_.peak_flops,
                                               .bytes_per_token = bytes_per_token});
-  if (Replicas* synced = synced_replicas(); synced && synced->quorum()) {
-    // A member is an island of n ranks (each reading its own shard) or one rank.
-    const int64_t n = islands_ ? layout_.islands().size(layout_.islands().island()) : 1;
+  if (Replicas* synced = world_->synced(); synced && synced->quorum()) {
+    const int64_t n = world_->ranks_per_member();  // each reading its own shard
     members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
                                                     n * tc_.batch_size * tc_.grad_accum * config_.model.context,
                                                     std::move(pending), n);
   }
-  if (islands_) tokens_per_step_ = islands_->follow_lead(*data_.loader, tokens_per_step());
+  tokens_per_step_ = world_->follow_lead(*data_.loader, tokens_per_step());
   start_training();
-}
-
-// parallel.island_steps = "auto" (runtime/island_pace.h): the pace measured now, or the resumed checkpoint's.
-void TrainingRun::pace_islands() {
-  const IslandShape& shape = layout_.islands();
-  std::vector<int64_t> steps;
-  if (ckpt_ && ckpt_->state.contains("island_steps")) {
-    const auto& saved = ckpt_->state["island_steps"];
-    const bool valid =
-        saved.is_array() && int64_t(saved.size()) == shape.count() &&
-        std::all_of(saved.begin(), saved.end(), [](const nlohmann::json& n) {
-          return n.is_number_integer() && n.get<int64_t>() >= 1 && n.get<int64_t>() <= IslandShape::kMaxPacedSteps;
-        });
-    if (!valid)
-      fail("'{}': island_steps is not one step count (1..{}) per island; use another checkpoint",
-           (ckpt_->dir / "state.json").string(), IslandShape::kMaxPacedSteps);
-    steps = saved.get<std::vector<int64_t>>();
-  } else {
-    const double mine = measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor());
-    const std::vector<double> seconds = islands_->all_seconds(mine);
-    steps = shape.paced_steps(seconds);
-    if (lead_.is())
-      log::info(
-          "parallel.island_steps = auto: a step takes {:.3f} s on the ranks ({}); the islands take {} optimizer "
-          "step(s) per tick (set parallel.island_steps = '{}' to replay this pace)",
-          *std::max_element(seconds.begin(), seconds.end()), fmt::format("{:.3f}", fmt::join(seconds, ", ")),
-          fmt::join(steps, ", "), fmt::join(steps, ","));
-  }
-  RunConfig paced = config_;  // the config keeps "auto" (a resume compares it); the checkpoints keep the steps
-  paced.parallel.island_steps = fmt::format("{}", fmt::join(steps, ","));
-  layout_ = run_layout(paced, options_.dist);
-  islands_->set_pace(layout_);
 }
 
 // The step behind the seam, then the clocks: from here on the loop's units are timed.
 void TrainingRun::start_training() {
-  step_ = make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(),
-                           *parts_.optimizer, *data_.loader,
-                           replicas_  ? &replicas_->sync()
-                           : islands_ ? islands_->inside()
-                                      : nullptr,
-                           pipelines_.get(), device_, slowdown_->factor()});
+  step_ =
+      make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(), *parts_.optimizer,
+                       *data_.loader, world_->step_sync(), world_->pipelines(), device_, slowdown_->factor()});
   if (step_.take_stage_stats) stages_.emplace(std::move(step_.take_stage_stats));
   parts_.model->train();
   run_start_ = Clock::now();
@@ -170,16 +127,17 @@ void TrainingRun::build_model_and_data() {
   parts_.model = std::make_shared<Transformer>(config_.model);
   parts_.model->to(device_);
   parts_.params = named_parameters_of(*parts_.model);
-  parts_.trained = pipelines_ ? pipeline::stage_params(parts_.params, pipelines_->layout(), layout_.stage(),
-                                                       config_.model.blocks_per_level(), config_.model.tie_embeddings)
-                              : parts_.params;
+  Pipelines* pipelines = world_->pipelines();  // a pipeline stage trains its own part
+  parts_.trained = pipelines ? pipeline::stage_params(parts_.params, pipelines->layout(), layout_.stage(),
+                                                      config_.model.blocks_per_level(), config_.model.tie_embeddings)
+                             : parts_.params;
   const LocalConfig& local = config_.local;
   if (local.chunks > 0) {  // drawn after the model: its initialisation is the plain trainer's
     parts_.aux_heads =
         std::make_shared<AuxHeads>(config_.model, local.chunks, local.aux_head == "blocks" ? local.aux_head_blocks : 0);
     parts_.aux_heads->to(device_);
     parts_.aux_params = named_parameters_of(*parts_.aux_heads);
-    const std::string mine = pipelines_ ? fmt::format("aux.{}.", layout_.stage()) : "aux.";  // a stage: its head
+    const std::string mine = pipelines ? fmt::format("aux.{}.", layout_.stage()) : "aux.";  // a stage: its head
     for (const auto& [name, t] : parts_.aux_params)
       if (name.rfind(mine, 0) == 0) parts_.trained.emplace_back(name, t);
   }
@@ -191,14 +149,14 @@ void TrainingRun::build_model_and_data() {
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would.
-  data_.loader = std::make_unique<BatchLoader>(
-      train_tokens,
-      LoaderOptions{.batch_size = tc_.batch_size,
-                    .context = config_.model.context,
-                    .seed = static_cast<uint64_t>(tc_.seed),
-                    .rank = pipelines_ ? layout_.replica() : options_.dist.rank,  // a pipeline's stages read alike
-                    .world_size = pipelines_ ? layout_.replicas() : options_.dist.world_size},
-      fmt::format("'{}' train", config_.data.dir));
+  const DataShard shard = world_->data_shard();
+  data_.loader = std::make_unique<BatchLoader>(train_tokens,
+                                               LoaderOptions{.batch_size = tc_.batch_size,
+                                                             .context = config_.model.context,
+                                                             .seed = static_cast<uint64_t>(tc_.seed),
+                                                             .rank = shard.rank,
+                                                             .world_size = shard.world},
+                                               fmt::format("'{}' train", config_.data.dir));
   // fail now, not at the first evaluation, if val is too small
   BatchLoader(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
               fmt::format("'{}' val", config_.data.dir));
@@ -209,36 +167,20 @@ void TrainingRun::build_model_and_data() {
   if (ckpt_ && parts_.aux_heads)  // a pipeline rank's own copy (DiLoCo replicas differ between outer steps)
     load_parameters(
         *parts_.aux_heads,
-        ckpt_->tensors(pipelines_ && options_.dist.rank != 0 ? replica_aux_file(options_.dist.rank) : kAuxHeadsFile));
+        ckpt_->tensors(pipelines && options_.dist.rank != 0 ? replica_aux_file(options_.dist.rank) : kAuxHeadsFile));
 }
 
-std::optional<PendingHeal> TrainingRun::start_replicas() {
-  if (islands_ && options_.dist.joining)
-    return islands_->join(parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
-  if (islands_) {
-    std::optional<safetensors::File> outer;
-    if (ckpt_ && ckpt_->has("outer.safetensors")) outer = ckpt_->tensors("outer.safetensors");
-    if (ckpt_ && !outer)
-      fail("the checkpoint at step {} has no DiLoCo outer state (outer.safetensors): resume from an earlier one",
-           progress_.step);
-    islands_->start(parts_.trained, *parts_.optimizer, progress_.step, outer ? &*outer : nullptr,
-                    ckpt_ ? ckpt_->state.at("replicas") : nlohmann::json::array());
-    if (ckpt_ && sync_) load_codec_state();
-    return std::nullopt;
-  }
-  if (!sync_) return std::nullopt;
-  if (options_.dist.joining)  // its data is re-sharded over the members when it becomes one (MembershipFollower)
-    return join_run(*replicas_->quorum(), parts_.trained, *parts_.optimizer, *data_.loader, progress_, tc_.steps);
-  if (!ckpt_) {
-    sync_->start(parts_.trained);
-    return std::nullopt;
-  }
-  std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's; the whole model's is shared
-  const std::string outer_file = pipelines_ ? replica_outer_file(options_.dist.rank) : "outer.safetensors";
-  if (ckpt_->has(outer_file)) outer = ckpt_->tensors(outer_file);
-  sync_->start(parts_.trained, progress_.step, outer ? &*outer : nullptr, ckpt_->state.at("replicas"));
-  load_codec_state();
-  return std::nullopt;
+std::optional<PendingHeal> TrainingRun::start_world() {
+  const bool joining = options_.dist.joining;
+  std::optional<PendingHeal> pending = world_->start({.trained = parts_.trained,
+                                                      .optimizer = *parts_.optimizer,
+                                                      .loader = *data_.loader,
+                                                      .progress = progress_,
+                                                      .total_steps = tc_.steps,
+                                                      .ckpt = ckpt_ ? &*ckpt_ : nullptr,
+                                                      .joining = joining});
+  if (ckpt_ && sync_ && !joining) load_codec_state();
+  return pending;
 }
 
 // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
@@ -249,7 +191,7 @@ void TrainingRun::load_codec_state() {
     const auto file = ckpt_->tensors(codec_file);
     NamedTensors state;
     for (const auto& [name, view] : file.tensors()) state.emplace_back(name, to_torch(view));
-    synced_replicas()->load_codec_state(state, (ckpt_->dir / codec_file).string());
+    world_->synced()->load_codec_state(state, (ckpt_->dir / codec_file).string());
   } else if (!same_world && ckpt_->has(replica_codec_file(0)) && lead_.is()) {
     log::info("dist.compression = {}: resuming with another number of workers, the error feedback starts from zero",
               config_.dist.compression);
@@ -262,23 +204,14 @@ void TrainingRun::describe(int64_t threads) const {
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
-  const int64_t replicas = pipelines_ ? layout_.replicas() : options_.dist.world_size;  // of the model
+  const int64_t replicas = world_->data_shard().world;  // of the model
   log::info(
       "data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
       "{:.1f} GFLOP/s",
       config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
       data_.dataset->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
       summary_.peak_flops / 1e9);
-  if (pipelines_) {
-    const auto& par = config_.parallel;
-    log::info(
-        "{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
-        "activations on the wire as {}",
-        layout_.replicas(), layout_.stages(),
-        par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers, par.schedule,
-        par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "", par.micro_batches,
-        tc_.batch_size / par.micro_batches, par.activation_compression);
-  }
+  world_->describe();
   const auto& l = config_.local;
   if (parts_.aux_heads)
     log::info(
@@ -286,7 +219,7 @@ void TrainingRun::describe(int64_t threads) const {
         "weight {}, {}",
         l.chunks, config_.model.num_layers / l.chunks, l.mode, l.mode == "overlapping" ? l.overlap_blocks : 0,
         l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0, l.aux_weight,
-        pipelines_ ? "one chunk per pipeline stage" : "in one process");
+        world_->pipelines() ? "one chunk per pipeline stage" : "in one process");
   if (tc_.precision == "bf16")
     log::info("train.precision = bf16: the forward pass under autocast (bf16 matmuls), fp32 master weights and AdamW{}",
               device_.is_cpu() ? "; on a CPU without bf16 matmul units this is ~10x slower than fp32 (measured on "
@@ -298,16 +231,7 @@ void TrainingRun::describe(int64_t threads) const {
         sync_ && sync_->averaging_gradients() ? " (the data-parallel warm-up's steps stay eager: they exchange)" : "");
   if (!sync_) return;
   const auto& d = config_.dist;
-  if (islands_)
-    log::info("{} islands: data parallel inside{}; across, {}", layout_.islands().count(),
-              islands_->shards_optimizer() ? ", AdamW moments sharded (ZeRO-1)" : "",
-              layout_.islands().leads_exchange()
-                  ? "the islands' ranks 0 exchange the whole model (fault tolerant: the members are the islands)"
-                  : "each rank's outer shard below");
-  log::info("{} replicas{}, {}{}, compression {}", sync_->size(),
-            pipelines_ ? " of each stage"
-            : islands_ ? " (islands) of each outer shard"
-                       : "",
+  log::info("{} replicas{}, {}{}, compression {}", sync_->size(), world_->replicas_of(),
             sync_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
             sync_->ddp()
                 ? ""
@@ -316,20 +240,11 @@ void TrainingRun::describe(int64_t threads) const {
   if (!sync_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
 }
 
-bool TrainingRun::sync(int64_t step, double lr) {
-  if (islands_) return islands_->after_step(step, lr, parts_.trained, step == tc_.steps);
-  if (pipelines_) return pipelines_->after_step(step, lr, parts_.trained, step == tc_.steps);
-  if (!sync_) return false;
-  bool synced = sync_->after_step(step, lr, parts_.trained);             // DiLoCo: outer step every H inner steps
-  if (step == tc_.steps) synced |= sync_->finish(step, parts_.trained);  // pending inner steps at the end
-  return synced;
-}
-
 void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   if (!sync_ || !(synced || (sync_->averaging_gradients() && report_->log_due(step)))) return;
   const auto c = sync_->take_stats();
   count_traffic(c);
-  Replicas* replicas = synced_replicas();
+  Replicas* replicas = world_->synced();
   const int64_t rejected = replicas ? replicas->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
   report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(), sync_->ddp() ? 1 : sync_->inner_steps_now(),
@@ -351,9 +266,18 @@ void TrainingRun::save(int64_t step, double elapsed) {
   for (int attempt = 0;; ++attempt) {
     try {
       if (attempt == 0) faults_.inside_checkpoint(step);
-      auto path = save_run({config_, *data_.dataset, parts_.params, *parts_.optimizer, *data_.loader, replicas_.get(),
-                            pipelines_.get(), &parts_.aux_params, islands_.get(), &optim_state},
-                           step, progress_.tokens, elapsed);
+      const SaveRequest request{
+          .config = config_,
+          .dataset = *data_.dataset,
+          .params = parts_.params,
+          .optimizer = *parts_.optimizer,
+          .loader = *data_.loader,
+          .stage_state = [this](
+                             const fs::path& run_dir, int64_t at, const RankState& mine,
+                             CheckpointContents& contents) { return world_->stage_state(run_dir, at, mine, contents); },
+          .aux_heads = &parts_.aux_params,
+          .optimizer_state = &optim_state};
+      auto path = save_run(request, step, progress_.tokens, elapsed);
       if (!path.empty()) summary_.checkpoint = path;
       return;
     } catch (const NetworkError& e) {
@@ -375,7 +299,7 @@ UnitDone TrainingRun::next() {
   faults_.after_step(progress_.step);
   progress_.tokens += tokens_per_step();
   const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
-  const bool synced = sync(progress_.step, lr);
+  const bool synced = world_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
   const bool round = synced || averaged;
   if (round && members_) members_->after_round(progress_.step);  // the members may change only at a round
   measure_stage();
@@ -385,29 +309,20 @@ UnitDone TrainingRun::next() {
   const double now = elapsed();
   report_exchange(progress_.step, synced, now);
   if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
-  const bool quiescent = islands_     ? islands_->quiescent()
-                         : pipelines_ ? pipelines_->quiescent()
-                                      : !sync_ || sync_->quiescent();
-  return {.step = progress_.step, .quiescent = quiescent, .synced = synced, .round = round, .elapsed_s = now};
+  return {.step = progress_.step, .quiescent = world_->quiescent(), .synced = synced, .round = round, .elapsed_s = now};
 }
 
-StopAgreement::Vote TrainingRun::stop_vote() {
-  if (pipelines_) return [this](bool local) { return pipelines_->stop_agreed(local); };
-  if (replicas_) return [this](bool local) { return replicas_->stop_agreed(local); };
-  if (islands_) return [this](bool local) { return islands_->stop_agreed(local); };
-  return {};
-}
+StopAgreement::Vote TrainingRun::stop_vote() { return world_->stop_vote(); }
 
 StepResult TrainingRun::step_once(int64_t step, double lr) {
   const auto start = Clock::now();
-  const double blocked_before = replicas_ ? replicas_->blocked_total_s() : 0;
+  const double blocked_before = world_->blocked_total_s();
   StepResult result = step_.step->run(step, lr);
   // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
   // learning rate; the tick reports its last.
   for (int64_t k = 1; k < layout_.islands().steps_per_tick(); ++k) result = step_.step->run(step, lr);
   // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
-  if (!step_.slows_itself)
-    slowdown_->after_step(seconds_since(start) - (replicas_ ? replicas_->blocked_total_s() - blocked_before : 0));
+  if (!step_.slows_itself) slowdown_->after_step(seconds_since(start) - (world_->blocked_total_s() - blocked_before));
   return result;
 }
 
@@ -438,11 +353,7 @@ void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
     faults_.before_checkpoint(step);
     if (members_) members_->before_checkpoint(step);  // a worker may have died since the last round
   }
-  // Pipeline stages hold only their own parameters current: bring the whole model to every rank first.
-  if (pipelines_ && (due.eval || due.checkpoint)) {
-    pipelines_->consolidate(parts_.params, config_.model.blocks_per_level());
-    if (parts_.aux_heads) pipelines_->consolidate_aux_heads(parts_.aux_params);
-  }
+  if (due.eval || due.checkpoint) world_->whole_model(parts_.params, parts_.aux_heads ? &parts_.aux_params : nullptr);
   if (lead_.is() && due.eval) {
     BatchLoader val(data_.val_tokens,
                     {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
@@ -467,9 +378,9 @@ void TrainingRun::between_units(const UnitDone& unit) {
   };
   // ZeRO-1 in a fault-tolerant island: the AdamW state a heal sends is gathered by the island's ranks together.
   std::optional<HealState> gathered;
-  if (islands_ && islands_->shards_optimizer() && islands_->rank_zero_says(heals.any())) gathered = state();
+  if (world_->heal_reads_together(heals.any())) gathered = state();
   if (members_) members_->carry_out(unit.step, heals, [&] { return gathered ? *gathered : state(); });
-  if (islands_) tokens_per_step_ = islands_->follow_lead(*data_.loader, tokens_per_step());
+  tokens_per_step_ = world_->follow_lead(*data_.loader, tokens_per_step());
 }
 
 // A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
@@ -488,23 +399,15 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
     summary_.stopped_early = true;
   }
   if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
-  if (islands_) {
-    const comm::CommStats inside = islands_->take_inside_stats();
-    summary_.bytes_inside = inside.bytes_sent;
-    summary_.world_size = options_.dist.world_size;
-    summary_.islands = layout_.islands().count();
-  }
+  world_->summarize(summary_);
   summary_.steps = step;
   summary_.lead = lead_.is();
   summary_.kind = layout_.kind();
   summary_.sync = layout_.sync();
-  if (replicas_) summary_.world_size = replicas_->size();
   if (members_) summary_.reformations = members_->reformations();
   if (sync_) summary_.outer_steps = sync_->outer_steps();
-  if (pipelines_) {
-    summary_.world_size = options_.dist.world_size;
-    summary_.stages = stages_ ? stages_->gather(*pipelines_, train_seconds_) : nlohmann::json::array();
-  }
+  if (Pipelines* pipelines = world_->pipelines())
+    summary_.stages = stages_ ? stages_->gather(*pipelines, train_seconds_) : nlohmann::json::array();
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();
   // The tokens the members trained while this process did (tokens_per_step() is the members' count at the end: a

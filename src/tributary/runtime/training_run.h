@@ -19,9 +19,6 @@
 #include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/ft/membership_follower.h"
-#include "tributary/runtime/islands.h"
-#include "tributary/runtime/pipelines.h"
-#include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
@@ -30,6 +27,7 @@
 #include "tributary/runtime/step_factory.h"
 #include "tributary/runtime/stop.h"
 #include "tributary/runtime/trainer.h"
+#include "tributary/runtime/world/world.h"
 
 namespace tributary::detail {
 
@@ -54,8 +52,8 @@ struct RunData {
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
 // numbers before the model), then driven unit by unit (one step and its sync) by the run loop.
-// Size: the run's parts (layout, replicas or pipelines and their sync, model parts, the step, data, report, the
-// members) and what is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time).
+// Size: the run's parts (layout, its world and the world's sync, model parts, the step, data, report, the members) and
+// what is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time).
 class TrainingRun : public WorkSource {
  public:
   TrainingRun(const RunConfig& config, const TrainOptions& options);
@@ -71,17 +69,12 @@ class TrainingRun : public WorkSource {
 
  private:
   void build_model_and_data();
-  std::optional<PendingHeal> start_replicas();  // a joiner healed mid-round: its pending heal
+  std::optional<PendingHeal> start_world();  // a joiner healed mid-round: its pending heal
   void start_training();
   void load_codec_state();  // a resumed rank's error feedback, when the world is the same
-  void pace_islands();      // parallel.island_steps = "auto"
   void describe(int64_t threads) const;
-  Replicas* synced_replicas() const {
-    return pipelines_ ? pipelines_->stage_replicas() : islands_ ? islands_->across() : replicas_.get();
-  }
   StepResult step_once(int64_t step, double lr);
-  bool sync(int64_t step, double lr);  // the replicas' outer loop after a step; true if an outer step landed
-  void measure_stage();                // a pipeline stage's step: its traffic, compute, bubble and peak memory
+  void measure_stage();  // a pipeline stage's step: its traffic, compute, bubble and peak memory
   void report_exchange(int64_t step, bool synced, double elapsed);
   void count_traffic(const comm::CommStats& c);  // the replicas' exchanges, into the summary
   void record(const StepResult& result, int64_t step, double lr, double now);
@@ -96,12 +89,8 @@ class TrainingRun : public WorkSource {
   Layout layout_;  // what kind of run, and this rank's place in it
   torch::Device device_;
   Lead lead_;  // writes metrics.jsonl, evaluates, writes the summary (fault tolerance: the lowest member)
-  std::unique_ptr<Replicas> replicas_;
-  std::unique_ptr<Pipelines> pipelines_;  // parallel.pipeline_stages > 1 (then no replicas_)
-  std::unique_ptr<Islands> islands_;      // parallel.islands (then neither)
-  // The sync that runs after each step: the whole model's replicas' (replicas_), this pipeline stage's across the
-  // pipelines (DiLoCo per stage), or this rank's outer shard's across the islands (driven by islands_); null for one
-  // process, one pipeline, data-parallel stages or an island's rank without a shard.
+  std::unique_ptr<World> world_;  // whom this rank trains with (world/world.h)
+  // The sync of the world's synced() replicas (their outer loop, their traffic); null where none.
   ReplicaSync* sync_ = nullptr;
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<LoadedCheckpoint> ckpt_;

@@ -1,0 +1,37 @@
+#include "tributary/runtime/world/replica_world.h"
+
+namespace tributary::detail {
+
+ReplicaWorld::ReplicaWorld(const RunConfig& config, const DistEnv& env)
+    : replicas_(config, env), rank_(env.rank), world_(env.world_size) {}
+
+std::optional<PendingHeal> ReplicaWorld::start(const StartState& s) {
+  if (s.joining)  // its data is re-sharded over the members when it becomes one (MembershipFollower)
+    return join_run(*replicas_.quorum(), s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
+  if (!s.ckpt) {
+    replicas_.sync().start(s.trained);
+    return std::nullopt;
+  }
+  std::optional<safetensors::File> outer;
+  if (s.ckpt->has("outer.safetensors")) outer = s.ckpt->tensors("outer.safetensors");
+  replicas_.sync().start(s.trained, s.progress.step, outer ? &*outer : nullptr, s.ckpt->state.at("replicas"));
+  return std::nullopt;
+}
+
+StopAgreement::Vote ReplicaWorld::stop_vote() {
+  return [this](bool local) { return replicas_.stop_agreed(local); };
+}
+
+bool ReplicaWorld::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+  ReplicaSync& sync = replicas_.sync();
+  bool synced = sync.after_step(step, lr, trained);  // DiLoCo: outer step every H inner steps
+  if (last) synced |= sync.finish(step, trained);    // pending inner steps at the end
+  return synced;
+}
+
+bool ReplicaWorld::stage_state(const fs::path& run_dir, int64_t step, const RankState& mine,
+                               CheckpointContents& contents) {
+  return stage_replica_state(replicas_, run_dir, step, mine.params, mine.optim_state, mine.position, contents);
+}
+
+}  // namespace tributary::detail
