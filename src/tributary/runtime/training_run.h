@@ -1,6 +1,6 @@
 // The trainer's source of work for the one run loop (run_loop.h): one step and its sync per unit, for one process,
-// replicas, pipelines, local parallelism and islands (training_run.cpp); a fault-tolerant run's changing membership is
-// ft/membership_follower.h's. Internal to runtime/.
+// replicas, pipelines, local parallelism and islands (training_run.cpp): where those differ it asks its World
+// (world/world.h); a fault-tolerant run's changing membership is ft/membership_follower.h's. Internal to runtime/.
 #pragma once
 
 #include <functional>
