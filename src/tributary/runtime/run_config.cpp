@@ -298,6 +298,129 @@ void take_placement_islands(ParallelConfig& parallel) {
   parallel.islands = *islands;
 }
 
+// Each section's impossible values and combinations, as an Error naming the key(s) and what to set instead.
+void validate_model(const RunConfig& c) {
+  if (c.model.width % c.model.num_heads != 0)
+    fail("model.width ({}) must be divisible by model.num_heads ({})", c.model.width, c.model.num_heads);
+  if (c.model.num_heads % c.model.kv_heads() != 0)
+    fail(
+        "model.num_kv_heads ({}) must divide model.num_heads ({}): each key/value head serves the same number of "
+        "query heads",
+        c.model.num_kv_heads, c.model.num_heads);
+  if (c.model.positions == "rope" && c.model.head_dim() % 2 != 0)
+    fail(
+        "RoPE needs an even head dimension: model.width / model.num_heads = {}; change model.num_heads or "
+        "model.width",
+        c.model.head_dim());
+  // The RoPE tables (cos and sin, context x head dim, built in double precision) must fit: Llama 3.1's are 2^24.
+  if (c.model.positions == "rope" && double(c.model.context) * double(c.model.head_dim()) > 0x1p27)
+    fail(
+        "model.context x head dimension (model.width / model.num_heads) = {} x {} is more than 2^27: the RoPE tables "
+        "alone would take {:.1f} GB; shorten model.context or use more heads",
+        c.model.context, c.model.head_dim(), double(c.model.context) * double(c.model.head_dim()) * 16 / 1e9);
+  if (c.model.num_layers % c.model.num_levels != 0)
+    fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
+         c.model.num_levels, c.model.num_layers);
+}
+
+void validate_dist(const RunConfig& c) {
+  // -1 is "from the run"; any other negative value is a mistake, not a request for auto.
+  for (const auto& [key, v] : {std::pair<const char*, double>{"dist.outer_lr", c.dist.outer_lr},
+                               {"dist.outer_momentum", c.dist.outer_momentum}})
+    if (v < 0 && v != -1) fail("{} = {}: give a value >= 0, or -1 to choose it from the run", key, v);
+  if (c.dist.collective_timeout_s < c.dist.store_timeout_s)
+    fail(
+        "dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
+        "longer than the one below it",
+        c.dist.collective_timeout_s, c.dist.store_timeout_s);
+  if (c.dist.overlap_steps >= c.dist.inner_steps && c.dist.diloco())
+    fail(
+        "dist.overlap_steps ({}) must be smaller than dist.inner_steps ({}): a fragment's update has to land before "
+        "its next exchange",
+        c.dist.overlap_steps, c.dist.inner_steps);
+  if (c.dist.fragments > c.dist.inner_steps)
+    fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
+         c.dist.fragments, c.dist.inner_steps);
+  if (c.dist.fault_tolerant) {
+    if (c.dist.overlap_steps > 0 && c.dist.overlap_steps >= c.dist.inner_steps / c.dist.fragments)
+      fail(
+          "dist.fault_tolerant = true needs dist.overlap_steps ({}) < dist.inner_steps / dist.fragments ({}): a "
+          "fault-tolerant round may change the members, so one must land before the next starts",
+          c.dist.overlap_steps, c.dist.inner_steps / c.dist.fragments);
+    if (c.parallel.pipeline_stages > 1 || !c.dipaco.modules.empty())
+      fail(
+          "dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
+          "(dipaco.on_failure) and pipeline stages have none yet");
+    if (c.dist.heartbeat_timeout_s >= c.dist.collective_timeout_s)
+      fail(
+          "dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "
+          "by its silence before a collective gives up on it",
+          c.dist.heartbeat_timeout_s, c.dist.collective_timeout_s);
+  }
+  parse_slow_workers(c.dist.slow_workers);  // an Error naming the key and the bad entry
+  if (c.dist.reject_norm_factor > 0 && c.dist.reject_norm_factor < 1)
+    fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
+         c.dist.reject_norm_factor);
+  if (c.dist.fault_tolerant && keeps_error_feedback(c.dist.compression))
+    fail(
+        "dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
+        "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",
+        c.dist.compression);
+  if (c.dist.sparse_topk > c.dist.sparse_chunk)
+    fail("dist.sparse_topk = {} is more than dist.sparse_chunk = {}: a chunk cannot keep more values than it has",
+         c.dist.sparse_topk, c.dist.sparse_chunk);
+}
+
+void validate_train(const RunConfig& c) {
+  // Token counts are 64-bit integers: a run counts at most 2^62 tokens whatever its workers (up to 2^16 of them).
+  if (double(c.train.steps) * double(c.train.batch_size) * double(c.train.grad_accum) * double(c.model.context) >
+      0x1p46)
+    fail(
+        "train.steps x train.batch_size x train.grad_accum x model.context = {:.3g} tokens per worker, more than a "
+        "run can count (2^46); lower train.grad_accum or train.batch_size",
+        double(c.train.steps) * double(c.train.batch_size) * double(c.train.grad_accum) * double(c.model.context));
+  if (c.optim.warmup_steps > c.train.steps)
+    fail(
+        "optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "
+        "optim.warmup_steps={} (a tenth of the steps)",
+        c.optim.warmup_steps, c.train.steps, std::max<int64_t>(c.train.steps / 10, 0));
+  if (c.train.precision == "bf16" && (c.parallel.pipeline_stages > 1 || c.local.chunks > 0))
+    fail(
+        "train.precision = bf16 runs the whole model's step (one process, replicas, islands, DiPaCo's paths); "
+        "pipeline stages and local parallelism train in fp32: set train.precision = fp32");
+  if (c.train.cuda_graph) {
+    if (c.train.device.rfind("cuda", 0) != 0)
+      fail("train.cuda_graph = true needs a GPU (train.device = cuda), not '{}': CUDA graphs are CUDA's",
+           c.train.device);
+    if (c.parallel.pipeline_stages > 1 || c.local.chunks > 0 || !c.parallel.islands.empty() ||
+        !c.dipaco.modules.empty() || c.dist.algorithm == "ddp")
+      fail(
+          "train.cuda_graph = true replays the whole model's step with no exchange inside it: one process or DiLoCo "
+          "replicas; pipeline stages, local parallelism, islands, DiPaCo and dist.algorithm = ddp exchange inside "
+          "the step: set train.cuda_graph = false");
+  }
+}
+
+void validate_pipelines(const RunConfig& c) {
+  if (c.parallel.pipeline_stages > 1) {
+    if (c.parallel.pipeline_stages > c.model.num_layers)
+      fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",
+           c.parallel.pipeline_stages, c.model.num_layers);
+    if (c.train.batch_size % c.parallel.micro_batches != 0)
+      fail("parallel.micro_batches ({}) must divide train.batch_size ({})", c.parallel.micro_batches,
+           c.train.batch_size);
+    if (c.train.grad_accum != 1)
+      fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
+           c.train.grad_accum);
+    if (!c.dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
+    if (!c.dist.diloco() && c.dist.compression != "fp32")
+      fail(
+          "parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
+          "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
+          c.dist.compression);
+  }
+}
+
 }  // namespace
 
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
@@ -323,113 +446,12 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
 }
 
 void RunConfig::validate() const {
-  // -1 is "from the run"; any other negative value is a mistake, not a request for auto.
-  for (const auto& [key, v] :
-       {std::pair<const char*, double>{"dist.outer_lr", dist.outer_lr}, {"dist.outer_momentum", dist.outer_momentum}})
-    if (v < 0 && v != -1) fail("{} = {}: give a value >= 0, or -1 to choose it from the run", key, v);
-  if (model.width % model.num_heads != 0)
-    fail("model.width ({}) must be divisible by model.num_heads ({})", model.width, model.num_heads);
-  if (model.num_heads % model.kv_heads() != 0)
-    fail(
-        "model.num_kv_heads ({}) must divide model.num_heads ({}): each key/value head serves the same number of "
-        "query heads",
-        model.num_kv_heads, model.num_heads);
-  if (model.positions == "rope" && model.head_dim() % 2 != 0)
-    fail("RoPE needs an even head dimension: model.width / model.num_heads = {}; change model.num_heads or model.width",
-         model.head_dim());
-  // The RoPE tables (cos and sin, context x head dim, built in double precision) must fit: Llama 3.1's are 2^24.
-  if (model.positions == "rope" && double(model.context) * double(model.head_dim()) > 0x1p27)
-    fail(
-        "model.context x head dimension (model.width / model.num_heads) = {} x {} is more than 2^27: the RoPE tables "
-        "alone would take {:.1f} GB; shorten model.context or use more heads",
-        model.context, model.head_dim(), double(model.context) * double(model.head_dim()) * 16 / 1e9);
-  if (model.num_layers % model.num_levels != 0)
-    fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
-         model.num_levels, model.num_layers);
-  if (dist.collective_timeout_s < dist.store_timeout_s)
-    fail(
-        "dist.collective_timeout_s ({}) must be at least dist.store_timeout_s ({}): each layer of timeouts waits "
-        "longer than the one below it",
-        dist.collective_timeout_s, dist.store_timeout_s);
-  if (dist.overlap_steps >= dist.inner_steps && dist.diloco())
-    fail(
-        "dist.overlap_steps ({}) must be smaller than dist.inner_steps ({}): a fragment's update has to land before "
-        "its next exchange",
-        dist.overlap_steps, dist.inner_steps);
-  if (dist.fragments > dist.inner_steps)
-    fail("dist.fragments ({}) cannot exceed dist.inner_steps ({}): fragments are staggered within one period",
-         dist.fragments, dist.inner_steps);
-  if (dist.fault_tolerant) {
-    if (dist.overlap_steps > 0 && dist.overlap_steps >= dist.inner_steps / dist.fragments)
-      fail(
-          "dist.fault_tolerant = true needs dist.overlap_steps ({}) < dist.inner_steps / dist.fragments ({}): a "
-          "fault-tolerant round may change the members, so one must land before the next starts",
-          dist.overlap_steps, dist.inner_steps / dist.fragments);
-    if (parallel.pipeline_stages > 1 || !dipaco.modules.empty())
-      fail(
-          "dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
-          "(dipaco.on_failure) and pipeline stages have none yet");
-    if (dist.heartbeat_timeout_s >= dist.collective_timeout_s)
-      fail(
-          "dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "
-          "by its silence before a collective gives up on it",
-          dist.heartbeat_timeout_s, dist.collective_timeout_s);
-  }
-  parse_slow_workers(dist.slow_workers);  // an Error naming the key and the bad entry
-  if (dist.reject_norm_factor > 0 && dist.reject_norm_factor < 1)
-    fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
-         dist.reject_norm_factor);
+  validate_model(*this);
+  validate_dist(*this);
   validate_dipaco(*this);
-  if (dist.fault_tolerant && keeps_error_feedback(dist.compression))
-    fail(
-        "dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "
-        "count twice; with dist.fault_tolerant = true use a stateless codec (fp32, fp16, bf16, int8, fp4, terngrad)",
-        dist.compression);
-  if (dist.sparse_topk > dist.sparse_chunk)
-    fail("dist.sparse_topk = {} is more than dist.sparse_chunk = {}: a chunk cannot keep more values than it has",
-         dist.sparse_topk, dist.sparse_chunk);
   validate_local(*this);
-  // Token counts are 64-bit integers: a run counts at most 2^62 tokens whatever its workers (up to 2^16 of them).
-  if (double(train.steps) * double(train.batch_size) * double(train.grad_accum) * double(model.context) > 0x1p46)
-    fail(
-        "train.steps x train.batch_size x train.grad_accum x model.context = {:.3g} tokens per worker, more than a "
-        "run can count (2^46); lower train.grad_accum or train.batch_size",
-        double(train.steps) * double(train.batch_size) * double(train.grad_accum) * double(model.context));
-  if (optim.warmup_steps > train.steps)
-    fail(
-        "optim.warmup_steps ({}) is longer than train.steps ({}): shorten the warm-up with the run, e.g. --set "
-        "optim.warmup_steps={} (a tenth of the steps)",
-        optim.warmup_steps, train.steps, std::max<int64_t>(train.steps / 10, 0));
-  if (train.precision == "bf16" && (parallel.pipeline_stages > 1 || local.chunks > 0))
-    fail(
-        "train.precision = bf16 runs the whole model's step (one process, replicas, islands, DiPaCo's paths); "
-        "pipeline stages and local parallelism train in fp32: set train.precision = fp32");
-  if (train.cuda_graph) {
-    if (train.device.rfind("cuda", 0) != 0)
-      fail("train.cuda_graph = true needs a GPU (train.device = cuda), not '{}': CUDA graphs are CUDA's", train.device);
-    if (parallel.pipeline_stages > 1 || local.chunks > 0 || !parallel.islands.empty() || !dipaco.modules.empty() ||
-        dist.algorithm == "ddp")
-      fail(
-          "train.cuda_graph = true replays the whole model's step with no exchange inside it: one process or DiLoCo "
-          "replicas; pipeline stages, local parallelism, islands, DiPaCo and dist.algorithm = ddp exchange inside "
-          "the step: set train.cuda_graph = false");
-  }
-  if (parallel.pipeline_stages > 1) {
-    if (parallel.pipeline_stages > model.num_layers)
-      fail("parallel.pipeline_stages ({}) exceeds model.num_layers ({}): every stage owns at least one block",
-           parallel.pipeline_stages, model.num_layers);
-    if (train.batch_size % parallel.micro_batches != 0)
-      fail("parallel.micro_batches ({}) must divide train.batch_size ({})", parallel.micro_batches, train.batch_size);
-    if (train.grad_accum != 1)
-      fail("train.grad_accum = {} with parallel.pipeline_stages > 1: use parallel.micro_batches instead",
-           train.grad_accum);
-    if (!dipaco.modules.empty()) fail("DiPaCo with parallel.pipeline_stages > 1 is not supported yet");
-    if (!dist.diloco() && dist.compression != "fp32")
-      fail(
-          "parallel.pipeline_stages > 1 with dist.algorithm = ddp averages fp32 gradients (dist.compression = '{}' "
-          "applies to DiLoCo's pseudo-gradients): leave it at fp32, or set dist.algorithm = diloco",
-          dist.compression);
-  }
+  validate_train(*this);
+  validate_pipelines(*this);
 }
 
 void RunConfig::check_resumable_from(RunConfig saved, const std::string& what, const std::string& saved_file) const {
