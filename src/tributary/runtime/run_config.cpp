@@ -39,8 +39,8 @@ RunConfig& RunConfig::operator=(const RunConfig& other) {
 
 namespace {
 
-// [dist], [parallel] and [dipaco]: how the processes of a run work together.
-void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& parallel, DipacoConfig& dipaco) {
+// [dist]: how the replicas of a run keep together, and what the links and deadlines are.
+void bind_dist(ConfigSchema& s, DistConfig& dist) {
   s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
   s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps,
@@ -84,6 +84,10 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
         "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median; "
         "0 = off",
         0.0, 1e6);
+}
+
+// [parallel]: how the ranks divide the model and the machines (pipelines, islands).
+void bind_parallel(ConfigSchema& s, ParallelConfig& parallel) {
   s.add("parallel.pipeline_stages", parallel.pipeline_stages, "pipeline stages D_PP (world = D_DP x D_PP); 1 = none", 1,
         1024);
   s.add("parallel.micro_batches", parallel.micro_batches, "pipeline: micro-batches per step (divides batch_size)", 1,
@@ -106,6 +110,10 @@ void bind_distributed(ConfigSchema& s, DistConfig& dist, ParallelConfig& paralle
   s.add("parallel.island_steps", parallel.island_steps,
         "islands of unlike speed: optimizer steps per train step, per island, e.g. '2,1'; 'auto' = measured at "
         "start-up, in proportion to each island's speed; '' = one each (lockstep)");
+}
+
+// [dipaco]: the paths, their modules and how workers share them.
+void bind_dipaco(ConfigSchema& s, DipacoConfig& dipaco) {
   s.add("dipaco.modules", dipaco.modules, "DiPaCo: modules per level, e.g. '2x2'; '' = not DiPaCo");
   s.add("dipaco.private_stem", dipaco.private_stem, "DiPaCo: embeddings/head private to each path");
   s.add("dipaco.routes", dipaco.routes, "DiPaCo: directory written by `tributary route`");
@@ -272,7 +280,9 @@ void RunConfig::bind() {
   s.add("train.checkpoint_every", train.checkpoint_every, "steps between checkpoints; 0 = only at the end", 0);
   s.add("train.keep_checkpoints", train.keep_checkpoints, "how many recent checkpoints to keep", 1);
   s.add("train.init_from", train.init_from, "checkpoint whose weights the model starts from ('' = initialise)");
-  bind_distributed(s, dist, parallel, dipaco);
+  bind_dist(s, dist);
+  bind_parallel(s, parallel);
+  bind_dipaco(s, dipaco);
   bind_local(s, local);
 }
 
