@@ -2,11 +2,14 @@
 
 #include "tributary/data/dataset.h"
 
-#include <dlfcn.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -27,109 +30,71 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
-namespace {
-
-// The sentencepiece shim (see spm_shim.cpp for why it is loaded at run time).
-struct SpmApi {
-  void* (*load)(const char*, char*, size_t);
-  void (*free_handle)(void*);
-  int (*vocab_size)(void*);
-  int (*eos_id)(void*);
-  int (*encode)(void*, const char*, size_t, int**, size_t*, char*, size_t);
-  int (*decode)(void*, const int*, size_t, char**, size_t*, char*, size_t);
-  int (*train)(const char*, char*, size_t);
-  void (*free_buffer)(void*);  // buffers from encode/decode belong to the shim's allocator
-};
-
-const SpmApi& spm_api() {
-  static const SpmApi api = [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("TRIBUTARY_SPM_SHIM")) candidates.emplace_back(env);
-    char exe[4096];
-    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-      exe[n] = '\0';
-      candidates.push_back((fs::path(exe).parent_path() / "libtributary_spm.so").string());
-    }
-#ifdef TRIBUTARY_SPM_SHIM_PATH
-    candidates.emplace_back(TRIBUTARY_SPM_SHIM_PATH);
-#endif
-    void* lib = nullptr;
-    for (const auto& c : candidates)
-      if ((lib = ::dlmopen(LM_ID_NEWLM, c.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-    if (!lib)
-      fail(
-          "SentencePiece support is unavailable: cannot load libtributary_spm.so next to the executable ({}); "
-          "rebuild with ./run setup",
-          ::dlerror());
-    auto sym = [&](const char* name) {
-      void* p = ::dlsym(lib, name);
-      if (!p) fail("libtributary_spm.so lacks symbol {}; rebuild with ./run setup", name);
-      return p;
-    };
-    SpmApi a;
-    a.load = reinterpret_cast<decltype(a.load)>(sym("trib_spm_load"));
-    a.free_handle = reinterpret_cast<decltype(a.free_handle)>(sym("trib_spm_free"));
-    a.vocab_size = reinterpret_cast<decltype(a.vocab_size)>(sym("trib_spm_vocab_size"));
-    a.eos_id = reinterpret_cast<decltype(a.eos_id)>(sym("trib_spm_eos_id"));
-    a.encode = reinterpret_cast<decltype(a.encode)>(sym("trib_spm_encode"));
-    a.decode = reinterpret_cast<decltype(a.decode)>(sym("trib_spm_decode"));
-    a.train = reinterpret_cast<decltype(a.train)>(sym("trib_spm_train"));
-    a.free_buffer = reinterpret_cast<decltype(a.free_buffer)>(sym("trib_spm_free_buffer"));
-    return a;
-  }();
-  return api;
-}
-
-}  // namespace
-
 struct SentencePieceTokenizer::Impl {
-  void* handle = nullptr;
+  sentencepiece::SentencePieceProcessor processor;
   int64_t vocab = 0;
   int32_t eos = -1;
-  ~Impl() {
-    if (handle) spm_api().free_handle(handle);
-  }
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(const fs::path& model_file) : impl_(std::make_unique<Impl>()) {
-  char err[512] = {0};
-  impl_->handle = spm_api().load(model_file.c_str(), err, sizeof(err));
-  if (!impl_->handle) fail("cannot load SentencePiece model '{}': {}", model_file.string(), err);
-  impl_->vocab = spm_api().vocab_size(impl_->handle);
-  impl_->eos = spm_api().eos_id(impl_->handle);
+  if (const auto status = impl_->processor.Load(model_file.string()); !status.ok())
+    fail("cannot load SentencePiece model '{}': {}", model_file.string(), status.ToString());
+  impl_->vocab = impl_->processor.GetPieceSize();
+  impl_->eos = impl_->processor.eos_id();
   if (impl_->eos < 0)
     fail("SentencePiece model '{}' has no end-of-sentence piece; train it with an eos id", model_file.string());
 }
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const {
-  char err[512] = {0};
-  int* ids = nullptr;
-  size_t n = 0;
-  if (spm_api().encode(impl_->handle, text.data(), text.size(), &ids, &n, err, sizeof(err)) != 0)
-    fail("SentencePiece encode failed: {}", err);
-  std::vector<int32_t> out(ids, ids + n);
-  spm_api().free_buffer(ids);
-  return out;
+  std::vector<int> ids;
+  if (const auto status = impl_->processor.Encode(text, &ids); !status.ok())
+    fail("SentencePiece encode failed: {}", status.ToString());
+  return {ids.begin(), ids.end()};
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::vector<int> in;
   for (int32_t id : ids)
     if (id != eot_id() && id >= 0 && id < vocab_size()) in.push_back(id);
-  char err[512] = {0};
-  char* text = nullptr;
-  size_t len = 0;
-  if (spm_api().decode(impl_->handle, in.data(), in.size(), &text, &len, err, sizeof(err)) != 0)
-    fail("SentencePiece decode failed: {}", err);
-  std::string out(text, len);
-  spm_api().free_buffer(text);
+  std::string out;
+  if (const auto status = impl_->processor.Decode(in, &out); !status.ok())
+    fail("SentencePiece decode failed: {}", status.ToString());
   return out;
 }
 
 int64_t SentencePieceTokenizer::vocab_size() const { return impl_->vocab; }
 int32_t SentencePieceTokenizer::eot_id() const { return impl_->eos; }
+
+namespace {
+
+// SentencePiece 0.1.97 logs its whole command line before it reads --minloglevel, so its stderr goes to a temporary
+// file while it trains, and into the error when training fails.
+std::optional<std::string> train_quietly(const std::string& args) {
+  char log_path[] = "/tmp/tributary-spm-XXXXXX";
+  const int log_fd = mkstemp(log_path);
+  const int saved = log_fd >= 0 ? dup(2) : -1;
+  if (saved >= 0) dup2(log_fd, 2);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args);
+  std::string log;
+  if (saved >= 0) {
+    dup2(saved, 2);
+    close(saved);
+  }
+  if (log_fd >= 0) {
+    char buf[4096];
+    lseek(log_fd, 0, SEEK_SET);
+    for (ssize_t n; (n = read(log_fd, buf, sizeof(buf))) > 0;) log.append(buf, static_cast<size_t>(n));
+    close(log_fd);
+    unlink(log_path);
+  }
+  if (status.ok()) return std::nullopt;
+  const size_t keep = 600;
+  return status.ToString() +
+         (log.empty() ? "" : "; its log ends: " + log.substr(log.size() - std::min(keep, log.size())));
+}
+
+}  // namespace
 
 void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::path& out_prefix,
                          const SentencePieceOptions& options) {
@@ -151,10 +116,9 @@ void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::p
       "--split_by_whitespace=true --pad_id=-1 --unk_id=0 --bos_id=-1 --eos_id=1 "
       "--minloglevel=2 --num_threads=2",
       sample.string(), out_prefix.string(), options.vocab_size, options.model_type);
-  char err[512] = {0};
-  int rc = spm_api().train(args.c_str(), err, sizeof(err));
+  const std::optional<std::string> error = train_quietly(args);
   fs::remove(sample);
-  if (rc != 0) fail("SentencePiece training failed ({}); try a smaller --vocab-size or more text", err);
+  if (error) fail("SentencePiece training failed ({}); try a smaller --vocab-size or more text", *error);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dataset_dir) {
