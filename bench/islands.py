@@ -52,8 +52,8 @@ def run(sites, cli, kind, args, run_dir, port, per_site=2):
             f"train.eval_every={args.eval_every}", "train.log_every=25", "train.checkpoint_every=0",
             f"optim.warmup_steps={max(1, args.steps // 10)}", "dist.collective_timeout_s=600",
             "dist.store_timeout_s=600"]
-    if kind == "dp":
-        sets.append("dist.algorithm=ddp")
+    if kind == "dp":  # data parallel as its users run it: fp32 gradients (the shipped config's int8 is DiLoCo's)
+        sets += ["dist.algorithm=ddp", "dist.compression=fp32"]
     else:  # the same outer settings for both DiLoCo runs; no data-parallel warm-up across the slow link
         sets += [f"dist.inner_steps={args.inner_steps}", "dist.warmup_ddp_steps=0"]
     if kind in ("islands", "ft", "ft-kill"):
