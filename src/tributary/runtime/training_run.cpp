@@ -14,8 +14,8 @@
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/island_pace.h"
 #include "tributary/runtime/pipelines.h"
-#include "tributary/runtime/replicas.h"
 #include "tributary/runtime/replica_checkpoint.h"
+#include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_layout.h"
 
 namespace tributary::detail {
