@@ -64,6 +64,9 @@ for stage in "$@"; do
         $PY -c "import json,sys; s=json.load(open('runs/$r/summary.json')); print('$r', {k: s.get(k) for k in ('tokens', 'tokens_per_s', 'elapsed_s', 'mfu', 'val_loss', 'world_size')})" 2>&1
       done ;;
     test)
+      # The README's commands name the project's .venv, which ./run setup makes where PyPI is reachable; here, a venv
+      # that sees this machine's PyTorch (offline: no pip).
+      [ -x .venv/bin/python3 ] || $PY -m venv --system-site-packages --without-pip .venv
       start=$(date +%s)
       timeout "${TEST_S:-240}" ctest --test-dir $B -j "${TEST_J:-12}" --timeout 200 --output-on-failure \
         > "$OUT/test.log" 2>&1 || status=1
