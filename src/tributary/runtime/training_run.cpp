@@ -86,6 +86,20 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   const double bytes_per_token = data_.dataset->bytes_per_token("val");
   summary_.unigram_bpb = data_.dataset->unigram_val_bits_per_token() / bytes_per_token;
   describe(threads);
+  start_report(bytes_per_token);
+  if (Replicas* synced = world_->synced(); synced && synced->quorum()) {
+    const int64_t n = world_->ranks_per_member();  // each reading its own shard
+    members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
+                                                    n * tc_.batch_size * tc_.grad_accum * config_.model.context,
+                                                    std::move(pending), n);
+  }
+  tokens_per_step_ = world_->follow_lead(*data_.loader, tokens_per_step());
+  start_training();
+}
+
+// The run's metrics, console lines and summary (the lead writes them; every rank counts its own traffic).
+void TrainingRun::start_report(double bytes_per_token) {
+  const DistEnv& env = options_.dist;
   report_ =
       std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir,
                                               .lead = lead_.is(),
@@ -103,14 +117,6 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
                                               .flops_per_token = flops_per_token_,
                                               .peak_flops = summary_.peak_flops,
                                               .bytes_per_token = bytes_per_token});
-  if (Replicas* synced = world_->synced(); synced && synced->quorum()) {
-    const int64_t n = world_->ranks_per_member();  // each reading its own shard
-    members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
-                                                    n * tc_.batch_size * tc_.grad_accum * config_.model.context,
-                                                    std::move(pending), n);
-  }
-  tokens_per_step_ = world_->follow_lead(*data_.loader, tokens_per_step());
-  start_training();
 }
 
 // The step behind the seam, then the clocks: from here on the loop's units are timed.

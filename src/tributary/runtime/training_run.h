@@ -70,6 +70,7 @@ class TrainingRun : public WorkSource {
  private:
   void build_model_and_data();
   std::optional<PendingHeal> start_world();  // a joiner healed mid-round: its pending heal
+  void start_report(double bytes_per_token);
   void start_training();
   void load_codec_state();  // a resumed rank's error feedback, when the world is the same
   void describe(int64_t threads) const;
