@@ -48,15 +48,61 @@ void explain_scope(const TrainConfig& run, const std::string& split, int64_t ask
       static_cast<long long>(run.eval_batches), static_cast<long long>(run.batch_size));
 }
 
+struct EvalArgs {
+  std::string checkpoint, data, device = "cpu", split = "val";
+  int64_t batches = 0, batch_size = 16, threads = 0, prefix = -1, units = 0, reroute = 0;
+  bool early_stopped = false, all_heads = false;
+};
+
+// A DiPaCo run: every unit of its validation split routed to one path by its first 32 tokens.
+void eval_dipaco(const EvalArgs& args, const torch::Device& device) {
+  auto r = evaluate_routed(args.checkpoint, args.early_stopped, args.units, device, args.reroute);
+  std::printf("DiPaCo routed val loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix%s\n", r.loss,
+              std::exp(r.loss), static_cast<long long>(r.num_tokens), static_cast<long long>(kRoutingPrefix),
+              args.reroute > 0 ? fmt::format(" | re-routed every {} tokens", args.reroute).c_str() : "");
+  for (size_t p = 0; p < r.units_per_path.size(); ++p)
+    std::printf("  path %zu: %lld %s, loss %.4f\n", p, static_cast<long long>(r.units_per_path[p]),
+                args.reroute > 0 ? "tokens" : "units", r.loss_per_path[p]);
+}
+
+// --prefix: the split cut into units of context + 1 tokens, only the tokens after the prefix scored (DiPaCo's
+// protocol).
+void eval_units(const EvalArgs& args, LoadedModel& loaded, const Dataset& dataset, const torch::Device& device) {
+  if (args.prefix >= loaded.config.model.context)
+    fail("--prefix {} leaves nothing to score: the model's context is {} tokens; use a prefix below it", args.prefix,
+         loaded.config.model.context);
+  Units units = cut_units(dataset, args.split, loaded.config.model.context);
+  if (args.units > 0 && units.size() > args.units) units.tokens = units.tokens.narrow(0, 0, args.units);
+  auto r = evaluate_units(*loaded.model, units.tokens, args.prefix, device);
+  std::printf("step %lld | %s loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix of %lld units\n",
+              static_cast<long long>(loaded.step), args.split.c_str(), r.mean(), std::exp(r.mean()),
+              static_cast<long long>(r.num_tokens), static_cast<long long>(args.prefix),
+              static_cast<long long>(units.size()));
+}
+
+// The split's windows of context + 1 tokens, batch by batch, as the run's evaluations score them.
+void eval_windows(const EvalArgs& args, LoadedModel& loaded, const Dataset& dataset, const torch::Device& device) {
+  auto tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens(args.split));
+  BatchLoader loader(tokens, {.batch_size = args.batch_size, .context = loaded.config.model.context, .shuffle = false},
+                     dataset.dir().string() + " " + args.split);
+  int64_t batches = args.batches > 0 ? std::min(args.batches, loader.num_windows() / args.batch_size)
+                                     : loader.num_windows() / args.batch_size;
+  Progress progress("eval: " + args.split, batches, "batches");
+  auto result = evaluate(*loaded.model, loader, batches, device, &progress);
+  progress.done();
+  double bpb = result.loss / std::log(2.0) / dataset.bytes_per_token(args.split);
+  std::printf("step %lld | %s loss %.4f | ppl %.3f | %.4f bits/byte | %lld tokens | unigram %.4f bits/byte\n",
+              static_cast<long long>(loaded.step), args.split.c_str(), result.loss, std::exp(result.loss), bpb,
+              static_cast<long long>(result.num_tokens),
+              dataset.unigram_val_bits_per_token() / dataset.bytes_per_token("val"));
+  explain_scope(loaded.config.train, args.split, args.batches, batches, args.batch_size);
+  if (args.all_heads) print_all_heads(args.checkpoint, loaded, loader, batches, device);
+}
+
 }  // namespace
 
 void add_eval(CLI::App& app) {
-  struct Args {
-    std::string checkpoint, data, device = "cpu", split = "val";
-    int64_t batches = 0, batch_size = 16, threads = 0, prefix = -1, units = 0, reroute = 0;
-    bool early_stopped = false, all_heads = false;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "evaluate a checkpoint: loss, perplexity, bits per byte");
   cmd->add_option("checkpoint", args->checkpoint, "checkpoint directory or run directory")->required();
   auto* data = cmd->add_option("--data", args->data, "dataset directory (default: the checkpoint's data.dir)");
@@ -100,16 +146,7 @@ void add_eval(CLI::App& app) {
     configure_threads(args->threads);
     check_blas();
     auto device = parse_device(args->device);
-    if (dipaco) {  // route every unit to one path by its first 32 tokens
-      auto r = evaluate_routed(args->checkpoint, args->early_stopped, args->units, device, args->reroute);
-      std::printf("DiPaCo routed val loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix%s\n", r.loss,
-                  std::exp(r.loss), static_cast<long long>(r.num_tokens), static_cast<long long>(kRoutingPrefix),
-                  args->reroute > 0 ? fmt::format(" | re-routed every {} tokens", args->reroute).c_str() : "");
-      for (size_t p = 0; p < r.units_per_path.size(); ++p)
-        std::printf("  path %zu: %lld %s, loss %.4f\n", p, static_cast<long long>(r.units_per_path[p]),
-                    args->reroute > 0 ? "tokens" : "units", r.loss_per_path[p]);
-      return;
-    }
+    if (dipaco) return eval_dipaco(*args, device);
     auto loaded = load_model(args->checkpoint, device);
     if (args->all_heads && loaded.config.local.chunks < 2)  // said before the evaluation, not after it
       fail("--all-heads: '{}' was not trained with local parallelism (local.chunks = {}), so it has no auxiliary heads",
@@ -118,35 +155,8 @@ void add_eval(CLI::App& app) {
     if (dataset.vocab_size() > loaded.config.model.vocab_size)
       fail("dataset '{}' has {} token ids but the model only {}: evaluate on data built with the same tokenizer",
            dataset.dir().string(), dataset.vocab_size(), loaded.config.model.vocab_size);
-    if (args->prefix >= loaded.config.model.context)
-      fail("--prefix {} leaves nothing to score: the model's context is {} tokens; use a prefix below it", args->prefix,
-           loaded.config.model.context);
-    if (args->prefix >= 0) {
-      Units units = cut_units(dataset, args->split, loaded.config.model.context);
-      if (args->units > 0 && units.size() > args->units) units.tokens = units.tokens.narrow(0, 0, args->units);
-      auto r = evaluate_units(*loaded.model, units.tokens, args->prefix, device);
-      std::printf("step %lld | %s loss %.4f | ppl %.3f | %lld tokens after the %lld-token prefix of %lld units\n",
-                  static_cast<long long>(loaded.step), args->split.c_str(), r.mean(), std::exp(r.mean()),
-                  static_cast<long long>(r.num_tokens), static_cast<long long>(args->prefix),
-                  static_cast<long long>(units.size()));
-      return;
-    }
-    auto tokens = std::make_shared<const std::vector<uint32_t>>(dataset.load_tokens(args->split));
-    BatchLoader loader(tokens,
-                       {.batch_size = args->batch_size, .context = loaded.config.model.context, .shuffle = false},
-                       dataset.dir().string() + " " + args->split);
-    int64_t batches = args->batches > 0 ? std::min(args->batches, loader.num_windows() / args->batch_size)
-                                        : loader.num_windows() / args->batch_size;
-    Progress progress("eval: " + args->split, batches, "batches");
-    auto result = evaluate(*loaded.model, loader, batches, device, &progress);
-    progress.done();
-    double bpb = result.loss / std::log(2.0) / dataset.bytes_per_token(args->split);
-    std::printf("step %lld | %s loss %.4f | ppl %.3f | %.4f bits/byte | %lld tokens | unigram %.4f bits/byte\n",
-                static_cast<long long>(loaded.step), args->split.c_str(), result.loss, std::exp(result.loss), bpb,
-                static_cast<long long>(result.num_tokens),
-                dataset.unigram_val_bits_per_token() / dataset.bytes_per_token("val"));
-    explain_scope(loaded.config.train, args->split, args->batches, batches, args->batch_size);
-    if (args->all_heads) print_all_heads(args->checkpoint, loaded, loader, batches, device);
+    if (args->prefix >= 0) return eval_units(*args, loaded, dataset, device);
+    eval_windows(*args, loaded, dataset, device);
   });
 }
 
