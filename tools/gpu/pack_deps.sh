@@ -17,7 +17,7 @@ L=/usr/lib/x86_64-linux-gnu
 # OpenSSL: the run secret's cipher (comm/sealed_store); Debian keeps two of its headers in the multiarch folder.
 cp -a /usr/include/openssl "$D/include/"
 cp -a /usr/include/x86_64-linux-gnu/openssl/. "$D/include/openssl/"
-cp -a $L/libfmt.so* $L/libtomlplusplus.so* $L/libxxhash.so* $L/libsentencepiece.so* $L/libz.so* \
+cp -a $L/libfmt.so* $L/libtomlplusplus.so* $L/libxxhash.so* $L/libsentencepiece.so* $L/libsentencepiece_train.so* $L/libz.so* \
       $L/libcrypto.so* $L/libssl.so* \
       $L/libgtest.a $L/libgtest_main.a "$D/lib/x86_64-linux-gnu/"
 cp -a $L/cmake/fmt $L/cmake/tomlplusplus $L/cmake/GTest "$D/lib/x86_64-linux-gnu/cmake/"
