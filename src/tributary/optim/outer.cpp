@@ -7,7 +7,11 @@
 namespace tributary {
 
 OuterOptimizer::OuterOptimizer(const NamedTensors& params, OuterOptions options) : options_(options) {
-  for (const auto& [name, p] : params) pinned_ |= p.is_cuda();
+  for (const auto& [name, p] : params)
+    if (p.is_cuda()) {
+      pinned_ = true;
+      device_index_ = p.device().index();
+    }
   const auto host = torch::TensorOptions(torch::kFloat32).pinned_memory(pinned_);
   for (const auto& [name, p] : params) {
     global_.emplace_back(name, torch::empty(p.sizes(), host));
@@ -40,7 +44,7 @@ void OuterOptimizer::step(const std::vector<torch::Tensor>& delta, NamedTensors&
 }
 
 void OuterOptimizer::wait_for_device() const {
-  if (pinned_) torch::cuda::synchronize();
+  if (pinned_) torch::cuda::synchronize(device_index_);  // the model's GPU, which need not be the current one
 }
 
 void OuterOptimizer::apply(const std::vector<torch::Tensor>& delta) {

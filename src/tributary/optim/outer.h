@@ -45,6 +45,7 @@ class OuterOptimizer {
   NamedTensors global_;
   std::vector<torch::Tensor> momentum_;
   bool pinned_ = false;                         // a parameter lives on a GPU
+  int64_t device_index_ = -1;                   // that GPU
   mutable std::vector<torch::Tensor> staging_;  // pinned: the local parameters brought down, reused every round
   OuterOptions options_;
   int64_t num_steps_ = 0;
