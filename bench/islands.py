@@ -25,7 +25,7 @@ step) against time-paced (parallel.island_steps = 2,1: the fast island takes two
 (parallel.island_steps = auto: the ranks time their step at start-up); each run's training time
 to the lockstep run's final validation loss.
 
-Usage: python3 bench/islands.py --build build [--steps 300] [--rate 100mbit] [--inner-steps 25] [--repeats 1]
+Usage: python3 bench/islands.py --build build [--steps 300] [--seed 1234] [--rate 100mbit] [--inner-steps 25] [--repeats 1]
        [--only dp,diloco,islands] [--sweep 1,2,4] [--unlike] [--out islands.json]
 """
 import re
@@ -48,7 +48,7 @@ def Sites(rate):
 
 
 def run(sites, cli, kind, args, run_dir, port, per_site=2):
-    sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", "train.batch_size=4",
+    sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", "train.batch_size=4", f"train.seed={args.seed}",
             f"train.eval_every={args.eval_every}", "train.log_every=25", "train.checkpoint_every=0",
             f"optim.warmup_steps={max(1, args.steps // 10)}", "dist.collective_timeout_s=600",
             "dist.store_timeout_s=600"]
@@ -109,7 +109,7 @@ def unlike(cli, args):
         runs = []
         for rep in range(args.repeats):
             run_dir = os.path.join(args.work, f"unlike-{kind}-{rep}")
-            sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", "train.batch_size=4",
+            sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", "train.batch_size=4", f"train.seed={args.seed}",
                     f"train.eval_every={args.eval_every}", "train.log_every=25", "train.checkpoint_every=0",
                     f"optim.warmup_steps={max(1, args.steps // 10)}", f"dist.inner_steps={args.inner_steps}",
                     "dist.warmup_ddp_steps=0", "parallel.islands=2,1", "dist.slow_workers=2:2"] + extra
@@ -162,6 +162,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=1234, help="train.seed (the shipped config's)")
     ap.add_argument("--inner-steps", type=int, default=25)
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--rate", default="100mbit")
