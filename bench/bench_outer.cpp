@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -34,19 +35,27 @@ void sync(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }
 
-void time_round(const Round& r, const torch::Device& device, Seconds& down, Seconds& step, Seconds& up) {
-  for (auto [phase, out] : {std::pair{&r.down, &down}, {&r.step, &step}, {&r.up, &up}}) {
+// The three phases' seconds (down, step, up).
+std::array<double, 3> time_round(const Round& r, const torch::Device& device) {
+  std::array<double, 3> seconds{};
+  for (auto [phase, out] : {std::pair{&r.down, &seconds[0]}, {&r.step, &seconds[1]}, {&r.up, &seconds[2]}}) {
     sync(device);
     const auto t0 = std::chrono::steady_clock::now();
     (*phase)();
     sync(device);
-    out->push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    *out = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  return seconds;
 }
 
-std::string ms(Seconds v) {
+double median(Seconds v) {
   std::sort(v.begin(), v.end());
-  return fmt::format("{:.1f} [{:.1f}-{:.1f}]", 1e3 * v[v.size() / 2], 1e3 * v.front(), 1e3 * v.back());
+  return v[v.size() / 2];
+}
+
+std::string ms(const Seconds& v) {
+  return fmt::format("{:.1f} [{:.1f}-{:.1f}]", 1e3 * median(v), 1e3 * *std::min_element(v.begin(), v.end()),
+                     1e3 * *std::max_element(v.begin(), v.end()));
 }
 
 }  // namespace
@@ -101,36 +110,27 @@ int main(int argc, char** argv) {
                         local[i].second.copy_(global[i].to(local[i].second.device()));
                     }};
   const Round pinned{[&] { delta = ours.pseudo_gradient(local); }, [&] { ours.apply(delta); },
-                     [&] {
-                       for (size_t i = 0; i < local.size(); ++i)
-                         local[i].second.copy_(ours.global()[i].second, /*non_blocking=*/device.is_cuda());
-                     }};
+                     [&] { ours.copy_to(local); }};
 
   std::map<std::string, std::array<Seconds, 3>> times;
   for (int r = 0; r <= reps; ++r) {  // round 0 warms up (allocations, the staging copy)
     for (const auto& [name, round] : {std::pair{"plain", &plain}, {"ours", &pinned}}) {
-      Seconds down, step, up;
-      time_round(*round, device, down, step, up);
+      const std::array<double, 3> seconds = time_round(*round, device);
       if (r == 0) continue;
-      for (int k = 0; k < 3; ++k) times[name][k].push_back((k == 0 ? down : k == 1 ? step : up)[0]);
+      for (int k = 0; k < 3; ++k) times[name][k].push_back(seconds[k]);
     }
   }
   fmt::print("outer step of {} parameters ({:.0f} MB fp32) on {}, {} threads, {} rounds; median [min-max] ms\n", numel,
              numel * 4 / 1e6, device_name, at::get_num_threads(), reps);
   for (const auto& [name, t] : times) {
     fmt::print("  {:5}  down + pseudo-gradient {}  Nesterov step {}  up {}\n", name, ms(t[0]), ms(t[1]), ms(t[2]));
-    std::vector<double> med;
-    for (auto v : t) {
-      std::sort(v.begin(), v.end());
-      med.push_back(v[v.size() / 2]);
-    }
     fmt::print("{}\n", nlohmann::json{{"bench", "outer"},
                                       {"way", name},
                                       {"device", device_name},
                                       {"parameters", numel},
-                                      {"down_s", med[0]},
-                                      {"step_s", med[1]},
-                                      {"up_s", med[2]}}
+                                      {"down_s", median(t[0])},
+                                      {"step_s", median(t[1])},
+                                      {"up_s", median(t[2])}}
                            .dump());
   }
 }

@@ -37,6 +37,10 @@ std::vector<torch::Tensor> OuterOptimizer::pseudo_gradient(const NamedTensors& l
 
 void OuterOptimizer::step(const std::vector<torch::Tensor>& delta, NamedTensors& local) {
   apply(delta);
+  copy_to(local);
+}
+
+void OuterOptimizer::copy_to(NamedTensors& local) const {
   torch::NoGradGuard no_grad;
   // From pinned memory the copy is queued on the device's stream and the host goes on; apply() waits for it before
   // the global parameters change again.

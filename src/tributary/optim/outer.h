@@ -30,6 +30,8 @@ class OuterOptimizer {
   void step(const std::vector<torch::Tensor>& averaged_delta, NamedTensors& local);
   // The same step without touching the local parameters (Streaming DiLoCo merges them itself).
   void apply(const std::vector<torch::Tensor>& averaged_delta);
+  // The global parameters into `local` (step()'s second half): asynchronous from pinned memory.
+  void copy_to(NamedTensors& local) const;
 
   const NamedTensors& global() const { return global_; }
   NamedTensors state() const;  // "<param>.outer_momentum"
