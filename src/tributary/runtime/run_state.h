@@ -18,8 +18,6 @@
 
 namespace tributary {
 
-class Replicas;
-
 // Resolves model.vocab_size from the dataset, checks a resume against the checkpoint (same config up to the
 // resumable keys, same number of workers), refuses to silently reuse a run directory, prepares it and writes
 // config.toml (rank 0). Returns the checkpoint to resume from, if any.
