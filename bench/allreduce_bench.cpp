@@ -18,7 +18,7 @@
 
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/runtime/wan.h"
 
 using namespace tributary;

@@ -10,7 +10,7 @@
 #include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/runtime/cpu_allocator.h"
+#include "tributary/model/cpu_allocator.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/step_runner.h"
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   RunConfig config = RunConfig::load("", overrides);
   if (config.model.vocab_size == 0) config.model.vocab_size = 257;
   configure_threads(config.train.threads);
-  install_cpu_caching_allocator();  // as the CLI does (runtime/cpu_allocator.h)
+  install_cpu_caching_allocator();  // as the CLI does (model/cpu_allocator.h)
   auto blas = check_blas();
   const torch::Device device = parse_device(config.train.device);  // --set train.device=cuda on a GPU machine
   torch::manual_seed(0);

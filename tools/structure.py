@@ -2,7 +2,8 @@
 """The project's structure report (issue 11): include edges that point up the layer graph, c10d used outside comm/,
 the longest files under src/ and the longest functions (universal-ctags). Exit status 1 when an upward edge or a c10d
 use outside comm/ exists. Layers (docs/architecture.md):
-    cli -> runtime -> {parallel, optim, routing} -> {model, comm, data} -> core;   sched -> core
+    cli -> {interop, plan, route} -> runtime -> {parallel, optim, routing} -> {model, comm, data} -> core;
+    runtime -> launch -> core;   sched -> core;   report -> core
 Run from anywhere: python3 tools/structure.py [--top N]"""
 import os, re, shutil, subprocess, sys
 from pathlib import Path
@@ -10,7 +11,12 @@ from pathlib import Path
 ALLOWED = {"core": set(), "data": {"core"}, "model": {"core"}, "comm": {"core"}, "sched": {"core"},
            "optim": {"core", "data", "model", "comm"}, "routing": {"core", "data", "model"},
            "parallel": {"core", "data", "model", "comm", "optim"},
-           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing"}}
+           "launch": {"core"}, "report": {"core"},
+           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing", "launch"}}
+# Above the run: what reads or writes a run's files for another tool (Hugging Face), plans a run, or builds DiPaCo's
+# routes from a trained model.
+for above in ("interop", "plan", "route"):
+    ALLOWED[above] = ALLOWED["runtime"] | {"runtime"}
 ALLOWED["cli"] = set(ALLOWED) | {"cli"}
 
 
@@ -65,6 +71,34 @@ def size_reason(where):
     return text[text.index("Size:") + 5:].strip() if "Size:" in text else ""
 
 
+def folder_shares(files):
+    """Lines per top folder of src/ (src/cli, src/tributary/<layer>), largest first, with its share of all."""
+    lines = {}
+    for f in files:
+        parts = f.split("/")
+        key = "/".join(parts[:2] if parts[1] == "cli" else parts[:3])
+        lines[key] = lines.get(key, 0) + open(f, errors="replace").read().count("\n")
+    total = sum(lines.values())
+    return [(n, n / total, k) for k, n in sorted(lines.items(), key=lambda kv: -kv[1])], total
+
+
+def interfaces():
+    """Classes that declare virtual methods, with how many (a seam's width): from the headers, by a plain scan."""
+    found = []
+    for path in sorted(Path("src").rglob("*.h")):
+        text = open(path, errors="replace").read()
+        for m in re.finditer(r"^(?:class|struct) (\w+)[^;{]*\{", text, re.M):
+            depth, i = 1, m.end()
+            while depth and i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            body = text[m.end():i]
+            n = len(re.findall(r"^\s*virtual\s+(?!~)", body, re.M))
+            if n:
+                found.append((n, m.group(1), str(path)))
+    return sorted(found, reverse=True)
+
+
 def main():
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 8
     os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,6 +120,13 @@ def main():
     print("c10d outside comm/:", "none" if not c10d else "")
     for f in c10d:
         print("  " + f)
+    shares, total = folder_shares(files)
+    print(f"lines per folder ({total} in all; runtime/ aim: under ~25%):")
+    for n, share, k in shares:
+        print(f"  {n:6d}  {share:5.1%}  {k}")
+    print("interfaces (virtual methods; aim: ~12 at most):")
+    for n, name, path in interfaces()[:top]:
+        print(f"  {n:3d}  {name} ({path})")
     print(f"longest files (lines; limit ~400):")
     for n, f in sorted(sizes, reverse=True)[:top]:
         print(f"  {n:5d}  {f}")

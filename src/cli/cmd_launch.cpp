@@ -8,7 +8,7 @@
 #include "tributary/comm/sealed_store.h"
 #include "tributary/comm/store.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/runtime/rendezvous.h"
 
 namespace tributary::cli {

@@ -1,6 +1,6 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/report/html_report.h"
+#include "tributary/report/html_report.h"
 
 namespace tributary::cli {
 

@@ -1,7 +1,7 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/dipaco/discriminative.h"
-#include "tributary/runtime/dipaco/routes_build.h"
+#include "tributary/route/discriminative.h"
+#include "tributary/route/routes_build.h"
 #include "tributary/runtime/flops.h"
 
 namespace tributary::cli {

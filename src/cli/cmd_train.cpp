@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/trainer.h"
 
 namespace tributary::cli {

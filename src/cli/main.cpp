@@ -12,7 +12,7 @@
 #include "cli/help_format.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/cpu_allocator.h"
+#include "tributary/model/cpu_allocator.h"
 #include "tributary/runtime/platform.h"
 
 namespace {
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_import(app);
   tributary::cli::add_report(app);
   try {
-    tributary::install_cpu_caching_allocator();  // before any tensor: see runtime/cpu_allocator.h
+    tributary::install_cpu_caching_allocator();  // before any tensor: see model/cpu_allocator.h
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);                            // --help, --version

@@ -17,7 +17,7 @@
 #include "tributary/comm/sparse_chunks.h"
 #include "tributary/comm/wire_mac.h"
 #include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 using namespace tributary;
 using namespace dipaco_test;

@@ -14,7 +14,7 @@
 #include "tributary/core/safetensors.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 using namespace tributary;
 

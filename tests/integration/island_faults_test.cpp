@@ -12,7 +12,7 @@
 #include "launch_support.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 using namespace tributary;
 

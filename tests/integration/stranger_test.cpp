@@ -23,7 +23,7 @@
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
 #include "tributary/core/fs.h"
 #include "tributary/core/rng.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 using namespace tributary;
 

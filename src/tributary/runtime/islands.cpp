@@ -8,7 +8,7 @@
 #include "tributary/core/log.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/row_shards.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/wan.h"
 

@@ -28,7 +28,7 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_config.h"

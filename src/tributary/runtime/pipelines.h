@@ -16,7 +16,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_config.h"
 

@@ -7,7 +7,7 @@
 
 #include "tributary/comm/group.h"
 #include "tributary/comm/store.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {

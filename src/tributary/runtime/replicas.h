@@ -17,7 +17,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/resilient_average.h"
 #include "tributary/parallel/replica_check.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/ft/quorum.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/runtime/sync/replica_sync.h"

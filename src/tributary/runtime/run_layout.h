@@ -3,7 +3,7 @@
 #pragma once
 
 #include "tributary/parallel/layout.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/ft/faults.h"
 
 namespace tributary {

@@ -11,7 +11,7 @@
 #include <chrono>
 
 #include "tributary/comm/store.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 using namespace tributary;
 

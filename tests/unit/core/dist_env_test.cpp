@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "tributary/core/error.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 
 using namespace tributary;
 

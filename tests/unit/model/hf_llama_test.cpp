@@ -15,7 +15,7 @@
 #include "tributary/core/fs.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/hf_import.h"
+#include "tributary/interop/hf_import.h"
 #include "tributary/runtime/inference.h"
 
 using namespace tributary;

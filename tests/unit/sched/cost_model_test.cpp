@@ -12,7 +12,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/rng.h"
-#include "tributary/runtime/plan_workload.h"
+#include "tributary/plan/plan_workload.h"
 #include "tributary/sched/cost_model.h"
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/placement.h"

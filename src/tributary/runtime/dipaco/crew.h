@@ -14,7 +14,7 @@
 #include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
 #include "tributary/runtime/dipaco/task_queue.h"
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary::dipaco {

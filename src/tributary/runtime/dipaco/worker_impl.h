@@ -35,7 +35,7 @@
 #include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/json_file.h"
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/replica_checkpoint.h"

@@ -1,11 +1,11 @@
-// The CPU tensor cache (runtime/cpu_allocator.h): a freed large block is handed to the next tensor of its size, small
+// The CPU tensor cache (model/cpu_allocator.h): a freed large block is handed to the next tensor of its size, small
 // ones are not cached, and the idle bytes never exceed the cap. Installing it here leaves it installed for the tests
 // that run after this one in the same process, which exercises it further.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
-#include "tributary/runtime/cpu_allocator.h"
+#include "tributary/model/cpu_allocator.h"
 
 using namespace tributary;
 

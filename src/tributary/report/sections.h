@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "tributary/runtime/report/run_files.h"
-#include "tributary/runtime/report/svg_chart.h"
+#include "tributary/report/run_files.h"
+#include "tributary/report/svg_chart.h"
 
 namespace tributary::report {
 

@@ -1,4 +1,4 @@
-#include "tributary/runtime/launch_supervisor.h"
+#include "tributary/launch/launch_supervisor.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "tributary/core/fs.h"
-#include "tributary/runtime/report/run_files.h"
+#include "tributary/report/run_files.h"
 
 namespace tributary::report {
 

@@ -1,6 +1,6 @@
 // The supervision half of `tributary launch` (launcher.h): forwards the workers' output with rank prefixes, reaps
 // them, stops the rest on a failure beyond --max-failures, and restarts a dead worker (--max-restarts) as a joiner
-// while the others run. Internal to runtime/launcher.cpp.
+// while the others run. Internal to launch/launcher.cpp.
 #pragma once
 
 #include <sys/types.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 namespace tributary {
 

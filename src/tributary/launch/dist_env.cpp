@@ -1,4 +1,4 @@
-#include "tributary/runtime/dist_env.h"
+#include "tributary/launch/dist_env.h"
 
 #include <algorithm>
 #include <chrono>

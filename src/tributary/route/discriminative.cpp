@@ -1,4 +1,4 @@
-#include "tributary/runtime/dipaco/discriminative.h"
+#include "tributary/route/discriminative.h"
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -6,7 +6,7 @@
 #include "tributary/routing/units.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/dipaco/routes_build.h"
+#include "tributary/route/routes_build.h"
 #include "tributary/runtime/inference.h"
 
 namespace tributary {

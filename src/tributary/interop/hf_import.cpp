@@ -1,4 +1,4 @@
-#include "tributary/runtime/hf_import.h"
+#include "tributary/interop/hf_import.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "tributary/runtime/plan_calibrate.h"
+#include "tributary/plan/plan_calibrate.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "tributary/runtime/cpu_allocator.h"
+#include "tributary/model/cpu_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
 

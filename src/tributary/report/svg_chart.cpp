@@ -1,4 +1,4 @@
-#include "tributary/runtime/report/svg_chart.h"
+#include "tributary/report/svg_chart.h"
 
 #include <fmt/format.h>
 

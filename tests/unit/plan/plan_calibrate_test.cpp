@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "support/error_of.h"
-#include "tributary/runtime/plan_calibrate.h"
+#include "tributary/plan/plan_calibrate.h"
 
 using namespace tributary;
 

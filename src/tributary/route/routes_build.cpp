@@ -1,4 +1,4 @@
-#include "tributary/runtime/dipaco/routes_build.h"
+#include "tributary/route/routes_build.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// `tributary report`'s reading and rendering (runtime/report/): what a run directory holds becomes the page's
+// `tributary report`'s reading and rendering (report/): what a run directory holds becomes the page's
 // sections; what is not a run is refused naming the directory, file and line. The browser test of a real
 // multi-worker run is in integration/fault_tolerance_test.cpp.
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 
 #include "support/error_of.h"
 #include "tributary/core/fs.h"
-#include "tributary/runtime/report/html_report.h"
-#include "tributary/runtime/report/svg_chart.h"
+#include "tributary/report/html_report.h"
+#include "tributary/report/svg_chart.h"
 
 using namespace tributary;
 

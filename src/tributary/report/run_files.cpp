@@ -1,4 +1,4 @@
-#include "tributary/runtime/report/run_files.h"
+#include "tributary/report/run_files.h"
 
 #include <regex>
 #include <sstream>

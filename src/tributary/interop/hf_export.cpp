@@ -1,4 +1,4 @@
-#include "tributary/runtime/hf_export.h"
+#include "tributary/interop/hf_export.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "tributary/runtime/launcher.h"
+#include "tributary/launch/launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/launch_supervisor.h"
+#include "tributary/launch/launch_supervisor.h"
 
 namespace tributary {
 namespace {

@@ -1,4 +1,4 @@
-#include "tributary/runtime/plan_workload.h"
+#include "tributary/plan/plan_workload.h"
 
 #include "tributary/core/error.h"
 #include "tributary/data/dataset.h"

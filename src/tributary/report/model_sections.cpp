@@ -6,7 +6,7 @@
 #include <cmath>
 #include <map>
 
-#include "tributary/runtime/report/sections.h"
+#include "tributary/report/sections.h"
 
 namespace tributary::report {
 namespace {

@@ -1,4 +1,4 @@
-#include "tributary/runtime/report/html_report.h"
+#include "tributary/report/html_report.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <map>
 
 #include "tributary/core/error.h"
-#include "tributary/runtime/report/sections.h"
+#include "tributary/report/sections.h"
 
 namespace tributary::report {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "tributary/runtime/report/sections.h"
+#include "tributary/report/sections.h"
 
 namespace tributary::report {
 namespace {
