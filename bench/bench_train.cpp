@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tributary/data/loader.h"
+#include "tributary/model/cpu_allocator.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/model/cpu_allocator.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/step_runner.h"

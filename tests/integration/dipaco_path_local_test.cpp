@@ -16,8 +16,8 @@
 #include "dipaco_fixture.h"
 #include "tributary/comm/sparse_chunks.h"
 #include "tributary/comm/wire_mac.h"
-#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/launch/launcher.h"
+#include "tributary/runtime/dipaco/modules.h"
 
 using namespace tributary;
 using namespace dipaco_test;

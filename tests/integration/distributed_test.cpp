@@ -13,8 +13,8 @@
 #include "tributary/core/fs.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/data/dataset.h"
-#include "tributary/model/tensor_io.h"
 #include "tributary/launch/launcher.h"
+#include "tributary/model/tensor_io.h"
 
 using namespace tributary;
 

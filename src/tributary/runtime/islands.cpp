@@ -6,11 +6,10 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/row_shards.h"
-#include "tributary/launch/launcher.h"
 #include "tributary/runtime/rendezvous.h"
-#include "tributary/runtime/wan.h"
 
 namespace tributary {
 namespace {
@@ -42,11 +41,13 @@ safetensors::File outer_rows(const safetensors::File& whole, const NamedTensors&
 
 }  // namespace
 
-Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layout)
+Islands::Islands(const Session& session, const Layout& layout)
     : layout_(layout),
-      shard_optimizer_(config.parallel.shard_optimizer),
-      fault_tolerant_(config.dist.fault_tolerant),
-      store_(rendezvous(config, env)) {
+      shard_optimizer_(session.config().parallel.shard_optimizer),
+      fault_tolerant_(session.config().dist.fault_tolerant),
+      store_(session.store()) {
+  const RunConfig& config = session.config();
+  const DistEnv& env = session.env();
   TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
   if (fault_tolerant_ && env.island_life < 0)
     fail(
@@ -57,7 +58,7 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
   const int64_t island = layout.islands().island(), size = layout.islands().size(island);
   const RunConfig& in_island =
       fault_tolerant_ && layout.islands().rank_in_island() > 0 ? following_rank_zero(config) : config;
-  const comm::GroupOptions options = group_options(config);
+  const comm::GroupOptions options = session.group_options();
   const std::string life = env.island_life > 0 ? fmt::format(".life{}", env.island_life) : "";
   island_ = std::make_unique<comm::Group>(store_, int(layout.islands().rank_in_island()), int(size),
                                           group_options(in_island), fmt::format("island.{}{}", island, life));
@@ -71,17 +72,15 @@ Islands::Islands(const RunConfig& config, const DistEnv& env, const Layout& layo
                                                       .part = false});
   if (layout.islands().outer_shard() >= 0) {
     const std::vector<int> peers = layout.islands().outer_shard_ranks();
-    const auto links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
-    auto link = links ? std::optional(links->subset(peers)) : std::nullopt;
+    auto link = session.links_among(peers);
     if (fault_tolerant_)
-      across_ =
-          std::make_unique<Replicas>(config, MemberGroup{.store = connect_scope(config, env, kIslandsScope),
-                                                         .heartbeat_store = connect_scope(config, env, kIslandsScope),
-                                                         .id = int(island),
-                                                         .size = int(layout.islands().count()),
-                                                         .joining = env.joining,
-                                                         .link = std::move(link),
-                                                         .noun = "island"});
+      across_ = std::make_unique<Replicas>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
+                                                               .heartbeat_store = session.reconnect(kIslandsScope),
+                                                               .id = int(island),
+                                                               .size = int(layout.islands().count()),
+                                                               .joining = env.joining,
+                                                               .link = std::move(link),
+                                                               .noun = "island"});
     else
       across_ = std::make_unique<Replicas>(
           config, ReplicaGroup{.store = store_,

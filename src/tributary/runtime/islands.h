@@ -25,10 +25,10 @@
 
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_vote.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/runtime/checkpoint.h"
-#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_config.h"
@@ -38,7 +38,7 @@ namespace tributary {
 
 class Islands {
  public:
-  Islands(const RunConfig& config, const DistEnv& env, const Layout& layout);
+  Islands(const Session& session, const Layout& layout);
   ~Islands();
 
   // Data parallel inside the island: the dense step averages its gradients through it. Null for an island of one.

@@ -4,12 +4,12 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/rendezvous.h"
-#include "tributary/runtime/wan.h"
 
 namespace tributary {
 
-Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& layout) {
+Pipelines::Pipelines(const Session& session, const Layout& layout) {
+  const RunConfig& config = session.config();
+  const DistEnv& env = session.env();
   const auto& par = config.parallel;
   const int64_t p = layout.stages();
   layout_ = pipeline::StageLayout::parse(par.stage_layers, config.model.num_layers, p, "parallel.stage_layers");
@@ -25,15 +25,10 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
             config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
   log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), place_.replica(),
             layout_.begin(stage()), layout_.end(stage()) - 1);
-  const auto world_links = wan_link_model_or_none(config.dist.wan, layout.device_of_rank());
-  if (world_links && env.rank == 0) log::info("pipelines on {}", world_links->describe());
-  auto options_among = [&](std::vector<int> members) {  // a group's options: its view of the emulated links
-    comm::GroupOptions options = group_options(config);
-    if (world_links) options.link = world_links->subset(members);
-    return options;
-  };
+  if (session.links() && env.rank == 0) log::info("pipelines on {}", session.links()->describe());
+  auto options_among = [&](const std::vector<int>& members) { return session.group_options(members); };
   const std::vector<int> pipe_members = layout.pipeline_ranks(), data_members = layout.stage_replica_ranks();
-  auto store = rendezvous(config, env);
+  comm::Store store = session.store();
   const std::optional<comm::RunKey> key = comm::invocation_key(store);  // this invocation's MACs
   if (key) {
     mac_.emplace(*key);
@@ -55,12 +50,12 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
   // pads with the modelled time itself.
   const std::vector<int> across = d > 1 ? layout.lead_stage_ranks() : data_members;
   if (diloco && layout.pipeline_in_island() == 0)
-    stage_replicas_ = std::make_unique<Replicas>(
-        config, ReplicaGroup{.store = store,
-                             .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
-                             .size = int(across.size()),
-                             .link = world_links ? std::optional(world_links->subset(across)) : std::nullopt,
-                             .prefix = fmt::format("diloco.{}", stage())});
+    stage_replicas_ =
+        std::make_unique<Replicas>(config, ReplicaGroup{.store = store,
+                                                        .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
+                                                        .size = int(across.size()),
+                                                        .link = session.links_among(across),
+                                                        .prefix = fmt::format("diloco.{}", stage())});
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
@@ -69,7 +64,7 @@ Pipelines::Pipelines(const RunConfig& config, const DistEnv& env, const Layout& 
     if (tie_) tie_sealed_ = std::make_unique<comm::Exchange>(*tie_, comm::ExchangeOptions{.mac_key = key});
     if (data_) data_sealed_ = std::make_unique<comm::Exchange>(*data_, comm::ExchangeOptions{.mac_key = key});
   }
-  const comm::GroupOptions options = group_options(config);
+  const comm::GroupOptions options = session.group_options();
   if (config.local.chunks > 0)  // local stages: their lagged report, outside the link emulation like the stop vote
     report_ =
         std::make_unique<comm::LaggedReduce>(store, int(stage()), int(p), options,

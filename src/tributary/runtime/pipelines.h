@@ -1,6 +1,6 @@
-// The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): the rendezvous, the
-// groups of this rank's place in the layout (parallel/layout.h: Megatron's order, or a placement from `tributary
-// plan`): its groups (its pipeline; its stage's replicas in
+// The pipelines of a multi-process run, as the trainer sees them (parallel.pipeline_stages > 1): formed over the run's
+// session (runtime/session.h), the groups of this rank's place in the layout (parallel/layout.h: Megatron's order, or
+// a placement from `tributary plan`): its groups (its pipeline; its stage's replicas in
 // the other pipelines, averaging gradients every step or, with dist.algorithm = diloco, taking DiLoCo outer steps;
 // first + last stage for the tied embedding), the stop vote over every rank, and the
 // consolidation that brings every stage's current parameters to every rank of the pipeline (for evaluation and the
@@ -13,10 +13,10 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_reduce.h"
 #include "tributary/comm/lagged_vote.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
-#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/replicas.h"
 #include "tributary/runtime/run_config.h"
 
@@ -24,8 +24,8 @@ namespace tributary {
 
 class Pipelines {
  public:
-  // The groups of this rank's place in `layout` (RunKind::kPipelines), formed on the run's store.
-  Pipelines(const RunConfig& config, const DistEnv& env, const Layout& layout);
+  // The groups of this rank's place in `layout` (RunKind::kPipelines), formed over the session.
+  Pipelines(const Session& session, const Layout& layout);
   ~Pipelines();
 
   int rank() const { return world_->rank(); }

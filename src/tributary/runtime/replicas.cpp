@@ -15,10 +15,9 @@
 #include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/flops.h"
 #include "tributary/launch/launcher.h"
+#include "tributary/runtime/flops.h"
 #include "tributary/runtime/rendezvous.h"
-#include "tributary/runtime/wan.h"
 
 namespace tributary {
 namespace {
@@ -39,23 +38,25 @@ void lower_training_priority(int64_t nice, int rank) {
 
 }  // namespace
 
-Replicas::Replicas(const RunConfig& config, const DistEnv& env) : config_(config) {
-  auto store = rendezvous(config, env);
-  auto link = wan_link_model_or_none(config.dist.wan, env.world_size);
+Replicas::Replicas(const Session& session) : config_(session.config()) {
+  const RunConfig& config = session.config();
+  const DistEnv& env = session.env();
+  comm::Store store = session.store();
+  const std::optional<comm::LinkModel>& link = session.links();
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
       log::warn(
           "dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
           "workers with `tributary launch` (it hosts the store itself)");
     join_members({.store = store,
-                  .heartbeat_store = reconnect_store(config, env),
+                  .heartbeat_store = session.reconnect(),
                   .id = env.rank,
                   .size = env.world_size,
                   .joining = env.joining,
                   .link = link});
     return;
   }
-  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, group_options(config));
+  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, session.group_options());
   build(store, env.rank, env.world_size, link, "group0", link, false);
 }
 

@@ -14,12 +14,13 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_vote.h"
 #include "tributary/comm/membership.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/resilient_average.h"
 #include "tributary/parallel/replica_check.h"
-#include "tributary/launch/dist_env.h"
 #include "tributary/runtime/ft/quorum.h"
 #include "tributary/runtime/run_config.h"
+#include "tributary/runtime/session.h"
 #include "tributary/runtime/sync/replica_sync.h"
 
 namespace tributary {
@@ -49,8 +50,8 @@ struct MemberGroup {
 
 class Replicas {
  public:
-  // Rendezvous: connects the store and forms the group of every rank; refuses ranks whose resolved configs differ.
-  Replicas(const RunConfig& config, const DistEnv& env);
+  // The replicas of the whole run: the group of every rank, over the session's store and links.
+  explicit Replicas(const Session& session);
   // The replicas of a part of the model (the run's rendezvous is done): no stop vote of their own (the run's covers
   // every rank). During a data-parallel warm-up the part's step averages its gradients itself (a pipeline stage over
   // its data group); these replicas only start DiLoCo when it ends.

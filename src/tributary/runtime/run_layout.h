@@ -2,8 +2,8 @@
 // placement file parallel.placement names (read here, so that a bad file fails before any group forms).
 #pragma once
 
-#include "tributary/parallel/layout.h"
 #include "tributary/launch/dist_env.h"
+#include "tributary/parallel/layout.h"
 #include "tributary/runtime/run_config.h"
 
 namespace tributary {

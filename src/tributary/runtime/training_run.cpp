@@ -51,7 +51,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     check_blas();
     log::info("{}", layout_.describe());
   }
-  world_ = make_world(config_, env, layout_);
+  if (layout_.distributed()) session_ = std::make_unique<Session>(config_, env, layout_.device_of_rank());
+  world_ = make_world(session_.get(), layout_);
   if (Replicas* synced = world_->synced()) {
     sync_ = &synced->sync();
     if (const std::string bad = faults_.bad_update(); !bad.empty()) synced->inject_bad_updates(bad);

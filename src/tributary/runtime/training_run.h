@@ -90,6 +90,8 @@ class TrainingRun : public WorkSource {
   Layout layout_;  // what kind of run, and this rank's place in it
   torch::Device device_;
   Lead lead_;  // writes metrics.jsonl, evaluates, writes the summary (fault tolerance: the lowest member)
+  // This process's connection to the run (every group of the world is formed over it); none for one process.
+  std::unique_ptr<Session> session_;
   std::unique_ptr<World> world_;  // whom this rank trains with (world/world.h)
   // The sync of the world's synced() replicas (their outer loop, their traffic); null where none.
   ReplicaSync* sync_ = nullptr;

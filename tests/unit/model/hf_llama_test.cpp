@@ -13,9 +13,9 @@
 #include "support/error_of.h"
 #include "support/hf_python.h"
 #include "tributary/core/fs.h"
+#include "tributary/interop/hf_import.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/interop/hf_import.h"
 #include "tributary/runtime/inference.h"
 
 using namespace tributary;

@@ -1,8 +1,8 @@
-// One DiPaCo worker's connection to the others: the run's store, the group of the members and its exchange (the
-// owners' ring, over the emulated WAN links), the task queue, and the quorum that decides after every round's tasks
-// who is left (comm::Membership: one heartbeat, the first decision written wins). A single process has an in-memory
-// store and a group of one. When a member dies the quorum re-forms under its next epoch, and the group and its
-// exchange follow (regroup). Internal to dipaco/.
+// One DiPaCo worker's connection to the others, formed over the run's session (runtime/session.h): the group of the
+// members and its exchange (the owners' ring, over the emulated WAN links), the task queue, and the membership that
+// agrees after every round's tasks on who is left — the round's quorum (comm::Membership: one heartbeat, the first
+// decision written wins). A single process has an in-memory store and a group of one. When a member dies the
+// membership re-forms under its next epoch, and the group and its exchange follow (regroup). Internal to dipaco/.
 #pragma once
 
 #include <memory>
@@ -13,9 +13,10 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
-#include "tributary/runtime/dipaco/task_queue.h"
 #include "tributary/launch/dist_env.h"
+#include "tributary/runtime/dipaco/task_queue.h"
 #include "tributary/runtime/run_config.h"
+#include "tributary/runtime/session.h"
 
 namespace tributary::dipaco {
 
@@ -28,20 +29,20 @@ struct Departure {
 class Crew {
  public:
   // `upload_link`: the group's emulated links (path-local uploads go point to point over them; none otherwise).
-  Crew(const RunConfig& config, const DistEnv& env, std::optional<comm::LinkModel> upload_link);
+  Crew(const Session& session, std::optional<comm::LinkModel> upload_link);
 
   comm::Store& store() { return *store_; }
   comm::Group& group() { return *group_; }
   comm::Exchange& exchange() { return *exchange_; }
   TaskQueue& queue() { return *queue_; }
-  const comm::Membership& quorum() const { return *quorum_; }
+  const comm::Membership& membership() const { return *membership_; }  // who the members are, epoch by epoch
 
-  // The quorum's decision on the tasks of `round`'s generation `gen` (all of `round_tasks` so far): none when every
-  // member is alive; otherwise the members re-formed without the dead (quorum().members()), and what they lost. The
+  // The membership's decision on the tasks of `round`'s generation `gen` (all of `round_tasks` so far): none when every
+  // member is alive; otherwise the members re-formed without the dead (membership().members()), and what they lost. The
   // group is the old one until regroup().
   std::optional<Departure> settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks);
-  // The group and its exchange under the quorum's epoch (after a departure) or under `prefix` (the same members with
-  // other links); `upload_link` as above, `ring_link` the exchange's emulated links over the members.
+  // The group and its exchange under the membership's epoch (after a departure) or under `prefix` (the same members
+  // with other links); `upload_link` as above, `ring_link` the exchange's emulated links over the members.
   void regroup(std::optional<comm::LinkModel> upload_link, std::optional<comm::LinkModel> ring_link);
   void regroup_as(const std::string& prefix, std::optional<comm::LinkModel> upload_link);
 
@@ -51,7 +52,7 @@ class Crew {
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<TaskQueue> queue_;
-  std::unique_ptr<comm::Membership> quorum_;
+  std::unique_ptr<comm::Membership> membership_;
 };
 
 }  // namespace tributary::dipaco

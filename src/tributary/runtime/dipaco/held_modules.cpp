@@ -7,15 +7,16 @@
 #include "tributary/core/hash.h"
 #include "tributary/optim/module_owners.h"
 #include "tributary/optim/module_ring.h"
-#include "tributary/runtime/wan.h"
 
 namespace tributary {
 
-HeldModules::HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial)
+HeldModules::HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial,
+                         std::optional<comm::LinkModel> links)
     : config_(config),
       grid_(grid),
       rank_(rank),
       world_(world),
+      links_(std::move(links)),
       module_ids_(grid.modules()),
       members_(size_t(world)),
       global_(std::move(initial)),
@@ -85,9 +86,8 @@ void HeldModules::set_members(std::vector<int> members, int64_t round) {
 }
 
 std::optional<comm::LinkModel> HeldModules::link() const {
-  auto all = wan_link_model_or_none(config_.dist.wan, world_);
-  if (all && members_.size() != size_t(world_)) return all->subset(members_);
-  return all;
+  if (links_ && members_.size() != size_t(world_)) return links_->subset(members_);
+  return links_;
 }
 
 ModuleSet HeldModules::path_view(int64_t p, int64_t round) {

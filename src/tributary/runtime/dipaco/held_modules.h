@@ -34,8 +34,10 @@ namespace tributary {
 
 class HeldModules {
  public:
-  // `initial`: every module (from the seed, init_from or the resumed run's files); this worker is `rank` of `world`.
-  HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial);
+  // `initial`: every module (from the seed, init_from or the resumed run's files); this worker is `rank` of `world`;
+  // `links`: the emulated links among every worker (the session's; none without dist.wan).
+  HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial,
+              std::optional<comm::LinkModel> links);
 
   void own(int64_t round);  // creates the outer optimizers of the modules this worker owns and lacks
   std::map<std::string, OuterOptimizer*> outer() const;  // the owned modules' outer state, by module id
@@ -74,6 +76,7 @@ class HeldModules {
   const RunConfig& config_;
   const PathGrid& grid_;
   int rank_, world_;
+  std::optional<comm::LinkModel> links_;  // among every worker
   std::vector<std::string> module_ids_;
   std::vector<int> members_;
   ModuleSet global_;  // every module's global parameters (ring), or the owned modules' (path-local)

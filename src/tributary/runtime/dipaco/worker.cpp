@@ -37,9 +37,11 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   ModuleSet initial = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed),
                                       resuming ? std::string() : config_.dipaco.init_from);
   if (resumed) adopt_modules(initial, resumed->modules, run_dir_);
-  held_ = std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(initial));
+  session_ = std::make_unique<Session>(config_, env_);  // the rendezvous (one process: an in-memory store)
+  held_ =
+      std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(initial), session_->links());
   // Path-local uploads go point to point over the emulated links; the ring models its own.
-  crew_ = std::make_unique<Crew>(config_, env_, config_.dipaco.path_local ? held_->link() : std::nullopt);
+  crew_ = std::make_unique<Crew>(*session_, config_.dipaco.path_local ? held_->link() : std::nullopt);
 
   const bool apart = env_.distributed() && run_dirs_apart();
   // dipaco.path_local, or directories apart; afterwards HeldModules::path_local() says it (it holds the depot).
@@ -63,7 +65,7 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   state_ = std::make_unique<PathState>(
       run_dir_, held_->depot(),
       PathStateOptions{env_.rank, on_request, milliseconds(int64_t(config_.dist.heartbeat_timeout_s * 1000))});
-  if (held_->path_local() && on_request && env_.distributed()) state_->serve(reconnect_store(config_, env_));
+  if (held_->path_local() && on_request && env_.distributed()) state_->serve(session_->reconnect());
   if (path_local && resuming) republish_path_state(*state_, crew_->group(), grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
   if (env_.distributed() && env_.rank == 0) crew_->store().set(kRunStartedKey, "1");
@@ -143,7 +145,7 @@ TrainSummary Worker::finish(bool stopped_early) {
   summary.bytes_recv = tally_.bytes_recv;
   summary.comm_s = tally_.comm_s;
   summary.world_size = env_.world_size;
-  summary.reformations = crew_->quorum().epoch();
+  summary.reformations = crew_->membership().epoch();
   summary.stopped_early = stopped_early;
   summary.lead = lead_.is();
   if (lead_.is()) {
@@ -265,7 +267,7 @@ Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& r
   if (!departure) return {};
   const std::vector<int>& left = departure->left;
   const std::vector<int64_t>& lost = departure->lost;
-  const std::vector<int>& members = crew_->quorum().members();
+  const std::vector<int>& members = crew_->membership().members();
   Verdict verdict;
   if (!lost.empty() && config_.dipaco.on_failure == "requeue") {
     verdict.again = true;
@@ -307,9 +309,9 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
     work.dropped.insert(work.dropped.end(), verdict.dropped.begin(), verdict.dropped.end());
   };
   const ExchangeGate gate = [&] {
-    const int epoch = crew_->quorum().epoch();
+    const int epoch = crew_->membership().epoch();
     settle_next();
-    return !verdict.again && crew_->quorum().epoch() == epoch;
+    return !verdict.again && crew_->membership().epoch() == epoch;
   };
   for (bool exchanged = false; !exchanged;) {
     for (; verdict.again; settle_next()) {
@@ -330,7 +332,7 @@ Worker::RoundWork Worker::tasks_and_exchange(int64_t round) {
       exchanged = true;
     } catch (const ExchangeAborted& e) {
       log::warn("DiPaCo round {}: a worker died during the exchange ({}); it runs again with worker(s) {}", round + 1,
-                comm::error_text(e), fmt::join(crew_->quorum().members(), ", "));
+                comm::error_text(e), fmt::join(crew_->membership().members(), ", "));
     }
     work.comm_s += seconds_since(comm_start);
   }
@@ -363,7 +365,7 @@ UnitDone Worker::next() {
                       {"compute_s", compute_s_},
                       {"tasks", work.tasks},
                       {"dropped", work.dropped},
-                      {"members", crew_->quorum().members()},
+                      {"members", crew_->membership().members()},
                       {"modelled_link_s", held_->modelled_s()},
                       {"round_s", seconds_since(round_start)},
                       {"elapsed_s", seconds_since(start_)}};

@@ -17,6 +17,7 @@
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/schedule.h"
@@ -35,12 +36,12 @@
 #include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/inference.h"
 #include "tributary/runtime/json_file.h"
-#include "tributary/launch/launcher.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/run_report.h"
+#include "tributary/runtime/session.h"
 #include "tributary/runtime/slowdown.h"
 #include "tributary/runtime/step_runner.h"
 #include "tributary/runtime/stop.h"
@@ -103,6 +104,7 @@ class Worker : public WorkSource {
   Faults faults_;      // injected on purpose (TrainOptions::faults)
   std::vector<PathData> data_;
   CosineSchedule schedule_;
+  std::unique_ptr<Session> session_;   // this process's connection to the run (the crew's groups form over it)
   std::unique_ptr<Crew> crew_;         // the connection to the others, and who they are round by round
   std::unique_ptr<RunReport> report_;  // metrics.jsonl and tb/ (the lead; the others their own tasks' lines), summary
   std::unique_ptr<HeldModules> held_;  // the global modules this worker holds, the outer state of those it owns

@@ -10,8 +10,8 @@
 
 namespace tributary::detail {
 
-IslandWorld::IslandWorld(const RunConfig& config, const DistEnv& env, const Layout& layout)
-    : config_(config), env_(env), layout_(layout), islands_(config, env, layout) {}
+IslandWorld::IslandWorld(const Session& session, const Layout& layout)
+    : config_(session.config()), env_(session.env()), layout_(layout), islands_(session, layout) {}
 
 // parallel.island_steps = "auto" (runtime/island_pace.h): the pace measured now, or the resumed checkpoint's.
 std::optional<Layout> IslandWorld::paced(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds,

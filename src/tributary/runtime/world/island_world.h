@@ -10,7 +10,7 @@ namespace tributary::detail {
 
 class IslandWorld : public World {
  public:
-  IslandWorld(const RunConfig& config, const DistEnv& env, const Layout& layout);
+  IslandWorld(const Session& session, const Layout& layout);
 
   Replicas* synced() override { return islands_.across(); }
   ReplicaSync* step_sync() override { return islands_.inside(); }

@@ -6,8 +6,12 @@
 
 namespace tributary::detail {
 
-PipelineWorld::PipelineWorld(const RunConfig& config, const DistEnv& env, const Layout& layout)
-    : config_(config), layout_(layout), pipelines_(config, env, layout), rank_(env.rank), world_size_(env.world_size) {}
+PipelineWorld::PipelineWorld(const Session& session, const Layout& layout)
+    : config_(session.config()),
+      layout_(layout),
+      pipelines_(session, layout),
+      rank_(session.env().rank),
+      world_size_(session.env().world_size) {}
 
 std::optional<CheckpointPeers> PipelineWorld::peers() {
   return CheckpointPeers{.rank = pipelines_.rank(),

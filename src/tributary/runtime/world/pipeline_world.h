@@ -10,7 +10,7 @@ namespace tributary::detail {
 
 class PipelineWorld : public World {
  public:
-  PipelineWorld(const RunConfig& config, const DistEnv& env, const Layout& layout);
+  PipelineWorld(const Session& session, const Layout& layout);
 
   Replicas* synced() override { return pipelines_.stage_replicas(); }
   Pipelines* pipelines() override { return &pipelines_; }

@@ -2,8 +2,8 @@
 
 namespace tributary::detail {
 
-ReplicaWorld::ReplicaWorld(const RunConfig& config, const DistEnv& env)
-    : replicas_(config, env), rank_(env.rank), world_(env.world_size) {}
+ReplicaWorld::ReplicaWorld(const Session& session)
+    : replicas_(session), rank_(session.env().rank), world_(session.env().world_size) {}
 
 std::optional<PendingHeal> ReplicaWorld::start(const StartState& s) {
   if (s.joining)  // its data is re-sharded over the members when it becomes one (MembershipFollower)

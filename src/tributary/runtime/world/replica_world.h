@@ -9,7 +9,7 @@ namespace tributary::detail {
 
 class ReplicaWorld : public World {
  public:
-  ReplicaWorld(const RunConfig& config, const DistEnv& env);
+  explicit ReplicaWorld(const Session& session);
 
   Replicas* synced() override { return &replicas_; }
   ReplicaSync* step_sync() override { return &replicas_.sync(); }

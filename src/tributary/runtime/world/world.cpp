@@ -9,14 +9,14 @@ namespace tributary::detail {
 
 double World::matmul_peak(const torch::Device& device) { return measure_matmul_peak(device); }
 
-std::unique_ptr<World> make_world(const RunConfig& config, const DistEnv& env, const Layout& layout) {
+std::unique_ptr<World> make_world(const Session* session, const Layout& layout) {
   switch (layout.kind()) {
     case RunKind::kReplicas:
-      return std::make_unique<ReplicaWorld>(config, env);
+      return std::make_unique<ReplicaWorld>(*session);
     case RunKind::kPipelines:
-      return std::make_unique<PipelineWorld>(config, env, layout);
+      return std::make_unique<PipelineWorld>(*session, layout);
     case RunKind::kIslands:
-      return std::make_unique<IslandWorld>(config, env, layout);
+      return std::make_unique<IslandWorld>(*session, layout);
     case RunKind::kSingle:
     case RunKind::kDipaco:  // DiPaCo's workers are runtime/dipaco/worker.h's, not the trainer's
       break;

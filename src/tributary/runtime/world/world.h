@@ -16,6 +16,7 @@
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_config.h"
 #include "tributary/runtime/run_state.h"
+#include "tributary/runtime/session.h"
 #include "tributary/runtime/stop.h"
 #include "tributary/runtime/train_summary.h"
 
@@ -102,6 +103,7 @@ class World {
   virtual void summarize(TrainSummary& summary) {}  // the world's figures in the run's summary
 };
 
-std::unique_ptr<World> make_world(const RunConfig& config, const DistEnv& env, const Layout& layout);
+// `session`: the run's (runtime/session.h), which outlives the world; null for one process.
+std::unique_ptr<World> make_world(const Session* session, const Layout& layout);
 
 }  // namespace tributary::detail

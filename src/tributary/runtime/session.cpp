@@ -1,0 +1,42 @@
+#include "tributary/runtime/session.h"
+
+#include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/wan.h"
+
+namespace tributary {
+namespace {
+
+std::vector<int> every_rank(int world_size) {
+  std::vector<int> ranks(static_cast<size_t>(std::max(world_size, 0)));
+  for (int r = 0; r < world_size; ++r) ranks[size_t(r)] = r;
+  return ranks;
+}
+
+}  // namespace
+
+Session::Session(const RunConfig& config, const DistEnv& env, const std::vector<int>& device_of_rank)
+    : config_(config),
+      env_(env),
+      store_(env.distributed() ? rendezvous(config, env) : comm::Store::in_memory()),
+      links_(wan_link_model_or_none(config.dist.wan, device_of_rank)) {}
+
+Session::Session(const RunConfig& config, const DistEnv& env)
+    : Session(config, env, every_rank(env.world_size)) {}
+
+comm::Store Session::reconnect(const std::string& scope) const {
+  if (!env_.distributed()) return store_;  // one process: its in-memory store is the only one
+  return connect_scope(config_, env_, scope);
+}
+
+std::optional<comm::LinkModel> Session::links_among(const std::vector<int>& ranks) const {
+  if (!links_) return std::nullopt;
+  return links_->subset(ranks);
+}
+
+comm::GroupOptions Session::group_options(const std::vector<int>& ranks) const {
+  comm::GroupOptions options = tributary::group_options(config_);
+  if (!ranks.empty()) options.link = links_among(ranks);
+  return options;
+}
+
+}  // namespace tributary
