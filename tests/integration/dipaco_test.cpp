@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include <chrono>
+#include <regex>
 #include <sstream>
 
 #include "dipaco_fixture.h"
@@ -24,6 +26,18 @@
 using namespace tributary;
 
 using namespace dipaco_test;
+
+namespace {
+
+std::vector<std::string> read_lines(const fs::path& file) {
+  std::vector<std::string> lines;
+  std::istringstream in(read_file(file));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
 
 TEST_F(Dipaco, RoutingIsDeterministicForASeed) {
   auto [rc, out] = sh(cli + " route --model " + (work() / "dense").string() + " --data " + data().string() +
@@ -131,11 +145,49 @@ TEST_F(Dipaco, AKilledWorkersTasksAreRequeuedAndTheRunFinishes) {
   EXPECT_EQ(summary["tokens"].get<int64_t>(), 2 * 4 * 10 * 8 * 64);  // rounds x paths x tau x batch x context
   EXPECT_GT(summary["tokens_per_s"].get<double>(), 0);
   EXPECT_TRUE(summary["val_bpb"].is_null());
-  // A DiPaCo worker that launch restarts cannot rejoin: it says so (the others went on without it).
-  auto [rc2, out2] = sh("RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 TRIBUTARY_JOINING=1 " + cli +
-                        dipaco("killed", "routes", ""));
-  EXPECT_EQ(rc2, 2) << out2;
-  EXPECT_NE(out2.find("cannot rejoin a running run"), std::string::npos) << out2;
+}
+
+TEST_F(Dipaco, AKilledWorkerRejoinsAndClaimsPathTasksAgain) {
+  // Worker 1 is killed (SIGKILL) at its 12th inner step, inside its second task; its tasks of the round are re-queued
+  // and the survivors finish that round. launch --max-restarts 1 starts it again: it asks to join, the members admit it
+  // after the round in which it asked, it takes the round's modules and the outer state of the modules it owns again
+  // from the round's files, and claims path tasks from its next round on. Every worker is slowed 3x so that rounds
+  // outlast the restart (a new process loads the corpus and meets the others at the rendezvous first).
+  auto [rc, out] = sh("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=12 " + cli +
+                      " launch --nproc 3 --master-port 0 --max-failures 1 --max-restarts 1 --grace 2 --" +
+                      dipaco("rejoined", "routes",
+                             "--set train.steps=80 --set dist.slow_workers=0:3,1:3,2:3 --set dist.store_timeout_s=60"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker(s) 1 left the run"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarting it to rejoin the run"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex(R"(worker 1 rejoined the DiPaCo run after round (\d+) as worker 2)")))
+      << out;
+  const int64_t rejoined_after = std::stoll(m[1]);
+  EXPECT_NE(out.find(fmt::format("worker(s) 1 rejoined after round {}", rejoined_after)), std::string::npos) << out;
+  ASSERT_LT(rejoined_after, 8) << "the run ended before the restarted worker was back: nothing was tested";
+  // Every round trained every path: the dead worker's tasks were re-queued, none dropped.
+  const auto summary = nlohmann::json::parse(read_file(work() / "rejoined" / "summary.json"));
+  EXPECT_EQ(summary["rounds"].get<int64_t>(), 8);
+  EXPECT_EQ(summary["tasks_dropped"].get<int64_t>(), 0);
+  EXPECT_EQ(summary["reformations"].get<int64_t>(), 2) << "dropped, then admitted";
+  EXPECT_EQ(summary["tokens"].get<int64_t>(), 8 * 4 * 10 * 8 * 64);  // rounds x paths x tau x batch x context
+  // The rounds after the admission have three members again, worker 1 last.
+  std::vector<std::vector<int>> members;
+  for (const auto& line : read_lines(work() / "rejoined" / "metrics.jsonl")) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("members") && j.contains("round")) members.push_back(j["members"].get<std::vector<int>>());
+  }
+  ASSERT_EQ(members.size(), 8u);
+  EXPECT_EQ(members.back(), (std::vector<int>{0, 2, 1}));
+  // The rejoined worker's tasks count: its own metrics lines name tasks of the rounds after it came back.
+  int64_t tasks_after = 0;
+  for (const auto& line : read_lines(work() / "rejoined" / "metrics-rank1.jsonl")) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("path") && j["round"].get<int64_t>() >= rejoined_after) tasks_after += 1;
+  }
+  EXPECT_GT(tasks_after, 0) << "worker 1 claimed no path task after it rejoined";
 }
 
 TEST_F(Dipaco, BadInputIsRefusedNamingWhatToChange) {

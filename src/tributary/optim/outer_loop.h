@@ -70,6 +70,7 @@ class OuterLoop {
   // Owner reductions (DiPaCo): `num_units` units without parameter indices, whose last syncs count from `offset`.
   void start_owned(size_t num_units, int64_t offset);
   void own(size_t unit, const NamedTensors& global);  // this worker owns `unit` from now on: outer state from `global`
+  void disown(size_t unit) { units_.at(unit).outer.reset(); }  // another worker owns `unit` from now on
   OuterOptimizer* owned(size_t unit) const { return units_[unit].outer.get(); }  // nullptr unless owned here
   // One round: `contributions[u]` = this worker's sums of unit u (nullptr: none), `owner[u]` its owner's group rank.
   // Every unit syncs at `step`; each owner takes its units' steps. Collective over the reducer's group.

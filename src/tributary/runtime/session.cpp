@@ -20,8 +20,7 @@ Session::Session(const RunConfig& config, const DistEnv& env, const std::vector<
       store_(env.distributed() ? rendezvous(config, env) : comm::Store::in_memory()),
       links_(wan_link_model_or_none(config.dist.wan, device_of_rank)) {}
 
-Session::Session(const RunConfig& config, const DistEnv& env)
-    : Session(config, env, every_rank(env.world_size)) {}
+Session::Session(const RunConfig& config, const DistEnv& env) : Session(config, env, every_rank(env.world_size)) {}
 
 comm::Store Session::reconnect(const std::string& scope) const {
   if (!env_.distributed()) return store_;  // one process: its in-memory store is the only one

@@ -5,6 +5,7 @@
 // membership re-forms under its next epoch, and the group and its exchange follow (regroup). Internal to dipaco/.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -28,7 +29,8 @@ struct Departure {
 
 class Crew {
  public:
-  // `upload_link`: the group's emulated links (path-local uploads go point to point over them; none otherwise).
+  // `upload_link`: the group's emulated links (path-local uploads go point to point over them; none otherwise). A
+  // restarted worker (DistEnv::joining) has a group of one until the members admit it (join()).
   Crew(const Session& session, std::optional<comm::LinkModel> upload_link);
 
   comm::Store& store() { return *store_; }
@@ -46,13 +48,25 @@ class Crew {
   void regroup(std::optional<comm::LinkModel> upload_link, std::optional<comm::LinkModel> ring_link);
   void regroup_as(const std::string& prefix, std::optional<comm::LinkModel> upload_link);
 
+  // Between rounds, on every member: the workers that asked to join and that the round's last committed decision
+  // listed become members (the next epoch: the members, then them; the lead stays first). Returns them (none: nothing
+  // changed). The group is the old one until regroup().
+  std::vector<int> admit();
+  // A restarted worker: waits (up to `timeout`) until the members admit it after a round — true, and
+  // membership().members() lists it, last — or until the run finished without it (false). RunLost when no member is
+  // left to take it in. The group is its own until regroup().
+  bool join(std::chrono::milliseconds timeout);
+  // The lead, when the run ends: workers still waiting to join give up.
+  void finish() { membership_->finish(); }
+
  private:
   comm::ExchangeOptions exchange_options_;
   std::optional<comm::Store> store_;
+  std::unique_ptr<comm::Membership> membership_;  // before the group: its formation asks it who is dead
   std::unique_ptr<comm::Group> group_;
   std::unique_ptr<comm::Exchange> exchange_;
   std::unique_ptr<TaskQueue> queue_;
-  std::unique_ptr<comm::Membership> membership_;
+  std::vector<int> joiners_;  // listed by the round's last committed decision; admit() takes them in
 };
 
 }  // namespace tributary::dipaco

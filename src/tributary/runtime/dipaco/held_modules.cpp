@@ -50,7 +50,14 @@ bool HeldModules::owns(const std::string& id) const {
 void HeldModules::own(int64_t round) {
   for (size_t i = 0; i < module_ids_.size(); ++i) {
     const std::string& id = module_ids_[i];
-    if (owner_of(i) != rank_ || loop_.owned(i)) continue;
+    if (owner_of(i) != rank_) {
+      // A module this worker stood in for goes back to its owner (a rejoined worker), or on to another member (the
+      // members changed again): one owner steps it and writes its outer state. Path-local: from now on fetched.
+      if (loop_.owned(i) && depot_) global_.erase(id);
+      loop_.disown(i);
+      continue;
+    }
+    if (loop_.owned(i)) continue;
     // Path-local: a dead owner's module as it published it for this round.
     if (!global_.count(id)) global_[id] = depot_->fetch(round, id, layout_.at(id), 0, 0);
     loop_.own(i, global_.at(id));

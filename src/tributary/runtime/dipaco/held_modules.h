@@ -39,7 +39,9 @@ class HeldModules {
   HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial,
               std::optional<comm::LinkModel> links);
 
-  void own(int64_t round);  // creates the outer optimizers of the modules this worker owns and lacks
+  // Creates the outer optimizers of the modules this worker owns and lacks, and drops those of modules it no longer
+  // owns.
+  void own(int64_t round);
   std::map<std::string, OuterOptimizer*> outer() const;  // the owned modules' outer state, by module id
   // Path-local: from round `round` on, keep only the owned modules; the others come from `store`.
   void go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round);

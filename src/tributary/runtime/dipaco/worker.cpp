@@ -7,20 +7,43 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
     : config_(config),
       env_(env),
       device_(parse_device(config.train.device)),
-      lead_(env.rank, env.rank == 0),
+      lead_(env.rank, env.rank == 0 && !env.joining),
       grid_(PathGrid::parse(config.dipaco.modules, config.model.num_levels, config.dipaco.private_stem,
                             "dipaco.modules")),
       module_ids_(grid_.modules()),
       rounds_(config.train.steps / config.dist.inner_steps),
       run_dir_(config.train.run_dir),
       slowdown_(config.dist.slow_workers, env.rank, env.world_size),
-      faults_(options.faults, env.rank),
+      // A restarted worker runs without the injected faults: they name its first life's steps.
+      faults_(env.joining ? FaultPlan{} : options.faults, env.rank),
       schedule_{config.optim.lr, config.optim.warmup_steps, config.train.steps, config.optim.min_lr_ratio} {
   data_ = load_routed_paths(config_, grid_);
 
   if (slowdown_.factor() > 1)
     log::info("worker {} runs {}x slower (dist.slow_workers: a sleep after each inner step)", env_.rank,
               slowdown_.factor());
+  const bool resuming = env_.joining ? rejoin() : start(options);
+  report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = run_dir_,
+                                                    .lead = lead_.is(),
+                                                    .resume_step = resuming ? round_ * config_.dist.inner_steps : -1,
+                                                    .total_steps = config_.train.steps,
+                                                    .world_size = env_.world_size,
+                                                    .rank = env_.rank,
+                                                    .own_metrics = fmt::format("metrics-rank{}.jsonl", env_.rank)});
+  if (round_ > 0 && lead_.is()) log::info("DiPaCo: resuming after round {}", round_);
+  if (lead_.is()) {
+    write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
+    auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
+    log::info(
+        "DiPaCo {} grid: {} paths over {} modules; {} parameters per path, {} in all; {} rounds of tau = {} "
+        "inner steps; {} worker(s); routes '{}'",
+        grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)), count(module_ids_),
+        rounds_, config_.dist.inner_steps, env_.world_size, config_.dipaco.routes);
+  }
+}
+
+// A fresh run, or one resumed (--resume): every worker starts together. Returns whether it resumed.
+bool Worker::start(const TrainOptions& options) {
   // Workers may each have their own run directory (path-local, asked for or chosen at start-up when the directories
   // are apart); only the lead's holds dipaco.json and the modules. A worker resuming in a directory without them
   // takes the round from the lead and its owned modules from its own outer-state files (the master copies); the rest
@@ -68,23 +91,79 @@ Worker::Worker(const RunConfig& config, const DistEnv& env, const TrainOptions& 
   if (held_->path_local() && on_request && env_.distributed()) state_->serve(session_->reconnect());
   if (path_local && resuming) republish_path_state(*state_, crew_->group(), grid_.num_paths(), round_);
   // Every worker got through start-up (the checks above are collectives): launch may go on without a dead one now.
-  if (env_.distributed() && env_.rank == 0) crew_->store().set(kRunStartedKey, "1");
-  report_ = std::make_unique<RunReport>(ReportSetup{.run_dir = run_dir_,
-                                                    .lead = lead_.is(),
-                                                    .resume_step = resuming ? round_ * config_.dist.inner_steps : -1,
-                                                    .total_steps = config_.train.steps,
-                                                    .world_size = env_.world_size,
-                                                    .rank = env_.rank,
-                                                    .own_metrics = fmt::format("metrics-rank{}.jsonl", env_.rank)});
-  if (round_ > 0 && lead_.is()) log::info("DiPaCo: resuming after round {}", round_);
+  if (env_.distributed() && env_.rank == 0) {
+    crew_->store().set(kPathLocalKey, held_->path_local() ? "1" : "0");  // what a restarted worker checks first
+    crew_->store().set(kRunStartedKey, "1");
+  }
+  return resuming;
+}
+
+// A restarted worker (launch --max-restarts) becomes a member again at a round boundary: it asks to join, the members
+// admit it after the round in which it asked (between_units, the same collectives in the same order as here), and it
+// takes that round's state from the files every round leaves (resume.h): the modules, and the outer state of the
+// modules it owns again, written after the round by the members that stood in for it. From its next round on it
+// claims path tasks like any member. Path-local runs (modules and path state in the store, a run directory per
+// machine) cannot take a worker back yet: it says so before it asks. Returns true (its metrics resume as a resume's).
+bool Worker::rejoin() {
+  using std::chrono::milliseconds;
+  session_ = std::make_unique<Session>(config_, env_);  // the rendezvous: the same config and data as the run's
+  crew_ = std::make_unique<Crew>(*session_, std::nullopt);
+  if (crew_->store().check({kPathLocalKey}) && crew_->store().get(kPathLocalKey) == "1")
+    fail(
+        "worker {}: a path-local DiPaCo worker (dipaco.path_local, or run directories apart) cannot rejoin a running "
+        "run yet: the others go on without it (launch --max-failures), or stop the run and continue it with --resume",
+        env_.rank);
+  log::info("worker {}: waiting to rejoin the DiPaCo run at the end of a round", env_.rank);
+  if (!crew_->join(milliseconds(int64_t(config_.dist.store_timeout_s * 1000)))) {
+    log::warn("worker {}: the run finished before it could rejoin", env_.rank);
+    round_ = rounds_;
+    outside_ = true;
+    return true;
+  }
+  const DipacoRun run = load_resumable_dipaco_run(run_dir_, config_);  // the round the members just finished
+  round_ = run.round;
+  tally_.first_round = tally_.rounds = round_;
+  ModuleSet modules = initial_modules(config_.model, grid_, static_cast<uint64_t>(config_.train.seed), "");
+  adopt_modules(modules, run.modules, run_dir_);
+  held_ =
+      std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(modules), session_->links());
+  state_ = std::make_unique<PathState>(run_dir_, nullptr, PathStateOptions{.self = env_.rank});
+  follow_members(round_);
+  lead_.follow(crew_->membership().members());
+  load_outer_states(run_dir_, round_, held_->outer());
+  held_->check_identical(crew_->group(), fmt::format("when worker {} rejoined after round {}", env_.rank, round_));
+  log::info("worker {} rejoined the DiPaCo run after round {} as worker {} of {} (epoch {})", env_.rank, round_,
+            crew_->membership().rank(), crew_->membership().size(), crew_->membership().epoch());
+  return true;
+}
+
+// After the members changed (a departure, an admission) as of round `round`: who owns which module, whose path
+// state is live, and the group and its exchange over the members.
+void Worker::follow_members(int64_t round) {
+  const std::vector<int>& members = crew_->membership().members();
+  held_->set_members(members, round);
+  state_->set_live(members);
+  crew_->regroup(held_->path_local() ? held_->link() : std::nullopt, held_->link());
+}
+
+// Between rounds: the restarted workers that asked to join during the round become members (rejoin() is their side).
+// A joiner that dies meanwhile is dropped by the next round's settle, as any member would be.
+void Worker::between_units(const UnitDone&) {
+  const std::vector<int> joiners = crew_->admit();
+  if (joiners.empty()) return;
+  try {
+    follow_members(round_);
+    held_->check_identical(crew_->group(), fmt::format("after worker(s) {} rejoined", fmt::join(joiners, ", ")));
+  } catch (const NetworkError& e) {
+    log::warn("DiPaCo: admitting worker(s) {} failed ({}); the next round re-forms without the dead",
+              fmt::join(joiners, ", "), comm::error_text(e));
+    return;
+  }
   if (lead_.is()) {
-    write_file_atomic(run_dir_ / "config.toml", config_.to_toml());
-    auto count = [&](const std::vector<std::string>& ids) { return held_->numel(ids); };
-    log::info(
-        "DiPaCo {} grid: {} paths over {} modules; {} parameters per path, {} in all; {} rounds of tau = {} "
-        "inner steps; {} worker(s); routes '{}'",
-        grid_.describe(), grid_.num_paths(), module_ids_.size(), count(grid_.modules_of_path(0)), count(module_ids_),
-        rounds_, config_.dist.inner_steps, env_.world_size, config_.dipaco.routes);
+    const std::vector<int>& members = crew_->membership().members();
+    log::warn("DiPaCo: worker(s) {} rejoined after round {}; {} worker(s) go on: {}", fmt::join(joiners, ", "), round_,
+              members.size(), fmt::join(members, ", "));
+    report_->write({{"step", round_ * config_.dist.inner_steps}, {"event", "join"}, {"workers", joiners}});
   }
 }
 
@@ -124,13 +203,14 @@ StopAgreement::Vote Worker::stop_vote() {
 }
 
 TrainSummary Worker::finish(bool stopped_early) {
-  if (stopped_early && lead_.is())
-    log::info("stopped after round {} (step {}); continue with --resume", round_, round_ * config_.dist.inner_steps);
-  const int64_t tau = config_.dist.inner_steps;
   TrainSummary summary;
   summary.kind = RunKind::kDipaco;
   summary.sync = Sync::kModules;
   summary.run_dir = summary.checkpoint = run_dir_;  // what `eval` and `export-path` read
+  if (outside_) return summary;
+  if (stopped_early && lead_.is())
+    log::info("stopped after round {} (step {}); continue with --resume", round_, round_ * config_.dist.inner_steps);
+  const int64_t tau = config_.dist.inner_steps;
   summary.elapsed_s = seconds_since(start_);
   summary.outer_steps = tally_.rounds;
   summary.steps = tally_.rounds * tau;
@@ -177,8 +257,10 @@ TrainSummary Worker::finish(bool stopped_early) {
         "{:.4f} (ppl {:.3f})",
         grid_.describe(), routed.loss, summary.val_ppl, kRoutingPrefix, early.loss, std::exp(early.loss));
   }
-  if (env_.distributed())
-    crew_->group().barrier();  // the leader hosts the store: others leave only after the evaluation
+  if (env_.distributed()) {
+    if (lead_.is()) crew_->finish();  // a worker still waiting to rejoin gives up
+    crew_->group().barrier();         // the leader hosts the store: others leave only after the evaluation
+  }
   return summary;
 }
 
@@ -275,9 +357,7 @@ Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& r
   } else {
     verdict.dropped = lost;
   }
-  held_->set_members(members, round);
-  state_->set_live(members);
-  crew_->regroup(held_->path_local() ? held_->link() : std::nullopt, held_->link());
+  follow_members(round);
   if (lead_.follow(members)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
     report_->take_lead(round * config_.dist.inner_steps);
@@ -430,11 +510,6 @@ void Worker::when_due(const UnitDone& unit, const Due& due) {
 
 std::unique_ptr<WorkSource> dipaco::make_path_rounds(const RunConfig& config, const TrainOptions& options) {
   const DistEnv& env = options.dist;
-  if (env.joining)
-    fail(
-        "worker {}: a DiPaCo worker cannot rejoin a running run (launch --max-restarts restarted it): the others go "
-        "on without it (launch --max-failures), or stop the run and continue it with --resume",
-        env.rank);
   if (env.distributed()) log::set_prefix(getenv("TRIBUTARY_LAUNCHED") ? "" : fmt::format("[rank {}] ", env.rank));
   configure_threads(config.train.threads, env.local_world_size);
   return std::make_unique<Worker>(config, env, options);

@@ -73,7 +73,7 @@ class Worker : public WorkSource {
   UnitDone next() override;  // one round
   Due due_after(const UnitDone& unit, bool stop) override;
   void when_due(const UnitDone& unit, const Due& due) override;  // the leader's routed validation
-  void between_units(const UnitDone&) override {}
+  void between_units(const UnitDone&) override;                  // admits the restarted workers that asked to rejoin
   TrainSummary finish(bool stopped_early) override;
 
  private:
@@ -84,6 +84,9 @@ class Worker : public WorkSource {
     double sent = 0, recv = 0;     // the exchange's bytes (the ring, or the upload to the owners)
     double comm_s = 0;             // in the exchange, every attempt
   };
+  bool start(const TrainOptions& options);  // a fresh or resumed run, every worker together; true: resumed
+  bool rejoin();                            // a restarted worker, taken in at a round boundary
+  void follow_members(int64_t round);       // after a departure or an admission
   RoundWork tasks_and_exchange(int64_t round);
   void save_round_as_leader(int64_t round);
   bool run_dirs_apart();  // collective: whether some worker does not see the lead's run directory
@@ -116,6 +119,10 @@ class Worker : public WorkSource {
   double eval_s_ = 0;  // the leader's routed validations during the run (dipaco.eval_every_rounds)
   Clock::time_point start_ = Clock::now();
   RunTally tally_;
+  bool outside_ = false;  // a restarted worker whose run finished before it could rejoin
 };
+
+// Whether the run's workers went path-local (written by worker 0 at start): a restarted worker cannot rejoin those.
+inline constexpr const char* kPathLocalKey = "dipaco/path_local";
 
 }  // namespace tributary::dipaco
