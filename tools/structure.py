@@ -2,7 +2,7 @@
 """The project's structure report (issue 11): include edges that point up the layer graph, c10d used outside comm/,
 the longest files under src/ and the longest functions (universal-ctags). Exit status 1 when an upward edge or a c10d
 use outside comm/ exists. Layers (docs/architecture.md):
-    cli -> {interop, plan, route} -> runtime -> {parallel, optim, routing} -> {model, comm, data} -> core;
+    cli -> {interop, plan, route} -> runtime -> config -> {parallel, optim, routing} -> {model, comm, data} -> core;
     runtime -> launch -> core;   sched -> core;   report -> core
 Run from anywhere: python3 tools/structure.py [--top N]"""
 import os, re, shutil, subprocess, sys
@@ -12,7 +12,9 @@ ALLOWED = {"core": set(), "data": {"core"}, "model": {"core"}, "comm": {"core"},
            "optim": {"core", "data", "model", "comm"}, "routing": {"core", "data", "model"},
            "parallel": {"core", "data", "model", "comm", "optim"},
            "launch": {"core"}, "report": {"core"},
-           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing", "launch"}}
+           # the run's configuration: its keys, their checks, and the layout they imply
+           "config": {"core", "model", "optim", "parallel", "sched", "launch"},
+           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing", "launch", "config"}}
 # Above the run: what reads or writes a run's files for another tool (Hugging Face), plans a run, or builds DiPaCo's
 # routes from a trained model.
 for above in ("interop", "plan", "route"):

@@ -3,11 +3,11 @@
 
 #include "cli/commands.h"
 #include "tributary/comm/codec.h"
+#include "tributary/config/run_config.h"
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/plan/plan_calibrate.h"
 #include "tributary/plan/plan_workload.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/sched/genetic.h"
 #include "tributary/sched/outer_round.h"
 #include "tributary/sched/placement.h"

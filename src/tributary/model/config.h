@@ -1,5 +1,5 @@
 // The model's shape: plain values, no LibTorch (the config tree, the scheduler's workload and the model share it).
-// Bound to TOML keys in runtime/run_config.cpp.
+// Bound to TOML keys in config/run_config.cpp.
 #pragma once
 
 #include <cstdint>

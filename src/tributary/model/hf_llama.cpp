@@ -146,7 +146,7 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
   if (model_type != "llama" || (archs.is_array() && !archs.empty() && archs[0] != "LlamaForCausalLM"))
     fail("{}: 'architectures' / 'model_type' say {} / {}: only LlamaForCausalLM (model_type llama) can be imported",
          origin, archs.dump(), model_type);
-  // Bounded as the same keys of a run configuration are (runtime/run_config.cpp): what this tool can build.
+  // Bounded as the same keys of a run configuration are (config/run_config.cpp): what this tool can build.
   auto integer = [&](const char* key, int64_t most) {
     if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
       fail("{}: '{}' must be a positive integer", origin, key);
@@ -191,7 +191,7 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
     c.rope_theta = positive(rope, "rope_theta", c.rope_theta, "rope_parameters.");
   }
   c.norm_eps = positive(j, "rms_norm_eps", 1e-6);
-  // The ranges of model.rope_theta and model.norm_eps (runtime/run_config.cpp): an import that a later load would
+  // The ranges of model.rope_theta and model.norm_eps (config/run_config.cpp): an import that a later load would
   // refuse is refused here, naming the file.
   auto within = [&](const char* key, double value, double lo, double hi) {
     if (value < lo || value > hi)

@@ -36,7 +36,7 @@ enum class RunKind {
   kIslands,    // islands of ranks joined by a fast link: data parallel inside, DiLoCo across (runtime/islands.h)
 };
 
-// A placement's answer (sched/placement.h's placement.json, read by runtime/run_layout.h): which rank runs which stage
+// A placement's answer (sched/placement.h's placement.json, read by config/run_layout.h): which rank runs which stage
 // of which pipeline, and which cluster device each rank emulates.
 struct PlacedRanks {
   int64_t replicas = 0, stages = 0;
@@ -44,7 +44,7 @@ struct PlacedRanks {
   std::vector<int> device_of_rank;
 };
 
-// The keys that decide the layout (RunConfig's, read by runtime/run_layout.h).
+// The keys that decide the layout (RunConfig's, read by config/run_layout.h).
 struct LayoutSpec {
   int rank = 0, world_size = 1;
   int64_t pipeline_stages = 1;           // parallel.pipeline_stages

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "tributary/runtime/run_config.h"
+#include "tributary/config/run_config.h"
 
 namespace tributary {
 

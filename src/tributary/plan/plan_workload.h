@@ -4,7 +4,7 @@
 // parallel.activation_compression for the activations) and how often replicas exchange (DiLoCo: dist.inner_steps).
 #pragma once
 
-#include "tributary/runtime/run_config.h"
+#include "tributary/config/run_config.h"
 #include "tributary/sched/workload.h"
 
 namespace tributary {

@@ -7,13 +7,13 @@
 #include <memory>
 #include <string>
 
+#include "tributary/config/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/progress.h"
 #include "tributary/data/loader.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/model/eval.h"
 #include "tributary/model/transformer.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

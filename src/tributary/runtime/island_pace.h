@@ -9,8 +9,8 @@
 
 #include <torch/torch.h>
 
+#include "tributary/config/run_config.h"
 #include "tributary/model/transformer.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

@@ -13,12 +13,12 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_reduce.h"
 #include "tributary/comm/lagged_vote.h"
+#include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/runtime/replicas.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

@@ -14,12 +14,12 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_vote.h"
 #include "tributary/comm/membership.h"
+#include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/resilient_average.h"
 #include "tributary/parallel/replica_check.h"
 #include "tributary/runtime/ft/quorum.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/runtime/session.h"
 #include "tributary/runtime/sync/replica_sync.h"
 

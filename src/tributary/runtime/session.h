@@ -13,8 +13,8 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/store.h"
+#include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

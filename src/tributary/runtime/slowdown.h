@@ -6,13 +6,11 @@
 // that what heterogeneity costs each algorithm can be measured side by side. No LibTorch.
 #pragma once
 
-#include <map>
 #include <string>
 
-namespace tributary {
+#include "tributary/config/slow_workers.h"
 
-// rank -> factor (> 1, at most 100); Error naming dist.slow_workers and the bad entry.
-std::map<int, double> parse_slow_workers(const std::string& spec);
+namespace tributary {
 
 class Slowdown {
  public:

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "tributary/config/run_config.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/aux_head.h"
 #include "tributary/model/tensor_io.h"
@@ -15,7 +16,6 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/pipeline/pipeline_step.h"
 #include "tributary/parallel/train_step.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

@@ -1,8 +1,8 @@
 #include "tributary/runtime/trainer.h"
 
+#include "tributary/config/run_layout.h"
 #include "tributary/core/error.h"
 #include "tributary/runtime/dipaco/worker.h"
-#include "tributary/runtime/run_layout.h"
 #include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/training_run.h"
 

@@ -5,7 +5,7 @@
 // Deterministic for a seed and thread count; `resume` continues bit for bit from a checkpoint.
 #pragma once
 
-#include "tributary/runtime/run_config.h"
+#include "tributary/config/run_config.h"
 #include "tributary/runtime/train_options.h"
 #include "tributary/runtime/train_summary.h"
 

@@ -7,6 +7,7 @@
 
 #include <limits>
 
+#include "tributary/config/run_layout.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/eval.h"
@@ -16,7 +17,6 @@
 #include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/replicas.h"
-#include "tributary/runtime/run_layout.h"
 
 namespace tributary::detail {
 namespace {

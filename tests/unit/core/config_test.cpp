@@ -3,9 +3,9 @@
 
 #include "support/error_of.h"
 
+#include "tributary/config/outer_auto.h"
+#include "tributary/config/run_config.h"
 #include "tributary/core/error.h"
-#include "tributary/runtime/outer_auto.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/runtime/slowdown.h"
 
 using namespace tributary;
@@ -158,7 +158,7 @@ TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {
 }
 
 TEST(Config, AutoOuterSettingsFollowTheRunsLength) {
-  // -1 = from the run (runtime/outer_auto.h); explicit values stay as given; the resolved config round-trips.
+  // -1 = from the run (config/outer_auto.h); explicit values stay as given; the resolved config round-trips.
   auto load = [](int64_t h, int64_t steps) {
     return RunConfig::from_toml(fmt::format("[dist]\nwarmup_ddp_steps = -1\nouter_momentum = -1\nouter_lr = -1\n"
                                             "inner_steps = {}\n[train]\nsteps = {}\n",

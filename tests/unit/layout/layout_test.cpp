@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include "support/error_of.h"
+#include "tributary/config/run_config.h"
+#include "tributary/config/run_layout.h"
 #include "tributary/core/fs.h"
 #include "tributary/parallel/layout.h"
-#include "tributary/runtime/run_config.h"
-#include "tributary/runtime/run_layout.h"
 
 using namespace tributary;
 using tributary::test_support::error_of;

@@ -8,12 +8,12 @@
 #include <memory>
 
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/config/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/model/autocast.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/runtime/run_config.h"
 
 using namespace tributary;
 

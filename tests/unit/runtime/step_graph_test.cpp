@@ -8,11 +8,11 @@
 
 #include "support/lcg_tokens.h"
 #include "support/tiny_model.h"
+#include "tributary/config/run_config.h"
 #include "tributary/core/error.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/runtime/step_graph.h"
 #include "tributary/runtime/step_runner.h"
 

@@ -14,9 +14,9 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
+#include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
 #include "tributary/runtime/dipaco/task_queue.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/runtime/session.h"
 
 namespace tributary::dipaco {

@@ -10,11 +10,11 @@
 #include <memory>
 #include <string>
 
+#include "tributary/config/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/model/path_grid.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

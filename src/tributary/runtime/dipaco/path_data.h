@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include "tributary/config/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/model/path_grid.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

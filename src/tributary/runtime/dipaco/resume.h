@@ -21,12 +21,12 @@
 #include <string>
 
 #include "tributary/comm/group.h"
+#include "tributary/config/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/optim/module_feedback.h"
 #include "tributary/optim/outer.h"
 #include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/path_state.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

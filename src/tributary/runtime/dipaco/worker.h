@@ -25,7 +25,7 @@
 
 #include <memory>
 
-#include "tributary/runtime/run_config.h"
+#include "tributary/config/run_config.h"
 #include "tributary/runtime/run_loop.h"
 #include "tributary/runtime/train_options.h"
 

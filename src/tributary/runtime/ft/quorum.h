@@ -23,8 +23,8 @@
 #include "tributary/comm/membership.h"
 #include "tributary/comm/store.h"
 #include "tributary/comm/wire_mac.h"
+#include "tributary/config/run_config.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/runtime/sync/replica_channel.h"
 #include "tributary/runtime/sync/replica_sync.h"
 

@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tributary/config/run_config.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/outer_loop.h"
 #include "tributary/parallel/data_parallel.h"
-#include "tributary/runtime/run_config.h"
 #include "tributary/runtime/sync/replica_channel.h"
 
 namespace tributary {

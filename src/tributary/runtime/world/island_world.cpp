@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "tributary/config/run_layout.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
-#include "tributary/runtime/run_layout.h"
 
 namespace tributary::detail {
 

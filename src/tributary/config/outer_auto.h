@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tributary/runtime/run_config.h"
+#include "tributary/config/run_config.h"
 
 namespace tributary {
 

@@ -1,13 +1,13 @@
-#include "tributary/runtime/run_config.h"
+#include "tributary/config/run_config.h"
 
 #include <fmt/ranges.h>
 
 #include <algorithm>
 
+#include "tributary/config/outer_auto.h"
+#include "tributary/config/slow_workers.h"
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
-#include "tributary/runtime/outer_auto.h"
-#include "tributary/runtime/slowdown.h"
 #include "tributary/sched/sites.h"
 
 namespace tributary {

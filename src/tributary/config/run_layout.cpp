@@ -1,4 +1,4 @@
-#include "tributary/runtime/run_layout.h"
+#include "tributary/config/run_layout.h"
 
 #include "tributary/sched/placement.h"
 

@@ -2,9 +2,9 @@
 // placement file parallel.placement names (read here, so that a bad file fails before any group forms).
 #pragma once
 
+#include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
 #include "tributary/parallel/layout.h"
-#include "tributary/runtime/run_config.h"
 
 namespace tributary {
 

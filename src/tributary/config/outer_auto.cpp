@@ -1,4 +1,4 @@
-#include "tributary/runtime/outer_auto.h"
+#include "tributary/config/outer_auto.h"
 
 #include <algorithm>
 

@@ -53,9 +53,9 @@ struct DistConfig {
   std::string algorithm = "diloco";  // diloco | ddp
   int64_t inner_steps = 50;          // H
   int64_t warmup_ddp_steps = 0;      // DiLoCo: train this many steps as data parallel first (the paper starts
-                                     // DiLoCo from a pre-trained model); -1: from the run (runtime/outer_auto.h)
-  double outer_lr = 0.7;             // -1: from the run (runtime/outer_auto.h)
-  double outer_momentum = 0.9;       // -1: from the run (runtime/outer_auto.h)
+                                     // DiLoCo from a pre-trained model); -1: from the run (config/outer_auto.h)
+  double outer_lr = 0.7;             // -1: from the run (config/outer_auto.h)
+  double outer_momentum = 0.9;       // -1: from the run (config/outer_auto.h)
   int64_t ramp_steps = 0;            // > 0: rounds lengthen from 1 step to H over these first DiLoCo steps
                                      // (optim/round_length.h)
   double qsr_alpha = 0;              // > 0: H = max(inner_steps, floor((alpha / lr)^2)) as the inner lr decays
