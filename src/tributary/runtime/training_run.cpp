@@ -66,22 +66,19 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     }
   }
   build_model_and_data();
-  const auto step_seconds = [this] {
-    return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor());
-  };
-  if (auto paced = world_->paced(ckpt_ ? &*ckpt_ : nullptr, step_seconds, lead_.is())) layout_ = *paced;
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
   // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
   summary_.peak_flops = world_->matmul_peak(device_);
   std::optional<PendingHeal> pending = start_world();  // a joining worker may find the run over: it trains nothing
+  share_ = world_->share();
   flops_per_token_ = training_flops_per_token(config_.model, parts_.model->num_matmul_parameters());
   if (parts_.aux_heads)  // the auxiliary heads are computed and trained too
     flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
                         6.0 * double(parts_.aux_heads->num_blocks() * config_.model.width * config_.model.context);
   tokens_per_step_ = tc_.batch_size * tc_.grad_accum * config_.model.context *
                      (pending ? pending->members_world  // the members' count until it is one
-                              : world_->batches_per_step());
+                              : share_.batches_per_step);
   summary_.run_dir = tc_.run_dir;
   summary_.num_parameters = parts_.model->num_parameters();
   const double bytes_per_token = data_.dataset->bytes_per_token("val");
@@ -89,7 +86,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   describe(threads);
   start_report(bytes_per_token);
   if (Replicas* synced = world_->synced(); synced && synced->quorum()) {
-    const int64_t n = world_->ranks_per_member();  // each reading its own shard
+    const int64_t n = share_.ranks_per_member;  // each reading its own shard
     members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
                                                     n * tc_.batch_size * tc_.grad_accum * config_.model.context,
                                                     std::move(pending), n);
@@ -122,9 +119,10 @@ void TrainingRun::start_report(double bytes_per_token) {
 
 // The step behind the seam, then the clocks: from here on the loop's units are timed.
 void TrainingRun::start_training() {
+  const StepPeers peers = world_->step_peers();
   step_ =
       make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(), *parts_.optimizer,
-                       *data_.loader, world_->step_sync(), world_->pipelines(), device_, slowdown_->factor()});
+                       *data_.loader, peers.sync, peers.pipelines, device_, slowdown_->factor()});
   if (step_.take_stage_stats) stages_.emplace(std::move(step_.take_stage_stats));
   parts_.model->train();
   run_start_ = Clock::now();
@@ -136,7 +134,7 @@ void TrainingRun::build_model_and_data() {
   parts_.model = std::make_shared<Transformer>(config_.model);
   parts_.model->to(device_);
   parts_.params = named_parameters_of(*parts_.model);
-  Pipelines* pipelines = world_->pipelines();  // a pipeline stage trains its own part
+  Pipelines* pipelines = world_->step_peers().pipelines;  // a pipeline stage trains its own part
   parts_.trained = pipelines ? pipeline::stage_params(parts_.params, pipelines->layout(), layout_.stage(),
                                                       config_.model.blocks_per_level(), config_.model.tie_embeddings)
                              : parts_.params;
@@ -158,7 +156,7 @@ void TrainingRun::build_model_and_data() {
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would.
-  const DataShard shard = world_->data_shard();
+  const DataShard shard = world_->share().data;
   data_.loader = std::make_unique<BatchLoader>(train_tokens,
                                                LoaderOptions{.batch_size = tc_.batch_size,
                                                              .context = config_.model.context,
@@ -181,13 +179,16 @@ void TrainingRun::build_model_and_data() {
 
 std::optional<PendingHeal> TrainingRun::start_world() {
   const bool joining = options_.dist.joining;
-  std::optional<PendingHeal> pending = world_->start({.trained = parts_.trained,
-                                                      .optimizer = *parts_.optimizer,
-                                                      .loader = *data_.loader,
-                                                      .progress = progress_,
-                                                      .total_steps = tc_.steps,
-                                                      .ckpt = ckpt_ ? &*ckpt_ : nullptr,
-                                                      .joining = joining});
+  std::optional<PendingHeal> pending = world_->start(
+      {.trained = parts_.trained,
+       .optimizer = *parts_.optimizer,
+       .loader = *data_.loader,
+       .progress = progress_,
+       .total_steps = tc_.steps,
+       .ckpt = ckpt_ ? &*ckpt_ : nullptr,
+       .joining = joining,
+       .lead = lead_.is(),
+       .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); }});
   if (ckpt_ && sync_ && !joining) load_codec_state();
   return pending;
 }
@@ -213,7 +214,7 @@ void TrainingRun::describe(int64_t threads) const {
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
-  const int64_t replicas = world_->data_shard().world;  // of the model
+  const int64_t replicas = share_.data.world;  // of the model
   log::info(
       "data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
       "{:.1f} GFLOP/s",
@@ -228,7 +229,7 @@ void TrainingRun::describe(int64_t threads) const {
         "weight {}, {}",
         l.chunks, config_.model.num_layers / l.chunks, l.mode, l.mode == "overlapping" ? l.overlap_blocks : 0,
         l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0, l.aux_weight,
-        world_->pipelines() ? "one chunk per pipeline stage" : "in one process");
+        world_->step_peers().pipelines ? "one chunk per pipeline stage" : "in one process");
   if (tc_.precision == "bf16")
     log::info("train.precision = bf16: the forward pass under autocast (bf16 matmuls), fp32 master weights and AdamW{}",
               device_.is_cpu() ? "; on a CPU without bf16 matmul units this is ~10x slower than fp32 (measured on "
@@ -240,7 +241,7 @@ void TrainingRun::describe(int64_t threads) const {
         sync_ && sync_->averaging_gradients() ? " (the data-parallel warm-up's steps stay eager: they exchange)" : "");
   if (!sync_) return;
   const auto& d = config_.dist;
-  log::info("{} replicas{}, {}{}, compression {}", sync_->size(), world_->replicas_of(),
+  log::info("{} replicas{}, {}{}, compression {}", sync_->size(), share_.replicas_of,
             sync_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
             sync_->ddp()
                 ? ""
@@ -308,7 +309,8 @@ UnitDone TrainingRun::next() {
   faults_.after_step(progress_.step);
   progress_.tokens += tokens_per_step();
   const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
-  const bool synced = world_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
+  const AfterStep after = world_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
+  const bool synced = after.landed;
   const bool round = synced || averaged;
   if (round && members_) members_->after_round(progress_.step);  // the members may change only at a round
   measure_stage();
@@ -318,7 +320,7 @@ UnitDone TrainingRun::next() {
   const double now = elapsed();
   report_exchange(progress_.step, synced, now);
   if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
-  return {.step = progress_.step, .quiescent = world_->quiescent(), .synced = synced, .round = round, .elapsed_s = now};
+  return {.step = progress_.step, .quiescent = after.quiescent, .synced = synced, .round = round, .elapsed_s = now};
 }
 
 StopAgreement::Vote TrainingRun::stop_vote() { return world_->stop_vote(); }
@@ -329,7 +331,7 @@ StepResult TrainingRun::step_once(int64_t step, double lr) {
   StepResult result = step_.step->run(step, lr);
   // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
   // learning rate; the tick reports its last.
-  for (int64_t k = 1; k < layout_.islands().steps_per_tick(); ++k) result = step_.step->run(step, lr);
+  for (int64_t k = 1; k < share_.steps_per_tick; ++k) result = step_.step->run(step, lr);
   // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
   if (!step_.slows_itself) slowdown_->after_step(seconds_since(start) - (world_->blocked_total_s() - blocked_before));
   return result;
@@ -415,7 +417,7 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
   summary_.sync = layout_.sync();
   if (members_) summary_.reformations = members_->reformations();
   if (sync_) summary_.outer_steps = sync_->outer_steps();
-  if (Pipelines* pipelines = world_->pipelines())
+  if (Pipelines* pipelines = world_->step_peers().pipelines)
     summary_.stages = stages_ ? stages_->gather(*pipelines, train_seconds_) : nlohmann::json::array();
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();

@@ -93,6 +93,7 @@ class TrainingRun : public WorkSource {
   // This process's connection to the run (every group of the world is formed over it); none for one process.
   std::unique_ptr<Session> session_;
   std::unique_ptr<World> world_;  // whom this rank trains with (world/world.h)
+  Share share_;                   // this rank's share of the run, as the world's start left it
   // The sync of the world's synced() replicas (their outer loop, their traffic); null where none.
   ReplicaSync* sync_ = nullptr;
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements

@@ -13,11 +13,19 @@ namespace tributary::detail {
 IslandWorld::IslandWorld(const Session& session, const Layout& layout)
     : config_(session.config()), env_(session.env()), layout_(layout), islands_(session, layout) {}
 
-// parallel.island_steps = "auto" (runtime/island_pace.h): the pace measured now, or the resumed checkpoint's.
-std::optional<Layout> IslandWorld::paced(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds,
-                                         bool lead) {
+Share IslandWorld::share() const {
   const IslandShape& shape = layout_.islands();
-  if (!shape.measured_pace()) return std::nullopt;
+  return {.data = {env_.rank, env_.world_size},
+          .batches_per_step = shape.batches_per_tick(),
+          .steps_per_tick = shape.steps_per_tick(),
+          .ranks_per_member = shape.size(shape.island()),
+          .replicas_of = " (islands) of each outer shard"};
+}
+
+// parallel.island_steps = "auto" (runtime/island_pace.h): the pace measured now, or the resumed checkpoint's.
+void IslandWorld::pace(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds, bool lead) {
+  const IslandShape& shape = layout_.islands();
+  if (!shape.measured_pace()) return;
   std::vector<int64_t> steps;
   if (ckpt && ckpt->state.contains("island_steps")) {
     const auto& saved = ckpt->state["island_steps"];
@@ -44,10 +52,10 @@ std::optional<Layout> IslandWorld::paced(const LoadedCheckpoint* ckpt, const std
   paced.parallel.island_steps = fmt::format("{}", fmt::join(steps, ","));
   layout_ = run_layout(paced, env_);
   islands_.set_pace(layout_);
-  return layout_;
 }
 
 std::optional<PendingHeal> IslandWorld::start(const StartState& s) {
+  pace(s.ckpt, s.step_seconds, s.lead);
   if (s.joining) return islands_.join(s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
   std::optional<safetensors::File> outer;
   if (s.ckpt && s.ckpt->has("outer.safetensors")) outer = s.ckpt->tensors("outer.safetensors");

@@ -13,19 +13,15 @@ class IslandWorld : public World {
   IslandWorld(const Session& session, const Layout& layout);
 
   Replicas* synced() override { return islands_.across(); }
-  ReplicaSync* step_sync() override { return islands_.inside(); }
+  StepPeers step_peers() override { return {.sync = islands_.inside()}; }
   std::optional<CheckpointPeers> peers() override { return islands_.peers(); }
-  DataShard data_shard() const override { return {env_.rank, env_.world_size}; }
-  int64_t batches_per_step() const override { return layout_.islands().batches_per_tick(); }
-  int64_t ranks_per_member() const override { return layout_.islands().size(layout_.islands().island()); }
-  std::optional<Layout> paced(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds,
-                              bool lead) override;
+  Share share() const override;
   std::optional<PendingHeal> start(const StartState& state) override;
   StopAgreement::Vote stop_vote() override;
-  bool after_step(int64_t step, double lr, NamedTensors& trained, bool last) override {
-    return islands_.after_step(step, lr, trained, last);
+  AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override {
+    const bool landed = islands_.after_step(step, lr, trained, last);
+    return {.landed = landed, .quiescent = islands_.quiescent()};
   }
-  bool quiescent() override { return islands_.quiescent(); }
   int64_t follow_lead(BatchLoader& loader, int64_t tokens_per_step) override {
     return islands_.follow_lead(loader, tokens_per_step);
   }
@@ -37,10 +33,13 @@ class IslandWorld : public World {
     return islands_.stage_state(run_dir, step, mine, contents);
   }
   void describe() override;
-  std::string replicas_of() const override { return " (islands) of each outer shard"; }
   void summarize(TrainSummary& summary) override;
 
  private:
+  // parallel.island_steps = "auto": the pace every rank's step_seconds() gives, or a resume's (its checkpoint's).
+  // Collective over the run.
+  void pace(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds, bool lead);
+
   RunConfig config_;
   DistEnv env_;
   Layout layout_;

@@ -13,20 +13,22 @@ class PipelineWorld : public World {
   PipelineWorld(const Session& session, const Layout& layout);
 
   Replicas* synced() override { return pipelines_.stage_replicas(); }
-  Pipelines* pipelines() override { return &pipelines_; }
+  StepPeers step_peers() override { return {.pipelines = &pipelines_}; }
   std::optional<CheckpointPeers> peers() override;
-  DataShard data_shard() const override { return {int(layout_.replica()), int(layout_.replicas())}; }
-  int64_t batches_per_step() const override { return layout_.replicas(); }
+  Share share() const override {
+    return {.data = {int(layout_.replica()), int(layout_.replicas())},
+            .batches_per_step = layout_.replicas(),
+            .replicas_of = " of each stage"};
+  }
   std::optional<PendingHeal> start(const StartState& state) override;
   StopAgreement::Vote stop_vote() override;
-  bool after_step(int64_t step, double lr, NamedTensors& trained, bool last) override {
-    return pipelines_.after_step(step, lr, trained, last);
+  AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override {
+    const bool landed = pipelines_.after_step(step, lr, trained, last);
+    return {.landed = landed, .quiescent = pipelines_.quiescent()};
   }
-  bool quiescent() override { return pipelines_.quiescent(); }
   void whole_model(NamedTensors& params, NamedTensors* aux_params) override;
   bool stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents) override;
   void describe() override;
-  std::string replicas_of() const override { return " of each stage"; }
   void summarize(TrainSummary& summary) override { summary.world_size = world_size_; }
 
  private:

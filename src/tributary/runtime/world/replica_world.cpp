@@ -22,11 +22,11 @@ StopAgreement::Vote ReplicaWorld::stop_vote() {
   return [this](bool local) { return replicas_.stop_agreed(local); };
 }
 
-bool ReplicaWorld::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+AfterStep ReplicaWorld::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
   ReplicaSync& sync = replicas_.sync();
   bool synced = sync.after_step(step, lr, trained);  // DiLoCo: outer step every H inner steps
   if (last) synced |= sync.finish(step, trained);    // pending inner steps at the end
-  return synced;
+  return {.landed = synced, .quiescent = sync.quiescent()};
 }
 
 bool ReplicaWorld::stage_state(const fs::path& run_dir, int64_t step, const RankState& mine,

@@ -12,15 +12,13 @@ class ReplicaWorld : public World {
   explicit ReplicaWorld(const Session& session);
 
   Replicas* synced() override { return &replicas_; }
-  ReplicaSync* step_sync() override { return &replicas_.sync(); }
+  StepPeers step_peers() override { return {.sync = &replicas_.sync()}; }
   std::optional<CheckpointPeers> peers() override { return checkpoint_peers(replicas_); }
   double matmul_peak(const torch::Device& device) override { return replicas_.shared_matmul_peak(device); }
-  DataShard data_shard() const override { return {rank_, world_}; }
-  int64_t batches_per_step() const override { return replicas_.size(); }
+  Share share() const override { return {.data = {rank_, world_}, .batches_per_step = replicas_.size()}; }
   std::optional<PendingHeal> start(const StartState& state) override;
   StopAgreement::Vote stop_vote() override;
-  bool after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
-  bool quiescent() override { return replicas_.sync().quiescent(); }
+  AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
   double blocked_total_s() const override { return replicas_.blocked_total_s(); }
   bool stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents) override;
   void summarize(TrainSummary& summary) override { summary.world_size = replicas_.size(); }

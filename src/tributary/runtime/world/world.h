@@ -33,6 +33,32 @@ struct DataShard {
   int rank = 0, world = 1;
 };
 
+// This rank's share of the run: the windows it reads, the batches one step of the run takes (all replicas together),
+// the optimizer steps it takes per step of the run (time-paced islands: a faster island more), the ranks one member
+// of a fault-tolerant run stands for (an island's; 1: a rank is a member), and what the replicas are replicas of (the
+// start-up line).
+struct Share {
+  DataShard data;
+  int64_t batches_per_step = 1;
+  int64_t steps_per_tick = 1;
+  int64_t ranks_per_member = 1;
+  std::string replicas_of;
+};
+
+// Whom the step itself exchanges with: the replicas that average gradients inside it (data parallel: the run's
+// replicas, an island's ranks) and the pipeline step's groups; null where none.
+struct StepPeers {
+  ReplicaSync* sync = nullptr;
+  Pipelines* pipelines = nullptr;
+};
+
+// What the replicas did after a step: an outer step landed (true on every rank alike), and nothing is in flight (the
+// run may stop or checkpoint here).
+struct AfterStep {
+  bool landed = false;
+  bool quiescent = true;
+};
+
 // What the world's start takes over: the state a resume restored (ckpt) or that a joiner heals into.
 struct StartState {
   NamedTensors& trained;
@@ -42,6 +68,8 @@ struct StartState {
   int64_t total_steps = 0;
   const LoadedCheckpoint* ckpt = nullptr;  // a resume
   bool joining = false;                    // a restarted fault-tolerant member (DistEnv::joining)
+  bool lead = false;                       // this rank leads (it logs what the start decided)
+  std::function<double()> step_seconds;    // one training step's time here, measured now (time-paced islands)
 };
 
 // Size: one question per place where the kinds of run differ (built, started, after each step, at a checkpoint, in
@@ -54,35 +82,23 @@ class World {
   // a pipeline stage's across the pipelines, this rank's outer shard's across the islands; null when none (one
   // process, one pipeline, data-parallel stages, an island's rank without a shard).
   virtual Replicas* synced() { return nullptr; }
-  // The replicas that average gradients inside the step (data parallel: the run's replicas, an island's ranks).
-  virtual ReplicaSync* step_sync() { return nullptr; }
-  virtual Pipelines* pipelines() { return nullptr; }  // the pipeline step's groups; null unless pipelines
+  virtual StepPeers step_peers() { return {}; }
 
   // Every rank of the run, for the multi-process checkpoint; none for one process.
   virtual std::optional<CheckpointPeers> peers() { return std::nullopt; }
   // The sgemm peak one rank can count on (the replicas measure together: the contention of training).
   virtual double matmul_peak(const torch::Device& device);
-  virtual DataShard data_shard() const { return {}; }
-  // Batches in one step of the run, all replicas together (time-paced islands take more than one per tick).
-  virtual int64_t batches_per_step() const { return 1; }
-  // Ranks that one member of a fault-tolerant run stands for (an island's; 1: a rank is a member).
-  virtual int64_t ranks_per_member() const { return 1; }
+  virtual Share share() const { return {}; }  // its batches and steps per tick as the start left them
 
-  // parallel.island_steps = "auto": the layout with the pace every rank's step_seconds() gives (a resume takes the
-  // checkpoint's pace); nullopt where nothing is paced by measurement. Collective over the run.
-  virtual std::optional<Layout> paced(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds,
-                                      bool lead) {
-    return std::nullopt;
-  }
-  // Starts keeping the replicas together (a resume's outer state and codec progress) or, for a joiner, heals it from
-  // the run: its pending heal, if any (it trains on and becomes a member at the next round).
+  // Starts keeping the replicas together (a resume's outer state and codec progress; islands paced by measurement
+  // first agree on the pace: parallel.island_steps = "auto") or, for a joiner, heals it from the run: its pending
+  // heal, if any (it trains on and becomes a member at the next round). Collective over the run.
   virtual std::optional<PendingHeal> start(const StartState& state) { return std::nullopt; }
   // The run's stop agreement across the world (empty for one process).
   virtual StopAgreement::Vote stop_vote() { return {}; }
 
-  // After each step: the outer steps due (`last`: and those pending); true on every rank when an outer step landed.
-  virtual bool after_step(int64_t step, double lr, NamedTensors& trained, bool last) { return false; }
-  virtual bool quiescent() { return true; }             // no exchange in flight: the run may stop here
+  // After each step: the outer steps due (`last`: and those pending).
+  virtual AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) { return {}; }
   virtual double blocked_total_s() const { return 0; }  // the training thread's time blocked on communication
   // Fault tolerant, every unit: the rank's data shard and tokens per step as its member's lead has them (an island's
   // other ranks follow their rank 0); `tokens_per_step` elsewhere. Collective inside the member.
@@ -97,9 +113,7 @@ class World {
   virtual bool stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents) {
     return true;
   }
-  // The start-up lines that describe the world (the lead logs them), and what the replicas are replicas of.
-  virtual void describe() {}
-  virtual std::string replicas_of() const { return ""; }
+  virtual void describe() {}                        // the start-up lines that describe the world (the lead logs them)
   virtual void summarize(TrainSummary& summary) {}  // the world's figures in the run's summary
 };
 
