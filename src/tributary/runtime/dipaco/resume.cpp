@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -141,9 +142,25 @@ void republish_path_state(PathState& state, comm::Group& group, int64_t num_path
   }
 }
 
+namespace {
+
+// Workers that share a run directory clear it at the same time: a file another worker removed first is no error (the
+// tree is gone either way); any other failure is.
+void remove_tree_together(const fs::path& dir) {
+  for (int attempt = 0;; ++attempt) {
+    std::error_code error;
+    fs::remove_all(dir, error);
+    if (!error || !fs::exists(dir)) return;
+    if (error != std::errc::no_such_file_or_directory || attempt == 100)
+      throw fs::filesystem_error("cannot remove all", dir, error);
+  }
+}
+
+}  // namespace
+
 void clear_earlier_run(const fs::path& run_dir, bool lead) {
-  fs::remove_all(run_dir / "inner");
-  fs::remove_all(run_dir / "best");
+  remove_tree_together(run_dir / "inner");
+  remove_tree_together(run_dir / "best");
   fs::remove(run_dir / "dipaco.json");
   if (lead) forget_earlier_results(run_dir);  // the lead writes them (a shared directory: once)
 }
