@@ -21,6 +21,18 @@ fs::path feedback_file(const fs::path& run_dir, int worker, int64_t round) {
   return run_dir / "outer" / fmt::format("feedback-worker-{}.round-{}.safetensors", worker, round);
 }
 
+// One module's outer state (master copy, momentum, step count) from `file`; Error naming a damaged one.
+void load_outer_state(const fs::path& file, OuterOptimizer& opt) {
+  auto f = safetensors::File::load(file);
+  int64_t steps = -1;
+  try {
+    steps = std::stoll(f.metadata().at("steps"));
+  } catch (const std::exception&) {
+    fail("'{}' has no step count in its metadata: it is not an outer-state file of this run", file.string());
+  }
+  opt.load_state(f, steps);
+}
+
 }  // namespace
 
 DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& config) {
@@ -89,15 +101,20 @@ void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates
           "or (path-local workers with their own directories) this worker did not own the module before; resume "
           "with the same workers, each in its own directory, or start the run again",
           file.string(), module, round);
-    auto f = safetensors::File::load(file);
-    int64_t steps = -1;
-    try {
-      steps = std::stoll(f.metadata().at("steps"));
-    } catch (const std::exception&) {
-      fail("'{}' has no step count in its metadata: it is not an outer-state file of this run", file.string());
-    }
-    opt->load_state(f, steps);
+    load_outer_state(file, *opt);
   }
+}
+
+std::vector<std::string> take_over_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer) {
+  std::vector<std::string> fresh;
+  for (const auto& [module, opt] : outer) {
+    const fs::path file = outer_file(run_dir, module, round);
+    if (fs::exists(file))
+      load_outer_state(file, *opt);
+    else
+      fresh.push_back(module);
+  }
+  return fresh;
 }
 
 void save_feedback(const fs::path& run_dir, int64_t round, int worker, const ModuleFeedback& feedback) {

@@ -51,6 +51,10 @@ void adopt_modules(ModuleSet& modules, const ModuleSet& resumed, const fs::path&
 void save_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
 // Each owned module's outer state of round `round`; Error naming a missing or damaged file.
 void load_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
+// A stand-in owner (its owner died): each module's outer state of round `round` where its owner wrote one into
+// `run_dir` (a shared directory; before the first round there is none, nor in a dead path-local worker's own
+// directory). Returns the modules without one, which start from their global parameters and zero momentum.
+std::vector<std::string> take_over_outer_states(const fs::path& run_dir, int64_t round, const OuterStates& outer);
 // Path-local SparseLoCo: worker `worker`'s error feedback after round `round` (atomic; round - 2's file goes), and
 // back. A missing file (another worker count, or a run stopped before it sent anything) starts it from zero, saying
 // so; a damaged one is an Error naming it.

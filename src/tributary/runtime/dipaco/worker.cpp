@@ -357,7 +357,20 @@ Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& r
   } else {
     verdict.dropped = lost;
   }
+  const OuterStates owned_before = held_->outer();
   follow_members(round);
+  // The dead owners' modules go on from the outer state they wrote after the last complete round (momentum
+  // included): the stand-in takes the step the owner would have taken. Where no such file is in this worker's run
+  // directory (the first round; a path-local owner's own directory) momentum restarts at zero.
+  OuterStates taken;
+  for (const auto& [id, opt] : held_->outer())
+    if (!owned_before.count(id)) taken[id] = opt;
+  const std::vector<std::string> fresh = take_over_outer_states(run_dir_, round, taken);
+  if (round > 0 && !fresh.empty())
+    log::warn(
+        "DiPaCo round {}: worker {} takes over module(s) {} without their outer state (momentum restarts at "
+        "zero): their owner's files are not in this worker's run directory",
+        round + 1, env_.rank, fmt::join(fresh, ", "));
   if (lead_.follow(members)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
     report_->take_lead(round * config_.dist.inner_steps);
