@@ -230,9 +230,9 @@ int64_t Islands::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
 bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
   bool landed = false;
   if (across_) {
-    landed = across_->sync().after_step(step, lr, outer_params_);
-    if (last) landed |= across_->sync().finish(step, outer_params_);
-    quiescent_ = across_->sync().quiescent();
+    const AfterStep after = across_->sync().step_ended(step, lr, outer_params_, last);
+    landed = after.landed;
+    quiescent_ = after.quiescent;
   }
   if ((!layout_.islands().equal() || fault_tolerant_) && island_->size() > 1) {
     // Ranks without a shard learn from their island's rank 0 (which has one) what happened across.

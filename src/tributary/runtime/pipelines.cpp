@@ -79,9 +79,9 @@ bool Pipelines::after_step(int64_t step, double lr, NamedTensors& trained, bool 
   bool landed = false;
   quiescent_ = true;
   if (stage_replicas_) {
-    landed = stage_replicas_->sync().after_step(step, lr, trained);
-    if (last) landed |= stage_replicas_->sync().finish(step, trained);
-    quiescent_ = stage_replicas_->sync().quiescent();
+    const AfterStep after = stage_replicas_->sync().step_ended(step, lr, trained, last);
+    landed = after.landed;
+    quiescent_ = after.quiescent;
   }
   if (!data_ || place_.pipelines_per_island() <= 1) return landed;
   // The island's other pipelines learn from its first what happened across, and take the stage it landed.

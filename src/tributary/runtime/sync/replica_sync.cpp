@@ -104,6 +104,12 @@ bool ReplicaSync::after_step(int64_t step, double lr, NamedTensors& params) {
   return landed;
 }
 
+AfterStep ReplicaSync::step_ended(int64_t step, double lr, NamedTensors& params, bool last) {
+  bool landed = after_step(step, lr, params);
+  if (last) landed |= finish(step, params);
+  return {.landed = landed, .quiescent = quiescent()};
+}
+
 bool ReplicaSync::finish(int64_t step, NamedTensors& params) {
   if (ddp_ || in_warmup_) return false;
   const bool landed = outer_->finish(step, params);

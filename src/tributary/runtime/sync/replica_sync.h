@@ -24,6 +24,13 @@
 
 namespace tributary {
 
+// What the replicas did after a step: an outer step landed (true on every rank alike), and nothing is in flight (the
+// run may stop or checkpoint here).
+struct AfterStep {
+  bool landed = false;
+  bool quiescent = true;
+};
+
 // Size: the loop's fourteen questions and the five a heal asks (enter, adopt_progress, check_identical,
 // diloco_phase, step_now), which are about the same state: the phase (data parallel, warm-up, DiLoCo) and the outer
 // loop's units.
@@ -51,8 +58,9 @@ class ReplicaSync {
   // all-reduced while the backward pass is still running (hooks on the parameters).
   void before_backward(bool last_micro_batch, bool single_micro_batch);
   void after_backward(NamedTensors& params);  // ddp: average gradients (waits for the overlapped buckets)
-  bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
-  bool finish(int64_t step, NamedTensors& params);
+  // After each step: DiLoCo's outer steps due, and with `last` (the run's last step) those of units with pending inner
+  // steps.
+  AfterStep step_ended(int64_t step, double lr, NamedTensors& params, bool last);
   int64_t outer_steps() const { return outer_ ? outer_->outer_steps() : 0; }
   int64_t inner_steps_now() const { return outer_ ? outer_->inner_steps_now() : config_.dist.inner_steps; }
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
@@ -78,6 +86,8 @@ class ReplicaSync {
   int64_t step_now() const { return step_now_; }               // the training thread's step, for log lines
 
  private:
+  bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
+  bool finish(int64_t step, NamedTensors& params);
   void start_outer_loop(NamedTensors& params, int64_t offset);
   void start_data_parallel(NamedTensors& params);
 

@@ -23,10 +23,7 @@ StopAgreement::Vote ReplicaWorld::stop_vote() {
 }
 
 AfterStep ReplicaWorld::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
-  ReplicaSync& sync = replicas_.sync();
-  bool synced = sync.after_step(step, lr, trained);  // DiLoCo: outer step every H inner steps
-  if (last) synced |= sync.finish(step, trained);    // pending inner steps at the end
-  return {.landed = synced, .quiescent = sync.quiescent()};
+  return replicas_.sync().step_ended(step, lr, trained, last);  // DiLoCo: an outer step every H inner steps
 }
 
 bool ReplicaWorld::stage_state(const fs::path& run_dir, int64_t step, const RankState& mine,

@@ -18,12 +18,12 @@
 #include "tributary/runtime/run_state.h"
 #include "tributary/runtime/session.h"
 #include "tributary/runtime/stop.h"
+#include "tributary/runtime/sync/replica_sync.h"
 #include "tributary/runtime/train_summary.h"
 
 namespace tributary {
 class Pipelines;
 class Replicas;
-class ReplicaSync;
 }  // namespace tributary
 
 namespace tributary::detail {
@@ -50,13 +50,6 @@ struct Share {
 struct StepPeers {
   ReplicaSync* sync = nullptr;
   Pipelines* pipelines = nullptr;
-};
-
-// What the replicas did after a step: an outer step landed (true on every rank alike), and nothing is in flight (the
-// run may stop or checkpoint here).
-struct AfterStep {
-  bool landed = false;
-  bool quiescent = true;
 };
 
 // What the world's start takes over: the state a resume restored (ckpt) or that a joiner heals into.
