@@ -309,7 +309,7 @@ bool Islands::stage_state(const fs::path& run_dir, int64_t step, const RankState
   if (!stage_rank_state(peers(), run_dir, step, state, contents)) return false;
   contents.state["replicas"] = across_->sync().progress();         // rank 0 holds shard 0
   contents.state["island_steps"] = layout_.islands().all_steps();  // a measured pace goes on after a resume
-  contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
+  contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));
   return true;
 }
 

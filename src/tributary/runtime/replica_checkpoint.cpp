@@ -22,6 +22,12 @@ namespace tributary {
 std::string replica_model_file(int rank) { return fmt::format("rank-{}.model.safetensors", rank); }
 std::string replica_optim_file(int rank) { return fmt::format("rank-{}.optim.safetensors", rank); }
 std::string replica_outer_file(int rank) { return fmt::format("rank-{}.outer.safetensors", rank); }
+
+ReplicaResume replica_resume(const LoadedCheckpoint& ckpt, const std::string& outer_file) {
+  ReplicaResume resume{.progress = ckpt.state.at("replicas")};
+  if (ckpt.has(outer_file)) resume.outer = ckpt.tensors(outer_file);
+  return resume;
+}
 std::string replica_aux_file(int rank) { return fmt::format("rank-{}.aux_heads.safetensors", rank); }
 std::string replica_codec_file(int rank) { return fmt::format("rank-{}.codec.safetensors", rank); }
 
@@ -244,7 +250,7 @@ bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t st
     return false;
   contents.state["replicas"] = replicas.sync().progress();
   auto outer = replicas.sync().outer_state();
-  if (!outer.empty()) contents.extra_tensors.emplace_back("outer.safetensors", std::move(outer));
+  if (!outer.empty()) contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));
   return true;
 }
 

@@ -26,6 +26,17 @@ std::string replica_outer_file(int rank);
 std::string replica_aux_file(int rank);
 // Rank R's codec state (error feedback of top-k, SparseLoCo, PowerSGD), rank 0's too: it differs between ranks.
 std::string replica_codec_file(int rank);
+// The replicas' outer state every one of them holds alike (DiLoCo's global parameters and momentum, whole tensors).
+inline constexpr const char* kOuterFile = "outer.safetensors";
+
+// What resumed replicas start from: the checkpoint's outer state in `outer_file` (kOuterFile, or a pipeline stage's
+// replica_outer_file), if it has one (none: data parallel, or DiLoCo still in its warm-up), and each sync unit's
+// progress (state.json's "replicas").
+struct ReplicaResume {
+  std::optional<safetensors::File> outer;
+  nlohmann::json progress = nlohmann::json::array();
+};
+ReplicaResume replica_resume(const LoadedCheckpoint& ckpt, const std::string& outer_file = kOuterFile);
 
 // Every rank of the run, for the protocol: a barrier and an all-gather over all of them (in the order the rank runs
 // its other collectives).

@@ -72,7 +72,7 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
         "cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; a pipeline run resumes "
         "with the same number of workers (launch --nproc {})",
         ckpt.dir.string(), saved_world, world_size, saved_world);
-  if (world_size > 1 && config.dist.diloco() && !ckpt.has("outer.safetensors"))
+  if (world_size > 1 && config.dist.diloco() && !ckpt.has(kOuterFile))
     fail(
         "cannot resume '{}' (one process, no DiLoCo outer state) with {} DiLoCo workers: resume it with one "
         "process, or start a DiLoCo run from its weights with --set train.init_from={}",

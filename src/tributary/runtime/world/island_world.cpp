@@ -57,13 +57,11 @@ void IslandWorld::pace(const LoadedCheckpoint* ckpt, const std::function<double(
 std::optional<PendingHeal> IslandWorld::start(const StartState& s) {
   pace(s.ckpt, s.step_seconds, s.lead);
   if (s.joining) return islands_.join(s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
-  std::optional<safetensors::File> outer;
-  if (s.ckpt && s.ckpt->has("outer.safetensors")) outer = s.ckpt->tensors("outer.safetensors");
-  if (s.ckpt && !outer)
-    fail("the checkpoint at step {} has no DiLoCo outer state (outer.safetensors): resume from an earlier one",
-         s.progress.step);
-  islands_.start(s.trained, s.optimizer, s.progress.step, outer ? &*outer : nullptr,
-                 s.ckpt ? s.ckpt->state.at("replicas") : nlohmann::json::array());
+  const ReplicaResume resume = s.ckpt ? replica_resume(*s.ckpt) : ReplicaResume{};
+  if (s.ckpt && !resume.outer)
+    fail("the checkpoint at step {} has no DiLoCo outer state ({}): resume from an earlier one", s.progress.step,
+         kOuterFile);
+  islands_.start(s.trained, s.optimizer, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
   return std::nullopt;
 }
 

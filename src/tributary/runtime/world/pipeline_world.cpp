@@ -27,9 +27,8 @@ std::optional<PendingHeal> PipelineWorld::start(const StartState& s) {
     replicas->sync().start(s.trained);
     return std::nullopt;
   }
-  std::optional<safetensors::File> outer;  // a pipeline stage's is its rank's own
-  if (s.ckpt->has(replica_outer_file(rank_))) outer = s.ckpt->tensors(replica_outer_file(rank_));
-  replicas->sync().start(s.trained, s.progress.step, outer ? &*outer : nullptr, s.ckpt->state.at("replicas"));
+  const ReplicaResume resume = replica_resume(*s.ckpt, replica_outer_file(rank_));  // a stage's is its rank's own
+  replicas->sync().start(s.trained, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
   return std::nullopt;
 }
 

@@ -12,9 +12,8 @@ std::optional<PendingHeal> ReplicaWorld::start(const StartState& s) {
     replicas_.sync().start(s.trained);
     return std::nullopt;
   }
-  std::optional<safetensors::File> outer;
-  if (s.ckpt->has("outer.safetensors")) outer = s.ckpt->tensors("outer.safetensors");
-  replicas_.sync().start(s.trained, s.progress.step, outer ? &*outer : nullptr, s.ckpt->state.at("replicas"));
+  const ReplicaResume resume = replica_resume(*s.ckpt);
+  replicas_.sync().start(s.trained, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
   return std::nullopt;
 }
 
