@@ -1,14 +1,17 @@
 #include "tributary/runtime/session.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/wan.h"
 
 namespace tributary {
 namespace {
 
-std::vector<int> every_rank(int world_size) {
+std::vector<int> every_rank(int world_size) {  // rank r emulates device r
   std::vector<int> ranks(static_cast<size_t>(std::max(world_size, 0)));
-  for (int r = 0; r < world_size; ++r) ranks[size_t(r)] = r;
+  std::iota(ranks.begin(), ranks.end(), 0);
   return ranks;
 }
 

@@ -47,7 +47,8 @@ bool HeldModules::owns(const std::string& id) const {
   return i < module_ids_.size() && loop_.owned(i) != nullptr;
 }
 
-void HeldModules::own(int64_t round) {
+std::map<std::string, OuterOptimizer*> HeldModules::own(int64_t round) {
+  std::map<std::string, OuterOptimizer*> taken;
   for (size_t i = 0; i < module_ids_.size(); ++i) {
     const std::string& id = module_ids_[i];
     if (owner_of(i) != rank_) {
@@ -61,7 +62,9 @@ void HeldModules::own(int64_t round) {
     // Path-local: a dead owner's module as it published it for this round.
     if (!global_.count(id)) global_[id] = depot_->fetch(round, id, layout_.at(id), 0, 0);
     loop_.own(i, global_.at(id));
+    taken[id] = loop_.owned(i);
   }
+  return taken;
 }
 
 std::map<std::string, OuterOptimizer*> HeldModules::outer() const {
@@ -86,10 +89,10 @@ void HeldModules::go_path_local(const comm::Store& store, std::chrono::milliseco
     it = owns(it->first) ? std::next(it) : global_.erase(it);
 }
 
-void HeldModules::set_members(std::vector<int> members, int64_t round) {
+std::map<std::string, OuterOptimizer*> HeldModules::set_members(std::vector<int> members, int64_t round) {
   members_ = std::move(members);
   if (depot_) depot_->set_link(link());
-  own(round);
+  return own(round);
 }
 
 std::optional<comm::LinkModel> HeldModules::link() const {

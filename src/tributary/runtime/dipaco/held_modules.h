@@ -39,15 +39,15 @@ class HeldModules {
   HeldModules(const RunConfig& config, const PathGrid& grid, int rank, int world, ModuleSet initial,
               std::optional<comm::LinkModel> links);
 
-  // Creates the outer optimizers of the modules this worker owns and lacks, and drops those of modules it no longer
-  // owns.
-  void own(int64_t round);
+  // Creates the outer optimizers of the modules this worker owns and lacks (returned: their outer state starts from
+  // the global parameters and zero momentum), and drops those of modules it no longer owns.
+  std::map<std::string, OuterOptimizer*> own(int64_t round);
   std::map<std::string, OuterOptimizer*> outer() const;  // the owned modules' outer state, by module id
   // Path-local: from round `round` on, keep only the owned modules; the others come from `store`.
   void go_path_local(const comm::Store& store, std::chrono::milliseconds fetch_timeout, int64_t round);
   bool path_local() const { return depot_ != nullptr; }
-  // A re-formation: the live workers (ascending), as of round `round`.
-  void set_members(std::vector<int> members, int64_t round);
+  // A re-formation (a departure or an admission): the members, as of round `round`; returns what own() returned.
+  std::map<std::string, OuterOptimizer*> set_members(std::vector<int> members, int64_t round);
   std::optional<comm::LinkModel> link() const;  // the emulated links among the members (dist.wan), if any
 
   ModuleSet path_view(int64_t path, int64_t round);  // the modules of `path` as round `round` starts

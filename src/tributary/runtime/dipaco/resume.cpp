@@ -33,6 +33,18 @@ void load_outer_state(const fs::path& file, OuterOptimizer& opt) {
   opt.load_state(f, steps);
 }
 
+// Workers that share a run directory clear it at the same time: a file another worker removed first is no error (the
+// tree is gone either way); any other failure is.
+void remove_tree_together(const fs::path& dir) {
+  for (int attempt = 0;; ++attempt) {
+    std::error_code error;
+    fs::remove_all(dir, error);
+    if (!error || !fs::exists(dir)) return;
+    if (error != std::errc::no_such_file_or_directory || attempt == 100)
+      throw fs::filesystem_error("cannot remove all", dir, error);
+  }
+}
+
 }  // namespace
 
 DipacoRun load_resumable_dipaco_run(const fs::path& run_dir, const RunConfig& config) {
@@ -158,22 +170,6 @@ void republish_path_state(PathState& state, comm::Group& group, int64_t num_path
     group.barrier();
   }
 }
-
-namespace {
-
-// Workers that share a run directory clear it at the same time: a file another worker removed first is no error (the
-// tree is gone either way); any other failure is.
-void remove_tree_together(const fs::path& dir) {
-  for (int attempt = 0;; ++attempt) {
-    std::error_code error;
-    fs::remove_all(dir, error);
-    if (!error || !fs::exists(dir)) return;
-    if (error != std::errc::no_such_file_or_directory || attempt == 100)
-      throw fs::filesystem_error("cannot remove all", dir, error);
-  }
-}
-
-}  // namespace
 
 void clear_earlier_run(const fs::path& run_dir, bool lead) {
   remove_tree_together(run_dir / "inner");

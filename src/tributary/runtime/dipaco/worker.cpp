@@ -128,9 +128,8 @@ bool Worker::rejoin() {
   held_ =
       std::make_unique<HeldModules>(config_, grid_, env_.rank, env_.world_size, std::move(modules), session_->links());
   state_ = std::make_unique<PathState>(run_dir_, nullptr, PathStateOptions{.self = env_.rank});
-  follow_members(round_);
+  follow_members(round_);  // its modules' outer state from the round's files
   lead_.follow(crew_->membership().members());
-  load_outer_states(run_dir_, round_, held_->outer());
   held_->check_identical(crew_->group(), fmt::format("when worker {} rejoined after round {}", env_.rank, round_));
   log::info("worker {} rejoined the DiPaCo run after round {} as worker {} of {} (epoch {})", env_.rank, round_,
             crew_->membership().rank(), crew_->membership().size(), crew_->membership().epoch());
@@ -138,12 +137,21 @@ bool Worker::rejoin() {
 }
 
 // After the members changed (a departure, an admission) as of round `round`: who owns which module, whose path
-// state is live, and the group and its exchange over the members.
+// state is live, and the group and its exchange over the members. A module this worker takes over (its owner died,
+// or the members' count moved it; a joiner's own again) goes on from the outer state its last owner wrote after the
+// last complete round (momentum included): the step is the one that owner would have taken. Where no such file is in
+// this worker's run directory (the first round; a path-local owner's own directory) momentum restarts at zero.
 void Worker::follow_members(int64_t round) {
   const std::vector<int>& members = crew_->membership().members();
-  held_->set_members(members, round);
+  const OuterStates taken = held_->set_members(members, round);
   state_->set_live(members);
   crew_->regroup(held_->path_local() ? held_->link() : std::nullopt, held_->link());
+  const std::vector<std::string> fresh = take_over_outer_states(run_dir_, round, taken);
+  if (round > 0 && !fresh.empty())
+    log::warn(
+        "DiPaCo round {}: worker {} takes over module(s) {} without their outer state (momentum restarts at "
+        "zero): their owner's files are not in this worker's run directory",
+        round + 1, env_.rank, fmt::join(fresh, ", "));
 }
 
 // Between rounds: the restarted workers that asked to join during the round become members (rejoin() is their side).
@@ -357,20 +365,7 @@ Verdict Worker::settle(int64_t round, int64_t gen, const std::vector<int64_t>& r
   } else {
     verdict.dropped = lost;
   }
-  const OuterStates owned_before = held_->outer();
   follow_members(round);
-  // The dead owners' modules go on from the outer state they wrote after the last complete round (momentum
-  // included): the stand-in takes the step the owner would have taken. Where no such file is in this worker's run
-  // directory (the first round; a path-local owner's own directory) momentum restarts at zero.
-  OuterStates taken;
-  for (const auto& [id, opt] : held_->outer())
-    if (!owned_before.count(id)) taken[id] = opt;
-  const std::vector<std::string> fresh = take_over_outer_states(run_dir_, round, taken);
-  if (round > 0 && !fresh.empty())
-    log::warn(
-        "DiPaCo round {}: worker {} takes over module(s) {} without their outer state (momentum restarts at "
-        "zero): their owner's files are not in this worker's run directory",
-        round + 1, env_.rank, fmt::join(fresh, ", "));
   if (lead_.follow(members)) {  // the leader died: this worker writes the run's files from this round on
     log::warn("DiPaCo: worker {} leads the run from round {} on (the leader died)", env_.rank, round + 1);
     report_->take_lead(round * config_.dist.inner_steps);
