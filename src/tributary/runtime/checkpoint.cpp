@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
@@ -27,9 +28,12 @@ std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const fs::path& r
   std::vector<std::pair<int64_t, fs::path>> out;
   fs::path root = run_dir / "checkpoints";
   if (!fs::is_directory(root)) return out;
-  for (const auto& e : fs::directory_iterator(root)) {
-    auto step = step_of(e.path());
-    if (step && fs::exists(e.path() / kManifest)) out.emplace_back(*step, e.path());
+  // Another rank may be clearing the directory right now (rank 0 starting over with --overwrite while the others
+  // look): what is gone was not there.
+  std::error_code gone;
+  for (fs::directory_iterator it(root, gone), end; !gone && it != end; it.increment(gone)) {
+    auto step = step_of(it->path());
+    if (step && fs::exists(it->path() / kManifest)) out.emplace_back(*step, it->path());
   }
   std::sort(out.begin(), out.end());
   return out;
