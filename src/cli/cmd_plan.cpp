@@ -194,7 +194,7 @@ void price_round(const Args& a, const Cluster& cluster, const std::vector<Site>&
               base + c.leader_s, base + c.sharded_s, base + c.sharded_shared_s);
 }
 
-// Islands for a replica run (runtime/islands.h): one per region of the cluster file, and how to launch them.
+// Islands for a replica run (runtime/sync/island_sync.h): one per region of the cluster file, and how to launch them.
 void propose_islands(const Args& a) {
   refuse_existing_out(a.out, a.overwrite);
   const Cluster cluster = load_cluster(a.cluster);

@@ -44,7 +44,7 @@ std::string traffic_line(const TrainSummary& s) {
     const int64_t stages = std::max<int64_t>(1, int64_t(s.stages.size()));
     const int64_t pipelines = s.world_size / stages;
     const std::string across = pipelines == 1 ? std::string()
-                               : s.sync == Sync::kDiloco
+                               : s.sync == SyncKind::kDiloco
                                    ? fmt::format(" and its stage's pseudo-gradients ({} outer steps)", s.outer_steps)
                                    : std::string(" and its stage's gradients");
     return fmt::format("{} pipeline(s) of {} stages: rank 0 sent {:.2f} MB (activations, their gradients{}); {}",
@@ -55,7 +55,7 @@ std::string traffic_line(const TrainSummary& s) {
         "{} islands ({} ranks), DiLoCo across: rank 0 sent {:.2f} MB of its outer shard in {} outer steps over the "
         "slow link and {:.2f} MB of gradients inside its island; {}",
         s.islands, s.world_size, s.bytes_sent / 1e6, s.outer_steps, s.bytes_inside / 1e6, blocked);
-  if (s.sync == Sync::kDiloco)
+  if (s.sync == SyncKind::kDiloco)
     return fmt::format("{} replicas, DiLoCo: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {}",
                        s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, blocked);
   return fmt::format("{} replicas, data parallel: rank 0 sent {:.2f} MB and received {:.2f} MB in {} steps; {}",

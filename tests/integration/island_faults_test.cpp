@@ -1,4 +1,4 @@
-// Fault-tolerant islands (runtime/islands.h, dist.fault_tolerant): two machines' launches (--nnodes 2,
+// Fault-tolerant islands (runtime/sync/island_sync.h, dist.fault_tolerant): two machines' launches (--nnodes 2,
 // --restart-island), each machine's two workers one island. The islands are the quorum's members; a rank lost inside an
 // island takes the island out, its launch starts the island again, and it rejoins from the peer island. Real processes,
 // real c10d on loopback; the run hash-checks the islands' replicas after every outer step (and an island's ranks after

@@ -1,6 +1,6 @@
-// Islands (runtime/islands.h) through `tributary launch`: data parallel inside an island, DiLoCo across the islands
-// with the outer exchange sharded over the island's ranks, ZeRO-1 inside. Real processes, real c10d on loopback.
-// Islands of one rank reproduce flat DiLoCo bit for bit: GoldenRuns.IslandsOfOneRankAreFlatDiloco.
+// Islands (runtime/sync/island_sync.h) through `tributary launch`: data parallel inside an island, DiLoCo across the
+// islands with the outer exchange sharded over the island's ranks, ZeRO-1 inside. Real processes, real c10d on
+// loopback. Islands of one rank reproduce flat DiLoCo bit for bit: GoldenRuns.IslandsOfOneRankAreFlatDiloco.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>

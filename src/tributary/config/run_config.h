@@ -96,8 +96,8 @@ struct ParallelConfig {
   std::string stage_layers;        // "" (balanced) | blocks per stage, e.g. "3,5"
   std::string placement;           // "" (Megatron's order) | placement.json from `tributary plan --out`
   std::string activation_compression = "fp32";  // fp32 | fp16 | bf16 | int8 (parallel/pipeline/wire.h)
-  // Islands (runtime/islands.h): ranks joined by a fast link, data parallel inside, DiLoCo across. "" (every rank an
-  // island of one) | "N" equal islands | sizes "4,4,2" | "machines" (one per launch machine).
+  // Islands (runtime/sync/island_sync.h): ranks joined by a fast link, data parallel inside, DiLoCo across. "" (every
+  // rank an island of one) | "N" equal islands | sizes "4,4,2" | "machines" (one per launch machine).
   std::string islands;
   bool shard_optimizer = true;  // islands: ZeRO-1, each rank of an island keeps and steps 1/N of the AdamW moments
   // Islands of unlike speed: optimizer steps per train step ("tick"), per island, e.g. "2,1" (a twice faster island

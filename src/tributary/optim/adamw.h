@@ -41,10 +41,10 @@ class AdamW {
   // leaves the step bit for bit as it was.
   void set_lr_scale(const NamedTensors& group, double scale);
 
-  // ZeRO-1 (runtime/islands.h): from now on this optimizer keeps and steps only rows core/row_split(index, count)
-  // of every parameter, its moments cut to them. After each step `make_whole` (collective over the ranks that hold
-  // the other shards) brings their rows of the parameters to this rank; state() hands it whole-size moments in which
-  // only this rank's rows are filled, so that every rank returns the whole state.
+  // ZeRO-1 (runtime/sync/island_sync.h): from now on this optimizer keeps and steps only rows core/row_split(index,
+  // count) of every parameter, its moments cut to them. After each step `make_whole` (collective over the ranks that
+  // hold the other shards) brings their rows of the parameters to this rank; state() hands it whole-size moments in
+  // which only this rank's rows are filled, so that every rank returns the whole state.
   using MakeWhole = std::function<void(const std::vector<torch::Tensor>& tensors)>;
   void keep_rows(int64_t index, int64_t count, MakeWhole make_whole);
   bool sharded() const { return shard_count_ > 1; }

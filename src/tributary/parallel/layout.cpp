@@ -13,15 +13,15 @@
 
 namespace tributary {
 
-const char* sync_name(Sync sync) {
+const char* sync_name(SyncKind sync) {
   switch (sync) {
-    case Sync::kNone:
+    case SyncKind::kNone:
       return "none";
-    case Sync::kDataParallel:
+    case SyncKind::kDataParallel:
       return "data parallel";
-    case Sync::kDiloco:
+    case SyncKind::kDiloco:
       return "DiLoCo";
-    case Sync::kModules:
+    case SyncKind::kModules:
       return "DiPaCo modules";
   }
   return "?";
@@ -169,7 +169,7 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   const int64_t p = spec.pipeline_stages;
   if (spec.dipaco) {  // every worker is a replica that trains paths
     l.kind_ = RunKind::kDipaco;
-    l.sync_ = Sync::kModules;
+    l.sync_ = SyncKind::kModules;
     l.replicas_ = spec.world_size;
   } else if (p > 1) {
     if (spec.world_size < p)
@@ -197,8 +197,8 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   l.place_islands(spec);
   if (l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands ||
       (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
-    l.sync_ = spec.diloco ? Sync::kDiloco : Sync::kDataParallel;
-  if (l.sync_ == Sync::kDiloco) l.warmup_ddp_steps_ = spec.warmup_ddp_steps;
+    l.sync_ = spec.diloco ? SyncKind::kDiloco : SyncKind::kDataParallel;
+  if (l.sync_ == SyncKind::kDiloco) l.warmup_ddp_steps_ = spec.warmup_ddp_steps;
 
   l.rank_at_.assign(size_t(l.replicas_), std::vector<int>(size_t(l.stages_), 0));
   l.device_of_rank_.resize(size_t(spec.world_size));
@@ -231,7 +231,7 @@ Layout Layout::resolve(const LayoutSpec& spec) {
 
 int64_t Layout::stage_data_parallel_steps() const {
   if (kind_ != RunKind::kPipelines || replicas_ == 1) return 0;
-  if (sync_ == Sync::kDataParallel || pipelines_per_island_ > 1) return -1;
+  if (sync_ == SyncKind::kDataParallel || pipelines_per_island_ > 1) return -1;
   return warmup_ddp_steps_;
 }
 
@@ -263,9 +263,9 @@ std::string Layout::name() const {
     case RunKind::kSingle:
       return chunks_ > 0 ? "local" : "single";
     case RunKind::kReplicas:
-      return sync_ == Sync::kDataParallel ? "ddp" : "diloco";
+      return sync_ == SyncKind::kDataParallel ? "ddp" : "diloco";
     case RunKind::kPipelines:
-      return std::string(chunks_ > 0 ? "local-stages" : "pipeline") + (sync_ == Sync::kDiloco ? "+diloco" : "");
+      return std::string(chunks_ > 0 ? "local-stages" : "pipeline") + (sync_ == SyncKind::kDiloco ? "+diloco" : "");
     case RunKind::kDipaco:
       return "dipaco";
     case RunKind::kIslands:

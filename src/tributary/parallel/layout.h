@@ -1,10 +1,10 @@
 // What kind of run this is and where this rank stands in it, resolved once before any group is built (torchtitan's
 // ParallelDims): the ranks form R replicas of the model (D_DP), each a pipeline of S stages (D_PP; S = 1 without a
 // pipeline), and rank_at(replica, stage) names the rank that runs a stage of a replica. The replicas of a stage stay
-// together by one Sync (data parallel, DiLoCo); DiPaCo's workers train paths and sync modules with their owners.
-// Local parallelism cuts the model into chunks (one per stage across processes, all in one process otherwise).
+// together by one kind of sync (data parallel, DiLoCo); DiPaCo's workers train paths and sync modules with their
+// owners. Local parallelism cuts the model into chunks (one per stage across processes, all in one process otherwise).
 // Islands (parallel.islands) group the replicas by a fast link: data parallel inside an island, DiLoCo across the
-// islands, the outer exchange sharded over the island's ranks (runtime/islands.h).
+// islands, the outer exchange sharded over the island's ranks (runtime/sync/island_sync.h).
 //
 // Pure and torch-free: the trainer, the planner and the unit tests compute the same layout from the same keys.
 // Megatron's order unless a placement renames the ranks: stage s's replicas are ranks s*R .. s*R + R - 1, replica
@@ -21,7 +21,7 @@
 namespace tributary {
 
 // How the replicas of the model (or of each pipeline stage) stay together.
-enum class Sync {
+enum class SyncKind {
   kNone,          // one replica
   kDataParallel,  // gradients averaged every step
   kDiloco,        // H local steps, then an outer step on the averaged pseudo-gradients (Streaming: per fragment)
@@ -33,7 +33,7 @@ enum class RunKind {
   kReplicas,   // replicas of the whole model, one per process
   kPipelines,  // pipelines of stages, one stage per process; replicas of each stage across the pipelines
   kDipaco,     // workers claiming path tasks
-  kIslands,    // islands of ranks joined by a fast link: data parallel inside, DiLoCo across (runtime/islands.h)
+  kIslands,  // islands of ranks joined by a fast link: data parallel inside, DiLoCo across (runtime/sync/island_sync.h)
 };
 
 // A placement's answer (sched/placement.h's placement.json, read by config/run_layout.h): which rank runs which stage
@@ -69,7 +69,7 @@ class Layout {
   static Layout resolve(const LayoutSpec& spec);
 
   RunKind kind() const { return kind_; }
-  Sync sync() const { return sync_; }
+  SyncKind sync() const { return sync_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   bool distributed() const { return world_size_ > 1; }
@@ -113,7 +113,7 @@ class Layout {
   static void check_fault_tolerant_islands(const LayoutSpec& spec, const std::vector<int64_t>& islands);
 
   RunKind kind_ = RunKind::kSingle;
-  Sync sync_ = Sync::kNone;
+  SyncKind sync_ = SyncKind::kNone;
   int rank_ = 0, world_size_ = 1;
   int64_t stages_ = 1, replicas_ = 1, stage_ = 0, replica_ = 0, chunks_ = 0, warmup_ddp_steps_ = 0;
   std::vector<std::vector<int>> rank_at_;  // [replica][stage]
@@ -122,7 +122,7 @@ class Layout {
   int64_t pipelines_per_island_ = 0;  // parallel.islands with pipelines (island-major ranks); 0: none
 };
 
-const char* sync_name(Sync sync);
+const char* sync_name(SyncKind sync);
 
 // parallel.islands' island sizes for a world: "" (none: empty), "N" (N equal islands), "4,4,2", or "machines" (one
 // island per machine of `local_world_size` processes). An Error naming `key` when they do not cover the world.

@@ -169,13 +169,6 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
   return true;
 }
 
-CheckpointPeers checkpoint_peers(Replicas& replicas) {
-  return {.rank = replicas.rank(),
-          .size = replicas.size(),
-          .barrier = [&replicas] { replicas.barrier(); },
-          .all_gather = [&replicas](const torch::Tensor& t) { return replicas.all_gather(t); }};
-}
-
 std::vector<int> ranks_apart_from_lead(const CheckpointPeers& peers, const fs::path& run_dir) {
   const fs::path probe = run_dir / ".tributary-shared-probe";
   const auto sees = torch::full({1}, sees_lead_dir(peers, probe) ? int64_t(1) : int64_t(0), torch::kInt64);
@@ -240,18 +233,6 @@ int64_t check_run_dirs(const CheckpointPeers& peers, const fs::path& run_dir,
     log::warn("--resume: step {} is the newest checkpoint every rank holds ({}); resuming there", step,
               fmt::join(newest, ", "));
   return step;
-}
-
-bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
-                         const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents) {
-  const CheckpointPeers peers = checkpoint_peers(replicas);
-  const NamedTensors codec = replicas.codec_state();
-  if (!stage_rank_state(peers, run_dir, step, {params, optim_state, position, nullptr, nullptr, &codec}, contents))
-    return false;
-  contents.state["replicas"] = replicas.sync().progress();
-  auto outer = replicas.sync().outer_state();
-  if (!outer.empty()) contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));
-  return true;
 }
 
 }  // namespace tributary

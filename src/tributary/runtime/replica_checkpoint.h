@@ -12,7 +12,6 @@
 
 #include "tributary/data/loader.h"
 #include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/replicas.h"
 
 namespace tributary {
 
@@ -63,9 +62,6 @@ fs::path publish_dir(const fs::path& run_dir, const CheckpointContents& contents
 // or fails on every rank naming each rank's newest when there is none. Returns -1 for a fresh run. Collective.
 int64_t check_run_dirs(const CheckpointPeers& peers, const fs::path& run_dir, const std::vector<int64_t>& resume_steps);
 
-// The peers of the replicas of the whole model.
-CheckpointPeers checkpoint_peers(Replicas& replicas);
-
 struct RankState {
   const NamedTensors& params;
   const NamedTensors& optim_state;
@@ -79,10 +75,5 @@ struct RankState {
 // call save_checkpoint(publish_dir(...), contents)), false on the ranks that staged their files in rank 0's.
 bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int64_t step, const RankState& mine,
                       CheckpointContents& contents);
-
-// The replicas of the whole model: stage_rank_state over them, plus DiLoCo's outer state (identical on every rank,
-// outer.safetensors) and the units' progress.
-bool stage_replica_state(Replicas& replicas, const fs::path& run_dir, int64_t step, const NamedTensors& params,
-                         const NamedTensors& optim_state, LoaderPosition position, CheckpointContents& contents);
 
 }  // namespace tributary

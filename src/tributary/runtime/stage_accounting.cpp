@@ -17,7 +17,7 @@ pipeline::PipelineStats StageAccounting::after_step() {
   return s;
 }
 
-nlohmann::json StageAccounting::gather(Pipelines& pipelines, double train_seconds) const {
+nlohmann::json StageAccounting::gather(PipelineSync& pipelines, double train_seconds) const {
   const auto& s = total_;
   const auto all = pipelines.gather_stages({s.compute_s, s.blocked_s, double(s.activation_bytes),
                                             double(s.gradient_bytes), train_seconds, sync_bytes_, peak_rss_mb_});

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tributary/parallel/pipeline/pipeline_step.h"
-#include "tributary/runtime/pipelines.h"
+#include "tributary/runtime/sync/pipeline_sync.h"
 
 namespace tributary {
 
@@ -23,7 +23,7 @@ class StageAccounting {
   void add_sync_bytes(double bytes) { sync_bytes_ += bytes; }
   // Every rank of the pipeline takes part: per stage of this rank's pipeline, compute and blocked seconds, the
   // measured bubble (1 - compute / step time), bytes of activations and gradients, sync bytes and peak memory.
-  nlohmann::json gather(Pipelines& pipelines, double train_seconds) const;
+  nlohmann::json gather(PipelineSync& pipelines, double train_seconds) const;
 
  private:
   std::function<pipeline::PipelineStats()> take_;

@@ -3,8 +3,8 @@
 #include "tributary/parallel/local/local_stage.h"
 #include "tributary/parallel/local/local_step.h"
 #include "tributary/parallel/pipeline/wire.h"
-#include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/step_runner.h"
+#include "tributary/runtime/sync/pipeline_sync.h"
 
 namespace tributary {
 

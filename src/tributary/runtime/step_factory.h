@@ -19,8 +19,8 @@
 
 namespace tributary {
 
-class Pipelines;
-class ReplicaSync;
+class PipelineSync;
+class ReplicaRounds;
 
 struct StepInputs {
   const RunConfig& config;
@@ -30,8 +30,8 @@ struct StepInputs {
   AuxHeads* heads;        // local parallelism's auxiliary heads; null without
   AdamW& optimizer;
   BatchLoader& loader;
-  ReplicaSync* sync;     // the whole model's replicas' (data parallel averages gradients in the step); may be null
-  Pipelines* pipelines;  // this process's pipeline stage; null without pipeline stages
+  ReplicaRounds* sync;      // the whole model's replicas' (data parallel averages gradients in the step); may be null
+  PipelineSync* pipelines;  // this process's pipeline stage; null without pipeline stages
   torch::Device device;
   double slowdown = 1;  // dist.slow_workers' factor for this process
 };

@@ -5,7 +5,7 @@
 #include "tributary/core/error.h"
 #include "tributary/model/autocast.h"
 #include "tributary/runtime/step_graph.h"
-#include "tributary/runtime/sync/replica_sync.h"
+#include "tributary/runtime/sync/replica_rounds.h"
 
 namespace tributary {
 

@@ -15,14 +15,14 @@
 
 namespace tributary {
 
-class ReplicaSync;
+class ReplicaRounds;
 
 struct DenseStepParts {
   Transformer& model;
   NamedTensors& params;
   AdamW& optimizer;
   BatchLoader& loader;
-  ReplicaSync* sync = nullptr;  // data parallel: gradients averaged before the optimizer step
+  ReplicaRounds* sync = nullptr;  // data parallel: gradients averaged before the optimizer step
   torch::Device device = torch::kCPU;
   int64_t grad_accum = 1;
   double grad_clip = 0;
@@ -33,7 +33,7 @@ struct DenseStepParts {
 };
 
 // The loss of one (B, T+1) token batch on its device: the forward pass under autocast when `bf16` (fp32 master
-// weights), the cross-entropy in fp32. The dense step's, and what a measured pace times (island_pace.h).
+// weights), the cross-entropy in fp32. The dense step's, and what a measured pace times (sync/island_pace.h).
 torch::Tensor next_token_loss(Transformer& model, const torch::Tensor& tokens, bool bf16);
 
 // next micro-batch -> forward (bf16 under autocast when asked) -> fp32 loss -> backward (x grad_accum) -> average

@@ -28,7 +28,7 @@ struct TrainSummary {
   // Distributed runs: what kind (the layout's), this rank's traffic and time blocked in communication, and the number
   // of outer steps.
   RunKind kind = RunKind::kSingle;
-  Sync sync = Sync::kNone;
+  SyncKind sync = SyncKind::kNone;
   int world_size = 1;
   double bytes_sent = 0, bytes_recv = 0, comm_s = 0;
   int64_t outer_steps = 0;

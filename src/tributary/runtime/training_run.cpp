@@ -13,10 +13,10 @@
 #include "tributary/model/eval.h"
 #include "tributary/runtime/flops.h"
 #include "tributary/runtime/inference.h"
-#include "tributary/runtime/island_pace.h"
-#include "tributary/runtime/pipelines.h"
 #include "tributary/runtime/replica_checkpoint.h"
-#include "tributary/runtime/replicas.h"
+#include "tributary/runtime/sync/island_pace.h"
+#include "tributary/runtime/sync/pipeline_sync.h"
+#include "tributary/runtime/sync/replica_sync.h"
 
 namespace tributary::detail {
 namespace {
@@ -52,15 +52,15 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
     log::info("{}", layout_.describe());
   }
   if (layout_.distributed()) session_ = std::make_unique<Session>(config_, env, layout_.device_of_rank());
-  world_ = make_world(session_.get(), layout_);
-  if (Replicas* synced = world_->synced()) {
-    sync_ = &synced->sync();
+  sync_ = make_sync(session_.get(), layout_);
+  if (ReplicaSync* synced = sync_->replicas()) {
+    rounds_ = &synced->rounds();
     if (const std::string bad = faults_.bad_update(); !bad.empty()) synced->inject_bad_updates(bad);
   }
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
   if (layout_.distributed() && !env.joining) {  // before anything is trained (a joiner takes the run's state)
-    if (const auto peers = world_->peers()) {
+    if (const auto peers = sync_->peers()) {
       const int64_t step = check_run_dirs(*peers, tc_.run_dir, resumable_steps(ckpt_, options_));
       if (ckpt_) resume_at(*ckpt_, step);
     }
@@ -68,10 +68,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   build_model_and_data();
   if (progress_.step >= tc_.steps)
     fail("the checkpoint is at step {} but train.steps = {}: nothing to do", progress_.step, tc_.steps);
-  // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
-  summary_.peak_flops = world_->matmul_peak(device_);
-  std::optional<PendingHeal> pending = start_world();  // a joining worker may find the run over: it trains nothing
-  share_ = world_->share();
+  std::optional<PendingHeal> pending = start_sync();  // a joining worker may find the run over: it trains nothing
+  share_ = sync_->share();
   flops_per_token_ = training_flops_per_token(config_.model, parts_.model->num_matmul_parameters());
   if (parts_.aux_heads)  // the auxiliary heads are computed and trained too
     flops_per_token_ += 6.0 * double(parts_.aux_heads->num_matmul_parameters()) +
@@ -85,13 +83,13 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   summary_.unigram_bpb = data_.dataset->unigram_val_bits_per_token() / bytes_per_token;
   describe(threads);
   start_report(bytes_per_token);
-  if (Replicas* synced = world_->synced(); synced && synced->quorum()) {
+  if (ReplicaSync* synced = sync_->replicas(); synced && synced->quorum()) {
     const int64_t n = share_.ranks_per_member;  // each reading its own shard
     members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
                                                     n * tc_.batch_size * tc_.grad_accum * config_.model.context,
                                                     std::move(pending), n);
   }
-  tokens_per_step_ = world_->follow_lead(*data_.loader, tokens_per_step());
+  tokens_per_step_ = sync_->follow_lead(*data_.loader, tokens_per_step());
   start_training();
 }
 
@@ -106,7 +104,7 @@ void TrainingRun::start_report(double bytes_per_token) {
                                               .log_every = tc_.log_every,
                                               .world_size = env.world_size,
                                               .distributed = layout_.distributed(),
-                                              .exchanges = sync_ != nullptr,
+                                              .exchanges = rounds_ != nullptr,
                                               .rank = env.rank,
                                               // a restarted worker keeps the lines of its first life
                                               .worker_resume_step = ckpt_         ? progress_.step
@@ -119,10 +117,11 @@ void TrainingRun::start_report(double bytes_per_token) {
 
 // The step behind the seam, then the clocks: from here on the loop's units are timed.
 void TrainingRun::start_training() {
-  const StepPeers peers = world_->step_peers();
+  const StepPeers peers = sync_->step_peers();
   step_ =
       make_train_step({config_, *parts_.model, parts_.params, parts_.trained, parts_.aux_heads.get(), *parts_.optimizer,
-                       *data_.loader, peers.sync, peers.pipelines, device_, slowdown_->factor()});
+                       *data_.loader, peers.rounds, peers.pipelines, device_, slowdown_->factor()});
+  blocked_s_ = peers.blocked_s;
   if (step_.take_stage_stats) stages_.emplace(std::move(step_.take_stage_stats));
   parts_.model->train();
   run_start_ = Clock::now();
@@ -134,7 +133,7 @@ void TrainingRun::build_model_and_data() {
   parts_.model = std::make_shared<Transformer>(config_.model);
   parts_.model->to(device_);
   parts_.params = named_parameters_of(*parts_.model);
-  Pipelines* pipelines = world_->step_peers().pipelines;  // a pipeline stage trains its own part
+  PipelineSync* pipelines = sync_->step_peers().pipelines;  // a pipeline stage trains its own part
   parts_.trained = pipelines ? pipeline::stage_params(parts_.params, pipelines->layout(), layout_.stage(),
                                                       config_.model.blocks_per_level(), config_.model.tie_embeddings)
                              : parts_.params;
@@ -156,7 +155,7 @@ void TrainingRun::build_model_and_data() {
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would.
-  const DataShard shard = world_->share().data;
+  const DataShard shard = sync_->share().data;
   data_.loader = std::make_unique<BatchLoader>(train_tokens,
                                                LoaderOptions{.batch_size = tc_.batch_size,
                                                              .context = config_.model.context,
@@ -177,9 +176,10 @@ void TrainingRun::build_model_and_data() {
         ckpt_->tensors(pipelines && options_.dist.rank != 0 ? replica_aux_file(options_.dist.rank) : kAuxHeadsFile));
 }
 
-std::optional<PendingHeal> TrainingRun::start_world() {
+std::optional<PendingHeal> TrainingRun::start_sync() {
   const bool joining = options_.dist.joining;
-  std::optional<PendingHeal> pending = world_->start(
+  // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
+  Started started = sync_->start(
       {.trained = parts_.trained,
        .optimizer = *parts_.optimizer,
        .loader = *data_.loader,
@@ -188,9 +188,11 @@ std::optional<PendingHeal> TrainingRun::start_world() {
        .ckpt = ckpt_ ? &*ckpt_ : nullptr,
        .joining = joining,
        .lead = lead_.is(),
+       .device = device_,
        .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); }});
-  if (ckpt_ && sync_ && !joining) load_codec_state();
-  return pending;
+  summary_.peak_flops = started.peak_flops;
+  if (ckpt_ && rounds_ && !joining) load_codec_state();
+  return std::move(started.pending);
 }
 
 // The error feedback is each rank's own: the same workers take theirs back; another number restarts it from zero.
@@ -201,7 +203,7 @@ void TrainingRun::load_codec_state() {
     const auto file = ckpt_->tensors(codec_file);
     NamedTensors state;
     for (const auto& [name, view] : file.tensors()) state.emplace_back(name, to_torch(view));
-    world_->synced()->load_codec_state(state, (ckpt_->dir / codec_file).string());
+    sync_->replicas()->load_codec_state(state, (ckpt_->dir / codec_file).string());
   } else if (!same_world && ckpt_->has(replica_codec_file(0)) && lead_.is()) {
     log::info("dist.compression = {}: resuming with another number of workers, the error feedback starts from zero",
               config_.dist.compression);
@@ -221,7 +223,7 @@ void TrainingRun::describe(int64_t threads) const {
       config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
       data_.dataset->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
       summary_.peak_flops / 1e9);
-  world_->describe();
+  if (!share_.line.empty()) log::info("{}", share_.line);
   const auto& l = config_.local;
   if (parts_.aux_heads)
     log::info(
@@ -229,36 +231,38 @@ void TrainingRun::describe(int64_t threads) const {
         "weight {}, {}",
         l.chunks, config_.model.num_layers / l.chunks, l.mode, l.mode == "overlapping" ? l.overlap_blocks : 0,
         l.aux_head, l.aux_head == "blocks" ? l.aux_head_blocks : 0, l.aux_weight,
-        world_->step_peers().pipelines ? "one chunk per pipeline stage" : "in one process");
+        sync_->step_peers().pipelines ? "one chunk per pipeline stage" : "in one process");
   if (tc_.precision == "bf16")
     log::info("train.precision = bf16: the forward pass under autocast (bf16 matmuls), fp32 master weights and AdamW{}",
               device_.is_cpu() ? "; on a CPU without bf16 matmul units this is ~10x slower than fp32 (measured on "
                                  "the 2-core testbed): a numerics check, not a speed-up"
                                : "");
   if (tc_.cuda_graph)
-    log::info(
-        "train.cuda_graph: three eager steps, then the step is captured once as a CUDA graph and replayed{}",
-        sync_ && sync_->averaging_gradients() ? " (the data-parallel warm-up's steps stay eager: they exchange)" : "");
-  if (!sync_) return;
+    log::info("train.cuda_graph: three eager steps, then the step is captured once as a CUDA graph and replayed{}",
+              rounds_ && rounds_->averaging_gradients()
+                  ? " (the data-parallel warm-up's steps stay eager: they exchange)"
+                  : "");
+  if (!rounds_) return;
   const auto& d = config_.dist;
-  log::info("{} replicas{}, {}{}, compression {}", sync_->size(), share_.replicas_of,
-            sync_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
-            sync_->ddp()
+  log::info("{} replicas{}, {}{}, compression {}", rounds_->size(), share_.replicas_of,
+            rounds_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+            rounds_->ddp()
                 ? ""
                 : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr, d.outer_momentum),
             d.compression);
-  if (!sync_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
+  if (!rounds_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
 }
 
 void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
-  if (!sync_ || !(synced || (sync_->averaging_gradients() && report_->log_due(step)))) return;
-  const auto c = sync_->take_stats();
+  if (!rounds_ || !(synced || (rounds_->averaging_gradients() && report_->log_due(step)))) return;
+  const auto c = rounds_->take_stats();
   count_traffic(c);
-  Replicas* replicas = world_->synced();
+  ReplicaSync* replicas = sync_->replicas();
   const int64_t rejected = replicas ? replicas->take_rejected() : -1;  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
-  report_->exchange_done(step, sync_->ddp() ? step : sync_->outer_steps(), sync_->ddp() ? 1 : sync_->inner_steps_now(),
-                         c, elapsed, rejected >= 0 ? sync_->size() : 0, rejected);
+  report_->exchange_done(step, rounds_->ddp() ? step : rounds_->outer_steps(),
+                         rounds_->ddp() ? 1 : rounds_->inner_steps_now(), c, elapsed,
+                         rejected >= 0 ? rounds_->size() : 0, rejected);
 }
 
 void TrainingRun::count_traffic(const comm::CommStats& c) {
@@ -282,9 +286,10 @@ void TrainingRun::save(int64_t step, double elapsed) {
           .params = parts_.params,
           .optimizer = *parts_.optimizer,
           .loader = *data_.loader,
-          .stage_state = [this](
-                             const fs::path& run_dir, int64_t at, const RankState& mine,
-                             CheckpointContents& contents) { return world_->stage_state(run_dir, at, mine, contents); },
+          .stage_state =
+              [this](const fs::path& run_dir, int64_t at, const RankState& mine, CheckpointContents& contents) {
+                return sync_->checkpoint_part(run_dir, at, mine, contents);
+              },
           .aux_heads = &parts_.aux_params,
           .optimizer_state = &optim_state};
       auto path = save_run(request, step, progress_.tokens, elapsed);
@@ -308,8 +313,8 @@ UnitDone TrainingRun::next() {
   progress_.step = step + 1;
   faults_.after_step(progress_.step);
   progress_.tokens += tokens_per_step();
-  const bool averaged = sync_ && sync_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
-  const AfterStep after = world_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
+  const bool averaged = rounds_ && rounds_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
+  const AfterStep after = sync_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
   const bool synced = after.landed;
   const bool round = synced || averaged;
   if (round && members_) members_->after_round(progress_.step);  // the members may change only at a round
@@ -323,17 +328,17 @@ UnitDone TrainingRun::next() {
   return {.step = progress_.step, .quiescent = after.quiescent, .synced = synced, .round = round, .elapsed_s = now};
 }
 
-StopAgreement::Vote TrainingRun::stop_vote() { return world_->stop_vote(); }
+StopAgreement::Vote TrainingRun::stop_vote() { return sync_->stop_vote(); }
 
 StepResult TrainingRun::step_once(int64_t step, double lr) {
   const auto start = Clock::now();
-  const double blocked_before = world_->blocked_total_s();
+  const double blocked_before = blocked_s_();
   StepResult result = step_.step->run(step, lr);
   // Time-paced islands (parallel.island_steps): a faster island takes more optimizer steps per tick, at the tick's
   // learning rate; the tick reports its last.
   for (int64_t k = 1; k < share_.steps_per_tick; ++k) result = step_.step->run(step, lr);
   // dist.slow_workers: a slower machine computes slower; the wait for the others (data parallel) is not its own
-  if (!step_.slows_itself) slowdown_->after_step(seconds_since(start) - (world_->blocked_total_s() - blocked_before));
+  if (!step_.slows_itself) slowdown_->after_step(seconds_since(start) - (blocked_s_() - blocked_before));
   return result;
 }
 
@@ -350,7 +355,8 @@ Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
   // DiLoCo replicas hold the global model only right after an outer step (the ranks that follow another's exchange
   // learn of it with `synced`): periodic checkpoints then (their model.safetensors is the global model), or at the
   // end. Every rank takes part in a multi-process checkpoint.
-  const bool at_global = layout_.sync() != Sync::kDiloco || (sync_ && sync_->averaging_gradients()) || unit.synced;
+  const bool at_global =
+      layout_.sync() != SyncKind::kDiloco || (rounds_ && rounds_->averaging_gradients()) || unit.synced;
   const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && unit.quiescent;
   return {.last = last,
           .stop = stop,
@@ -364,7 +370,7 @@ void TrainingRun::when_due(const UnitDone& unit, const Due& due) {
     faults_.before_checkpoint(step);
     if (members_) members_->before_checkpoint(step);  // a worker may have died since the last round
   }
-  if (due.eval || due.checkpoint) world_->whole_model(parts_.params, parts_.aux_heads ? &parts_.aux_params : nullptr);
+  if (due.eval || due.checkpoint) sync_->before_read(parts_.params, parts_.aux_heads ? &parts_.aux_params : nullptr);
   if (lead_.is() && due.eval) {
     BatchLoader val(data_.val_tokens,
                     {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
@@ -389,9 +395,9 @@ void TrainingRun::between_units(const UnitDone& unit) {
   };
   // ZeRO-1 in a fault-tolerant island: the AdamW state a heal sends is gathered by the island's ranks together.
   std::optional<HealState> gathered;
-  if (world_->heal_reads_together(heals.any())) gathered = state();
+  if (sync_->heal_made_together(heals.any())) gathered = state();
   if (members_) members_->carry_out(unit.step, heals, [&] { return gathered ? *gathered : state(); });
-  tokens_per_step_ = world_->follow_lead(*data_.loader, tokens_per_step());
+  tokens_per_step_ = sync_->follow_lead(*data_.loader, tokens_per_step());
 }
 
 // A step's numbers into the summary and the log. A step that reports late (local stages) gives the numbers of the
@@ -409,15 +415,15 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
       log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
     summary_.stopped_early = true;
   }
-  if (sync_) count_traffic(sync_->take_stats());  // data parallel stopped between two log lines
-  world_->summarize(summary_);
+  if (rounds_) count_traffic(rounds_->take_stats());  // data parallel stopped between two log lines
+  sync_->summarize(summary_);
   summary_.steps = step;
   summary_.lead = lead_.is();
   summary_.kind = layout_.kind();
   summary_.sync = layout_.sync();
   if (members_) summary_.reformations = members_->reformations();
-  if (sync_) summary_.outer_steps = sync_->outer_steps();
-  if (Pipelines* pipelines = world_->step_peers().pipelines)
+  if (rounds_) summary_.outer_steps = rounds_->outer_steps();
+  if (PipelineSync* pipelines = sync_->step_peers().pipelines)
     summary_.stages = stages_ ? stages_->gather(*pipelines, train_seconds_) : nlohmann::json::array();
   summary_.tokens = progress_.tokens;
   summary_.elapsed_s = elapsed();

@@ -1,6 +1,6 @@
 // The trainer's source of work for the one run loop (run_loop.h): one step and its sync per unit, for one process,
-// replicas, pipelines, local parallelism and islands (training_run.cpp): where those differ it asks its World
-// (world/world.h); a fault-tolerant run's changing membership is ft/membership_follower.h's. Internal to runtime/.
+// replicas, pipelines, local parallelism and islands (training_run.cpp): where those differ it asks its Sync
+// (sync/sync.h); a fault-tolerant run's changing membership is ft/membership_follower.h's. Internal to runtime/.
 #pragma once
 
 #include <functional>
@@ -26,8 +26,8 @@
 #include "tributary/runtime/stage_accounting.h"
 #include "tributary/runtime/step_factory.h"
 #include "tributary/runtime/stop.h"
+#include "tributary/runtime/sync/sync.h"
 #include "tributary/runtime/trainer.h"
-#include "tributary/runtime/world/world.h"
 
 namespace tributary::detail {
 
@@ -52,8 +52,8 @@ struct RunData {
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random
 // numbers before the model), then driven unit by unit (one step and its sync) by the run loop.
-// Size: the run's parts (layout, its world and the world's sync, model parts, the step, data, report, the members) and
-// what is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time).
+// Size: the run's parts (layout, its sync and the replicas' rounds, model parts, the step, data, report, the members)
+// and what is carried from step to step (progress, tokens and FLOPs per step, training and evaluation time).
 class TrainingRun : public WorkSource {
  public:
   TrainingRun(const RunConfig& config, const TrainOptions& options);
@@ -69,7 +69,7 @@ class TrainingRun : public WorkSource {
 
  private:
   void build_model_and_data();
-  std::optional<PendingHeal> start_world();  // a joiner healed mid-round: its pending heal
+  std::optional<PendingHeal> start_sync();  // a joiner healed mid-round: its pending heal
   void start_report(double bytes_per_token);
   void start_training();
   void load_codec_state();  // a resumed rank's error feedback, when the world is the same
@@ -92,10 +92,11 @@ class TrainingRun : public WorkSource {
   Lead lead_;  // writes metrics.jsonl, evaluates, writes the summary (fault tolerance: the lowest member)
   // This process's connection to the run (every group of the world is formed over it); none for one process.
   std::unique_ptr<Session> session_;
-  std::unique_ptr<World> world_;  // whom this rank trains with (world/world.h)
-  Share share_;                   // this rank's share of the run, as the world's start left it
-  // The sync of the world's synced() replicas (their outer loop, their traffic); null where none.
-  ReplicaSync* sync_ = nullptr;
+  std::unique_ptr<Sync> sync_;  // how this rank keeps together with the others (sync/sync.h)
+  Share share_;                 // this rank's share of the run, as the sync's start left it
+  // The rounds of the sync's replicas() (their outer loop, their traffic); null where none.
+  ReplicaRounds* rounds_ = nullptr;
+  std::function<double()> blocked_s_;      // the training thread's time blocked on communication (StepPeers)
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<LoadedCheckpoint> ckpt_;
   ModelParts parts_;

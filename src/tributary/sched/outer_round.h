@@ -1,6 +1,6 @@
-// One outer round of islands (parallel.islands: data parallel inside a site, DiLoCo across; runtime/islands.h) priced
-// on a cluster file's links, to compare the outer exchange carried by one leader per site with the sharded one (rank
-// r of every site exchanges the r-th 1/N of the pseudo-gradient with rank r of the other sites, then the site
+// One outer round of islands (parallel.islands: data parallel inside a site, DiLoCo across; runtime/sync/island_sync.h)
+// priced on a cluster file's links, to compare the outer exchange carried by one leader per site with the sharded one
+// (rank r of every site exchanges the r-th 1/N of the pseudo-gradient with rank r of the other sites, then the site
 // all-gathers the N shards). The links are the cost model's (cost_model.h: alpha in ms, beta in Gbit/s per device
 // pair, c in GB); an exchange among one device per site is an all-gather of every site's payload (SparseLoCo's
 // collective; dense codecs' ring all-reduce costs about the same per rank for many sites):

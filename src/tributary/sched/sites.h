@@ -1,6 +1,7 @@
-// Sites for islands (runtime/islands.h): a cluster file's regions, in device order, as the islands a replica run
-// would use (parallel.islands): devices of one region are joined by its fast links, regions by the slow ones. A launch
-// numbers each machine's ranks consecutively, so a region's devices must be consecutive in the file. No LibTorch.
+// Sites for islands (runtime/sync/island_sync.h): a cluster file's regions, in device order, as the islands a replica
+// run would use (parallel.islands): devices of one region are joined by its fast links, regions by the slow ones. A
+// launch numbers each machine's ranks consecutively, so a region's devices must be consecutive in the file. No
+// LibTorch.
 #pragma once
 
 #include <optional>

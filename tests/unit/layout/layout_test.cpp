@@ -24,7 +24,7 @@ LayoutSpec spec(int rank, int world, int64_t stages = 1, bool diloco = true) {
 TEST(Layout, OneProcessIsASingleRunWithNothingToSync) {
   const Layout l = Layout::resolve(spec(0, 1));
   EXPECT_EQ(l.kind(), RunKind::kSingle);
-  EXPECT_EQ(l.sync(), Sync::kNone);
+  EXPECT_EQ(l.sync(), SyncKind::kNone);
   EXPECT_EQ(l.name(), "single");
   auto local = spec(0, 1);
   local.local_chunks = 2;
@@ -34,12 +34,12 @@ TEST(Layout, OneProcessIsASingleRunWithNothingToSync) {
 TEST(Layout, ReplicasOfTheWholeModelSyncByTheAlgorithm) {
   const Layout diloco = Layout::resolve(spec(2, 4));
   EXPECT_EQ(diloco.kind(), RunKind::kReplicas);
-  EXPECT_EQ(diloco.sync(), Sync::kDiloco);
+  EXPECT_EQ(diloco.sync(), SyncKind::kDiloco);
   EXPECT_EQ(diloco.replicas(), 4);
   EXPECT_EQ(diloco.replica(), 2);
   EXPECT_EQ(diloco.name(), "diloco");
   const Layout ddp = Layout::resolve(spec(1, 2, 1, /*diloco=*/false));
-  EXPECT_EQ(ddp.sync(), Sync::kDataParallel);
+  EXPECT_EQ(ddp.sync(), SyncKind::kDataParallel);
   EXPECT_EQ(ddp.name(), "ddp");
   EXPECT_EQ(ddp.warmup_ddp_steps(), 0);
 }
@@ -54,7 +54,7 @@ TEST(Layout, PipelinesFollowMegatronsOrder) {
   EXPECT_EQ(l.replica(), 1);
   EXPECT_EQ(l.pipeline_ranks(), (std::vector<int>{1, 4}));
   EXPECT_EQ(l.stage_replica_ranks(), (std::vector<int>{3, 4, 5}));
-  EXPECT_EQ(l.sync(), Sync::kDiloco);
+  EXPECT_EQ(l.sync(), SyncKind::kDiloco);
   EXPECT_EQ(l.name(), "pipeline+diloco");
   EXPECT_EQ(l.stage_data_parallel_steps(), 0) << "DiLoCo per stage without a warm-up: no per-step averaging";
 }
@@ -65,7 +65,7 @@ TEST(Layout, APipelineStageAveragesGradientsUnderDataParallelOrDuringTheWarmUp) 
   warm.warmup_ddp_steps = 7;
   EXPECT_EQ(Layout::resolve(warm).stage_data_parallel_steps(), 7);
   const Layout one = Layout::resolve(spec(1, 2, 2, /*diloco=*/false));
-  EXPECT_EQ(one.sync(), Sync::kNone) << "one pipeline: a stage has no replicas";
+  EXPECT_EQ(one.sync(), SyncKind::kNone) << "one pipeline: a stage has no replicas";
   EXPECT_EQ(one.stage_data_parallel_steps(), 0);
   EXPECT_EQ(one.name(), "pipeline");
   auto local = spec(1, 2, 2);
@@ -89,7 +89,7 @@ TEST(Layout, DipacoWorkersSyncModules) {
   s.dipaco = true;
   const Layout l = Layout::resolve(s);
   EXPECT_EQ(l.kind(), RunKind::kDipaco);
-  EXPECT_EQ(l.sync(), Sync::kModules);
+  EXPECT_EQ(l.sync(), SyncKind::kModules);
   EXPECT_EQ(l.name(), "dipaco");
   EXPECT_EQ(l.replicas(), 3) << "every worker is a replica";
   EXPECT_EQ(l.replica(), 1);
@@ -124,7 +124,7 @@ TEST(Layout, IslandsAreConsecutiveRanksAndShardTheOuterExchange) {
   s.islands = "2";
   const Layout l = Layout::resolve(s);
   EXPECT_EQ(l.kind(), RunKind::kIslands);
-  EXPECT_EQ(l.sync(), Sync::kDiloco);
+  EXPECT_EQ(l.sync(), SyncKind::kDiloco);
   EXPECT_EQ(l.name(), "islands");
   EXPECT_EQ(l.islands().count(), 2);
   EXPECT_EQ(l.replicas(), 2);
@@ -234,7 +234,7 @@ TEST(Layout, APipelinePerIslandPutsItsStagesOnTheIslandsRanks) {
   s.islands = "2";
   const Layout l = Layout::resolve(s);
   EXPECT_EQ(l.kind(), RunKind::kPipelines);
-  EXPECT_EQ(l.sync(), Sync::kDiloco);
+  EXPECT_EQ(l.sync(), SyncKind::kDiloco);
   EXPECT_EQ(l.replicas(), 2);
   EXPECT_EQ(l.stage(), 1);
   EXPECT_EQ(l.replica(), 0);

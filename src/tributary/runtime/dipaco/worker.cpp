@@ -213,7 +213,7 @@ StopAgreement::Vote Worker::stop_vote() {
 TrainSummary Worker::finish(bool stopped_early) {
   TrainSummary summary;
   summary.kind = RunKind::kDipaco;
-  summary.sync = Sync::kModules;
+  summary.sync = SyncKind::kModules;
   summary.run_dir = summary.checkpoint = run_dir_;  // what `eval` and `export-path` read
   if (outside_) return summary;
   if (stopped_early && lead_.is())

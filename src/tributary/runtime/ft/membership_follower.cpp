@@ -6,7 +6,7 @@
 
 namespace tributary {
 
-MembershipFollower::MembershipFollower(Replicas& replicas, BatchLoader& loader, Lead& lead, RunReport& report,
+MembershipFollower::MembershipFollower(ReplicaSync& replicas, BatchLoader& loader, Lead& lead, RunReport& report,
                                        int64_t tokens_per_replica, std::optional<PendingHeal> pending,
                                        int64_t ranks_per_member)
     : replicas_(replicas),

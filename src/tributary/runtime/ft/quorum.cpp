@@ -36,7 +36,7 @@ NamedTensors params_of(const HealState& state, size_t count) {
 }  // namespace
 
 Quorum::Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
-               ReplicaSync& sync)
+               ReplicaRounds& sync)
     : config_(config), membership_(membership), store_(std::move(store)), channel_(channel), sync_(sync) {
   if (const auto key = comm::invocation_key(store_)) mac_.emplace(*key);
 }

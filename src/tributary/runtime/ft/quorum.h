@@ -26,7 +26,7 @@
 #include "tributary/config/run_config.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/sync/replica_channel.h"
-#include "tributary/runtime/sync/replica_sync.h"
+#include "tributary/runtime/sync/replica_rounds.h"
 
 namespace tributary {
 
@@ -40,20 +40,21 @@ struct HealState {
 
 class Quorum {
  public:
-  // `membership` and the channel are the replicas' (runtime/replicas.h), `sync` the one it heals; `store` the run's.
+  // `membership` and the channel are the replicas' (runtime/sync/replica_sync.h), `sync` the one it heals; `store` the
+  // run's.
   Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
-         ReplicaSync& sync);
+         ReplicaRounds& sync);
 
   // Re-formations so far: rounds that dropped the dead, and admissions.
   int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }
-  void round_ended();  // ReplicaSync's hook: the workers that asked to join in the round wait for admit()
-  bool open_round(const std::string& round);  // ReplicaSync's hook, on the communication thread
+  void round_ended();  // ReplicaRounds's hook: the workers that asked to join in the round wait for admit()
+  bool open_round(const std::string& round);  // ReplicaRounds's hook, on the communication thread
 
   // Members, right after a round: true when workers asked to join in it; admit() then re-forms the group with them
   // and sends them `state` and the outer state (none for data parallel).
   bool joiners_waiting() const { return !joiners_.empty() && !channel_.reducer.stop_decided(); }
   void admit(const HealState& state);
-  // A restarted worker (DistEnv::joining) instead of ReplicaSync::start: waits to be admitted at a round boundary,
+  // A restarted worker (DistEnv::joining) instead of ReplicaRounds::start: waits to be admitted at a round boundary,
   // receives the state into `state.tensors` and the outer loop's, and returns the lead's meta. Checks the replicas
   // identical (`params`: the parameters in `state.tensors`). In DiLoCo's phase the lead heals it mid-round instead:
   // the meta then says "pending" (it trains on alone and becomes a member right before the next round's collective;
@@ -81,11 +82,11 @@ class Quorum {
                    const std::string& place) const;
   int rank() const { return channel_.group.rank(); }
 
-  const RunConfig& config_;  // Replicas' own, which outlives this
+  const RunConfig& config_;  // the ReplicaSync's own, which outlives this
   comm::Membership& membership_;
   comm::Store store_;  // the heal's meta
   ReplicaChannel channel_;
-  ReplicaSync& sync_;
+  ReplicaRounds& sync_;
   std::vector<int> joiners_;  // admitted after the round that just ended
   std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
   std::atomic<bool> pending_{false};

@@ -1,120 +1,268 @@
 #include "tributary/runtime/sync/replica_sync.h"
 
-#include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <fmt/ranges.h>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+
+#include "tributary/comm/average_check.h"
+#include "tributary/comm/sealed_store.h"
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/launch/launcher.h"
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/run_state.h"
 
 namespace tributary {
+namespace {
 
-ReplicaSync::ReplicaSync(const RunConfig& config, ReplicaChannel channel, bool part, QuorumHooks quorum)
-    : config_(config), channel_(channel), quorum_(std::move(quorum)), ddp_(!config.dist.diloco()), part_(part) {
-  TRIB_CHECK(!(part_ && ddp_), "a part's data-parallel replicas average in its step, not here");
+// Overlapped communication (DDP's buckets during backward, overlapped fragments) needs the communication thread to
+// run while training computes. With more workers than cores every training thread of every worker competes with
+// it; a nicer training thread lets it (and Gloo's threads, started before at the old priority) run as soon as data
+// arrives. Linux nice values are per thread.
+void lower_training_priority(int64_t nice, int rank) {
+  if (nice <= 0) return;
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (errno != 0 || ::setpriority(PRIO_PROCESS, tid, now + static_cast<int>(nice)) != 0)
+    log::warn("rank {}: could not lower the training thread's priority (dist.compute_nice = {}): {}", rank, nice,
+              std::strerror(errno));
 }
 
-comm::CommStats ReplicaSync::take_stats() {
-  comm::CommStats s = channel_.exchange.take_stats();
-  s.comm_s = channel_.thread.take_blocked_s();
-  return s;
+}  // namespace
+
+ReplicaSync::ReplicaSync(const Session& session)
+    : config_(session.config()), launched_rank_(session.env().rank), launched_(session.env().world_size) {
+  const RunConfig& config = session.config();
+  const DistEnv& env = session.env();
+  comm::Store store = session.store();
+  const std::optional<comm::LinkModel>& link = session.links();
+  if (config.dist.fault_tolerant) {
+    if (env.rank == 0 && !env.use_agent_store)
+      log::warn(
+          "dist.fault_tolerant: rank 0 hosts the run's store, so the run cannot outlive rank 0; start the "
+          "workers with `tributary launch` (it hosts the store itself)");
+    join_members({.store = store,
+                  .heartbeat_store = session.reconnect(),
+                  .id = env.rank,
+                  .size = env.world_size,
+                  .joining = env.joining,
+                  .link = link});
+    return;
+  }
+  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, session.group_options());
+  build(store, env.rank, env.world_size, link, "group0", link, false);
 }
 
-void ReplicaSync::start_outer_loop(NamedTensors& params, int64_t offset) {
+ReplicaSync::ReplicaSync(const RunConfig& config, MemberGroup members) : config_(config) {
+  TRIB_CHECK(config.dist.fault_tolerant, "a member group without dist.fault_tolerant");
+  join_members(std::move(members));
+}
+
+void ReplicaSync::join_members(MemberGroup m) {
+  membership_ =
+      std::make_unique<comm::Membership>(m.store, m.heartbeat_store, m.id, m.size, config_.dist.heartbeat_timeout_s,
+                                         m.joining, group_options(config_).collective_timeout, m.noun);
+  store_ = m.store;
+  if (m.joining) {  // a group of one until the members admit it (join())
+    build(m.store, 0, 1, m.link ? std::optional(m.link->subset({m.id})) : std::nullopt,
+          fmt::format("ft/joining-{}-{}", m.id, ::getpid()), m.link, false);
+    return;
+  }
+  build(m.store, m.id, m.size, m.link, membership_->group_prefix(), m.link, false);
+}
+
+ReplicaSync::ReplicaSync(const RunConfig& config, ReplicaGroup group) : config_(config) {
+  build(group.store, group.rank, group.size, group.link, group.prefix, group.link, group.part);
+}
+
+void ReplicaSync::inject_bad_updates(const std::string& kind) {
+  reducer_->set_tamper([kind](std::vector<torch::Tensor>& update) {
+    for (auto& t : update) t.mul_(100.0);
+    if (kind == "nan") update.front().view(-1)[0] = NAN;
+  });
+}
+
+void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
+                        const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part) {
   const auto& d = config_.dist;
-  outer_ = std::make_unique<OuterLoop>(OuterLoopOptions{.inner_steps = d.inner_steps,
-                                                        .fragments = d.fragments,
-                                                        .overlap_steps = d.overlap_steps,
-                                                        .merge_alpha = d.merge_alpha,
-                                                        .ramp_steps = d.ramp_steps,
-                                                        .qsr_alpha = d.qsr_alpha,
-                                                        .outer = {d.outer_lr, d.outer_momentum},
-                                                        .blocks_per_level = config_.model.blocks_per_level(),
-                                                        .num_layers = config_.model.num_layers},
-                                       channel_.reducer);
-  outer_->set_landed([check = &channel_.check](const NamedTensors& globals, const std::string& when, bool merged) {
-    if (merged) {
-      check->later(globals, when);  // queues behind the exchanges in flight; verified at the next step or finish
-    } else {
-      check->now(globals, when);
+  comm::GroupOptions options = group_options(config_);
+  // Fault tolerant: a member that dies (or freezes) before the group formed ends the wait at its heartbeat deadline,
+  // not at the collective deadline; the run then stops before anything was trained (launch may start it again).
+  if (membership_) options.abandon_forming = [m = membership_.get()] { return m->member_dead(); };
+  group_ = std::make_unique<comm::Group>(store, rank, size, options, prefix);
+  comm::Store run_store = store;
+  const std::optional<comm::RunKey> invocation_key = comm::invocation_key(run_store);  // this invocation's MACs
+  exchange_ = std::make_unique<comm::Exchange>(
+      *group_, comm::ExchangeOptions{
+                   .codec = d.compression,
+                   .bucket_mb = d.bucket_mb,
+                   .link = link,
+                   .topk_ratio = d.topk_ratio,
+                   .powersgd_rank = d.powersgd_rank,
+                   .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
+                   .sparse_decay = d.error_feedback_decay,
+                   .seed = static_cast<uint64_t>(config_.train.seed),
+                   .mac_key = invocation_key});
+  if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
+  if (rank == 0 && d.diloco() && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
+    log::warn(
+        "dist.overlap_steps = {} >= dist.inner_steps / dist.fragments = {}: an exchange is always in flight, so "
+        "checkpoints and stops wait for the end of the run",
+        d.overlap_steps, d.inner_steps / d.fragments);
+  thread_ = std::make_unique<comm::CommThread>();
+  reducer_ = std::make_unique<ResilientAverage>(
+      *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(world_link),
+      [](const std::vector<int>& dropped, const comm::Membership& now) {  // on the communication thread
+        if (now.rank() == 0)
+          log::warn("{0}(s) {1} dropped out; {2} {0}(s) {3} go on as epoch {4} ({0} {5} leads)", now.noun(),
+                    fmt::join(dropped, ", "), now.size(), fmt::join(now.members(), ", "), now.epoch(),
+                    now.members().front());
+      });
+  // Gloo's pairs are unauthenticated: with the run's secret, every average is checked against what was sent.
+  const auto key = comm::run_key_from_environment();
+  const auto tolerance = comm::AverageCheck::tolerance_of(d.compression, group_->size());
+  if (key && tolerance)
+    reducer_->check_averages(std::make_unique<comm::AverageCheck>(
+        *key, *tolerance, std::chrono::milliseconds(int64_t(1000 * d.collective_timeout_s))));
+  std::function<bool()> abandon;
+  if (membership_) abandon = [m = membership_.get()] { return m->should_abandon("check"); };
+  check_ = std::make_unique<ReplicaCheck>(*thread_, *group_, std::move(abandon));
+  const ReplicaChannel channel{*group_, *exchange_, *thread_, *reducer_, *check_};
+  ReplicaRounds::QuorumHooks hooks;
+  if (membership_)
+    hooks = {.round_ended = [this] { quorum_->round_ended(); },
+             .open_round = [this](const std::string& round) { return quorum_->open_round(round); }};
+  rounds_ = std::make_unique<ReplicaRounds>(config_, channel, part, std::move(hooks));
+  if (membership_) quorum_ = std::make_unique<Quorum>(config_, *membership_, *store_, channel, *rounds_);
+  lower_training_priority(d.compute_nice, rank);
+}
+
+Started ReplicaSync::start(const StartState& s) {
+  Started started{.peak_flops = shared_matmul_peak(s.device)};
+  if (s.joining) {  // its data is re-sharded over the members when it becomes one (MembershipFollower)
+    started.pending = join_run(*quorum_, s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
+    return started;
+  }
+  if (!s.ckpt) {
+    rounds_->start(s.trained);
+    return started;
+  }
+  const ReplicaResume resume = replica_resume(*s.ckpt);
+  rounds_->start(s.trained, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
+  return started;
+}
+
+StepPeers ReplicaSync::step_peers() {
+  return {.rounds = rounds_.get(), .blocked_s = [this] { return thread_->blocked_total_s(); }};
+}
+
+StopAgreement::Vote ReplicaSync::stop_vote() {
+  return [this](bool local) { return stop_agreed(local); };
+}
+
+std::optional<CheckpointPeers> ReplicaSync::peers() {
+  return CheckpointPeers{.rank = rank(),
+                         .size = size(),
+                         .barrier = [this] { barrier(); },
+                         .all_gather = [this](const torch::Tensor& t) { return all_gather(t); }};
+}
+
+bool ReplicaSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
+                                  CheckpointContents& contents) {
+  const NamedTensors codec = codec_state();
+  // Every replica's auxiliary heads are alike: rank 0's, beside the model, are the checkpoint's.
+  const RankState state{
+      .params = mine.params, .optim_state = mine.optim_state, .position = mine.position, .codec = &codec};
+  if (!stage_rank_state(*peers(), run_dir, step, state, contents)) return false;
+  contents.state["replicas"] = rounds_->progress();
+  auto outer = rounds_->outer_state();
+  if (!outer.empty()) contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));
+  return true;
+}
+
+bool ReplicaSync::stop_agreed(bool local_stop) {
+  if (membership_) {
+    reducer_->set_stop_wish(local_stop);
+    return reducer_->stop_decided();
+  }
+  TRIB_CHECK(stop_vote_, "the replicas of a part of the model have no stop vote: the run's covers every rank");
+  return stop_vote_->step(local_stop);
+}
+
+ReplicaSync::~ReplicaSync() {
+  thread_.reset();  // join the communication thread before what its jobs use goes
+  // The lead at the end of the run: workers still waiting to join give up. Not while an error unwinds (an island's
+  // rank 0 whose island lost a rank): the run goes on without it, and its island's next life joins it.
+  if (membership_ && group_ && rank() == 0 && !membership_->members().empty() && std::uncaught_exceptions() == 0) try {
+      membership_->finish();
+    } catch (const std::exception&) {
+    }
+}
+
+// The peak a worker divides by is what it gets under the run's conditions: every rank measures at once, after a
+// barrier, with its own thread count, over the same 1 s window (flops.h says why not best-of-N), so the workers
+// sharing a machine contend for it as they will in training; the run's value is the mean over ranks (one figure on
+// every console line and in the metrics). Measured by rank 0 while the others were still building their models it
+// came out ~2x low (the chaos run's MFU read 111-123%); measured by rank 0 alone on every core and divided by the
+// local workers, it assumed they share it evenly. A joiner takes the run's value from the store: measuring while the
+// members train would be as wrong.
+double ReplicaSync::shared_matmul_peak(const torch::Device& device) {
+  const std::string key = "run/peak_flops";
+  if (membership_ && membership_->members().empty() && store_->check({key})) return std::stod(store_->get(key));
+  thread_->run<int>([&] {
+    group_->barrier();  // every rank idle before all of them measure
+    return 0;
+  });
+  auto peak = torch::full({1}, measure_matmul_sustained(device, 1.0), torch::kFloat64);
+  thread_->run<int>([&] {
+    std::vector<torch::Tensor> t = {peak};
+    group_->all_reduce_sum(t);
+    return 0;
+  });
+  const double per_worker = peak.item<double>() / std::max<int64_t>(1, group_->size());
+  if (store_ && rank() == 0 && !membership_->members().empty()) {  // the run's rank 0, not a joiner's group of one
+    store_->set(key, fmt::format("{:.17g}", per_worker));
+    store_->set(kRunStartedKey, "1");  // every member got here: launch may restart the dead from now on
+  }
+  return per_worker;
+}
+
+// Fault tolerance: a checkpoint's collectives give up when a member dies (its heartbeat, or its launch's report),
+// not at the collective deadline, so that the living can settle and take the checkpoint again.
+template <typename T>
+T ReplicaSync::abandoning_on_death(const std::function<T()>& collective) {
+  return thread_->run<T>([&] {
+    if (!membership_) return collective();
+    group_->set_abandon([m = membership_.get()] { return m->member_dead(); });
+    try {
+      T result = collective();
+      group_->set_abandon({});
+      return result;
+    } catch (...) {
+      group_->set_abandon({});
+      throw;
     }
   });
-  outer_->start(params, offset);
-  if (quorum_.open_round) channel_.reducer.set_open_round(quorum_.open_round);
 }
 
-// Fault tolerant (the quorum's hooks are set): one bucket, so that a step's gradients are one round, committed or
-// redone whole by the survivors (no overlap with the backward pass, the price of a step that is never half averaged).
-void ReplicaSync::start_data_parallel(NamedTensors& params) {
-  const double bucket_mb = quorum_.round_ended ? 1e9 : config_.dist.bucket_mb;
-  data_parallel_ = std::make_unique<DataParallel>(params, bucket_mb, channel_.reducer);
+void ReplicaSync::barrier() {
+  abandoning_on_death<int>([&] {
+    group_->barrier();
+    return 0;
+  });
 }
 
-void ReplicaSync::start(NamedTensors& params, int64_t step, const safetensors::File* outer,
-                        const nlohmann::json& fragments) {
-  enter(step, params);
-  // DiLoCo: the units' offsets count from the end of the warm-up (0 without one); a resumed run takes each unit's
-  // last sync and outer state from the checkpoint. Replicas differ between syncs, so the identity check is on the
-  // global parameters (at step 0 they are the parameters).
-  if (diloco_phase() && step > 0) {
-    if (!outer)
-      fail(
-          "the checkpoint at step {} has no DiLoCo outer state for this rank (outer.safetensors; a pipeline rank R "
-          "reads rank-R.outer.safetensors); it is incomplete: resume from an earlier checkpoint",
-          step);
-    outer_->load(*outer, fragments);
-  }
-  check_identical(params, step == 0 ? "at start" : fmt::format("when resuming at step {}", step));
-}
-
-void ReplicaSync::enter(int64_t step, NamedTensors& params) {
-  in_warmup_ = !ddp_ && step < config_.dist.warmup_ddp_steps;
-  if (ddp_ || in_warmup_) {
-    if (!part_) start_data_parallel(params);  // a part's step averages its own gradients
-  } else {
-    start_outer_loop(params, config_.dist.warmup_ddp_steps);
-  }
-}
-
-void ReplicaSync::check_identical(const NamedTensors& params, const std::string& when) {
-  channel_.check.now(outer_ ? outer_->globals() : params, when);
-}
-
-void ReplicaSync::before_backward(bool last_micro_batch, bool single_micro_batch) {
-  if (data_parallel_) data_parallel_->before_backward(last_micro_batch, single_micro_batch, averaging_gradients());
-}
-
-void ReplicaSync::after_backward(NamedTensors& params) {
-  if (!data_parallel_ || !averaging_gradients()) return;
-  data_parallel_->after_backward(params);
-  if (quorum_.round_ended) quorum_.round_ended();  // every data-parallel step is a round
-}
-
-bool ReplicaSync::after_step(int64_t step, double lr, NamedTensors& params) {
-  step_now_ = step;
-  if (ddp_) return false;
-  if (in_warmup_) {
-    if (step < config_.dist.warmup_ddp_steps) return false;
-    // Warm-up done: the replicas are identical; DiLoCo starts from here.
-    in_warmup_ = false;
-    channel_.check.now(params, fmt::format("after {} data-parallel warm-up steps", step));
-    start_outer_loop(params, step);
-    return false;
-  }
-  channel_.check.verify(/*wait=*/false);
-  const bool landed = outer_->after_step(step, lr, params);
-  if (landed && quorum_.round_ended) quorum_.round_ended();
-  return landed;
-}
-
-AfterStep ReplicaSync::step_ended(int64_t step, double lr, NamedTensors& params, bool last) {
-  bool landed = after_step(step, lr, params);
-  if (last) landed |= finish(step, params);
-  return {.landed = landed, .quiescent = quiescent()};
-}
-
-bool ReplicaSync::finish(int64_t step, NamedTensors& params) {
-  if (ddp_ || in_warmup_) return false;
-  const bool landed = outer_->finish(step, params);
-  channel_.check.verify(/*wait=*/true);
-  return landed;
+std::vector<torch::Tensor> ReplicaSync::all_gather(const torch::Tensor& tensor) {
+  return abandoning_on_death<std::vector<torch::Tensor>>([&] { return group_->all_gather(tensor); });
 }
 
 }  // namespace tributary

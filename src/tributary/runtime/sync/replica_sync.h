@@ -1,105 +1,139 @@
-// How replicas stay together: the one sync object the run loop talks to, for the whole model's replicas or a pipeline
-// stage's across the pipelines. It answers at three points of the loop:
-//   after_backward  data parallel (parallel/data_parallel.h): average the gradients (the outer step is the identity,
-//                   H = 1); also DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)
-//   after_step      DiLoCo / Streaming DiLoCo (optim/outer_loop.h): the units that are due sync and take their outer
-//                   Nesterov step, possibly overlapped with training
-//   finish          a last outer step for units with pending inner steps
-// Replicas are verified identical (parallel/replica_check.h) at start and after every outer step.
+// The replicas' sync (runtime/sync/sync.h): the whole model's replicas of a multi-process run, or the replicas of a
+// part inside a larger sync (a pipeline stage's across the pipelines, an island's ranks, an outer shard across the
+// islands). It holds the group and its exchange (compression, accounting, WAN emulation), the communication thread
+// every collective runs on (so that all ranks issue them in the same order), the run's stop vote and the shared
+// matmul peak; what the replicas do with them is two objects of their own: their rounds (rounds(): data parallel or
+// DiLoCo, replica_rounds.h) and, under dist.fault_tolerant, who they are (quorum(): runtime/ft/quorum.h).
 #pragma once
 
-#include <atomic>
-#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "tributary/comm/comm_thread.h"
+#include "tributary/comm/exchange.h"
+#include "tributary/comm/group.h"
+#include "tributary/comm/lagged_vote.h"
+#include "tributary/comm/membership.h"
 #include "tributary/config/run_config.h"
-#include "tributary/core/safetensors.h"
+#include "tributary/launch/dist_env.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/optim/outer_loop.h"
-#include "tributary/parallel/data_parallel.h"
-#include "tributary/runtime/sync/replica_channel.h"
+#include "tributary/optim/resilient_average.h"
+#include "tributary/parallel/replica_check.h"
+#include "tributary/runtime/ft/quorum.h"
+#include "tributary/runtime/session.h"
+#include "tributary/runtime/sync/replica_rounds.h"
+#include "tributary/runtime/sync/sync.h"
 
 namespace tributary {
 
-// What the replicas did after a step: an outer step landed (true on every rank alike), and nothing is in flight (the
-// run may stop or checkpoint here).
-struct AfterStep {
-  bool landed = false;
-  bool quiescent = true;
+// The replicas of one part of the model inside a larger world (a pipeline stage's replicas across the pipelines):
+// their own process group under `prefix` on the run's store, and their view of the emulated links.
+struct ReplicaGroup {
+  comm::Store store;
+  int rank = 0, size = 1;
+  std::optional<comm::LinkModel> link;
+  std::string prefix;
+  // A part of the model (a pipeline stage's replicas, an island's outer shard), whose own step averages any warm-up's
+  // gradients; false: the replicas average their gradients here (data parallel).
+  bool part = true;
 };
 
-// Size: the loop's fourteen questions and the five a heal asks (enter, adopt_progress, check_identical,
-// diloco_phase, step_now), which are about the same state: the phase (data parallel, warm-up, DiLoCo) and the outer
-// loop's units.
-class ReplicaSync {
+// The members of a fault-tolerant group (dist.fault_tolerant): member `id` of `size` on `store` (the run's keys, or
+// the island leads' scope of them), `heartbeat_store` a second connection for its heartbeat thread; `joining`: a
+// restarted member that joins the running group; `link`: the members' emulated links.
+struct MemberGroup {
+  comm::Store store, heartbeat_store;
+  int id = 0, size = 1;
+  bool joining = false;
+  std::optional<comm::LinkModel> link;
+  std::string noun = "worker";  // what a member is, in the messages ("island")
+};
+
+// Size: the Sync's answers for the whole model's replicas, and what the syncs that compose it (pipeline_sync.h,
+// island_sync.h) and the trainer's report ask of a part's replicas: their rounds, quorum, codec state, weight and
+// rejected updates.
+class ReplicaSync : public Sync {
  public:
-  // What a fault-tolerant run's quorum (runtime/ft/quorum.h) is told: a round ended (joiners may be waiting), and,
-  // in DiLoCo's phase, before each round's collective, which members open it.
-  struct QuorumHooks {
-    std::function<void()> round_ended;
-    std::function<bool(const std::string& round)> open_round;  // on the communication thread
-  };
-  // `part`: a pipeline stage's replicas, whose step averages the warm-up's gradients itself (no DataParallel here).
-  ReplicaSync(const RunConfig& config, ReplicaChannel channel, bool part, QuorumHooks quorum = {});
+  // The replicas of the whole run: the group of every rank, over the session's store and links.
+  explicit ReplicaSync(const Session& session);
+  // The replicas of a part of the model (the run's rendezvous is done): no stop vote of their own (the run's covers
+  // every rank). During a data-parallel warm-up the part's step averages its gradients itself (a pipeline stage over
+  // its data group); these replicas only start DiLoCo when it ends.
+  ReplicaSync(const RunConfig& config, ReplicaGroup group);
+  // The fault-tolerant replicas of a part of the run (the islands, spoken for by their ranks 0): a quorum of their
+  // own, whose stop vote travels with its rounds as the whole run's does.
+  ReplicaSync(const RunConfig& config, MemberGroup members);
+  ~ReplicaSync() override;
 
-  int size() const { return channel_.group.size(); }
-  bool ddp() const { return ddp_; }
-  // True while gradients are averaged every step: data parallel, or DiLoCo's data-parallel warm-up.
-  bool averaging_gradients() const { return ddp_ || in_warmup_; }
-
-  // Joins the run at `step`: 0, or a checkpoint's, with DiLoCo's outer state (`outer`, null for data parallel and
-  // during the warm-up) and the units' progress() saved with it. Checks that the replicas are identical.
-  void start(NamedTensors& params, int64_t step = 0, const safetensors::File* outer = nullptr,
-             const nlohmann::json& fragments = nlohmann::json::array());
-  // ddp: call before each micro-batch's backward; with one micro-batch per step the gradient buckets are
-  // all-reduced while the backward pass is still running (hooks on the parameters).
-  void before_backward(bool last_micro_batch, bool single_micro_batch);
-  void after_backward(NamedTensors& params);  // ddp: average gradients (waits for the overlapped buckets)
-  // After each step: DiLoCo's outer steps due, and with `last` (the run's last step) those of units with pending inner
-  // steps.
-  AfterStep step_ended(int64_t step, double lr, NamedTensors& params, bool last);
-  int64_t outer_steps() const { return outer_ ? outer_->outer_steps() : 0; }
-  int64_t inner_steps_now() const { return outer_ ? outer_->inner_steps_now() : config_.dist.inner_steps; }
-  // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.
-  comm::CommStats take_stats();
-
-  // Checkpoints (runtime/replica_checkpoint.h) are taken only while no exchange is in flight (overlap defers them).
-  bool quiescent() const { return !outer_ || outer_->quiescent(); }
-  // The outer state every replica holds identically, and per unit its last sync and outer-step count (the rest —
-  // offsets, the warm-up, QSR's H — follows from the config and the step).
-  NamedTensors outer_state() const { return outer_ ? outer_->outer_state() : NamedTensors{}; }
-  nlohmann::json progress() const { return outer_ ? outer_->progress() : nlohmann::json::array(); }
-
-  // The phase at `step` (data parallel, the warm-up, or DiLoCo), set up without checks: start() uses it, and the
-  // quorum's heal, whose joiner then receives the outer state in outer_state()'s tensors and adopts the units'
-  // progress. check_identical: the identity check on what every member holds alike (DiLoCo's global parameters,
-  // otherwise `params`).
-  void enter(int64_t step, NamedTensors& params);
-  void adopt_progress(const nlohmann::json& progress) {
-    if (outer_) outer_->adopt_progress(progress);
+  // The Sync of the whole model's replicas: every rank holds and trains the whole model and reads its own share of
+  // the windows; a resume takes the checkpoint's outer state, a restarted member joins the run (join_run).
+  Share share() const override { return {.data = {launched_rank_, launched_}, .batches_per_step = size()}; }
+  Started start(const StartState& state) override;
+  ReplicaSync* replicas() override { return this; }
+  StepPeers step_peers() override;
+  StopAgreement::Vote stop_vote() override;
+  AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override {
+    return rounds_->step_ended(step, lr, trained, last);  // DiLoCo: an outer step every H inner steps
   }
-  void check_identical(const NamedTensors& params, const std::string& when);
-  bool diloco_phase() const { return outer_ && !in_warmup_; }  // past the warm-up: a joiner may be healed mid-round
-  int64_t step_now() const { return step_now_; }               // the training thread's step, for log lines
+  std::optional<CheckpointPeers> peers() override;
+  // The per-rank state, plus DiLoCo's outer state (identical on every rank, outer.safetensors) and the units'
+  // progress.
+  bool checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
+                       CheckpointContents& contents) override;
+  void summarize(TrainSummary& summary) override { summary.world_size = size(); }
+
+  int rank() const { return group_->rank(); }  // a fault-tolerant run's: this process's place among the members
+  int size() const { return group_->size(); }
+  ReplicaRounds& rounds() { return *rounds_; }
+  Quorum* quorum() { return quorum_.get(); }  // dist.fault_tolerant; null otherwise
+
+  // Called every step on every rank: true on every rank at the same step, a few steps after any rank asked to stop
+  // (comm/lagged_vote.h); no outer step or blocking round trip needed. Only for the replicas of the whole world.
+  // Fault tolerant: the wish travels with the next outer step's vote, and the run stops after that outer step.
+  bool stop_agreed(bool local_stop);
+  // This rank's own codec state (top-k / SparseLoCo / PowerSGD error feedback; empty otherwise): each rank saves
+  // its own, and a resume with the same workers restores it (load_codec_state, after rounds().start()).
+  NamedTensors codec_state() const { return exchange_->codec_state(); }
+  void load_codec_state(const NamedTensors& state, const std::string& origin) {
+    exchange_->load_codec_state(state, origin);
+  }
+  // The updates rejected since the last call (dist.reject_norm_factor, or a fault-tolerant run's guard); -1 when
+  // neither guards the exchange.
+  int64_t take_rejected() {
+    return membership_ || config_.dist.reject_norm_factor > 0 ? reducer_->take_rejected() : -1;
+  }
+  // This rank's updates count `weight` times in the average (ResilientAverage::set_weight).
+  void set_update_weight(double weight) { reducer_->set_weight(weight); }
+  // Tests (runtime/ft/faults.h): this rank's every pseudo-gradient corrupted before its round ("nan" | "scale100").
+  void inject_bad_updates(const std::string& kind);
 
  private:
-  bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed
-  bool finish(int64_t step, NamedTensors& params);
-  void start_outer_loop(NamedTensors& params, int64_t offset);
-  void start_data_parallel(NamedTensors& params);
+  // The sgemm peak one replica can count on under the run's conditions: every rank measures at the same time with
+  // its own threads (the contention of training), and the mean over ranks is every rank's figure. Collective.
+  double shared_matmul_peak(const torch::Device& device);
+  // Small collectives for the checkpoint protocol (in the communication thread's FIFO); fault tolerant, they give up
+  // at a member's death (a NetworkError) instead of at the collective deadline.
+  void barrier();
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
+  void join_members(MemberGroup members);
+  void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
+             const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part);
+  template <typename T>
+  T abandoning_on_death(const std::function<T()>& collective);
 
-  const RunConfig& config_;  // Replicas' own, which outlives this
-  ReplicaChannel channel_;
-  QuorumHooks quorum_;
-  bool ddp_;
-  bool part_;
-  bool in_warmup_ = false;  // DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)
-  std::atomic<int64_t> step_now_{0};
-  std::unique_ptr<DataParallel> data_parallel_;
-  std::unique_ptr<OuterLoop> outer_;
+  RunConfig config_;
+  std::unique_ptr<comm::Membership> membership_;  // dist.fault_tolerant
+  std::optional<comm::Store> store_;              // the run's (fault tolerance: the heal's meta, the shared peak)
+  std::unique_ptr<comm::Group> group_;
+  std::unique_ptr<comm::LaggedVote> stop_vote_;
+  std::unique_ptr<comm::Exchange> exchange_;
+  std::unique_ptr<comm::CommThread> thread_;   // joined first by the destructor: its jobs use the members below
+  std::unique_ptr<ResilientAverage> reducer_;  // the exchange's average, on the communication thread
+  std::unique_ptr<ReplicaCheck> check_;
+  std::unique_ptr<ReplicaRounds> rounds_;
+  std::unique_ptr<Quorum> quorum_;
+  int launched_rank_ = 0, launched_ = 1;  // the launched ranks (a fault-tolerant run's members may be fewer)
 };
 
 }  // namespace tributary

@@ -1,9 +1,11 @@
-#include "tributary/runtime/islands.h"
+#include "tributary/runtime/sync/island_sync.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
+#include "tributary/config/run_layout.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/launch/launcher.h"
@@ -41,8 +43,10 @@ safetensors::File outer_rows(const safetensors::File& whole, const NamedTensors&
 
 }  // namespace
 
-Islands::Islands(const Session& session, const Layout& layout)
-    : layout_(layout),
+IslandSync::IslandSync(const Session& session, const Layout& layout)
+    : config_(session.config()),
+      env_(session.env()),
+      layout_(layout),
       shard_optimizer_(session.config().parallel.shard_optimizer),
       fault_tolerant_(session.config().dist.fault_tolerant),
       store_(session.store()) {
@@ -63,26 +67,26 @@ Islands::Islands(const Session& session, const Layout& layout)
   island_ = std::make_unique<comm::Group>(store_, int(layout.islands().rank_in_island()), int(size),
                                           group_options(in_island), fmt::format("island.{}{}", island, life));
   if (size > 1)
-    inside_ = std::make_unique<Replicas>(data_parallel(in_island),
-                                         ReplicaGroup{.store = store_,
-                                                      .rank = int(layout.islands().rank_in_island()),
-                                                      .size = int(size),
-                                                      .link = std::nullopt,
-                                                      .prefix = fmt::format("island-dp.{}{}", island, life),
-                                                      .part = false});
+    inside_ = std::make_unique<ReplicaSync>(data_parallel(in_island),
+                                            ReplicaGroup{.store = store_,
+                                                         .rank = int(layout.islands().rank_in_island()),
+                                                         .size = int(size),
+                                                         .link = std::nullopt,
+                                                         .prefix = fmt::format("island-dp.{}{}", island, life),
+                                                         .part = false});
   if (layout.islands().outer_shard() >= 0) {
     const std::vector<int> peers = layout.islands().outer_shard_ranks();
     auto link = session.links_among(peers);
     if (fault_tolerant_)
-      across_ = std::make_unique<Replicas>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
-                                                               .heartbeat_store = session.reconnect(kIslandsScope),
-                                                               .id = int(island),
-                                                               .size = int(layout.islands().count()),
-                                                               .joining = env.joining,
-                                                               .link = std::move(link),
-                                                               .noun = "island"});
+      across_ = std::make_unique<ReplicaSync>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
+                                                                  .heartbeat_store = session.reconnect(kIslandsScope),
+                                                                  .id = int(island),
+                                                                  .size = int(layout.islands().count()),
+                                                                  .joining = env.joining,
+                                                                  .link = std::move(link),
+                                                                  .noun = "island"});
     else
-      across_ = std::make_unique<Replicas>(
+      across_ = std::make_unique<ReplicaSync>(
           config, ReplicaGroup{.store = store_,
                                .rank = int(island),
                                .size = int(layout.islands().count()),
@@ -96,36 +100,101 @@ Islands::Islands(const Session& session, const Layout& layout)
     stop_vote_ = std::make_unique<comm::LaggedVote>(store_, env.rank, env.world_size, options);
 }
 
-Islands::~Islands() = default;
+IslandSync::~IslandSync() = default;
+
+Share IslandSync::share() const {
+  const IslandShape& shape = layout_.islands();
+  return {.data = {env_.rank, env_.world_size},
+          .batches_per_step = shape.batches_per_tick(),
+          .steps_per_tick = shape.steps_per_tick(),
+          .ranks_per_member = shape.size(shape.island()),
+          .replicas_of = " (islands) of each outer shard",
+          // the replicas' line follows only where a rank syncs
+          .line = !across_ ? ""
+                           : fmt::format("{} islands: data parallel inside{}; across, {}", shape.count(),
+                                         shard_optimizer_ ? ", AdamW moments sharded (ZeRO-1)" : "",
+                                         shape.leads_exchange() ? "the islands' ranks 0 exchange the whole model "
+                                                                  "(fault tolerant: the members are the islands)"
+                                                                : "each rank's outer shard below")};
+}
+
+// parallel.island_steps = "auto" (runtime/sync/island_pace.h): the pace measured now, or the resumed checkpoint's.
+void IslandSync::pace(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds, bool lead) {
+  const IslandShape& shape = layout_.islands();
+  if (!shape.measured_pace()) return;
+  std::vector<int64_t> steps;
+  if (ckpt && ckpt->state.contains("island_steps")) {
+    const auto& saved = ckpt->state["island_steps"];
+    const bool valid =
+        saved.is_array() && int64_t(saved.size()) == shape.count() &&
+        std::all_of(saved.begin(), saved.end(), [](const nlohmann::json& n) {
+          return n.is_number_integer() && n.get<int64_t>() >= 1 && n.get<int64_t>() <= IslandShape::kMaxPacedSteps;
+        });
+    if (!valid)
+      fail("'{}': island_steps is not one step count (1..{}) per island; use another checkpoint",
+           (ckpt->dir / "state.json").string(), IslandShape::kMaxPacedSteps);
+    steps = saved.get<std::vector<int64_t>>();
+  } else {
+    const std::vector<double> seconds = all_seconds(step_seconds());
+    steps = shape.paced_steps(seconds);
+    if (lead)
+      log::info(
+          "parallel.island_steps = auto: a step takes {:.3f} s on the ranks ({}); the islands take {} optimizer "
+          "step(s) per tick (set parallel.island_steps = '{}' to replay this pace)",
+          *std::max_element(seconds.begin(), seconds.end()), fmt::format("{:.3f}", fmt::join(seconds, ", ")),
+          fmt::join(steps, ", "), fmt::join(steps, ","));
+  }
+  RunConfig paced = config_;  // the config keeps "auto" (a resume compares it); the checkpoints keep the steps
+  paced.parallel.island_steps = fmt::format("{}", fmt::join(steps, ","));
+  const Layout now = run_layout(paced, env_);
+  TRIB_CHECK(now.islands().sizes() == layout_.islands().sizes(), "a pace for other islands");
+  layout_ = now;
+  weigh_updates();
+}
+
+Started IslandSync::start(const StartState& s) {
+  Started started = Sync::start(s);
+  pace(s.ckpt, s.step_seconds, s.lead);
+  if (s.joining) {
+    started.pending = join(s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
+    return started;
+  }
+  const ReplicaResume resume = s.ckpt ? replica_resume(*s.ckpt) : ReplicaResume{};
+  if (s.ckpt && !resume.outer)
+    fail("the checkpoint at step {} has no DiLoCo outer state ({}): resume from an earlier one", s.progress.step,
+         kOuterFile);
+  start_island(s.trained, s.optimizer, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
+  return started;
+}
+
+void IslandSync::summarize(TrainSummary& summary) {
+  summary.bytes_inside = inside_ ? inside_->rounds().take_stats().bytes_sent : 0;
+  summary.world_size = env_.world_size;
+  summary.islands = layout_.islands().count();
+}
 
 // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient counts
 // n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
-void Islands::weigh_updates() {
+void IslandSync::weigh_updates() {
   if (!across_) return;
   const IslandShape& shape = layout_.islands();
   across_->set_update_weight(double(shape.size(shape.island()) * shape.steps_per_tick()) * double(shape.count()) /
                              double(shape.batches_per_tick()));
 }
 
-std::vector<double> Islands::all_seconds(double mine) {
+std::vector<double> IslandSync::all_seconds(double mine) {
   const auto all = world_->all_gather(torch::full({1}, mine, torch::kFloat64));
   std::vector<double> out;
   for (const auto& t : all) out.push_back(t.item<double>());
   return out;
 }
 
-void Islands::set_pace(const Layout& layout) {
-  TRIB_CHECK(layout.islands().sizes() == layout_.islands().sizes(), "a pace for other islands");
-  layout_ = layout;
-  weigh_updates();
-}
-
-void Islands::share(const std::vector<torch::Tensor>& tensors, int64_t shards) {
+void IslandSync::gather_shards(const std::vector<torch::Tensor>& tensors, int64_t shards) {
   if (island_->size() == 1) return;
   RowShards(0, shards).all_gather(*island_, tensors);  // each rank sends its own shard (its island rank)
 }
 
-void Islands::from_lead(const std::vector<torch::Tensor>& tensors) {
+void IslandSync::from_lead(const std::vector<torch::Tensor>& tensors) {
   if (island_->size() == 1) return;
   std::vector<torch::Tensor> buffers;
   for (const auto& t : tensors) buffers.push_back(t.to(torch::kCPU).contiguous());
@@ -135,14 +204,14 @@ void Islands::from_lead(const std::vector<torch::Tensor>& tensors) {
     if (island_->rank() != 0) tensors[i].copy_(buffers[i]);
 }
 
-void Islands::shard(AdamW& optimizer) {
+void IslandSync::shard(AdamW& optimizer) {
   if (!shard_optimizer_) return;
   const int64_t n = island_->size();
-  optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { share(t, n); });
+  optimizer.keep_rows(island_->rank(), n, [this, n](const std::vector<torch::Tensor>& t) { gather_shards(t, n); });
 }
 
-void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const safetensors::File* outer,
-                    const nlohmann::json& progress) {
+void IslandSync::start_island(NamedTensors& params, AdamW& optimizer, int64_t step, const safetensors::File* outer,
+                              const nlohmann::json& progress) {
   params_ = params;
   // The checkpoint's count is rank 0's; a time-paced island took its own number of optimizer steps per tick.
   if (step > 0) optimizer.set_num_steps(step * layout_.islands().steps_per_tick());
@@ -154,7 +223,7 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
     for (auto& [name, t] : params) state.push_back(t.detach());
     for (auto& [name, t] : optimizer.state()) state.push_back(t);  // the optimizer's own tensors (not yet sharded)
     from_lead(state);
-    inside_->sync().start(params, step);  // checks the island's replicas are identical
+    inside_->rounds().start(params, step);  // checks the island's replicas are identical
     shard(optimizer);
   }
   if (fault_tolerant_) {  // every rank got here: a worker that dies from now on is restarted by its launch
@@ -166,11 +235,11 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
   outer_params_ = rows.mine(params);
   std::optional<safetensors::File> mine;
   if (outer) mine = outer_rows(*outer, outer_params_, rows);
-  across_->sync().start(outer_params_, step, mine ? &*mine : nullptr, progress);
+  across_->rounds().start(outer_params_, step, mine ? &*mine : nullptr, progress);
   if (layout_.rank() == 0) {  // what ZeRO-1 and the sharded outer state leave on a rank (docs/benchmarks.md)
     double whole = 0, outer_held = 0;
     for (const auto& [name, t] : params) whole += double(t.nbytes());
-    for (const auto& [name, t] : across_->sync().outer_state()) outer_held += double(t.nbytes());
+    for (const auto& [name, t] : across_->rounds().outer_state()) outer_held += double(t.nbytes());
     log::info(
         "rank 0 holds {:.2f} MB of AdamW moments (the whole: {:.2f} MB) and {:.2f} MB of DiLoCo outer state "
         "(the whole: {:.2f} MB)",
@@ -178,8 +247,8 @@ void Islands::start(NamedTensors& params, AdamW& optimizer, int64_t step, const 
   }
 }
 
-std::optional<PendingHeal> Islands::join(NamedTensors& params, AdamW& optimizer, BatchLoader& loader,
-                                         RunProgress& progress, int64_t total_steps) {
+std::optional<PendingHeal> IslandSync::join(NamedTensors& params, AdamW& optimizer, BatchLoader& loader,
+                                            RunProgress& progress, int64_t total_steps) {
   TRIB_CHECK(fault_tolerant_, "an island joins only a fault-tolerant run");
   params_ = params;
   std::optional<PendingHeal> pending;
@@ -200,20 +269,20 @@ std::optional<PendingHeal> Islands::join(NamedTensors& params, AdamW& optimizer,
   optimizer.set_num_steps(meta[2].item<int64_t>());
   progress.elapsed_before = elapsed.item<double>();
   if (inside_ && progress.step < total_steps) {
-    inside_->sync().start(params, progress.step);  // identical in the island
+    inside_->rounds().start(params, progress.step);  // identical in the island
     shard(optimizer);
   }
   return pending;
 }
 
-bool Islands::rank_zero_says(bool mine) {
+bool IslandSync::rank_zero_says(bool mine) {
   if (!fault_tolerant_ || island_->size() == 1) return mine;
   std::vector<torch::Tensor> said = {torch::tensor({int64_t(mine)})};
   island_->broadcast(said, 0);
   return said[0][0].item<int64_t>() != 0;
 }
 
-int64_t Islands::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
+int64_t IslandSync::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
   if (!fault_tolerant_ || island_->size() == 1) return tokens_per_step;
   const LoaderPosition at = loader.position();
   std::vector<torch::Tensor> lead = {torch::tensor(
@@ -227,10 +296,10 @@ int64_t Islands::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
   return v[4].item<int64_t>();
 }
 
-bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
+AfterStep IslandSync::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
   bool landed = false;
   if (across_) {
-    const AfterStep after = across_->sync().step_ended(step, lr, outer_params_, last);
+    const AfterStep after = across_->rounds().step_ended(step, lr, outer_params_, last);
     landed = after.landed;
     quiescent_ = after.quiescent;
   }
@@ -247,19 +316,19 @@ bool Islands::after_step(int64_t step, double lr, NamedTensors& params, bool las
     if (layout_.islands().leads_exchange())
       from_lead(whole);
     else
-      share(whole, layout_.islands().outer_shards());
+      gather_shards(whole, layout_.islands().outer_shards());
     // The island's replicas are one again (a shard lost on the way would leave them apart, silently, for good).
-    if (inside_) inside_->sync().check_identical(params, fmt::format("after the outer step at step {}", step));
+    if (inside_) inside_->rounds().check_identical(params, fmt::format("after the outer step at step {}", step));
   }
-  return landed;
+  return {.landed = landed, .quiescent = quiescent_};
 }
 
-NamedTensors Islands::whole_outer_state(const NamedTensors& params) {
+NamedTensors IslandSync::whole_outer_state(const NamedTensors& params) {
   // Whole-size tensors (global, then momentum, per parameter; the file sorts them by name), this rank's rows filled;
   // the island's all-gather fills the other shards' rows.
   std::map<std::string, torch::Tensor> mine;
   if (across_)
-    for (auto& [key, t] : across_->sync().outer_state()) mine.emplace(key, t);
+    for (auto& [key, t] : across_->rounds().outer_state()) mine.emplace(key, t);
   const RowShards rows(std::max<int64_t>(0, layout_.islands().outer_shard()), layout_.islands().outer_shards());
   NamedTensors whole;
   std::vector<torch::Tensor> tensors;
@@ -270,18 +339,22 @@ NamedTensors Islands::whole_outer_state(const NamedTensors& params) {
       whole.emplace_back(key, t);
       tensors.push_back(t);
     }
-  share(tensors, layout_.islands().outer_shards());
+  gather_shards(tensors, layout_.islands().outer_shards());
   return whole;
 }
 
-CheckpointPeers Islands::peers() {
-  return {.rank = world_->rank(),
-          .size = world_->size(),
-          .barrier = [this] { world_->barrier(); },
-          .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
+std::optional<CheckpointPeers> IslandSync::peers() {
+  return CheckpointPeers{.rank = world_->rank(),
+                         .size = world_->size(),
+                         .barrier = [this] { world_->barrier(); },
+                         .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
 }
 
-bool Islands::stop_agreed(bool local_stop) {
+StopAgreement::Vote IslandSync::stop_vote() {
+  return [this](bool local) { return stop_agreed(local); };
+}
+
+bool IslandSync::stop_agreed(bool local_stop) {
   if (!fault_tolerant_) return stop_vote_->step(local_stop);
   // Any rank's wish is its island's: rank 0 votes with it in the quorum's rounds, and tells the island the decision.
   std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
@@ -292,7 +365,8 @@ bool Islands::stop_agreed(bool local_stop) {
   return stop[0][0].item<int64_t>() != 0;
 }
 
-bool Islands::stage_state(const fs::path& run_dir, int64_t step, const RankState& mine, CheckpointContents& contents) {
+bool IslandSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
+                                 CheckpointContents& contents) {
   if (fault_tolerant_) {
     // The island leads' checkpoint, as the whole model's fault-tolerant replicas take it (the living ones). A lead's
     // loader reads one of n x members shards; as one of the members' shards it is n times further on.
@@ -300,19 +374,18 @@ bool Islands::stage_state(const fs::path& run_dir, int64_t step, const RankState
     const int64_t n = layout_.islands().size(layout_.islands().island());
     const LoaderPosition pos{mine.position.epoch, mine.position.cursor * uint64_t(n)};
     contents.state["loader"] = {{"epoch", pos.epoch}, {"cursor", pos.cursor}};
-    return stage_replica_state(*across_, run_dir, step, mine.params, mine.optim_state, pos, contents);
+    const RankState lead{.params = mine.params, .optim_state = mine.optim_state, .position = pos};
+    return across_->checkpoint_part(run_dir, step, lead, contents);
   }
   NamedTensors outer = whole_outer_state(params_);  // collective over the island: before rank 0 goes on alone
   const NamedTensors codec = across_ ? across_->codec_state() : NamedTensors{};
   RankState state = mine;
   state.codec = &codec;
-  if (!stage_rank_state(peers(), run_dir, step, state, contents)) return false;
-  contents.state["replicas"] = across_->sync().progress();         // rank 0 holds shard 0
+  if (!stage_rank_state(*peers(), run_dir, step, state, contents)) return false;
+  contents.state["replicas"] = across_->rounds().progress();       // rank 0 holds shard 0
   contents.state["island_steps"] = layout_.islands().all_steps();  // a measured pace goes on after a resume
   contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));
   return true;
 }
-
-comm::CommStats Islands::take_inside_stats() { return inside_ ? inside_->sync().take_stats() : comm::CommStats{}; }
 
 }  // namespace tributary

@@ -1,13 +1,15 @@
-#include "tributary/runtime/pipelines.h"
+#include "tributary/runtime/sync/pipeline_sync.h"
 
 #include <chrono>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/runtime/run_state.h"
 
 namespace tributary {
 
-Pipelines::Pipelines(const Session& session, const Layout& layout) {
+PipelineSync::PipelineSync(const Session& session, const Layout& layout)
+    : blocks_per_level_(session.config().model.blocks_per_level()), launched_rank_(session.env().rank) {
   const RunConfig& config = session.config();
   const DistEnv& env = session.env();
   const auto& par = config.parallel;
@@ -15,7 +17,13 @@ Pipelines::Pipelines(const Session& session, const Layout& layout) {
   layout_ = pipeline::StageLayout::parse(par.stage_layers, config.model.num_layers, p, "parallel.stage_layers");
   schedule_ = {pipeline::parse_schedule(par.schedule, "parallel.schedule"), p, par.micro_batches, par.warmup_margin};
   place_ = layout;
-  const bool diloco = layout.sync() == Sync::kDiloco;
+  line_ = fmt::format(
+      "{} pipeline(s) of {} stages (blocks per stage from {}), schedule {}{}, {} micro-batches of {}, "
+      "activations on the wire as {}",
+      layout.replicas(), layout.stages(), par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers,
+      par.schedule, par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "",
+      par.micro_batches, config.train.batch_size / par.micro_batches, par.activation_compression);
+  const bool diloco = layout.sync() == SyncKind::kDiloco;
   if (diloco)
     for (int64_t s = 0; s < p; ++s)  // a stage's fragments are its blocks strided: each needs one
       if (layout_.end(s) - layout_.begin(s) < config.dist.fragments)
@@ -51,11 +59,11 @@ Pipelines::Pipelines(const Session& session, const Layout& layout) {
   const std::vector<int> across = d > 1 ? layout.lead_stage_ranks() : data_members;
   if (diloco && layout.pipeline_in_island() == 0)
     stage_replicas_ =
-        std::make_unique<Replicas>(config, ReplicaGroup{.store = store,
-                                                        .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
-                                                        .size = int(across.size()),
-                                                        .link = session.links_among(across),
-                                                        .prefix = fmt::format("diloco.{}", stage())});
+        std::make_unique<ReplicaSync>(config, ReplicaGroup{.store = store,
+                                                           .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
+                                                           .size = int(across.size()),
+                                                           .link = session.links_among(across),
+                                                           .prefix = fmt::format("diloco.{}", stage())});
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
@@ -73,17 +81,60 @@ Pipelines::Pipelines(const Session& session, const Layout& layout) {
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }
 
-Pipelines::~Pipelines() = default;
+PipelineSync::~PipelineSync() = default;
 
-bool Pipelines::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+Started PipelineSync::start(const StartState& s) {
+  Started started = Sync::start(s);
+  if (!stage_replicas_) return started;
+  if (!s.ckpt) {
+    stage_replicas_->rounds().start(s.trained);
+    return started;
+  }
+  const ReplicaResume resume = replica_resume(*s.ckpt, replica_outer_file(launched_rank_));  // the rank's own
+  stage_replicas_->rounds().start(s.trained, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
+  return started;
+}
+
+StopAgreement::Vote PipelineSync::stop_vote() {
+  return [this](bool local) { return stop_vote_->step(local); };
+}
+
+std::optional<CheckpointPeers> PipelineSync::peers() {
+  return CheckpointPeers{.rank = world_->rank(),
+                         .size = world_->size(),
+                         .barrier = [this] { world_->barrier(); },
+                         .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
+}
+
+void PipelineSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
+  consolidate(params);
+  if (aux_params && !aux_params->empty()) consolidate_aux_heads(*aux_params);
+}
+
+bool PipelineSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& rank_state,
+                                   CheckpointContents& contents) {
+  ReplicaSync* replicas = stage_replicas_.get();
+  const NamedTensors outer = replicas ? replicas->rounds().outer_state() : NamedTensors{};
+  const NamedTensors codec = replicas ? replicas->codec_state() : NamedTensors{};
+  RankState mine = rank_state;
+  if (replicas) {
+    mine.outer = &outer;
+    mine.codec = &codec;
+  }
+  if (!stage_rank_state(*peers(), run_dir, step, mine, contents)) return false;
+  contents.state["replicas"] = replicas ? replicas->rounds().progress() : nlohmann::json::array();
+  return true;
+}
+
+AfterStep PipelineSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
   bool landed = false;
   quiescent_ = true;
   if (stage_replicas_) {
-    const AfterStep after = stage_replicas_->sync().step_ended(step, lr, trained, last);
+    const AfterStep after = stage_replicas_->rounds().step_ended(step, lr, trained, last);
     landed = after.landed;
     quiescent_ = after.quiescent;
   }
-  if (!data_ || place_.pipelines_per_island() <= 1) return landed;
+  if (!data_ || place_.pipelines_per_island() <= 1) return {.landed = landed, .quiescent = quiescent_};
   // The island's other pipelines learn from its first what happened across, and take the stage it landed.
   std::vector<torch::Tensor> flags = {torch::tensor({int64_t(landed), int64_t(quiescent_)}, torch::kInt64)};
   data_->broadcast(flags, 0);
@@ -97,17 +148,17 @@ bool Pipelines::after_step(int64_t step, double lr, NamedTensors& trained, bool 
     if (data_->rank() != 0)
       for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(buffers[i]);
   }
-  return landed;
+  return {.landed = landed, .quiescent = quiescent_};
 }
 
-std::vector<std::vector<double>> Pipelines::gather_stages(const std::vector<double>& mine) {
+std::vector<std::vector<double>> PipelineSync::gather_stages(const std::vector<double>& mine) {
   auto all = pipe_->all_gather(torch::tensor(mine, torch::kFloat64));
   std::vector<std::vector<double>> out;
   for (const auto& t : all) out.emplace_back(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
   return out;
 }
 
-void Pipelines::broadcast_sealed(std::vector<torch::Tensor>& buffers, int root) {
+void PipelineSync::broadcast_sealed(std::vector<torch::Tensor>& buffers, int root) {
   const std::string key = fmt::format("sealed/{}/{}", pipe_->prefix(), broadcasts_++);
   if (mac_ && pipe_->rank() == root) store_->set(key, mac_->tag_hex(buffers, key));
   pipe_->broadcast(buffers, root);
@@ -119,11 +170,11 @@ void Pipelines::broadcast_sealed(std::vector<torch::Tensor>& buffers, int root) 
         pipe_->rank(), root, key));
 }
 
-void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) {
+void PipelineSync::consolidate(NamedTensors& all_params) {
   torch::NoGradGuard no_grad;
   for (int64_t s = 0; s < layout_.stages(); ++s) {
     // Without the last stage's copy of a tied embedding: it equals stage 0's, which is broadcast.
-    auto owned = pipeline::stage_params(all_params, layout_, s, blocks_per_level, /*tied_embeddings=*/false);
+    auto owned = pipeline::stage_params(all_params, layout_, s, blocks_per_level_, /*tied_embeddings=*/false);
     std::vector<torch::Tensor> buffers;
     for (auto& [name, t] : owned) buffers.push_back(t.detach().to(torch::kCPU).contiguous());
     broadcast_sealed(buffers, int(s));
@@ -131,7 +182,7 @@ void Pipelines::consolidate(NamedTensors& all_params, int64_t blocks_per_level) 
   }
 }
 
-void Pipelines::consolidate_aux_heads(NamedTensors& aux_params) {
+void PipelineSync::consolidate_aux_heads(NamedTensors& aux_params) {
   torch::NoGradGuard no_grad;
   for (int64_t s = 0; s + 1 < layout_.stages(); ++s) {
     const std::string prefix = fmt::format("aux.{}.", s);

@@ -1,4 +1,4 @@
-#include "tributary/runtime/island_pace.h"
+#include "tributary/runtime/sync/island_pace.h"
 
 #include <algorithm>
 #include <vector>

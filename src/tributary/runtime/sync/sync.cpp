@@ -1,0 +1,27 @@
+#include "tributary/runtime/sync/sync.h"
+
+#include "tributary/runtime/flops.h"
+#include "tributary/runtime/sync/island_sync.h"
+#include "tributary/runtime/sync/pipeline_sync.h"
+#include "tributary/runtime/sync/replica_sync.h"
+
+namespace tributary {
+
+Started Sync::start(const StartState& state) { return {.peak_flops = measure_matmul_peak(state.device)}; }
+
+std::unique_ptr<Sync> make_sync(const Session* session, const Layout& layout) {
+  switch (layout.kind()) {
+    case RunKind::kReplicas:
+      return std::make_unique<ReplicaSync>(*session);
+    case RunKind::kPipelines:
+      return std::make_unique<PipelineSync>(*session, layout);
+    case RunKind::kIslands:
+      return std::make_unique<IslandSync>(*session, layout);
+    case RunKind::kSingle:
+    case RunKind::kDipaco:  // DiPaCo's workers are runtime/dipaco/worker.h's, not the trainer's
+      break;
+  }
+  return std::make_unique<Sync>();  // one process: no peers, nothing to keep together
+}
+
+}  // namespace tributary
