@@ -10,7 +10,7 @@
 
 #include "tributary/model/causal_attention.h"
 #include "tributary/model/fused_ops.h"
-#include "tributary/runtime/flops.h"
+#include "tributary/perf/flops.h"
 
 using namespace tributary;
 

@@ -18,7 +18,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/outer.h"
-#include "tributary/runtime/flops.h"
+#include "tributary/perf/flops.h"
 
 using namespace tributary;
 

@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "tributary/artifacts/inference.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/cpu_allocator.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/inference.h"
+#include "tributary/perf/flops.h"
 #include "tributary/runtime/step_runner.h"
 
 using namespace tributary;

@@ -2,7 +2,8 @@
 """The project's structure report (issue 11): include edges that point up the layer graph, c10d used outside comm/,
 the longest files under src/ and the longest functions (universal-ctags). Exit status 1 when an upward edge or a c10d
 use outside comm/ exists. Layers (docs/architecture.md):
-    cli -> {interop, plan, route} -> runtime -> config -> {parallel, optim, routing} -> {model, comm, data} -> core;
+    cli -> {interop, plan, route} -> runtime -> {config, artifacts, perf} -> {parallel, optim, routing}
+    -> {model, comm, data} -> core;
     runtime -> launch -> core;   sched -> core;   report -> core
 Run from anywhere: python3 tools/structure.py [--top N]"""
 import os, re, shutil, subprocess, sys
@@ -14,7 +15,13 @@ ALLOWED = {"core": set(), "data": {"core"}, "model": {"core"}, "comm": {"core"},
            "launch": {"core"}, "report": {"core"},
            # the run's configuration: its keys, their checks, and the layout they imply
            "config": {"core", "model", "optim", "parallel", "sched", "launch"},
-           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing", "launch", "config"}}
+           # what a run leaves on disk and how it is read back: checkpoints, a model loaded from one, DiPaCo's modules
+           # and routes
+           "artifacts": {"core", "data", "model", "routing", "config"},
+           # what this machine can do: its sgemm peak, BLAS and threads; a model's FLOPs per token
+           "perf": {"core", "model", "config"},
+           "runtime": {"core", "data", "model", "comm", "sched", "optim", "parallel", "routing", "launch", "config",
+                       "artifacts", "perf"}}
 # Above the run: what reads or writes a run's files for another tool (Hugging Face), plans a run, or builds DiPaCo's
 # routes from a trained model.
 for above in ("interop", "plan", "route"):

@@ -1,17 +1,17 @@
 #include <cmath>
 
 #include "cli/commands.h"
+#include "tributary/artifacts/checkpoint.h"
+#include "tributary/artifacts/inference.h"
+#include "tributary/artifacts/modules.h"
+#include "tributary/artifacts/routed_eval.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/aux_head.h"
 #include "tributary/parallel/local/head_eval.h"
+#include "tributary/perf/flops.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/dipaco/routed_eval.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/inference.h"
 #include "tributary/runtime/run_state.h"
 
 namespace tributary::cli {

@@ -1,8 +1,8 @@
 #include "cli/commands.h"
+#include "tributary/artifacts/modules.h"
 #include "tributary/core/log.h"
 #include "tributary/interop/hf_export.h"
 #include "tributary/interop/hf_import.h"
-#include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary::cli {
 

@@ -1,11 +1,11 @@
 #include "cli/commands.h"
+#include "tributary/artifacts/inference.h"
+#include "tributary/artifacts/modules.h"
+#include "tributary/artifacts/routes.h"
 #include "tributary/core/log.h"
 #include "tributary/data/tokenizer.h"
+#include "tributary/perf/flops.h"
 #include "tributary/routing/router.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/inference.h"
 
 namespace tributary::cli {
 

@@ -1,8 +1,8 @@
 #include "cli/commands.h"
 #include "tributary/core/log.h"
+#include "tributary/perf/flops.h"
 #include "tributary/route/discriminative.h"
 #include "tributary/route/routes_build.h"
-#include "tributary/runtime/flops.h"
 
 namespace tributary::cli {
 

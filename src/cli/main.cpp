@@ -13,7 +13,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/cpu_allocator.h"
-#include "tributary/runtime/platform.h"
+#include "tributary/perf/platform.h"
 
 namespace {
 

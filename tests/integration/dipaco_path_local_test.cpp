@@ -14,10 +14,10 @@
 #include <sstream>
 
 #include "dipaco_fixture.h"
+#include "tributary/artifacts/modules.h"
 #include "tributary/comm/sparse_chunks.h"
 #include "tributary/comm/wire_mac.h"
 #include "tributary/launch/launcher.h"
-#include "tributary/runtime/dipaco/modules.h"
 
 using namespace tributary;
 using namespace dipaco_test;

@@ -14,14 +14,14 @@
 #include "dipaco_fixture.h"
 #include "report_check.h"
 #include "support/json_fuzz.h"
+#include "tributary/artifacts/inference.h"
+#include "tributary/artifacts/modules.h"
+#include "tributary/artifacts/routed_eval.h"
+#include "tributary/artifacts/routes.h"
 #include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/data/dataset.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/dipaco/routed_eval.h"
-#include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/inference.h"
 
 using namespace tributary;
 

@@ -13,6 +13,8 @@
 #include "shell.h"
 #include "test_corpus.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/artifacts/checkpoint.h"
+#include "tributary/artifacts/inference.h"
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/tb_events.h"
@@ -21,8 +23,6 @@
 #include "tributary/data/hf_tokenizer.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/inference.h"
 #include "tributary/runtime/trainer.h"
 
 using namespace tributary;

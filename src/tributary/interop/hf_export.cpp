@@ -4,13 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tributary/artifacts/inference.h"
+#include "tributary/artifacts/modules.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/core/progress.h"
 #include "tributary/data/hf_tokenizer.h"
 #include "tributary/model/hf_llama.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/inference.h"
 
 namespace tributary {
 

@@ -6,13 +6,13 @@
 #include <optional>
 #include <set>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/config/run_config.h"
 #include "tributary/core/error.h"
 #include "tributary/core/progress.h"
 #include "tributary/core/safetensors.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/model/hf_llama.h"
-#include "tributary/runtime/checkpoint.h"
 
 namespace tributary {
 namespace {

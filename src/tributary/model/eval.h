@@ -1,5 +1,5 @@
 // Evaluation and sampling on a model: DiPaCo's per-unit and per-token losses, generation (the mean loss over a
-// data loader is runtime/inference.h: model/ does not depend on data/).
+// data loader is artifacts/inference.h: model/ does not depend on data/).
 #pragma once
 
 #include <torch/torch.h>

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "tributary/artifacts/inference.h"
 #include "tributary/core/error.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/transformer.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/inference.h"
+#include "tributary/perf/flops.h"
 
 namespace tributary {
 

@@ -1,13 +1,13 @@
 #include "tributary/route/discriminative.h"
 
+#include "tributary/artifacts/inference.h"
+#include "tributary/artifacts/modules.h"
+#include "tributary/artifacts/routes.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/route/routes_build.h"
 #include "tributary/routing/router.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/dipaco/routes.h"
-#include "tributary/runtime/inference.h"
 
 namespace tributary {
 

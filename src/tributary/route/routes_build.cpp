@@ -2,13 +2,13 @@
 
 #include <cmath>
 
+#include "tributary/artifacts/checkpoint.h"
+#include "tributary/artifacts/inference.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/core/rng.h"
 #include "tributary/data/dataset.h"
 #include "tributary/routing/kmeans.h"
-#include "tributary/runtime/checkpoint.h"
-#include "tributary/runtime/inference.h"
 
 namespace tributary {
 namespace {

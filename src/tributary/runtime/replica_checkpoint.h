@@ -10,8 +10,8 @@
 
 #include <functional>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/data/loader.h"
-#include "tributary/runtime/checkpoint.h"
 
 namespace tributary {
 

@@ -10,9 +10,9 @@
 
 #include <optional>
 
+#include "tributary/artifacts/inference.h"
 #include "tributary/comm/exchange.h"
 #include "tributary/parallel/train_step.h"
-#include "tributary/runtime/inference.h"
 #include "tributary/runtime/metrics.h"
 #include "tributary/runtime/train_summary.h"
 

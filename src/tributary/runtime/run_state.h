@@ -6,12 +6,12 @@
 #include <functional>
 #include <optional>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/ft/quorum.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/train_options.h"

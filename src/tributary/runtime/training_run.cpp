@@ -7,12 +7,12 @@
 
 #include <limits>
 
+#include "tributary/artifacts/inference.h"
 #include "tributary/config/run_layout.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/eval.h"
-#include "tributary/runtime/flops.h"
-#include "tributary/runtime/inference.h"
+#include "tributary/perf/flops.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/sync/island_pace.h"
 #include "tributary/runtime/sync/pipeline_sync.h"

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/core/clock.h"
 #include "tributary/data/dataset.h"
 #include "tributary/data/loader.h"
@@ -16,7 +17,6 @@
 #include "tributary/optim/schedule.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/parallel/train_step.h"
-#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/ft/membership_follower.h"
 #include "tributary/runtime/run_loop.h"

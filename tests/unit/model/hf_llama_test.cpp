@@ -12,11 +12,11 @@
 
 #include "support/error_of.h"
 #include "support/hf_python.h"
+#include "tributary/artifacts/inference.h"
 #include "tributary/core/fs.h"
 #include "tributary/interop/hf_import.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/inference.h"
 
 using namespace tributary;
 

@@ -3,13 +3,13 @@
 
 #include "support/error_of.h"
 
+#include "tributary/artifacts/modules.h"
 #include "tributary/core/error.h"
 #include "tributary/model/path_grid.h"
 #include "tributary/optim/module_outer.h"
 #include "tributary/optim/outer.h"
 #include "tributary/routing/kmeans.h"
 #include "tributary/routing/router.h"
-#include "tributary/runtime/dipaco/modules.h"
 
 using namespace tributary;
 using test_support::error_of;

@@ -14,6 +14,7 @@
 
 #include "support/json_fuzz.h"
 #include "test_paths.h"  // generated: TRIBUTARY_CLI, TRIBUTARY_SOURCE_DIR, ...
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/config/run_config.h"
 #include "tributary/config/run_layout.h"
 #include "tributary/core/error.h"
@@ -26,7 +27,6 @@
 #include "tributary/optim/adamw.h"
 #include "tributary/report/html_report.h"
 #include "tributary/report/run_files.h"
-#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/run_state.h"
 #include "tributary/sched/placement.h"
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "tributary/artifacts/modules.h"
 #include "tributary/comm/codec.h"
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
@@ -28,7 +29,6 @@
 #include "tributary/optim/outer.h"
 #include "tributary/optim/outer_loop.h"
 #include "tributary/runtime/dipaco/module_depot.h"
-#include "tributary/runtime/dipaco/modules.h"
 
 namespace tributary {
 

@@ -1,8 +1,8 @@
 #include "tributary/runtime/dipaco/path_data.h"
 
+#include "tributary/artifacts/routes.h"
 #include "tributary/core/error.h"
 #include "tributary/data/dataset.h"
-#include "tributary/runtime/dipaco/routes.h"
 
 namespace tributary {
 

@@ -5,13 +5,13 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "tributary/artifacts/json_file.h"
+#include "tributary/artifacts/modules.h"
 #include "tributary/comm/store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/runtime/dipaco/module_depot.h"
-#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/state_server.h"
-#include "tributary/runtime/json_file.h"
 
 namespace tributary {
 namespace {

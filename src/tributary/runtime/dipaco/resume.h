@@ -20,12 +20,12 @@
 #include <optional>
 #include <string>
 
+#include "tributary/artifacts/modules.h"
 #include "tributary/comm/group.h"
 #include "tributary/config/run_config.h"
 #include "tributary/core/fs.h"
 #include "tributary/optim/module_feedback.h"
 #include "tributary/optim/outer.h"
-#include "tributary/runtime/dipaco/modules.h"
 #include "tributary/runtime/dipaco/path_state.h"
 
 namespace tributary {

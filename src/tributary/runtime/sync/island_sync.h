@@ -24,13 +24,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/comm/group.h"
 #include "tributary/comm/lagged_vote.h"
 #include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/layout.h"
-#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_state.h"
 #include "tributary/runtime/sync/replica_sync.h"

@@ -16,7 +16,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/launch/launcher.h"
-#include "tributary/runtime/flops.h"
+#include "tributary/perf/flops.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/run_state.h"
 

@@ -1,6 +1,6 @@
 #include "tributary/runtime/sync/sync.h"
 
-#include "tributary/runtime/flops.h"
+#include "tributary/perf/flops.h"
 #include "tributary/runtime/sync/island_sync.h"
 #include "tributary/runtime/sync/pipeline_sync.h"
 #include "tributary/runtime/sync/replica_sync.h"

@@ -17,10 +17,10 @@
 #include <optional>
 #include <string>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/data/loader.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/layout.h"
-#include "tributary/runtime/checkpoint.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_state.h"
 #include "tributary/runtime/session.h"

@@ -1,4 +1,4 @@
-#include "tributary/runtime/checkpoint.h"
+#include "tributary/artifacts/checkpoint.h"
 
 #include <unistd.h>
 

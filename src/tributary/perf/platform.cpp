@@ -1,4 +1,4 @@
-#include "tributary/runtime/platform.h"
+#include "tributary/perf/platform.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>

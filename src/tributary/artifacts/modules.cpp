@@ -1,14 +1,14 @@
-#include "tributary/runtime/dipaco/modules.h"
+#include "tributary/artifacts/modules.h"
 
-#include "tributary/runtime/json_file.h"
+#include "tributary/artifacts/json_file.h"
 
 #include <nlohmann/json.hpp>
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/data/tokenizer.h"
 #include "tributary/model/param_name.h"
-#include "tributary/runtime/checkpoint.h"
 
 namespace tributary {
 

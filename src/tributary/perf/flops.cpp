@@ -1,11 +1,11 @@
-#include "tributary/runtime/flops.h"
+#include "tributary/perf/flops.h"
 
 #include <chrono>
 #include <fstream>
 #include <thread>
 
 #include "tributary/core/log.h"
-#include "tributary/runtime/platform.h"
+#include "tributary/perf/platform.h"
 
 namespace tributary {
 

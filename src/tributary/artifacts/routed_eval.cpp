@@ -1,11 +1,11 @@
-#include "tributary/runtime/dipaco/routed_eval.h"
+#include "tributary/artifacts/routed_eval.h"
 
+#include "tributary/artifacts/modules.h"
+#include "tributary/artifacts/routes.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/eval.h"
 #include "tributary/routing/router.h"
 #include "tributary/routing/units.h"
-#include "tributary/runtime/dipaco/modules.h"
-#include "tributary/runtime/dipaco/routes.h"
 
 namespace tributary {
 

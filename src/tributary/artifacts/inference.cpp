@@ -1,7 +1,7 @@
-#include "tributary/runtime/inference.h"
+#include "tributary/artifacts/inference.h"
 
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/core/error.h"
-#include "tributary/runtime/checkpoint.h"
 
 namespace tributary {
 

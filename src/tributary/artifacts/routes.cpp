@@ -1,8 +1,8 @@
-#include "tributary/runtime/dipaco/routes.h"
+#include "tributary/artifacts/routes.h"
 
+#include "tributary/artifacts/inference.h"
+#include "tributary/artifacts/json_file.h"
 #include "tributary/core/error.h"
-#include "tributary/runtime/inference.h"
-#include "tributary/runtime/json_file.h"
 
 namespace tributary {
 
