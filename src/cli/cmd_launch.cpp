@@ -133,6 +133,18 @@ void add_launch(CLI::App& app) {
         return true;
       }
     };
+    o->rejoin = [o, reporter](const std::string& addr, int port, int attempt) {
+      try {
+        int returns = 0;
+        reporter->use(addr, port, attempt, [&](comm::Store& store) {
+          if (store.check({kRunStartedKey}))
+            returns = int(store.add(fmt::format("launch/returns/{}", o->node_rank), 1));
+        });
+        return returns;
+      } catch (const std::exception&) {
+        return 0;  // no store yet: the run's first start
+      }
+    };
     auto coordinator = std::make_shared<StoreReporter>();  // the launches' own keys, beside the attempts'
     o->start_again = [coordinator](const std::string& addr, int port, int attempt, bool ask) {
       try {

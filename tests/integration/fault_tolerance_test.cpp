@@ -269,6 +269,43 @@ TEST_F(Distributed, AWorkerKilledInTheFirstSecondOnAnotherMachineStartsEveryMach
       << "the run started again on both machines trains what the run without the kill trains";
 }
 
+TEST_F(Distributed, AMachineStartedAgainAfterItsLaunchWasKilledJoinsTheRunItLeft) {
+  // Two machines of two workers, fault tolerant. Machine 1's launch is SIGKILLed while the run trains (its workers die
+  // with it), and the same command is started again. Its workers must come back as joiners: the members drop the dead
+  // at their heartbeat deadline, heal the returning workers and finish with all four. Before, the new workers entered
+  // a fresh rendezvous under the dead ranks' ids, their heartbeats kept the dead "alive", and the run hung (3 of 3);
+  // with this test, before the fix, they failed, were restarted as joiners one by one and the run ended on 3.
+  fs::remove_all(work() / "mn_return");  // its metrics, polled below, are this run's
+  const int port = free_tcp_port();
+  const std::string node1 = fmt::format(
+      "{} launch --nnodes 2 --node-rank 1 --nproc 2 --master-port {} --max-failures 2 --max-restarts 2 --grace 2 --{}",
+      TRIBUTARY_CLI, port,
+      tiny("mn_return",
+           "--set train.steps=300 --set train.batch_size=4 --set dist.inner_steps=4 "
+           "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 --set dist.collective_timeout_s=30 "
+           "--set dist.store_timeout_s=30 --set dist.slow_workers=0:10,1:10,2:10,3:10"));
+  std::string node0 = node1;
+  node0.replace(node0.find("--node-rank 1"), 13, "--node-rank 0");
+  const std::string metrics = (work() / "mn_return" / "metrics.jsonl").string();
+  const std::string script = fmt::format(
+      "({node0}) > {log}.node0 2>&1 & n0=$!; ({node1}) > {log}.node1 2>&1 & n1=$!; "
+      "for i in $(seq 1200); do grep -q '\"step\": *[2-9][0-9][,}}]' {metrics} 2>/dev/null && break; sleep 0.1; done; "
+      "kill -9 $n1; wait $n1; ({node1}) > {log}.again 2>&1; again=$?; wait $n0; rc=$?; "
+      "cat {log}.node0 {log}.again; echo node0 exit $rc again exit $again; exit $(( rc + again ))",
+      fmt::arg("node0", "exec " + node0), fmt::arg("node1", "exec " + node1), fmt::arg("metrics", metrics),
+      fmt::arg("log", (work() / "mn_return").string()));
+  write_file(work() / "mn_return.sh", script, false);
+  auto [rc, out] = sh("timeout 300 bash " + (work() / "mn_return.sh").string());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("is already going on: this machine's workers join it"), std::string::npos) << out;
+  EXPECT_NE(out.find("dropped out"), std::string::npos) << "the members dropped the dead first\n" << out;
+  for (int rank : {2, 3})
+    EXPECT_TRUE(std::regex_search(out, std::regex(fmt::format(R"(worker {} joined at step \d+)", rank)))) << out;
+  const auto s = summary_of("mn_return");
+  EXPECT_EQ(s["steps"].get<int>(), 300);
+  EXPECT_EQ(s["world_size"].get<int>(), 4) << "the returned machine's workers train to the end";
+}
+
 // Three survivors of four trained to the end and took the final checkpoint together (no staging left behind).
 void expect_final_checkpoint_by_three(const std::string& run) {
   const auto s = summary_of(run);

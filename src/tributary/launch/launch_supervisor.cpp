@@ -111,7 +111,11 @@ void pump_output(std::vector<Worker>& workers) {
 class Supervisor {
  public:
   Supervisor(const LaunchOptions& o, std::vector<Worker>& workers, Respawn respawn, int restarts)
-      : o_(o), workers_(workers), respawn_(std::move(respawn)), restarts_(restarts) {}
+      : o_(o),
+        workers_(workers),
+        respawn_(std::move(respawn)),
+        restarts_(restarts),
+        island_life_(o.first_island_life) {}
   int run();
   bool start_again() const { return start_again_; }
   int restarts() const { return restarts_; }
@@ -156,7 +160,7 @@ class Supervisor {
   Respawn respawn_;
   std::vector<int> pending_restarts_;  // local ranks to fork again after this reap
   int restarts_ = 0;
-  int island_life_ = 0;             // --restart-island: this launch's island's life (0: the first)
+  int island_life_;                 // --restart-island: this launch's island's life (first_island_life first)
   bool island_restarting_ = false;  // its workers are being killed to start again together
   bool start_again_ = false;
   Clock::time_point next_again_poll_{};

@@ -165,6 +165,10 @@ LaunchOptions with_store(LaunchOptions o) {
 
 }  // namespace
 
+// More island lives than one launch may use (one per --max-restarts, at most 1000000): a machine's n-th return to its
+// running run starts at life n x this.
+constexpr int kLivesPerLaunch = 1000001;
+
 int launch(const LaunchOptions& options) {
   LaunchOptions o = with_store(options);
   const int port = check_launch(o);
@@ -175,9 +179,17 @@ int launch(const LaunchOptions& options) {
   // (LaunchOptions::attempt).
   std::shared_ptr<void> store;
   if (o.node_rank == 0 && o.host_store && o.store.empty()) store = o.host_store(port);
+  // A machine started again while its run goes on: its workers join it (each as a restarted worker does).
+  const int returns = !store && o.rejoin ? o.rejoin(o.master_addr, port, o.attempt) : 0;
+  if (returns > 0) {
+    o.first_island_life = returns * kLivesPerLaunch;
+    log::warn("launch: the run on the store at {}:{} is already going on: this machine's workers join it",
+              o.master_addr, port);
+  }
   for (int restarts = 0;; ++o.attempt) {
     std::vector<Worker> workers;
-    for (int local = 0; local < o.nproc; ++local) workers.push_back(spawn_one(o, port, local, /*joining=*/false));
+    for (int local = 0; local < o.nproc; ++local)
+      workers.push_back(spawn_one(o, port, local, /*joining=*/returns > 0, o.first_island_life));
     const Supervised s = supervise(
         o, workers, [&o, port](int local, int life) { return spawn_one(o, port, local, /*joining=*/true, life); },
         restarts);

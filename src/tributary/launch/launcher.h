@@ -47,12 +47,21 @@ struct LaunchOptions {
   // Whether the run got through start-up (kRunStartedKey is on its store): a worker that dies before that (a bad
   // config, a missing dataset) would die again, so launch restarts nothing then. Given by the CLI; must not throw.
   std::function<bool(const std::string& addr, int port, int attempt)> run_started;
+  // A machine started again while its run goes on (its launch was killed, or the machine rebooted): 0 when the run on
+  // the store has not got through start-up (or the store does not answer yet: a first start), otherwise this
+  // machine's count of such returns (1, 2, ...), kept on the store. Its workers then join the running run as joiners
+  // (a fresh rendezvous under the ranks of the dead would make them look alive to the members and hang the run).
+  // Given by the CLI; must not throw.
+  std::function<int(const std::string& addr, int port, int attempt)> rejoin;
   // Several machines: whether a launch asked every machine's launch to start the run again after attempt `attempt`
   // (a worker killed before the run got through start-up); `ask`: this launch asks. Given by the CLI; must not throw.
   std::function<bool(const std::string& addr, int port, int attempt, bool ask)> start_again;
   // Set by launch: the run's attempt, 0 and then one more each time it started the run again; attempt n's workers
   // and launch use the store's keys under attempt_prefix(n) (dist_env.h), so that nothing of a failed attempt is read.
   int attempt = 0;
+  // Set by launch: its island's first life (--restart-island): 0, or above every life of the machine's earlier
+  // launches when it returned to a running run, so that its groups' names are new.
+  int first_island_life = 0;
 };
 
 // Set on the run's store by a fault-tolerant run's rank 0 once every worker built its model and data.
