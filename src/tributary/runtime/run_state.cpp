@@ -162,9 +162,9 @@ HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const 
   return state;
 }
 
-std::optional<PendingHeal> join_run(Quorum& quorum, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
+std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
                                     RunProgress& progress, int64_t total_steps) {
-  const auto meta = quorum.join(trained, heal_state(trained, optimizer, loader, progress));
+  const auto meta = admission.join(trained, heal_state(trained, optimizer, loader, progress));
   if (meta.value("finished", false)) {
     progress.step = total_steps;
     return std::nullopt;

@@ -12,7 +12,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
-#include "tributary/runtime/ft/quorum.h"
+#include "tributary/runtime/ft/admission.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/train_options.h"
 
@@ -50,7 +50,7 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
 // missed are not replayed.
 HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const BatchLoader& loader,
                      const RunProgress& progress);
-// A joiner healed mid-round (Quorum::join's "pending"): the members' data position and step when the lead sent its
+// A joiner healed mid-round (Admission::join's "pending"): the members' data position and step when the lead sent its
 // state, and their number, until it becomes a member. Meanwhile it reads the windows at the lead's cursor in the
 // *next* epoch's order (nobody reads them this epoch; they are read again if the run reaches that epoch); once a
 // member, it takes the members' position (that position advanced by the steps since) and re-shards with them.
@@ -61,7 +61,7 @@ struct PendingHeal {
 };
 // A restarted worker (DistEnv::joining) instead of ReplicaRounds::start: waits to be admitted (or healed mid-round:
 // then the PendingHeal) and takes the lead's state; when the run ended first, progress.step = total_steps.
-std::optional<PendingHeal> join_run(Quorum& quorum, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
+std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
                                     RunProgress& progress, int64_t total_steps);
 
 struct SaveRequest {

@@ -83,7 +83,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   summary_.unigram_bpb = data_.dataset->unigram_val_bits_per_token() / bytes_per_token;
   describe(threads);
   start_report(bytes_per_token);
-  if (ReplicaSync* synced = sync_->replicas(); synced && synced->quorum()) {
+  if (ReplicaSync* synced = sync_->replicas(); synced && synced->admission()) {
     const int64_t n = share_.ranks_per_member;  // each reading its own shard
     members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
                                                     n * tc_.batch_size * tc_.grad_accum * config_.model.context,

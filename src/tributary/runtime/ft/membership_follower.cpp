@@ -10,7 +10,7 @@ MembershipFollower::MembershipFollower(ReplicaSync& replicas, BatchLoader& loade
                                        int64_t tokens_per_replica, std::optional<PendingHeal> pending,
                                        int64_t ranks_per_member)
     : replicas_(replicas),
-      quorum_(*replicas.quorum()),
+      admission_(*replicas.admission()),
       loader_(loader),
       lead_(lead),
       report_(report),
@@ -23,7 +23,7 @@ MembershipFollower::MembershipFollower(ReplicaSync& replicas, BatchLoader& loade
 
 void MembershipFollower::after_round(int64_t step) {
   if (pending_) {
-    if (quorum_.pending()) return;
+    if (admission_.pending()) return;
     // Healed mid-round, a member now: the members' position, then the common re-shard below.
     loader_.set_position(loader_.advanced(pending_->position, step - pending_->step));
     pending_.reset();
@@ -31,11 +31,11 @@ void MembershipFollower::after_round(int64_t step) {
   const int64_t members_before = loader_.world_size() / ranks_per_member_;
   tokens_per_step_ = tokens_per_replica_ * replicas_.size();
   reshard_data();
-  if (lead_.follow(quorum_.members())) {
+  if (lead_.follow(admission_.members())) {
     report_.take_lead(step);
-    log::warn("{} {} leads the run from step {} on (metrics, evaluation, summary)", quorum_.noun(),
-              quorum_.members().front(), step);
-    report_.write({{"step", step}, {"event", "lead"}, {"lead_worker", quorum_.members().front()}});
+    log::warn("{} {} leads the run from step {} on (metrics, evaluation, summary)", admission_.noun(),
+              admission_.members().front(), step);
+    report_.write({{"step", step}, {"event", "lead"}, {"lead_worker", admission_.members().front()}});
   }
   if (lead_.is() && replicas_.size() != members_before)  // `tributary report` lists these as faults and joins
     report_.write(
@@ -43,7 +43,7 @@ void MembershipFollower::after_round(int64_t step) {
 }
 
 bool MembershipFollower::before_checkpoint(int64_t step, int attempt) {
-  if (!quorum_.settle(attempt == 0 ? fmt::format("ckpt{}", step) : fmt::format("ckpt{}.{}", step, attempt)))
+  if (!admission_.settle(attempt == 0 ? fmt::format("ckpt{}", step) : fmt::format("ckpt{}.{}", step, attempt)))
     return false;
   after_round(step);
   return true;
@@ -51,18 +51,18 @@ bool MembershipFollower::before_checkpoint(int64_t step, int attempt) {
 
 MembershipFollower::Heals MembershipFollower::heals_due(bool round) {
   Heals heals;
-  heals.admit = round && quorum_.joiners_waiting();
+  heals.admit = round && admission_.joiners_waiting();
   // An admission changes nothing the lead's heal looks at: deciding both first is deciding them in order.
-  heals.offer = quorum_.heal_wanted();
+  heals.offer = admission_.heal_wanted();
   return heals;
 }
 
 void MembershipFollower::carry_out(int64_t step, const Heals& heals, const std::function<HealState()>& state) {
   if (heals.admit) {
-    quorum_.admit(state());
+    admission_.admit(state());
     after_round(step);
   }
-  if (heals.offer) quorum_.offer_heal(state());
+  if (heals.offer) admission_.offer_heal(state());
 }
 
 void MembershipFollower::reshard_data() {

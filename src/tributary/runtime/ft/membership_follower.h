@@ -1,5 +1,5 @@
 // A fault-tolerant trainer's side of its replicas' changing membership (dist.fault_tolerant; the rounds themselves are
-// optim/resilient_average.h's, the heal ft/quorum.h's). After every round — a DiLoCo outer step, or a data-parallel
+// optim/resilient_average.h's, the heal ft/admission.h's). After every round — a DiLoCo outer step, or a data-parallel
 // step — the members may be fewer (a worker died in it) or, after an admission, more:
 //   - the lowest surviving worker leads (metrics, evaluation, summary; checkpoints follow the group's rank 0); the lead
 //     records each change of lead and of the members' count in metrics.jsonl ("event" lines);
@@ -17,8 +17,8 @@
 #include <optional>
 
 #include "tributary/data/loader.h"
+#include "tributary/runtime/ft/admission.h"
 #include "tributary/runtime/ft/lead.h"
-#include "tributary/runtime/ft/quorum.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
 #include "tributary/runtime/sync/replica_sync.h"
@@ -27,7 +27,7 @@ namespace tributary {
 
 class MembershipFollower {
  public:
-  // The replicas' quorum and the run's loader, lead and report, which outlive this. `tokens_per_replica`: one step's
+  // The replicas' admission and the run's loader, lead and report, which outlive this. `tokens_per_replica`: one step's
   // tokens on one replica. `pending`: this worker joined and was healed mid-round (join_run), not a member yet;
   // otherwise its data is re-sharded over the members now (a joiner admitted at a round boundary).
   // `ranks_per_member`: a member is an island of that many ranks (this process its rank 0, runtime/sync/island_sync.h),
@@ -37,12 +37,12 @@ class MembershipFollower {
 
   // A step's tokens, all members together (a worker healed mid-round: the members' count until it is one).
   int64_t tokens_per_step() const { return tokens_per_step_; }
-  int64_t reformations() const { return quorum_.reformations(); }
+  int64_t reformations() const { return admission_.reformations(); }
 
   // After a round that ends at `step`: the members may have changed.
   void after_round(int64_t step);
   // Before an evaluation or a checkpoint at `step` (every member alike, nothing in flight): the members settle who is
-  // alive (Quorum::settle), and follow a change as after a round — so that the lead who evaluates and the group that
+  // alive (Admission::settle), and follow a change as after a round — so that the lead who evaluates and the group that
   // checkpoints are the living ones even when a worker died after the last round. `attempt` > 0: the checkpoint failed
   // that many times (a member died during it). True when the members changed.
   bool before_checkpoint(int64_t step, int attempt = 0);
@@ -65,7 +65,7 @@ class MembershipFollower {
   void reshard_data();
 
   ReplicaSync& replicas_;
-  Quorum& quorum_;
+  Admission& admission_;
   BatchLoader& loader_;
   Lead& lead_;
   RunReport& report_;

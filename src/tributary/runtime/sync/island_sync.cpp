@@ -253,7 +253,7 @@ std::optional<PendingHeal> IslandSync::join(NamedTensors& params, AdamW& optimiz
   params_ = params;
   std::optional<PendingHeal> pending;
   if (across_) {
-    pending = join_run(*across_->quorum(), params, optimizer, loader, progress, total_steps);
+    pending = join_run(*across_->admission(), params, optimizer, loader, progress, total_steps);
     outer_params_ = RowShards(0, 1).mine(params);
   }
   // What rank 0 healed, to the island's other ranks: the step, tokens, elapsed time and optimizer steps, then the

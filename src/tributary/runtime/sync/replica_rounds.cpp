@@ -6,8 +6,8 @@
 
 namespace tributary {
 
-ReplicaRounds::ReplicaRounds(const RunConfig& config, ReplicaChannel channel, bool part, QuorumHooks quorum)
-    : config_(config), channel_(channel), quorum_(std::move(quorum)), ddp_(!config.dist.diloco()), part_(part) {
+ReplicaRounds::ReplicaRounds(const RunConfig& config, ReplicaChannel channel, bool part, AdmissionHooks admission)
+    : config_(config), channel_(channel), admission_(std::move(admission)), ddp_(!config.dist.diloco()), part_(part) {
   TRIB_CHECK(!(part_ && ddp_), "a part's data-parallel replicas average in its step, not here");
 }
 
@@ -37,13 +37,13 @@ void ReplicaRounds::start_outer_loop(NamedTensors& params, int64_t offset) {
     }
   });
   outer_->start(params, offset);
-  if (quorum_.open_round) channel_.reducer.set_open_round(quorum_.open_round);
+  if (admission_.open_round) channel_.reducer.set_open_round(admission_.open_round);
 }
 
-// Fault tolerant (the quorum's hooks are set): one bucket, so that a step's gradients are one round, committed or
+// Fault tolerant (the admission's hooks are set): one bucket, so that a step's gradients are one round, committed or
 // redone whole by the survivors (no overlap with the backward pass, the price of a step that is never half averaged).
 void ReplicaRounds::start_data_parallel(NamedTensors& params) {
-  const double bucket_mb = quorum_.round_ended ? 1e9 : config_.dist.bucket_mb;
+  const double bucket_mb = admission_.round_ended ? 1e9 : config_.dist.bucket_mb;
   data_parallel_ = std::make_unique<DataParallel>(params, bucket_mb, channel_.reducer);
 }
 
@@ -84,7 +84,7 @@ void ReplicaRounds::before_backward(bool last_micro_batch, bool single_micro_bat
 void ReplicaRounds::after_backward(NamedTensors& params) {
   if (!data_parallel_ || !averaging_gradients()) return;
   data_parallel_->after_backward(params);
-  if (quorum_.round_ended) quorum_.round_ended();  // every data-parallel step is a round
+  if (admission_.round_ended) admission_.round_ended();  // every data-parallel step is a round
 }
 
 bool ReplicaRounds::after_step(int64_t step, double lr, NamedTensors& params) {
@@ -100,7 +100,7 @@ bool ReplicaRounds::after_step(int64_t step, double lr, NamedTensors& params) {
   }
   channel_.check.verify(/*wait=*/false);
   const bool landed = outer_->after_step(step, lr, params);
-  if (landed && quorum_.round_ended) quorum_.round_ended();
+  if (landed && admission_.round_ended) admission_.round_ended();
   return landed;
 }
 

@@ -36,14 +36,14 @@ struct AfterStep {
 // loop's units.
 class ReplicaRounds {
  public:
-  // What a fault-tolerant run's quorum (runtime/ft/quorum.h) is told: a round ended (joiners may be waiting), and,
-  // in DiLoCo's phase, before each round's collective, which members open it.
-  struct QuorumHooks {
+  // What a fault-tolerant run's admission (runtime/ft/admission.h) is told: a round ended (joiners may be waiting),
+  // and, in DiLoCo's phase, before each round's collective, which members open it.
+  struct AdmissionHooks {
     std::function<void()> round_ended;
     std::function<bool(const std::string& round)> open_round;  // on the communication thread
   };
   // `part`: a pipeline stage's replicas, whose step averages the warm-up's gradients itself (no DataParallel here).
-  ReplicaRounds(const RunConfig& config, ReplicaChannel channel, bool part, QuorumHooks quorum = {});
+  ReplicaRounds(const RunConfig& config, ReplicaChannel channel, bool part, AdmissionHooks admission = {});
 
   int size() const { return channel_.group.size(); }
   bool ddp() const { return ddp_; }
@@ -74,7 +74,7 @@ class ReplicaRounds {
   nlohmann::json progress() const { return outer_ ? outer_->progress() : nlohmann::json::array(); }
 
   // The phase at `step` (data parallel, the warm-up, or DiLoCo), set up without checks: start() uses it, and the
-  // quorum's heal, whose joiner then receives the outer state in outer_state()'s tensors and adopts the units'
+  // admission's heal, whose joiner then receives the outer state in outer_state()'s tensors and adopts the units'
   // progress. check_identical: the identity check on what every member holds alike (DiLoCo's global parameters,
   // otherwise `params`).
   void enter(int64_t step, NamedTensors& params);
@@ -93,7 +93,7 @@ class ReplicaRounds {
 
   const RunConfig& config_;  // the ReplicaSync's own, which outlives this
   ReplicaChannel channel_;
-  QuorumHooks quorum_;
+  AdmissionHooks admission_;
   bool ddp_;
   bool part_;
   bool in_warmup_ = false;  // DiLoCo's data-parallel warm-up (dist.warmup_ddp_steps)

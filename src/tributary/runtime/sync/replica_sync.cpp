@@ -137,19 +137,19 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
   if (membership_) abandon = [m = membership_.get()] { return m->should_abandon("check"); };
   check_ = std::make_unique<ReplicaCheck>(*thread_, *group_, std::move(abandon));
   const ReplicaChannel channel{*group_, *exchange_, *thread_, *reducer_, *check_};
-  ReplicaRounds::QuorumHooks hooks;
+  ReplicaRounds::AdmissionHooks hooks;
   if (membership_)
-    hooks = {.round_ended = [this] { quorum_->round_ended(); },
-             .open_round = [this](const std::string& round) { return quorum_->open_round(round); }};
+    hooks = {.round_ended = [this] { admission_->round_ended(); },
+             .open_round = [this](const std::string& round) { return admission_->open_round(round); }};
   rounds_ = std::make_unique<ReplicaRounds>(config_, channel, part, std::move(hooks));
-  if (membership_) quorum_ = std::make_unique<Quorum>(config_, *membership_, *store_, channel, *rounds_);
+  if (membership_) admission_ = std::make_unique<Admission>(config_, *membership_, *store_, channel, *rounds_);
   lower_training_priority(d.compute_nice, rank);
 }
 
 Started ReplicaSync::start(const StartState& s) {
   Started started{.peak_flops = shared_matmul_peak(s.device)};
   if (s.joining) {  // its data is re-sharded over the members when it becomes one (MembershipFollower)
-    started.pending = join_run(*quorum_, s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
+    started.pending = join_run(*admission_, s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
     return started;
   }
   if (!s.ckpt) {

@@ -3,7 +3,7 @@
 // islands). It holds the group and its exchange (compression, accounting, WAN emulation), the communication thread
 // every collective runs on (so that all ranks issue them in the same order), the run's stop vote and the shared
 // matmul peak; what the replicas do with them is two objects of their own: their rounds (rounds(): data parallel or
-// DiLoCo, replica_rounds.h) and, under dist.fault_tolerant, who they are (quorum(): runtime/ft/quorum.h).
+// DiLoCo, replica_rounds.h) and, under dist.fault_tolerant, who they are (admission(): runtime/ft/admission.h).
 #pragma once
 
 #include <memory>
@@ -20,7 +20,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/resilient_average.h"
 #include "tributary/parallel/replica_check.h"
-#include "tributary/runtime/ft/quorum.h"
+#include "tributary/runtime/ft/admission.h"
 #include "tributary/runtime/session.h"
 #include "tributary/runtime/sync/replica_rounds.h"
 #include "tributary/runtime/sync/sync.h"
@@ -51,7 +51,7 @@ struct MemberGroup {
 };
 
 // Size: the Sync's answers for the whole model's replicas, and what the syncs that compose it (pipeline_sync.h,
-// island_sync.h) and the trainer's report ask of a part's replicas: their rounds, quorum, codec state, weight and
+// island_sync.h) and the trainer's report ask of a part's replicas: their rounds, admission, codec state, weight and
 // rejected updates.
 class ReplicaSync : public Sync {
  public:
@@ -61,7 +61,7 @@ class ReplicaSync : public Sync {
   // every rank). During a data-parallel warm-up the part's step averages its gradients itself (a pipeline stage over
   // its data group); these replicas only start DiLoCo when it ends.
   ReplicaSync(const RunConfig& config, ReplicaGroup group);
-  // The fault-tolerant replicas of a part of the run (the islands, spoken for by their ranks 0): a quorum of their
+  // The fault-tolerant replicas of a part of the run (the islands, spoken for by their ranks 0): a membership of their
   // own, whose stop vote travels with its rounds as the whole run's does.
   ReplicaSync(const RunConfig& config, MemberGroup members);
   ~ReplicaSync() override;
@@ -86,7 +86,7 @@ class ReplicaSync : public Sync {
   int rank() const { return group_->rank(); }  // a fault-tolerant run's: this process's place among the members
   int size() const { return group_->size(); }
   ReplicaRounds& rounds() { return *rounds_; }
-  Quorum* quorum() { return quorum_.get(); }  // dist.fault_tolerant; null otherwise
+  Admission* admission() { return admission_.get(); }  // dist.fault_tolerant; null otherwise
 
   // Called every step on every rank: true on every rank at the same step, a few steps after any rank asked to stop
   // (comm/lagged_vote.h); no outer step or blocking round trip needed. Only for the replicas of the whole world.
@@ -132,7 +132,7 @@ class ReplicaSync : public Sync {
   std::unique_ptr<ResilientAverage> reducer_;  // the exchange's average, on the communication thread
   std::unique_ptr<ReplicaCheck> check_;
   std::unique_ptr<ReplicaRounds> rounds_;
-  std::unique_ptr<Quorum> quorum_;
+  std::unique_ptr<Admission> admission_;
   int launched_rank_ = 0, launched_ = 1;  // the launched ranks (a fault-tolerant run's members may be fewer)
 };
 

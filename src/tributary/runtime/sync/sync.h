@@ -92,7 +92,7 @@ class Sync {
   // Measures the matmul peak, then starts keeping the replicas together (a resume's outer state and codec progress;
   // islands paced by measurement first agree on the pace) or, for a joiner, heals it from the run. Collective.
   virtual Started start(const StartState& state);
-  // The replicas whose rounds this rank reports (their traffic, outer steps, rejected updates) and whose quorum
+  // The replicas whose rounds this rank reports (their traffic, outer steps, rejected updates) and whose membership
   // decides a fault-tolerant run's members: the whole model's, a pipeline stage's across the pipelines, this rank's
   // outer shard's across the islands; null when none.
   virtual ReplicaSync* replicas() { return nullptr; }

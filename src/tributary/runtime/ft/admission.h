@@ -1,6 +1,6 @@
-// The quorum of a fault-tolerant run's replicas (dist.fault_tolerant): who the members are after each round, and how
-// a restarted worker becomes one again. The commit-or-redo decision of a round is the average's
-// (optim/resilient_average.h, which re-forms the group without the dead); this heals the living:
+// How a restarted worker becomes a member again of a fault-tolerant run's replicas (dist.fault_tolerant; torchft's
+// heal). Who is in each round — the quorum — is comm::Membership's; the commit-or-redo decision of a round is the
+// average's (optim/resilient_average.h, which re-forms the group without the dead); this admits and heals:
 //   - at a round boundary (after an outer step — Streaming DiLoCo's overlapped ones when they land, so nothing is in
 //     flight — or after any data-parallel step, the warm-up's included) the members admit the workers that asked to
 //     join, and the lead sends them everything they need over the group: no checkpoint reload, no restart of the
@@ -38,12 +38,12 @@ struct HealState {
   size_t num_params = 0;  // the first num_params of `tensors` are the trained parameters
 };
 
-class Quorum {
+class Admission {
  public:
   // `membership` and the channel are the replicas' (runtime/sync/replica_sync.h), `sync` the one it heals; `store` the
   // run's.
-  Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
-         ReplicaRounds& sync);
+  Admission(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
+            ReplicaRounds& sync);
 
   // Re-formations so far: rounds that dropped the dead, and admissions.
   int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }

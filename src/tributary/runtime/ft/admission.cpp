@@ -1,4 +1,4 @@
-#include "tributary/runtime/ft/quorum.h"
+#include "tributary/runtime/ft/admission.h"
 
 #include <algorithm>
 
@@ -35,19 +35,19 @@ NamedTensors params_of(const HealState& state, size_t count) {
 
 }  // namespace
 
-Quorum::Quorum(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
-               ReplicaRounds& sync)
+Admission::Admission(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
+                     ReplicaRounds& sync)
     : config_(config), membership_(membership), store_(std::move(store)), channel_(channel), sync_(sync) {
   if (const auto key = comm::invocation_key(store_)) mac_.emplace(*key);
 }
 
-void Quorum::seal_state(nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
-                        const std::string& place) const {
+void Admission::seal_state(nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
+                           const std::string& place) const {
   if (mac_) meta["state_mac"] = mac_->tag_hex(tensors, place);
 }
 
-void Quorum::check_state(const nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
-                         const std::string& place) const {
+void Admission::check_state(const nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
+                            const std::string& place) const {
   if (!mac_ || (meta.contains("state_mac") && meta.at("state_mac") == mac_->tag_hex(tensors, place))) return;
   throw NetworkError(fmt::format(
       "{} {}: the state the lead sent to heal it ({}) does not carry the run's MAC: it was changed in flight "
@@ -56,15 +56,15 @@ void Quorum::check_state(const nlohmann::json& meta, const std::vector<torch::Te
       membership_.noun(), membership_.id(), place));
 }
 
-void Quorum::round_ended() { joiners_ = channel_.reducer.take_joiners(); }
+void Admission::round_ended() { joiners_ = channel_.reducer.take_joiners(); }
 
-bool Quorum::settle(const std::string& round) {
+bool Admission::settle(const std::string& round) {
   if (pending_ || membership_.members().empty()) return false;  // a joiner not admitted yet takes no part
   TRIB_CHECK(sync_.quiescent(), "the members settle only while no exchange is in flight");
   return channel_.thread.run<bool>([&] { return channel_.reducer.settle(round); });
 }
 
-void Quorum::admit(const HealState& state) {
+void Admission::admit(const HealState& state) {
   TRIB_CHECK(sync_.quiescent(), "joiners are admitted only while no exchange is in flight");
   const std::vector<int> joiners = std::exchange(joiners_, {});
   membership_.admit(joiners);
@@ -113,7 +113,7 @@ void Quorum::admit(const HealState& state) {
               fmt::join(membership_.members(), ", "), membership_.epoch());
 }
 
-nlohmann::json Quorum::join(NamedTensors& params, HealState state) {
+nlohmann::json Admission::join(NamedTensors& params, HealState state) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.dist.store_timeout_s * 1000));
   log::info("{} {}: waiting to join the run", membership_.noun(), membership_.id());
   const comm::JoinResult joined = membership_.join(timeout);
@@ -150,13 +150,13 @@ nlohmann::json Quorum::join(NamedTensors& params, HealState state) {
 // members (Membership::open_round): its old self out, the healed joiner in. So a replacement contributes to the
 // round in which it started, instead of waiting for a round boundary to be admitted and a whole round to train.
 
-bool Quorum::heal_wanted() {
+bool Admission::heal_wanted() {
   // quiescent() first: with nothing in flight the communication thread does not touch the membership.
   return sync_.diloco_phase() && !pending_ && sync_.quiescent() && membership_.rank() == 0 &&
          !channel_.reducer.stop_decided() && membership_.asked();
 }
 
-void Quorum::offer_heal(const HealState& state) {
+void Admission::offer_heal(const HealState& state) {
   for (const comm::JoinRequest& request : membership_.offerable()) {
     const std::string prefix = fmt::format("ft/heal-{}-{}", request.id, request.number);
     nlohmann::json meta = state.meta;
@@ -187,7 +187,7 @@ void Quorum::offer_heal(const HealState& state) {
   }
 }
 
-bool Quorum::open_round(const std::string& round) {
+bool Admission::open_round(const std::string& round) {
   const std::vector<int> healed = std::exchange(healed_, {});
   const bool was_pending = pending_;
   if (!membership_.open_round(round, healed)) return false;
@@ -202,7 +202,7 @@ bool Quorum::open_round(const std::string& round) {
   return true;
 }
 
-nlohmann::json Quorum::join_healed(const std::string& offer, NamedTensors& params, HealState& state) {
+nlohmann::json Admission::join_healed(const std::string& offer, NamedTensors& params, HealState& state) {
   auto meta = nlohmann::json::parse(offer);
   sync_.enter(meta.value("step", int64_t{0}), params);
   TRIB_CHECK(sync_.diloco_phase(), "heals are offered in DiLoCo's phase only");
