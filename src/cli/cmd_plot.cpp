@@ -81,18 +81,23 @@ void add_plot(CLI::App& app) {
     if (train_rows.empty()) fail("'{}' has no training lines to plot", metrics.string());
     fs::path train_dat = run / "plot_train.dat", val_dat = run / "plot_val.dat", script = run / "plot.gp";
     write_file(train_dat, train_rows, false);
-    write_file(val_dat, val_rows.empty() ? train_rows : val_rows, false);
+    // A run without evaluation lines (train.eval_every = 0, or stopped before the first) has no validation curve.
+    std::string curves =
+        fmt::format("{} using 1:2 with lines lw 1.5 title 'train loss (mean over each logging interval)'",
+                    gnuplot_quote(train_dat.string(), "run directory"));
+    if (!val_rows.empty()) {
+      write_file(val_dat, val_rows, false);
+      curves += fmt::format(", {} using 1:2 with linespoints pt 7 lw 2 title 'validation loss'",
+                            gnuplot_quote(val_dat.string(), "run directory"));
+    }
     std::string gp = fmt::format(
         "set terminal pngcairo size 900,540 noenhanced font 'sans,10'\n"
         "set output {}\n"
         "set title {}\n"
         "set xlabel 'training tokens'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n"
-        "plot {} using 1:2 with lines lw 1.5 title 'train loss (mean over each logging interval)', {} using 1:2 with "
-        "linespoints pt 7 lw 2 title "
-        "'validation loss'\n",
+        "plot {}\n",
         gnuplot_quote(out.string(), "--out path"),
-        gnuplot_quote("Tributary run: " + run.filename().string(), "run name"),
-        gnuplot_quote(train_dat.string(), "run directory"), gnuplot_quote(val_dat.string(), "run directory"));
+        gnuplot_quote("Tributary run: " + run.filename().string(), "run name"), curves);
     write_file(script, gp, false);
     try {
       run_gnuplot(script);

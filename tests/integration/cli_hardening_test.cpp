@@ -83,6 +83,38 @@ TEST_F(CliHardening, PlotNeverRunsCommandsFromPathNames) {
   EXPECT_NE(out.find("gnuplot"), std::string::npos) << out;
 }
 
+TEST_F(CliHardening, PlotDrawsNoValidationCurveForARunWithoutEvaluations) {
+  // Issue 66, item 8: without evaluation lines `plot` drew the train loss a second time, titled "validation loss".
+  // A gnuplot on PATH that keeps the script it was given shows what would be drawn.
+  const auto bin = work_dir() / "fake-gnuplot";
+  fs::create_directories(bin);
+  write_file(bin / "gnuplot", "#!/bin/sh\ncp \"$1\" \"$GP_COPY\"\n", false);
+  fs::permissions(bin / "gnuplot", fs::perms::owner_all);
+  const auto run = work_dir() / "no-evals";
+  fs::create_directories(run);
+  write_file(run / "metrics.jsonl",
+             "{\"step\":5,\"tokens\":640,\"loss\":4.1,\"loss_avg\":4.2}\n"
+             "{\"step\":10,\"tokens\":1280,\"loss\":3.9,\"loss_avg\":4.0}\n",
+             false);
+  auto plot = [&](const std::string& out) {
+    return test_support::run_shell("PATH=" + bin.string() + ":$PATH GP_COPY=" + (run / "seen.gp").string() + " " +
+                                   std::string(TRIBUTARY_CLI) + " plot " + run.string() + " --overwrite --out " +
+                                   (run / out).string());
+  };
+  auto [rc, out] = plot("a.png");
+  ASSERT_EQ(rc, 0) << out;
+  std::string seen = read_file(run / "seen.gp");
+  EXPECT_NE(seen.find("train loss"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("validation loss"), std::string::npos) << seen;
+  // With an evaluation line the validation curve is drawn from it.
+  write_file(run / "metrics.jsonl",
+             read_file(run / "metrics.jsonl") + "{\"step\":10,\"tokens\":1280,\"val_loss\":3.95}\n", false);
+  std::tie(rc, out) = plot("b.png");
+  ASSERT_EQ(rc, 0) << out;
+  seen = read_file(run / "seen.gp");
+  EXPECT_NE(seen.find("validation loss"), std::string::npos) << seen;
+}
+
 TEST_F(CliHardening, DataBuildRefusesToDeleteAndNeverEatsItsInput) {
   fs::create_directories(work_dir() / "victim");
   std::ofstream(work_dir() / "victim" / "thesis.txt") << "thesis";

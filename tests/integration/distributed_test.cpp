@@ -333,6 +333,9 @@ TEST_F(Distributed, PipelineStagesEqualOneProcessWithTheWholeBatch) {
   EXPECT_NE(out2.find("1 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out2;
   EXPECT_NE(out3.find("2 pipeline(s) of 2 stages: rank 0 sent"), std::string::npos) << out3;
   EXPECT_NE(out3.find("(activations, their gradients and its stage's gradients)"), std::string::npos) << out3;
+  // Issue 66, item 10: the start-up's tokens per step are one pipeline's; `done:` counts both: both are labelled.
+  EXPECT_NE(out3.find("256 tokens per step per replica (512 per step in all)"), std::string::npos) << out3;
+  EXPECT_NE(out1.find("512 tokens per step;"), std::string::npos) << out1;
   // Every worker of every kind of multi-process run keeps its own lines (workers/rankR.jsonl: none were written for
   // pipeline stages without replicas to exchange with).
   for (const char* file : {"pp_2/workers/rank1.jsonl", "pp_2x2/workers/rank3.jsonl"})

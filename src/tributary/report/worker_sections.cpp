@@ -1,6 +1,7 @@
 // The run report's sections about workers and the network: per-worker throughput, communication per outer step, the
 // compute/blocked timeline, and faults.
 #include <fmt/format.h>
+#include <algorithm>
 
 #include <cmath>
 #include <set>
@@ -77,7 +78,7 @@ Section communication_section(const RunFiles& run) {
     const double s = number(j, "bytes_sent"), r = number(j, "bytes_recv"), c = number(j, "comm_s");
     // Labelled by step: a data-parallel warm-up logs several exchanges as outer step 0.
     bars.push_back({fmt::format("{}", int64_t(number(j, "step"))), {s / 1e6, r / 1e6}});
-    const double compute = number(j, "compute_s");
+    const double compute = std::max(0.0, number(j, "compute_s"));  // older runs logged it below zero
     if (c + compute > 0) share.points.emplace_back(number(j, "step"), 100 * c / (c + compute));
   }
   const std::string compression = run.summary.is_object() ? run.summary.value("compression", std::string("-")) : "-";
@@ -132,7 +133,9 @@ Section timeline_section(const RunFiles& run) {
     const size_t first = exchanges.size() > kMaxSpansPerWorker ? exchanges.size() - kMaxSpansPerWorker : 0;
     for (size_t i = first; i < exchanges.size(); ++i) {
       const auto& j = *exchanges[i];
-      const double end = number(j, "elapsed_s"), blocked = number(j, "comm_s"), compute = number(j, "compute_s");
+      // The wall clock starts at 0: a round's time counted before the first step (start-up) is not drawn before it.
+      const double end = number(j, "elapsed_s"), blocked = std::min(end, std::max(0.0, number(j, "comm_s")));
+      const double compute = std::min(end - blocked, std::max(0.0, number(j, "compute_s")));
       spans.push_back({rows.size(), end - blocked - compute, end - blocked, 0});
       spans.push_back({rows.size(), end - blocked, end, 1});
     }

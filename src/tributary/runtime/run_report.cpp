@@ -67,13 +67,16 @@ void RunReport::take_lead(int64_t step) {
 void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& c,
                               double elapsed, int world_size, int64_t rejected) {
   round_comm_s_ += c.comm_s;
+  // The training thread's blocked time since the last exchange can include waits outside the steps (the start's
+  // identity check, a checkpoint's collectives): the round's compute is never below zero (a share of 116% blocked).
+  const double compute_s = std::max(0.0, round_seconds_ - c.comm_s);
   nlohmann::json line = {{"step", step},
                          {"outer_step", outer_step},
                          {"bytes_sent", c.bytes_sent},
                          {"bytes_recv", c.bytes_recv},
                          {"comm_s", c.comm_s},
                          {"modelled_link_s", c.modelled_s},
-                         {"compute_s", round_seconds_ - c.comm_s},
+                         {"compute_s", compute_s},
                          {"inner_steps", inner_steps},
                          {"elapsed_s", elapsed}};
   if (world_size > 0) line["world_size"] = world_size;
@@ -87,7 +90,7 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
         {"step", step},
         {"outer_step", outer_step},
         {"comm_s", c.comm_s},
-        {"compute_s", round_seconds_ - c.comm_s},
+        {"compute_s", compute_s},
         {"bytes_sent", c.bytes_sent},
         {"elapsed_s",
          elapsed}}.dump());

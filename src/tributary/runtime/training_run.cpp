@@ -216,13 +216,15 @@ void TrainingRun::describe(int64_t threads) const {
   log::info("model: {} parameters ({} in matmuls), {} levels x {} blocks, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
             m.num_levels, m.blocks_per_level(), m.width, m.context, m.vocab_size);
-  const int64_t replicas = share_.data.world;  // of the model
-  log::info(
-      "data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {} tokens per step; {} threads; matmul peak "
-      "{:.1f} GFLOP/s",
-      config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
-      data_.dataset->tokenizer_kind(), thousands(double(tokens_per_step_ / replicas)), threads,
-      summary_.peak_flops / 1e9);
+  // One replica's (a pipeline's, a rank's) tokens per step, and every replica's together as `done:` counts them.
+  const int64_t mine = tokens_per_step_ / share_.data.world;
+  const std::string per_step = mine == tokens_per_step_
+                                   ? fmt::format("{} tokens per step", thousands(double(mine)))
+                                   : fmt::format("{} tokens per step per replica ({} per step in all)",
+                                                 thousands(double(mine)), thousands(double(tokens_per_step_)));
+  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {}; {} threads; matmul peak {:.1f} GFLOP/s",
+            config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
+            data_.dataset->tokenizer_kind(), per_step, threads, summary_.peak_flops / 1e9);
   if (!share_.line.empty()) log::info("{}", share_.line);
   const auto& l = config_.local;
   if (parts_.aux_heads)

@@ -88,3 +88,36 @@ TEST(RunReportMfu, ALeadRunningAheadReadsTheWorldsRoundRateNotItsOwn) {
   EXPECT_NEAR(lines.worker[19]["mfu"].get<double>(), (100.0 / 3.0) / 200.0, 1e-9);
   fs::remove_all(dir);
 }
+
+TEST(RunReportMfu, ARoundsComputeIsNeverBelowZero) {
+  // Issue 66, item 9: the blocked time since the last exchange may include waits outside the steps (the start's
+  // identity check, a checkpoint's collectives); compute_s = steps' time - blocked read -2 s here, and the report's
+  // blocked share of the round 116%.
+  const fs::path dir = fs::temp_directory_path() / fmt::format("trib_compute_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    RunReport report({.run_dir = dir,
+                      .lead = true,
+                      .total_steps = 5,
+                      .log_every = 1,
+                      .world_size = 2,
+                      .distributed = true,
+                      .rank = 0,
+                      .flops_per_token = 1.0,
+                      .peak_flops = 150.0});
+    for (int i = 0; i < 3; ++i) report.step_done(1.0, kTokens, 2.0);
+    report.exchange_done(3, 1, 3, {.comm_s = 5.0}, 5.0, 2, 0);
+  }
+  for (const char* file : {"metrics.jsonl", "workers/rank0.jsonl"}) {
+    std::istringstream in(read_file(dir / file));
+    int exchanges = 0;
+    for (std::string line; std::getline(in, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("outer_step")) {
+        ++exchanges;
+        EXPECT_EQ(j["compute_s"].get<double>(), 0.0) << file << ": " << line;
+      }
+    EXPECT_EQ(exchanges, 1) << file;
+  }
+  fs::remove_all(dir);
+}
