@@ -115,6 +115,30 @@ TEST_F(CliHardening, PlotDrawsNoValidationCurveForARunWithoutEvaluations) {
   EXPECT_NE(seen.find("validation loss"), std::string::npos) << seen;
 }
 
+TEST_F(CliHardening, TheStoreTakesTheRunSecretAndSaysWhomItServes) {
+  // Issue 66, item 13: `tributary store` had no --secret-file and said "unauthenticated" even when
+  // TRIBUTARY_SECRET_FILE gave it a key.
+  write_file(work_dir() / "store.secret", "the store's secret", false);
+  auto first_line = [&](const std::string& env, const std::string& flags) {
+    const int port = 20000 + int(::getpid() % 20000);
+    return test_support::run_shell(fmt::format(
+        "cd {}; {} {} store --port {} {} > store.log 2>&1 & p=$!; "
+        "for i in $(seq 100); do grep -q serving store.log && break; kill -0 $p 2>/dev/null || break; sleep 0.1; "
+        "done; kill $p; wait $p; cat store.log",
+        work_dir().string(), env, TRIBUTARY_CLI, port, flags));
+  };
+  auto [rc, out] = first_line("", "--secret-file store.secret");
+  EXPECT_NE(out.find("only clients that prove the run's secret"), std::string::npos) << out;
+  std::tie(rc, out) = first_line("TRIBUTARY_SECRET_FILE=store.secret", "");
+  EXPECT_NE(out.find("only clients that prove the run's secret"), std::string::npos) << out;
+  std::tie(rc, out) = first_line("", "");
+  EXPECT_NE(out.find("unauthenticated"), std::string::npos) << out;
+  // A secret file that is not there: one line naming it, exit 2.
+  std::tie(rc, out) = first_line("", "--secret-file nowhere.secret");
+  EXPECT_NE(out.find("--secret-file 'nowhere.secret'"), std::string::npos) << out;
+  EXPECT_EQ(out.find("serving"), std::string::npos) << out;
+}
+
 TEST_F(CliHardening, DataBuildRefusesToDeleteAndNeverEatsItsInput) {
   fs::create_directories(work_dir() / "victim");
   std::ofstream(work_dir() / "victim" / "thesis.txt") << "thesis";
