@@ -3,21 +3,38 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <cmath>
 #include <map>
 
+#include "tributary/core/error.h"
 #include "tributary/report/sections.h"
 
 namespace tributary::report {
 namespace {
 
-// "4x4" -> {4, 4}; a path id is mixed-radix with level 0 most significant (model/path_grid.h).
-std::vector<int64_t> grid_of(const std::string& modules) {
+// "4x4" -> {4, 4}; a path id is mixed-radix with level 0 most significant (model/path_grid.h). `origin` names the file
+// in the error a grid that is not one gets.
+std::vector<int64_t> grid_of(const nlohmann::json& modules, const fs::path& origin) {
+  constexpr int64_t kMaxPaths = int64_t(1) << 20;
+  auto refuse = [&] {
+    fail("{}: \"modules\" is {}, not a grid of modules per level such as \"4x4\" (at most {} paths)", origin.string(),
+         modules.dump().substr(0, 60), kMaxPaths);
+  };
+  if (!modules.is_string()) refuse();
+  const std::string text = modules.get<std::string>();
   std::vector<int64_t> k;
+  int64_t paths = 1;
   size_t at = 0;
-  while (at < modules.size()) {
-    const size_t x = modules.find('x', at);
-    k.push_back(std::stoll(modules.substr(at, x == std::string::npos ? std::string::npos : x - at)));
+  while (true) {
+    const size_t x = text.find('x', at);
+    const std::string part = text.substr(at, x == std::string::npos ? std::string::npos : x - at);
+    int64_t n = 0;
+    const auto [end, err] = std::from_chars(part.data(), part.data() + part.size(), n);
+    if (part.empty() || err != std::errc() || end != part.data() + part.size() || n < 1 || n > kMaxPaths / paths)
+      refuse();
+    paths *= n;
+    k.push_back(n);
     if (x == std::string::npos) break;
     at = x + 1;
   }
@@ -69,8 +86,8 @@ std::vector<Series> per_index(const Lines& steps, const char* key, const char* n
 
 Section dipaco_section(const RunFiles& run) {
   if (run.dipaco.is_null()) return {"dipaco", "DiPaCo paths", "", false};
-  const std::string modules = run.dipaco.value("modules", std::string("1"));
-  const auto k = grid_of(modules);
+  const auto k =
+      grid_of(run.dipaco.contains("modules") ? run.dipaco["modules"] : nlohmann::json("1"), run.dir / "dipaco.json");
   int64_t paths = 1;
   for (int64_t n : k) paths *= n;
   const auto& s = run.summary;
@@ -94,13 +111,14 @@ Section dipaco_section(const RunFiles& run) {
                     mine.empty() ? "-" : fixed(number(*mine.back(), "holdout_loss", std::nan("")), 4)});
     if (!curve.points.empty()) curves.push_back(std::move(curve));
   }
-  return {
-      "dipaco", "DiPaCo paths",
-      fmt::format("<p>Grid {} ({} paths), {} rounds.</p>", html_escape(modules), paths, run.dipaco.value("round", 0)) +
-          table({"path", "modules", "validation units routed", "routed val loss", "tasks trained", "last train loss",
-                 "last holdout loss"},
-                rows) +
-          line_chart(curves, {"Train loss of each path's tasks", "round", "loss"}) + routing_table(run.routes, paths)};
+  return {"dipaco", "DiPaCo paths",
+          fmt::format("<p>Grid {} ({} paths), {} rounds.</p>", html_escape(fmt::format("{}", fmt::join(k, "x"))), paths,
+                      run.dipaco.value("round", 0)) +
+              table({"path", "modules", "validation units routed", "routed val loss", "tasks trained",
+                     "last train loss", "last holdout loss"},
+                    rows) +
+              line_chart(curves, {"Train loss of each path's tasks", "round", "loss"}) +
+              routing_table(run.routes, paths)};
 }
 
 Section pipeline_section(const RunFiles& run) {

@@ -1,5 +1,6 @@
 #include "tributary/report/run_files.h"
 
+#include <charconv>
 #include <regex>
 #include <sstream>
 
@@ -8,10 +9,26 @@
 namespace tributary::report {
 namespace {
 
+// What the report reads of a run is what the run wrote: regular files (not a device such as /dev/zero, nor a pipe,
+// however named), of a size it can hold.
+constexpr uintmax_t kMaxRunFileBytes = uintmax_t(1) << 31;
+
+std::string read_run_file(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec))
+    fail("'{}' is not a regular file: the report reads only files a run wrote (remove it or point at another run)",
+         file.string());
+  const uintmax_t bytes = fs::file_size(file, ec);
+  if (ec || bytes > kMaxRunFileBytes)
+    fail("'{}' is {} bytes, more than the report reads ({} bytes): is it a run's file?", file.string(),
+         ec ? std::string("of unknown size") : std::to_string(bytes), kMaxRunFileBytes);
+  return read_file(file);
+}
+
 // Every line of a JSON-lines file. A line that does not parse is an error naming the file and line, unless it is the
 // last one: a crash mid-write leaves a torn last line, which the report skips and mentions.
 Lines read_lines(const fs::path& file, std::vector<std::string>& notes) {
-  std::istringstream in(read_file(file));
+  std::istringstream in(read_run_file(file));
   std::vector<std::string> raw;
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) raw.push_back(line);
@@ -32,7 +49,7 @@ Lines read_lines(const fs::path& file, std::vector<std::string>& notes) {
 
 nlohmann::json read_json_or_null(const fs::path& file) {
   if (!fs::exists(file)) return nullptr;
-  auto j = nlohmann::json::parse(read_file(file), nullptr, false);
+  auto j = nlohmann::json::parse(read_run_file(file), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     fail("{} is not a JSON object; remove it or rerun the step that wrote it", file.string());
   return j;
@@ -56,14 +73,23 @@ void sort_lead_lines(RunFiles& run, const Lines& lines) {
   }
 }
 
-// rank -> file for files named like `pattern` (one number captured) in `dir`.
-std::map<int, fs::path> numbered_files(const fs::path& dir, const std::regex& pattern) {
+// rank -> file for files named like `pattern` (one number captured) in `dir`; a number no run's rank can be is
+// skipped with a note.
+std::map<int, fs::path> numbered_files(const fs::path& dir, const std::regex& pattern,
+                                       std::vector<std::string>& notes) {
   std::map<int, fs::path> out;
   if (!fs::is_directory(dir)) return out;
   for (const auto& entry : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern)) out[std::stoi(m[1].str())] = entry.path();
+    if (!std::regex_match(name, m, pattern)) continue;
+    const std::string digits = m[1].str();
+    int rank = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+    if (err != std::errc() || end != digits.data() + digits.size())
+      notes.push_back(fmt::format("{}: not a rank a run has; skipped", entry.path().string()));
+    else
+      out[rank] = entry.path();
   }
   return out;
 }
@@ -98,8 +124,8 @@ RunFiles read_run_files(const fs::path& dir) {
   const Lines lead = read_lines(metrics, run.notes);
   sort_lead_lines(run, lead);
   run.summary = read_json_or_null(dir / "summary.json");
-  if (fs::exists(dir / "config.toml")) run.config_toml = read_file(dir / "config.toml");
-  for (const auto& [rank, file] : numbered_files(dir / "workers", std::regex(R"(rank(\d+)\.jsonl)")))
+  if (fs::exists(dir / "config.toml")) run.config_toml = read_run_file(dir / "config.toml");
+  for (const auto& [rank, file] : numbered_files(dir / "workers", std::regex(R"(rank(\d+)\.jsonl)"), run.notes))
     run.workers[rank] = read_lines(file, run.notes);
   run.dipaco = read_json_or_null(dir / "dipaco.json");
   if (run.dipaco.is_null()) return run;
@@ -107,7 +133,7 @@ RunFiles read_run_files(const fs::path& dir) {
   for (const auto& j : lead)  // (the lead writes a round's line twice when it also worked in it: once is enough)
     if ((j.contains("path") || j.contains("round_s")) && (run.workers[0].empty() || run.workers[0].back() != j))
       run.workers[0].push_back(j);
-  for (const auto& [rank, file] : numbered_files(dir, std::regex(R"(metrics-rank(\d+)\.jsonl)"))) {
+  for (const auto& [rank, file] : numbered_files(dir, std::regex(R"(metrics-rank(\d+)\.jsonl)"), run.notes)) {
     run.workers[rank] = read_lines(file, run.notes);
     for (const auto& j : run.workers[rank])
       if (j.contains("path")) run.tasks.push_back(j);

@@ -160,3 +160,29 @@ TEST(RunReportHtml, ValuesNearTheLargestDoubleDrawAChartAndEnd) {
   const std::string huge_y = report::line_chart({{"x", {{1, -1.7e308}, {2, 1.7e308}}}}, {"X", "step", "x"});
   EXPECT_LT(huge_y.size(), 100000u);
 }
+
+TEST(RunReportHtml, FilesAUserHandsUsGetAClearErrorNotACrash) {
+  // Issue 66, item 14: a worker file named past int's range (std::stoi), a DiPaCo grid that is not one (std::stoll)
+  // ended `report` with status 3; a metrics.jsonl that is /dev/zero was read until memory ran out.
+  RunDir run;
+  run.put("metrics.jsonl", "{\"step\":1,\"tokens\":100,\"loss\":5}\n");
+  run.put("workers/rank2147483648.jsonl", "{\"step\":1,\"outer_step\":1,\"comm_s\":0.1,\"compute_s\":1}\n");
+  run.put("workers/rank1.jsonl", "{\"step\":1,\"outer_step\":1,\"comm_s\":0.1,\"compute_s\":1,\"elapsed_s\":1.1}\n");
+  const report::RunFiles files = report::read_run_files(run.dir);
+  EXPECT_EQ(files.workers.size(), 1u) << "the rank no run has is skipped";
+  EXPECT_NE(fmt::format("{}", fmt::join(files.notes, "\n")).find("rank2147483648.jsonl: not a rank a run has"),
+            std::string::npos);
+  for (const char* grid : {R"("x")", R"("4x")", R"("0x4")", R"(16)", R"("99999999999x99999999999")"}) {
+    run.put("dipaco.json", fmt::format(R"({{"modules":{},"round":1}})", grid));
+    EXPECT_NE(test_support::error_of([&] {
+                report::render_html(report::read_run_files(run.dir));
+              }).find("dipaco.json: \"modules\" is"),
+              std::string::npos)
+        << grid;
+  }
+  fs::remove(run.dir / "dipaco.json");
+  fs::remove(run.dir / "metrics.jsonl");
+  fs::create_symlink("/dev/zero", run.dir / "metrics.jsonl");
+  EXPECT_NE(test_support::error_of([&] { report::read_run_files(run.dir); }).find("is not a regular file"),
+            std::string::npos);
+}
