@@ -169,6 +169,13 @@ bool stage_rank_state(const CheckpointPeers& peers, const fs::path& run_dir, int
   return true;
 }
 
+CheckpointPeers group_peers(comm::Group& world) {
+  return {.rank = world.rank(),
+          .size = world.size(),
+          .barrier = [&world] { world.barrier(); },
+          .all_gather = [&world](const torch::Tensor& t) { return world.all_gather(t); }};
+}
+
 std::vector<int> ranks_apart_from_lead(const CheckpointPeers& peers, const fs::path& run_dir) {
   const fs::path probe = run_dir / ".tributary-shared-probe";
   const auto sees = torch::full({1}, sees_lead_dir(peers, probe) ? int64_t(1) : int64_t(0), torch::kInt64);

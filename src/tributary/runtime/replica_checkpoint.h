@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "tributary/artifacts/checkpoint.h"
+#include "tributary/comm/group.h"
 #include "tributary/data/loader.h"
 
 namespace tributary {
@@ -44,6 +45,8 @@ struct CheckpointPeers {
   std::function<void()> barrier;
   std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
 };
+// The peers of `world`, a group of every rank of the run (which outlives them).
+CheckpointPeers group_peers(comm::Group& world);
 
 // The ranks that do not see rank 0's `run_dir` (another machine, no shared filesystem), the same list on every rank.
 // Collective.

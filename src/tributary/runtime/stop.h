@@ -21,7 +21,7 @@ class StopSignals {
 
 class StopAgreement {
  public:
-  // vote: every rank's lagged stop vote (Sync::stop_vote), empty for a single process;
+  // vote: every rank's lagged stop vote (Sync::peers().stop), empty for a single process;
   // stop_after_step > 0: a planned stop after that step.
   using Vote = std::function<bool(bool local_stop)>;
   StopAgreement(Vote vote, int64_t stop_after_step, bool lead)

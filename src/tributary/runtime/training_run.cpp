@@ -53,14 +53,12 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   }
   if (layout_.distributed()) session_ = std::make_unique<Session>(config_, env, layout_.device_of_rank());
   sync_ = make_sync(session_.get(), layout_);
-  if (ReplicaSync* synced = sync_->replicas()) {
-    rounds_ = &synced->rounds();
-    if (const std::string bad = faults_.bad_update(); !bad.empty()) synced->inject_bad_updates(bad);
-  }
+  if (const std::string bad = faults_.bad_update(); !bad.empty() && sync_->replicas())
+    sync_->replicas()->inject_bad_updates(bad);
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
   if (layout_.distributed() && !env.joining) {  // before anything is trained (a joiner takes the run's state)
-    if (const auto peers = sync_->peers()) {
+    if (const auto peers = sync_->peers().checkpoint) {
       const int64_t step = check_run_dirs(*peers, tc_.run_dir, resumable_steps(ckpt_, options_));
       if (ckpt_) resume_at(*ckpt_, step);
     }
@@ -104,7 +102,7 @@ void TrainingRun::start_report(double bytes_per_token) {
                                               .log_every = tc_.log_every,
                                               .world_size = env.world_size,
                                               .distributed = layout_.distributed(),
-                                              .exchanges = rounds_ != nullptr,
+                                              .exchanges = rounds() != nullptr,
                                               .rank = env.rank,
                                               // a restarted worker keeps the lines of its first life
                                               .worker_resume_step = ckpt_         ? progress_.step
@@ -191,7 +189,7 @@ std::optional<PendingHeal> TrainingRun::start_sync() {
        .device = device_,
        .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); }});
   summary_.peak_flops = started.peak_flops;
-  if (ckpt_ && rounds_ && !joining) load_codec_state();
+  if (ckpt_ && rounds() && !joining) load_codec_state();
   return std::move(started.pending);
 }
 
@@ -241,30 +239,30 @@ void TrainingRun::describe(int64_t threads) const {
                                : "");
   if (tc_.cuda_graph)
     log::info("train.cuda_graph: three eager steps, then the step is captured once as a CUDA graph and replayed{}",
-              rounds_ && rounds_->averaging_gradients()
-                  ? " (the data-parallel warm-up's steps stay eager: they exchange)"
-                  : "");
-  if (!rounds_) return;
+              averaging_gradients() ? " (the data-parallel warm-up's steps stay eager: they exchange)" : "");
+  const ReplicaRounds* rounds = this->rounds();
+  if (!rounds) return;
   const auto& d = config_.dist;
-  log::info("{} replicas{}, {}{}, compression {}", rounds_->size(), share_.replicas_of,
-            rounds_->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
-            rounds_->ddp()
+  log::info("{} replicas{}, {}{}, compression {}", rounds->size(), share_.replicas_of,
+            rounds->ddp() ? "data parallel (gradients averaged every step)" : "DiLoCo",
+            rounds->ddp()
                 ? ""
                 : fmt::format(" (H = {}, outer lr {}, momentum {})", d.inner_steps, d.outer_lr, d.outer_momentum),
             d.compression);
-  if (!rounds_->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
+  if (!rounds->ddp() && !d.auto_note.empty()) log::info("{}", d.auto_note);
 }
 
 void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
-  if (!rounds_ || !(synced || (rounds_->averaging_gradients() && report_->log_due(step)))) return;
-  const auto c = rounds_->take_stats();
-  count_traffic(c);
   ReplicaSync* replicas = sync_->replicas();
-  const int64_t rejected = replicas ? replicas->take_rejected() : -1;  // -1: not guarded
+  if (!replicas) return;
+  ReplicaRounds& rounds = replicas->rounds();
+  if (!(synced || (rounds.averaging_gradients() && report_->log_due(step)))) return;
+  const auto c = rounds.take_stats();
+  count_traffic(c);
+  const int64_t rejected = replicas->take_rejected();  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
-  report_->exchange_done(step, rounds_->ddp() ? step : rounds_->outer_steps(),
-                         rounds_->ddp() ? 1 : rounds_->inner_steps_now(), c, elapsed,
-                         rejected >= 0 ? rounds_->size() : 0, rejected);
+  report_->exchange_done(step, rounds.ddp() ? step : rounds.outer_steps(), rounds.ddp() ? 1 : rounds.inner_steps_now(),
+                         c, elapsed, rejected >= 0 ? rounds.size() : 0, rejected);
 }
 
 void TrainingRun::count_traffic(const comm::CommStats& c) {
@@ -315,7 +313,7 @@ UnitDone TrainingRun::next() {
   progress_.step = step + 1;
   faults_.after_step(progress_.step);
   progress_.tokens += tokens_per_step();
-  const bool averaged = rounds_ && rounds_->averaging_gradients();  // data parallel, or DiLoCo's warm-up
+  const bool averaged = averaging_gradients();  // data parallel, or DiLoCo's warm-up
   const AfterStep after = sync_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
   const bool synced = after.landed;
   const bool round = synced || averaged;
@@ -330,7 +328,17 @@ UnitDone TrainingRun::next() {
   return {.step = progress_.step, .quiescent = after.quiescent, .synced = synced, .round = round, .elapsed_s = now};
 }
 
-StopAgreement::Vote TrainingRun::stop_vote() { return sync_->stop_vote(); }
+ReplicaRounds* TrainingRun::rounds() const {
+  ReplicaSync* replicas = sync_->replicas();
+  return replicas ? &replicas->rounds() : nullptr;
+}
+
+bool TrainingRun::averaging_gradients() const {
+  const ReplicaRounds* r = rounds();
+  return r && r->averaging_gradients();
+}
+
+StopAgreement::Vote TrainingRun::stop_vote() { return sync_->peers().stop; }
 
 StepResult TrainingRun::step_once(int64_t step, double lr) {
   const auto start = Clock::now();
@@ -357,8 +365,7 @@ Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
   // DiLoCo replicas hold the global model only right after an outer step (the ranks that follow another's exchange
   // learn of it with `synced`): periodic checkpoints then (their model.safetensors is the global model), or at the
   // end. Every rank takes part in a multi-process checkpoint.
-  const bool at_global =
-      layout_.sync() != SyncKind::kDiloco || (rounds_ && rounds_->averaging_gradients()) || unit.synced;
+  const bool at_global = layout_.sync() != SyncKind::kDiloco || (averaging_gradients()) || unit.synced;
   const bool periodic = tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0 && at_global && unit.quiescent;
   return {.last = last,
           .stop = stop,
@@ -417,14 +424,15 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
       log::info("stopped after step {} (checkpoint '{}'); continue with --resume", step, summary_.checkpoint.string());
     summary_.stopped_early = true;
   }
-  if (rounds_) count_traffic(rounds_->take_stats());  // data parallel stopped between two log lines
+  ReplicaRounds* rounds = this->rounds();
+  if (rounds) count_traffic(rounds->take_stats());  // data parallel stopped between two log lines
   sync_->summarize(summary_);
   summary_.steps = step;
   summary_.lead = lead_.is();
   summary_.kind = layout_.kind();
   summary_.sync = layout_.sync();
   if (members_) summary_.reformations = members_->reformations();
-  if (rounds_) summary_.outer_steps = rounds_->outer_steps();
+  if (rounds) summary_.outer_steps = rounds->outer_steps();
   if (PipelineSync* pipelines = sync_->step_peers().pipelines)
     summary_.stages = stages_ ? stages_->gather(*pipelines, train_seconds_) : nlohmann::json::array();
   summary_.tokens = progress_.tokens;

@@ -81,6 +81,9 @@ class TrainingRun : public WorkSource {
   void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
   double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
+  // The rounds of the sync's replicas() (their outer loop, their traffic); null where none.
+  ReplicaRounds* rounds() const;
+  bool averaging_gradients() const;  // data parallel, or DiLoCo's warm-up
   // A step's tokens, all replicas together: a fault-tolerant run's members' as of their last change.
   int64_t tokens_per_step() const { return members_ ? members_->tokens_per_step() : tokens_per_step_; }
 
@@ -92,10 +95,8 @@ class TrainingRun : public WorkSource {
   Lead lead_;  // writes metrics.jsonl, evaluates, writes the summary (fault tolerance: the lowest member)
   // This process's connection to the run (every group of the world is formed over it); none for one process.
   std::unique_ptr<Session> session_;
-  std::unique_ptr<Sync> sync_;  // how this rank keeps together with the others (sync/sync.h)
-  Share share_;                 // this rank's share of the run, as the sync's start left it
-  // The rounds of the sync's replicas() (their outer loop, their traffic); null where none.
-  ReplicaRounds* rounds_ = nullptr;
+  std::unique_ptr<Sync> sync_;             // how this rank keeps together with the others (sync/sync.h)
+  Share share_;                            // this rank's share of the run, as the sync's start left it
   std::function<double()> blocked_s_;      // the training thread's time blocked on communication (StepPeers)
   std::optional<StageAccounting> stages_;  // a pipeline stage's measurements
   std::optional<LoadedCheckpoint> ckpt_;

@@ -47,22 +47,32 @@ void round_of_five(RunReport& report, int64_t& step, int members) {
   }
 }
 
+// An empty run directory of the test's own, and the lead's report into it (a peak of 150 FLOP/s per worker).
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("trib_{}_{}", name, ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+ReportSetup lead_of(const fs::path& dir, int64_t total_steps, int world_size) {
+  return {.run_dir = dir,
+          .lead = true,
+          .total_steps = total_steps,
+          .log_every = 1,
+          .world_size = world_size,
+          .distributed = true,
+          .rank = 0,
+          .flops_per_token = 1.0,
+          .peak_flops = 150.0};
+}
+
 }  // namespace
 
 TEST(RunReportMfu, ALeadRunningAheadReadsTheWorldsRoundRateNotItsOwn) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("trib_mfu_{}", ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("mfu");
   {
-    RunReport report({.run_dir = dir,
-                      .lead = true,
-                      .total_steps = 20,
-                      .log_every = 1,
-                      .world_size = kWorkers,
-                      .distributed = true,
-                      .rank = 0,
-                      .flops_per_token = 1.0,
-                      .peak_flops = 150.0});
+    RunReport report(lead_of(dir, 20, kWorkers));
     int64_t step = 0;
     round_of_five(report, step, kWorkers);
     round_of_five(report, step, kWorkers);
@@ -93,19 +103,9 @@ TEST(RunReportMfu, ARoundsComputeIsNeverBelowZero) {
   // Issue 66, item 9: the blocked time since the last exchange may include waits outside the steps (the start's
   // identity check, a checkpoint's collectives); compute_s = steps' time - blocked read -2 s here, and the report's
   // blocked share of the round 116%.
-  const fs::path dir = fs::temp_directory_path() / fmt::format("trib_compute_{}", ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = fresh_dir("compute");
   {
-    RunReport report({.run_dir = dir,
-                      .lead = true,
-                      .total_steps = 5,
-                      .log_every = 1,
-                      .world_size = 2,
-                      .distributed = true,
-                      .rank = 0,
-                      .flops_per_token = 1.0,
-                      .peak_flops = 150.0});
+    RunReport report(lead_of(dir, 5, 2));
     for (int i = 0; i < 3; ++i) report.step_done(1.0, kTokens, 2.0);
     report.exchange_done(3, 1, 3, {.comm_s = 5.0}, 5.0, 2, 0);
   }

@@ -343,17 +343,6 @@ NamedTensors IslandSync::whole_outer_state(const NamedTensors& params) {
   return whole;
 }
 
-std::optional<CheckpointPeers> IslandSync::peers() {
-  return CheckpointPeers{.rank = world_->rank(),
-                         .size = world_->size(),
-                         .barrier = [this] { world_->barrier(); },
-                         .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
-}
-
-StopAgreement::Vote IslandSync::stop_vote() {
-  return [this](bool local) { return stop_agreed(local); };
-}
-
 bool IslandSync::stop_agreed(bool local_stop) {
   if (!fault_tolerant_) return stop_vote_->step(local_stop);
   // Any rank's wish is its island's: rank 0 votes with it in the quorum's rounds, and tells the island the decision.
@@ -381,7 +370,7 @@ bool IslandSync::checkpoint_part(const fs::path& run_dir, int64_t step, const Ra
   const NamedTensors codec = across_ ? across_->codec_state() : NamedTensors{};
   RankState state = mine;
   state.codec = &codec;
-  if (!stage_rank_state(*peers(), run_dir, step, state, contents)) return false;
+  if (!stage_rank_state(group_peers(*world_), run_dir, step, state, contents)) return false;
   contents.state["replicas"] = across_->rounds().progress();       // rank 0 holds shard 0
   contents.state["island_steps"] = layout_.islands().all_steps();  // a measured pace goes on after a resume
   contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));

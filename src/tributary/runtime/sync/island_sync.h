@@ -57,9 +57,6 @@ class IslandSync : public Sync {
   ReplicaSync* replicas() override { return across_.get(); }
   // Data parallel inside the island: the dense step averages its gradients through it (none for an island of one).
   StepPeers step_peers() override { return {.rounds = inside_ ? &inside_->rounds() : nullptr}; }
-  // Fault tolerant: the island's wish (any of its ranks') is its rank 0's vote in the quorum's rounds; the decision is
-  // told to the island.
-  StopAgreement::Vote stop_vote() override;
   // The outer steps due for this rank's shard (`last`: and the pending ones), then, when one landed, the island's
   // all-gather of the shards. Landed on every rank of every island alike.
   AfterStep after_step(int64_t step, double lr, NamedTensors& params, bool last) override;
@@ -69,7 +66,12 @@ class IslandSync : public Sync {
   // the members implies (rank 0's loader rank + their island rank, its world and position) and take its tokens per
   // step (returned; rank 0's own on rank 0). Collective in the island.
   int64_t follow_lead(BatchLoader& loader, int64_t tokens_per_step) override;
-  std::optional<CheckpointPeers> peers() override;  // every rank of the run
+  // Fault tolerant, the stop: the island's wish (any of its ranks') is its rank 0's vote in the quorum's rounds; the
+  // decision is told to the island. An island started again takes no part in the run's checkpoint collectives.
+  RunPeers peers() override {
+    return {.checkpoint = world_ ? std::optional(group_peers(*world_)) : std::nullopt,
+            .stop = [this](bool local) { return stop_agreed(local); }};
+  }
   // The checkpoint's part beyond the per-rank files: the whole outer state (outer.safetensors, gathered within the
   // island) and the units' progress, on rank 0. Collective over the run, like stage_rank_state.
   bool checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,

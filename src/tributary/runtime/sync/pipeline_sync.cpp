@@ -95,17 +95,6 @@ Started PipelineSync::start(const StartState& s) {
   return started;
 }
 
-StopAgreement::Vote PipelineSync::stop_vote() {
-  return [this](bool local) { return stop_vote_->step(local); };
-}
-
-std::optional<CheckpointPeers> PipelineSync::peers() {
-  return CheckpointPeers{.rank = world_->rank(),
-                         .size = world_->size(),
-                         .barrier = [this] { world_->barrier(); },
-                         .all_gather = [this](const torch::Tensor& t) { return world_->all_gather(t); }};
-}
-
 void PipelineSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
   consolidate(params);
   if (aux_params && !aux_params->empty()) consolidate_aux_heads(*aux_params);
@@ -121,7 +110,7 @@ bool PipelineSync::checkpoint_part(const fs::path& run_dir, int64_t step, const 
     mine.outer = &outer;
     mine.codec = &codec;
   }
-  if (!stage_rank_state(*peers(), run_dir, step, mine, contents)) return false;
+  if (!stage_rank_state(group_peers(*world_), run_dir, step, mine, contents)) return false;
   contents.state["replicas"] = replicas ? replicas->rounds().progress() : nlohmann::json::array();
   return true;
 }

@@ -45,13 +45,14 @@ class PipelineSync : public Sync {
   // only during dist.warmup_ddp_steps, and is null without a warm-up). Null otherwise.
   ReplicaSync* replicas() override { return stage_replicas_.get(); }
   StepPeers step_peers() override { return {.pipelines = this}; }
-  StopAgreement::Vote stop_vote() override;
   // DiLoCo per stage: the stage replicas' outer steps due (`last`: and the pending ones). Several pipelines per island
   // (Layout::pipelines_per_island() > 1): the island's first pipeline's stage takes them across the islands, then the
   // island's other pipelines learn whether one landed and take its stage over the stage's island group (true on every
   // rank of the island).
   AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
-  std::optional<CheckpointPeers> peers() override;
+  RunPeers peers() override {
+    return {.checkpoint = group_peers(*world_), .stop = [this](bool local) { return stop_vote_->step(local); }};
+  }
   // Pipeline stages hold only their own parameters current: every stage broadcasts its own (and its auxiliary head)
   // over its pipeline. Called by every rank at the same steps.
   void before_read(NamedTensors& params, NamedTensors* aux_params) override;

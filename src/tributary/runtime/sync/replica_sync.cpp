@@ -165,15 +165,15 @@ StepPeers ReplicaSync::step_peers() {
   return {.rounds = rounds_.get(), .blocked_s = [this] { return thread_->blocked_total_s(); }};
 }
 
-StopAgreement::Vote ReplicaSync::stop_vote() {
-  return [this](bool local) { return stop_agreed(local); };
+RunPeers ReplicaSync::peers() {
+  return {.checkpoint = checkpoint_peers(), .stop = [this](bool local) { return stop_agreed(local); }};
 }
 
-std::optional<CheckpointPeers> ReplicaSync::peers() {
-  return CheckpointPeers{.rank = rank(),
-                         .size = size(),
-                         .barrier = [this] { barrier(); },
-                         .all_gather = [this](const torch::Tensor& t) { return all_gather(t); }};
+CheckpointPeers ReplicaSync::checkpoint_peers() {
+  return {.rank = rank(),
+          .size = size(),
+          .barrier = [this] { barrier(); },
+          .all_gather = [this](const torch::Tensor& t) { return all_gather(t); }};
 }
 
 bool ReplicaSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
@@ -182,7 +182,7 @@ bool ReplicaSync::checkpoint_part(const fs::path& run_dir, int64_t step, const R
   // Every replica's auxiliary heads are alike: rank 0's, beside the model, are the checkpoint's.
   const RankState state{
       .params = mine.params, .optim_state = mine.optim_state, .position = mine.position, .codec = &codec};
-  if (!stage_rank_state(*peers(), run_dir, step, state, contents)) return false;
+  if (!stage_rank_state(checkpoint_peers(), run_dir, step, state, contents)) return false;
   contents.state["replicas"] = rounds_->progress();
   auto outer = rounds_->outer_state();
   if (!outer.empty()) contents.extra_tensors.emplace_back(kOuterFile, std::move(outer));

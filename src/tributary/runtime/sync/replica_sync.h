@@ -72,11 +72,10 @@ class ReplicaSync : public Sync {
   Started start(const StartState& state) override;
   ReplicaSync* replicas() override { return this; }
   StepPeers step_peers() override;
-  StopAgreement::Vote stop_vote() override;
   AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override {
     return rounds_->step_ended(step, lr, trained, last);  // DiLoCo: an outer step every H inner steps
   }
-  std::optional<CheckpointPeers> peers() override;
+  RunPeers peers() override;  // the whole model's replicas only: a part's are inside a larger run's
   // The per-rank state, plus DiLoCo's outer state (identical on every rank, outer.safetensors) and the units'
   // progress.
   bool checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
@@ -114,6 +113,7 @@ class ReplicaSync : public Sync {
   double shared_matmul_peak(const torch::Device& device);
   // Small collectives for the checkpoint protocol (in the communication thread's FIFO); fault tolerant, they give up
   // at a member's death (a NetworkError) instead of at the collective deadline.
+  CheckpointPeers checkpoint_peers();
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   void join_members(MemberGroup members);

@@ -60,6 +60,13 @@ struct StepPeers {
   std::function<double()> blocked_s = [] { return 0.0; };
 };
 
+// Every rank of the run: the collectives of the multi-process checkpoint, and the run's stop agreement. Both empty for
+// one process.
+struct RunPeers {
+  std::optional<CheckpointPeers> checkpoint;
+  StopAgreement::Vote stop;
+};
+
 // What the start takes over: the state a resume restored (ckpt) or that a joiner heals into.
 struct StartState {
   NamedTensors& trained;
@@ -81,7 +88,7 @@ struct Started {
   std::optional<PendingHeal> pending;
 };
 
-// Size: one question per point of the loop (start, the step's peers, the stop, the round, between rounds, the
+// Size: one question per point of the loop (start, the step's and the run's peers, the round, between rounds, the
 // checkpoint, the summary); each is a line or two in each kind, and every kind answers each.
 class Sync {
  public:
@@ -97,7 +104,7 @@ class Sync {
   // outer shard's across the islands; null when none.
   virtual ReplicaSync* replicas() { return nullptr; }
   virtual StepPeers step_peers() { return {}; }
-  virtual StopAgreement::Vote stop_vote() { return {}; }  // the run's stop agreement (empty: one process)
+  virtual RunPeers peers() { return {}; }
 
   // The round after each step: the outer steps due (`last`: and those pending). True on every rank alike.
   virtual AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) { return {}; }
@@ -108,8 +115,6 @@ class Sync {
   virtual bool heal_made_together(bool heals) { return false; }
   virtual int64_t follow_lead(BatchLoader& loader, int64_t tokens_per_step) { return tokens_per_step; }
 
-  // Every rank of the run, for the multi-process checkpoint; none for one process.
-  virtual std::optional<CheckpointPeers> peers() { return std::nullopt; }
   // Before the whole model is read (evaluation, checkpoint): this rank's copy made whole and current.
   virtual void before_read(NamedTensors& params, NamedTensors* aux_params) {}
   // The checkpoint's part beyond this rank's own files (runtime/run_state.h, SaveRequest::stage_state).
