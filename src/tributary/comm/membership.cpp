@@ -285,6 +285,23 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
           .joiners = j.at("joiners").get<std::vector<int>>()};
 }
 
+RoundDecision Membership::should_commit(const std::string& round, bool ok, bool stop_wish) {
+  RoundDecision decision = decide(round, ok, stop_wish);
+  if (decision.commit) return decision;
+  if (rank() == 0 || !ok)
+    log::warn("{} {}: round {} discarded: {}; re-forming the group", noun_, id_, round,
+              decision.silent.empty()
+                  ? fmt::format("the collective failed on {}(s) {} and every member is alive", noun_,
+                                fmt::join(decision.failed, ", "))
+                  : fmt::format("{}(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}", noun_,
+                                fmt::join(decision.silent, ", "),
+                                decision.failed.empty() ? std::string()
+                                                        : fmt::format(" and the collective failed with it on {}(s) {}",
+                                                                      noun_, fmt::join(decision.failed, ", "))));
+  decision.dropped = reform();
+  return decision;
+}
+
 std::vector<int> Membership::reform() {
   const int next = epoch_ + 1;
   const std::string base = fmt::format("{}e{}/", kPrefix, next);

@@ -4,18 +4,19 @@
 // under its own store prefix (group_prefix()), so survivors re-form without the dead. Every member runs a heartbeat
 // (comm/heartbeat.h); a member whose heartbeat is stale for dead_after_s is dead to the others.
 //
-// A round (an outer step's reduction, a data-parallel step) is committed or discarded as a whole:
-//   vote     every member says whether its collective succeeded (and whether it wants to stop);
-//   decide   once every member voted or is dead, the first proposal written wins (Store::set_once), so all members
-//            act on one decision: commit iff every member of the epoch voted ok. A discarded round is redone by the
-//            survivors of the next epoch; nothing of it is applied.
-//   reform   after a discarded round each survivor registers for the next epoch and waits until every member of
-//            the old one registered or is dead; the first list written is the new membership. A process left out
-//            (it was frozen past the deadline) gets an Error: it must not go on as a replica.
-//   heal     (DiLoCo rounds) a joiner need not wait for a round boundary: the lead offers it its state between two
-//            steps (offer), the joiner trains on from there, and becomes a member right before the next round's
-//            collective (open_round: the lead proposes the members it does not know dead, then the joiners it
-//            healed; first proposal written wins), so its pseudo-gradient counts in that round already.
+// This is the one decider of who is in a round for every fault-tolerant run (a trainer's replicas, islands, DiPaCo's
+// workers); its steps carry torchft Manager's names. A round (an outer step's reduction, a data-parallel step, a
+// DiPaCo round's tasks) is committed or discarded as a whole:
+//   start_round  (DiLoCo rounds) before the round's first collective the members agree on its quorum: a joiner need
+//            not wait for a round boundary: the lead offers it its state between two steps (offer), the joiner
+//            trains on from there, and the lead proposes the members it does not know dead, then the joiners it
+//            healed (first proposal written wins), so its pseudo-gradient counts in that round already.
+//   should_commit  every member votes whether its collective succeeded (and whether it wants to stop); once every
+//            member voted or is dead, the first proposal written wins (Store::set_once), so all members act on one
+//            decision: commit iff every member of the epoch voted ok. After a discarded round each survivor
+//            registers for the next epoch and waits until every member of the old one registered or is dead; the
+//            first list written is the new membership. A process left out (it was frozen past the deadline) gets an
+//            Error: it must not go on as a replica. The survivors redo the round; nothing of it is applied.
 //   join     a restarted (or new) worker waits until its old self is out of the membership (or its launch reported
 //            the old self's death: the members drop it at their next round anyway), then asks to join and
 //            starts its heartbeat; the decision of the next committed round lists it, and after that round every
@@ -50,10 +51,11 @@ struct RoundDecision {
   std::vector<int> silent;   // never voted: dead, frozen or cut off (their heartbeat stopped) — the cause
   std::vector<int> failed;   // voted that their collective failed (usually with a silent member)
   std::vector<int> joiners;  // workers asking to join, admitted after this round when it commits
+  std::vector<int> dropped;  // not committed: the members the next epoch left out (the dead)
 };
 
 // What a joiner's wait ended with: admitted after a round (a member now), offered a heal by the lead (`offer`: the
-// lead's text; a member from the next round on, see open_round), or the run finished first.
+// lead's text; a member from the next round on, see start_round), or the run finished first.
 struct JoinResult {
   enum Kind { kAdmitted, kOffered, kFinished } kind = kFinished;
   std::string offer;
@@ -65,7 +67,7 @@ struct JoinRequest {
   int64_t number = 0;
 };
 
-// Size: one public method per step of the protocol above (decide, reform, admit, join, offer, open_round, finish)
+// Size: one public method per step of the protocol above (start_round, should_commit, admit, join, offer, finish)
 // plus an epoch's accessors; the epoch, the members, the watcher's stale set and its generation are one state machine
 // under one mutex, which a split would spread over objects that lock each other.
 class Membership {
@@ -96,9 +98,11 @@ class Membership {
   // True once a member of the current epoch is known dead (its heartbeat is stale or its launch reported it): a
   // group being formed for this epoch cannot form.
   bool member_dead();
-  RoundDecision decide(const std::string& round, bool ok, bool stop_wish);
-  // The next epoch: the members alive now. Returns the members that were dropped.
-  std::vector<int> reform();
+  // torchft's should_commit: every member votes on `round` (`ok`: its collective succeeded; `stop_wish`: it wants the
+  // run to stop) and the round commits iff every member of the epoch voted ok. A discarded round moves the members to
+  // the next epoch, the living ones (`dropped`: who was left out, logged with the cause); the caller re-forms its group
+  // under group_prefix() and redoes the round, or settles what the dead held.
+  RoundDecision should_commit(const std::string& round, bool ok, bool stop_wish);
   // The next epoch: the members and then `joiners` (from a committed round's decision).
   void admit(const std::vector<int>& joiners);
   // A joiner: waits (up to `timeout`, naming it) until admitted (then a member of that epoch) or offered a heal.
@@ -111,9 +115,9 @@ class Membership {
   void offer(const JoinRequest& request, const std::string& text);
   // Before a DiLoCo round's collective, on every member and on every joiner healed for it (whose members() is still
   // empty). `healed`: the lead's joiners whose heal arrived. True when the members changed (the caller re-forms).
-  // A member left out stops with an Error (as in reform); so does a healed joiner when the lead died before it was
-  // admitted (its launch restarts it).
-  bool open_round(const std::string& round, const std::vector<int>& healed);
+  // A member left out stops with an Error (as in should_commit); so does a healed joiner when the lead died before it
+  // was admitted (its launch restarts it).
+  bool start_round(const std::string& round, const std::vector<int>& healed);
   // The lead at the end of the run: joiners still waiting give up.
   void finish();
   // For a supervisor (tributary launch) that saw worker `id` exit with an error or a signal: the members drop it at
@@ -125,7 +129,9 @@ class Membership {
   // Waits on the store poll at this period.
   static constexpr auto kPoll = std::chrono::milliseconds(20);
   std::string key(const std::string& round, const std::string& what) const;
-  void watch();  // the watcher thread: says when a member's heartbeat goes stale, as soon as it does
+  RoundDecision decide(const std::string& round, bool ok, bool stop_wish);  // the vote
+  std::vector<int> reform();  // the next epoch: the members alive now; returns the members dropped
+  void watch();               // the watcher thread: says when a member's heartbeat goes stale, as soon as it does
   std::vector<int> reported_lost(Store& store, const std::vector<int>& members,
                                  uint64_t generation);  // watcher thread only
   std::vector<int> waiting_joiners();

@@ -55,7 +55,7 @@ void Membership::enter_with_joiners(int epoch, const std::vector<int>& members, 
   enter(epoch, members, joiners);
 }
 
-bool Membership::open_round(const std::string& round, const std::vector<int>& healed) {
+bool Membership::start_round(const std::string& round, const std::vector<int>& healed) {
   const std::string key = kPrefix + "pre/" + round;
   const auto start = std::chrono::steady_clock::now();
   auto overdue = [&] { return std::chrono::steady_clock::now() - start > round_timeout_; };

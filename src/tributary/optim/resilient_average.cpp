@@ -110,7 +110,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
   }
   const std::string round = fmt::format("x{}", rounds_++);
   bool formed = true;
-  if (open_round_ && open_round_(round)) {
+  if (start_round_ && start_round_(round)) {
     reformations_ += 1;
     formed = form(round);
   }
@@ -127,14 +127,14 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
                 membership_->epoch(), e.what());
     }
     group_.set_abandon({});
-    const comm::RoundDecision decision = membership_->decide(round, ok, stop_wish_);
+    const comm::RoundDecision decision = membership_->should_commit(round, ok, stop_wish_);
     if (decision.commit) {
       rejected_ += round_rejected_;  // the attempt that counted
       std::lock_guard<std::mutex> lock(outcomes_mutex_);
       outcomes_.push_back({decision.stop, decision.joiners});
       return tensors;
     }
-    formed = drop_the_dead(round, decision, ok);
+    formed = follow_the_survivors(round, decision);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
   }
 }
@@ -151,32 +151,19 @@ bool ResilientAverage::form(const std::string& round) {
   }
 }
 
-bool ResilientAverage::drop_the_dead(const std::string& round, const comm::RoundDecision& decision, bool ok) {
-  if (membership_->rank() == 0 || !ok)
-    log::warn("{} {}: round {} discarded: {}; re-forming the group", membership_->noun(), membership_->id(), round,
-              decision.silent.empty()
-                  ? fmt::format("the collective failed on {}(s) {} and every member is alive", membership_->noun(),
-                                fmt::join(decision.failed, ", "))
-                  : fmt::format("{}(s) {} fell silent (dead, frozen or cut off: no vote, no heartbeat){}",
-                                membership_->noun(), fmt::join(decision.silent, ", "),
-                                decision.failed.empty()
-                                    ? std::string()
-                                    : fmt::format(" and the collective failed with it on "
-                                                  "{}(s) {}",
-                                                  membership_->noun(), fmt::join(decision.failed, ", "))));
-  const auto dropped = membership_->reform();
+bool ResilientAverage::follow_the_survivors(const std::string& round, const comm::RoundDecision& decision) {
   const bool formed = form(round);
   reformations_ += 1;
-  if (reformed_) reformed_(dropped, *membership_);
+  if (reformed_) reformed_(decision.dropped, *membership_);
   return formed;
 }
 
 bool ResilientAverage::settle(const std::string& round) {
   bool changed = false;
   while (true) {
-    const comm::RoundDecision decision = membership_->decide(round, true, false);
+    const comm::RoundDecision decision = membership_->should_commit(round, true, false);
     if (decision.commit) return changed;
-    drop_the_dead(round, decision, true);
+    follow_the_survivors(round, decision);
     changed = true;
   }
 }

@@ -7,13 +7,13 @@
 // same norms, so every rank rejects the same updates; the count is in take_rejected() (metrics "rejected").
 //
 // Fault tolerance (a comm::Membership): each reduction is a round, committed only when every member's collective
-// succeeded (Membership::decide). A discarded round is redone from the same pseudo-gradients by the survivors after
-// the group re-forms (Membership::reform, Group::reform under the new epoch's prefix), so the average is over those
-// who contributed and nothing is half applied. A member that hangs is abandoned at its heartbeat deadline, not the
-// collective's. Stop wishes travel with the votes: stop_decided() turns true on every member after the same round.
-// A round's outcome (stop, joiners) is taken by the training thread when it collects that round (wait()), not when
-// the communication thread decides it: an overlapped round (Streaming DiLoCo) is decided while training goes on, at
-// a different step on each member, but collected at the same step on all of them.
+// succeeded (Membership::should_commit). A discarded round is redone from the same pseudo-gradients by the survivors
+// after the group re-forms (Group::reform under the new epoch's prefix), so the average is over those who contributed
+// and nothing is half applied. A member that hangs is abandoned at its heartbeat deadline, not the collective's. Stop
+// wishes travel with the votes: stop_decided() turns true on every member after the same round. A round's outcome
+// (stop, joiners) is taken by the training thread when it collects that round (wait()), not when the communication
+// thread decides it: an overlapped round (Streaming DiLoCo) is decided while training goes on, at a different step on
+// each member, but collected at the same step on all of them.
 #pragma once
 
 #include <atomic>
@@ -65,9 +65,9 @@ class ResilientAverage : public Reducer {
   // this epoch has. True when the members changed.
   bool settle(const std::string& round);
   // DiLoCo rounds: called with the round's name before its first collective, on the communication thread; true when
-  // it changed the members (Membership::open_round admits the joiners the lead healed during the round). The group
+  // it changed the members (Membership::start_round admits the joiners the lead healed during the round). The group
   // then re-forms before the collective.
-  void set_open_round(std::function<bool(const std::string& round)> open) { open_round_ = std::move(open); }
+  void set_start_round(std::function<bool(const std::string& round)> start) { start_round_ = std::move(start); }
   // Rounds started so far (their store keys): a joiner continues the members' count.
   int64_t rounds() const { return rounds_; }
   void set_rounds(int64_t n) { rounds_ = n; }
@@ -79,8 +79,9 @@ class ResilientAverage : public Reducer {
  private:
   std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors, int stream);
   bool form(const std::string& round);  // follow_membership; false when the group could not form (a death)
-  // After a discarded round: the next epoch without the dead, its group formed (false: it could not).
-  bool drop_the_dead(const std::string& round, const comm::RoundDecision& decision, bool ok);
+  // After a discarded round (the members moved to the next epoch without the dead): its group formed (false: it
+  // could not).
+  bool follow_the_survivors(const std::string& round, const comm::RoundDecision& decision);
   void guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
   // The exchange's average, times `rescale`, checked when check_ is set.
   void checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale, const std::string& round);
@@ -96,7 +97,7 @@ class ResilientAverage : public Reducer {
   std::function<void(std::vector<torch::Tensor>&)> tamper_, wire_tamper_;
   std::unique_ptr<comm::AverageCheck> check_;
   int64_t checked_rounds_ = 0;  // names the checks of a run without fault tolerance (rounds_ names the others)
-  std::function<bool(const std::string&)> open_round_;
+  std::function<bool(const std::string&)> start_round_;
   int64_t rounds_ = 0;
   int64_t round_rejected_ = 0;
   struct Outcome {

@@ -24,7 +24,7 @@ TEST(Membership, ARoundCommitsOnlyWhenEveryMemberSucceeded) {
   std::vector<comm::RoundDecision> got(3);
   test_support::run_threads(3, [&](int id) {
     comm::Membership m(store, store, id, 3, /*dead_after_s=*/2.0);
-    got[size_t(id)] = m.decide("x0", /*ok=*/true, /*stop_wish=*/id == 2);
+    got[size_t(id)] = m.should_commit("x0", /*ok=*/true, /*stop_wish=*/id == 2);
   });
   for (const auto& d : got) {
     EXPECT_TRUE(d.commit);
@@ -33,7 +33,8 @@ TEST(Membership, ARoundCommitsOnlyWhenEveryMemberSucceeded) {
   }
   test_support::run_threads(3, [&](int id) {
     comm::Membership m(store, store, id, 3, 2.0);
-    const auto d = m.decide("x1", /*ok=*/id != 1, false);  // member 1's collective failed: nobody applies the round
+    const auto d =
+        m.should_commit("x1", /*ok=*/id != 1, false);  // member 1's collective failed: nobody applies the round
     EXPECT_FALSE(d.commit);
     EXPECT_EQ(d.failed, std::vector<int>{1});
     EXPECT_TRUE(d.silent.empty()) << "it voted: alive";
@@ -46,19 +47,19 @@ TEST(Membership, ASilentMemberIsDroppedAfterItsHeartbeatDeadline) {
   test_support::run_threads(2, [&](int id) {  // member 2 of 3 never starts (no heartbeat, no vote)
     comm::Membership m(store, store, id, 3, dead_after);
     const auto start = std::chrono::steady_clock::now();
-    const auto d = m.decide("x0", true, false);
+    const auto d = m.should_commit("x0", true, false);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_FALSE(d.commit);
     EXPECT_EQ(d.silent, std::vector<int>{2}) << "the cause is named apart from the members that merely failed";
     EXPECT_TRUE(d.failed.empty());
     EXPECT_GE(waited, dead_after);
     EXPECT_LT(waited, dead_after + 1.0) << "detection within the heartbeat deadline + 1 s";
-    EXPECT_EQ(m.reform(), std::vector<int>{2});
+    EXPECT_EQ(d.dropped, std::vector<int>{2});
     EXPECT_EQ(m.epoch(), 1);
     EXPECT_EQ(m.members(), (std::vector<int>{0, 1}));
     EXPECT_EQ(m.rank(), id);
     EXPECT_NE(m.group_prefix(), "ft/group-e0");
-    EXPECT_TRUE(m.decide("x0", true, false).commit) << "the new epoch's round needs only the survivors";
+    EXPECT_TRUE(m.should_commit("x0", true, false).commit) << "the new epoch's round needs only the survivors";
   });
 }
 
@@ -67,7 +68,7 @@ TEST(Membership, AMemberLeftOutOfTheNewEpochStops) {
   store.set("ft/e1/members", "[0]");  // the others went on without member 1
   comm::Membership m(store, store, 1, 2, 0.5);
   try {
-    m.reform();
+    m.should_commit("x0", true, false);
     FAIL() << "a member left out must not go on as a replica";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("declared dead"), std::string::npos) << e.what();
@@ -84,7 +85,7 @@ TEST(Membership, ADeathReportedByLaunchIsActedOnBeforeTheHeartbeatDeadline) {
   test_support::run_threads(2, [&](int id) {
     comm::Membership m(store, store, id, 3, /*dead_after_s=*/5.0);
     const auto start = std::chrono::steady_clock::now();
-    const auto d = m.decide("x0", true, false);
+    const auto d = m.should_commit("x0", true, false);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_FALSE(d.commit);
     EXPECT_EQ(d.silent, std::vector<int>{2});
@@ -94,7 +95,7 @@ TEST(Membership, ADeathReportedByLaunchIsActedOnBeforeTheHeartbeatDeadline) {
   store.set("ft/incarnation/2", "1");
   test_support::run_threads(3, [&](int id) {
     comm::Membership m(store, store, id, 3, 5.0);
-    EXPECT_TRUE(m.decide("x1", true, false).commit);
+    EXPECT_TRUE(m.should_commit("x1", true, false).commit);
   });
 }
 
@@ -111,7 +112,7 @@ TEST(Membership, ARestartedWorkerWhosePredecessorWasReportedAsksAtOnceAndJoinsAt
       ASSERT_EQ(joiner.join(std::chrono::seconds(10)).kind, comm::JoinResult::kAdmitted);
       EXPECT_EQ(joiner.epoch(), 2);
       EXPECT_EQ(joiner.members(), (std::vector<int>{0, 1, 2}));
-      EXPECT_TRUE(joiner.decide("x1", true, false).commit) << "the old report does not count against it";
+      EXPECT_TRUE(joiner.should_commit("x1", true, false).commit) << "the old report does not count against it";
       return;
     }
     comm::Membership m(store, store, id, 3, 5.0);
@@ -119,14 +120,15 @@ TEST(Membership, ARestartedWorkerWhosePredecessorWasReportedAsksAtOnceAndJoinsAt
     while (store.add("ft/join/2", 0) == 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (store.add("ft/join/2", 0) == 0) asked_early = false;
-    EXPECT_FALSE(m.decide("x0", true, false).commit) << "its predecessor is silent";
-    EXPECT_EQ(m.reform(), std::vector<int>{2});
-    const auto redone = m.decide("x0", true, false);
+    const auto lost = m.should_commit("x0", true, false);
+    EXPECT_FALSE(lost.commit) << "its predecessor is silent";
+    EXPECT_EQ(lost.dropped, std::vector<int>{2});
+    const auto redone = m.should_commit("x0", true, false);
     ASSERT_TRUE(redone.commit);
     EXPECT_EQ(redone.joiners, std::vector<int>{2}) << "admitted right after the round that dropped its predecessor";
     m.admit(redone.joiners);
     EXPECT_EQ(m.members(), (std::vector<int>{0, 1, 2}));
-    EXPECT_TRUE(m.decide("x1", true, false).commit);
+    EXPECT_TRUE(m.should_commit("x1", true, false).commit);
   });
   EXPECT_TRUE(asked_early) << "the joiner waited for its predecessor to be dropped";
   EXPECT_EQ(store.get("ft/incarnation/2"), "1") << "the members recorded the deaths before this incarnation";
@@ -139,7 +141,7 @@ TEST(Membership, BeforeARoundTheLeadSwapsADeadWorkerForItsHealedReplacementOnce)
   std::vector<std::vector<int>> seen(3);
   test_support::run_threads(3, [&](int id) {
     comm::Membership m(store, store, id, 3, /*dead_after_s=*/5.0, /*joining=*/id == 2);
-    EXPECT_TRUE(m.open_round("x0", id == 0 ? std::vector<int>{2, 2} : std::vector<int>{}));
+    EXPECT_TRUE(m.start_round("x0", id == 0 ? std::vector<int>{2, 2} : std::vector<int>{}));
     EXPECT_EQ(m.epoch(), 1);
     seen[size_t(id)] = m.members();
   });
@@ -147,7 +149,7 @@ TEST(Membership, BeforeARoundTheLeadSwapsADeadWorkerForItsHealedReplacementOnce)
   // A round without healed joiners changes nothing.
   test_support::run_threads(2, [&](int id) {
     comm::Membership m(store, store, id, 3, 5.0);
-    EXPECT_FALSE(m.open_round("x1", {}));
+    EXPECT_FALSE(m.start_round("x1", {}));
   });
 }
 
@@ -157,8 +159,9 @@ TEST(Membership, AJoinerWithNoLiveMemberLeftFailsAsRunLostWithinTheHeartbeatDead
   auto store = comm::Store::in_memory();
   const double dead_after = 0.5;
   auto lead = std::make_unique<comm::Membership>(store, store, 0, 2, dead_after);
-  ASSERT_FALSE(lead->decide("x0", true, false).commit) << "worker 1 never started";
-  ASSERT_EQ(lead->reform(), std::vector<int>{1});
+  const auto lost = lead->should_commit("x0", true, false);
+  ASSERT_FALSE(lost.commit) << "worker 1 never started";
+  ASSERT_EQ(lost.dropped, std::vector<int>{1});
   std::string error;
   std::thread joiner([&] {
     comm::Membership m(store, store, 1, 2, dead_after, /*joining=*/true);
@@ -192,7 +195,7 @@ TEST(Membership, AHealedJoinerRefusesAProposalThatListsOnlyItsDeadPredecessor) {
   store.set("ft/pre/x0", R"({"epoch": 0, "members": [0, 1, 2], "joiners": []})");
   comm::Membership joiner(store, store, 2, 3, /*dead_after_s=*/5.0, /*joining=*/true);
   try {
-    joiner.open_round("x0", {});
+    joiner.start_round("x0", {});
     ADD_FAILURE() << "admitted by a proposal without it";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not admitted at round x0"), std::string::npos) << e.what();

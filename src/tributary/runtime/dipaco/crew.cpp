@@ -41,13 +41,14 @@ Crew::Crew(const Session& session, std::optional<comm::LinkModel> upload_link)
 }
 
 std::optional<Departure> Crew::settle(int64_t round, int64_t gen, const std::vector<int64_t>& round_tasks) {
-  const comm::RoundDecision decision = membership_->decide(fmt::format("dipaco-r{}g{}", round, gen), true, false);
+  const comm::RoundDecision decision =
+      membership_->should_commit(fmt::format("dipaco-r{}g{}", round, gen), true, false);
   if (decision.commit) {
     joiners_ = decision.joiners;
     return std::nullopt;
   }
   Departure departure;
-  departure.left = membership_->reform();
+  departure.left = decision.dropped;
   departure.lost = queue_->lost(round, round_tasks, membership_->members());
   return departure;
 }

@@ -147,7 +147,7 @@ nlohmann::json Admission::join(NamedTensors& params, HealState state) {
 // loader position, the outer loop's progress, the next round's number, the pair group's prefix) and sends its live
 // parameters, AdamW state and the outer state over a group of two on its communication thread (copies: training goes
 // on meanwhile). The joiner trains on from the lead's step; before the next round's collective the lead proposes the
-// members (Membership::open_round): its old self out, the healed joiner in. So a replacement contributes to the
+// members (Membership::start_round): its old self out, the healed joiner in. So a replacement contributes to the
 // round in which it started, instead of waiting for a round boundary to be admitted and a whole round to train.
 
 bool Admission::heal_wanted() {
@@ -187,10 +187,10 @@ void Admission::offer_heal(const HealState& state) {
   }
 }
 
-bool Admission::open_round(const std::string& round) {
+bool Admission::start_round(const std::string& round) {
   const std::vector<int> healed = std::exchange(healed_, {});
   const bool was_pending = pending_;
-  if (!membership_.open_round(round, healed)) return false;
+  if (!membership_.start_round(round, healed)) return false;
   pending_ = false;
   if (membership_.rank() == 0)
     log::warn("{0}(s) healed during the round joined at step {1} (round {2}): {3} {0}(s) {4} go on as epoch {5}",

@@ -48,7 +48,7 @@ class Admission {
   // Re-formations so far: rounds that dropped the dead, and admissions.
   int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }
   void round_ended();  // ReplicaRounds's hook: the workers that asked to join in the round wait for admit()
-  bool open_round(const std::string& round);  // ReplicaRounds's hook, on the communication thread
+  bool start_round(const std::string& round);  // ReplicaRounds's hook, on the communication thread
 
   // Members, right after a round: true when workers asked to join in it; admit() then re-forms the group with them
   // and sends them `state` and the outer state (none for data parallel).

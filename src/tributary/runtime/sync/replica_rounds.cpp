@@ -37,7 +37,7 @@ void ReplicaRounds::start_outer_loop(NamedTensors& params, int64_t offset) {
     }
   });
   outer_->start(params, offset);
-  if (admission_.open_round) channel_.reducer.set_open_round(admission_.open_round);
+  if (admission_.start_round) channel_.reducer.set_start_round(admission_.start_round);
 }
 
 // Fault tolerant (the admission's hooks are set): one bucket, so that a step's gradients are one round, committed or

@@ -40,7 +40,7 @@ class ReplicaRounds {
   // and, in DiLoCo's phase, before each round's collective, which members open it.
   struct AdmissionHooks {
     std::function<void()> round_ended;
-    std::function<bool(const std::string& round)> open_round;  // on the communication thread
+    std::function<bool(const std::string& round)> start_round;  // on the communication thread
   };
   // `part`: a pipeline stage's replicas, whose step averages the warm-up's gradients itself (no DataParallel here).
   ReplicaRounds(const RunConfig& config, ReplicaChannel channel, bool part, AdmissionHooks admission = {});

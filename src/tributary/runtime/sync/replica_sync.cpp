@@ -140,7 +140,7 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
   ReplicaRounds::AdmissionHooks hooks;
   if (membership_)
     hooks = {.round_ended = [this] { admission_->round_ended(); },
-             .open_round = [this](const std::string& round) { return admission_->open_round(round); }};
+             .start_round = [this](const std::string& round) { return admission_->start_round(round); }};
   rounds_ = std::make_unique<ReplicaRounds>(config_, channel, part, std::move(hooks));
   if (membership_) admission_ = std::make_unique<Admission>(config_, *membership_, *store_, channel, *rounds_);
   lower_training_priority(d.compute_nice, rank);
