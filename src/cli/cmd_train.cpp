@@ -55,6 +55,11 @@ std::string traffic_line(const TrainSummary& s) {
         "{} islands ({} ranks), DiLoCo across: rank 0 sent {:.2f} MB of its outer shard in {} outer steps over the "
         "slow link and {:.2f} MB of gradients inside its island; {}",
         s.islands, s.world_size, s.bytes_sent / 1e6, s.outer_steps, s.bytes_inside / 1e6, blocked);
+  if (s.sync == SyncKind::kAsyncDiloco)
+    return fmt::format(
+        "{} replicas, asynchronous DiLoCo: rank 0 posted {:.2f} MB of updates and fetched {:.2f} MB of global "
+        "versions; it ended at version {}",
+        s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps);
   if (s.sync == SyncKind::kDiloco)
     return fmt::format("{} replicas, DiLoCo: rank 0 sent {:.2f} MB and received {:.2f} MB in {} outer steps; {}",
                        s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.outer_steps, blocked);

@@ -41,7 +41,7 @@ namespace {
 
 // [dist]: how the replicas of a run keep together, and what the links and deadlines are.
 void bind_dist(ConfigSchema& s, DistConfig& dist) {
-  s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp"});
+  s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp", "async_diloco"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
   s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps,
         "DiLoCo: data-parallel steps before the first inner step; -1: a third of the steps when the run has fewer "
@@ -80,6 +80,14 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
         "DiLoCo and data parallel: survive dead or frozen workers (rounds are committed or redone by the survivors)");
   s.add("dist.heartbeat_timeout_s", dist.heartbeat_timeout_s,
         "silence after which a worker is dead (s): fault tolerance and DiPaCo", 0.5, 3600.0);
+  s.add("dist.min_quorum", dist.min_quorum,
+        "async_diloco: a merge closes once updates of this many replicas arrived (and dist.grace_s passed); 0: half "
+        "the replicas, rounded up",
+        0);
+  s.add("dist.grace_s", dist.grace_s, "async_diloco: how long a merge that has its quorum waits for stragglers (s)",
+        0.0, 3600.0);
+  s.add("dist.max_staleness", dist.max_staleness,
+        "async_diloco: an update trained from a version more than this many merges old is refused", 0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
         "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median; "
         "0 = off",
@@ -218,6 +226,7 @@ void validate_dipaco(const RunConfig& c) {
 }  // namespace
 
 bool DistConfig::diloco() const { return algorithm == "diloco"; }
+bool DistConfig::async_diloco() const { return algorithm == "async_diloco"; }
 
 std::vector<double> lr_scales(const LocalConfig& local) {
   const auto K = static_cast<size_t>(std::max<int64_t>(local.chunks, 1));
@@ -333,6 +342,32 @@ void validate_model(const RunConfig& c) {
          c.model.num_levels, c.model.num_layers);
 }
 
+// Asynchronous DiLoCo runs replicas of the whole model that never meet in a collective: what needs one is refused.
+void validate_async(const RunConfig& c) {
+  const std::string why = "dist.algorithm = async_diloco: replicas of the whole model post their updates alone";
+  if (c.parallel.pipeline_stages > 1 || !c.parallel.islands.empty() || !c.dipaco.modules.empty() || c.local.chunks > 0)
+    fail("{}; pipeline stages, islands, local parallelism and DiPaCo are not asynchronous yet: use dist.algorithm = "
+         "diloco with them",
+         why);
+  if (c.dist.fault_tolerant)
+    fail("{}, so a death needs no agreement: drop dist.fault_tolerant (launch --max-restarts still restarts a dead "
+         "replica, which then starts from the newest version)",
+         why);
+  if (c.dist.warmup_ddp_steps > 0 || c.dist.overlap_steps > 0 || c.dist.fragments > 1 || c.dist.ramp_steps > 0 ||
+      c.dist.qsr_alpha > 0)
+    fail("{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
+         "leave them at 0 (fragments 1)",
+         why);
+  if (c.dist.reject_norm_factor > 0)
+    fail("{}: the merger refuses non-finite and malformed updates itself; dist.reject_norm_factor compares the "
+         "norms of one collective's updates and does not apply: leave it at 0",
+         why);
+  if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
+        c.dist.compression == "int8"))
+    fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16 or int8", why,
+         c.dist.compression);
+}
+
 void validate_dist(const RunConfig& c) {
   // -1 is "from the run"; any other negative value is a mistake, not a request for auto.
   for (const auto& [key, v] : {std::pair<const char*, double>{"dist.outer_lr", c.dist.outer_lr},
@@ -367,6 +402,7 @@ void validate_dist(const RunConfig& c) {
           "by its silence before a collective gives up on it",
           c.dist.heartbeat_timeout_s, c.dist.collective_timeout_s);
   }
+  if (c.dist.async_diloco()) validate_async(c);
   parse_slow_workers(c.dist.slow_workers);  // an Error naming the key and the bad entry
   if (c.dist.reject_norm_factor > 0 && c.dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
@@ -439,7 +475,8 @@ RunConfig RunConfig::load(const std::string& file, const std::vector<std::string
   for (const auto& o : overrides) config.schema().apply_override(o);
   take_placement_islands(config.parallel);
   config.validate();
-  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps, !config.parallel.islands.empty());
+  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps,
+                                             !config.parallel.islands.empty() || config.dist.async_diloco());
   return config;
 }
 
@@ -451,7 +488,8 @@ RunConfig RunConfig::from_toml(const std::string& text, const std::string& origi
   } catch (const Error& e) {  // a configuration a run left behind (a checkpoint's, the store's): say whose
     fail("{}: {}", origin, e.what());
   }
-  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps, !config.parallel.islands.empty());
+  config.dist.auto_note = resolve_outer_auto(config.dist, config.train.steps,
+                                             !config.parallel.islands.empty() || config.dist.async_diloco());
   return config;
 }
 

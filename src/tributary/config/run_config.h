@@ -50,7 +50,7 @@ struct TrainConfig {
 // averaged and applied by the outer Nesterov optimizer.
 // Size: one member per dist.* key.
 struct DistConfig {
-  std::string algorithm = "diloco";  // diloco | ddp
+  std::string algorithm = "diloco";  // diloco | ddp | async_diloco
   int64_t inner_steps = 50;          // H
   int64_t warmup_ddp_steps = 0;      // DiLoCo: train this many steps as data parallel first (the paper starts
                                      // DiLoCo from a pre-trained model); -1: from the run (config/outer_auto.h)
@@ -81,8 +81,13 @@ struct DistConfig {
   double heartbeat_timeout_s = 10;  // a worker whose heartbeat stalls this long is dead (fault tolerance, DiPaCo)
   double reject_norm_factor = 0;    // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
                                     // factor x the round's median norm; 0 = accept every update
+  // Asynchronous DiLoCo (runtime/sync/async_sync.h, optim/async_merger.h).
+  int64_t min_quorum = 0;     // a merge closes once this many replicas' updates arrived; 0: half, rounded up
+  double grace_s = 1;         // then waits this long for stragglers
+  int64_t max_staleness = 4;  // updates trained from a version more than this many merges old are refused
 
   bool diloco() const;  // algorithm read: DiLoCo (true) or data parallel; the one place that compares the string
+  bool async_diloco() const;
 };
 
 // Pipeline parallelism (parallel/pipeline/): the model's blocks split over pipeline_stages ranks (D_PP), the step's

@@ -11,6 +11,7 @@ Layout run_layout(const RunConfig& config, const DistEnv& env) {
                   .local_chunks = config.local.chunks,
                   .dipaco = !config.dipaco.modules.empty(),
                   .diloco = config.dist.diloco(),
+                  .async = config.dist.async_diloco(),
                   .warmup_ddp_steps = std::max<int64_t>(config.dist.warmup_ddp_steps, 0),
                   .placement = std::nullopt,
                   .placement_key = config.parallel.placement,

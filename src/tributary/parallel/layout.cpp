@@ -23,6 +23,8 @@ const char* sync_name(SyncKind sync) {
       return "DiLoCo";
     case SyncKind::kModules:
       return "DiPaCo modules";
+    case SyncKind::kAsyncDiloco:
+      return "asynchronous DiLoCo";
   }
   return "?";
 }
@@ -198,6 +200,7 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   if (l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands ||
       (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
     l.sync_ = spec.diloco ? SyncKind::kDiloco : SyncKind::kDataParallel;
+  if (l.kind_ == RunKind::kReplicas && spec.async) l.sync_ = SyncKind::kAsyncDiloco;
   if (l.sync_ == SyncKind::kDiloco) l.warmup_ddp_steps_ = spec.warmup_ddp_steps;
 
   l.rank_at_.assign(size_t(l.replicas_), std::vector<int>(size_t(l.stages_), 0));
@@ -263,7 +266,7 @@ std::string Layout::name() const {
     case RunKind::kSingle:
       return chunks_ > 0 ? "local" : "single";
     case RunKind::kReplicas:
-      return sync_ == SyncKind::kDataParallel ? "ddp" : "diloco";
+      return sync_ == SyncKind::kDataParallel ? "ddp" : sync_ == SyncKind::kAsyncDiloco ? "async_diloco" : "diloco";
     case RunKind::kPipelines:
       return std::string(chunks_ > 0 ? "local-stages" : "pipeline") + (sync_ == SyncKind::kDiloco ? "+diloco" : "");
     case RunKind::kDipaco:

@@ -26,6 +26,7 @@ enum class SyncKind {
   kDataParallel,  // gradients averaged every step
   kDiloco,        // H local steps, then an outer step on the averaged pseudo-gradients (Streaming: per fragment)
   kModules,       // DiPaCo: each path's pseudo-gradient goes to its modules' owners
+  kAsyncDiloco,   // DiLoCo without the barrier: each replica posts its updates, a merger merges by quorum
 };
 
 enum class RunKind {
@@ -51,6 +52,7 @@ struct LayoutSpec {
   int64_t local_chunks = 0;              // local.chunks
   bool dipaco = false;                   // dipaco.modules set
   bool diloco = true;                    // dist.algorithm: diloco (true) or ddp
+  bool async = false;                    // dist.algorithm = async_diloco (replicas of the whole model only)
   int64_t warmup_ddp_steps = 0;          // dist.warmup_ddp_steps (resolved: >= 0)
   std::optional<PlacedRanks> placement;  // parallel.placement, read
   std::string placement_key;             // its file, for messages

@@ -15,13 +15,15 @@ namespace tributary {
 
 // What one unit of work left: the inner steps done so far (all of the run's, resumed included), whether nothing is
 // in flight (the run may stop here), whether an outer step landed and whether a round of the replicas ended (an outer
-// step or a data-parallel step: the members may change there), and the run's clock at its end.
+// step or a data-parallel step: the members may change there), the run's clock at its end, and whether the run's work
+// is over before its last step.
 struct UnitDone {
   int64_t step = 0;
   bool quiescent = true;
   bool synced = false;
   bool round = false;
   double elapsed_s = 0;
+  bool over = false;  // the sync ended the run's work at this unit (asynchronous rounds, which end by tokens)
 };
 
 // What is due after a unit: the last, an agreed stop, an evaluation, a checkpoint. Every rank of a multi-process run

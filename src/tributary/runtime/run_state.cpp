@@ -110,7 +110,7 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
   const bool lead = options.dist.lead();
   std::optional<LoadedCheckpoint> ckpt;
   if (options.dist.joining) {  // a restarted worker: the running run's directory is not its to check or clear
-    if (!config.dist.fault_tolerant)
+    if (!config.dist.fault_tolerant && !config.dist.async_diloco())
       fail("worker {} was restarted to join a running run, but only dist.fault_tolerant = true runs take joiners",
            options.dist.rank);
     return ckpt;

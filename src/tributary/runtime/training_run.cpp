@@ -314,7 +314,8 @@ UnitDone TrainingRun::next() {
   faults_.after_step(progress_.step);
   progress_.tokens += tokens_per_step();
   const bool averaged = averaging_gradients();  // data parallel, or DiLoCo's warm-up
-  const AfterStep after = sync_->after_step(progress_.step, lr, parts_.trained, progress_.step == tc_.steps);
+  const AfterStep after = sync_->after_step(progress_.step, lr, parts_.trained, progress_.step == max_steps());
+  over_ = after.over;
   const bool synced = after.landed;
   const bool round = synced || averaged;
   if (round && members_) members_->after_round(progress_.step);  // the members may change only at a round
@@ -325,7 +326,12 @@ UnitDone TrainingRun::next() {
   const double now = elapsed();
   report_exchange(progress_.step, synced, now);
   if (result.reported) record(result, progress_.step, schedule_.lr(step - result.lag), now);
-  return {.step = progress_.step, .quiescent = after.quiescent, .synced = synced, .round = round, .elapsed_s = now};
+  return {.step = progress_.step,
+          .quiescent = after.quiescent,
+          .synced = synced,
+          .round = round,
+          .elapsed_s = now,
+          .over = after.over};
 }
 
 ReplicaRounds* TrainingRun::rounds() const {
@@ -361,7 +367,7 @@ void TrainingRun::measure_stage() {
 
 Due TrainingRun::due_after(const UnitDone& unit, bool stop) {
   const int64_t step = unit.step;
-  const bool last = step == tc_.steps;
+  const bool last = step == max_steps() || unit.over;
   // DiLoCo replicas hold the global model only right after an outer step (the ranks that follow another's exchange
   // learn of it with `synced`): periodic checkpoints then (their model.safetensors is the global model), or at the
   // end. Every rank takes part in a multi-process checkpoint.

@@ -60,7 +60,7 @@ class TrainingRun : public WorkSource {
 
   StopAgreement::Vote stop_vote() override;
   bool lead() const override { return lead_.is(); }
-  bool done() const override { return progress_.step >= tc_.steps; }
+  bool done() const override { return progress_.step >= max_steps() || over_; }
   UnitDone next() override;  // batch -> step -> sync -> (membership) -> report
   Due due_after(const UnitDone& unit, bool stop) override;
   void when_due(const UnitDone& unit, const Due& due) override;
@@ -81,6 +81,8 @@ class TrainingRun : public WorkSource {
   void record(const StepResult& result, int64_t step, double lr, double now);
   void save(int64_t step, double elapsed);
   double elapsed() const { return progress_.elapsed_before + seconds_since(run_start_); }
+  // train.steps, or more where the sync ends the run itself (Share::max_steps: asynchronous rounds).
+  int64_t max_steps() const { return share_.max_steps > 0 ? share_.max_steps : tc_.steps; }
   // The rounds of the sync's replicas() (their outer loop, their traffic); null where none.
   ReplicaRounds* rounds() const;
   bool averaging_gradients() const;  // data parallel, or DiLoCo's warm-up
@@ -113,6 +115,7 @@ class TrainingRun : public WorkSource {
   double flops_per_token_ = 0;
   double train_seconds_ = 0;  // in steps so far, this invocation
   double eval_seconds_ = 0;   // in evaluations so far, this invocation (inside elapsed())
+  bool over_ = false;         // the sync ended the run's work (AfterStep::over)
   Clock::time_point run_start_;
   std::optional<Slowdown> slowdown_;  // dist.slow_workers: this worker's emulated slowness
   Faults faults_;                     // injected on purpose (TrainOptions::faults)

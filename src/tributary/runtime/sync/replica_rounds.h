@@ -29,6 +29,7 @@ namespace tributary {
 struct AfterStep {
   bool landed = false;
   bool quiescent = true;
+  bool over = false;  // the run's work is done before its last step (asynchronous rounds: the merges took its tokens)
 };
 
 // Size: the loop's fourteen questions and the five a heal asks (enter, adopt_progress, check_identical,

@@ -1,6 +1,7 @@
 #include "tributary/runtime/sync/sync.h"
 
 #include "tributary/perf/flops.h"
+#include "tributary/runtime/sync/async_sync.h"
 #include "tributary/runtime/sync/island_sync.h"
 #include "tributary/runtime/sync/pipeline_sync.h"
 #include "tributary/runtime/sync/replica_sync.h"
@@ -12,6 +13,7 @@ Started Sync::start(const StartState& state) { return {.peak_flops = measure_mat
 std::unique_ptr<Sync> make_sync(const Session* session, const Layout& layout) {
   switch (layout.kind()) {
     case RunKind::kReplicas:
+      if (layout.sync() == SyncKind::kAsyncDiloco) return std::make_unique<AsyncSync>(*session);
       return std::make_unique<ReplicaSync>(*session);
     case RunKind::kPipelines:
       return std::make_unique<PipelineSync>(*session, layout);

@@ -41,7 +41,8 @@ struct DataShard {
 // This rank's share of the run: the windows it reads, the batches one step of the run takes (all replicas together),
 // the optimizer steps it takes per step of the run (time-paced islands: a faster island more), the ranks one member
 // of a fault-tolerant run stands for (an island's; 1: a rank is a member), what the replicas are replicas of, and the
-// start-up line that describes the sync (the lead logs it; empty: none).
+// start-up line that describes the sync (the lead logs it; empty: none), and the steps this rank may take when the
+// run ends by the sync's word rather than at train.steps (asynchronous rounds: a fast replica takes more).
 struct Share {
   DataShard data;
   int64_t batches_per_step = 1;
@@ -49,6 +50,7 @@ struct Share {
   int64_t ranks_per_member = 1;
   std::string replicas_of;
   std::string line;
+  int64_t max_steps = 0;  // > 0: this rank may take up to so many steps, the sync ending the run (AfterStep::over)
 };
 
 // Whom the step itself exchanges with: the rounds that average gradients inside it (data parallel: the run's replicas,

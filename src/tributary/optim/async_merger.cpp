@@ -1,0 +1,251 @@
+#include "tributary/optim/async_merger.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+#include "tributary/core/safetensors.h"
+
+namespace tributary {
+namespace {
+
+std::string term_key(int64_t t) { return fmt::format("{}merger/{}", UpdateBoard::kPrefix, t); }
+
+std::string shape_text(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+}  // namespace
+
+AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, MergeRules rules,
+                         const NamedTensors& initial, std::function<void(const nlohmann::json&)> on_merge)
+    : board_(std::move(board)),
+      heartbeat_(std::move(heartbeat), UpdateBoard::kPrefix, self),
+      liveness_(board_.store(), UpdateBoard::kPrefix, self, rules.dead_after_s),
+      self_(self),
+      rules_(rules),
+      on_merge_(std::move(on_merge)) {
+  for (const auto& [name, t] : initial) initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+  if (self_ == rules_.replicas - 1) board_.store().set_once(term_key(0), std::to_string(self_));
+}
+
+AsyncMerger::~AsyncMerger() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncMerger::run() {
+  thread_ = std::thread([this] {
+    while (!stop_ && !done_) {
+      try {
+        if (!poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } catch (const std::exception& e) {  // the store went away: the run is over for this process
+        if (!stop_) log::warn("replica {}: the asynchronous merger stops: {}", self_, e.what());
+        return;
+      }
+    }
+  });
+}
+
+MergerStats AsyncMerger::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+std::vector<int> AsyncMerger::alive() {
+  std::vector<int> out;
+  for (int r = 0; r < rules_.replicas; ++r)
+    if (r == self_ || !liveness_.dead(r)) out.push_back(r);
+  return out;
+}
+
+// The newest term and its holder; a stale holder's term is raced for (first proposal written wins).
+bool AsyncMerger::elect() {
+  comm::Store& store = board_.store();
+  while (store.check({term_key(term_ + 1)})) ++term_;
+  if (term_ < 0) {  // the last rank has not started yet: after a heartbeat deadline anyone may take term 0
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - born_).count();
+    if (waited < rules_.dead_after_s) return false;
+    store.set_once(term_key(0), std::to_string(self_));
+    term_ = 0;
+  }
+  int holder = std::stoi(store.get(term_key(term_)));
+  if (holder != self_ && liveness_.dead(holder)) {
+    const std::string won = store.set_once(term_key(term_ + 1), std::to_string(self_));
+    ++term_;
+    holder = std::stoi(won);
+    if (holder == self_)
+      log::warn("replica {}: the merger (replica {}) fell silent; replica {} merges from now on (term {})", self_,
+                std::stoi(store.get(term_key(term_ - 1))), self_, term_);
+  }
+  const bool mine = holder == self_;
+  if (!mine) loaded_ = false;
+  merging_ = mine;
+  return mine;
+}
+
+// The merger's state from the last committed version (a fresh run: version 1, the initial model).
+void AsyncMerger::take_over() {
+  int64_t v = board_.latest();
+  while (board_.commit_of(v + 1)) ++v;  // a commit whose merger died before it counted it
+  pending_.clear();
+  quorum_since_.reset();
+  consumed_.clear();
+  if (v == 0) {
+    outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
+    nlohmann::json meta = {{"term", term_}, {"tokens", 0}, {"consumed", nlohmann::json::object()},
+                           {"merged", nlohmann::json::array()}, {"late", nlohmann::json::array()}, {"done", false}};
+    if (!board_.publish(1, self_, outer_->global(), outer_->state(), meta)) return;  // another merger did
+    version_ = 1;
+    tokens_ = 0;
+  } else {
+    const CommittedVersion c = *board_.commit_of(v);
+    NamedTensors both = board_.fetch_params(c);
+    const NamedTensors momenta = board_.fetch_momenta(c);
+    both.insert(both.end(), momenta.begin(), momenta.end());
+    outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
+    outer_->load_state(safetensors::File::parse(tensors_to_safetensors(both), fmt::format("version {}", v)), v - 1);
+    version_ = v;
+    tokens_ = c.meta.at("tokens").get<int64_t>();
+    for (const auto& [r, n] : c.meta.at("consumed").items()) consumed_[std::stoi(r)] = n.get<int64_t>();
+    if (c.meta.value("done", false)) done_ = true;
+    if (term_ > 0) {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      stats_.takeovers += 1;
+    }
+    log::info("replica {} merges from version {} ({} tokens merged so far)", self_, v, tokens_);
+  }
+  loaded_ = true;
+}
+
+std::string AsyncMerger::refusal(const PostedUpdate& u) const {
+  if (!u.error.empty()) return "its bytes do not parse: " + u.error;
+  if (u.tokens <= 0) return fmt::format("it claims {} tokens", u.tokens);
+  if (u.base_version < 1 || u.base_version > version_)
+    return fmt::format("it trained from version {}, which no merger published (the newest is {})", u.base_version,
+                       version_);
+  if (version_ - u.base_version > rules_.max_staleness)
+    return fmt::format(
+        "it is stale: it trained from version {}, the merger is at {} (dist.max_staleness = {}); the replica goes on "
+        "from the newest version",
+        u.base_version, version_, rules_.max_staleness);
+  const NamedTensors& model = outer_->global();
+  if (u.delta.size() != model.size())
+    return fmt::format("it holds {} tensors, the model has {}", u.delta.size(), model.size());
+  std::map<std::string, const torch::Tensor*> by_name;
+  for (const auto& [name, t] : u.delta) by_name[name] = &t;
+  for (const auto& [name, t] : model) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) return fmt::format("it has no tensor '{}'", name);
+    if (it->second->sizes() != t.sizes())
+      return fmt::format("its tensor '{}' has shape {}, the model's is {}", name, shape_text(*it->second),
+                         shape_text(t));
+    if (!torch::isfinite(*it->second).all().item<bool>()) return fmt::format("its tensor '{}' holds NaN or Inf", name);
+  }
+  return "";
+}
+
+void AsyncMerger::collect() {
+  for (int r = 0; r < rules_.replicas; ++r) {
+    const int64_t posted = board_.posted(r);
+    for (int64_t& n = consumed_[r]; n < posted; ++n) {
+      PostedUpdate u = board_.read(r, n);
+      if (const std::string why = refusal(u); !why.empty()) {
+        log::warn("merger (replica {}): refused update {} of replica {}: {}; nothing of it reaches the model", self_, n,
+                  r, why);
+        std::lock_guard<std::mutex> lock(stats_mutex_);
+        stats_.refused += 1;
+        continue;
+      }
+      pending_.push_back({std::move(u), 0});
+    }
+  }
+}
+
+bool AsyncMerger::due() {
+  if (pending_.empty()) return false;
+  std::set<int> in;
+  for (const auto& p : pending_) in.insert(p.update.replica);
+  const std::vector<int> living = alive();
+  bool all_in = true;
+  for (int r : living) all_in &= in.count(r) > 0;
+  if (all_in) return true;
+  const int64_t quorum = std::min<int64_t>(rules_.min_quorum, std::max<int64_t>(1, int64_t(living.size())));
+  if (int64_t(in.size()) < quorum) return false;
+  if (!quorum_since_) quorum_since_ = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - *quorum_since_).count() >= rules_.grace_s;
+}
+
+void AsyncMerger::merge() {
+  const NamedTensors& model = outer_->global();
+  double total = 0;
+  for (auto& p : pending_) {
+    p.staleness = version_ - p.update.base_version;
+    total += double(p.update.tokens) / double(1 + p.staleness);
+  }
+  std::vector<torch::Tensor> average;
+  for (const auto& [name, t] : model) average.push_back(torch::zeros_like(t));
+  nlohmann::json merged = nlohmann::json::array();
+  std::set<int> in;
+  int64_t tokens = 0;
+  for (const auto& p : pending_) {
+    const double w = double(p.update.tokens) / double(1 + p.staleness) / total;
+    std::map<std::string, const torch::Tensor*> by_name;
+    for (const auto& [name, t] : p.update.delta) by_name[name] = &t;
+    for (size_t i = 0; i < model.size(); ++i) average[i].add_(*by_name.at(model[i].first), w);
+    merged.push_back({{"replica", p.update.replica},
+                      {"number", p.update.number},
+                      {"staleness", p.staleness},
+                      {"weight", w},
+                      {"tokens", p.update.tokens}});
+    in.insert(p.update.replica);
+    tokens += p.update.tokens;
+  }
+  std::vector<int> late;
+  for (int r : alive())
+    if (!in.count(r)) late.push_back(r);
+  outer_->apply(average);
+  const int64_t next = version_ + 1;
+  nlohmann::json consumed = nlohmann::json::object();
+  for (const auto& [r, n] : consumed_) consumed[std::to_string(r)] = n;
+  const bool finished = rules_.token_budget > 0 && tokens_ + tokens >= rules_.token_budget;
+  nlohmann::json meta = {{"term", term_},        {"tokens", tokens_ + tokens}, {"consumed", consumed},
+                         {"merged", merged},     {"late", late},               {"done", finished}};
+  if (!board_.publish(next, self_, outer_->global(), outer_->state(), meta)) {
+    log::warn("replica {}: version {} was committed by another merger first; this one stands down", self_, next);
+    loaded_ = false;  // reloads from the newest commit if it still holds the term
+    return;
+  }
+  version_ = next;
+  tokens_ += tokens;
+  for (const auto& p : pending_) board_.forget(p.update.replica, p.update.number);
+  if (const auto old = board_.commit_of(next - 3)) board_.forget_version(*old);
+  pending_.clear();
+  quorum_since_.reset();
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.merges += 1;
+  }
+  meta["version"] = next;
+  meta["merger"] = self_;
+  if (on_merge_) on_merge_(meta);
+  if (finished) done_ = true;
+}
+
+bool AsyncMerger::poll() {
+  if (done_ || !elect()) return false;
+  if (!loaded_) take_over();
+  if (!loaded_ || done_) return false;
+  if (board_.commit_of(version_ + 1)) {  // another merger committed meanwhile (this one was frozen): reload
+    loaded_ = false;
+    return false;
+  }
+  collect();
+  if (!due()) return false;
+  merge();
+  return true;
+}
+
+}  // namespace tributary

@@ -1,0 +1,108 @@
+// Asynchronous DiLoCo's merger (Decoupled DiLoCo, arXiv 2604.21428; Asynchronous Local-SGD, Liu et al. 2024): it takes
+// the replicas' pseudo-gradients as they arrive on the update board (optim/update_board.h) and merges them into the
+// next global version without any replica waiting for another.
+//   quorum   a merge closes once updates from dist.min_quorum replicas have arrived and dist.grace_s has passed since
+//            then, for stragglers (at once when every live replica has one in): the quorum of a merge is whoever
+//            arrived, not a fixed set.
+//   weight   each update counts by the tokens it represents, discounted by its staleness s (merges since the version
+//            it trained from): w = tokens / (1 + s). An update more than dist.max_staleness merges old is refused.
+//   momentum the merged, weighted average takes one outer Nesterov step (optim/outer.h) per merge: the momentum
+//            moves once per merge however many updates it holds, Asynchronous Local-SGD's delayed Nesterov with the
+//            merge as its period, so a burst of stale updates cannot pump it.
+//   refusal  an update whose bytes do not parse, of the wrong names or shapes, with NaN or Inf, for a version the
+//            merger never published, or too stale, is refused with a log line naming the replica and the reason;
+//            nothing of it reaches the model.
+// No single point of failure: every replica process holds a candidate (this class) with its heartbeat. The merging
+// role is a term held by one rank (async/merger/{t}, first proposal written wins, as every decision of the run's
+// fault-tolerance home, comm/membership.h); the last rank takes term 0, so that the lead's evaluations do not delay
+// merges. When the holder's heartbeat goes stale, the candidates race for the next term and the winner takes over
+// from the last committed version's parameters, momenta and consumed posts: at most the merge in flight is lost,
+// its updates are merged by the successor. A merger that was frozen and comes back loses its next commit to the
+// successor's (set_once) and stands down; the model is never half written.
+// The run is done when the merges have taken in dist's token budget (train.steps x replicas x a replica's tokens per
+// step): the last commit says so and every replica stops at its next round.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "tributary/comm/heartbeat.h"
+#include "tributary/optim/outer.h"
+#include "tributary/optim/update_board.h"
+
+namespace tributary {
+
+struct MergeRules {
+  int replicas = 1;
+  int64_t min_quorum = 1;
+  double grace_s = 1;
+  int64_t max_staleness = 4;
+  int64_t token_budget = 0;  // the run is done once the merges took in this many tokens (0: never)
+  OuterOptions outer;
+  double dead_after_s = 10;  // a candidate whose heartbeat is stale this long holds no term
+};
+
+struct MergerStats {
+  int64_t merges = 0, refused = 0, takeovers = 0;
+};
+
+class AsyncMerger {
+ public:
+  // `board`: a store connection of the merger's own; `heartbeat`: another, for this process's heartbeat (started
+  // now). `initial`: the model every replica starts from (version 1, when no version exists yet). `on_merge`: the
+  // committed meta of each merge this candidate made (the caller logs it and writes merges.jsonl).
+  AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, MergeRules rules, const NamedTensors& initial,
+              std::function<void(const nlohmann::json&)> on_merge = {});
+  ~AsyncMerger();
+
+  // One pass: the term, the posts since the last pass, a merge when one is due. True when it merged. The thread
+  // (run()) calls it every few milliseconds; tests call it directly.
+  bool poll();
+  void run();  // polls on a thread of its own until the run is done or this is destroyed
+  bool merging() const { return merging_; }
+  bool done() const { return done_; }
+  MergerStats stats() const;
+
+ private:
+  struct Pending {
+    PostedUpdate update;
+    int64_t staleness = 0;
+  };
+  bool elect();
+  void take_over();
+  void collect();
+  std::string refusal(const PostedUpdate& u) const;
+  bool due();
+  void merge();
+  std::vector<int> alive();
+
+  UpdateBoard board_;
+  comm::Heartbeat heartbeat_;
+  comm::Liveness liveness_;
+  int self_;
+  MergeRules rules_;
+  NamedTensors initial_;
+  std::function<void(const nlohmann::json&)> on_merge_;
+  const std::chrono::steady_clock::time_point born_ = std::chrono::steady_clock::now();
+
+  int64_t term_ = -1;  // the newest term seen
+  std::atomic<bool> merging_{false}, done_{false}, stop_{false};
+  bool loaded_ = false;  // the merger's state is the last commit's
+  std::unique_ptr<OuterOptimizer> outer_;
+  int64_t version_ = 0, tokens_ = 0;
+  std::map<int, int64_t> consumed_;  // per replica: the next post to read
+  std::vector<Pending> pending_;
+  std::optional<std::chrono::steady_clock::time_point> quorum_since_;
+  mutable std::mutex stats_mutex_;
+  MergerStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace tributary

@@ -1,0 +1,176 @@
+#include "tributary/optim/update_board.h"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "tributary/core/clock.h"
+#include "tributary/core/error.h"
+#include "tributary/core/safetensors.h"
+
+namespace tributary {
+namespace {
+
+const std::string& P = UpdateBoard::kPrefix;
+
+std::string update_key(int replica, int64_t n) { return fmt::format("{}up/{}/{}", P, replica, n); }
+std::string count_key(int replica) { return fmt::format("{}up/{}/count", P, replica); }
+std::string commit_key(int64_t v) { return fmt::format("{}commit/{}", P, v); }
+std::string params_key(int64_t v, int merger) { return fmt::format("{}g/{}/{}", P, v, merger); }
+std::string momenta_key(int64_t v, int merger) { return fmt::format("{}m/{}/{}", P, v, merger); }
+
+// int8: one symmetric scale per tensor (absmax / 127), sent beside it as "<name>.scale".
+NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
+  NamedTensors wire;
+  for (const auto& [name, t] : delta) {
+    const torch::Tensor x = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    if (codec == "fp32") {
+      wire.emplace_back(name, x);
+    } else if (codec == "fp16") {
+      wire.emplace_back(name, x.to(torch::kFloat16));
+    } else if (codec == "bf16") {
+      wire.emplace_back(name, x.to(torch::kBFloat16));
+    } else {
+      const float absmax = x.abs().max().item<float>();
+      const float scale = absmax > 0 && std::isfinite(absmax) ? absmax / 127.0f : 1.0f;
+      // a non-finite value stays visible to the merger's check instead of being clamped into range
+      const torch::Tensor q = std::isfinite(absmax) ? (x / scale).round().clamp(-127, 127).to(torch::kInt8)
+                                                    : torch::full_like(x, 127).to(torch::kInt8);
+      wire.emplace_back(name, q);
+      wire.emplace_back(name + ".scale", std::isfinite(absmax) ? torch::full({1}, scale)
+                                                               : torch::full({1}, std::nanf("")));
+    }
+  }
+  return wire;
+}
+
+NamedTensors decode(const safetensors::File& file) {
+  NamedTensors out;
+  for (const auto& [name, view] : file.tensors()) {
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0) continue;
+    torch::Tensor t = to_torch(view).to(torch::kFloat32);
+    if (file.contains(name + ".scale")) t.mul_(to_torch(file.at(name + ".scale")).to(torch::kFloat32));
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool UpdateBoard::supports(const std::string& codec) {
+  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8";
+}
+
+UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self)
+    : store_(std::move(store)), codec_(std::move(codec)), link_(std::move(link)), self_(self) {
+  if (!supports(codec_))
+    fail(
+        "dist.compression = '{}' with dist.algorithm = async_diloco: a replica's update travels on its own to the "
+        "merger, so only fp32, fp16, bf16 or int8 apply (the ring and sparse codecs need every replica in one "
+        "collective)",
+        codec_);
+}
+
+void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) const {
+  if (!link_ || from < 0 || to < 0 || from == to || from >= link_->num_ranks || to >= link_->num_ranks) return;
+  const double left = link_->latency(from, to) + double(bytes) / link_->bandwidth(from, to) - already_s;
+  if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+}
+
+int64_t UpdateBoard::post(const NamedTensors& delta, int64_t base_version, int64_t tokens, int merger) {
+  const auto start = Clock::now();
+  const int64_t n = store_.add(count_key(self_), 0);
+  const std::string bytes = tensors_to_safetensors(encode(delta, codec_), {{"base", std::to_string(base_version)},
+                                                                           {"tokens", std::to_string(tokens)},
+                                                                           {"replica", std::to_string(self_)}});
+  store_.set(update_key(self_, n), bytes);
+  wait_link(self_, merger, bytes.size(), seconds_since(start));
+  store_.add(count_key(self_), 1);  // the post is readable once counted
+  bytes_posted_ += double(bytes.size());
+  return n;
+}
+
+int UpdateBoard::merger_now() {
+  while (store_.check({fmt::format("{}merger/{}", P, term_ + 1)})) ++term_;
+  return term_ < 0 ? -1 : std::stoi(store_.get(fmt::format("{}merger/{}", P, term_)));
+}
+
+int64_t UpdateBoard::posted(int replica) { return store_.add(count_key(replica), 0); }
+
+PostedUpdate UpdateBoard::read(int replica, int64_t number) {
+  PostedUpdate u{.replica = replica, .number = number};
+  const std::string key = update_key(replica, number);
+  if (!store_.check({key})) {
+    u.error = "its bytes are gone from the store";
+    return u;
+  }
+  try {
+    const auto file = safetensors::File::parse(store_.get(key), key);
+    const auto& meta = file.metadata();
+    auto number_of = [&](const std::string& what) -> int64_t {
+      const auto it = meta.find(what);
+      if (it == meta.end()) fail("no '{}' in its metadata", what);
+      size_t used = 0;
+      const int64_t v = std::stoll(it->second, &used);
+      if (used != it->second.size()) fail("'{}' = '{}' is not a number", what, it->second);
+      return v;
+    };
+    u.base_version = number_of("base");
+    u.tokens = number_of("tokens");
+    if (number_of("replica") != replica) fail("it says it is replica {}'s", number_of("replica"));
+    u.delta = decode(file);
+  } catch (const std::exception& e) {  // a malformed post is refused, never thrown at the merger
+    u.delta.clear();
+    u.error = e.what();
+  }
+  return u;
+}
+
+void UpdateBoard::forget(int replica, int64_t number) { store_.remove(update_key(replica, number)); }
+
+int64_t UpdateBoard::latest() { return store_.add(P + "version", 0); }
+
+std::optional<CommittedVersion> UpdateBoard::commit_of(int64_t version) {
+  if (version <= 0 || !store_.check({commit_key(version)})) return std::nullopt;
+  return CommittedVersion{version, nlohmann::json::parse(store_.get(commit_key(version)))};
+}
+
+bool UpdateBoard::publish(int64_t version, int merger, const NamedTensors& params, const NamedTensors& momenta,
+                          nlohmann::json meta) {
+  store_.set(params_key(version, merger), tensors_to_safetensors(params));
+  store_.set(momenta_key(version, merger), tensors_to_safetensors(momenta));
+  meta["merger"] = merger;
+  const std::string mine = meta.dump();
+  if (store_.set_once(commit_key(version), mine) != mine) {
+    store_.remove(params_key(version, merger));
+    store_.remove(momenta_key(version, merger));
+    return false;
+  }
+  store_.add(P + "version", 1);
+  return true;
+}
+
+NamedTensors UpdateBoard::fetch_params(const CommittedVersion& version) {
+  const auto start = Clock::now();
+  const int merger = version.meta.at("merger").get<int>();
+  const std::string key = params_key(version.version, merger);
+  if (!store_.check({key})) return {};  // three versions behind by now: deleted
+  std::string bytes = store_.get(key);
+  wait_link(merger, self_, bytes.size(), seconds_since(start));
+  bytes_fetched_ += double(bytes.size());
+  return decode(safetensors::File::parse(std::move(bytes), key));
+}
+
+NamedTensors UpdateBoard::fetch_momenta(const CommittedVersion& version) {
+  const std::string key = momenta_key(version.version, version.meta.at("merger").get<int>());
+  if (!store_.check({key})) return {};
+  return decode(safetensors::File::parse(store_.get(key), key));
+}
+
+void UpdateBoard::forget_version(const CommittedVersion& version) {
+  const int merger = version.meta.at("merger").get<int>();
+  store_.remove(params_key(version.version, merger));
+  store_.remove(momenta_key(version.version, merger));
+}
+
+}  // namespace tributary

@@ -1,0 +1,213 @@
+#include "tributary/runtime/sync/async_sync.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <thread>
+
+#include "tributary/core/error.h"
+#include "tributary/core/log.h"
+
+namespace tributary {
+
+AsyncSync::AsyncSync(const Session& session)
+    : session_(session),
+      rank_(session.env().rank),
+      replicas_(session.env().world_size),
+      lead_(session.env().lead()),
+      inner_steps_(session.config().dist.inner_steps),
+      board_(session.reconnect(), session.config().dist.compression, session.links(), session.env().rank) {
+  const RunConfig& c = session.config();
+  tokens_per_step_ = c.train.batch_size * c.train.grad_accum * c.model.context;
+  rules_ = {.replicas = replicas_,
+            .min_quorum = c.dist.min_quorum > 0 ? c.dist.min_quorum : (replicas_ + 1) / 2,
+            .grace_s = c.dist.grace_s,
+            .max_staleness = c.dist.max_staleness,
+            .token_budget = c.train.steps * replicas_ * tokens_per_step_,
+            .outer = {.lr = c.dist.outer_lr, .momentum = c.dist.outer_momentum},
+            .dead_after_s = c.dist.heartbeat_timeout_s};
+}
+
+AsyncSync::~AsyncSync() {
+  merger_.reset();  // its thread first: it may be writing merges.jsonl
+  try {             // the communication thread's jobs use the board, which goes before the thread
+    collect_posts(true);
+    if (fetch_) fetch_->get();
+  } catch (const std::exception&) {  // the store is gone: nothing left to deliver to
+  }
+}
+
+Share AsyncSync::share() const {
+  return {.data = {rank_, replicas_},
+          .batches_per_step = replicas_,
+          .line = fmt::format(
+              "asynchronous DiLoCo: {} replicas post every {} steps without waiting; a merge closes at {} of them + "
+              "{} s of grace (at once when all are in), updates weighted by tokens / (1 + staleness), older than {} "
+              "merges refused; outer lr {}, momentum {}; compression {}",
+              replicas_, inner_steps_, rules_.min_quorum, rules_.grace_s, rules_.max_staleness, rules_.outer.lr,
+              rules_.outer.momentum, session_.config().dist.compression),
+          // a fast replica may take the run's steps several times over while a slow one lags
+          .max_steps = 8 * session_.config().train.steps};
+}
+
+Started AsyncSync::start(const StartState& state) {
+  if (state.ckpt)
+    fail(
+        "dist.algorithm = async_diloco cannot resume a checkpoint yet (its replicas stop at different steps): start "
+        "a new run with train.init_from = '{}' to continue from its model",
+        state.ckpt->dir.string());
+  Started started = Sync::start(state);
+  for (const auto& [name, t] : state.trained)
+    anchor_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+  merger_ = std::make_unique<AsyncMerger>(UpdateBoard(session_.reconnect(), session_.config().dist.compression,
+                                                      session_.links(), rank_),
+                                          session_.reconnect(), rank_, rules_, anchor_,
+                                          [this](const nlohmann::json& merge) { write_merge(merge); });
+  merger_->run();
+  // A restarted replica (or one that started late) goes on from the newest version; a fresh one's is version 1,
+  // the model every replica initialised alike.
+  if (auto newest = thread_.run<std::optional<Fetched>>([this] { return fetch_newest(1); })) {
+    log::info("replica {} joins the asynchronous run at version {}", rank_, newest->version);
+    adopt(std::move(*newest), state.trained);
+  }
+  return started;
+}
+
+std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t newer_than) {
+  for (;;) {
+    const int64_t v = board_.latest();
+    if (v <= newer_than) return std::nullopt;
+    const auto commit = board_.commit_of(v);
+    if (!commit) return std::nullopt;
+    NamedTensors params = board_.fetch_params(*commit);
+    if (params.empty()) continue;  // deleted meanwhile: a newer one exists
+    const auto& consumed = commit->meta.at("consumed");
+    const std::string mine = std::to_string(rank_);
+    return Fetched{.version = v,
+                   .done = commit->meta.value("done", false),
+                   .merged_mine = consumed.contains(mine) ? consumed.at(mine).get<int64_t>() : 0,
+                   .params = std::move(params)};
+  }
+}
+
+void AsyncSync::poll_fetch() {
+  const auto newest = [this] { return std::max(base_, staged_ ? staged_->version : 0); };
+  if (fetch_ && fetch_->wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    if (auto fetched = fetch_->get(); fetched && fetched->version > newest()) staged_ = std::move(fetched);
+    fetch_.reset();
+  }
+  if (!fetch_) fetch_ = thread_.enqueue<std::optional<Fetched>>([this, b = newest()] { return fetch_newest(b); });
+}
+
+void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, const torch::Tensor*> by_name;
+  for (const auto& [name, t] : fetched.params) by_name[name] = &t;
+  for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i].second.copy_(*by_name.at(anchor_[i].first));
+  for (auto it = posts_.begin(); it != posts_.end();) {
+    if (!it->number && it->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+      it->number = it->sent.get();
+    if (it->number && *it->number < fetched.merged_mine) {  // in this version: its delta is not needed any more
+      it = posts_.erase(it);
+      continue;
+    }
+    if (with_own)
+      for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i].second.sub_(it->delta[i].second);
+    ++it;
+  }
+  for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(anchor_[i].second);
+  staleness_sum_ += fetched.version - base_;
+  base_ = fetched.version;
+  over_ |= fetched.done;
+  adopted_ += 1;
+}
+
+void AsyncSync::post(NamedTensors& trained, int64_t steps) {
+  NamedTensors delta;
+  for (size_t i = 0; i < trained.size(); ++i) {
+    const torch::Tensor now = trained[i].second.detach().to(torch::kCPU, torch::kFloat32);
+    delta.emplace_back(trained[i].first, anchor_[i].second - now);
+    anchor_[i].second.copy_(now);
+  }
+  Posted posted{.delta = delta};
+  posted.sent = thread_.enqueue<int64_t>(
+      [this, delta = std::move(delta), base = base_, tokens = steps * tokens_per_step_] {
+        return board_.post(delta, base, tokens, board_.merger_now());
+      });
+  posts_.push_back(std::move(posted));
+  rounds_ += 1;
+}
+
+void AsyncSync::collect_posts(bool all) {
+  for (auto& p : posts_)
+    if (!p.number && (all || p.sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready))
+      p.number = p.sent.get();
+}
+
+AfterStep AsyncSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+  poll_fetch();
+  if (++inner_ < inner_steps_) return {};
+  inner_ = 0;
+  collect_posts(false);
+  post(trained, inner_steps_);
+  const bool adopted = staged_.has_value();
+  if (staged_) adopt(*std::exchange(staged_, std::nullopt), trained);
+  return {.landed = adopted, .quiescent = true, .over = over_};
+}
+
+// The lead reads the global model: mid-run, the newest version with its own posts not merged yet (its view, as at a
+// round's end); at the run's end, the bare last version.
+void AsyncSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
+  if (!lead_) return;
+  if (inner_ > 0 && !over_) {  // the round so far is posted, not lost
+    post(params, inner_);
+    inner_ = 0;
+  }
+  if (fetch_) {
+    if (auto fetched = fetch_->get(); fetched && fetched->version > base_) staged_ = std::move(fetched);
+    fetch_.reset();
+  }
+  const int64_t known = std::max(base_, staged_ ? staged_->version : 0);
+  if (auto newest = thread_.run<std::optional<Fetched>>([this, known] { return fetch_newest(known); }))
+    staged_ = std::move(newest);
+  if (staged_) {
+    const bool done = staged_->done;
+    adopt(*std::exchange(staged_, std::nullopt), params, /*with_own=*/!done);
+  }
+}
+
+void AsyncSync::write_merge(const nlohmann::json& merge) {
+  std::vector<std::string> in;
+  for (const auto& u : merge.at("merged"))
+    in.push_back(fmt::format("{} (staleness {}, weight {:.2f})", u.at("replica").get<int>(),
+                             u.at("staleness").get<int64_t>(), u.at("weight").get<double>()));
+  log::info("merge {} by replica {}: {}{}; {} tokens merged{}", merge.at("version").get<int64_t>(), rank_,
+            fmt::join(in, ", "),
+            merge.at("late").empty() ? std::string()
+                                     : fmt::format("; late: {}", fmt::join(merge.at("late").get<std::vector<int>>(),
+                                                                            ", ")),
+            merge.at("tokens").get<int64_t>(), merge.at("done").get<bool>() ? " (the run's tokens: done)" : "");
+  nlohmann::json line = merge;
+  line.erase("consumed");
+  line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ofstream(fs::path(session_.config().train.run_dir) / "merges.jsonl", std::ios::app) << line.dump() << "\n";
+}
+
+void AsyncSync::summarize(TrainSummary& summary) {
+  const MergerStats s = merger_ ? merger_->stats() : MergerStats{};
+  summary.outer_steps = base_;
+  summary.details["async"] = {{"rounds", rounds_},
+                              {"adopted", adopted_},
+                              {"version", base_},
+                              {"mean_staleness_adopted", adopted_ > 0 ? double(staleness_sum_) / adopted_ : 0.0},
+                              {"merges_by_this_replica", s.merges},
+                              {"refused_by_this_replica", s.refused},
+                              {"takeovers", s.takeovers},
+                              {"bytes_posted", board_.bytes_posted()},
+                              {"bytes_fetched", board_.bytes_fetched()}};
+  summary.bytes_sent += board_.bytes_posted();
+  summary.bytes_recv += board_.bytes_fetched();
+}
+
+}  // namespace tributary

@@ -1,0 +1,89 @@
+// A replica of asynchronous DiLoCo (dist.algorithm = async_diloco; Decoupled DiLoCo, Asynchronous Local-SGD): it never
+// waits for another replica. Every dist.inner_steps steps it ends a round on its own:
+//   post     its pseudo-gradient since its anchor (anchor - theta: the parameters it last adopted or posted from)
+//            goes to the update board (optim/update_board.h) on the communication thread, with the version it
+//            trained from and its tokens; training goes on at once;
+//   adopt    if a newer global version than its own arrived meanwhile (fetched in the background while it trains),
+//            the replica continues from it plus its own posted updates that version has not merged yet
+//            (theta = global - their deltas), which become the anchor of its next update; otherwise it goes on from
+//            its own parameters. A replica that took the bare global would redo the progress its in-flight updates
+//            already carry, and the merges would apply it twice (measured: the loss rose from 3.06 to 3.46 between
+//            steps 30 and 60 where synchronous DiLoCo fell to 2.50).
+// The merge itself is optim/async_merger.h's, on whichever replica holds the merging term (every process is a
+// candidate). Deaths need no agreement: a dead replica is absent from the merges, a restarted one (launch
+// --max-restarts) starts from the newest committed version. A fast replica takes more rounds than a slow one; the
+// run ends when the merges have taken in train.steps x replicas steps' tokens (AfterStep::over), so the wall time
+// follows the fast replicas, not the slowest. Before an evaluation or the final checkpoint the lead adopts the newest
+// version, so what it reads is the global model. No step is taken in lockstep: no stop vote (a signal stops the
+// process that got it; the others go on) and no collective checkpoint (the lead writes the global model).
+#pragma once
+
+#include <deque>
+#include <future>
+#include <memory>
+#include <optional>
+
+#include "tributary/comm/comm_thread.h"
+#include "tributary/optim/async_merger.h"
+#include "tributary/optim/update_board.h"
+#include "tributary/runtime/sync/sync.h"
+
+namespace tributary {
+
+class AsyncSync : public Sync {
+ public:
+  explicit AsyncSync(const Session& session);
+  ~AsyncSync() override;
+
+  Share share() const override;
+  Started start(const StartState& state) override;
+  AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
+  void before_read(NamedTensors& params, NamedTensors* aux_params) override;
+  bool checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
+                       CheckpointContents& contents) override {
+    return lead_;  // the lead's copy is the global model (before_read); nobody else writes one
+  }
+  void summarize(TrainSummary& summary) override;
+
+ private:
+  struct Fetched {
+    int64_t version = 0;
+    bool done = false;
+    int64_t merged_mine = 0;  // this replica's posts numbered below this are in it (merged or refused)
+    NamedTensors params;
+  };
+  // An update on its way or waiting to be merged: its delta stays until a version shows it merged.
+  struct Posted {
+    std::future<int64_t> sent;  // its number, once posted
+    std::optional<int64_t> number;
+    NamedTensors delta;
+  };
+  void post(NamedTensors& trained, int64_t steps);
+  // The newest version when it is newer than `newer_than` (none otherwise); on the communication thread.
+  std::optional<Fetched> fetch_newest(int64_t newer_than);
+  // Takes what the background fetch brought and starts the next one.
+  void poll_fetch();
+  // `with_own`: plus this replica's posts the version has not merged (false: the bare global, at the run's end).
+  void adopt(Fetched fetched, NamedTensors& trained, bool with_own = true);
+  void collect_posts(bool all);  // posts sent (a failed one throws); `all`: waits for those still going
+  void write_merge(const nlohmann::json& merge);
+
+  const Session& session_;
+  int rank_, replicas_;
+  bool lead_;
+  int64_t inner_steps_, tokens_per_step_;
+  MergeRules rules_;
+  comm::CommThread thread_;  // posts and fetches, off the training thread
+  UpdateBoard board_;        // used on thread_ only
+  std::unique_ptr<AsyncMerger> merger_;
+  NamedTensors anchor_;      // fp32, CPU: what the next update is measured from
+  int64_t base_ = 1;         // the version the replica's parameters descend from
+  int64_t inner_ = 0;        // steps in the current round
+  std::deque<Posted> posts_;
+  std::optional<std::future<std::optional<Fetched>>> fetch_;
+  std::optional<Fetched> staged_;  // the newest version fetched, adopted at the round's end
+  bool over_ = false;
+  int64_t rounds_ = 0, adopted_ = 0, staleness_sum_ = 0;
+};
+
+}  // namespace tributary
