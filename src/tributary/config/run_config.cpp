@@ -41,7 +41,8 @@ namespace {
 
 // [dist]: how the replicas of a run keep together, and what the links and deadlines are.
 void bind_dist(ConfigSchema& s, DistConfig& dist) {
-  s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs", {"diloco", "ddp", "async_diloco"});
+  s.add("dist.algorithm", dist.algorithm, "replica synchronisation in multi-process runs",
+        {"diloco", "ddp", "async_diloco"});
   s.add("dist.inner_steps", dist.inner_steps, "DiLoCo: inner steps H between outer steps", 1);
   s.add("dist.warmup_ddp_steps", dist.warmup_ddp_steps,
         "DiLoCo: data-parallel steps before the first inner step; -1: a third of the steps when the run has fewer "
@@ -346,22 +347,26 @@ void validate_model(const RunConfig& c) {
 void validate_async(const RunConfig& c) {
   const std::string why = "dist.algorithm = async_diloco: replicas of the whole model post their updates alone";
   if (c.parallel.pipeline_stages > 1 || !c.parallel.islands.empty() || !c.dipaco.modules.empty() || c.local.chunks > 0)
-    fail("{}; pipeline stages, islands, local parallelism and DiPaCo are not asynchronous yet: use dist.algorithm = "
-         "diloco with them",
-         why);
+    fail(
+        "{}; pipeline stages, islands, local parallelism and DiPaCo are not asynchronous yet: use dist.algorithm = "
+        "diloco with them",
+        why);
   if (c.dist.fault_tolerant)
-    fail("{}, so a death needs no agreement: drop dist.fault_tolerant (launch --max-restarts still restarts a dead "
-         "replica, which then starts from the newest version)",
-         why);
+    fail(
+        "{}, so a death needs no agreement: drop dist.fault_tolerant (launch --max-restarts still restarts a dead "
+        "replica, which then starts from the newest version)",
+        why);
   if (c.dist.warmup_ddp_steps > 0 || c.dist.overlap_steps > 0 || c.dist.fragments > 1 || c.dist.ramp_steps > 0 ||
       c.dist.qsr_alpha > 0)
-    fail("{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
-         "leave them at 0 (fragments 1)",
-         why);
+    fail(
+        "{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
+        "leave them at 0 (fragments 1)",
+        why);
   if (c.dist.reject_norm_factor > 0)
-    fail("{}: the merger refuses non-finite and malformed updates itself; dist.reject_norm_factor compares the "
-         "norms of one collective's updates and does not apply: leave it at 0",
-         why);
+    fail(
+        "{}: the merger refuses non-finite and malformed updates itself; dist.reject_norm_factor compares the "
+        "norms of one collective's updates and does not apply: leave it at 0",
+        why);
   if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
         c.dist.compression == "int8"))
     fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16 or int8", why,

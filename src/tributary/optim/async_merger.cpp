@@ -27,7 +27,8 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
       self_(self),
       rules_(rules),
       on_merge_(std::move(on_merge)) {
-  for (const auto& [name, t] : initial) initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+  for (const auto& [name, t] : initial)
+    initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
   if (self_ == rules_.replicas - 1) board_.store().set_once(term_key(0), std::to_string(self_));
 }
 
@@ -95,8 +96,12 @@ void AsyncMerger::take_over() {
   consumed_.clear();
   if (v == 0) {
     outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
-    nlohmann::json meta = {{"term", term_}, {"tokens", 0}, {"consumed", nlohmann::json::object()},
-                           {"merged", nlohmann::json::array()}, {"late", nlohmann::json::array()}, {"done", false}};
+    nlohmann::json meta = {{"term", term_},
+                           {"tokens", 0},
+                           {"consumed", nlohmann::json::object()},
+                           {"merged", nlohmann::json::array()},
+                           {"late", nlohmann::json::array()},
+                           {"done", false}};
     if (!board_.publish(1, self_, outer_->global(), outer_->state(), meta)) return;  // another merger did
     version_ = 1;
     tokens_ = 0;
@@ -211,8 +216,9 @@ void AsyncMerger::merge() {
   nlohmann::json consumed = nlohmann::json::object();
   for (const auto& [r, n] : consumed_) consumed[std::to_string(r)] = n;
   const bool finished = rules_.token_budget > 0 && tokens_ + tokens >= rules_.token_budget;
-  nlohmann::json meta = {{"term", term_},        {"tokens", tokens_ + tokens}, {"consumed", consumed},
-                         {"merged", merged},     {"late", late},               {"done", finished}};
+  nlohmann::json meta = {{"term", term_},        {"tokens", tokens_ + tokens},
+                         {"consumed", consumed}, {"merged", merged},
+                         {"late", late},         {"done", finished}};
   if (!board_.publish(next, self_, outer_->global(), outer_->state(), meta)) {
     log::warn("replica {}: version {} was committed by another merger first; this one stands down", self_, next);
     loaded_ = false;  // reloads from the newest commit if it still holds the term

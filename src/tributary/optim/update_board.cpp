@@ -37,8 +37,8 @@ NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
       const torch::Tensor q = std::isfinite(absmax) ? (x / scale).round().clamp(-127, 127).to(torch::kInt8)
                                                     : torch::full_like(x, 127).to(torch::kInt8);
       wire.emplace_back(name, q);
-      wire.emplace_back(name + ".scale", std::isfinite(absmax) ? torch::full({1}, scale)
-                                                               : torch::full({1}, std::nanf("")));
+      wire.emplace_back(name + ".scale",
+                        std::isfinite(absmax) ? torch::full({1}, scale) : torch::full({1}, std::nanf("")));
     }
   }
   return wire;
@@ -80,9 +80,9 @@ void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) co
 int64_t UpdateBoard::post(const NamedTensors& delta, int64_t base_version, int64_t tokens, int merger) {
   const auto start = Clock::now();
   const int64_t n = store_.add(count_key(self_), 0);
-  const std::string bytes = tensors_to_safetensors(encode(delta, codec_), {{"base", std::to_string(base_version)},
-                                                                           {"tokens", std::to_string(tokens)},
-                                                                           {"replica", std::to_string(self_)}});
+  const std::string bytes = tensors_to_safetensors(
+      encode(delta, codec_),
+      {{"base", std::to_string(base_version)}, {"tokens", std::to_string(tokens)}, {"replica", std::to_string(self_)}});
   store_.set(update_key(self_, n), bytes);
   wait_link(self_, merger, bytes.size(), seconds_since(start));
   store_.add(count_key(self_), 1);  // the post is readable once counted

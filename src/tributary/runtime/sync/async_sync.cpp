@@ -8,6 +8,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/launch/launcher.h"
 
 namespace tributary {
 
@@ -60,11 +61,15 @@ Started AsyncSync::start(const StartState& state) {
   Started started = Sync::start(state);
   for (const auto& [name, t] : state.trained)
     anchor_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
-  merger_ = std::make_unique<AsyncMerger>(UpdateBoard(session_.reconnect(), session_.config().dist.compression,
-                                                      session_.links(), rank_),
-                                          session_.reconnect(), rank_, rules_, anchor_,
-                                          [this](const nlohmann::json& merge) { write_merge(merge); });
+  merger_ = std::make_unique<AsyncMerger>(
+      UpdateBoard(session_.reconnect(), session_.config().dist.compression, session_.links(), rank_),
+      session_.reconnect(), rank_, rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); });
   merger_->run();
+  // Every rank met the others at the session's rendezvous: launch may restart the dead from now on.
+  thread_.run<int>([this] {
+    board_.store().set(kRunStartedKey, "1");
+    return 0;
+  });
   // A restarted replica (or one that started late) goes on from the newest version; a fresh one's is version 1,
   // the model every replica initialised alike.
   if (auto newest = thread_.run<std::optional<Fetched>>([this] { return fetch_newest(1); })) {
@@ -131,8 +136,8 @@ void AsyncSync::post(NamedTensors& trained, int64_t steps) {
     anchor_[i].second.copy_(now);
   }
   Posted posted{.delta = delta};
-  posted.sent = thread_.enqueue<int64_t>(
-      [this, delta = std::move(delta), base = base_, tokens = steps * tokens_per_step_] {
+  posted.sent =
+      thread_.enqueue<int64_t>([this, delta = std::move(delta), base = base_, tokens = steps * tokens_per_step_] {
         return board_.post(delta, base, tokens, board_.merger_now());
       });
   posts_.push_back(std::move(posted));
@@ -184,9 +189,9 @@ void AsyncSync::write_merge(const nlohmann::json& merge) {
                              u.at("staleness").get<int64_t>(), u.at("weight").get<double>()));
   log::info("merge {} by replica {}: {}{}; {} tokens merged{}", merge.at("version").get<int64_t>(), rank_,
             fmt::join(in, ", "),
-            merge.at("late").empty() ? std::string()
-                                     : fmt::format("; late: {}", fmt::join(merge.at("late").get<std::vector<int>>(),
-                                                                            ", ")),
+            merge.at("late").empty()
+                ? std::string()
+                : fmt::format("; late: {}", fmt::join(merge.at("late").get<std::vector<int>>(), ", ")),
             merge.at("tokens").get<int64_t>(), merge.at("done").get<bool>() ? " (the run's tokens: done)" : "");
   nlohmann::json line = merge;
   line.erase("consumed");

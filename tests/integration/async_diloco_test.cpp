@@ -1,0 +1,86 @@
+// Asynchronous DiLoCo through `tributary launch`: real processes, the run's store as the update board. The merger's
+// process is killed (SIGKILL) and another replica takes its term over from the last commit; a killed replica
+// restarted by launch starts from the newest version and its updates are merged again; the run ends by tokens.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "launch_support.h"
+#include "test_paths.h"
+#include "tributary/core/fs.h"
+
+using namespace tributary;
+
+using test_support::Distributed;
+using test_support::sh;
+using test_support::tiny;
+using test_support::work;
+
+namespace {
+
+// 3 replicas, H = 5, each slowed 4x so that the run outlasts a heartbeat deadline and a restart.
+std::pair<int, std::string> async_run(const std::string& env, const std::string& run, const std::string& launch_extra) {
+  return sh(env + " " + std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --max-failures 1 --grace 2 " +
+            launch_extra + " --" +
+            tiny(run,
+                 "--set dist.algorithm=async_diloco --set train.steps=300 --set train.batch_size=4 "
+                 "--set dist.inner_steps=5 --set dist.heartbeat_timeout_s=2 --set dist.store_timeout_s=30 "
+                 "--set dist.slow_workers=0:4,1:4,2:4"));
+}
+
+std::vector<nlohmann::json> merges_of(const std::string& run) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(work() / run / "merges.jsonl"));
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// Versions 2, 3, ... each committed once, whoever merged them.
+void expect_consecutive(const std::vector<nlohmann::json>& merges) {
+  for (size_t i = 0; i < merges.size(); ++i) EXPECT_EQ(merges[i]["version"].get<int64_t>(), int64_t(i) + 2);
+}
+
+}  // namespace
+
+TEST_F(Distributed, AsyncDilocoGoesOnWhenItsMergerIsKilledAndAnotherTakesOverFromTheLastCommit) {
+  // Replica 2 holds the merging term (the last rank); it is killed at its 60th step and not restarted.
+  auto [rc, out] = async_run("TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=60", "async_merger_killed", "");
+  ASSERT_EQ(rc, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(the merger \(replica 2\) fell silent; replica (\d) merges)")))
+      << out;
+  const auto merges = merges_of("async_merger_killed");
+  ASSERT_GT(merges.size(), 4u);
+  expect_consecutive(merges);
+  std::set<int> mergers;
+  for (const auto& j : merges) mergers.insert(j["merger"].get<int>());
+  EXPECT_EQ(mergers, (std::set<int>{2, std::stoi(m[1])})) << "both mergers' versions are in merges.jsonl";
+  EXPECT_TRUE(merges.back()["done"].get<bool>());
+  EXPECT_GE(merges.back()["tokens"].get<int64_t>(), 300 * 3 * 4 * 64) << "the run ends by its tokens";
+  const auto summary = nlohmann::json::parse(read_file(work() / "async_merger_killed" / "summary.json"));
+  EXPECT_EQ(summary["algorithm"], "async_diloco");
+  EXPECT_LT(summary["val_bpb"].get<double>(), summary["unigram_bpb"].get<double>());
+}
+
+TEST_F(Distributed, AsyncDilocoTakesARestartedReplicaBackFromTheNewestVersion) {
+  auto [rc, out] = async_run("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=60", "async_rejoin", "--max-restarts 1");
+  ASSERT_EQ(rc, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(replica 1 joins the asynchronous run at version (\d+))")))
+      << out;
+  const int64_t joined_at = std::stoll(m[1]);
+  EXPECT_GT(joined_at, 1) << "it started from a merged version, not the initial model";
+  const auto merges = merges_of("async_rejoin");
+  expect_consecutive(merges);
+  int64_t merged_after = 0;
+  for (const auto& j : merges)
+    if (j["version"].get<int64_t>() > joined_at)
+      for (const auto& u : j["merged"]) merged_after += u["replica"] == 1;
+  EXPECT_GT(merged_after, 0) << "the restarted replica's updates were merged again";
+  EXPECT_TRUE(merges.back()["done"].get<bool>());
+}

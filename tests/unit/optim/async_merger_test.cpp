@@ -1,0 +1,146 @@
+// Asynchronous DiLoCo's merger on an in-memory store: a merge closes at its quorum after the grace window and names
+// the late replica; updates are weighted by tokens / (1 + staleness); stale, malformed, non-finite and unknown-version
+// updates are refused and change nothing; a silent merger's term is taken over from the last commit, momentum
+// included; a merger that comes back after its successor committed loses its commit.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tributary/comm/heartbeat.h"
+#include "tributary/optim/async_merger.h"
+
+using namespace tributary;
+
+namespace {
+
+NamedTensors model() { return {{"w", torch::zeros({2, 3})}, {"b", torch::zeros({3})}}; }
+
+NamedTensors filled(float v) { return {{"w", torch::full({2, 3}, v)}, {"b", torch::full({3}, v)}}; }
+
+void post(comm::Store& store, int replica, float value, int64_t base, int64_t tokens = 100) {
+  UpdateBoard(store, "fp32", std::nullopt, replica).post(filled(value), base, tokens, -1);
+}
+
+MergeRules rules(int replicas) {
+  return {.replicas = replicas,
+          .min_quorum = 2,
+          .grace_s = 0.3,
+          .max_staleness = 4,
+          .token_budget = 0,
+          .outer = {.lr = 1, .momentum = 0},
+          .dead_after_s = 5};
+}
+
+NamedTensors version(comm::Store& store, int64_t v) {
+  UpdateBoard board(store, "fp32", std::nullopt, 0);
+  return board.fetch_params(*board.commit_of(v));
+}
+
+float value_of(const NamedTensors& t, const std::string& name) {
+  for (const auto& [n, x] : t)
+    if (n == name) return x.flatten()[0].item<float>();
+  return NAN;
+}
+
+}  // namespace
+
+TEST(AsyncMerger, AMergeClosesAtItsQuorumAfterTheGraceWindowAndWeighsStaleUpdatesLess) {
+  auto store = comm::Store::in_memory();
+  std::vector<nlohmann::json> merges;
+  AsyncMerger merger(UpdateBoard(store, "fp32", std::nullopt, 2), store, 2, rules(3), model(),
+                     [&](const nlohmann::json& m) { merges.push_back(m); });
+  EXPECT_FALSE(merger.poll());  // takes term 0 (the last rank) and publishes version 1, the initial model
+  ASSERT_TRUE(merger.merging());
+  ASSERT_EQ(UpdateBoard(store, "fp32", std::nullopt, 0).latest(), 1);
+
+  post(store, 0, 0.1f, 1);
+  EXPECT_FALSE(merger.poll()) << "one update is short of the quorum of 2";
+  post(store, 1, 0.3f, 1);
+  EXPECT_FALSE(merger.poll()) << "the quorum is in, the grace window is not over";
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  ASSERT_TRUE(merger.poll());
+  ASSERT_EQ(merges.size(), 1u);
+  EXPECT_EQ(merges[0]["version"], 2);
+  EXPECT_EQ(merges[0]["late"], nlohmann::json::array({2})) << "replica 2 posted nothing: late";
+  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.2f, 1e-6) << "global = initial - the average (outer lr 1)";
+
+  // A stale update (trained from version 1, the merger is at 2) counts half as much as a fresh one; every live
+  // replica in: the merge closes at once.
+  post(store, 2, 0.3f, 1);
+  post(store, 0, 0.6f, 2);
+  post(store, 1, 0.6f, 2);
+  ASSERT_TRUE(merger.poll());
+  ASSERT_EQ(merges.size(), 2u);
+  double stale_weight = 0, fresh_weight = 0;
+  for (const auto& u : merges[1]["merged"]) (u["replica"] == 2 ? stale_weight : fresh_weight) = u["weight"];
+  EXPECT_NEAR(stale_weight, 0.2, 1e-9) << merges[1].dump();  // 50 / (50 + 100 + 100)
+  EXPECT_NEAR(fresh_weight, 0.4, 1e-9);
+  EXPECT_NEAR(value_of(version(store, 3), "b"), -0.2f - (0.2f * 0.3f + 0.8f * 0.6f), 1e-6);
+}
+
+TEST(AsyncMerger, StaleMalformedAndNonFiniteUpdatesAreRefusedAndChangeNothing) {
+  auto store = comm::Store::in_memory();
+  MergeRules r = rules(3);
+  r.max_staleness = 0;
+  r.min_quorum = 1;
+  r.grace_s = 0;
+  AsyncMerger merger(UpdateBoard(store, "fp32", std::nullopt, 2), store, 2, r, model());
+  merger.poll();
+  post(store, 0, 0.5f, 1);
+  ASSERT_TRUE(merger.poll());  // version 2
+  ASSERT_EQ(merger.stats().refused, 0);
+
+  post(store, 1, 0.5f, 1);   // trained from version 1; max_staleness 0
+  post(store, 0, 0.5f, 7);   // a version no merger published
+  post(store, 0, 0.5f, 2, 0);  // no tokens
+  UpdateBoard(store, "fp32", std::nullopt, 1).post({{"w", torch::full({2, 3}, NAN)}, {"b", torch::zeros({3})}}, 2, 100,
+                                                   -1);
+  UpdateBoard(store, "fp32", std::nullopt, 1).post({{"w", torch::zeros({3, 2})}, {"b", torch::zeros({3})}}, 2, 100, -1);
+  UpdateBoard(store, "fp32", std::nullopt, 1).post({{"b", torch::zeros({3})}}, 2, 100, -1);
+  // bytes that are no safetensors, and a post that claims another replica's name
+  const int64_t n = store.add("async/up/0/count", 0);
+  store.set("async/up/0/" + std::to_string(n), "not safetensors");
+  store.add("async/up/0/count", 1);
+  UpdateBoard(store, "fp32", std::nullopt, 1).post(filled(0.5f), 2, 100, -1);
+  store.set("async/up/1/" + std::to_string(store.add("async/up/1/count", 0) - 1),
+            tensors_to_safetensors(filled(0.5f), {{"base", "2"}, {"tokens", "100"}, {"replica", "0"}}));
+
+  EXPECT_FALSE(merger.poll()) << "nothing valid arrived: no merge";
+  EXPECT_EQ(merger.stats().refused, 8);
+  EXPECT_EQ(UpdateBoard(store, "fp32", std::nullopt, 0).latest(), 2);
+  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.5f, 1e-6);
+}
+
+TEST(AsyncMerger, WhenTheMergerFallsSilentAnotherTakesOverFromTheLastCommitMomentumIncluded) {
+  auto store = comm::Store::in_memory();
+  MergeRules r = rules(3);
+  r.min_quorum = 1;
+  r.grace_s = 0;
+  r.dead_after_s = 0.5;
+  r.outer = {.lr = 0.7, .momentum = 0.9};
+  OuterOptimizer reference(model(), r.outer);
+  {
+    AsyncMerger first(UpdateBoard(store, "fp32", std::nullopt, 2), store, 2, r, model());
+    first.poll();
+    post(store, 0, 0.5f, 1);
+    ASSERT_TRUE(first.poll());
+    reference.apply({torch::full({2, 3}, 0.5f), torch::full({3}, 0.5f)});
+    post(store, 1, 0.25f, 2);  // posted, never merged by the first merger: its successor merges it
+  }  // the first merger's process dies: its heartbeat stops
+  AsyncMerger second(UpdateBoard(store, "fp32", std::nullopt, 0), store, 0, r, model());
+  const auto start = std::chrono::steady_clock::now();
+  while (!second.poll() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(second.merging()) << "the term was not taken over";
+  EXPECT_EQ(second.stats().takeovers, 1);
+  reference.apply({torch::full({2, 3}, 0.25f), torch::full({3}, 0.25f)});
+  const NamedTensors v3 = version(store, 3);
+  EXPECT_NEAR(value_of(v3, "w"), value_of(reference.global(), "w"), 1e-6)
+      << "the successor's Nesterov step continued the first merger's momentum";
+
+  // A merger that was frozen comes back thinking version 3 is its to write: the commit is taken, its bytes never read.
+  UpdateBoard late(store, "fp32", std::nullopt, 2);
+  EXPECT_FALSE(late.publish(3, 2, filled(9), filled(9), nlohmann::json::object()));
+  EXPECT_NEAR(value_of(version(store, 3), "w"), value_of(reference.global(), "w"), 1e-6);
+  EXPECT_FALSE(store.check({"async/g/3/2"})) << "the loser's blob is removed";
+}
