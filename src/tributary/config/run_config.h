@@ -83,7 +83,7 @@ struct DistConfig {
                                     // factor x the round's median norm; 0 = accept every update
   // Asynchronous DiLoCo (runtime/sync/async_sync.h, optim/async_merger.h).
   int64_t min_quorum = 0;     // a merge closes once this many replicas' updates arrived; 0: half, rounded up
-  double grace_s = 1;         // then waits this long for stragglers
+  double grace_s = 0.25;      // then waits this long for stragglers (every second of it is drift: §40)
   int64_t max_staleness = 4;  // updates trained from a version more than this many merges old are refused
 
   bool diloco() const;  // algorithm read: DiLoCo (true) or data parallel; the one place that compares the string

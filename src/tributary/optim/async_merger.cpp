@@ -185,18 +185,17 @@ bool AsyncMerger::due() {
 
 void AsyncMerger::merge() {
   const NamedTensors& model = outer_->global();
-  double total = 0;
-  for (auto& p : pending_) {
-    p.staleness = version_ - p.update.base_version;
-    total += double(p.update.tokens) / double(1 + p.staleness);
-  }
+  // A fresh update of a whole round counts 1 / replicas, as in synchronous DiLoCo's average, whichever merge it
+  // lands in: two merges of two updates move the model as far as one of four.
+  const double full = double(rules_.round_tokens) * double(rules_.replicas);
+  for (auto& p : pending_) p.staleness = version_ - p.update.base_version;
   std::vector<torch::Tensor> average;
   for (const auto& [name, t] : model) average.push_back(torch::zeros_like(t));
   nlohmann::json merged = nlohmann::json::array();
   std::set<int> in;
   int64_t tokens = 0;
   for (const auto& p : pending_) {
-    const double w = double(p.update.tokens) / double(1 + p.staleness) / total;
+    const double w = double(p.update.tokens) / double(1 + p.staleness) / full;
     std::map<std::string, const torch::Tensor*> by_name;
     for (const auto& [name, t] : p.update.delta) by_name[name] = &t;
     for (size_t i = 0; i < model.size(); ++i) average[i].add_(*by_name.at(model[i].first), w);

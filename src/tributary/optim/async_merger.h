@@ -5,7 +5,10 @@
 //            then, for stragglers (at once when every live replica has one in): the quorum of a merge is whoever
 //            arrived, not a fixed set.
 //   weight   each update counts by the tokens it represents, discounted by its staleness s (merges since the version
-//            it trained from): w = tokens / (1 + s). An update more than dist.max_staleness merges old is refused.
+//            it trained from): w = tokens / (round tokens x replicas x (1 + s)), so that a fresh round's update
+//            counts 1 / replicas as in synchronous DiLoCo's average whichever merge it lands in (weights normalised
+//            per merge made two merges of two move the model twice as far as one of four: 14% behind synchronous
+//            DiLoCo at equal tokens). An update more than dist.max_staleness merges old is refused.
 //   momentum the merged, weighted average takes one outer Nesterov step (optim/outer.h) per merge: the momentum
 //            moves once per merge however many updates it holds, Asynchronous Local-SGD's delayed Nesterov with the
 //            merge as its period, so a burst of stale updates cannot pump it.
@@ -45,6 +48,7 @@ struct MergeRules {
   double grace_s = 1;
   int64_t max_staleness = 4;
   int64_t token_budget = 0;  // the run is done once the merges took in this many tokens (0: never)
+  int64_t round_tokens = 1;  // the tokens of one replica's round (H steps)
   OuterOptions outer;
   double dead_after_s = 10;  // a candidate whose heartbeat is stale this long holds no term
 };

@@ -127,6 +127,7 @@ RunFiles read_run_files(const fs::path& dir) {
   if (fs::exists(dir / "config.toml")) run.config_toml = read_run_file(dir / "config.toml");
   for (const auto& [rank, file] : numbered_files(dir / "workers", std::regex(R"(rank(\d+)\.jsonl)"), run.notes))
     run.workers[rank] = read_lines(file, run.notes);
+  if (fs::exists(dir / "merges.jsonl")) run.merges = read_lines(dir / "merges.jsonl", run.notes);
   run.dipaco = read_json_or_null(dir / "dipaco.json");
   if (run.dipaco.is_null()) return run;
   // DiPaCo: the lead's own tasks and rounds are in metrics.jsonl, every other worker's in metrics-rank{R}.jsonl.

@@ -4,6 +4,7 @@
 //                           (outer_step, bytes, compute/comm seconds), events (membership, lead), DiPaCo tasks (path)
 //   workers/rank{R}.jsonl   each worker's own steps and exchanges (distributed runs; runtime/run_report.h)
 //   metrics-rank{R}.jsonl   a DiPaCo worker's tasks and rounds (runtime/dipaco/worker.cpp)
+//   merges.jsonl            asynchronous DiLoCo's merges (runtime/sync/async_sync.h), whoever merged them
 //   summary.json, config.toml, dipaco.json and the routes' report.json (DiPaCo)
 #pragma once
 
@@ -24,6 +25,7 @@ struct RunFiles {
   std::string config_toml;                               // "" when absent
   Lines steps, evals, exchanges, events, tasks, rounds;  // from metrics.jsonl (tasks/rounds: DiPaCo, every worker)
   std::map<int, Lines> workers;    // rank -> its own lines (workers/rank{R}.jsonl; DiPaCo: rounds and tasks)
+  Lines merges;                     // merges.jsonl (asynchronous DiLoCo), empty otherwise
   nlohmann::json dipaco;           // dipaco.json or null
   nlohmann::json routes;           // the routes directory's report.json or null
   std::vector<std::string> notes;  // what was skipped (a torn last line of a crashed run), shown on the page

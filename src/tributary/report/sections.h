@@ -25,6 +25,7 @@ Section overview_section(const RunFiles& run);
 Section loss_section(const RunFiles& run);
 Section workers_section(const RunFiles& run);
 Section communication_section(const RunFiles& run);
+Section merges_section(const RunFiles& run);
 Section timeline_section(const RunFiles& run);
 Section faults_section(const RunFiles& run);
 Section dipaco_section(const RunFiles& run);

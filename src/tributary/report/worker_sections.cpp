@@ -1,7 +1,9 @@
 // The run report's sections about workers and the network: per-worker throughput, communication per outer step, the
 // compute/blocked timeline, and faults.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
+#include <map>
 
 #include <cmath>
 #include <set>
@@ -189,6 +191,60 @@ Section faults_section(const RunFiles& run) {
   if (!members.points.empty())
     html += line_chart({members}, {"Workers per round", run.rounds.empty() ? "step" : "round", "workers"});
   return {"faults", "Faults and joins", html};
+}
+
+// Asynchronous DiLoCo: per replica, its updates merged, their mean staleness and weight and the merges it was late
+// for; the tokens merged over time (goodput); the last merges, who was in and who was late.
+Section merges_section(const RunFiles& run) {
+  if (run.merges.empty()) return {"merges", "Asynchronous merges", "", false};
+  struct Replica {
+    int64_t updates = 0, late = 0;
+    double staleness = 0, weight = 0;
+  };
+  std::map<int, Replica> replicas;
+  Series tokens{"tokens merged", {}, run.merges.size() < 60};
+  const double t0 = number(run.merges.front(), "time");
+  std::vector<std::vector<std::string>> last;
+  for (const auto& m : run.merges) {
+    std::vector<std::string> in;
+    if (m.contains("merged") && m["merged"].is_array())
+      for (const auto& u : m["merged"]) {
+        Replica& r = replicas[int(number(u, "replica"))];
+        r.updates += 1;
+        r.staleness += number(u, "staleness");
+        r.weight += number(u, "weight");
+        in.push_back(fmt::format("{} (s {}, w {:.2f})", int(number(u, "replica")), int(number(u, "staleness")),
+                                 number(u, "weight")));
+      }
+    std::vector<std::string> late;
+    if (m.contains("late") && m["late"].is_array())
+      for (const auto& r : m["late"])
+        if (r.is_number_integer()) {
+          replicas[r.get<int>()].late += 1;
+          late.push_back(std::to_string(r.get<int>()));
+        }
+    tokens.points.emplace_back(number(m, "time") - t0, number(m, "tokens"));
+    last.push_back({fmt::format("{}", int64_t(number(m, "version"))), fmt::format("{}", int(number(m, "merger"))),
+                    fmt::format("{}", fmt::join(in, ", ")), fmt::format("{}", fmt::join(late, ", ")),
+                    short_number(number(m, "tokens"))});
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [rank, r] : replicas)
+    rows.push_back({fmt::format("replica {}", rank), fmt::format("{}", r.updates),
+                    r.updates ? fixed(r.staleness / double(r.updates), 2) : "-",
+                    r.updates ? fixed(r.weight / double(r.updates), 2) : "-", fmt::format("{}", r.late)});
+  if (last.size() > 20) last.erase(last.begin(), last.end() - 20);
+  const double span = tokens.points.back().first;
+  const std::string goodput =
+      span > 0 ? fmt::format("<p>{} merges, {} tokens merged in {:.0f} s: {} tokens/s of goodput.</p>",
+                             run.merges.size(), short_number(tokens.points.back().second), span,
+                             short_number(tokens.points.back().second / span))
+               : std::string();
+  return {"merges", "Asynchronous merges",
+          goodput +
+              table({"replica", "updates merged", "mean staleness", "mean weight", "merges it was late for"}, rows) +
+              line_chart({tokens}, {"Tokens merged", "seconds since the first merge", "tokens"}) +
+              table({"version", "merger", "in (staleness, weight)", "late", "tokens merged"}, last)};
 }
 
 }  // namespace tributary::report

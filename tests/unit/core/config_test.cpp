@@ -141,6 +141,24 @@ TEST(Config, FaultToleranceThatCannotWorkIsRefusedNamingTheKey) {
   EXPECT_NE(msg.find("dist.reject_norm_factor = 0.5 would reject the median"), std::string::npos) << msg;
 }
 
+TEST(Config, AsynchronousDilocoRefusesWhatNeedsACollectiveNamingTheKey) {
+  auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
+  EXPECT_EQ(load({"dist.algorithm=async_diloco", "dist.compression=int8", "dist.min_quorum=3", "dist.grace_s=0.5"}),
+            "");
+  auto msg = load({"dist.algorithm=async_diloco", "parallel.islands=2"});
+  EXPECT_NE(msg.find("islands, local parallelism and DiPaCo are not asynchronous yet"), std::string::npos) << msg;
+  msg = load({"dist.algorithm=async_diloco", "dist.fault_tolerant=true"});
+  EXPECT_NE(msg.find("drop dist.fault_tolerant"), std::string::npos) << msg;
+  msg = load({"dist.algorithm=async_diloco", "dist.compression=sparseloco"});
+  EXPECT_NE(msg.find("dist.compression = 'sparseloco' needs every replica in one collective"), std::string::npos)
+      << msg;
+  msg = load({"dist.algorithm=async_diloco", "dist.overlap_steps=2"});
+  EXPECT_NE(msg.find("overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's"), std::string::npos)
+      << msg;
+  msg = load({"dist.algorithm=async_diloco", "dist.reject_norm_factor=10"});
+  EXPECT_NE(msg.find("leave it at 0"), std::string::npos) << msg;
+}
+
 TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {
   auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
   EXPECT_EQ(load({"dist.slow_workers=1:3,2:1.5"}), "");

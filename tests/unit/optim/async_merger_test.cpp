@@ -4,6 +4,7 @@
 // included; a merger that comes back after its successor committed loses its commit.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include "tributary/comm/heartbeat.h"
@@ -27,6 +28,7 @@ MergeRules rules(int replicas) {
           .grace_s = 0.3,
           .max_staleness = 4,
           .token_budget = 0,
+          .round_tokens = 100,
           .outer = {.lr = 1, .momentum = 0},
           .dead_after_s = 5};
 }
@@ -62,20 +64,22 @@ TEST(AsyncMerger, AMergeClosesAtItsQuorumAfterTheGraceWindowAndWeighsStaleUpdate
   ASSERT_EQ(merges.size(), 1u);
   EXPECT_EQ(merges[0]["version"], 2);
   EXPECT_EQ(merges[0]["late"], nlohmann::json::array({2})) << "replica 2 posted nothing: late";
-  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.2f, 1e-6) << "global = initial - the average (outer lr 1)";
+  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.4f / 3, 1e-6)
+      << "a fresh round's update counts 1 / replicas (outer lr 1), however many are in the merge";
 
   // A stale update (trained from version 1, the merger is at 2) counts half as much as a fresh one; every live
-  // replica in: the merge closes at once.
+  // replica in: the merge closes at once. Half a round's tokens count half.
   post(store, 2, 0.3f, 1);
   post(store, 0, 0.6f, 2);
-  post(store, 1, 0.6f, 2);
+  post(store, 1, 0.6f, 2, 50);
   ASSERT_TRUE(merger.poll());
   ASSERT_EQ(merges.size(), 2u);
-  double stale_weight = 0, fresh_weight = 0;
-  for (const auto& u : merges[1]["merged"]) (u["replica"] == 2 ? stale_weight : fresh_weight) = u["weight"];
-  EXPECT_NEAR(stale_weight, 0.2, 1e-9) << merges[1].dump();  // 50 / (50 + 100 + 100)
-  EXPECT_NEAR(fresh_weight, 0.4, 1e-9);
-  EXPECT_NEAR(value_of(version(store, 3), "b"), -0.2f - (0.2f * 0.3f + 0.8f * 0.6f), 1e-6);
+  std::map<int, double> weight;
+  for (const auto& u : merges[1]["merged"]) weight[u["replica"].get<int>()] = u["weight"].get<double>();
+  EXPECT_NEAR(weight[2], 1.0 / 6, 1e-9) << merges[1].dump();  // 100 / (100 x 3 x 2)
+  EXPECT_NEAR(weight[0], 1.0 / 3, 1e-9);
+  EXPECT_NEAR(weight[1], 1.0 / 6, 1e-9);  // 50 / (100 x 3)
+  EXPECT_NEAR(value_of(version(store, 3), "b"), -0.4f / 3 - (0.3f / 6 + 0.6f / 3 + 0.6f / 6), 1e-6);
 }
 
 TEST(AsyncMerger, StaleMalformedAndNonFiniteUpdatesAreRefusedAndChangeNothing) {
@@ -108,7 +112,7 @@ TEST(AsyncMerger, StaleMalformedAndNonFiniteUpdatesAreRefusedAndChangeNothing) {
   EXPECT_FALSE(merger.poll()) << "nothing valid arrived: no merge";
   EXPECT_EQ(merger.stats().refused, 8);
   EXPECT_EQ(UpdateBoard(store, "fp32", std::nullopt, 0).latest(), 2);
-  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.5f, 1e-6);
+  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.5f / 3, 1e-6);
 }
 
 TEST(AsyncMerger, WhenTheMergerFallsSilentAnotherTakesOverFromTheLastCommitMomentumIncluded) {
@@ -124,7 +128,7 @@ TEST(AsyncMerger, WhenTheMergerFallsSilentAnotherTakesOverFromTheLastCommitMomen
     first.poll();
     post(store, 0, 0.5f, 1);
     ASSERT_TRUE(first.poll());
-    reference.apply({torch::full({2, 3}, 0.5f), torch::full({3}, 0.5f)});
+    reference.apply({torch::full({2, 3}, 0.5f / 3), torch::full({3}, 0.5f / 3)});  // a round's update: 1 / 3
     post(store, 1, 0.25f, 2);  // posted, never merged by the first merger: its successor merges it
   }  // the first merger's process dies: its heartbeat stops
   AsyncMerger second(UpdateBoard(store, "fp32", std::nullopt, 0), store, 0, r, model());
@@ -133,7 +137,7 @@ TEST(AsyncMerger, WhenTheMergerFallsSilentAnotherTakesOverFromTheLastCommitMomen
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(second.merging()) << "the term was not taken over";
   EXPECT_EQ(second.stats().takeovers, 1);
-  reference.apply({torch::full({2, 3}, 0.25f), torch::full({3}, 0.25f)});
+  reference.apply({torch::full({2, 3}, 0.25f / 3), torch::full({3}, 0.25f / 3)});
   const NamedTensors v3 = version(store, 3);
   EXPECT_NEAR(value_of(v3, "w"), value_of(reference.global(), "w"), 1e-6)
       << "the successor's Nesterov step continued the first merger's momentum";

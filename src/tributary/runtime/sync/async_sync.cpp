@@ -26,6 +26,7 @@ AsyncSync::AsyncSync(const Session& session)
             .grace_s = c.dist.grace_s,
             .max_staleness = c.dist.max_staleness,
             .token_budget = c.train.steps * replicas_ * tokens_per_step_,
+            .round_tokens = c.dist.inner_steps * tokens_per_step_,
             .outer = {.lr = c.dist.outer_lr, .momentum = c.dist.outer_momentum},
             .dead_after_s = c.dist.heartbeat_timeout_s};
 }
@@ -44,8 +45,8 @@ Share AsyncSync::share() const {
           .batches_per_step = replicas_,
           .line = fmt::format(
               "asynchronous DiLoCo: {} replicas post every {} steps without waiting; a merge closes at {} of them + "
-              "{} s of grace (at once when all are in), updates weighted by tokens / (1 + staleness), older than {} "
-              "merges refused; outer lr {}, momentum {}; compression {}",
+              "{} s of grace (at once when all are in), a round's update weighted 1 / replicas / (1 + staleness), "
+              "older than {} merges refused; outer lr {}, momentum {}; compression {}",
               replicas_, inner_steps_, rules_.min_quorum, rules_.grace_s, rules_.max_staleness, rules_.outer.lr,
               rules_.outer.momentum, session_.config().dist.compression),
           // a fast replica may take the run's steps several times over while a slow one lags
@@ -109,6 +110,10 @@ void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
   torch::NoGradGuard no_grad;
   std::map<std::string, const torch::Tensor*> by_name;
   for (const auto& [name, t] : fetched.params) by_name[name] = &t;
+  // The progress since the last post (none at a round's end) is carried over onto the new anchor.
+  std::vector<torch::Tensor> unposted;
+  for (size_t i = 0; i < anchor_.size(); ++i)
+    unposted.push_back(anchor_[i].second - trained[i].second.detach().to(torch::kCPU, torch::kFloat32));
   for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i].second.copy_(*by_name.at(anchor_[i].first));
   for (auto it = posts_.begin(); it != posts_.end();) {
     if (!it->number && it->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
@@ -121,7 +126,7 @@ void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
       for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i].second.sub_(it->delta[i].second);
     ++it;
   }
-  for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(anchor_[i].second);
+  for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(anchor_[i].second - unposted[i]);
   staleness_sum_ += fetched.version - base_;
   base_ = fetched.version;
   over_ |= fetched.done;
@@ -151,14 +156,16 @@ void AsyncSync::collect_posts(bool all) {
 }
 
 AfterStep AsyncSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+  const bool round_end = ++inner_ == inner_steps_;
+  if (round_end) {
+    inner_ = 0;
+    collect_posts(false);
+    post(trained, inner_steps_);
+  }
   poll_fetch();
-  if (++inner_ < inner_steps_) return {};
-  inner_ = 0;
-  collect_posts(false);
-  post(trained, inner_steps_);
   const bool adopted = staged_.has_value();
   if (staged_) adopt(*std::exchange(staged_, std::nullopt), trained);
-  return {.landed = adopted, .quiescent = true, .over = over_};
+  return {.landed = adopted, .quiescent = true, .over = round_end && over_};
 }
 
 // The lead reads the global model: mid-run, the newest version with its own posts not merged yet (its view, as at a
@@ -196,7 +203,10 @@ void AsyncSync::write_merge(const nlohmann::json& merge) {
   nlohmann::json line = merge;
   line.erase("consumed");
   line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::ofstream(fs::path(session_.config().train.run_dir) / "merges.jsonl", std::ios::app) << line.dump() << "\n";
+  // The run's first merge starts the file (a run directory reused with --overwrite); a successor appends.
+  const bool first = merge.at("version").get<int64_t>() == 2;
+  std::ofstream(fs::path(session_.config().train.run_dir) / "merges.jsonl", first ? std::ios::trunc : std::ios::app)
+      << line.dump() << "\n";
 }
 
 void AsyncSync::summarize(TrainSummary& summary) {

@@ -3,12 +3,14 @@
 //   post     its pseudo-gradient since its anchor (anchor - theta: the parameters it last adopted or posted from)
 //            goes to the update board (optim/update_board.h) on the communication thread, with the version it
 //            trained from and its tokens; training goes on at once;
-//   adopt    if a newer global version than its own arrived meanwhile (fetched in the background while it trains),
-//            the replica continues from it plus its own posted updates that version has not merged yet
-//            (theta = global - their deltas), which become the anchor of its next update; otherwise it goes on from
-//            its own parameters. A replica that took the bare global would redo the progress its in-flight updates
-//            already carry, and the merges would apply it twice (measured: the loss rose from 3.06 to 3.46 between
-//            steps 30 and 60 where synchronous DiLoCo fell to 2.50).
+//   adopt    at any step at which a newer global version than its own has arrived (fetched in the background while
+//            it trains), the replica continues from it plus its own progress that version has not merged yet: its
+//            posted updates not in it, and its steps since its last post (theta = global - those). The global minus
+//            its posts not merged becomes the anchor of its next update. A replica that took the bare global would
+//            redo the progress its in-flight updates already carry, and the merges would apply it twice (measured:
+//            the loss rose from 3.06 to 3.46 between steps 30 and 60 where synchronous DiLoCo fell to 2.50); one that
+//            adopted only at its round's end drifted a round from the global (14% behind synchronous DiLoCo's loss
+//            at equal tokens, 200 steps).
 // The merge itself is optim/async_merger.h's, on whichever replica holds the merging term (every process is a
 // candidate). Deaths need no agreement: a dead replica is absent from the merges, a restarted one (launch
 // --max-restarts) starts from the newest committed version. A fast replica takes more rounds than a slow one; the
@@ -81,7 +83,7 @@ class AsyncSync : public Sync {
   int64_t inner_ = 0;    // steps in the current round
   std::deque<Posted> posts_;
   std::optional<std::future<std::optional<Fetched>>> fetch_;
-  std::optional<Fetched> staged_;  // the newest version fetched, adopted at the round's end
+  std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
   bool over_ = false;
   int64_t rounds_ = 0, adopted_ = 0, staleness_sum_ = 0;
 };
