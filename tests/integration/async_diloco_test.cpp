@@ -71,8 +71,7 @@ TEST_F(Distributed, AsyncDilocoTakesARestartedReplicaBackFromTheNewestVersion) {
   auto [rc, out] = async_run("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=60", "async_rejoin", "--max-restarts 1");
   ASSERT_EQ(rc, 0) << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(replica 1 joins the asynchronous run at version (\d+))")))
-      << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(replica 1 joins the asynchronous run at version (\d+))"))) << out;
   const int64_t joined_at = std::stoll(m[1]);
   EXPECT_GT(joined_at, 1) << "it started from a merged version, not the initial model";
   const auto merges = merges_of("async_rejoin");

@@ -25,7 +25,7 @@ struct RunFiles {
   std::string config_toml;                               // "" when absent
   Lines steps, evals, exchanges, events, tasks, rounds;  // from metrics.jsonl (tasks/rounds: DiPaCo, every worker)
   std::map<int, Lines> workers;    // rank -> its own lines (workers/rank{R}.jsonl; DiPaCo: rounds and tasks)
-  Lines merges;                     // merges.jsonl (asynchronous DiLoCo), empty otherwise
+  Lines merges;                    // merges.jsonl (asynchronous DiLoCo), empty otherwise
   nlohmann::json dipaco;           // dipaco.json or null
   nlohmann::json routes;           // the routes directory's report.json or null
   std::vector<std::string> notes;  // what was skipped (a torn last line of a crashed run), shown on the page

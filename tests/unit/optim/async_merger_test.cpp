@@ -94,11 +94,11 @@ TEST(AsyncMerger, StaleMalformedAndNonFiniteUpdatesAreRefusedAndChangeNothing) {
   ASSERT_TRUE(merger.poll());  // version 2
   ASSERT_EQ(merger.stats().refused, 0);
 
-  post(store, 1, 0.5f, 1);   // trained from version 1; max_staleness 0
-  post(store, 0, 0.5f, 7);   // a version no merger published
+  post(store, 1, 0.5f, 1);     // trained from version 1; max_staleness 0
+  post(store, 0, 0.5f, 7);     // a version no merger published
   post(store, 0, 0.5f, 2, 0);  // no tokens
-  UpdateBoard(store, "fp32", std::nullopt, 1).post({{"w", torch::full({2, 3}, NAN)}, {"b", torch::zeros({3})}}, 2, 100,
-                                                   -1);
+  UpdateBoard(store, "fp32", std::nullopt, 1)
+      .post({{"w", torch::full({2, 3}, NAN)}, {"b", torch::zeros({3})}}, 2, 100, -1);
   UpdateBoard(store, "fp32", std::nullopt, 1).post({{"w", torch::zeros({3, 2})}, {"b", torch::zeros({3})}}, 2, 100, -1);
   UpdateBoard(store, "fp32", std::nullopt, 1).post({{"b", torch::zeros({3})}}, 2, 100, -1);
   // bytes that are no safetensors, and a post that claims another replica's name
