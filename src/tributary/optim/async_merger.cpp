@@ -102,7 +102,7 @@ void AsyncMerger::take_over() {
                            {"merged", nlohmann::json::array()},
                            {"late", nlohmann::json::array()},
                            {"done", false}};
-    if (!board_.publish(1, self_, outer_->global(), outer_->state(), meta)) return;  // another merger did
+    if (!board_.publish(1, self_, outer_->global(), outer_->state(), {}, meta)) return;  // another merger did
     version_ = 1;
     tokens_ = 0;
   } else {
@@ -210,7 +210,19 @@ void AsyncMerger::merge() {
   std::vector<int> late;
   for (int r : alive())
     if (!in.count(r)) late.push_back(r);
+  // The version the replicas will read: the previous one minus the step as they decode it (its rounding stays here).
+  std::vector<torch::Tensor> before;
+  for (const auto& [name, t] : model) before.push_back(t.clone());
   outer_->apply(average);
+  NamedTensors step;
+  for (size_t i = 0; i < model.size(); ++i) step.emplace_back(model[i].first, before[i] - model[i].second);
+  step = board_.as_received(step);
+  {
+    torch::NoGradGuard no_grad;
+    std::map<std::string, const torch::Tensor*> by_name;
+    for (const auto& [name, t] : step) by_name[name] = &t;
+    for (size_t i = 0; i < model.size(); ++i) model[i].second.copy_(before[i] - *by_name.at(model[i].first));
+  }
   const int64_t next = version_ + 1;
   nlohmann::json consumed = nlohmann::json::object();
   for (const auto& [r, n] : consumed_) consumed[std::to_string(r)] = n;
@@ -218,7 +230,7 @@ void AsyncMerger::merge() {
   nlohmann::json meta = {{"term", term_},        {"tokens", tokens_ + tokens},
                          {"consumed", consumed}, {"merged", merged},
                          {"late", late},         {"done", finished}};
-  if (!board_.publish(next, self_, outer_->global(), outer_->state(), meta)) {
+  if (!board_.publish(next, self_, outer_->global(), outer_->state(), step, meta)) {
     log::warn("replica {}: version {} was committed by another merger first; this one stands down", self_, next);
     loaded_ = false;  // reloads from the newest commit if it still holds the term
     return;

@@ -18,6 +18,7 @@ std::string count_key(int replica) { return fmt::format("{}up/{}/count", P, repl
 std::string commit_key(int64_t v) { return fmt::format("{}commit/{}", P, v); }
 std::string params_key(int64_t v, int merger) { return fmt::format("{}g/{}/{}", P, v, merger); }
 std::string momenta_key(int64_t v, int merger) { return fmt::format("{}m/{}/{}", P, v, merger); }
+std::string step_key(int64_t v, int merger) { return fmt::format("{}s/{}/{}", P, v, merger); }
 
 // int8: one symmetric scale per tensor (absmax / 127), sent beside it as "<name>.scale".
 NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
@@ -135,15 +136,21 @@ std::optional<CommittedVersion> UpdateBoard::commit_of(int64_t version) {
   return CommittedVersion{version, nlohmann::json::parse(store_.get(commit_key(version)))};
 }
 
+NamedTensors UpdateBoard::as_received(const NamedTensors& tensors) const {
+  return decode(safetensors::File::parse(tensors_to_safetensors(encode(tensors, codec_)), "a step"));
+}
+
 bool UpdateBoard::publish(int64_t version, int merger, const NamedTensors& params, const NamedTensors& momenta,
-                          nlohmann::json meta) {
+                          const NamedTensors& step, nlohmann::json meta) {
   store_.set(params_key(version, merger), tensors_to_safetensors(params));
   store_.set(momenta_key(version, merger), tensors_to_safetensors(momenta));
+  if (!step.empty()) store_.set(step_key(version, merger), tensors_to_safetensors(encode(step, codec_)));
   meta["merger"] = merger;
   const std::string mine = meta.dump();
   if (store_.set_once(commit_key(version), mine) != mine) {
     store_.remove(params_key(version, merger));
     store_.remove(momenta_key(version, merger));
+    store_.remove(step_key(version, merger));
     return false;
   }
   store_.add(P + "version", 1);
@@ -167,10 +174,22 @@ NamedTensors UpdateBoard::fetch_momenta(const CommittedVersion& version) {
   return decode(safetensors::File::parse(store_.get(key), key));
 }
 
+NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version) {
+  const auto start = Clock::now();
+  const int merger = version.meta.at("merger").get<int>();
+  const std::string key = step_key(version.version, merger);
+  if (!store_.check({key})) return {};
+  std::string bytes = store_.get(key);
+  wait_link(merger, self_, bytes.size(), seconds_since(start));
+  bytes_fetched_ += double(bytes.size());
+  return decode(safetensors::File::parse(std::move(bytes), key));
+}
+
 void UpdateBoard::forget_version(const CommittedVersion& version) {
   const int merger = version.meta.at("merger").get<int>();
   store_.remove(params_key(version.version, merger));
   store_.remove(momenta_key(version.version, merger));
+  store_.remove(step_key(version.version, merger));
 }
 
 }  // namespace tributary

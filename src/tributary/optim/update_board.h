@@ -4,10 +4,12 @@
 //   updates   a replica posts each round's pseudo-gradient (encoded with dist.compression: fp32, fp16, bf16 or int8
 //             with one scale per tensor) with what it represents (the global version it started from, its tokens)
 //             and goes on training; the merger reads the posts when it likes.
-//   versions  the merger publishes each merged global model (fp32, exact) and its outer state (Nesterov momentum) as
-//             version v, and commits it by writing commit/{v} once (Store::set_once): of two mergers that both think
-//             they lead (one was frozen and came back) one commit wins, the other's blobs are never read. A replica
-//             fetches the newest committed version whenever it likes.
+//   versions  the merger publishes each merged global model (fp32) and its outer state (Nesterov momentum) as version
+//             v, with its step from version v - 1 encoded like the updates, and commits it by writing commit/{v} once
+//             (Store::set_once): of two mergers that both think they lead (one was frozen and came back) one commit
+//             wins, the other's blobs are never read. The merger's own version v is v - 1 minus the decoded step, so
+//             a replica holding v - 1 fetches the step (int8: a quarter of the fp32 model) and lands on the same bits;
+//             one further behind, or joining, fetches the whole version.
 // Why not Gloo point to point: a process group is formed by all its members together and must be re-formed by all of
 // them after a death, which is a barrier, the one thing asynchronous rounds remove; the store is already every
 // process's peer, outlives any of them and carries DiPaCo's module values the same way (runtime/dipaco/
@@ -16,7 +18,8 @@
 // in memory.
 //
 // Keys (under "async/"): up/{r}/count, up/{r}/{n} (safetensors; metadata: base, tokens, replica), commit/{v} (JSON),
-// version (the newest committed, a counter), g/{v}/{m} and m/{v}/{m} (merger m's parameters and momenta), merger/{t}
+// version (the newest committed, a counter), g/{v}/{m}, m/{v}/{m} and s/{v}/{m} (merger m's parameters, momenta and
+// step from v - 1), merger/{t}
 // (who holds merging term t), hb/{r} (heartbeats).
 #pragma once
 
@@ -70,14 +73,18 @@ class UpdateBoard {
   // The newest committed version (0: none yet).
   int64_t latest();
   std::optional<CommittedVersion> commit_of(int64_t version);
-  // The merger: publishes version `version`'s parameters and momenta and commits them; false when another merger
-  // committed that version first (its own blobs are removed).
+  // What `tensors` become once encoded and decoded (the merger rounds its step to what the replicas will read).
+  NamedTensors as_received(const NamedTensors& tensors) const;
+  // The merger: publishes version `version`'s parameters, momenta and `step` (from the version before, as_received:
+  // empty for the first) and commits them; false when another merger committed that version first (its own blobs
+  // are removed).
   bool publish(int64_t version, int merger, const NamedTensors& params, const NamedTensors& momenta,
-               nlohmann::json meta);
+               const NamedTensors& step, nlohmann::json meta);
   // A version's parameters (fp32, the names published) and, for a merger that takes over, its momenta; empty when
   // the version was deleted meanwhile (ask for the newest). `self`'s emulated link is the one from its merger.
   NamedTensors fetch_params(const CommittedVersion& version);
   NamedTensors fetch_momenta(const CommittedVersion& version);
+  NamedTensors fetch_step(const CommittedVersion& version);  // fp32, decoded; empty when gone or none
   void forget_version(const CommittedVersion& version);
 
   comm::Store& store() { return store_; }

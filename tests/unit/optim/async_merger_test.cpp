@@ -144,7 +144,34 @@ TEST(AsyncMerger, WhenTheMergerFallsSilentAnotherTakesOverFromTheLastCommitMomen
 
   // A merger that was frozen comes back thinking version 3 is its to write: the commit is taken, its bytes never read.
   UpdateBoard late(store, "fp32", std::nullopt, 2);
-  EXPECT_FALSE(late.publish(3, 2, filled(9), filled(9), nlohmann::json::object()));
+  EXPECT_FALSE(late.publish(3, 2, filled(9), filled(9), filled(1), nlohmann::json::object()));
   EXPECT_NEAR(value_of(version(store, 3), "w"), value_of(reference.global(), "w"), 1e-6);
   EXPECT_FALSE(store.check({"async/g/3/2"})) << "the loser's blob is removed";
+}
+
+TEST(AsyncMerger, AReplicaThatAppliesTheVersionsInt8StepsLandsOnTheMergersBits) {
+  auto store = comm::Store::in_memory();
+  MergeRules r = rules(2);
+  r.min_quorum = 1;
+  r.grace_s = 0;
+  r.outer = {.lr = 0.7, .momentum = 0.9};
+  AsyncMerger merger(UpdateBoard(store, "int8", std::nullopt, 1), store, 1, r, model());
+  merger.poll();
+  UpdateBoard replica(store, "int8", std::nullopt, 0);
+  NamedTensors mine = model();  // version 1, as every replica initialises it
+  for (int64_t v = 2; v <= 4; ++v) {
+    replica.post({{"w", torch::randn({2, 3})}, {"b", torch::randn({3})}}, v - 1, 100, -1);
+    ASSERT_TRUE(merger.poll());
+    const NamedTensors step = replica.fetch_step(*replica.commit_of(v));
+    ASSERT_EQ(step.size(), 2u);
+    for (auto& [name, t] : mine)
+      for (const auto& [n, s] : step)
+        if (n == name) t = t - s;
+    const NamedTensors whole = replica.fetch_params(*replica.commit_of(v));
+    for (const auto& [name, t] : whole)
+      for (const auto& [n, x] : mine)
+        if (n == name) {
+          EXPECT_TRUE(torch::equal(t, x)) << "version " << v << ", " << name;
+        }
+  }
 }

@@ -60,8 +60,10 @@ Started AsyncSync::start(const StartState& state) {
         "a new run with train.init_from = '{}' to continue from its model",
         state.ckpt->dir.string());
   Started started = Sync::start(state);
-  for (const auto& [name, t] : state.trained)
+  for (const auto& [name, t] : state.trained) {
     anchor_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+    global_.emplace_back(name, anchor_.back().second.clone());  // version 1: every replica initialised alike
+  }
   merger_ = std::make_unique<AsyncMerger>(
       UpdateBoard(session_.reconnect(), session_.config().dist.compression, session_.links(), rank_),
       session_.reconnect(), rank_, rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); });
@@ -73,20 +75,21 @@ Started AsyncSync::start(const StartState& state) {
   });
   // A restarted replica (or one that started late) goes on from the newest version; a fresh one's is version 1,
   // the model every replica initialised alike.
-  if (auto newest = thread_.run<std::optional<Fetched>>([this] { return fetch_newest(1); })) {
+  if (auto newest = thread_.run<std::optional<Fetched>>([this] { return fetch_newest(1, {}); })) {
     log::info("replica {} joins the asynchronous run at version {}", rank_, newest->version);
     adopt(std::move(*newest), state.trained);
   }
   return started;
 }
 
-std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t newer_than) {
+std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t have, const NamedTensors& have_params) {
   for (;;) {
     const int64_t v = board_.latest();
-    if (v <= newer_than) return std::nullopt;
+    if (v <= have) return std::nullopt;
     const auto commit = board_.commit_of(v);
     if (!commit) return std::nullopt;
-    NamedTensors params = board_.fetch_params(*commit);
+    NamedTensors params = by_steps(have, have_params, v);
+    if (params.empty()) params = board_.fetch_params(*commit);
     if (params.empty()) continue;  // deleted meanwhile: a newer one exists
     const auto& consumed = commit->meta.at("consumed");
     const std::string mine = std::to_string(rank_);
@@ -97,13 +100,35 @@ std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t newer_than) {
   }
 }
 
+NamedTensors AsyncSync::by_steps(int64_t have, const NamedTensors& have_params, int64_t version) {
+  if (have_params.empty() || version - have > 2) return {};  // further behind: the whole version is less to fetch
+  NamedTensors out;
+  for (const auto& [name, t] : have_params) out.emplace_back(name, t.clone());
+  for (int64_t v = have + 1; v <= version; ++v) {
+    const auto commit = board_.commit_of(v);
+    if (!commit) return {};
+    const NamedTensors step = board_.fetch_step(*commit);
+    if (step.empty()) return {};
+    std::map<std::string, const torch::Tensor*> by_name;
+    for (const auto& [name, t] : step) by_name[name] = &t;
+    for (auto& [name, t] : out) {  // the merger's own arithmetic (async_merger.cpp): the same bits
+      const auto it = by_name.find(name);
+      if (it == by_name.end() || it->second->sizes() != t.sizes()) return {};
+      t = t - *it->second;
+    }
+  }
+  return out;
+}
+
 void AsyncSync::poll_fetch() {
   const auto newest = [this] { return std::max(base_, staged_ ? staged_->version : 0); };
   if (fetch_ && fetch_->wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
     if (auto fetched = fetch_->get(); fetched && fetched->version > newest()) staged_ = std::move(fetched);
     fetch_.reset();
   }
-  if (!fetch_) fetch_ = thread_.enqueue<std::optional<Fetched>>([this, b = newest()] { return fetch_newest(b); });
+  if (!fetch_)
+    fetch_ = thread_.enqueue<std::optional<Fetched>>(
+        [this, b = newest(), params = staged_ ? staged_->params : global_] { return fetch_newest(b, params); });
 }
 
 void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
@@ -129,6 +154,7 @@ void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
   for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(anchor_[i].second - unposted[i]);
   staleness_sum_ += fetched.version - base_;
   base_ = fetched.version;
+  global_ = std::move(fetched.params);
   over_ |= fetched.done;
   adopted_ += 1;
 }
@@ -181,7 +207,9 @@ void AsyncSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
     fetch_.reset();
   }
   const int64_t known = std::max(base_, staged_ ? staged_->version : 0);
-  if (auto newest = thread_.run<std::optional<Fetched>>([this, known] { return fetch_newest(known); }))
+  const NamedTensors known_params = staged_ ? staged_->params : global_;
+  if (auto newest = thread_.run<std::optional<Fetched>>(
+          [this, known, &known_params] { return fetch_newest(known, known_params); }))
     staged_ = std::move(newest);
   if (staged_) {
     const bool done = staged_->done;

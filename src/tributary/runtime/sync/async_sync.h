@@ -61,8 +61,10 @@ class AsyncSync : public Sync {
     NamedTensors delta;
   };
   void post(NamedTensors& trained, int64_t steps);
-  // The newest version when it is newer than `newer_than` (none otherwise); on the communication thread.
-  std::optional<Fetched> fetch_newest(int64_t newer_than);
+  // The newest version when it is newer than `have` (none otherwise); on the communication thread. From `have`'s
+  // parameters (exact) by the versions' steps when they are at hand, otherwise the whole version.
+  std::optional<Fetched> fetch_newest(int64_t have, const NamedTensors& have_params);
+  NamedTensors by_steps(int64_t have, const NamedTensors& have_params, int64_t version);  // empty: a step is gone
   // Takes what the background fetch brought and starts the next one.
   void poll_fetch();
   // `with_own`: plus this replica's posts the version has not merged (false: the bare global, at the run's end).
@@ -79,6 +81,7 @@ class AsyncSync : public Sync {
   UpdateBoard board_;        // used on thread_ only
   std::unique_ptr<AsyncMerger> merger_;
   NamedTensors anchor_;  // fp32, CPU: what the next update is measured from
+  NamedTensors global_;  // fp32, CPU: version base_ exactly (the next version's step applies to it)
   int64_t base_ = 1;     // the version the replica's parameters descend from
   int64_t inner_ = 0;    // steps in the current round
   std::deque<Posted> posts_;
