@@ -160,6 +160,7 @@ void AsyncMerger::collect() {
       if (const std::string why = refusal(u); !why.empty()) {
         log::warn("merger (replica {}): refused update {} of replica {}: {}; nothing of it reaches the model", self_, n,
                   r, why);
+        board_.forget(r, n);  // consumed: the store keeps nothing a stranger sent
         std::lock_guard<std::mutex> lock(stats_mutex_);
         stats_.refused += 1;
         continue;

@@ -111,6 +111,7 @@ TEST(AsyncMerger, StaleMalformedAndNonFiniteUpdatesAreRefusedAndChangeNothing) {
 
   EXPECT_FALSE(merger.poll()) << "nothing valid arrived: no merge";
   EXPECT_EQ(merger.stats().refused, 8);
+  EXPECT_FALSE(store.check({"async/up/1/1"}) || store.check({"async/up/0/3"})) << "refused posts are not kept";
   EXPECT_EQ(UpdateBoard(store, "fp32", std::nullopt, 0).latest(), 2);
   EXPECT_NEAR(value_of(version(store, 2), "w"), -0.5f / 3, 1e-6);
 }
