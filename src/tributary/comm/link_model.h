@@ -19,6 +19,8 @@ struct LinkModel {
   LinkModel subset(const std::vector<int>& members) const;
   double latency(int a, int b) const { return latency_s[size_t(a) * size_t(num_ranks) + size_t(b)]; }
   double bandwidth(int a, int b) const { return bytes_per_s[size_t(a) * size_t(num_ranks) + size_t(b)]; }
+  // One message of `bytes` from a to b, point to point (a store's value, a fetched module).
+  double transfer_s(int a, int b, double bytes) const { return latency(a, b) + bytes / bandwidth(a, b); }
   double ring_allreduce_s(double bytes) const;
   double ring_allgather_s(double bytes_per_rank) const;
   double ring_step_s(double chunk_bytes) const;

@@ -27,8 +27,10 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
       self_(self),
       rules_(rules),
       on_merge_(std::move(on_merge)) {
-  for (const auto& [name, t] : initial)
+  for (const auto& [name, t] : initial) {
     initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
+    names_.push_back(name);
+  }
   if (self_ == rules_.replicas - 1) board_.store().set_once(term_key(0), std::to_string(self_));
 }
 
@@ -107,7 +109,7 @@ void AsyncMerger::take_over() {
     tokens_ = 0;
   } else {
     const CommittedVersion c = *board_.commit_of(v);
-    NamedTensors both = board_.fetch_params(c);
+    NamedTensors both = board_.fetch_params(c, names_);
     const NamedTensors momenta = board_.fetch_momenta(c);
     both.insert(both.end(), momenta.begin(), momenta.end());
     outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
@@ -136,18 +138,13 @@ std::string AsyncMerger::refusal(const PostedUpdate& u) const {
         "it is stale: it trained from version {}, the merger is at {} (dist.max_staleness = {}); the replica goes on "
         "from the newest version",
         u.base_version, version_, rules_.max_staleness);
-  const NamedTensors& model = outer_->global();
-  if (u.delta.size() != model.size())
-    return fmt::format("it holds {} tensors, the model has {}", u.delta.size(), model.size());
-  std::map<std::string, const torch::Tensor*> by_name;
-  for (const auto& [name, t] : u.delta) by_name[name] = &t;
-  for (const auto& [name, t] : model) {
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) return fmt::format("it has no tensor '{}'", name);
-    if (it->second->sizes() != t.sizes())
-      return fmt::format("its tensor '{}' has shape {}, the model's is {}", name, shape_text(*it->second),
-                         shape_text(t));
-    if (!torch::isfinite(*it->second).all().item<bool>()) return fmt::format("its tensor '{}' holds NaN or Inf", name);
+  const NamedTensors& model = outer_->global();  // the post's tensors are in its order (UpdateBoard::read)
+  for (size_t i = 0; i < model.size(); ++i) {
+    const auto& [name, t] = model[i];
+    const torch::Tensor& d = u.delta[i].second;
+    if (d.sizes() != t.sizes())
+      return fmt::format("its tensor '{}' has shape {}, the model's is {}", name, shape_text(d), shape_text(t));
+    if (!torch::isfinite(d).all().item<bool>()) return fmt::format("its tensor '{}' holds NaN or Inf", name);
   }
   return "";
 }
@@ -156,7 +153,7 @@ void AsyncMerger::collect() {
   for (int r = 0; r < rules_.replicas; ++r) {
     const int64_t posted = board_.posted(r);
     for (int64_t& n = consumed_[r]; n < posted; ++n) {
-      PostedUpdate u = board_.read(r, n);
+      PostedUpdate u = board_.read(r, n, names_);
       if (const std::string why = refusal(u); !why.empty()) {
         log::warn("merger (replica {}): refused update {} of replica {}: {}; nothing of it reaches the model", self_, n,
                   r, why);
@@ -197,9 +194,7 @@ void AsyncMerger::merge() {
   int64_t tokens = 0;
   for (const auto& p : pending_) {
     const double w = double(p.update.tokens) / double(1 + p.staleness) / full;
-    std::map<std::string, const torch::Tensor*> by_name;
-    for (const auto& [name, t] : p.update.delta) by_name[name] = &t;
-    for (size_t i = 0; i < model.size(); ++i) average[i].add_(*by_name.at(model[i].first), w);
+    for (size_t i = 0; i < model.size(); ++i) average[i].add_(p.update.delta[i].second, w);
     merged.push_back({{"replica", p.update.replica},
                       {"number", p.update.number},
                       {"staleness", p.staleness},
@@ -220,9 +215,7 @@ void AsyncMerger::merge() {
   step = board_.as_received(step);
   {
     torch::NoGradGuard no_grad;
-    std::map<std::string, const torch::Tensor*> by_name;
-    for (const auto& [name, t] : step) by_name[name] = &t;
-    for (size_t i = 0; i < model.size(); ++i) model[i].second.copy_(before[i] - *by_name.at(model[i].first));
+    for (size_t i = 0; i < model.size(); ++i) model[i].second.copy_(before[i] - step[i].second);
   }
   const int64_t next = version_ + 1;
   nlohmann::json consumed = nlohmann::json::object();

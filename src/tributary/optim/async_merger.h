@@ -93,6 +93,7 @@ class AsyncMerger {
   int self_;
   MergeRules rules_;
   NamedTensors initial_;
+  std::vector<std::string> names_;  // the model's parameters, in order: posts and versions are read in it
   std::function<void(const nlohmann::json&)> on_merge_;
   const std::chrono::steady_clock::time_point born_ = std::chrono::steady_clock::now();
 

@@ -45,14 +45,33 @@ NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
   return wire;
 }
 
-NamedTensors decode(const safetensors::File& file) {
+bool is_scale(const std::string& name) { return name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0; }
+
+torch::Tensor decoded(const safetensors::File& file, const std::string& name) {
+  torch::Tensor t = to_torch(file.at(name)).to(torch::kFloat32);
+  if (file.contains(name + ".scale")) t.mul_(to_torch(file.at(name + ".scale")).to(torch::kFloat32));
+  return t;
+}
+
+// In the model's order (`names`; safetensors sorts by name), so that callers pair tensors by index; an Error naming
+// what is missing or extra.
+NamedTensors decode(const safetensors::File& file, const std::vector<std::string>& names) {
+  size_t held = 0;
+  for (const auto& [name, view] : file.tensors()) held += !is_scale(name);
+  if (held != names.size()) fail("it holds {} tensors, the model has {}", held, names.size());
   NamedTensors out;
-  for (const auto& [name, view] : file.tensors()) {
-    if (name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0) continue;
-    torch::Tensor t = to_torch(view).to(torch::kFloat32);
-    if (file.contains(name + ".scale")) t.mul_(to_torch(file.at(name + ".scale")).to(torch::kFloat32));
-    out.emplace_back(name, t);
+  for (const auto& name : names) {
+    if (!file.contains(name)) fail("it has no tensor '{}'", name);
+    out.emplace_back(name, decoded(file, name));
   }
+  return out;
+}
+
+// Every tensor, in the file's order (the momenta, which OuterOptimizer::load_state reads by name).
+NamedTensors decode_all(const safetensors::File& file) {
+  NamedTensors out;
+  for (const auto& [name, view] : file.tensors())
+    if (!is_scale(name)) out.emplace_back(name, decoded(file, name));
   return out;
 }
 
@@ -74,7 +93,7 @@ UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<com
 
 void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) const {
   if (!link_ || from < 0 || to < 0 || from == to || from >= link_->num_ranks || to >= link_->num_ranks) return;
-  const double left = link_->latency(from, to) + double(bytes) / link_->bandwidth(from, to) - already_s;
+  const double left = link_->transfer_s(from, to, double(bytes)) - already_s;
   if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
 }
 
@@ -98,7 +117,7 @@ int UpdateBoard::merger_now() {
 
 int64_t UpdateBoard::posted(int replica) { return store_.add(count_key(replica), 0); }
 
-PostedUpdate UpdateBoard::read(int replica, int64_t number) {
+PostedUpdate UpdateBoard::read(int replica, int64_t number, const std::vector<std::string>& names) {
   PostedUpdate u{.replica = replica, .number = number};
   const std::string key = update_key(replica, number);
   if (!store_.check({key})) {
@@ -119,7 +138,7 @@ PostedUpdate UpdateBoard::read(int replica, int64_t number) {
     u.base_version = number_of("base");
     u.tokens = number_of("tokens");
     if (number_of("replica") != replica) fail("it says it is replica {}'s", number_of("replica"));
-    u.delta = decode(file);
+    u.delta = decode(file, names);
   } catch (const std::exception& e) {  // a malformed post is refused, never thrown at the merger
     u.delta.clear();
     u.error = e.what();
@@ -137,7 +156,9 @@ std::optional<CommittedVersion> UpdateBoard::commit_of(int64_t version) {
 }
 
 NamedTensors UpdateBoard::as_received(const NamedTensors& tensors) const {
-  return decode(safetensors::File::parse(tensors_to_safetensors(encode(tensors, codec_)), "a step"));
+  std::vector<std::string> names;
+  for (const auto& [name, t] : tensors) names.push_back(name);
+  return decode(safetensors::File::parse(tensors_to_safetensors(encode(tensors, codec_)), "a step"), names);
 }
 
 bool UpdateBoard::publish(int64_t version, int merger, const NamedTensors& params, const NamedTensors& momenta,
@@ -157,7 +178,7 @@ bool UpdateBoard::publish(int64_t version, int merger, const NamedTensors& param
   return true;
 }
 
-NamedTensors UpdateBoard::fetch_params(const CommittedVersion& version) {
+NamedTensors UpdateBoard::fetch_params(const CommittedVersion& version, const std::vector<std::string>& names) {
   const auto start = Clock::now();
   const int merger = version.meta.at("merger").get<int>();
   const std::string key = params_key(version.version, merger);
@@ -165,16 +186,16 @@ NamedTensors UpdateBoard::fetch_params(const CommittedVersion& version) {
   std::string bytes = store_.get(key);
   wait_link(merger, self_, bytes.size(), seconds_since(start));
   bytes_fetched_ += double(bytes.size());
-  return decode(safetensors::File::parse(std::move(bytes), key));
+  return decode(safetensors::File::parse(std::move(bytes), key), names);
 }
 
 NamedTensors UpdateBoard::fetch_momenta(const CommittedVersion& version) {
   const std::string key = momenta_key(version.version, version.meta.at("merger").get<int>());
   if (!store_.check({key})) return {};
-  return decode(safetensors::File::parse(store_.get(key), key));
+  return decode_all(safetensors::File::parse(store_.get(key), key));
 }
 
-NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version) {
+NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version, const std::vector<std::string>& names) {
   const auto start = Clock::now();
   const int merger = version.meta.at("merger").get<int>();
   const std::string key = step_key(version.version, merger);
@@ -182,7 +203,7 @@ NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version) {
   std::string bytes = store_.get(key);
   wait_link(merger, self_, bytes.size(), seconds_since(start));
   bytes_fetched_ += double(bytes.size());
-  return decode(safetensors::File::parse(std::move(bytes), key));
+  return decode(safetensors::File::parse(std::move(bytes), key), names);
 }
 
 void UpdateBoard::forget_version(const CommittedVersion& version) {

@@ -43,7 +43,7 @@ struct PostedUpdate {
   int64_t number = 0;        // the replica's count of its posts, from 0
   int64_t base_version = 0;  // the global version it trained from
   int64_t tokens = 0;        // the tokens it represents
-  NamedTensors delta;        // fp32, in the order posted
+  NamedTensors delta;        // fp32, in the model's order
   std::string error;
 };
 
@@ -67,7 +67,8 @@ class UpdateBoard {
   int64_t post(const NamedTensors& delta, int64_t base_version, int64_t tokens, int merger);
   int64_t posted(int replica);  // how many updates `replica` posted so far
   int merger_now();             // the rank that holds the newest merging term (-1: none yet)
-  PostedUpdate read(int replica, int64_t number);
+  // Tensors come back in the model's order (`names`: its parameters'); a post with others is refused (error).
+  PostedUpdate read(int replica, int64_t number, const std::vector<std::string>& names);
   void forget(int replica, int64_t number);
 
   // The newest committed version (0: none yet).
@@ -82,9 +83,9 @@ class UpdateBoard {
                const NamedTensors& step, nlohmann::json meta);
   // A version's parameters (fp32, the names published) and, for a merger that takes over, its momenta; empty when
   // the version was deleted meanwhile (ask for the newest). `self`'s emulated link is the one from its merger.
-  NamedTensors fetch_params(const CommittedVersion& version);
-  NamedTensors fetch_momenta(const CommittedVersion& version);
-  NamedTensors fetch_step(const CommittedVersion& version);  // fp32, decoded; empty when gone or none
+  NamedTensors fetch_params(const CommittedVersion& version, const std::vector<std::string>& names);
+  NamedTensors fetch_momenta(const CommittedVersion& version);  // by name ("<param>.outer_momentum")
+  NamedTensors fetch_step(const CommittedVersion& version, const std::vector<std::string>& names);  // empty: none
   void forget_version(const CommittedVersion& version);
 
   comm::Store& store() { return store_; }

@@ -15,6 +15,7 @@ using namespace tributary;
 namespace {
 
 NamedTensors model() { return {{"w", torch::zeros({2, 3})}, {"b", torch::zeros({3})}}; }
+const std::vector<std::string> kNames = {"w", "b"};  // model()'s order
 
 NamedTensors filled(float v) { return {{"w", torch::full({2, 3}, v)}, {"b", torch::full({3}, v)}}; }
 
@@ -35,7 +36,7 @@ MergeRules rules(int replicas) {
 
 NamedTensors version(comm::Store& store, int64_t v) {
   UpdateBoard board(store, "fp32", std::nullopt, 0);
-  return board.fetch_params(*board.commit_of(v));
+  return board.fetch_params(*board.commit_of(v), kNames);
 }
 
 float value_of(const NamedTensors& t, const std::string& name) {
@@ -163,12 +164,12 @@ TEST(AsyncMerger, AReplicaThatAppliesTheVersionsInt8StepsLandsOnTheMergersBits) 
   for (int64_t v = 2; v <= 4; ++v) {
     replica.post({{"w", torch::randn({2, 3})}, {"b", torch::randn({3})}}, v - 1, 100, -1);
     ASSERT_TRUE(merger.poll());
-    const NamedTensors step = replica.fetch_step(*replica.commit_of(v));
+    const NamedTensors step = replica.fetch_step(*replica.commit_of(v), kNames);
     ASSERT_EQ(step.size(), 2u);
     for (auto& [name, t] : mine)
       for (const auto& [n, s] : step)
         if (n == name) t = t - s;
-    const NamedTensors whole = replica.fetch_params(*replica.commit_of(v));
+    const NamedTensors whole = replica.fetch_params(*replica.commit_of(v), kNames);
     for (const auto& [name, t] : whole)
       for (const auto& [n, x] : mine)
         if (n == name) {

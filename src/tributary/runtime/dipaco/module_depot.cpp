@@ -56,7 +56,7 @@ NamedTensors ModuleDepot::fetch(int64_t round, const std::string& id, const std:
       fmt::format("DiPaCo: waiting for module {} of round {} from its owner (group rank {})", id, round + 1, owner));
   const std::string bytes = store_.get(key);
   if (link_ && owner != self) {  // the modelled transfer from the owner, on top of the real one
-    const double modelled = link_->latency(owner, self) + double(bytes.size()) / link_->bandwidth(owner, self);
+    const double modelled = link_->transfer_s(owner, self, double(bytes.size()));
     const double left = modelled - seconds_since(start);
     if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
   }

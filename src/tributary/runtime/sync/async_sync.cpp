@@ -63,6 +63,7 @@ Started AsyncSync::start(const StartState& state) {
   for (const auto& [name, t] : state.trained) {
     anchor_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
     global_.emplace_back(name, anchor_.back().second.clone());  // version 1: every replica initialised alike
+    names_.push_back(name);
   }
   merger_ = std::make_unique<AsyncMerger>(
       UpdateBoard(session_.reconnect(), session_.config().dist.compression, session_.links(), rank_),
@@ -89,7 +90,7 @@ std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t have, const Na
     const auto commit = board_.commit_of(v);
     if (!commit) return std::nullopt;
     NamedTensors params = by_steps(have, have_params, v);
-    if (params.empty()) params = board_.fetch_params(*commit);
+    if (params.empty()) params = board_.fetch_params(*commit, names_);
     if (params.empty()) continue;  // deleted meanwhile: a newer one exists
     const auto& consumed = commit->meta.at("consumed");
     const std::string mine = std::to_string(rank_);
@@ -107,15 +108,10 @@ NamedTensors AsyncSync::by_steps(int64_t have, const NamedTensors& have_params, 
   for (int64_t v = have + 1; v <= version; ++v) {
     const auto commit = board_.commit_of(v);
     if (!commit) return {};
-    const NamedTensors step = board_.fetch_step(*commit);
+    const NamedTensors step = board_.fetch_step(*commit, names_);
     if (step.empty()) return {};
-    std::map<std::string, const torch::Tensor*> by_name;
-    for (const auto& [name, t] : step) by_name[name] = &t;
-    for (auto& [name, t] : out) {  // the merger's own arithmetic (async_merger.cpp): the same bits
-      const auto it = by_name.find(name);
-      if (it == by_name.end() || it->second->sizes() != t.sizes()) return {};
-      t = t - *it->second;
-    }
+    for (size_t i = 0; i < out.size(); ++i)  // the merger's own arithmetic (async_merger.cpp): the same bits
+      out[i].second = out[i].second - step[i].second;
   }
   return out;
 }
@@ -133,13 +129,11 @@ void AsyncSync::poll_fetch() {
 
 void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
   torch::NoGradGuard no_grad;
-  std::map<std::string, const torch::Tensor*> by_name;
-  for (const auto& [name, t] : fetched.params) by_name[name] = &t;
   // The progress since the last post (none at a round's end) is carried over onto the new anchor.
   std::vector<torch::Tensor> unposted;
   for (size_t i = 0; i < anchor_.size(); ++i)
     unposted.push_back(anchor_[i].second - trained[i].second.detach().to(torch::kCPU, torch::kFloat32));
-  for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i].second.copy_(*by_name.at(anchor_[i].first));
+  for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i].second.copy_(fetched.params[i].second);
   for (auto it = posts_.begin(); it != posts_.end();) {
     if (!it->number && it->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
       it->number = it->sent.get();
@@ -152,7 +146,6 @@ void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
     ++it;
   }
   for (size_t i = 0; i < trained.size(); ++i) trained[i].second.copy_(anchor_[i].second - unposted[i]);
-  staleness_sum_ += fetched.version - base_;
   base_ = fetched.version;
   global_ = std::move(fetched.params);
   over_ |= fetched.done;
@@ -243,7 +236,6 @@ void AsyncSync::summarize(TrainSummary& summary) {
   summary.details["async"] = {{"rounds", rounds_},
                               {"adopted", adopted_},
                               {"version", base_},
-                              {"mean_staleness_adopted", adopted_ > 0 ? double(staleness_sum_) / adopted_ : 0.0},
                               {"merges_by_this_replica", s.merges},
                               {"refused_by_this_replica", s.refused},
                               {"takeovers", s.takeovers},

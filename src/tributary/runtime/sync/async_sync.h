@@ -80,15 +80,16 @@ class AsyncSync : public Sync {
   comm::CommThread thread_;  // posts and fetches, off the training thread
   UpdateBoard board_;        // used on thread_ only
   std::unique_ptr<AsyncMerger> merger_;
-  NamedTensors anchor_;  // fp32, CPU: what the next update is measured from
-  NamedTensors global_;  // fp32, CPU: version base_ exactly (the next version's step applies to it)
-  int64_t base_ = 1;     // the version the replica's parameters descend from
-  int64_t inner_ = 0;    // steps in the current round
+  NamedTensors anchor_;             // fp32, CPU: what the next update is measured from
+  NamedTensors global_;             // fp32, CPU: version base_ exactly (the next version's step applies to it)
+  std::vector<std::string> names_;  // the trained parameters, in order: versions are read in it
+  int64_t base_ = 1;                // the version the replica's parameters descend from
+  int64_t inner_ = 0;               // steps in the current round
   std::deque<Posted> posts_;
   std::optional<std::future<std::optional<Fetched>>> fetch_;
   std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
   bool over_ = false;
-  int64_t rounds_ = 0, adopted_ = 0, staleness_sum_ = 0;
+  int64_t rounds_ = 0, adopted_ = 0;
 };
 
 }  // namespace tributary
