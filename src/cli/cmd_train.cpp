@@ -78,6 +78,7 @@ void add_train(CLI::App& app) {
     bool overwrite = false;
     bool help_config = false;
     int64_t stop_after = 0;
+    std::string adversary;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -90,6 +91,9 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--overwrite", args->overwrite, "start over: delete the checkpoints train.run_dir already has");
   cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--adversary", args->adversary,
+                  "RANK:KIND: that rank lies in every exchange (tests and benchmarks of dist.aggregate; kinds: nan, "
+                  "scaled, sign_flip, noise, zeros, replay, copy, poison)");
   cmd->add_flag("--help-config", args->help_config,
                 "list every config key with its default and exit; with a config (and --set), its values, the ones "
                 "that differ from the defaults marked *");
@@ -113,6 +117,7 @@ void add_train(CLI::App& app) {
                          .overwrite = args->overwrite,
                          .dist = resolve_dist_env_from_process(),
                          .faults = fault_plan_from_environment()};
+    if (!args->adversary.empty()) parse_adversary(args->adversary, options.faults);
     TrainSummary s = train(config, options);
     if (!s.lead) return;  // rank 0, or the worker that took over from it (fault tolerance)
     if (s.kind == RunKind::kDipaco) {

@@ -373,13 +373,45 @@ TEST_F(Distributed, NonFiniteAndOversizedUpdatesAreRejected) {
     const auto s = summary_of(run);
     EXPECT_EQ(s["rejected"].get<int>(), 4) << bad << ": rank 1's update in each of the 4 outer steps";
     EXPECT_NEAR(s["val_loss"].get<double>(), clean, 0.02 * clean) << bad;
-    EXPECT_NE(out.find("update(s) of rank(s) 1 rejected"), std::string::npos) << out;
+    EXPECT_NE(out.find("rank 1's update refused in exchange"), std::string::npos) << out;
   }
   // Without the guard the same 100x update ruins the run: the check above can fail.
   auto [rc1, out1] = ft_run("TRIBUTARY_BAD_UPDATE_RANK=1 TRIBUTARY_BAD_UPDATE=scale100", "reject_off",
                             "--set dist.fault_tolerant=false");
   ASSERT_EQ(rc1, 0) << out1;
   EXPECT_GT(summary_of("reject_off")["val_loss"].get<double>(), 1.5 * clean);
+}
+
+// A participant holding the run's secret sends its update negated (train --adversary 1:sign_flip): it passes the
+// norm test, the median keeps it from moving the model, and its cosine with the aggregate (metrics' scores) stays
+// below dist.min_score, so it is evicted after dist.evict_after exchanges, told why, and refused from then on; no
+// honest worker is refused. A malformed --adversary names the flag.
+TEST_F(Distributed, ALyingReplicaIsOutvotedScoredAndEvicted) {
+  const std::string args =
+      "--set dist.fault_tolerant=false --set dist.aggregate=median --set dist.reject_norm_factor=10 "
+      "--set dist.evict_after=2 --set dist.min_score=0";
+  auto [rc0, out0] = ft_run("", "robust_clean", args);
+  ASSERT_EQ(rc0, 0) << out0;
+  const double clean = summary_of("robust_clean")["val_loss"].get<double>();
+  auto [rc, out] = ft_run("", "robust_sign_flip", args + " --adversary 1:sign_flip");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1 evicted in exchange 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("was evicted by the others"), std::string::npos) << out;
+  EXPECT_EQ(summary_of("robust_sign_flip")["rejected"].get<int>(), 2) << "exchanges 3 and 4 refuse it";
+  std::istringstream in(read_file(work() / "robust_sign_flip" / "metrics.jsonl"));
+  int exchanges = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("scores")) continue;
+    ++exchanges;
+    for (const char* honest : {"0", "2", "3"}) EXPECT_GT(j["scores"][honest].get<double>(), 0) << line;
+    EXPECT_LT(j["scores"]["1"].get<double>(), 0) << line;
+  }
+  EXPECT_EQ(exchanges, 4);
+  EXPECT_NEAR(summary_of("robust_sign_flip")["val_loss"].get<double>(), clean, 0.03 * clean);
+  auto [rc2, out2] = sh(std::string(TRIBUTARY_CLI) + " train --adversary 1:lies 2>&1");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("--adversary '1:lies': 'lies' is not a kind"), std::string::npos) << out2;
 }
 
 // world_size of every data-parallel exchange line in the metrics (one per log_every steps), in order.

@@ -322,6 +322,26 @@ torch::Tensor Exchange::hop(const torch::Tensor& out, int64_t in_bytes, double& 
   return mac_->open(in, place(tag, prev, r), fmt::format("ring message {} from rank {} to rank {}", tag, prev, r));
 }
 
+std::vector<torch::Tensor> Exchange::gather(const torch::Tensor& flat) {
+  TRIB_CHECK(mode_ == Mode::all_reduce || mode_ == Mode::quantized_ring,
+             "(a gathered exchange needs a stateless codec; the config refuses the others)");
+  const int n = group_.size();
+  const int64_t numel = flat.numel();
+  if (n == 1) return {flat.to(torch::kFloat32).contiguous()};
+  const auto start = Clock::now();
+  auto payload = torch::empty({int64_t(codec_->encoded_bytes(numel))}, torch::kUInt8);
+  codec_->encode(flat.to(torch::kFloat32).contiguous(), payload.data_ptr<uint8_t>());
+  auto gathered = gather_payloads(payload);
+  std::vector<torch::Tensor> values;
+  for (const auto& p : gathered) {
+    TRIB_CHECK(p.numel() == payload.numel(), "(an all-gathered payload has the gather's length)");
+    values.push_back(codec_->decode(p.contiguous().data_ptr<uint8_t>(), numel));
+  }
+  const double bytes = double(payload.numel() + (mac_ ? WireMac::kBytes : 0));
+  account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
+  return values;
+}
+
 std::vector<torch::Tensor> Exchange::gather_payloads(const torch::Tensor& payload) {
   const int tag = tag_++;
   torch::Tensor wire = mac_ ? mac_->seal(payload, place(tag, group_.rank(), -1)) : payload;

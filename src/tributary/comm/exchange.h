@@ -83,6 +83,11 @@ class Exchange {
   // ring, every hop sealed — the same sum (two ranks add a + b, bit for bit). Only an exchange whose wire format is
   // fp32 (codec "fp32", "none" or "powersgd").
   void sum(torch::Tensor& flat);
+  // Every rank's `flat` (fp32, one dimension, the same length on every rank), encoded by the run's codec, sealed with
+  // the run's key when there is one, all-gathered and decoded: [rank] -> fp32 values, this rank's own decoded too, so
+  // every rank holds the same tensors (robust aggregation judges each update as received: optim/robust_aggregate.h).
+  // (N-1) encoded payloads sent and received. Only a stateless codec (not topk, powersgd or sparseloco).
+  std::vector<torch::Tensor> gather(const torch::Tensor& flat);
 
   // After the group re-formed with other members (fault tolerance): the ring tags restart (ranks may have left a
   // failed round at different steps) and the emulated links are the new members' (`link`, when emulating).

@@ -24,17 +24,17 @@ Heartbeat::~Heartbeat() {
   thread_.join();
 }
 
-bool Liveness::dead(int id) {
-  if (id == self_) return false;
+double Liveness::silence_s(int id) {
+  if (id == self_) return 0;
   const auto now = std::chrono::steady_clock::now();
   const int64_t value = store_.add(prefix_ + "hb/" + std::to_string(id), 0);
   auto [it, fresh] = beats_.try_emplace(id);
   if (fresh || value != it->second.value) {
     it->second.value = value;
     it->second.changed = now;
-    return false;
+    return 0;
   }
-  return std::chrono::duration<double>(now - it->second.changed).count() > dead_after_s_;
+  return std::chrono::duration<double>(now - it->second.changed).count();
 }
 
 std::vector<int> Liveness::dead_among(const std::vector<int>& ids) {

@@ -42,7 +42,9 @@ class Liveness {
   Liveness(Store store, std::string key_prefix, int self, double dead_after_s)
       : store_(std::move(store)), prefix_(std::move(key_prefix)), self_(self), dead_after_s_(dead_after_s) {}
   // Reads every member's counter now; true for members (never this process) whose counter is stale.
-  bool dead(int id);
+  bool dead(int id) { return silence_s(id) > dead_after_s_; }
+  // Reads the member's counter now: seconds of this observer's clock since it last moved (0 for this process).
+  double silence_s(int id);
   std::vector<int> dead_among(const std::vector<int>& ids);
   double dead_after_s() const { return dead_after_s_; }
 

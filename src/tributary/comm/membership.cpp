@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -46,6 +47,14 @@ bool death_reported(Store& store, int id) {
   return deaths > (store.check({inc_key}) ? std::stoll(store.get(inc_key)) : 0);
 }
 
+// Whether a restarted incarnation of worker `id` asked to join after its last reported death ("joining/<id>" holds
+// the deaths it found when it asked).
+bool successor_asked(Store& store, int id) {
+  const std::string key = Membership::kPrefix + "joining/" + std::to_string(id);
+  if (!store.check({key})) return false;
+  return std::stoll(store.get(key)) >= store.add(Membership::kPrefix + "lost/" + std::to_string(id), 0);
+}
+
 }  // namespace
 
 std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>& members, uint64_t generation) {
@@ -62,7 +71,10 @@ std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>&
 
 void Membership::watch() {
   Liveness liveness(heartbeat_store_, kPrefix, id_, liveness_.dead_after_s());
-  std::vector<int> reported, lost_logged;
+  std::vector<int> reported, lost_logged, ignored_logged;
+  std::map<int, std::chrono::steady_clock::time_point> report_seen;  // when a member's death report was first read
+  // A reported death is acted on once the member's heartbeat has been silent this long (a few of its 250 ms beats).
+  const double confirm_s = std::min(1.5, liveness_.dead_after_s() / 2);
   int64_t asks_seen = 0;
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -82,7 +94,28 @@ void Membership::watch() {
       const std::vector<int> lost = reported_lost(heartbeat_store_, members, generation);
       for (int m : members) {
         const auto known = std::find(reported.begin(), reported.end(), m);
-        if (std::find(lost.begin(), lost.end(), m) != lost.end()) {  // its launch saw it die: no need to wait
+        // Its launch saw it die: no need to wait the heartbeat deadline, only for a confirmation — a short silence
+        // of its heartbeat, or its restarted incarnation asking to join after that death (which then beats on the
+        // same key). A report is a store write any holder of the run's secret can make: alone it must not drop a
+        // live worker.
+        bool report_confirmed = false;
+        if (std::find(lost.begin(), lost.end(), m) != lost.end()) {
+          const auto now = std::chrono::steady_clock::now();
+          const auto [seen, first] = report_seen.try_emplace(m, now);
+          report_confirmed = liveness.silence_s(m) >= confirm_s || successor_asked(heartbeat_store_, m);
+          if (!report_confirmed && !first &&
+              std::chrono::duration<double>(now - seen->second).count() > 4 * confirm_s &&
+              std::find(ignored_logged.begin(), ignored_logged.end(), m) == ignored_logged.end()) {
+            ignored_logged.push_back(m);
+            log::warn(
+                "{} {}: a death of {} {} was reported in the store, but its heartbeat goes on: the report is "
+                "ignored (written by a participant that is not its launch, or a launch that lost track of it)",
+                noun_, id_, noun_, m);
+          }
+        } else {
+          report_seen.erase(m);
+        }
+        if (report_confirmed) {
           if (known == reported.end()) reported.push_back(m);
           if (std::find(lost_logged.begin(), lost_logged.end(), m) == lost_logged.end()) {
             lost_logged.push_back(m);

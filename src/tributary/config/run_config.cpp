@@ -90,9 +90,23 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
   s.add("dist.max_staleness", dist.max_staleness,
         "async_diloco: an update trained from a version more than this many merges old is refused", 0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
-        "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median; "
-        "0 = off",
+        "drop non-finite updates (pseudo-gradients, gradients) and those with a norm above this x the round's median "
+        "or below the median / this, each judged as received (the updates are all-gathered); 0 = off",
         0.0, 1e6);
+  s.add("dist.aggregate", dist.aggregate,
+        "how the replicas' updates combine: mean (on the ring) or a robust rule over the all-gathered updates",
+        {"mean", "trimmed_mean", "median", "centered_clip"});
+  s.add("dist.trim_fraction", dist.trim_fraction,
+        "trimmed_mean: fraction of the values dropped at each end of every coordinate", 0.0, 0.49);
+  s.add("dist.clip_radius", dist.clip_radius,
+        "centered_clip: the clipping radius tau; 0 = the median distance of the updates to their median", 0.0, 1e12);
+  s.add("dist.evict_after", dist.evict_after,
+        "robust aggregation: evict a participant refused or scoring below dist.min_score in this many exchanges in a "
+        "row (its updates refused from then on); 0 = never",
+        0, 1000000);
+  s.add("dist.min_score", dist.min_score,
+        "robust aggregation: the lowest cosine of an update with the round's aggregate that counts as agreeing", -1.0,
+        1.0);
 }
 
 // [parallel]: how the ranks divide the model and the machines (pipelines, islands).
@@ -203,6 +217,11 @@ void validate_dipaco(const RunConfig& c) {
   if (c.dipaco.modules.empty()) return;
   if (c.dipaco.routes.empty())
     fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", c.dipaco.modules);
+  if (c.dist.aggregate != "mean" || c.dist.reject_norm_factor > 0)
+    fail(
+        "dist.aggregate = '{}', dist.reject_norm_factor = {}: DiPaCo's module owners sum their contributors' updates "
+        "on a ring and do not judge them one by one yet; leave dist.aggregate = 'mean' and reject_norm_factor = 0",
+        c.dist.aggregate, c.dist.reject_norm_factor);
   // SparseLoCo's payloads go point to point to each module's owner with per-module error feedback
   // (optim/module_feedback.h); the ring re-encodes at every hop, and top-k / PowerSGD need every contributor's
   // factors or indices in one collective (docs/dipaco.md, "Compression").
@@ -362,10 +381,11 @@ void validate_async(const RunConfig& c) {
         "{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
         "leave them at 0 (fragments 1)",
         why);
-  if (c.dist.reject_norm_factor > 0)
+  if (c.dist.reject_norm_factor > 0 || c.dist.aggregate != "mean")
     fail(
-        "{}: the merger refuses non-finite and malformed updates itself; dist.reject_norm_factor compares the "
-        "norms of one collective's updates and does not apply: leave it at 0",
+        "{}: the merger refuses non-finite and malformed updates itself and weighs the rest by tokens and "
+        "staleness; dist.reject_norm_factor and dist.aggregate judge the updates of one collective and do not "
+        "apply: leave them at 0 and 'mean'",
         why);
   if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
         c.dist.compression == "int8"))
@@ -412,6 +432,17 @@ void validate_dist(const RunConfig& c) {
   if (c.dist.reject_norm_factor > 0 && c.dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
          c.dist.reject_norm_factor);
+  if (c.dist.evict_after > 0 && c.dist.aggregate == "mean" && c.dist.reject_norm_factor == 0)
+    fail(
+        "dist.evict_after = {} scores each update as received, which the mean on the ring never sees: set "
+        "dist.aggregate (trimmed_mean, median, centered_clip) or dist.reject_norm_factor",
+        c.dist.evict_after);
+  if ((c.dist.aggregate != "mean" || c.dist.reject_norm_factor > 0) && keeps_error_feedback(c.dist.compression))
+    fail(
+        "dist.aggregate = '{}' with dist.reject_norm_factor = {} judges every replica's update whole, which "
+        "dist.compression = '{}' never sends (it keeps error feedback or factors on each worker); use a stateless "
+        "codec (fp32, fp16, bf16, int8, fp4, terngrad), or dist.aggregate = 'mean' and reject_norm_factor = 0",
+        c.dist.aggregate, c.dist.reject_norm_factor, c.dist.compression);
   if (c.dist.fault_tolerant && keeps_error_feedback(c.dist.compression))
     fail(
         "dist.compression = '{}' keeps error feedback on each worker, which a discarded and redone round would "

@@ -80,7 +80,15 @@ struct DistConfig {
   bool fault_tolerant = false;
   double heartbeat_timeout_s = 10;  // a worker whose heartbeat stalls this long is dead (fault tolerance, DiPaCo)
   double reject_norm_factor = 0;    // > 0: drop a pseudo-gradient that is non-finite or has a norm above this
-                                    // factor x the round's median norm; 0 = accept every update
+                                    // factor x the round's median norm (or below the median / factor); 0 = off
+  // Robust aggregation (optim/robust_aggregate.h): mean | trimmed_mean | median | centered_clip. Anything but the mean
+  // without a norm test all-gathers the updates and judges each as received.
+  std::string aggregate = "mean";
+  double trim_fraction = 0.2;  // trimmed_mean: the fraction of values dropped at each end, per coordinate
+  double clip_radius = 0;      // centered_clip's tau; 0: the median distance of the updates to their median
+  int64_t evict_after = 0;     // a participant refused or scoring below min_score this many exchanges in a row is
+                               // evicted (its updates refused from then on); 0: never
+  double min_score = 0;        // the lowest cosine with the round's aggregate that counts as agreeing
   // Asynchronous DiLoCo (runtime/sync/async_sync.h, optim/async_merger.h).
   int64_t min_quorum = 0;     // a merge closes once this many replicas' updates arrived; 0: half, rounded up
   double grace_s = 0.25;      // then waits this long for stragglers (every second of it is drift: §40)

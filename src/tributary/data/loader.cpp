@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <random>
 
 #include "tributary/core/error.h"
 #include "tributary/core/rng.h"
@@ -84,6 +85,10 @@ void BatchLoader::next(int64_t* out) {
     position_.cursor += 1;
     const uint32_t* src = tokens_->data() + window * options_.stride;
     for (int64_t t = 0; t < row; ++t) out[b * row + t] = src[t];
+    if (options_.poisoned) {  // the window's own tokens in an order fixed by the seed and the window
+      std::mt19937_64 gen(options_.seed * 1000003 + window);
+      std::shuffle(out + b * row, out + (b + 1) * row, gen);
+    }
   }
 }
 

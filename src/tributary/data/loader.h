@@ -19,8 +19,9 @@ struct LoaderOptions {
   bool shuffle = true;  // false: windows in stream order (validation)
   int64_t rank = 0;
   int64_t world_size = 1;
-  int64_t stride = 0;  // tokens between window starts; 0: context (consecutive windows share one token).
-                       // context + 1: disjoint units, as routed DiPaCo shards store them
+  int64_t stride = 0;     // tokens between window starts; 0: context (consecutive windows share one token).
+                          // context + 1: disjoint units, as routed DiPaCo shards store them
+  bool poisoned = false;  // tests and benchmarks (optim/adversary.h, poison): every window's tokens shuffled
 };
 
 struct LoaderPosition {

@@ -12,13 +12,15 @@
 namespace tributary {
 
 ResilientAverage::ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group,
-                                   comm::Membership* membership, double reject_norm_factor,
+                                   comm::Membership* membership, AggregateOptions aggregate,
                                    std::optional<comm::LinkModel> link, Reformed reformed)
     : thread_(thread),
       exchange_(exchange),
       group_(group),
       membership_(membership),
-      reject_norm_factor_(reject_norm_factor),
+      aggregate_(aggregate.rule != "mean" || aggregate.norm_factor > 0
+                     ? std::make_unique<RobustAggregate>(std::move(aggregate))
+                     : nullptr),
       link_(std::move(link)),
       reformed_(std::move(reformed)) {}
 
@@ -27,9 +29,6 @@ std::future<std::vector<torch::Tensor>> ResilientAverage::start(std::vector<torc
       [this, stream, t = std::move(tensors)]() mutable { return reduce(std::move(t), stream); });
 }
 
-// The norms of every rank's update, the same on every rank; zeros in place of the rejected, and the average
-// rescaled to the accepted ranks. A factor x median test on the lower median: with two ranks the larger is judged
-// against the smaller.
 void ResilientAverage::checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale,
                                        const std::string& round) {
   std::function<bool()> abandon;
@@ -43,32 +42,53 @@ void ResilientAverage::checked_average(std::vector<torch::Tensor>& tensors, int 
 }
 
 void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round) {
-  if (reject_norm_factor_ <= 0) return checked_average(tensors, stream, 1.0, round);
-  double squares = 0;
-  for (const auto& t : tensors) squares += t.to(torch::kFloat64).pow(2).sum().item<double>();
-  const double norm = std::isfinite(squares) ? std::sqrt(squares) : INFINITY;
-  const auto gathered = group_.all_gather(torch::tensor({norm}, torch::kFloat64));
-  std::vector<double> norms, finite;
-  for (const auto& g : gathered) norms.push_back(g.item<double>());
-  for (double n : norms)
-    if (std::isfinite(n)) finite.push_back(n);
-  std::sort(finite.begin(), finite.end());
-  const double median = finite.empty() ? 0 : finite[(finite.size() - 1) / 2];
-  std::vector<int> rejected;
-  for (size_t r = 0; r < norms.size(); ++r)
-    if (!std::isfinite(norms[r]) || (median > 0 && norms[r] > reject_norm_factor_ * median))
-      rejected.push_back(static_cast<int>(r));
-  const int n = group_.size(), accepted = n - static_cast<int>(rejected.size());
-  const bool mine = std::find(rejected.begin(), rejected.end(), group_.rank()) != rejected.end();
-  if (!rejected.empty() && group_.rank() == 0)
-    log::warn(
-        "update(s) of rank(s) {} rejected this round (norms {}; median {:.4g}, dist.reject_norm_factor {}): "
-        "averaged over the {} other rank(s)",
-        fmt::join(rejected, ", "), fmt::join(norms, ", "), median, reject_norm_factor_, accepted);
-  round_rejected_ = static_cast<int64_t>(rejected.size());
-  if (mine)
-    for (auto& t : tensors) t.zero_();
-  checked_average(tensors, stream, accepted > 0 && accepted < n ? double(n) / double(accepted) : 1.0, round);
+  if (aggregate_) return robust_average(tensors, stream, round);
+  checked_average(tensors, stream, 1.0, round);
+  if (adversary_) {  // on the ring it sees the average
+    std::vector<torch::Tensor> parts;
+    for (const auto& t : tensors) parts.push_back(t.detach().reshape({-1}));
+    adversary_->saw(torch::cat(parts), stream);
+  }
+}
+
+// Sealed payloads (with the run's key) need no check of the result: every rank decodes what each rank sent.
+void ResilientAverage::robust_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  for (const auto& t : tensors) parts.push_back(t.detach().reshape({-1}).to(torch::kFloat32));
+  const auto gathered = exchange_.gather(torch::cat(parts));
+  std::vector<int> ids;
+  for (int r = 0; r < int(gathered.size()); ++r) ids.push_back(membership_ ? membership_->members()[r] : r);
+  if (adversary_) adversary_->saw(gathered[size_t(group_.rank() + 1) % gathered.size()], stream);
+  const Aggregated a = aggregate_->combine(gathered, ids);
+  round_rejected_ = int64_t(a.refused.size());
+  const std::string noun = membership_ ? membership_->noun() : "rank";
+  const int64_t exchange = std::stoll(round.substr(1)) + 1;
+  if (group_.rank() == 0) {
+    for (const Refusal& r : a.refused)
+      log::warn("{} {}'s update refused in exchange {} ({} of {} accepted, dist.aggregate = {}): {}", noun,
+                ids[r.participant], exchange, a.accepted, gathered.size(), aggregate_->options().rule, r.reason);
+    for (int id : a.evicted)
+      log::warn("{} {} evicted in exchange {}: its updates are refused from now on (dist.evict_after = {})", noun, id,
+                exchange, aggregate_->options().evict_after);
+  }
+  for (const Refusal& r : a.refused)  // the participant itself learns why, once
+    if (r.participant == group_.rank() && r.reason.rfind("evicted", 0) == 0 && !told_evicted_) {
+      told_evicted_ = true;
+      log::error("this {} ({} {}) was evicted by the others; its updates no longer count: {}", noun, noun,
+                 ids[r.participant], r.reason);
+    }
+  {
+    std::lock_guard<std::mutex> lock(scores_mutex_);
+    scores_.clear();
+    for (size_t i = 0; i < ids.size(); ++i) scores_[ids[i]] = a.scores[i];
+  }
+  int64_t offset = 0;
+  for (auto& t : tensors) {
+    const int64_t n = t.numel();
+    t.copy_(a.value.narrow(0, offset, n).view(t.sizes()));
+    offset += n;
+  }
 }
 
 std::vector<torch::Tensor> ResilientAverage::wait(std::future<std::vector<torch::Tensor>> pending) {
@@ -102,7 +122,7 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
   round_rejected_ = 0;
   if (weight_ != 1)
     for (auto& t : tensors) t.mul_(weight_);
-  if (tamper_) tamper_(tensors);
+  if (adversary_) adversary_->corrupt(tensors, stream);
   if (!membership_) {
     guarded_average(tensors, stream, fmt::format("a{}", checked_rounds_++));
     rejected_ += round_rejected_;

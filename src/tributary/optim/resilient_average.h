@@ -1,10 +1,11 @@
 // The average of DiLoCo's pseudo-gradients when replicas may die or misbehave: a Reducer (optim/reducer.h) that adds
 // two guards around comm::Exchange::average, on the communication thread.
 //
-// Rejection (dist.reject_norm_factor > 0): every rank all-gathers its update's norm first; an update that is
-// non-finite, or whose norm exceeds factor x the round's median norm (the lower median of the finite norms), is
-// replaced by zeros and the average is taken over the accepted ranks only (sum x N / accepted). Every rank sees the
-// same norms, so every rank rejects the same updates; the count is in take_rejected() (metrics "rejected").
+// Robust aggregation (dist.aggregate other than "mean", or dist.reject_norm_factor > 0): the updates are all-gathered
+// whole (comm::Exchange::gather) instead of summed on the ring, and every rank judges each one as received and applies
+// the rule (optim/robust_aggregate.h): a refused update is named (participant, round, reason) and left out; the count
+// is in take_rejected() (metrics "rejected"). A participant that keeps being refused is refused from then on
+// (evicted): see evict_after. The mean without a norm test stays on the ring, bit for bit.
 //
 // Fault tolerance (a comm::Membership): each reduction is a round, committed only when every member's collective
 // succeeded (Membership::should_commit). A discarded round is redone from the same pseudo-gradients by the survivors
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,7 +31,9 @@
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/membership.h"
+#include "tributary/optim/adversary.h"
 #include "tributary/optim/reducer.h"
+#include "tributary/optim/robust_aggregate.h"
 
 namespace tributary {
 
@@ -37,10 +41,11 @@ class ResilientAverage : public Reducer {
  public:
   // After a re-formation: the members dropped and the new membership (the caller's accounting and log).
   using Reformed = std::function<void(const std::vector<int>& dropped, const comm::Membership& now)>;
-  // `membership`: null without fault tolerance (a failed collective then throws as before). `link`: the world's
-  // emulated links (subset to the members after a re-formation), if any.
+  // `membership`: null without fault tolerance (a failed collective then throws as before). `aggregate`: the rule
+  // and checks (mean without a norm test: the ring). `link`: the world's emulated links (subset to the members after
+  // a re-formation), if any.
   ResilientAverage(comm::CommThread& thread, comm::Exchange& exchange, comm::Group& group, comm::Membership* membership,
-                   double reject_norm_factor, std::optional<comm::LinkModel> link, Reformed reformed);
+                   AggregateOptions aggregate, std::optional<comm::LinkModel> link, Reformed reformed);
   std::future<std::vector<torch::Tensor>> start(std::vector<torch::Tensor> tensors, int stream = 0) override;
   // Collects a round (rounds are collected in the order they were started) and takes its outcome.
   std::vector<torch::Tensor> wait(std::future<std::vector<torch::Tensor>> pending) override;
@@ -49,8 +54,9 @@ class ResilientAverage : public Reducer {
   // weighted mean): islands of unlike size weigh their pseudo-gradients by the tokens they trained on. Set before the
   // first round; 1 leaves the average bit for bit as it was.
   void set_weight(double weight) { weight_ = weight; }
-  // Tests: applied to this rank's update before the round (a fault injected on purpose).
-  void set_tamper(std::function<void(std::vector<torch::Tensor>&)> tamper) { tamper_ = std::move(tamper); }
+  // Tests and benchmarks: this rank lies (optim/adversary.h): its update is rewritten before every round, and it is
+  // shown what the round let it see of the others.
+  void set_adversary(std::unique_ptr<Adversary> adversary) { adversary_ = std::move(adversary); }
   // Every average is checked against what the ranks sent (comm/average_check.h: a change of the traffic in flight
   // fails the round on every rank, which then applies nothing of it). Set before the first round.
   void check_averages(std::unique_ptr<comm::AverageCheck> check) { check_ = std::move(check); }
@@ -75,6 +81,12 @@ class ResilientAverage : public Reducer {
   bool stop_decided() const { return stop_decided_; }   // as of the last collected round (training thread)
   int64_t reformations() const { return reformations_; }
   int64_t take_rejected() { return rejected_.exchange(0); }
+  // Under a robust rule: every participant's score in the last exchange (id -> cosine with the aggregate, -1 when
+  // refused; optim/robust_aggregate.h), then cleared; empty otherwise.
+  std::map<int, double> take_scores() {
+    std::lock_guard<std::mutex> lock(scores_mutex_);
+    return std::exchange(scores_, {});
+  }
 
  private:
   std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors, int stream);
@@ -83,6 +95,8 @@ class ResilientAverage : public Reducer {
   // could not).
   bool follow_the_survivors(const std::string& round, const comm::RoundDecision& decision);
   void guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
+  // Every update all-gathered and judged by the rule (aggregate_).
+  void robust_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
   // The exchange's average, times `rescale`, checked when check_ is set.
   void checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale, const std::string& round);
 
@@ -90,11 +104,12 @@ class ResilientAverage : public Reducer {
   comm::Exchange& exchange_;
   comm::Group& group_;
   comm::Membership* membership_;
-  double reject_norm_factor_;
+  std::unique_ptr<RobustAggregate> aggregate_;  // null: the mean on the ring
   std::optional<comm::LinkModel> link_;
   Reformed reformed_;
   double weight_ = 1;
-  std::function<void(std::vector<torch::Tensor>&)> tamper_, wire_tamper_;
+  std::unique_ptr<Adversary> adversary_;
+  std::function<void(std::vector<torch::Tensor>&)> wire_tamper_;
   std::unique_ptr<comm::AverageCheck> check_;
   int64_t checked_rounds_ = 0;  // names the checks of a run without fault tolerance (rounds_ names the others)
   std::function<bool(const std::string&)> start_round_;
@@ -111,6 +126,9 @@ class ResilientAverage : public Reducer {
   std::atomic<int64_t> reformations_{0};
   std::atomic<bool> stop_wish_{false};
   std::atomic<int64_t> rejected_{0};
+  std::mutex scores_mutex_;
+  std::map<int, double> scores_;  // of the last robust exchange (communication thread -> training thread)
+  bool told_evicted_ = false;     // this rank was told the others evicted it
 };
 
 }  // namespace tributary

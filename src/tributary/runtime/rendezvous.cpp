@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "tributary/comm/sealed_store.h"
@@ -114,10 +115,33 @@ comm::Store connect_supervisor(const std::string& addr, int port, milliseconds t
                               attempt_prefix(attempt) + kKeyPrefix + scope, timeout);
 }
 
+void claim_seat(comm::Store& store, const DistEnv& env) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  uint64_t nonce = 0;
+  {
+    std::random_device device;
+    nonce = (uint64_t(device()) << 32) ^ device();
+  }
+  const std::string me = fmt::format("pid {} on {} ({:016x})", ::getpid(), host, nonce);
+  const std::string seat = "seat/" + std::to_string(env.rank);
+  if (env.joining) {
+    store.set(seat, me);
+    return;
+  }
+  const std::string holder = store.set_once(seat, me);
+  if (holder != me)
+    fail(
+        "rank {} of this run is already held by {}: every rank is started once (check RANK, --node-rank and "
+        "--nproc on every machine); a worker that died rejoins through launch --max-restarts",
+        env.rank, holder.substr(0, holder.rfind(" (")));
+}
+
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   auto store = comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, env.use_agent_store,
                                     env.store_prefix + kKeyPrefix, store_timeout);
+  claim_seat(store, env);
   // The world size first: rank 0's is the run's.
   store.set("world_size/" + std::to_string(env.rank), std::to_string(env.world_size));
   if (env.rank != 0) {

@@ -1,8 +1,8 @@
 // The rendezvous of a multi-process run: connect to the run's store (rank 0 hosts it unless an agent does), agree on
 // the world size (a rank started with another WORLD_SIZE is refused at once, naming both sizes, instead of every
-// rank waiting for ranks that will never come), then refuse ranks whose resolved configs differ, naming the ranks
-// and keys. While waiting it says which ranks are missing; a rank that refuses posts why, and every waiting rank
-// stops with that reason.
+// rank waiting for ranks that will never come; a second process with a taken rank is refused), then refuse ranks whose
+// resolved configs differ, naming the ranks and keys. While waiting it says which ranks are missing; a rank that
+// refuses posts why, and every waiting rank stops with that reason.
 #pragma once
 
 #include "tributary/comm/group.h"
@@ -13,6 +13,11 @@
 namespace tributary {
 
 comm::Store rendezvous(const RunConfig& config, const DistEnv& env);
+// The first step of the rendezvous: this process takes rank `env.rank`'s seat ("seat/<rank>", first writer wins), or
+// is refused with an Error naming the rank and the process that holds it — a second process started with a taken
+// rank leaves before it touches the run, instead of racing the first for its connections. A joiner (launch
+// --max-restarts) takes its dead predecessor's seat: the membership admits it (comm/membership.h).
+void claim_seat(comm::Store& store, const DistEnv& env);
 // A second connection to the run's store (after the rendezvous), for a thread of its own such as a heartbeat.
 comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 

@@ -65,7 +65,7 @@ void RunReport::take_lead(int64_t step) {
 }
 
 void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& c,
-                              double elapsed, int world_size, int64_t rejected) {
+                              double elapsed, int world_size, int64_t rejected, const std::map<int, double>& scores) {
   round_comm_s_ += c.comm_s;
   // The training thread's blocked time since the last exchange can include waits outside the steps (the start's
   // identity check, a checkpoint's collectives): the round's compute is never below zero (a share of 116% blocked).
@@ -81,6 +81,11 @@ void RunReport::exchange_done(int64_t step, int64_t outer_step, int64_t inner_st
                          {"elapsed_s", elapsed}};
   if (world_size > 0) line["world_size"] = world_size;
   if (rejected >= 0) line["rejected"] = rejected;
+  if (!scores.empty()) {  // robust aggregation: each participant's cosine with the round's aggregate
+    nlohmann::json by_participant = nlohmann::json::object();
+    for (const auto& [id, score] : scores) by_participant[std::to_string(id)] = score;
+    line["scores"] = by_participant;
+  }
   write(line);
   if (world_size > 0) setup_.world_size = world_size;  // a fault-tolerant run's members from now on
   if (round_seconds_ > 0) last_round_tokens_per_s_ = round_tokens_ / round_seconds_;

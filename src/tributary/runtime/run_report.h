@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -50,7 +51,8 @@ class RunReport {
   // After an exchange (or a logged data-parallel step): traffic and blocked time since the last one.
   // Fault-tolerant or guarded runs add the members now (`world_size` > 0) and the updates rejected (`rejected` >= 0).
   void exchange_done(int64_t step, int64_t outer_step, int64_t inner_steps, const comm::CommStats& stats,
-                     double elapsed, int world_size = 0, int64_t rejected = -1);
+                     double elapsed, int world_size = 0, int64_t rejected = -1,
+                     const std::map<int, double>& scores = {});
   // Fault tolerance: this rank leads from now on (the one before it died); metrics.jsonl is continued after `step`.
   void take_lead(int64_t step);
   bool log_due(int64_t step) const { return step % setup_.log_every == 0 || step == setup_.total_steps; }

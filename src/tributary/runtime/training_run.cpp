@@ -53,8 +53,8 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   }
   if (layout_.distributed()) session_ = std::make_unique<Session>(config_, env, layout_.device_of_rank());
   sync_ = make_sync(session_.get(), layout_);
-  if (const std::string bad = faults_.bad_update(); !bad.empty() && sync_->replicas())
-    sync_->replicas()->inject_bad_updates(bad);
+  if (const std::string kind = faults_.adversary(); !kind.empty() && kind != "poison" && sync_->replicas())
+    sync_->replicas()->install_adversary(kind);
   data_.dataset.emplace(Dataset::open(config_.data.dir));
   ckpt_ = prepare_run(config_, options_, *data_.dataset);
   if (layout_.distributed() && !env.joining) {  // before anything is trained (a joiner takes the run's state)
@@ -159,7 +159,8 @@ void TrainingRun::build_model_and_data() {
                                                              .context = config_.model.context,
                                                              .seed = static_cast<uint64_t>(tc_.seed),
                                                              .rank = shard.rank,
-                                                             .world_size = shard.world},
+                                                             .world_size = shard.world,
+                                                             .poisoned = faults_.adversary() == "poison"},
                                                fmt::format("'{}' train", config_.data.dir));
   // fail now, not at the first evaluation, if val is too small
   BatchLoader(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
@@ -262,7 +263,7 @@ void TrainingRun::report_exchange(int64_t step, bool synced, double elapsed) {
   const int64_t rejected = replicas->take_rejected();  // -1: not guarded
   summary_.rejected += std::max<int64_t>(0, rejected);
   report_->exchange_done(step, rounds.ddp() ? step : rounds.outer_steps(), rounds.ddp() ? 1 : rounds.inner_steps_now(),
-                         c, elapsed, rejected >= 0 ? rounds.size() : 0, rejected);
+                         c, elapsed, rejected >= 0 ? rounds.size() : 0, rejected, replicas->take_scores());
 }
 
 void TrainingRun::count_traffic(const comm::CommStats& c) {

@@ -156,7 +156,21 @@ TEST(Config, AsynchronousDilocoRefusesWhatNeedsACollectiveNamingTheKey) {
   EXPECT_NE(msg.find("overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's"), std::string::npos)
       << msg;
   msg = load({"dist.algorithm=async_diloco", "dist.reject_norm_factor=10"});
-  EXPECT_NE(msg.find("leave it at 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("leave them at 0 and 'mean'"), std::string::npos) << msg;
+}
+
+TEST(Config, RobustAggregationRefusesWhatNeverSendsAWholeUpdate) {
+  auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
+  EXPECT_EQ(load({"dist.aggregate=centered_clip", "dist.compression=int8", "dist.evict_after=3"}), "");
+  EXPECT_EQ(load({"dist.reject_norm_factor=10", "dist.evict_after=3", "dist.min_score=0.2"}), "");
+  auto msg = load({"dist.aggregate=median", "dist.compression=topk"});
+  EXPECT_NE(msg.find("dist.compression = 'topk' never sends"), std::string::npos) << msg;
+  msg = load({"dist.evict_after=3"});
+  EXPECT_NE(msg.find("the mean on the ring never sees"), std::string::npos) << msg;
+  msg = load({"dist.aggregate=mode"});
+  EXPECT_NE(msg.find("dist.aggregate"), std::string::npos) << msg;
+  msg = load({"dist.algorithm=async_diloco", "dist.aggregate=median"});
+  EXPECT_NE(msg.find("dist.aggregate judge the updates of one collective"), std::string::npos) << msg;
 }
 
 TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {

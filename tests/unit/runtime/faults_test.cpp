@@ -31,7 +31,7 @@ TEST(Faults, NoVariablesNoFaults) {
   const FaultPlan plan = fault_plan_from_environment();
   EXPECT_TRUE(plan.ranks.empty());
   EXPECT_EQ(plan.at_step, -1);
-  EXPECT_EQ(Faults(plan, 0).bad_update(), "");
+  EXPECT_EQ(Faults(plan, 0).adversary(), "");
 }
 
 TEST(Faults, TheEnvironmentDescribesThePlan) {
@@ -44,8 +44,8 @@ TEST(Faults, TheEnvironmentDescribesThePlan) {
   EXPECT_EQ(plan.ranks, (std::vector<int>{0, 2}));
   EXPECT_EQ(plan.at_step, 6);
   EXPECT_EQ(plan.at_exchange, -1);
-  EXPECT_EQ(Faults(plan, 1).bad_update(), "nan");
-  EXPECT_EQ(Faults(plan, 0).bad_update(), "");
+  EXPECT_EQ(Faults(plan, 1).adversary(), "nan");
+  EXPECT_EQ(Faults(plan, 0).adversary(), "");
   // mode error: rank 2 refuses at step 6, not before; rank 1 never
   EXPECT_NO_THROW(Faults(plan, 2).after_step(5));
   EXPECT_NE(error_of([&] { Faults(plan, 2).after_step(6); }).find("injected failure at step 6"), std::string::npos);

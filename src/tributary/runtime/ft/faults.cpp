@@ -1,5 +1,8 @@
 #include "tributary/runtime/ft/faults.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <csignal>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
+#include "tributary/optim/adversary.h"
 
 namespace tributary {
 namespace {
@@ -58,12 +62,32 @@ FaultPlan fault_plan_from_environment() {
   }
   const char* how = std::getenv("TRIBUTARY_BAD_UPDATE");
   if (std::getenv("TRIBUTARY_BAD_UPDATE_RANK") && how) {
-    plan.bad_update = how;
-    if (plan.bad_update != "nan" && plan.bad_update != "scale100")
-      fail("TRIBUTARY_BAD_UPDATE='{}' is not an injected fault: use nan or scale100", plan.bad_update);
-    plan.bad_update_rank = int(number_of("TRIBUTARY_BAD_UPDATE_RANK"));
+    plan.adversary = how;
+    if (plan.adversary != "nan" && plan.adversary != "scale100")
+      fail("TRIBUTARY_BAD_UPDATE='{}' is not an injected fault: use nan or scale100", plan.adversary);
+    plan.adversary_rank = int(number_of("TRIBUTARY_BAD_UPDATE_RANK"));
   }
   return plan;
+}
+
+void parse_adversary(const std::string& flag, FaultPlan& plan) {
+  const auto colon = flag.find(':');
+  const std::string kinds =
+      fmt::format("{} (docs/distributed.md, \"Peers that may lie\")", fmt::join(Adversary::kinds(), ", "));
+  int rank = -1;
+  try {
+    size_t used = 0;
+    if (colon != std::string::npos) rank = std::stoi(flag.substr(0, colon), &used);
+    if (colon == std::string::npos || used != colon || rank < 0) rank = -1;
+  } catch (const std::exception&) {
+    rank = -1;
+  }
+  if (rank < 0) fail("--adversary '{}': give RANK:KIND, e.g. 1:sign_flip; KIND is one of {}", flag, kinds);
+  const std::string kind = flag.substr(colon + 1);
+  if (std::find(Adversary::kinds().begin(), Adversary::kinds().end(), kind) == Adversary::kinds().end())
+    fail("--adversary '{}': '{}' is not a kind; use one of {}", flag, kind, kinds);
+  plan.adversary_rank = rank;
+  plan.adversary = kind;
 }
 
 bool Faults::mine() const { return std::find(plan_.ranks.begin(), plan_.ranks.end(), rank_) != plan_.ranks.end(); }

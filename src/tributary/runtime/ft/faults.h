@@ -15,7 +15,8 @@
 //     TRIBUTARY_FAIL_IN_CHECKPOINT=S the trainer's rank is killed as step S's checkpoint begins, once the members
 //                                agreed who takes it: the others meet its death inside the checkpoint's collectives
 //   TRIBUTARY_BAD_UPDATE_RANK=R TRIBUTARY_BAD_UPDATE=nan|scale100: rank R's every pseudo-gradient is corrupted (one
-//                                value NaN, or x100), for dist.reject_norm_factor
+//                                value NaN, or x100), for dist.reject_norm_factor; the flag `train --adversary R:KIND`
+//                                installs any of optim/adversary.h's kinds (a participant that lies)
 #pragma once
 
 #include <cstdint>
@@ -32,12 +33,14 @@ struct FaultPlan {
   int64_t at_checkpoint = -1;  // -1: none
   int64_t in_checkpoint = -1;  // -1: none
   Mode mode = Mode::kKill;
-  int bad_update_rank = -1;  // -1: none
-  std::string bad_update;    // nan | scale100
+  int adversary_rank = -1;  // -1: none
+  std::string adversary;    // optim/adversary.h's kinds
 };
 
 // The plan the environment describes (empty without the variables); an Error naming the variable on a bad value.
 FaultPlan fault_plan_from_environment();
+// `train --adversary RANK:KIND` into `plan`; an Error naming the flag and the kinds on a bad value.
+void parse_adversary(const std::string& flag, FaultPlan& plan);
 
 // One rank's faults.
 class Faults {
@@ -49,8 +52,8 @@ class Faults {
   void in_exchange(int64_t round) const;  // DiPaCo: round is 1-based
   void before_checkpoint(int64_t step) const;
   void inside_checkpoint(int64_t step) const;
-  // "nan" | "scale100" when this rank's pseudo-gradients are to be corrupted, "" otherwise.
-  std::string bad_update() const { return plan_.bad_update_rank == rank_ ? plan_.bad_update : ""; }
+  // The kind of adversary this rank plays (optim/adversary.h), "" when it is honest.
+  std::string adversary() const { return plan_.adversary_rank == rank_ ? plan_.adversary : ""; }
 
  private:
   bool mine() const;

@@ -84,11 +84,8 @@ ReplicaSync::ReplicaSync(const RunConfig& config, ReplicaGroup group) : config_(
   build(group.store, group.rank, group.size, group.link, group.prefix, group.link, group.part);
 }
 
-void ReplicaSync::inject_bad_updates(const std::string& kind) {
-  reducer_->set_tamper([kind](std::vector<torch::Tensor>& update) {
-    for (auto& t : update) t.mul_(100.0);
-    if (kind == "nan") update.front().view(-1)[0] = NAN;
-  });
+void ReplicaSync::install_adversary(const std::string& kind) {
+  reducer_->set_adversary(std::make_unique<Adversary>(kind, uint64_t(config_.train.seed) + uint64_t(launched_rank_)));
 }
 
 void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
@@ -120,7 +117,14 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
         d.overlap_steps, d.inner_steps / d.fragments);
   thread_ = std::make_unique<comm::CommThread>();
   reducer_ = std::make_unique<ResilientAverage>(
-      *thread_, *exchange_, *group_, membership_.get(), d.reject_norm_factor, std::move(world_link),
+      *thread_, *exchange_, *group_, membership_.get(),
+      AggregateOptions{.rule = d.aggregate,
+                       .trim_fraction = d.trim_fraction,
+                       .norm_factor = d.reject_norm_factor,
+                       .clip_radius = d.clip_radius,
+                       .evict_after = int(d.evict_after),
+                       .min_score = d.min_score},
+      std::move(world_link),
       [](const std::vector<int>& dropped, const comm::Membership& now) {  // on the communication thread
         if (now.rank() == 0)
           log::warn("{0}(s) {1} dropped out; {2} {0}(s) {3} go on as epoch {4} ({0} {5} leads)", now.noun(),

@@ -97,15 +97,17 @@ class ReplicaSync : public Sync {
   void load_codec_state(const NamedTensors& state, const std::string& origin) {
     exchange_->load_codec_state(state, origin);
   }
-  // The updates rejected since the last call (dist.reject_norm_factor, or a fault-tolerant run's guard); -1 when
-  // neither guards the exchange.
+  // The updates refused since the last call (dist.reject_norm_factor, dist.aggregate, or a fault-tolerant run's
+  // guard); -1 when none guards the exchange.
   int64_t take_rejected() {
-    return membership_ || config_.dist.reject_norm_factor > 0 ? reducer_->take_rejected() : -1;
+    const auto& d = config_.dist;
+    return membership_ || d.reject_norm_factor > 0 || d.aggregate != "mean" ? reducer_->take_rejected() : -1;
   }
+  std::map<int, double> take_scores() { return reducer_->take_scores(); }  // ResilientAverage::take_scores
   // This rank's updates count `weight` times in the average (ResilientAverage::set_weight).
   void set_update_weight(double weight) { reducer_->set_weight(weight); }
-  // Tests (runtime/ft/faults.h): this rank's every pseudo-gradient corrupted before its round ("nan" | "scale100").
-  void inject_bad_updates(const std::string& kind);
+  // Tests and benchmarks (runtime/ft/faults.h): this rank lies in every round (optim/adversary.h's kinds).
+  void install_adversary(const std::string& kind);
 
  private:
   // The sgemm peak one replica can count on under the run's conditions: every rank measures at the same time with

@@ -1,0 +1,103 @@
+"""Peers that may lie (issue 62, docs/benchmarks.md): 5 replicas of the shipped DiLoCo config (configs/diloco.toml:
+H = 10, int8 updates, plain averaging) on the built-in corpus, one `tributary launch --nproc 5` on this machine, one
+of them (rank 4) an adversary (`train --adversary 4:KIND`, optim/adversary.h): sign_flip, scaled (x100), noise
+(Gaussian of the update's norm), zeros (a free rider), replay (its own update of two exchanges before), copy (another
+participant's last update), poison (trained on windows shuffled token by token). Each kind runs twice:
+  undefended  dist.aggregate = mean on the ring, no norm test, no scorer (today's default)
+  defended    --defence's keys (default: trimmed_mean, norm test x10, evicted after 3 exchanges below cosine 0.2)
+against the 4 honest replicas alone (same per-replica batch: the honest replicas' data shards differ from the 5-replica
+runs'). Reported per run: the final validation loss and its gap to the honest 4; the exchange at which the adversary
+was first refused and when it was evicted (metrics.jsonl's scores: -1 = refused); any honest replica refused or
+evicted (false evictions); and the communication seconds per exchange of the honest 5 with the mean on the ring
+against the defended rule (the robust exchange's cost). Runs are deterministic (no fault tolerance): a repeat gives
+the same losses, so one run per cell. Measures; asserts nothing.
+
+Usage: python3 bench/adversaries.py --build build [--steps 200] [--only sign_flip,...] [--out adversaries.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ["sign_flip", "scaled", "noise", "zeros", "replay", "copy", "poison"]
+DEFENCE = ["dist.aggregate=trimmed_mean", "dist.reject_norm_factor=10", "dist.evict_after=3", "dist.min_score=0.2"]
+
+
+def run(build, work, name, nproc, steps, sets, adversary=None):
+    run_dir = os.path.join(work, name)
+    cmd = [os.path.join(build, "tributary"), "launch", "--nproc", str(nproc), "--", "train",
+           os.path.join(ROOT, "configs", "diloco.toml"), "--overwrite",
+           "--set", f"train.steps={steps}", "--set", f"train.run_dir={run_dir}", "--set", "train.eval_every=0",
+           "--set", f"data.dir={os.path.join(ROOT, 'data', 'default')}"]
+    for s in sets:
+        cmd += ["--set", s]
+    if adversary:
+        cmd += ["--adversary", adversary]
+    start = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+    wall = time.time() - start
+    if p.returncode != 0:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+        raise SystemExit(f"{name}: exit {p.returncode}")
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    lines = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    exchanges = [l for l in lines if "outer_step" in l]
+    first_refused = evicted = None
+    honest_refused = 0
+    for i, l in enumerate(exchanges, 1):
+        scores = l.get("scores", {})
+        for pid, score in scores.items():
+            if pid == "4" and adversary and score == -1 and first_refused is None:
+                first_refused = i
+            if (pid != "4" or not adversary) and score == -1:
+                honest_refused += 1
+    log = p.stdout + p.stderr
+    for line in log.splitlines():
+        if "evicted in exchange" in line and evicted is None:
+            evicted = int(line.split("evicted in exchange")[1].split(":")[0])
+    honest_evictions = sum(1 for line in log.splitlines()
+                           if "evicted in exchange" in line and (not adversary or "rank 4 " not in line))
+    comm = [l["comm_s"] for l in exchanges]
+    rec = {"name": name, "val_loss": summary["val_loss"], "wall_s": wall, "first_refused": first_refused,
+           "evicted": evicted, "honest_refused": honest_refused, "honest_evictions": honest_evictions,
+           "exchanges": len(exchanges), "comm_s_median": statistics.median(comm) if comm else None,
+           "bytes_sent": summary.get("bytes_sent")}
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--only", default=",".join(KINDS))
+    ap.add_argument("--defence", default=",".join(DEFENCE))
+    ap.add_argument("--out", default="adversaries.json")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    defence = a.defence.split(",")
+    work = tempfile.mkdtemp(prefix="adversaries-")
+    out = {"steps": a.steps, "defence": defence, "runs": []}
+    # The cost pair first, on a quiet machine: the honest five, ring mean against the defended rule.
+    out["runs"].append(run(build, work, "honest5_mean", 5, a.steps, []))
+    out["runs"].append(run(build, work, "honest5_defended", 5, a.steps, defence))
+    out["runs"].append(run(build, work, "honest4", 4, a.steps, []))
+    for kind in a.only.split(","):
+        out["runs"].append(run(build, work, f"{kind}_undefended", 5, a.steps, [], f"4:{kind}"))
+        out["runs"].append(run(build, work, f"{kind}_defended", 5, a.steps, defence, f"4:{kind}"))
+        json.dump(out, open(a.out, "w"), indent=1)
+    json.dump(out, open(a.out, "w"), indent=1)
+    base = next(r for r in out["runs"] if r["name"] == "honest4")["val_loss"]
+    print(f"\nhonest 4 alone: val loss {base:.4f}")
+    for r in out["runs"]:
+        print(f"{r['name']:24s} val {r['val_loss']:.4f} ({100 * (r['val_loss'] / base - 1):+.1f}%) "
+              f"refused@{r['first_refused']} evicted@{r['evicted']} honest refused {r['honest_refused']} "
+              f"honest evicted {r['honest_evictions']} comm/exchange {r['comm_s_median']:.3f}s wall {r['wall_s']:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

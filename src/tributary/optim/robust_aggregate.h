@@ -1,0 +1,96 @@
+// Robust aggregation of the replicas' updates (dist.aggregate): what a round applies when a participant that holds the
+// run's secret may still send garbage, nothing, an old update or a push on purpose. The receiver judges every update
+// from the update itself, as received — never from a number its sender reports.
+//
+// Every participant's update arrives whole (comm::Exchange::gather), then, in this order:
+//   1. Checks, each refusing the update for the round with a reason: non-finite values; a norm above
+//      dist.reject_norm_factor x the round's median norm, or below the median / that factor (a free rider's zeros);
+//      the same values as an update seen in the last `memory` exchanges (a replay of its own, a copy of another's:
+//      compared on a fixed sample of coordinates, cosine >= 0.9999 and norms within 1%).
+//      A participant already evicted (below) is refused from then on.
+//   2. The rule over the accepted updates, coordinate by coordinate:
+//        mean           the average (the ring's result, computed here)
+//        trimmed_mean   drop the floor(trim_fraction x n) largest and smallest values, average the rest (Yin et al.,
+//                       2018)
+//        median         the median (the mean of the two middle values for an even count)
+//        centered_clip  v = the coordinate-wise median; `clip_iterations` times: v += mean_i of (x_i - v) scaled to
+//                       norm <= tau (Karimireddy et al., 2021; hivemind's Byzantine-tolerant averaging); tau =
+//                       clip_radius, or the median of ||x_i - median|| when 0
+//   3. Scores: every update's cosine with the aggregate (how far it agreed with the round; a refused update scores
+//      -1). A participant refused or scoring below `min_score` in `evict_after` exchanges in a row is evicted.
+// Every participant decodes the same bytes and runs the same arithmetic (norms summed in a fixed order, whatever the
+// thread count), so every participant applies the same aggregate and refuses the same updates.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tributary {
+
+struct AggregateOptions {
+  std::string rule = "mean";  // mean | trimmed_mean | median | centered_clip
+  double trim_fraction = 0.2;
+  double norm_factor = 0;   // dist.reject_norm_factor; 0: no norm test
+  double clip_radius = 0;   // centered_clip's tau; 0: the median distance to the coordinate-wise median
+  int clip_iterations = 3;  // centered_clip's L
+  int memory = 4;           // exchanges of earlier updates a replay or copy is compared with; 0: none
+  int64_t chunk = 1 << 20;  // coordinates sorted at once (bounds the memory of the rules)
+  int evict_after = 0;      // exchanges in a row refused or below min_score that evict a participant; 0: never
+  double min_score = 0;     // the lowest cosine with the aggregate that counts as agreeing
+};
+
+// Why an update was refused this round.
+struct Refusal {
+  int participant = 0;  // index in the round's updates
+  std::string reason;
+};
+
+struct Aggregated {
+  torch::Tensor value;            // fp32, the updates' length (zeros when every update was refused)
+  std::vector<double> norms;      // every update's, as received
+  std::vector<Refusal> refused;   // in participant order
+  std::vector<double> scores;     // every update's cosine with the aggregate; -1 when refused
+  std::vector<int> evicted;       // the participants (ids) this exchange evicted
+  int64_t accepted = 0;
+};
+
+// Size: the rule, and the fingerprints of the updates of the last rounds (replays and copies).
+class RobustAggregate {
+ public:
+  explicit RobustAggregate(AggregateOptions options);
+
+  // updates[i]: participant i's update, fp32, one dimension, all of one length. `ids[i]`: the participant's name in
+  // the reasons (a member id, a rank). Remembers the accepted updates' fingerprints for the next rounds.
+  Aggregated combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids);
+  const AggregateOptions& options() const { return options_; }
+
+  // The rules alone over n >= 1 accepted updates (tests; combine's second half).
+  static torch::Tensor apply_rule(const std::vector<torch::Tensor>& accepted, const AggregateOptions& options);
+  // sqrt(sum x^2) in fp64 summed in a fixed order: the same bits whatever the thread count.
+  static double norm_of(const torch::Tensor& x);
+  static double dot_of(const torch::Tensor& x, const torch::Tensor& y);  // the same, of x . y
+
+ private:
+  struct Fingerprint {
+    int id = 0;
+    int64_t round = 0, numel = 0;  // the exchange it was seen in, and its update's length
+    torch::Tensor sample;  // the values at sample_index_, fp64
+    double norm = 0;
+  };
+  std::string seen_before(const torch::Tensor& sample, int64_t numel, double norm) const;
+  void score_and_evict(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids, Aggregated& out);
+
+  AggregateOptions options_;
+  std::map<int, int> strikes_;              // by id: exchanges in a row refused or below min_score
+  std::map<int, std::string> evicted_;      // by id: why
+  std::map<int64_t, torch::Tensor> sample_index_;  // by length: fixed coordinates, seeded by the length
+  std::deque<Fingerprint> seen_;
+  int64_t round_ = 0;
+};
+
+}  // namespace tributary

@@ -1,0 +1,142 @@
+// Robust aggregation (optim/robust_aggregate.h): each rule against a vector worked out by hand; the checks refuse
+// what they name (non-finite, too large, too small, a replay, a copy); and on the real engine (ranks as threads, Gloo
+// over one store) every rank applies the same aggregate from the all-gathered updates, one of them lying.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <cmath>
+
+#include "support/averaging_rank.h"
+#include "support/thread_ranks.h"
+#include "tributary/optim/adversary.h"
+#include "tributary/optim/robust_aggregate.h"
+
+using namespace tributary;
+
+namespace {
+
+torch::Tensor vec(std::vector<float> v) { return torch::tensor(v, torch::kFloat32); }
+
+AggregateOptions rule(const std::string& name) {
+  AggregateOptions o;
+  o.rule = name;
+  o.memory = 0;
+  return o;
+}
+
+// Five participants, coordinate by coordinate: one outlier each column (100 in the first, -50 in the third).
+std::vector<torch::Tensor> five() {
+  return {vec({1, 2, 3}), vec({2, 4, 6}), vec({3, 6, 9}), vec({4, 8, 12}), vec({100, 10, -50})};
+}
+
+}  // namespace
+
+TEST(RobustAggregate, EachRuleAgainstAKnownVector) {
+  const auto xs = five();
+  auto mean = RobustAggregate::apply_rule(xs, rule("mean"));
+  EXPECT_TRUE(torch::allclose(mean, vec({22, 6, -4}))) << mean;
+  // Sorted columns: {1,2,3,4,100}, {2,4,6,8,10}, {-50,3,6,9,12}.
+  auto median = RobustAggregate::apply_rule(xs, rule("median"));
+  EXPECT_TRUE(torch::equal(median, vec({3, 6, 6}))) << median;
+  auto trimmed = RobustAggregate::apply_rule(xs, rule("trimmed_mean"));  // 0.2 x 5: one off each end
+  EXPECT_TRUE(torch::allclose(trimmed, vec({3, 6, 6}))) << trimmed;
+  auto even = RobustAggregate::apply_rule({vec({1}), vec({2}), vec({10}), vec({4})}, rule("median"));
+  EXPECT_FLOAT_EQ(even[0].item<float>(), 3.0f);  // the two middle values' mean
+
+  // Centered clip with tau = 1 from the median m = (3,6,6): the outlier's pull is at most tau / n per iteration.
+  AggregateOptions clip = rule("centered_clip");
+  clip.clip_radius = 1;
+  clip.clip_iterations = 1;
+  auto v = RobustAggregate::apply_rule(xs, clip);
+  auto m = vec({3, 6, 6});
+  auto expected = torch::zeros({3});
+  for (const auto& x : xs) {
+    auto d = x - m;
+    const double n = d.norm().item<double>();
+    expected += d * (n > 1 ? 1 / n : 1.0);
+  }
+  expected = m + expected / 5;
+  EXPECT_TRUE(torch::allclose(v, expected, 1e-6, 1e-6)) << v << expected;
+  EXPECT_LT((v - m).norm().item<double>(), 1.0) << "one iteration moves the median by at most tau";
+  // Large tau: every difference kept, one iteration lands on the mean.
+  clip.clip_radius = 1e9;
+  EXPECT_TRUE(torch::allclose(RobustAggregate::apply_rule(xs, clip), mean, 1e-5, 1e-5));
+}
+
+TEST(RobustAggregate, ChecksRefuseWhatTheyNameAndTheRuleTakesTheRest) {
+  AggregateOptions o;
+  o.rule = "mean";
+  o.norm_factor = 10;
+  RobustAggregate agg(o);
+  auto g = at::detail::createCPUGenerator(7);
+  std::vector<torch::Tensor> honest;
+  for (int i = 0; i < 4; ++i) honest.push_back(at::randn({5000}, g));
+  auto nan = honest[0].clone();
+  nan[3] = NAN;
+  std::vector<torch::Tensor> round1 = {honest[0], honest[1], honest[2], honest[3] * 100, nan};
+  Aggregated a = agg.combine(round1, {0, 1, 2, 3, 4});
+  ASSERT_EQ(a.refused.size(), 2u);
+  EXPECT_EQ(a.refused[0].participant, 3);
+  EXPECT_NE(a.refused[0].reason.find("above 10 x the round's median"), std::string::npos) << a.refused[0].reason;
+  EXPECT_EQ(a.refused[1].participant, 4);
+  EXPECT_EQ(a.refused[1].reason, "non-finite values");
+  EXPECT_EQ(a.accepted, 3);
+  EXPECT_TRUE(torch::allclose(a.value, (honest[0] + honest[1] + honest[2]) / 3, 1e-6, 1e-6));
+
+  // Round 2: a free rider's zeros, a replay of participant 1's round-1 update, a copy of participant 0's.
+  std::vector<torch::Tensor> fresh;
+  for (int i = 0; i < 2; ++i) fresh.push_back(at::randn({5000}, g));
+  Aggregated b = agg.combine({fresh[0], honest[1].clone(), torch::zeros({5000}), fresh[1], honest[0].clone()},
+                             {0, 1, 2, 3, 4});
+  ASSERT_EQ(b.refused.size(), 3u);
+  EXPECT_EQ(b.refused[0].participant, 1);
+  EXPECT_NE(b.refused[0].reason.find("participant 1's update of 1 round(s) before"), std::string::npos)
+      << b.refused[0].reason;
+  EXPECT_EQ(b.refused[1].participant, 2);
+  EXPECT_NE(b.refused[1].reason.find("below the round's median"), std::string::npos) << b.refused[1].reason;
+  EXPECT_EQ(b.refused[2].participant, 4);
+  EXPECT_NE(b.refused[2].reason.find("participant 0's update"), std::string::npos) << b.refused[2].reason;
+  EXPECT_TRUE(torch::allclose(b.value, (fresh[0] + fresh[1]) / 2, 1e-6, 1e-6));
+}
+
+TEST(RobustAggregate, NormsAreTheSameWhateverTheThreads) {
+  auto x = at::randn({300001}, at::detail::createCPUGenerator(3));
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  const double one = RobustAggregate::norm_of(x);
+  at::set_num_threads(std::max(2, before));
+  EXPECT_EQ(one, RobustAggregate::norm_of(x));
+  at::set_num_threads(before);
+  EXPECT_NEAR(one, x.to(torch::kFloat64).norm().item<double>(), 1e-9 * one);
+}
+
+// Four ranks as threads on Gloo, int8 on the wire: rank 3 sends its update x -100 (a scaled sign flip). With the
+// mean on the ring the lie moves every rank's result; with the median every rank applies the same value, within
+// the honest updates' range, and the scaled one is refused by name.
+TEST(RobustAggregate, EveryRankAppliesTheSameRobustAggregateOfTheGatheredUpdates) {
+  auto update_of = [](int r) { return std::vector<torch::Tensor>{at::randn({4000}, at::detail::createCPUGenerator(50 + r)) + 1.0}; };
+  for (const std::string name : {"mean", "median"}) {
+    AggregateOptions o;
+    o.rule = name;
+    o.norm_factor = name == "median" ? 10 : 0;
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::vector<torch::Tensor> results(4);
+    std::vector<int64_t> refused(4);
+    test_support::run_threads(4, [&](int r) {
+      test_support::AveragingRank rank(store, r, 4, o, comm::ExchangeOptions{.codec = "int8"});
+      if (r == 3) rank.average.set_adversary(std::make_unique<Adversary>("scaled", 1));
+      auto mine = update_of(r);
+      if (r == 3) mine[0].neg_();
+      results[size_t(r)] = rank.average.wait(rank.average.start(mine))[0];
+      refused[size_t(r)] = rank.average.take_rejected();
+    });
+    for (int r = 1; r < 4; ++r) EXPECT_TRUE(torch::equal(results[0], results[size_t(r)])) << name << " rank " << r;
+    const double mean_value = results[0].mean().item<double>();
+    if (name == "mean") {
+      EXPECT_LT(mean_value, -20) << "the ring's mean follows the liar: (3 x 1 - 100) / 4";
+    } else {
+      EXPECT_NEAR(mean_value, 1.0, 0.1) << "the median of the three honest updates, about 1";
+      EXPECT_EQ(refused[0], 1);
+    }
+  }
+}
