@@ -20,6 +20,8 @@ void choose_run_secret(const std::string& file, int nnodes) {
   std::optional<comm::RunKey> key;
   if (!file.empty()) {
     key = comm::run_key_of_file(file, fmt::format("--secret-file '{}'", file));
+    // Beside it, each worker's identity (comm/identity.h): FILE.identity-<rank>, made on first start.
+    ::setenv("TRIBUTARY_SECRET_FILE", fs::absolute(file).c_str(), 1);
   } else if (auto from_environment = comm::run_key_from_environment()) {
     key = from_environment;
   } else if (nnodes == 1) {

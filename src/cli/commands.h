@@ -20,6 +20,7 @@ void add_plot(CLI::App& app);
 void add_plan(CLI::App& app);
 void add_launch(CLI::App& app);
 void add_store(CLI::App& app);
+void add_identity(CLI::App& app);
 void add_route(CLI::App& app);
 void add_export_path(CLI::App& app);
 void add_export(CLI::App& app);

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   tributary::cli::add_plan(app);
   tributary::cli::add_launch(app);
   tributary::cli::add_store(app);
+  tributary::cli::add_identity(app);
   tributary::cli::add_route(app);
   tributary::cli::add_export_path(app);
   tributary::cli::add_export(app);

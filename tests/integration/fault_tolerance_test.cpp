@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -409,9 +410,48 @@ TEST_F(Distributed, ALyingReplicaIsOutvotedScoredAndEvicted) {
   }
   EXPECT_EQ(exchanges, 4);
   EXPECT_NEAR(summary_of("robust_sign_flip")["val_loss"].get<double>(), clean, 0.03 * clean);
+  // The report shows every participant's score per exchange, and the liar refused twice.
+  test_support::expect_report_opens(work() / "robust_sign_flip",
+                                    {"Participants' scores", "<td>participant 1</td><td>4</td><td>2</td>"},
+                                    "overview loss workers communication scores timeline faults config");
   auto [rc2, out2] = sh(std::string(TRIBUTARY_CLI) + " train --adversary 1:lies 2>&1");
   EXPECT_NE(rc2, 0);
   EXPECT_NE(out2.find("--adversary '1:lies': 'lies' is not a kind"), std::string::npos) << out2;
+}
+
+// Identities (comm/identity.h): with launch --secret-file F each rank has its own key pair F.identity-<rank>, made on
+// first start; `tributary identity` prints its public key. An admission list with ranks 0-2's keys admits them and
+// the robust exchange's updates are signed and checked (the run completes, nothing refused); without rank 3's key
+// the rendezvous refuses rank 3 by name and every rank stops with that reason.
+TEST_F(Distributed, OnlyAdmittedIdentitiesJoinAndSignTheirUpdates) {
+  const fs::path dir = work() / "identities";
+  fs::create_directories(dir);
+  const fs::path secret = dir / "run.secret";
+  sh("head -c 32 /dev/urandom > " + secret.string());
+  const std::string cli = TRIBUTARY_CLI;
+  std::string keys;
+  for (int r = 0; r < 4; ++r) {
+    auto [rc, out] = sh(cli + " identity --file " + secret.string() + ".identity-" + std::to_string(r));
+    ASSERT_EQ(rc, 0) << out;
+    ASSERT_GE(out.size(), 64u) << out;
+    keys += out.substr(out.size() - 65, 64) + "\n";
+  }
+  const std::string admitted = (dir / "admitted").string();
+  std::ofstream(admitted) << keys;
+  auto run = [&](const std::string& name) {
+    return ft_run("", name,
+                  "--set dist.fault_tolerant=false --set dist.aggregate=median --set dist.admission=" + admitted,
+                  "--secret-file " + secret.string());
+  };
+  auto [rc, out] = run("identities_all");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(summary_of("identities_all")["rejected"].get<int>(), 0) << out;
+  EXPECT_EQ(out.find("not signed by that participant's identity"), std::string::npos) << out;
+  std::ofstream(admitted) << keys.substr(0, 3 * 65);  // rank 3's key left out
+  auto [rc2, out2] = run("identities_three");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("rank 3: this participant's identity"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("is not on the run's admission list"), std::string::npos) << out2;
 }
 
 // world_size of every data-parallel exchange line in the metrics (one per log_every steps), in order.

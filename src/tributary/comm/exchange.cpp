@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tributary/core/error.h"
+#include "tributary/core/log.h"
 
 namespace tributary::comm {
 namespace {
@@ -329,13 +330,34 @@ std::vector<torch::Tensor> Exchange::gather(const torch::Tensor& flat) {
   const int64_t numel = flat.numel();
   if (n == 1) return {flat.to(torch::kFloat32).contiguous()};
   const auto start = Clock::now();
-  auto payload = torch::empty({int64_t(codec_->encoded_bytes(numel))}, torch::kUInt8);
+  const int64_t encoded = int64_t(codec_->encoded_bytes(numel));
+  const int64_t signed_bytes = options_.identity ? int64_t(Identity::kSignatureBytes) : 0;
+  auto payload = torch::empty({encoded + signed_bytes}, torch::kUInt8);
   codec_->encode(flat.to(torch::kFloat32).contiguous(), payload.data_ptr<uint8_t>());
+  const int tag = tag_;  // gather_payloads' message number: the signature is bound to it and to the sender
+  if (options_.identity) {
+    const auto signature =
+        options_.identity->sign(place(tag, group_.rank(), -1), payload.data_ptr<uint8_t>(), size_t(encoded));
+    std::copy(signature.begin(), signature.end(), payload.data_ptr<uint8_t>() + encoded);
+  }
   auto gathered = gather_payloads(payload);
   std::vector<torch::Tensor> values;
-  for (const auto& p : gathered) {
+  for (int r = 0; r < n; ++r) {
+    const auto p = gathered[size_t(r)].contiguous();
     TRIB_CHECK(p.numel() == payload.numel(), "(an all-gathered payload has the gather's length)");
-    values.push_back(codec_->decode(p.contiguous().data_ptr<uint8_t>(), numel));
+    const uint8_t* bytes = p.data_ptr<uint8_t>();
+    if (options_.identity && r != group_.rank()) {
+      const std::string key = options_.public_key_of(r);
+      if (!Identity::verify(key, place(tag, r, -1), bytes, size_t(encoded), bytes + encoded)) {
+        log::warn(
+            "the update from rank {} of {} is not signed by that participant's identity ({}): it is left out (a "
+            "holder of the run's secret speaking as another, or a message replayed from another exchange)",
+            r, group_.prefix(), key.empty() ? "it published none" : "public key " + key.substr(0, 16) + "...");
+        values.emplace_back();
+        continue;
+      }
+    }
+    values.push_back(codec_->decode(bytes, numel));
   }
   const double bytes = double(payload.numel() + (mac_ ? WireMac::kBytes : 0));
   account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);

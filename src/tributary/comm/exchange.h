@@ -35,6 +35,7 @@
 
 #include "tributary/comm/codec.h"
 #include "tributary/comm/group.h"
+#include "tributary/comm/identity.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/sparse_chunks.h"
 #include "tributary/comm/wire_mac.h"
@@ -61,6 +62,11 @@ struct ExchangeOptions {
   // the fp32 ring then) carry its MAC, checked before it is decoded (wire_mac.h; 32 bytes a message, counted). Gloo's
   // fp32 all-reduce cannot carry one (average_check.h checks its result instead).
   std::optional<RunKey> mac_key;
+  // Participants' identities (comm/identity.h): gather() signs this rank's payload with `identity` and checks every
+  // other's against its sender's public key (`public_key_of(group rank)`); a payload whose signature fails is left
+  // out (an undefined tensor), logged naming the rank it claims to come from. Both or neither.
+  std::shared_ptr<const Identity> identity;
+  std::function<std::string(int)> public_key_of;
 };
 
 class Exchange {
@@ -86,7 +92,8 @@ class Exchange {
   // Every rank's `flat` (fp32, one dimension, the same length on every rank), encoded by the run's codec, sealed with
   // the run's key when there is one, all-gathered and decoded: [rank] -> fp32 values, this rank's own decoded too, so
   // every rank holds the same tensors (robust aggregation judges each update as received: optim/robust_aggregate.h).
-  // (N-1) encoded payloads sent and received. Only a stateless codec (not topk, powersgd or sparseloco).
+  // (N-1) encoded payloads sent and received. Only a stateless codec (not topk, powersgd or sparseloco). With
+  // identities, each payload carries its sender's signature: one that fails comes back undefined.
   std::vector<torch::Tensor> gather(const torch::Tensor& flat);
 
   // After the group re-formed with other members (fault tolerance): the ring tags restart (ranks may have left a

@@ -104,6 +104,9 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
         "robust aggregation: evict a participant refused or scoring below dist.min_score in this many exchanges in a "
         "row (its updates refused from then on); 0 = never",
         0, 1000000);
+  s.add("dist.admission", dist.admission,
+        "a file of the participants' public keys (one per line, `tributary identity` prints one): only they may join; "
+        "\"\" = anyone holding the run's secret");
   s.add("dist.min_score", dist.min_score,
         "robust aggregation: the lowest cosine of an update with the round's aggregate that counts as agreeing", -1.0,
         1.0);
@@ -432,6 +435,12 @@ void validate_dist(const RunConfig& c) {
   if (c.dist.reject_norm_factor > 0 && c.dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
          c.dist.reject_norm_factor);
+  if (c.dist.evict_after > 0 && c.dist.fault_tolerant)
+    fail(
+        "dist.evict_after = {} with dist.fault_tolerant = true: the ratings and evictions are not yet carried to a "
+        "restarted worker, which would judge the updates otherwise than the others; keep dist.aggregate and the norm "
+        "test, with dist.evict_after = 0",
+        c.dist.evict_after);
   if (c.dist.evict_after > 0 && c.dist.aggregate == "mean" && c.dist.reject_norm_factor == 0)
     fail(
         "dist.evict_after = {} scores each update as received, which the mean on the ring never sees: set "

@@ -89,6 +89,7 @@ struct DistConfig {
   int64_t evict_after = 0;     // a participant refused or scoring below min_score this many exchanges in a row is
                                // evicted (its updates refused from then on); 0: never
   double min_score = 0;        // the lowest cosine with the round's aggregate that counts as agreeing
+  std::string admission;  // a file of the public keys admitted (comm/identity.h); "" = open to the secret's holders
   // Asynchronous DiLoCo (runtime/sync/async_sync.h, optim/async_merger.h).
   int64_t min_quorum = 0;     // a merge closes once this many replicas' updates arrived; 0: half, rounded up
   double grace_s = 0.25;      // then waits this long for stragglers (every second of it is drift: §40)

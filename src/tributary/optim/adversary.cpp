@@ -11,7 +11,7 @@
 namespace tributary {
 
 const std::vector<std::string>& Adversary::kinds() {
-  static const std::vector<std::string> k = {"nan",  "scaled", "scale100", "sign_flip", "noise",
+  static const std::vector<std::string> k = {"nan",   "scaled", "scale100", "sign_flip", "noise",
                                              "zeros", "replay", "copy",     "poison"};
   return k;
 }

@@ -59,6 +59,10 @@ void ResilientAverage::robust_average(std::vector<torch::Tensor>& tensors, int s
   const auto gathered = exchange_.gather(torch::cat(parts));
   std::vector<int> ids;
   for (int r = 0; r < int(gathered.size()); ++r) ids.push_back(membership_ ? membership_->members()[r] : r);
+  if (membership_ && membership_->epoch() != aggregate_epoch_) {  // a joiner remembers nothing: nor do the others
+    aggregate_->forget_history();
+    aggregate_epoch_ = membership_->epoch();
+  }
   if (adversary_) adversary_->saw(gathered[size_t(group_.rank() + 1) % gathered.size()], stream);
   const Aggregated a = aggregate_->combine(gathered, ids);
   round_rejected_ = int64_t(a.refused.size());

@@ -105,6 +105,7 @@ class ResilientAverage : public Reducer {
   comm::Group& group_;
   comm::Membership* membership_;
   std::unique_ptr<RobustAggregate> aggregate_;  // null: the mean on the ring
+  int aggregate_epoch_ = 0;                     // the membership's epoch aggregate_'s history belongs to
   std::optional<comm::LinkModel> link_;
   Reformed reformed_;
   double weight_ = 1;

@@ -140,12 +140,15 @@ void RobustAggregate::score_and_evict(const std::vector<torch::Tensor>& updates,
 
 Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids) {
   TRIB_CHECK(!updates.empty() && updates.size() == ids.size(), "(one id per update)");
-  const int64_t numel = updates.front().numel();
+  int64_t numel = -1;
+  for (const auto& u : updates)
+    if (u.defined()) numel = u.numel();
+  TRIB_CHECK(numel >= 0, "(this participant's own update is always there)");
   Aggregated out;
   std::vector<bool> finite(updates.size());
   for (size_t i = 0; i < updates.size(); ++i) {
-    TRIB_CHECK(updates[i].numel() == numel, "(the exchange gathers updates of one length)");
-    out.norms.push_back(norm_of(updates[i]));
+    TRIB_CHECK(!updates[i].defined() || updates[i].numel() == numel, "(the exchange gathers updates of one length)");
+    out.norms.push_back(updates[i].defined() ? norm_of(updates[i]) : NAN);
     finite[i] = std::isfinite(out.norms.back());
   }
   std::vector<double> finite_norms;
@@ -164,6 +167,8 @@ Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, c
     std::string why;
     if (const auto e = evicted_.find(ids[i]); e != evicted_.end()) {
       why = e->second;
+    } else if (!updates[i].defined()) {
+      why = "not signed by its participant's identity";
     } else if (!finite[i]) {
       why = "non-finite values";
     } else if (options_.norm_factor > 0 && median > 0 && norm > options_.norm_factor * median) {

@@ -3,7 +3,8 @@
 // from the update itself, as received — never from a number its sender reports.
 //
 // Every participant's update arrives whole (comm::Exchange::gather), then, in this order:
-//   1. Checks, each refusing the update for the round with a reason: non-finite values; a norm above
+//   1. Checks, each refusing the update for the round with a reason: a signature that is not its participant's
+//      (with identities, comm/identity.h); non-finite values; a norm above
 //      dist.reject_norm_factor x the round's median norm, or below the median / that factor (a free rider's zeros);
 //      the same values as an update seen in the last `memory` exchanges (a replay of its own, a copy of another's:
 //      compared on a fixed sample of coordinates, cosine >= 0.9999 and norms within 1%).
@@ -51,11 +52,11 @@ struct Refusal {
 };
 
 struct Aggregated {
-  torch::Tensor value;            // fp32, the updates' length (zeros when every update was refused)
-  std::vector<double> norms;      // every update's, as received
-  std::vector<Refusal> refused;   // in participant order
-  std::vector<double> scores;     // every update's cosine with the aggregate; -1 when refused
-  std::vector<int> evicted;       // the participants (ids) this exchange evicted
+  torch::Tensor value;           // fp32, the updates' length (zeros when every update was refused)
+  std::vector<double> norms;     // every update's, as received
+  std::vector<Refusal> refused;  // in participant order
+  std::vector<double> scores;    // every update's cosine with the aggregate; -1 when refused
+  std::vector<int> evicted;      // the participants (ids) this exchange evicted
   int64_t accepted = 0;
 };
 
@@ -64,10 +65,17 @@ class RobustAggregate {
  public:
   explicit RobustAggregate(AggregateOptions options);
 
-  // updates[i]: participant i's update, fp32, one dimension, all of one length. `ids[i]`: the participant's name in
-  // the reasons (a member id, a rank). Remembers the accepted updates' fingerprints for the next rounds.
+  // updates[i]: participant i's update, fp32, one dimension, all of one length; undefined when its signature failed
+  // (comm::Exchange::gather), and then refused. `ids[i]`: the participant's name in the reasons (a member id, a
+  // rank). Remembers the accepted updates' fingerprints for the next rounds.
   Aggregated combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids);
   const AggregateOptions& options() const { return options_; }
+  // Forgets the earlier exchanges' fingerprints and strikes (not the evictions): a fault-tolerant group does this on
+  // every member when its membership changes, so that a joiner, which starts with none, judges as they do.
+  void forget_history() {
+    seen_.clear();
+    strikes_.clear();
+  }
 
   // The rules alone over n >= 1 accepted updates (tests; combine's second half).
   static torch::Tensor apply_rule(const std::vector<torch::Tensor>& accepted, const AggregateOptions& options);
@@ -79,15 +87,15 @@ class RobustAggregate {
   struct Fingerprint {
     int id = 0;
     int64_t round = 0, numel = 0;  // the exchange it was seen in, and its update's length
-    torch::Tensor sample;  // the values at sample_index_, fp64
+    torch::Tensor sample;          // the values at sample_index_, fp64
     double norm = 0;
   };
   std::string seen_before(const torch::Tensor& sample, int64_t numel, double norm) const;
   void score_and_evict(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids, Aggregated& out);
 
   AggregateOptions options_;
-  std::map<int, int> strikes_;              // by id: exchanges in a row refused or below min_score
-  std::map<int, std::string> evicted_;      // by id: why
+  std::map<int, int> strikes_;                     // by id: exchanges in a row refused or below min_score
+  std::map<int, std::string> evicted_;             // by id: why
   std::map<int64_t, torch::Tensor> sample_index_;  // by length: fixed coordinates, seeded by the length
   std::deque<Fingerprint> seen_;
   int64_t round_ = 0;

@@ -147,9 +147,9 @@ Section loss_section(const RunFiles& run) {
 
 std::string render_html(const RunFiles& run) {
   const std::vector<Section> sections = {overview_section(run),      loss_section(run),   workers_section(run),
-                                         communication_section(run), merges_section(run), timeline_section(run),
-                                         faults_section(run),        dipaco_section(run), pipeline_section(run),
-                                         config_section(run)};
+                                         communication_section(run), merges_section(run), scores_section(run),
+                                         timeline_section(run),      faults_section(run), dipaco_section(run),
+                                         pipeline_section(run),      config_section(run)};
   std::string nav, body;
   for (const auto& s : sections) {
     if (!s.applies) continue;

@@ -26,6 +26,7 @@ Section loss_section(const RunFiles& run);
 Section workers_section(const RunFiles& run);
 Section communication_section(const RunFiles& run);
 Section merges_section(const RunFiles& run);
+Section scores_section(const RunFiles& run);
 Section timeline_section(const RunFiles& run);
 Section faults_section(const RunFiles& run);
 Section dipaco_section(const RunFiles& run);

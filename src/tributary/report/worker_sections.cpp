@@ -248,3 +248,49 @@ Section merges_section(const RunFiles& run) {
 }
 
 }  // namespace tributary::report
+
+namespace tributary::report {
+
+// Robust aggregation (dist.aggregate): every participant's score per exchange (its update's cosine with the round's
+// aggregate; -1 when refused), as metrics.jsonl's exchange lines carry them.
+Section scores_section(const RunFiles& run) {
+  std::map<std::string, Series> by_participant;
+  struct Tally {
+    int64_t exchanges = 0, refused = 0;
+    double sum = 0, lowest = 1;
+  };
+  std::map<std::string, Tally> tallies;
+  for (const auto& line : run.exchanges) {
+    if (!line.contains("scores") || !line["scores"].is_object()) continue;
+    const double x = number(line, "outer_step", number(line, "step"));
+    for (const auto& [id, value] : line["scores"].items()) {
+      if (!value.is_number()) continue;
+      const double score = value.get<double>();
+      Series& series = by_participant[id];
+      series.name = "participant " + id;
+      series.points.emplace_back(x, score);
+      Tally& t = tallies[id];
+      t.exchanges += 1;
+      t.refused += score == -1 ? 1 : 0;
+      if (score != -1) t.sum += score;
+      t.lowest = std::min(t.lowest, score);
+    }
+  }
+  if (by_participant.empty()) return {"scores", "Participants' scores", "", false};
+  std::vector<Series> series;
+  std::vector<std::vector<std::string>> rows;
+  for (auto& [id, s] : by_participant) {
+    const Tally& t = tallies[id];
+    const int64_t accepted = t.exchanges - t.refused;
+    rows.push_back({"participant " + id, fmt::format("{}", t.exchanges), fmt::format("{}", t.refused),
+                    accepted ? fixed(t.sum / double(accepted), 3) : "-", fixed(t.lowest, 3)});
+    series.push_back(std::move(s));
+  }
+  return {"scores", "Participants' scores",
+          "<p>Each update's cosine with the round's robust aggregate (dist.aggregate); -1: refused that exchange "
+          "(a check, or evicted).</p>" +
+              table({"participant", "exchanges", "refused", "mean score when accepted", "lowest"}, rows) +
+              line_chart(series, {"Scores per exchange", "outer step", "cosine with the aggregate"})};
+}
+
+}  // namespace tributary::report

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <random>
@@ -137,11 +138,68 @@ void claim_seat(comm::Store& store, const DistEnv& env) {
         env.rank, holder.substr(0, holder.rfind(" (")));
 }
 
-comm::Store rendezvous(const RunConfig& config, const DistEnv& env) {
+std::shared_ptr<const comm::Identity> publish_identity(comm::Store& store, const RunConfig& config,
+                                                       const DistEnv& env) {
+  const std::string& admission = config.dist.admission;
+  if (admission.empty() && !comm::run_key_from_environment()) return nullptr;
+  const auto path = comm::Identity::path_from_environment(env.rank);
+  if (!admission.empty() && !path)
+    fail(
+        "dist.admission = '{}' admits participants by their identity files, and rank {} has none: start it with "
+        "`tributary launch --secret-file F` (each rank's identity is F.identity-<rank>) or set "
+        "TRIBUTARY_IDENTITY_FILE",
+        admission, env.rank);
+  auto identity =
+      std::make_shared<const comm::Identity>(path ? comm::Identity::load_or_create(*path) : comm::Identity::generate());
+  const std::string& mine = identity->public_hex();
+  if (!admission.empty()) {
+    const auto admitted = comm::read_admission_list(admission);
+    if (std::find(admitted.begin(), admitted.end(), mine) == admitted.end())
+      fail(
+          "rank {}: this participant's identity {} ('{}') is not on the run's admission list '{}': ask the run's "
+          "owner to add this public key (`tributary identity --file {}` prints it)",
+          env.rank, mine, path->string(), admission, path->string());
+  }
+  const std::string key = "identity/" + std::to_string(env.rank);
+  if (env.joining) {
+    store.set(key, mine);
+  } else if (const std::string held = store.set_once(key, mine); held != mine) {
+    fail("rank {}'s identity is already published as {}: another process holds this rank", env.rank, held);
+  }
+  return identity;
+}
+
+std::string published_key(comm::Store& store, const RunConfig& config, int rank, std::map<int, std::string>& pins) {
+  if (const auto pin = pins.find(rank); pin != pins.end()) return pin->second;
+  const std::string key = "identity/" + std::to_string(rank);
+  std::string value = store.check({key}) ? store.get(key) : "";
+  if (!value.empty() && !config.dist.admission.empty()) {
+    static std::map<std::string, std::vector<std::string>> lists;  // read once per process
+    auto& admitted = lists[config.dist.admission];
+    if (admitted.empty()) admitted = comm::read_admission_list(config.dist.admission);
+    if (std::find(admitted.begin(), admitted.end(), value) == admitted.end()) {
+      log::warn(
+          "rank {} published the identity {}, which dist.admission = '{}' does not list: its updates are "
+          "refused",
+          rank, value, config.dist.admission);
+      value.clear();
+    }
+  }
+  pins[rank] = value;
+  return value;
+}
+
+comm::Store rendezvous(const RunConfig& config, const DistEnv& env, std::shared_ptr<const comm::Identity>* identity) {
   const auto store_timeout = milliseconds(static_cast<int64_t>(config.dist.store_timeout_s * 1000));
   auto store = comm::Store::connect(env.master_addr, env.master_port, env.rank, env.world_size, env.use_agent_store,
                                     env.store_prefix + kKeyPrefix, store_timeout);
   claim_seat(store, env);
+  try {
+    auto published = publish_identity(store, config, env);
+    if (identity) *identity = std::move(published);
+  } catch (const Error& e) {
+    refuse(store, e.what());  // every waiting rank stops with the reason
+  }
   // The world size first: rank 0's is the run's.
   store.set("world_size/" + std::to_string(env.rank), std::to_string(env.world_size));
   if (env.rank != 0) {

@@ -5,19 +5,34 @@
 // refuses posts why, and every waiting rank stops with that reason.
 #pragma once
 
+#include <map>
+#include <memory>
+
 #include "tributary/comm/group.h"
+#include "tributary/comm/identity.h"
 #include "tributary/comm/store.h"
 #include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
 
 namespace tributary {
 
-comm::Store rendezvous(const RunConfig& config, const DistEnv& env);
+// `identity`: where this participant's published identity goes (publish_identity, below); may be null.
+comm::Store rendezvous(const RunConfig& config, const DistEnv& env,
+                       std::shared_ptr<const comm::Identity>* identity = nullptr);
 // The first step of the rendezvous: this process takes rank `env.rank`'s seat ("seat/<rank>", first writer wins), or
 // is refused with an Error naming the rank and the process that holds it — a second process started with a taken
 // rank leaves before it touches the run, instead of racing the first for its connections. A joiner (launch
 // --max-restarts) takes its dead predecessor's seat: the membership admits it (comm/membership.h).
 void claim_seat(comm::Store& store, const DistEnv& env);
+// This participant's identity (comm/identity.h) published at "identity/<rank>" (a joiner replaces its predecessor's),
+// once its seat is taken: its file's (TRIBUTARY_IDENTITY_FILE, which launch --secret-file F sets to
+// F.identity-<rank>), or a fresh one. Null in a run without a secret and without dist.admission (anyone may write
+// anything there). Refused, naming the rank and the key, when dist.admission does not list it.
+std::shared_ptr<const comm::Identity> publish_identity(comm::Store& store, const RunConfig& config, const DistEnv& env);
+// The public key rank `rank` published, as receivers check signatures with: pinned by `pins` at the first read (a
+// later overwrite of the key is not believed until the caller clears the pin: a new membership), and empty when
+// dist.admission does not list it (logged once).
+std::string published_key(comm::Store& store, const RunConfig& config, int rank, std::map<int, std::string>& pins);
 // A second connection to the run's store (after the rendezvous), for a thread of its own such as a heartbeat.
 comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 

@@ -20,7 +20,7 @@ std::vector<int> every_rank(int world_size) {  // rank r emulates device r
 Session::Session(const RunConfig& config, const DistEnv& env, const std::vector<int>& device_of_rank)
     : config_(config),
       env_(env),
-      store_(env.distributed() ? rendezvous(config, env) : comm::Store::in_memory()),
+      store_(env.distributed() ? rendezvous(config, env, &identity_) : comm::Store::in_memory()),
       links_(wan_link_model_or_none(config.dist.wan, device_of_rank)) {}
 
 Session::Session(const RunConfig& config, const DistEnv& env) : Session(config, env, every_rank(env.world_size)) {}

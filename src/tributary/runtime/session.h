@@ -6,11 +6,13 @@
 // in-memory store and no links.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tributary/comm/group.h"
+#include "tributary/comm/identity.h"
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/store.h"
 #include "tributary/config/run_config.h"
@@ -40,10 +42,14 @@ class Session {
   std::optional<comm::LinkModel> links_among(const std::vector<int>& ranks) const;
   // A group's options: dist.collective_timeout_s, and the emulated links among `ranks` (none: no emulated link).
   comm::GroupOptions group_options(const std::vector<int>& ranks = {}) const;
+  // This participant's identity as published at the rendezvous (runtime/rendezvous.h, publish_identity); null
+  // without one.
+  const std::shared_ptr<const comm::Identity>& identity() const { return identity_; }
 
  private:
   RunConfig config_;
   DistEnv env_;
+  std::shared_ptr<const comm::Identity> identity_;  // before store_: the rendezvous that makes store_ fills it
   comm::Store store_;
   std::optional<comm::LinkModel> links_;
 };

@@ -165,6 +165,8 @@ TEST(Config, RobustAggregationRefusesWhatNeverSendsAWholeUpdate) {
   EXPECT_EQ(load({"dist.reject_norm_factor=10", "dist.evict_after=3", "dist.min_score=0.2"}), "");
   auto msg = load({"dist.aggregate=median", "dist.compression=topk"});
   EXPECT_NE(msg.find("dist.compression = 'topk' never sends"), std::string::npos) << msg;
+  msg = load({"dist.evict_after=3", "dist.aggregate=median", "dist.fault_tolerant=true"});
+  EXPECT_NE(msg.find("not yet carried to a restarted worker"), std::string::npos) << msg;
   msg = load({"dist.evict_after=3"});
   EXPECT_NE(msg.find("the mean on the ring never sees"), std::string::npos) << msg;
   msg = load({"dist.aggregate=mode"});

@@ -86,8 +86,8 @@ TEST(RobustAggregate, ChecksRefuseWhatTheyNameAndTheRuleTakesTheRest) {
   // Round 2: a free rider's zeros, a replay of participant 1's round-1 update, a copy of participant 0's.
   std::vector<torch::Tensor> fresh;
   for (int i = 0; i < 2; ++i) fresh.push_back(at::randn({5000}, g));
-  Aggregated b = agg.combine({fresh[0], honest[1].clone(), torch::zeros({5000}), fresh[1], honest[0].clone()},
-                             {0, 1, 2, 3, 4});
+  Aggregated b =
+      agg.combine({fresh[0], honest[1].clone(), torch::zeros({5000}), fresh[1], honest[0].clone()}, {0, 1, 2, 3, 4});
   ASSERT_EQ(b.refused.size(), 3u);
   EXPECT_EQ(b.refused[0].participant, 1);
   EXPECT_NE(b.refused[0].reason.find("participant 1's update of 1 round(s) before"), std::string::npos)
@@ -114,7 +114,9 @@ TEST(RobustAggregate, NormsAreTheSameWhateverTheThreads) {
 // mean on the ring the lie moves every rank's result; with the median every rank applies the same value, within
 // the honest updates' range, and the scaled one is refused by name.
 TEST(RobustAggregate, EveryRankAppliesTheSameRobustAggregateOfTheGatheredUpdates) {
-  auto update_of = [](int r) { return std::vector<torch::Tensor>{at::randn({4000}, at::detail::createCPUGenerator(50 + r)) + 1.0}; };
+  auto update_of = [](int r) {
+    return std::vector<torch::Tensor>{at::randn({4000}, at::detail::createCPUGenerator(50 + r)) + 1.0};
+  };
   for (const std::string name : {"mean", "median"}) {
     AggregateOptions o;
     o.rule = name;

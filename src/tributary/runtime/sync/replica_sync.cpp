@@ -45,6 +45,8 @@ ReplicaSync::ReplicaSync(const Session& session)
   const DistEnv& env = session.env();
   comm::Store store = session.store();
   const std::optional<comm::LinkModel>& link = session.links();
+  identity_ = session.identity();
+  if (identity_) identity_store_ = store;
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
       log::warn(
@@ -84,6 +86,16 @@ ReplicaSync::ReplicaSync(const RunConfig& config, ReplicaGroup group) : config_(
   build(group.store, group.rank, group.size, group.link, group.prefix, group.link, group.part);
 }
 
+std::string ReplicaSync::key_of(int group_rank) {
+  const int epoch = membership_ ? membership_->epoch() : 0;
+  if (epoch != pinned_epoch_) {  // a new membership may hold a restarted worker with a new identity
+    pinned_keys_.clear();
+    pinned_epoch_ = epoch;
+  }
+  const int rank = membership_ ? membership_->members()[size_t(group_rank)] : group_rank;
+  return published_key(*identity_store_, config_, rank, pinned_keys_);
+}
+
 void ReplicaSync::install_adversary(const std::string& kind) {
   reducer_->set_adversary(std::make_unique<Adversary>(kind, uint64_t(config_.train.seed) + uint64_t(launched_rank_)));
 }
@@ -99,16 +111,19 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
   comm::Store run_store = store;
   const std::optional<comm::RunKey> invocation_key = comm::invocation_key(run_store);  // this invocation's MACs
   exchange_ = std::make_unique<comm::Exchange>(
-      *group_, comm::ExchangeOptions{
-                   .codec = d.compression,
-                   .bucket_mb = d.bucket_mb,
-                   .link = link,
-                   .topk_ratio = d.topk_ratio,
-                   .powersgd_rank = d.powersgd_rank,
-                   .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
-                   .sparse_decay = d.error_feedback_decay,
-                   .seed = static_cast<uint64_t>(config_.train.seed),
-                   .mac_key = invocation_key});
+      *group_,
+      comm::ExchangeOptions{
+          .codec = d.compression,
+          .bucket_mb = d.bucket_mb,
+          .link = link,
+          .topk_ratio = d.topk_ratio,
+          .powersgd_rank = d.powersgd_rank,
+          .sparse = {.chunk = d.sparse_chunk, .k = d.sparse_topk, .bits = static_cast<int>(d.sparse_bits)},
+          .sparse_decay = d.error_feedback_decay,
+          .seed = static_cast<uint64_t>(config_.train.seed),
+          .mac_key = invocation_key,
+          .identity = identity_,
+          .public_key_of = identity_ ? std::function<std::string(int)>([this](int r) { return key_of(r); }) : nullptr});
   if (rank == 0 && exchange_->link_model()) log::info("{}", exchange_->link_model()->describe());
   if (rank == 0 && d.diloco() && d.overlap_steps > 0 && d.overlap_steps >= d.inner_steps / d.fragments)
     log::warn(

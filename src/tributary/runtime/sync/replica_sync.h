@@ -119,6 +119,8 @@ class ReplicaSync : public Sync {
   void barrier();
   std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor);
   void join_members(MemberGroup members);
+  // The public key the rank at `group_rank` published (communication thread): what its signatures are checked with.
+  std::string key_of(int group_rank);
   void build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
              const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part);
   template <typename T>
@@ -136,6 +138,12 @@ class ReplicaSync : public Sync {
   std::unique_ptr<ReplicaRounds> rounds_;
   std::unique_ptr<Admission> admission_;
   int launched_rank_ = 0, launched_ = 1;  // the launched ranks (a fault-tolerant run's members may be fewer)
+  // The whole run's replicas with identities (runtime/rendezvous.h): this rank's, and the published keys the robust
+  // exchange checks signatures with, pinned per membership epoch (communication thread).
+  std::shared_ptr<const comm::Identity> identity_;
+  std::optional<comm::Store> identity_store_;
+  std::map<int, std::string> pinned_keys_;
+  int pinned_epoch_ = -1;
 };
 
 }  // namespace tributary
