@@ -384,12 +384,6 @@ void validate_async(const RunConfig& c) {
         "{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
         "leave them at 0 (fragments 1)",
         why);
-  if (c.dist.reject_norm_factor > 0 || c.dist.aggregate != "mean")
-    fail(
-        "{}: the merger refuses non-finite and malformed updates itself and weighs the rest by tokens and "
-        "staleness; dist.reject_norm_factor and dist.aggregate judge the updates of one collective and do not "
-        "apply: leave them at 0 and 'mean'",
-        why);
   if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
         c.dist.compression == "int8"))
     fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16 or int8", why,

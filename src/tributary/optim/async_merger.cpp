@@ -31,6 +31,8 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
     initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
     names_.push_back(name);
   }
+  if (rules_.aggregate.rule != "mean" || rules_.aggregate.norm_factor > 0)
+    robust_ = std::make_unique<RobustAggregate>(rules_.aggregate);
   if (self_ == rules_.replicas - 1) board_.store().set_once(term_key(0), std::to_string(self_));
 }
 
@@ -181,20 +183,72 @@ bool AsyncMerger::due() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - *quorum_since_).count() >= rules_.grace_s;
 }
 
+std::vector<torch::Tensor> AsyncMerger::robust_merge(const std::vector<double>& weights) {
+  const NamedTensors& model = outer_->global();
+  std::vector<torch::Tensor> flats;
+  std::vector<int> ids;
+  for (const auto& p : pending_) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& [name, d] : p.update.delta) parts.push_back(d.reshape({-1}).to(torch::kFloat32));
+    flats.push_back(torch::cat(parts));
+    ids.push_back(p.update.replica);
+  }
+  const Aggregated a = robust_->combine(flats, ids);
+  std::vector<bool> refused(pending_.size(), false);
+  for (const Refusal& r : a.refused) {
+    refused[size_t(r.participant)] = true;
+    const Pending& p = pending_[size_t(r.participant)];
+    log::warn("merger (replica {}): refused update {} of replica {} (dist.aggregate = {}): {}", self_,
+              p.update.number, p.update.replica, rules_.aggregate.rule, r.reason);
+    board_.forget(p.update.replica, p.update.number);
+  }
+  for (int id : a.evicted)
+    log::warn("merger (replica {}): replica {} evicted: its updates are refused from now on (dist.evict_after = {})",
+              self_, id, rules_.aggregate.evict_after);
+  double total = 0;
+  std::vector<Pending> kept;
+  for (size_t k = 0; k < pending_.size(); ++k)
+    if (!refused[k]) {
+      total += weights[k];
+      kept.push_back(std::move(pending_[k]));
+    }
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.refused += int64_t(a.refused.size());
+  }
+  pending_ = std::move(kept);
+  // The rule's value stands for the accepted updates: it moves the model as far as their weighted sum would.
+  std::vector<torch::Tensor> out;
+  int64_t offset = 0;
+  for (const auto& [name, t] : model) {
+    out.push_back(a.value.narrow(0, offset, t.numel()).view(t.sizes()) * total);
+    offset += t.numel();
+  }
+  return out;
+}
+
 void AsyncMerger::merge() {
   const NamedTensors& model = outer_->global();
   // A fresh update of a whole round counts 1 / replicas, as in synchronous DiLoCo's average, whichever merge it
   // lands in: two merges of two updates move the model as far as one of four.
   const double full = double(rules_.round_tokens) * double(rules_.replicas);
   for (auto& p : pending_) p.staleness = version_ - p.update.base_version;
+  std::vector<double> weights;
+  for (const auto& p : pending_) weights.push_back(double(p.update.tokens) / double(1 + p.staleness) / full);
   std::vector<torch::Tensor> average;
-  for (const auto& [name, t] : model) average.push_back(torch::zeros_like(t));
+  if (robust_) {
+    average = robust_merge(weights);
+    if (pending_.empty()) return;  // every update refused: nothing to merge
+  } else {
+    for (const auto& [name, t] : model) average.push_back(torch::zeros_like(t));
+    for (size_t k = 0; k < pending_.size(); ++k)
+      for (size_t i = 0; i < model.size(); ++i) average[i].add_(pending_[k].update.delta[i].second, weights[k]);
+  }
   nlohmann::json merged = nlohmann::json::array();
   std::set<int> in;
   int64_t tokens = 0;
   for (const auto& p : pending_) {
     const double w = double(p.update.tokens) / double(1 + p.staleness) / full;
-    for (size_t i = 0; i < model.size(); ++i) average[i].add_(p.update.delta[i].second, w);
     merged.push_back({{"replica", p.update.replica},
                       {"number", p.update.number},
                       {"staleness", p.staleness},
@@ -255,8 +309,9 @@ bool AsyncMerger::poll() {
   }
   collect();
   if (!due()) return false;
+  const int64_t before = version_;
   merge();
-  return true;
+  return version_ > before;  // false when the rule refused every update, or another merger committed first
 }
 
 }  // namespace tributary

@@ -38,6 +38,7 @@
 
 #include "tributary/comm/heartbeat.h"
 #include "tributary/optim/outer.h"
+#include "tributary/optim/robust_aggregate.h"
 #include "tributary/optim/update_board.h"
 
 namespace tributary {
@@ -51,6 +52,9 @@ struct MergeRules {
   int64_t round_tokens = 1;  // the tokens of one replica's round (H steps)
   OuterOptions outer;
   double dead_after_s = 10;  // a candidate whose heartbeat is stale this long holds no term
+  // dist.aggregate and its checks (optim/robust_aggregate.h) over each merge's updates: the rule's value, scaled by
+  // the accepted updates' summed weight, replaces their weighted sum. Mean without a norm test: the weighted sum.
+  AggregateOptions aggregate;
 };
 
 struct MergerStats {
@@ -104,10 +108,13 @@ class AsyncMerger {
   int64_t version_ = 0, tokens_ = 0;
   std::map<int, int64_t> consumed_;  // per replica: the next post to read
   std::vector<Pending> pending_;
+  std::unique_ptr<RobustAggregate> robust_;  // rules_.aggregate when robust; its history restarts with a takeover
   std::optional<std::chrono::steady_clock::time_point> quorum_since_;
   mutable std::mutex stats_mutex_;
   MergerStats stats_;
   std::thread thread_;
+  // The robust rule over pending_ (robust_): refused updates leave pending_ (logged, counted); the others' value.
+  std::vector<torch::Tensor> robust_merge(const std::vector<double>& weights);
 };
 
 }  // namespace tributary

@@ -154,7 +154,9 @@ Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, c
   std::vector<double> finite_norms;
   for (size_t i = 0; i < updates.size(); ++i)
     if (finite[i]) finite_norms.push_back(out.norms[i]);
-  const double median = median_of(finite_norms);
+  // The lower median: with two updates the larger is judged against the smaller (a x100 one among two is caught).
+  std::sort(finite_norms.begin(), finite_norms.end());
+  const double median = finite_norms.empty() ? 0 : finite_norms[(finite_norms.size() - 1) / 2];
   torch::Tensor& sample_index = sample_index_[numel];
   if (options_.memory > 0 && !sample_index.defined()) {
     auto gen = at::detail::createCPUGenerator(uint64_t(numel) * 7919 + 17);

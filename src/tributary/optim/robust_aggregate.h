@@ -5,7 +5,7 @@
 // Every participant's update arrives whole (comm::Exchange::gather), then, in this order:
 //   1. Checks, each refusing the update for the round with a reason: a signature that is not its participant's
 //      (with identities, comm/identity.h); non-finite values; a norm above
-//      dist.reject_norm_factor x the round's median norm, or below the median / that factor (a free rider's zeros);
+//      dist.reject_norm_factor x the round's (lower) median norm, or below the median / that factor (a free rider's zeros);
 //      the same values as an update seen in the last `memory` exchanges (a replay of its own, a copy of another's:
 //      compared on a fixed sample of coordinates, cosine >= 0.9999 and norms within 1%).
 //      A participant already evicted (below) is refused from then on.

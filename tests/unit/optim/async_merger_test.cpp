@@ -177,3 +177,20 @@ TEST(AsyncMerger, AReplicaThatAppliesTheVersionsInt8StepsLandsOnTheMergersBits) 
         }
   }
 }
+
+TEST(AsyncMerger, ARobustRuleRefusesTheOutlierAndMovesTheModelAsFarAsTheAcceptedUpdatesWould) {
+  // dist.aggregate = median with the norm test: of three fresh posts one is x100; it is refused by name and the merge
+  // applies the median of the other two (0.2) times their summed weight (2 x 1/3).
+  auto store = comm::Store::in_memory();
+  MergeRules r = rules(3);
+  r.aggregate = {.rule = "median", .norm_factor = 10};
+  AsyncMerger merger(UpdateBoard(store, "fp32", std::nullopt, 2), store, 2, r, model());
+  merger.poll();
+  post(store, 0, 0.1f, 1);
+  post(store, 1, 0.3f, 1);
+  post(store, 2, 30.0f, 1);
+  ASSERT_TRUE(merger.poll());
+  EXPECT_EQ(merger.stats().refused, 1);
+  EXPECT_NEAR(value_of(version(store, 2), "w"), -0.2f * 2 / 3, 1e-6);
+  EXPECT_FALSE(store.check({"async/up/2/0"})) << "the refused post is not kept";
+}

@@ -28,7 +28,13 @@ AsyncSync::AsyncSync(const Session& session)
             .token_budget = c.train.steps * replicas_ * tokens_per_step_,
             .round_tokens = c.dist.inner_steps * tokens_per_step_,
             .outer = {.lr = c.dist.outer_lr, .momentum = c.dist.outer_momentum},
-            .dead_after_s = c.dist.heartbeat_timeout_s};
+            .dead_after_s = c.dist.heartbeat_timeout_s,
+            .aggregate = {.rule = c.dist.aggregate,
+                          .trim_fraction = c.dist.trim_fraction,
+                          .norm_factor = c.dist.reject_norm_factor,
+                          .clip_radius = c.dist.clip_radius,
+                          .evict_after = int(c.dist.evict_after),
+                          .min_score = c.dist.min_score}};
 }
 
 AsyncSync::~AsyncSync() {
