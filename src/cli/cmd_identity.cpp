@@ -10,10 +10,10 @@ namespace tributary::cli {
 void add_identity(CLI::App& app) {
   auto file = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
-      "identity", "print this participant's public key (for a run's admission list, dist.admission), making the key "
-                  "pair on first use");
-  cmd->add_option("--file", *file,
-                  "the identity file: launch --secret-file F gives rank R the file F.identity-R")
+      "identity",
+      "print this participant's public key (for a run's admission list, dist.admission), making the key "
+      "pair on first use");
+  cmd->add_option("--file", *file, "the identity file: launch --secret-file F gives rank R the file F.identity-R")
       ->required();
   cmd->callback([file]() {
     const auto identity = comm::Identity::load_or_create(*file);

@@ -39,7 +39,10 @@ std::optional<std::array<uint8_t, 32>> unhex32(const std::string& s) {
   for (size_t i = 0; i < 32; ++i) {
     int v = 0;
     for (char c : {s[2 * i], s[2 * i + 1]}) {
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
       if (d < 0) return std::nullopt;
       v = v * 16 + d;
     }
@@ -92,9 +95,10 @@ Identity Identity::load_or_create(const fs::path& path) {
   }
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
-    fail("the identity file '{}' can be read by others (mode {:o}): it holds this participant's private key; "
-         "chmod 600 it",
-         path.string(), st.st_mode & 0777);
+    fail(
+        "the identity file '{}' can be read by others (mode {:o}): it holds this participant's private key; "
+        "chmod 600 it",
+        path.string(), st.st_mode & 0777);
   FILE* f = std::fopen(path.c_str(), "r");
   if (!f) fail("cannot read the identity file '{}'", path.string());
   auto key = std::make_shared<Key>();
@@ -142,8 +146,8 @@ bool Identity::verify(const std::string& public_hex, const std::string& place, c
 
 std::vector<std::string> read_admission_list(const fs::path& path) {
   std::ifstream in(path);
-  if (!in) fail("dist.admission = '{}': cannot read the admission list (a file of public keys, one per line)",
-                path.string());
+  if (!in)
+    fail("dist.admission = '{}': cannot read the admission list (a file of public keys, one per line)", path.string());
   std::vector<std::string> keys;
   int number = 0;
   for (std::string line; std::getline(in, line);) {
@@ -153,9 +157,10 @@ std::vector<std::string> read_admission_list(const fs::path& path) {
     if (first == std::string::npos) continue;
     line = line.substr(first, last - first + 1);
     if (!unhex32(line))
-      fail("dist.admission = '{}', line {}: '{}' is not a public key (64 hex digits, as `tributary identity` "
-           "prints)",
-           path.string(), number, line);
+      fail(
+          "dist.admission = '{}', line {}: '{}' is not a public key (64 hex digits, as `tributary identity` "
+          "prints)",
+          path.string(), number, line);
     for (auto& c : line) c = char(std::tolower(static_cast<unsigned char>(c)));
     keys.push_back(line);
   }

@@ -198,8 +198,8 @@ std::vector<torch::Tensor> AsyncMerger::robust_merge(const std::vector<double>& 
   for (const Refusal& r : a.refused) {
     refused[size_t(r.participant)] = true;
     const Pending& p = pending_[size_t(r.participant)];
-    log::warn("merger (replica {}): refused update {} of replica {} (dist.aggregate = {}): {}", self_,
-              p.update.number, p.update.replica, rules_.aggregate.rule, r.reason);
+    log::warn("merger (replica {}): refused update {} of replica {} (dist.aggregate = {}): {}", self_, p.update.number,
+              p.update.replica, rules_.aggregate.rule, r.reason);
     board_.forget(p.update.replica, p.update.number);
   }
   for (int id : a.evicted)

@@ -5,10 +5,10 @@
 // Every participant's update arrives whole (comm::Exchange::gather), then, in this order:
 //   1. Checks, each refusing the update for the round with a reason: a signature that is not its participant's
 //      (with identities, comm/identity.h); non-finite values; a norm above
-//      dist.reject_norm_factor x the round's (lower) median norm, or below the median / that factor (a free rider's zeros);
-//      the same values as an update seen in the last `memory` exchanges (a replay of its own, a copy of another's:
-//      compared on a fixed sample of coordinates, cosine >= 0.9999 and norms within 1%).
-//      A participant already evicted (below) is refused from then on.
+//      dist.reject_norm_factor x the round's (lower) median norm, or below the median / that factor (a free rider's
+//      zeros); the same values as an update seen in the last `memory` exchanges (a replay of its own, a copy of
+//      another's: compared on a fixed sample of coordinates, cosine >= 0.9999 and norms within 1%). A participant
+//      already evicted (below) is refused from then on.
 //   2. The rule over the accepted updates, coordinate by coordinate:
 //        mean           the average (the ring's result, computed here)
 //        trimmed_mean   drop the floor(trim_fraction x n) largest and smallest values, average the rest (Yin et al.,

@@ -75,12 +75,10 @@ TEST(Identity, AnUpdateSignedByAnotherThanItsRanksIdentityIsLeftOut) {
   std::vector<std::vector<torch::Tensor>> got(3);
   test_support::run_threads(3, [&](int r) {
     comm::Group group(store, r, 3);
-    comm::Exchange exchange(group, comm::ExchangeOptions{
-                                       .codec = "int8",
-                                       .identity = ids[size_t(r)],
-                                       .public_key_of = [&](int peer) {
-                                         return peer == 2 ? published_for_2 : ids[size_t(peer)]->public_hex();
-                                       }});
+    comm::Exchange exchange(
+        group, comm::ExchangeOptions{.codec = "int8", .identity = ids[size_t(r)], .public_key_of = [&](int peer) {
+                                       return peer == 2 ? published_for_2 : ids[size_t(peer)]->public_hex();
+                                     }});
     got[size_t(r)] = exchange.gather(torch::full({100}, float(r + 1)));
   });
   for (int r = 0; r < 2; ++r) {

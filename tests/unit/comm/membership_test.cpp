@@ -108,6 +108,8 @@ TEST(Membership, AForgedDeathReportDoesNotDropALiveMember) {
   test_support::run_threads(3, [&](int id) {
     comm::Membership m(store, store, id, 3, /*dead_after_s=*/2.0);
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the confirmation and the ignored-log wait
+    EXPECT_FALSE(m.member_dead()) << "member " << id << " believed the report";
+    EXPECT_FALSE(m.should_abandon("x0")) << "a collective would be abandoned for a live member";
     const auto d = m.should_commit("x0", true, false);
     EXPECT_TRUE(d.commit) << "member " << id;
     EXPECT_TRUE(d.silent.empty());
