@@ -136,11 +136,17 @@ void Membership::watch() {
         // what it saw of the old members is still worth saying below.
         if (generation == generation_) stale_ = reported;
       }
+      // A confirmed report is said once, by the first member to confirm it (the others may already have re-formed
+      // without the worker, and no longer look at it).
+      for (int m : newly_lost) {
+        const std::string said = fmt::format("{}lost-said/{}/{}", kPrefix, m,
+                                             heartbeat_store_.add(kPrefix + "lost/" + std::to_string(m), 0));
+        if (heartbeat_store_.set_once(said, std::to_string(id_)) == std::to_string(id_))
+          log::warn(
+              "{} {}: {} {} exited (its launch reported the death); the group re-forms without it at the next round",
+              noun_, id_, noun_, m);
+      }
       if (alive.empty() || alive.front() != id_) continue;  // the first live member speaks for all
-      for (int m : newly_lost)
-        log::warn(
-            "{} {}: {} {} exited (its launch reported the death); the group re-forms without it at the next round",
-            noun_, id_, noun_, m);
       for (int m : newly_dead)
         log::warn(
             "{} {}: {} {} has sent no heartbeat for {} s (dist.heartbeat_timeout_s): it is dead; the group re-forms "

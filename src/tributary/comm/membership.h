@@ -29,7 +29,9 @@
 // Keys (under "ft/"): hb/{id}, join (requests of all workers), offer/{id}/{n}, pre/{round}, e{E}/{round}/vote/{id},
 // e{E}/{round}/failures, e{E}/{round}/decision, e{E}/join/{id}, e{E}/members, epoch (the latest), join/{id} (requests
 // so far), admitted/{id}/{n}, lost and lost/{id} (deaths launch reported), joining/{id} (a joiner's count of them at
-// its start), incarnation/{id} (that count, set by the members when they admit it).
+// its start), incarnation/{id} (that count, set by the members when they admit it), lost-said/{id}/{n} (who logged
+// death n of worker id). A launch's death report is acted on once confirmed: the worker's heartbeat silent a short
+// while, or its restarted incarnation asking to join (a report alone, a store write, never drops a live worker).
 #pragma once
 
 #include <atomic>
