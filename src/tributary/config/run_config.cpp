@@ -220,7 +220,7 @@ void validate_dipaco(const RunConfig& c) {
   if (c.dipaco.modules.empty()) return;
   if (c.dipaco.routes.empty())
     fail("dipaco.modules = '{}' needs dipaco.routes: the directory written by `tributary route`", c.dipaco.modules);
-  if (c.dist.aggregate != "mean" || c.dist.reject_norm_factor > 0)
+  if (c.dist.judges_updates())
     fail(
         "dist.aggregate = '{}', dist.reject_norm_factor = {}: DiPaCo's module owners sum their contributors' updates "
         "on a ring and do not judge them one by one yet; leave dist.aggregate = 'mean' and reject_norm_factor = 0",
@@ -435,12 +435,12 @@ void validate_dist(const RunConfig& c) {
         "restarted worker, which would judge the updates otherwise than the others; keep dist.aggregate and the norm "
         "test, with dist.evict_after = 0",
         c.dist.evict_after);
-  if (c.dist.evict_after > 0 && c.dist.aggregate == "mean" && c.dist.reject_norm_factor == 0)
+  if (c.dist.evict_after > 0 && !c.dist.judges_updates())
     fail(
         "dist.evict_after = {} scores each update as received, which the mean on the ring never sees: set "
         "dist.aggregate (trimmed_mean, median, centered_clip) or dist.reject_norm_factor",
         c.dist.evict_after);
-  if ((c.dist.aggregate != "mean" || c.dist.reject_norm_factor > 0) && keeps_error_feedback(c.dist.compression))
+  if (c.dist.judges_updates() && keeps_error_feedback(c.dist.compression))
     fail(
         "dist.aggregate = '{}' with dist.reject_norm_factor = {} judges every replica's update whole, which "
         "dist.compression = '{}' never sends (it keeps error feedback or factors on each worker); use a stateless "

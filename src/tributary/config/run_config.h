@@ -97,6 +97,9 @@ struct DistConfig {
 
   bool diloco() const;  // algorithm read: DiLoCo (true) or data parallel; the one place that compares the string
   bool async_diloco() const;
+  // Each replica's update judged whole as received (dist.aggregate other than mean, or a norm test): the exchange
+  // all-gathers instead of summing on the ring (optim/robust_aggregate.h).
+  bool judges_updates() const { return aggregate != "mean" || reject_norm_factor > 0; }
 };
 
 // Pipeline parallelism (parallel/pipeline/): the model's blocks split over pipeline_stages ranks (D_PP), the step's

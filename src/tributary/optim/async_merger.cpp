@@ -31,8 +31,7 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
     initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
     names_.push_back(name);
   }
-  if (rules_.aggregate.rule != "mean" || rules_.aggregate.norm_factor > 0)
-    robust_ = std::make_unique<RobustAggregate>(rules_.aggregate);
+  if (rules_.aggregate.judges_updates()) robust_ = std::make_unique<RobustAggregate>(rules_.aggregate);
   if (self_ == rules_.replicas - 1) board_.store().set_once(term_key(0), std::to_string(self_));
 }
 
@@ -183,7 +182,7 @@ bool AsyncMerger::due() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - *quorum_since_).count() >= rules_.grace_s;
 }
 
-std::vector<torch::Tensor> AsyncMerger::robust_merge(const std::vector<double>& weights) {
+std::vector<torch::Tensor> AsyncMerger::robust_merge() {
   const NamedTensors& model = outer_->global();
   std::vector<torch::Tensor> flats;
   std::vector<int> ids;
@@ -209,7 +208,7 @@ std::vector<torch::Tensor> AsyncMerger::robust_merge(const std::vector<double>& 
   std::vector<Pending> kept;
   for (size_t k = 0; k < pending_.size(); ++k)
     if (!refused[k]) {
-      total += weights[k];
+      total += pending_[k].weight;
       kept.push_back(std::move(pending_[k]));
     }
   {
@@ -232,27 +231,27 @@ void AsyncMerger::merge() {
   // A fresh update of a whole round counts 1 / replicas, as in synchronous DiLoCo's average, whichever merge it
   // lands in: two merges of two updates move the model as far as one of four.
   const double full = double(rules_.round_tokens) * double(rules_.replicas);
-  for (auto& p : pending_) p.staleness = version_ - p.update.base_version;
-  std::vector<double> weights;
-  for (const auto& p : pending_) weights.push_back(double(p.update.tokens) / double(1 + p.staleness) / full);
+  for (auto& p : pending_) {
+    p.staleness = version_ - p.update.base_version;
+    p.weight = double(p.update.tokens) / double(1 + p.staleness) / full;
+  }
   std::vector<torch::Tensor> average;
   if (robust_) {
-    average = robust_merge(weights);
+    average = robust_merge();
     if (pending_.empty()) return;  // every update refused: nothing to merge
   } else {
     for (const auto& [name, t] : model) average.push_back(torch::zeros_like(t));
-    for (size_t k = 0; k < pending_.size(); ++k)
-      for (size_t i = 0; i < model.size(); ++i) average[i].add_(pending_[k].update.delta[i].second, weights[k]);
+    for (const auto& p : pending_)
+      for (size_t i = 0; i < model.size(); ++i) average[i].add_(p.update.delta[i].second, p.weight);
   }
   nlohmann::json merged = nlohmann::json::array();
   std::set<int> in;
   int64_t tokens = 0;
   for (const auto& p : pending_) {
-    const double w = double(p.update.tokens) / double(1 + p.staleness) / full;
     merged.push_back({{"replica", p.update.replica},
                       {"number", p.update.number},
                       {"staleness", p.staleness},
-                      {"weight", w},
+                      {"weight", p.weight},
                       {"tokens", p.update.tokens}});
     in.insert(p.update.replica);
     tokens += p.update.tokens;

@@ -82,6 +82,7 @@ class AsyncMerger {
   struct Pending {
     PostedUpdate update;
     int64_t staleness = 0;
+    double weight = 0;  // tokens / (round tokens x replicas x (1 + staleness)), set when its merge closes
   };
   bool elect();
   void take_over();
@@ -114,7 +115,7 @@ class AsyncMerger {
   MergerStats stats_;
   std::thread thread_;
   // The robust rule over pending_ (robust_): refused updates leave pending_ (logged, counted); the others' value.
-  std::vector<torch::Tensor> robust_merge(const std::vector<double>& weights);
+  std::vector<torch::Tensor> robust_merge();
 };
 
 }  // namespace tributary

@@ -18,9 +18,7 @@ ResilientAverage::ResilientAverage(comm::CommThread& thread, comm::Exchange& exc
       exchange_(exchange),
       group_(group),
       membership_(membership),
-      aggregate_(aggregate.rule != "mean" || aggregate.norm_factor > 0
-                     ? std::make_unique<RobustAggregate>(std::move(aggregate))
-                     : nullptr),
+      aggregate_(aggregate.judges_updates() ? std::make_unique<RobustAggregate>(std::move(aggregate)) : nullptr),
       link_(std::move(link)),
       reformed_(std::move(reformed)) {}
 

@@ -43,6 +43,9 @@ struct AggregateOptions {
   int64_t chunk = 1 << 20;  // coordinates sorted at once (bounds the memory of the rules)
   int evict_after = 0;      // exchanges in a row refused or below min_score that evict a participant; 0: never
   double min_score = 0;     // the lowest cosine with the aggregate that counts as agreeing
+
+  // Anything but the plain mean without a norm test needs the updates themselves (DistConfig::judges_updates).
+  bool judges_updates() const { return rule != "mean" || norm_factor > 0; }
 };
 
 // Why an update was refused this round.

@@ -169,21 +169,15 @@ std::shared_ptr<const comm::Identity> publish_identity(comm::Store& store, const
   return identity;
 }
 
-std::string published_key(comm::Store& store, const RunConfig& config, int rank, std::map<int, std::string>& pins) {
+std::string published_key(comm::Store& store, const std::vector<std::string>& admitted, int rank,
+                          std::map<int, std::string>& pins) {
   if (const auto pin = pins.find(rank); pin != pins.end()) return pin->second;
   const std::string key = "identity/" + std::to_string(rank);
   std::string value = store.check({key}) ? store.get(key) : "";
-  if (!value.empty() && !config.dist.admission.empty()) {
-    static std::map<std::string, std::vector<std::string>> lists;  // read once per process
-    auto& admitted = lists[config.dist.admission];
-    if (admitted.empty()) admitted = comm::read_admission_list(config.dist.admission);
-    if (std::find(admitted.begin(), admitted.end(), value) == admitted.end()) {
-      log::warn(
-          "rank {} published the identity {}, which dist.admission = '{}' does not list: its updates are "
-          "refused",
-          rank, value, config.dist.admission);
-      value.clear();
-    }
+  if (!value.empty() && !admitted.empty() && std::find(admitted.begin(), admitted.end(), value) == admitted.end()) {
+    log::warn("rank {} published the identity {}, which dist.admission does not list: its updates are refused", rank,
+              value);
+    value.clear();
   }
   pins[rank] = value;
   return value;

@@ -31,8 +31,9 @@ void claim_seat(comm::Store& store, const DistEnv& env);
 std::shared_ptr<const comm::Identity> publish_identity(comm::Store& store, const RunConfig& config, const DistEnv& env);
 // The public key rank `rank` published, as receivers check signatures with: pinned by `pins` at the first read (a
 // later overwrite of the key is not believed until the caller clears the pin: a new membership), and empty when
-// dist.admission does not list it (logged once).
-std::string published_key(comm::Store& store, const RunConfig& config, int rank, std::map<int, std::string>& pins);
+// `admitted` (dist.admission's keys; empty: open) does not list it (logged).
+std::string published_key(comm::Store& store, const std::vector<std::string>& admitted, int rank,
+                          std::map<int, std::string>& pins);
 // A second connection to the run's store (after the rendezvous), for a thread of its own such as a heartbeat.
 comm::Store reconnect_store(const RunConfig& config, const DistEnv& env);
 

@@ -47,6 +47,7 @@ ReplicaSync::ReplicaSync(const Session& session)
   const std::optional<comm::LinkModel>& link = session.links();
   identity_ = session.identity();
   if (identity_) identity_store_ = store;
+  if (identity_ && !config.dist.admission.empty()) admitted_ = comm::read_admission_list(config.dist.admission);
   if (config.dist.fault_tolerant) {
     if (env.rank == 0 && !env.use_agent_store)
       log::warn(
@@ -93,7 +94,7 @@ std::string ReplicaSync::key_of(int group_rank) {
     pinned_epoch_ = epoch;
   }
   const int rank = membership_ ? membership_->members()[size_t(group_rank)] : group_rank;
-  return published_key(*identity_store_, config_, rank, pinned_keys_);
+  return published_key(*identity_store_, admitted_, rank, pinned_keys_);
 }
 
 void ReplicaSync::install_adversary(const std::string& kind) {

@@ -99,10 +99,7 @@ class ReplicaSync : public Sync {
   }
   // The updates refused since the last call (dist.reject_norm_factor, dist.aggregate, or a fault-tolerant run's
   // guard); -1 when none guards the exchange.
-  int64_t take_rejected() {
-    const auto& d = config_.dist;
-    return membership_ || d.reject_norm_factor > 0 || d.aggregate != "mean" ? reducer_->take_rejected() : -1;
-  }
+  int64_t take_rejected() { return membership_ || config_.dist.judges_updates() ? reducer_->take_rejected() : -1; }
   std::map<int, double> take_scores() { return reducer_->take_scores(); }  // ResilientAverage::take_scores
   // This rank's updates count `weight` times in the average (ResilientAverage::set_weight).
   void set_update_weight(double weight) { reducer_->set_weight(weight); }
@@ -142,6 +139,7 @@ class ReplicaSync : public Sync {
   // exchange checks signatures with, pinned per membership epoch (communication thread).
   std::shared_ptr<const comm::Identity> identity_;
   std::optional<comm::Store> identity_store_;
+  std::vector<std::string> admitted_;  // dist.admission's keys, read once (empty: open)
   std::map<int, std::string> pinned_keys_;
   int pinned_epoch_ = -1;
 };
