@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The README test of ./run test: runs every command of the README's command blocks, top to bottom and as written, in
-a scratch directory, and fails naming the first one that exits non-zero.
+a scratch directory, and fails naming the first one that exits non-zero; then those of the walk-through pages (PAGES).
 
 Runs are shortened, not rewritten: the scratch directory's configs/ are the repository's with fewer steps (and a
 shorter warm-up, DiLoCo round and evaluation, a narrower model with a shorter context), so `train configs/default.toml ...` runs the README's words on them.
@@ -17,6 +17,9 @@ Commands that ./run itself is (demo, test, format) are listed as not run.
 import argparse, json, os, re, shutil, socket, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The README, then the doc pages that walk a user through commands (each runs after the README, in the same scratch).
+PAGES = ["README.md", "docs/open-models.md"]
 
 NOT_RUN = {  # command prefix -> why the README test does not run it
     "./run demo": "./run demo is its own entry point (CI runs ./run test; the demo trains for minutes)",
@@ -126,7 +129,7 @@ def main():
     work = args.work or tempfile.mkdtemp(prefix="trib_readme_")
     os.makedirs(work, exist_ok=True)
     os.symlink(os.path.abspath(args.build), os.path.join(work, "build"))
-    for d in ("bench", "tools"):
+    for d in ("bench", "tools", "tests"):
         os.symlink(os.path.join(ROOT, d), os.path.join(work, d))
     shorten_configs(os.path.join(ROOT, "configs"), os.path.join(work, "configs"))
     newcomer_inputs(work)
@@ -135,7 +138,7 @@ def main():
     namespaces = netns_permitted()
 
     prelude, ran, started = [], 0, time.time()
-    cmds = commands(os.path.join(ROOT, "README.md"))
+    cmds = [c for page in PAGES for c in commands(os.path.join(ROOT, page))]
     for i, cmd in enumerate(cmds, 1):
         if re.fullmatch(r"[A-Z_]+=\S+", cmd):  # B=./build/tributary: every later command sees it
             prelude.append(cmd)
@@ -166,7 +169,7 @@ def main():
         print(f"    exit {rc} in {time.time() - t0:.1f} s", flush=True)
         if rc != 0:
             tail = open(log_path, encoding="utf-8", errors="replace").read().splitlines()[-30:]
-            print("README command failed as written (README.md):\n  " + cmd + "\nits output ends:\n  " +
+            print("README or doc command failed as written (" + ", ".join(PAGES) + "):\n  " + cmd + "\nits output ends:\n  " +
                   "\n  ".join(tail))
             print(f"scratch directory kept: {work}")
             return 1

@@ -1,6 +1,8 @@
 #include <chrono>
 
 #include "cli/commands.h"
+#include "tributary/artifacts/checkpoint.h"
+#include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
 
@@ -8,7 +10,10 @@ namespace tributary::cli {
 namespace {
 
 void add_build_options(CLI::App* cmd, DatasetBuildOptions& o) {
-  cmd->add_option("--tokenizer", o.tokenizer, "byte or sentencepiece")->check(CLI::IsMember({"byte", "sentencepiece"}));
+  cmd->add_option(
+      "--tokenizer", o.tokenizer,
+      "byte, sentencepiece (trained on the corpus), or a model's own: a tokenizer.json, a SentencePiece .model, "
+      "or a directory holding one (a Hugging Face model, a checkpoint or run directory, a dataset)");
   cmd->add_option("--vocab-size", o.sentencepiece.vocab_size, "SentencePiece vocabulary size")
       ->check(CLI::Range(260, 1 << 20));
   cmd->add_option("--sp-model-type", o.sentencepiece.model_type, "SentencePiece model: bpe or unigram")
@@ -16,6 +21,17 @@ void add_build_options(CLI::App* cmd, DatasetBuildOptions& o) {
   cmd->add_option("--val-permille", o.val_permille, "documents per thousand in the validation split")
       ->check(CLI::Range(1, 999));
   cmd->add_flag("--overwrite", o.overwrite, "replace an existing Tributary dataset at --out");
+}
+
+// --tokenizer RUN_DIR: the run's newest checkpoint holds its tokenizer.
+void resolve_tokenizer(DatasetBuildOptions& o) {
+  std::error_code ec;
+  if (o.tokenizer == "byte" || o.tokenizer == "sentencepiece" ||
+      !fs::is_directory(fs::path(o.tokenizer) / "checkpoints", ec))
+    return;
+  const auto latest = latest_checkpoint(o.tokenizer);
+  if (!latest) fail("--tokenizer '{}': a run directory without a complete checkpoint", o.tokenizer);
+  o.tokenizer = latest->string();
 }
 
 }  // namespace
@@ -37,6 +53,7 @@ void add_data(CLI::App& app) {
   add_build_options(def, d->options);
   def->callback([d]() {
     check_dataset_output(d->out, d->options.overwrite);  // before minutes of work
+    resolve_tokenizer(d->options);
     auto start = std::chrono::steady_clock::now();
     Corpus corpus = build_default_corpus({.max_bytes_per_domain = static_cast<int64_t>(d->mb_per_domain * (1 << 20))});
     log::info("built-in corpus: {} documents, {:.1f} MB in {} domains", corpus.docs.size(),
@@ -56,6 +73,7 @@ void add_data(CLI::App& app) {
   add_build_options(build, b->options);
   build->callback([b]() {
     check_dataset_output(b->out, b->options.overwrite, b->input);
+    resolve_tokenizer(b->options);
     Corpus corpus = read_corpus(b->input);
     log::info("read {} documents ({:.1f} MB) from '{}'", corpus.docs.size(), double(corpus.num_bytes()) / (1 << 20),
               b->input);

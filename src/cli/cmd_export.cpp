@@ -36,7 +36,9 @@ void add_export(CLI::App& app) {
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("export", "write a trained model in another layout (hf: Hugging Face Llama)");
   cmd->add_option("run", args->run, "run directory (its latest checkpoint) or checkpoint directory")->required();
-  cmd->add_option("--format", args->format, "hf: config.json + model.safetensors of LlamaForCausalLM")
+  cmd->add_option(
+         "--format", args->format,
+         "hf: config.json + model.safetensors of LlamaForCausalLM (Qwen2ForCausalLM with q/k/v biases) + the tokenizer")
       ->check(CLI::IsMember({"hf"}));
   cmd->add_option("--out", args->out, "new or empty output directory")->required();
   cmd->add_option("--path", args->path, "DiPaCo runs: the path to export (0 .. paths-1)")
@@ -52,7 +54,8 @@ void add_import(CLI::App& app) {
     std::string dir, out, data = "data/default";
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("import", "read a Hugging Face Llama checkpoint as a model-only checkpoint of ours");
+  auto* cmd = app.add_subcommand(
+      "import", "read a Hugging Face Llama, Mistral or Qwen 2 checkpoint (and its tokenizer) as a checkpoint of ours");
   cmd->add_option("dir", args->dir, "directory with config.json, model.safetensors (or shards) and a tokenizer")
       ->required();
   cmd->add_option("--out", args->out, "new or empty run directory (eval, generate, export, train.init_from load it)")
@@ -60,8 +63,10 @@ void add_import(CLI::App& app) {
   cmd->add_option("--data", args->data, "dataset for eval's validation split (its tokenizer must be the model's)");
   cmd->callback([args]() {
     const auto dir = import_hf(args->dir, args->out, args->data);
-    log::info("imported '{}' as a checkpoint: {} (train from it: --set train.init_from={})", args->dir, dir.string(),
-              args->out);
+    log::info(
+        "imported '{}' as a checkpoint: {} (its tokenizer for your text: data build TEXT --out DATA --tokenizer {}; "
+        "continue it: train CONFIG --init-from {} --set data.dir=DATA)",
+        args->dir, dir.string(), args->out, args->out);
   });
 }
 

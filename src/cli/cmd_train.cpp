@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "tributary/artifacts/checkpoint.h"
+#include "tributary/core/error.h"
 #include "tributary/core/fs.h"
 #include "tributary/core/log.h"
 #include "tributary/launch/dist_env.h"
@@ -67,6 +69,36 @@ std::string traffic_line(const TrainSummary& s) {
                      s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.steps, blocked);
 }
 
+// `--init-from PATH`: the model.* keys of the checkpoint at PATH (a checkpoint, or a run directory: its newest) as
+// overrides, so that the model has the checkpoint's shape whatever the config file says; the user's own --set come
+// after them and win. Then train.init_from = that checkpoint. Not taken: what shapes no weight — the context a run
+// trains at (an imported model's is its longest, max_position_embeddings; unless positions are learned) and the
+// initialisation's scale.
+std::vector<std::string> init_from_overrides(const std::string& path) {
+  std::error_code ec;
+  fs::path dir = path;
+  if (fs::is_directory(dir / "checkpoints", ec)) {
+    const auto latest = latest_checkpoint(dir);
+    if (!latest) fail("--init-from '{}': a run directory without a complete checkpoint", path);
+    dir = *latest;
+  }
+  if (!fs::is_regular_file(dir / "config.toml", ec))
+    fail(
+        "--init-from '{}': no config.toml there: give a checkpoint (tributary import --out DIR writes one) or a run "
+        "directory",
+        path);
+  const RunConfig saved = RunConfig::from_toml(read_file(dir / "config.toml"), (dir / "config.toml").string());
+  std::vector<std::string> overrides;
+  const bool learned_positions = saved.model.positions == "learned";
+  for (const auto& [key, value] : saved.schema().flatten())
+    if (key.starts_with("model.") && key != "model.init_std" && (key != "model.context" || learned_positions))
+      overrides.push_back(key + "=" + value);
+  overrides.push_back("train.init_from=\"" + dir.string() + "\"");
+  log::info("--init-from {}: the model's shape ({} model.* keys) from its config.toml, the rest from the config",
+            dir.string(), overrides.size() - 1);
+  return overrides;
+}
+
 }  // namespace
 
 void add_train(CLI::App& app) {
@@ -79,6 +111,7 @@ void add_train(CLI::App& app) {
     bool help_config = false;
     int64_t stop_after = 0;
     std::string adversary;
+    std::string init_from;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -89,6 +122,9 @@ void add_train(CLI::App& app) {
                                  "continue from a checkpoint (default: the latest in train.run_dir)")
                      ->expected(0, 1);
   cmd->add_flag("--overwrite", args->overwrite, "start over: delete the checkpoints train.run_dir already has");
+  cmd->add_option("--init-from", args->init_from,
+                  "start from a checkpoint's weights (an imported model, another run's checkpoint or run directory): "
+                  "the model's shape comes from its config.toml, everything else from the config and --set");
   cmd->add_option("--stop-after-step", args->stop_after, "checkpoint and stop after this step (resume later)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--adversary", args->adversary,
@@ -110,7 +146,12 @@ void add_train(CLI::App& app) {
       log::info("--resume {}: a config file, not a checkpoint; resuming from the latest checkpoint of its run",
                 args->config);
     }
-    RunConfig config = RunConfig::load(args->config, args->overrides);
+    std::vector<std::string> overrides = args->overrides;
+    if (!args->init_from.empty()) {
+      overrides = init_from_overrides(args->init_from);
+      overrides.insert(overrides.end(), args->overrides.begin(), args->overrides.end());
+    }
+    RunConfig config = RunConfig::load(args->config, overrides);
     TrainOptions options{.resume = resume->count() > 0,
                          .resume_from = args->resume_from,
                          .stop_after_step = args->stop_after,

@@ -16,7 +16,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 import torch  # noqa: E402
-from transformers import LlamaForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def main():
     for pair in args.pairs:
         directory, out = pair.rsplit("=", 1)
         # eager attention: the formula as modeling_llama writes it (sdpa would be the same up to rounding)
-        model = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager",
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager",
                                                  local_files_only=True).eval()
         with torch.no_grad():
             logits = model(input_ids=tokens).logits.float().contiguous()

@@ -76,7 +76,7 @@ fs::path save_checkpoint(const fs::path& run_dir, int64_t step, const Checkpoint
   put("optim.safetensors", tensors_to_safetensors(contents.optim, {{"format", "tributary-optim"}}));
   put("state.json", contents.state.dump(2) + "\n");
   put("config.toml", contents.config_toml);
-  if (!contents.tokenizer_model.empty()) put("tokenizer.model", read_file(contents.tokenizer_model));
+  for (const auto& file : contents.tokenizer_files) put(file.filename().string(), read_file(file));
   for (const auto& [name, tensors] : contents.extra_tensors)
     put(name, tensors_to_safetensors(tensors, {{"format", "tributary-state"}}));
   nlohmann::json manifest = {{"format", "tributary-checkpoint"}, {"version", 1}, {"step", step}, {"files", files}};

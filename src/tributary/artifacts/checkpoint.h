@@ -3,7 +3,9 @@
 //   optim.safetensors   optimizer state ("<param>.exp_avg", ...) and the torch RNG state ("rng.cpu")
 //   state.json          step, tokens, elapsed time, loader position, tokenizer kind, optimizer step count
 //   config.toml         the resolved run configuration
-//   tokenizer.model     (SentencePiece datasets only) so eval/generate need nothing else
+//   tokenizer.model     (SentencePiece datasets) or tokenizer.json (+ tokenizer_config.json; bpe datasets): the
+//                       dataset's tokenizer (data/tokenizer.h tokenizer_files), so eval/generate/export need nothing
+//                       else
 //   manifest.json       written last: every file's size and xxh64. A directory without it is not a checkpoint.
 // Multi-process runs add, per rank R >= 1, rank-R.model.safetensors and rank-R.optim.safetensors (that replica's
 // parameters, optimizer state and RNG; rank 0's are model/optim) and outer.safetensors (DiLoCo's global parameters
@@ -37,7 +39,7 @@ struct CheckpointContents {
   NamedTensors optim;
   nlohmann::json state;
   std::string config_toml;
-  fs::path tokenizer_model;                                         // empty: none to copy
+  std::vector<fs::path> tokenizer_files;                            // copied under their own names
   std::vector<std::pair<std::string, NamedTensors>> extra_tensors;  // more safetensors files (name, tensors)
   std::vector<StagedFile> staged;  // non-empty: the temp directory is staging_dir(), already holding them
 };

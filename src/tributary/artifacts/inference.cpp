@@ -40,12 +40,11 @@ LoadedModel load_model(const std::string& path, const torch::Device& device) {
   out.model = std::make_shared<Transformer>(out.config.model);
   load_parameters(*out.model, ckpt.model);
   out.model->to(device);
-  std::string kind = ckpt.state.value("tokenizer", "byte");
-  if (kind == "byte") {
-    out.tokenizer = std::make_unique<ByteTokenizer>();
-  } else {
-    out.tokenizer = std::make_unique<SentencePieceTokenizer>(ckpt.dir / "tokenizer.model");
-  }
+  const std::string kind = ckpt.state.value("tokenizer", "byte");
+  std::optional<int32_t> eot;
+  if (ckpt.state.contains("eot_id") && ckpt.state["eot_id"].is_number_integer())
+    eot = ckpt.state["eot_id"].get<int32_t>();
+  out.tokenizer = open_tokenizer(ckpt.dir, kind, eot);
   if (out.tokenizer->vocab_size() > out.config.model.vocab_size)
     fail("checkpoint '{}': tokenizer has {} ids but the model only {}", ckpt.dir.string(), out.tokenizer->vocab_size(),
          out.config.model.vocab_size);

@@ -160,11 +160,13 @@ fs::path export_path(const DipacoRun& run, int64_t path, const fs::path& out_dir
                             {"path", path},
                             {"modules", run.grid.modules_of_path(path)},
                             {"early_stopped", early_stopped}}}};
-  state["tokenizer"] = load_tokenizer(config.data.dir)->kind();
-  fs::path tok_model = fs::path(config.data.dir) / "tokenizer.model";
+  const auto tokenizer = load_tokenizer(config.data.dir);
+  state["tokenizer"] = tokenizer->kind();
+  state["eot_id"] = tokenizer->eot_id();
   return save_checkpoint(
       out_dir, run.config.train.steps,
-      {named_parameters_of(*dense), {}, state, config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path()}, 1);
+      {named_parameters_of(*dense), {}, state, config.to_toml(), tokenizer_files(config.data.dir, tokenizer->kind())},
+      1);
 }
 
 }  // namespace tributary

@@ -281,6 +281,16 @@ void RunConfig::bind() {
   s.add("model.positions", model.positions, "position encoding", {"rope", "learned"});
   s.add("model.tie_embeddings", model.tie_embeddings, "share the token embedding with the output head");
   s.add("model.rope_theta", model.rope_theta, "RoPE base", 1.0, 1e9);
+  s.add("model.rope_scaling", model.rope_scaling,
+        "RoPE frequencies rescaled for a longer context (transformers' rope_type)", {"none", "linear", "llama3"});
+  s.add("model.rope_factor", model.rope_factor, "rope_scaling's factor (linear, llama3)", 1.0, 1e6);
+  s.add("model.rope_low_freq_factor", model.rope_low_freq_factor, "llama3 scaling: the low band's factor", 1e-6, 1e6);
+  s.add("model.rope_high_freq_factor", model.rope_high_freq_factor, "llama3 scaling: the high band's factor", 1e-6,
+        1e6);
+  s.add("model.rope_original_context", model.rope_original_context, "llama3 scaling: the context trained before it", 1,
+        1 << 24);
+  s.add("model.head_dim", model.fixed_head_dim, "attention head width; 0 = width / num_heads", 0, 1 << 12);
+  s.add("model.qkv_bias", model.qkv_bias, "biases on the query, key and value projections (Qwen 2)");
   s.add("model.norm_eps", model.norm_eps, "RMSNorm epsilon", 0.0, 1.0);
   s.add("model.init_std", model.init_std, "std of the normal initialisation", 0.0, 10.0);
   s.add("data.dir", data.dir, "token dataset directory (tributary data build / build-default)");
@@ -342,8 +352,9 @@ void take_placement_islands(ParallelConfig& parallel) {
 
 // Each section's impossible values and combinations, as an Error naming the key(s) and what to set instead.
 void validate_model(const RunConfig& c) {
-  if (c.model.width % c.model.num_heads != 0)
-    fail("model.width ({}) must be divisible by model.num_heads ({})", c.model.width, c.model.num_heads);
+  if (c.model.fixed_head_dim == 0 && c.model.width % c.model.num_heads != 0)
+    fail("model.width ({}) must be divisible by model.num_heads ({}), or set model.head_dim", c.model.width,
+         c.model.num_heads);
   if (c.model.num_heads % c.model.kv_heads() != 0)
     fail(
         "model.num_kv_heads ({}) must divide model.num_heads ({}): each key/value head serves the same number of "
@@ -363,6 +374,13 @@ void validate_model(const RunConfig& c) {
   if (c.model.num_layers % c.model.num_levels != 0)
     fail("model.num_levels ({}) must divide model.num_layers ({}) so every level has the same number of blocks",
          c.model.num_levels, c.model.num_layers);
+  if (c.model.rope_scaling != "none" && c.model.positions != "rope")
+    fail("model.rope_scaling = {} rescales RoPE: it needs model.positions = rope", c.model.rope_scaling);
+  if (c.model.rope_scaling == "llama3" && !(c.model.rope_high_freq_factor > c.model.rope_low_freq_factor))
+    fail(
+        "model.rope_high_freq_factor ({}) must be larger than model.rope_low_freq_factor ({}): they bound the band "
+        "that llama3 scaling blends",
+        c.model.rope_high_freq_factor, c.model.rope_low_freq_factor);
 }
 
 // Asynchronous DiLoCo runs replicas of the whole model that never meet in a collective: what needs one is refused.

@@ -22,8 +22,7 @@ namespace {
 using Json = nlohmann::json;
 
 // GPT-2's pre-tokenizer pattern: what ByteLevel splits by when its use_regex is true.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // GPT-2's bytes_to_unicode: the printable code point that stands for each byte in a byte-level vocabulary.
 std::array<uint32_t, 256> byte_code_points() {
@@ -38,8 +37,7 @@ std::array<uint32_t, 256> byte_code_points() {
 }
 
 // The raw bytes a byte-level vocabulary entry stands for, or nullopt if one of its characters stands for no byte.
-std::optional<std::string> entry_bytes(const std::string& entry,
-                                       const std::unordered_map<uint32_t, uint8_t>& byte_of) {
+std::optional<std::string> entry_bytes(const std::string& entry, const std::unordered_map<uint32_t, uint8_t>& byte_of) {
   std::string out;
   const auto* s = reinterpret_cast<const utf8proc_uint8_t*>(entry.data());
   for (utf8proc_ssize_t at = 0; at < utf8proc_ssize_t(entry.size());) {
@@ -128,11 +126,16 @@ struct BpeTokenizer::Impl {
       return;
     }
     int options = 0;
-    if (type == "NFC") options = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
-    else if (type == "NFD") options = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
-    else if (type == "NFKC") options = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-    else if (type == "NFKD") options = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-    else bad(key, fmt::format("normalizer '{}' is not supported (none, NFC, NFD, NFKC or NFKD)", type));
+    if (type == "NFC")
+      options = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+    else if (type == "NFD")
+      options = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+    else if (type == "NFKC")
+      options = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+    else if (type == "NFKD")
+      options = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+    else
+      bad(key, fmt::format("normalizer '{}' is not supported (none, NFC, NFD, NFKC or NFKD)", type));
     if (normalize_options != 0 && normalize_options != options)
       bad(key, "two different Unicode normalizations in one Sequence are not supported");
     normalize_options = options;
@@ -260,9 +263,9 @@ struct BpeTokenizer::Impl {
       const auto j = Json::parse(read_file(config), nullptr, false);
       if (j.is_object() && j.contains("eos_token")) {
         const auto& eos = j["eos_token"];
-        const std::string name = eos.is_string()                                ? eos.get<std::string>()
+        const std::string name = eos.is_string()                              ? eos.get<std::string>()
                                  : eos.is_object() && eos.contains("content") ? eos["content"].get<std::string>()
-                                                                                : std::string();
+                                                                              : std::string();
         const auto it = added_ids.find(name);
         if (it == added_ids.end())
           fail("{}: eos_token '{}' is not an added token of '{}'", config.string(), name, file.string());
@@ -285,9 +288,8 @@ struct BpeTokenizer::Impl {
   std::string normalize(std::string_view text) const {
     if (normalize_options == 0 || text.empty()) return std::string(text);
     utf8proc_uint8_t* out = nullptr;
-    const utf8proc_ssize_t n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), utf8proc_ssize_t(text.size()), &out,
-                     utf8proc_option_t(normalize_options));
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                            utf8proc_ssize_t(text.size()), &out, utf8proc_option_t(normalize_options));
     if (n < 0) return std::string(text);
     std::string result(reinterpret_cast<const char*>(out), size_t(n));
     std::free(out);
@@ -430,7 +432,8 @@ struct BpeTokenizer::Impl {
       const size_t first = ids.size();
       merge_piece(piece, ids);
       std::lock_guard<std::mutex> lock(cache_mutex);
-      if (cache.size() < (size_t{1} << 20)) cache.emplace(piece, std::vector<int32_t>(ids.begin() + long(first), ids.end()));
+      if (cache.size() < (size_t{1} << 20))
+        cache.emplace(piece, std::vector<int32_t>(ids.begin() + long(first), ids.end()));
     }
   }
 };
@@ -440,7 +443,8 @@ BpeTokenizer::BpeTokenizer(const fs::path& tokenizer_json, std::optional<int32_t
   Impl& m = *impl_;
   m.file = tokenizer_json;
   const auto j = Json::parse(read_file(tokenizer_json), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail("{}: not a JSON object (a Hugging Face tokenizer.json)", m.file.string());
+  if (j.is_discarded() || !j.is_object())
+    fail("{}: not a JSON object (a Hugging Face tokenizer.json)", m.file.string());
   if (!j.contains("model")) m.bad("model", "missing: not a Hugging Face tokenizer.json");
   try {
     m.read_normalizer(j.value("normalizer", Json()), "normalizer");
@@ -480,6 +484,10 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   for (const int32_t id : ids)
     if (id >= 0 && id < impl_->size && !impl_->special[size_t(id)]) out += impl_->bytes_of[size_t(id)];
   return out;
+}
+
+std::string BpeTokenizer::token_text(int32_t id) const {
+  return id >= 0 && id < impl_->size ? impl_->bytes_of[size_t(id)] : std::string();
 }
 
 int64_t BpeTokenizer::vocab_size() const { return impl_->size; }

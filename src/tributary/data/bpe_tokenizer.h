@@ -39,6 +39,8 @@ class BpeTokenizer final : public Tokenizer {
 
   // The id of a vocabulary entry or added token given as its text, or nullopt.
   std::optional<int32_t> id_of(const std::string& token) const;
+  // An added token's text, or a vocabulary entry's bytes ("" for an id it does not have).
+  std::string token_text(int32_t id) const;
 
  private:
   struct Impl;

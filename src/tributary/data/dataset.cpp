@@ -91,6 +91,7 @@ Dataset Dataset::open(const fs::path& dir) {
       fail("'{}' has an unsupported format/version; rebuild the dataset", meta.string());
     d.tokenizer_kind_ = j.at("tokenizer").at("kind").get<std::string>();
     d.vocab_size_ = j.at("tokenizer").at("vocab_size").get<int64_t>();
+    if (j["tokenizer"].contains("eot_id")) d.eot_id_ = j["tokenizer"]["eot_id"].get<int32_t>();
     d.domains_ = j.at("domains").get<std::vector<std::string>>();
     d.train_ = split_from_json(j.at("splits").at("train"));
     d.val_ = split_from_json(j.at("splits").at("val"));
@@ -108,14 +109,16 @@ void Dataset::validate(const fs::path& meta) const {
   auto bad = [&](const std::string& what) {
     fail("'{}': {}; rebuild the dataset (tributary data build ... --overwrite)", meta.string(), what);
   };
-  if (tokenizer_kind_ != "byte" && tokenizer_kind_ != "sentencepiece")
-    bad(fmt::format("tokenizer.kind '{}' is neither byte nor sentencepiece", tokenizer_kind_));
+  if (tokenizer_kind_ != "byte" && tokenizer_kind_ != "sentencepiece" && tokenizer_kind_ != "bpe")
+    bad(fmt::format("tokenizer.kind '{}' is neither byte, sentencepiece nor bpe", tokenizer_kind_));
   if (vocab_size_ < 2 || vocab_size_ > (int64_t{1} << 24))
     bad(fmt::format("tokenizer.vocab_size {} is outside 2..{}", vocab_size_, int64_t{1} << 24));
   if (tokenizer_kind_ == "byte" && vocab_size_ != 257)
     bad(fmt::format("a byte tokenizer has 257 ids, not {}", vocab_size_));
   if (tokenizer_kind_ == "sentencepiece" && !fs::is_regular_file(dir_ / "tokenizer.model"))
     bad("tokenizer.kind is sentencepiece but tokenizer.model is missing beside it");
+  if (tokenizer_kind_ == "bpe" && !fs::is_regular_file(dir_ / "tokenizer.json"))
+    bad("tokenizer.kind is bpe but tokenizer.json is missing beside it");
   if (domains_.empty()) bad("'domains' is empty");
   for (const auto* s : {&train_, &val_}) {
     const char* name = s == &train_ ? "train" : "val";
@@ -219,8 +222,67 @@ void remove_stale_temporaries(const fs::path& out_dir) {
   }
 }
 
-// The tokenizer of the build (a SentencePiece model is trained on the training documents only, into `tmp`) and its
-// dataset.json entry.
+// A model's own tokenizer (--tokenizer PATH): a tokenizer.json, a SentencePiece .model, or a directory holding one (a
+// Hugging Face model directory, a checkpoint, a dataset), copied into `tmp` under the dataset's names.
+std::unique_ptr<Tokenizer> existing_tokenizer(const fs::path& source, const fs::path& tmp, nlohmann::json& tok_json) {
+  std::error_code ec;
+  std::string kind;
+  fs::path from = source;
+  std::optional<int32_t> eot;
+  // A dataset's dataset.json ({"tokenizer": {"kind", "eot_id"}}) or a checkpoint's state.json ({"tokenizer": kind,
+  // "eot_id"}; no entry: byte): the kind and end of document recorded there.
+  const auto recorded = [&](const fs::path& file, bool dataset) {
+    const auto j = nlohmann::json::parse(read_file(file), nullptr, false);
+    if (!j.is_object())
+      fail("'{}' is not a JSON object: is '{}' a dataset or a checkpoint?", file.string(), source.string());
+    const auto holder = dataset ? j.value("tokenizer", nlohmann::json()) : j;
+    const auto entry = !holder.is_object() ? nlohmann::json()
+                       : dataset           ? holder.value("kind", nlohmann::json())
+                                           : holder.value("tokenizer", nlohmann::json("byte"));
+    if (!entry.is_string())
+      fail("'{}': no tokenizer entry: is '{}' a dataset or a checkpoint?", file.string(), source.string());
+    kind = entry.get<std::string>();
+    if (holder.contains("eot_id") && holder["eot_id"].is_number_integer()) eot = holder["eot_id"].get<int32_t>();
+  };
+  if (fs::is_directory(source, ec)) {
+    if (fs::is_regular_file(source / "dataset.json", ec)) {
+      recorded(source / "dataset.json", true);
+    } else if (fs::is_regular_file(source / "state.json", ec)) {
+      recorded(source / "state.json", false);
+    } else if (fs::is_regular_file(source / "tokenizer.model", ec)) {
+      kind = "sentencepiece";
+    } else if (fs::is_regular_file(source / "tokenizer.json", ec)) {
+      kind = "bpe";
+    } else {
+      fail(
+          "--tokenizer '{}': the directory holds no tokenizer.model, tokenizer.json, dataset.json or checkpoint "
+          "state.json (for a run directory give its checkpoint, RUN/checkpoints/step-N)",
+          source.string());
+    }
+  } else if (fs::is_regular_file(source, ec)) {
+    const std::string ext = source.extension().string();
+    if (ext != ".json" && ext != ".model")
+      fail("--tokenizer '{}': a tokenizer file is a Hugging Face tokenizer.json (.json) or a SentencePiece .model",
+           source.string());
+    kind = ext == ".json" ? "bpe" : "sentencepiece";
+    from = source.parent_path();
+    const fs::path name = kind == "bpe" ? "tokenizer.json" : "tokenizer.model";
+    fs::copy_file(source, tmp / name, fs::copy_options::overwrite_existing);
+  } else {
+    fail("--tokenizer '{}': neither byte, sentencepiece nor an existing tokenizer file or directory", source.string());
+  }
+  if (kind != "byte" && kind != "sentencepiece" && kind != "bpe")
+    fail("--tokenizer '{}': its tokenizer kind '{}' is not byte, sentencepiece or bpe", source.string(), kind);
+  for (const auto& file : tokenizer_files(from, kind))
+    if (!fs::exists(tmp / file.filename(), ec)) fs::copy_file(file, tmp / file.filename());
+  auto tokenizer = open_tokenizer(tmp, kind, eot);
+  if (kind != "byte") tok_json["model"] = kind == "bpe" ? "tokenizer.json" : "tokenizer.model";
+  tok_json["source"] = fs::absolute(source).string();
+  return tokenizer;
+}
+
+// The tokenizer of the build (a SentencePiece model is trained on the training documents only, into `tmp`; a model's
+// own is copied there) and its dataset.json entry.
 std::unique_ptr<Tokenizer> make_tokenizer(const Corpus& corpus, const std::vector<bool>& is_val, const fs::path& tmp,
                                           const DatasetBuildOptions& options, nlohmann::json& tok_json) {
   std::unique_ptr<Tokenizer> tokenizer;
@@ -236,7 +298,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Corpus& corpus, const std::vecto
     tokenizer = std::make_unique<SentencePieceTokenizer>(tmp / "tokenizer.model");
     tok_json["model"] = "tokenizer.model";
   } else {
-    fail("unknown tokenizer '{}' (expected byte or sentencepiece)", options.tokenizer);
+    tokenizer = existing_tokenizer(options.tokenizer, tmp, tok_json);
   }
   tok_json["kind"] = tokenizer->kind();
   tok_json["vocab_size"] = tokenizer->vocab_size();

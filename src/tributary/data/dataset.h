@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,9 @@
 namespace tributary {
 
 struct DatasetBuildOptions {
-  std::string tokenizer = "byte";  // byte | sentencepiece
+  // byte | sentencepiece (trained on the corpus) | a model's own: a tokenizer.json, a SentencePiece .model, or a
+  // directory holding one (a Hugging Face model directory, a checkpoint, a dataset)
+  std::string tokenizer = "byte";
   SentencePieceOptions sentencepiece;
   int64_t val_permille = 20;        // documents per thousand that go to validation
   int64_t shard_tokens = 16 << 20;  // tokens per shard file
@@ -47,6 +50,8 @@ class Dataset {
   const fs::path& dir() const { return dir_; }
   const std::string& tokenizer_kind() const { return tokenizer_kind_; }
   int64_t vocab_size() const { return vocab_size_; }
+  // The end of a document as built (nullopt for a dataset.json older than the field: the tokenizer's own).
+  std::optional<int32_t> eot_id() const { return eot_id_; }
   const std::vector<std::string>& domains() const { return domains_; }
   const SplitInfo& split(const std::string& name) const;  // "train" | "val"
   double unigram_val_bits_per_token() const { return unigram_val_bits_; }
@@ -63,6 +68,7 @@ class Dataset {
   fs::path dir_;
   std::string tokenizer_kind_;
   int64_t vocab_size_ = 0;
+  std::optional<int32_t> eot_id_;
   std::vector<std::string> domains_;
   SplitInfo train_, val_;
   double unigram_val_bits_ = 0, unigram_train_entropy_bits_ = 0;

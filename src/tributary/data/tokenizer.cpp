@@ -13,6 +13,7 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/data/bpe_tokenizer.h"
 
 namespace tributary {
 
@@ -126,11 +127,31 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dataset_dir) {
   if (!fs::exists(meta)) fail_not_a_dataset(dataset_dir);
   auto spec = nlohmann::json::parse(read_file(meta), nullptr, false);
   if (spec.is_discarded() || !spec.contains("tokenizer")) fail("'{}' is corrupt: no tokenizer entry", meta.string());
-  std::string kind = spec["tokenizer"].value("kind", "");
+  const auto& entry = spec["tokenizer"];
+  const std::string kind = entry.value("kind", "");
+  if (kind != "byte" && kind != "sentencepiece" && kind != "bpe")
+    fail("'{}': unknown tokenizer kind '{}' (expected byte, sentencepiece or bpe)", meta.string(), kind);
+  std::optional<int32_t> eot;
+  if (entry.contains("eot_id") && entry["eot_id"].is_number_integer()) eot = entry["eot_id"].get<int32_t>();
+  return open_tokenizer(dataset_dir, kind, eot);
+}
+
+std::vector<fs::path> tokenizer_files(const fs::path& dir, const std::string& kind) {
+  std::vector<fs::path> files;
+  if (kind == "sentencepiece") files.push_back(dir / "tokenizer.model");
+  if (kind == "bpe") {
+    files.push_back(dir / "tokenizer.json");
+    std::error_code ec;
+    if (fs::is_regular_file(dir / "tokenizer_config.json", ec)) files.push_back(dir / "tokenizer_config.json");
+  }
+  return files;
+}
+
+std::unique_ptr<Tokenizer> open_tokenizer(const fs::path& dir, const std::string& kind, std::optional<int32_t> eot_id) {
   if (kind == "byte") return std::make_unique<ByteTokenizer>();
-  if (kind == "sentencepiece")
-    return std::make_unique<SentencePieceTokenizer>(dataset_dir / spec["tokenizer"].value("model", "tokenizer.model"));
-  fail("'{}': unknown tokenizer kind '{}' (expected byte or sentencepiece)", meta.string(), kind);
+  if (kind == "sentencepiece") return std::make_unique<SentencePieceTokenizer>(dir / "tokenizer.model");
+  if (kind == "bpe") return std::make_unique<BpeTokenizer>(dir / "tokenizer.json", eot_id);
+  fail("'{}': unknown tokenizer kind '{}' (expected byte, sentencepiece or bpe)", dir.string(), kind);
 }
 
 }  // namespace tributary

@@ -1,10 +1,13 @@
 // Tokenizers turn text into token ids and back. Byte-level is the default (vocab 256 bytes + end-of-text);
-// SentencePiece (BPE or unigram, trained with libsentencepiece) is the subword option. A dataset directory records
-// which one it was built with (dataset.json "tokenizer"), so training, eval and generate always agree.
+// SentencePiece (BPE or unigram: trained with libsentencepiece, or a model's own tokenizer.model) and a Hugging Face
+// tokenizer.json of the byte-level BPE families (data/bpe_tokenizer.h: a model's own) are the subword options. A
+// dataset directory records which one it was built with (dataset.json "tokenizer") and holds its file; a checkpoint
+// holds a copy too, so training, eval, generate and export always agree.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,7 +23,7 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int32_t eot_id() const = 0;    // appended after every document
-  virtual std::string kind() const = 0;  // "byte" | "sentencepiece"
+  virtual std::string kind() const = 0;  // "byte" | "sentencepiece" | "bpe"
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -60,5 +63,15 @@ void train_sentencepiece(const std::vector<std::string_view>& texts, const fs::p
 
 // The tokenizer a dataset directory was built with (reads dataset.json).
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dataset_dir);
+
+// The files in `dir` (a dataset or a checkpoint directory) that hold its tokenizer of `kind`: tokenizer.model for
+// sentencepiece; tokenizer.json, and tokenizer_config.json where it is there, for bpe; none for byte. A checkpoint
+// copies them under the same names.
+std::vector<fs::path> tokenizer_files(const fs::path& dir, const std::string& kind);
+
+// The tokenizer of `kind` whose files are in `dir`; `eot_id`: the end of a document as recorded (bpe; for the others
+// it is the tokenizer's own). Error naming `dir` for an unknown kind or a missing file.
+std::unique_ptr<Tokenizer> open_tokenizer(const fs::path& dir, const std::string& kind,
+                                          std::optional<int32_t> eot_id = std::nullopt);
 
 }  // namespace tributary

@@ -9,6 +9,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/core/progress.h"
+#include "tributary/data/bpe_tokenizer.h"
 #include "tributary/data/hf_tokenizer.h"
 #include "tributary/model/hf_llama.h"
 
@@ -64,6 +65,19 @@ fs::path export_hf(const std::string& run_or_checkpoint, const fs::path& out, st
   if (loaded.tokenizer->kind() == "byte") {
     tokenizer["ids"] = "id b < 256 is the byte b; 256 ends a document";
     write_hf_tokenizer(out, hf_byte_tokenizer(loaded.tokenizer->eot_id(), max_length));
+  } else if (loaded.tokenizer->kind() == "bpe") {
+    // The model's own tokenizer.json, written back as it was imported (and its tokenizer_config.json, or one that
+    // names the end of a document as transformers' eos_token).
+    for (const auto& file : tokenizer_files(loaded.dir, "bpe"))
+      write_file_atomic(out / file.filename(), read_file(file));
+    if (!fs::exists(out / "tokenizer_config.json")) {
+      const BpeTokenizer bpe(loaded.dir / "tokenizer.json", loaded.tokenizer->eot_id());
+      const nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                     {"eos_token", bpe.token_text(loaded.tokenizer->eot_id())},
+                                     {"model_max_length", max_length}};
+      write_file_atomic(out / "tokenizer_config.json", config.dump(2) + "\n");
+    }
+    tokenizer["file"] = "tokenizer.json";
   } else {
     const fs::path model_file = loaded.dir / "tokenizer.model";
     const std::string bytes = read_file(model_file);

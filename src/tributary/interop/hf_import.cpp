@@ -66,7 +66,8 @@ std::map<std::string, torch::Tensor> read_hf_tensors(const fs::path& dir) {
   return tensors;
 }
 
-// The tokenizer: "byte" (a byte-level export of ours) or "sentencepiece" (tokenizer.model beside the weights).
+// The tokenizer: "byte" (a byte-level export of ours), "sentencepiece" (tokenizer.model beside the weights: preferred
+// where a tokenizer.json converted from it is there too) or "bpe" (a tokenizer.json of the byte-level BPE families).
 std::string tokenizer_kind(const fs::path& dir) {
   const bool sentencepiece = own_file(dir, "tokenizer.model").has_value();
   if (const auto ours = own_file(dir, "tributary_tokenizer.json")) {
@@ -78,9 +79,10 @@ std::string tokenizer_kind(const fs::path& dir) {
     fail("{}: type '{}' is not byte, or sentencepiece with tokenizer.model beside it", ours->string(), type);
   }
   if (sentencepiece) return "sentencepiece";
+  if (own_file(dir, "tokenizer.json")) return "bpe";
   fail(
-      "'{}' has no tokenizer this tool reads (tokenizer.model: SentencePiece; tributary_tokenizer.json); a "
-      "tokenizer.json (Hugging Face BPE) alone is not supported",
+      "'{}' has no tokenizer (tokenizer.json: a Hugging Face byte-level BPE; tokenizer.model: SentencePiece; "
+      "tributary_tokenizer.json: a byte-level export of ours): copy the model's tokenizer files beside its weights",
       dir.string());
 }
 
@@ -102,12 +104,13 @@ fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& 
   }
   const std::string kind = tokenizer_kind(dir);
   // The tokenizer loads, and every id it gives has a row of the embedding: checked here, not at the first eval.
-  const int64_t tokenizer_vocab = kind == "sentencepiece" ? SentencePieceTokenizer(dir / "tokenizer.model").vocab_size()
-                                                          : ByteTokenizer().vocab_size();
-  if (tokenizer_vocab > config.model.vocab_size)
+  std::vector<fs::path> tokenizer_sources;
+  for (const auto& file : tokenizer_files(dir, kind)) tokenizer_sources.push_back(*own_file(dir, file.filename()));
+  const auto tokenizer = open_tokenizer(dir, kind);
+  if (tokenizer->vocab_size() > config.model.vocab_size)
     fail("{}: vocab_size = {} is smaller than the tokenizer's {} ids ({}): not this model's tokenizer",
-         config_file.string(), config.model.vocab_size, tokenizer_vocab,
-         kind == "sentencepiece" ? (dir / "tokenizer.model").string() : std::string("byte-level"));
+         config_file.string(), config.model.vocab_size, tokenizer->vocab_size(),
+         tokenizer_sources.empty() ? std::string("byte-level") : tokenizer_sources.front().string());
   Progress progress("import", 3, "steps");  // read, convert, write: a large model takes a while on each
   auto tensors = read_hf_tensors(dir);
   // The model config.json describes is built only if the weights could fill it (a config of a few hundred bytes may
@@ -122,10 +125,12 @@ fs::path import_hf(const fs::path& dir, const fs::path& out, const std::string& 
   progress.advance();
   const NamedTensors params = from_hf_llama(model, std::move(tensors), dir.string());
   progress.advance();
-  const nlohmann::json state = {
-      {"step", 0}, {"tokens", 0}, {"tokenizer", kind}, {"imported_from", fs::absolute(dir).string()}};
-  const fs::path tok_model = kind == "sentencepiece" ? dir / "tokenizer.model" : fs::path();
-  const fs::path saved = save_checkpoint(out, 0, {params, {}, state, config.to_toml(), tok_model}, 1);
+  const nlohmann::json state = {{"step", 0},
+                                {"tokens", 0},
+                                {"tokenizer", kind},
+                                {"eot_id", tokenizer->eot_id()},
+                                {"imported_from", fs::absolute(dir).string()}};
+  const fs::path saved = save_checkpoint(out, 0, {params, {}, state, config.to_toml(), tokenizer_sources}, 1);
   progress.done();
   return saved;
 }

@@ -10,9 +10,10 @@ int64_t ModelConfig::resolved_mlp_hidden() const {
 }
 
 int64_t ModelConfig::num_parameters(int64_t vocab) const {
-  const int64_t C = width, F = resolved_mlp_hidden(), KV = kv_heads() * head_dim();
+  const int64_t C = width, F = resolved_mlp_hidden(), KV = kv_heads() * head_dim(), Q = num_heads * head_dim();
   const int64_t block = 2 * C                                       // attention and MLP RMSNorm gains
-                        + C * (C + 2 * KV) + C * C                  // qkv + output projection
+                        + C * (Q + 2 * KV) + Q * C                  // qkv + output projection
+                        + (qkv_bias ? Q + 2 * KV : 0)               // their biases
                         + C * (mlp == "gelu" ? F : 2 * F) + F * C;  // fc (gate and up for SwiGLU) + projection
   return vocab * C + (positions == "learned" ? context * C : 0) + num_layers * block + C  // final norm
          + (tie_embeddings ? 0 : vocab * C);

@@ -21,10 +21,20 @@ struct ModelConfig {
   std::string positions = "rope";  // rope | learned
   bool tie_embeddings = true;
   double rope_theta = 10000.0;
+  // RoPE's frequencies rescaled for a longer context, as transformers' rope_type: none | linear (every frequency
+  // divided by rope_factor) | llama3 (Llama 3.1: low frequencies divided by rope_factor, high ones kept, a smooth blend
+  // between, the bands set by rope_low_freq_factor, rope_high_freq_factor and rope_original_context).
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_context = 8192;
+  int64_t fixed_head_dim = 0;  // model.head_dim: 0 = width / num_heads; a model may set its own (Qwen 3, Gemma)
+  bool qkv_bias = false;       // biases on the query, key and value projections (Qwen 2 / 2.5)
   double norm_eps = 1e-5;
   double init_std = 0.02;
 
-  int64_t head_dim() const { return width / num_heads; }
+  int64_t head_dim() const { return fixed_head_dim > 0 ? fixed_head_dim : width / num_heads; }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int64_t resolved_mlp_hidden() const;
   int64_t blocks_per_level() const { return num_layers / num_levels; }

@@ -24,22 +24,36 @@ void check_llama_shaped(const ModelConfig& c) {
 
 std::string hf_llama_config_json(const ModelConfig& c) {
   check_llama_shaped(c);
-  const nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
-                            {"model_type", "llama"},
-                            {"hidden_size", c.width},
-                            {"intermediate_size", c.resolved_mlp_hidden()},
-                            {"num_attention_heads", c.num_heads},
-                            {"num_key_value_heads", c.kv_heads()},
-                            {"num_hidden_layers", c.num_layers},
-                            {"rms_norm_eps", c.norm_eps},
-                            {"rope_theta", c.rope_theta},
-                            {"vocab_size", c.vocab_size},
-                            {"max_position_embeddings", c.context},
-                            {"tie_word_embeddings", c.tie_embeddings},
-                            {"hidden_act", "silu"},
-                            {"attention_bias", false},
-                            {"mlp_bias", false},
-                            {"torch_dtype", "float32"}};
+  // q/k/v biases without an output bias are Qwen 2's attention; everything else here is Llama's.
+  const bool qwen2 = c.qkv_bias;
+  nlohmann::json j = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                      {"model_type", qwen2 ? "qwen2" : "llama"},
+                      {"hidden_size", c.width},
+                      {"intermediate_size", c.resolved_mlp_hidden()},
+                      {"num_attention_heads", c.num_heads},
+                      {"num_key_value_heads", c.kv_heads()},
+                      {"num_hidden_layers", c.num_layers},
+                      {"rms_norm_eps", c.norm_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"vocab_size", c.vocab_size},
+                      {"max_position_embeddings", c.context},
+                      {"tie_word_embeddings", c.tie_embeddings},
+                      {"hidden_act", "silu"},
+                      {"torch_dtype", "float32"}};
+  if (!qwen2) {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  if (c.fixed_head_dim > 0) j["head_dim"] = c.fixed_head_dim;
+  if (c.rope_scaling != "none") {
+    nlohmann::json scaling = {{"rope_type", c.rope_scaling}, {"factor", c.rope_factor}};
+    if (c.rope_scaling == "llama3") {
+      scaling["low_freq_factor"] = c.rope_low_freq_factor;
+      scaling["high_freq_factor"] = c.rope_high_freq_factor;
+      scaling["original_max_position_embeddings"] = c.rope_original_context;
+    }
+    j["rope_scaling"] = scaling;  // the published configs' key, which transformers 4 and 5 both read
+  }
   return j.dump(2) + "\n";
 }
 
@@ -58,14 +72,18 @@ std::vector<std::pair<std::string, int64_t>> hf_pieces(const std::string& name, 
     if (!hf) fail("parameter '{}' has no Llama counterpart", name);
     return {{hf, rows}};
   }
-  const int64_t C = c.width, F = c.resolved_mlp_hidden(), KV = c.kv_heads() * c.head_dim();
+  const int64_t Q = c.num_heads * c.head_dim(), F = c.resolved_mlp_hidden(), KV = c.kv_heads() * c.head_dim();
   const std::string layer = fmt::format("model.layers.{}.", place->model_block(c.blocks_per_level()));
   const std::string& r = place->rest;
   if (r == "attn_norm.weight") return {{layer + "input_layernorm.weight", rows}};
   if (r == "attn.qkv.weight")
-    return {{layer + "self_attn.q_proj.weight", C},
+    return {{layer + "self_attn.q_proj.weight", Q},
             {layer + "self_attn.k_proj.weight", KV},
             {layer + "self_attn.v_proj.weight", KV}};
+  if (r == "attn.qkv.bias")
+    return {{layer + "self_attn.q_proj.bias", Q},
+            {layer + "self_attn.k_proj.bias", KV},
+            {layer + "self_attn.v_proj.bias", KV}};
   if (r == "attn.proj.weight") return {{layer + "self_attn.o_proj.weight", rows}};
   if (r == "mlp_norm.weight") return {{layer + "post_attention_layernorm.weight", rows}};
   if (r == "mlp.fc.weight")  // swiglu(h) = silu(h[:F]) * h[F:]
@@ -141,11 +159,18 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
       fail("{}: '{}{}' = {} must be a positive finite number", origin, where, key, in[key].dump());
     return in[key].get<double>();
   };
+  // Mistral and Qwen 2 are Llama's computation under Llama's tensor names: Mistral with a sliding window that a
+  // context within it never reaches, Qwen 2 with biases on q, k and v.
   const auto archs = j.contains("architectures") ? j["architectures"] : nlohmann::json::array();
   const std::string model_type = text("model_type", "llama");
-  if (model_type != "llama" || (archs.is_array() && !archs.empty() && archs[0] != "LlamaForCausalLM"))
-    fail("{}: 'architectures' / 'model_type' say {} / {}: only LlamaForCausalLM (model_type llama) can be imported",
-         origin, archs.dump(), model_type);
+  const std::map<std::string, std::string> architecture_of = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+  const auto known = architecture_of.find(model_type);
+  if (known == architecture_of.end() || (archs.is_array() && !archs.empty() && archs[0] != known->second))
+    fail(
+        "{}: 'architectures' / 'model_type' say {} / {}: only LlamaForCausalLM, MistralForCausalLM and "
+        "Qwen2ForCausalLM (model_type llama, mistral, qwen2) can be imported",
+        origin, archs.dump(), model_type);
   // Bounded as the same keys of a run configuration are (config/run_config.cpp): what this tool can build.
   auto integer = [&](const char* key, int64_t most) {
     if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
@@ -173,22 +198,45 @@ ModelConfig llama_model_config(const std::string& json_text, const std::string& 
           origin, kv, c.num_heads);
     if (kv != c.num_heads) c.num_kv_heads = kv;  // equal: plain multi-head attention, our default (0)
   }
-  if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != c.width / c.num_heads)
-    fail("{}: head_dim = {} is not hidden_size / num_attention_heads = {}", origin, j["head_dim"].dump(),
-         c.width / c.num_heads);
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    const int64_t head_dim = integer("head_dim", 1 << 12);
+    if (c.width % c.num_heads != 0 || head_dim != c.width / c.num_heads) c.fixed_head_dim = head_dim;
+  }
+  if (model_type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    // Within the window Mistral's attention is plain causal attention: the context is kept within it.
+    c.context = std::min(c.context, integer("sliding_window", 1 << 20));
+  }
+  if (model_type == "qwen2") {
+    if (flag("use_sliding_window"))
+      fail("{}: use_sliding_window = true: sliding-window attention is not supported", origin);
+    c.qkv_bias = true;
+  }
   if (const std::string act = text("hidden_act", "silu"); act != "silu")
     fail("{}: hidden_act = {}: only silu (SwiGLU) is supported", origin, j["hidden_act"].dump());
   for (const char* key : {"attention_bias", "mlp_bias"})
-    if (flag(key)) fail("{}: {} = true: biases are not supported", origin, key);
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    fail("{}: rope_scaling = {}: only plain RoPE is supported", origin, j["rope_scaling"].dump());
+    if (flag(key))
+      fail("{}: {} = true: biases on every projection are not supported (Qwen 2's on q, k, v are)", origin, key);
   c.rope_theta = positive(j, "rope_theta", 10000.0);
-  // transformers >= 5 writes RoPE's settings as one object, {"rope_type": "default", "rope_theta": ...}.
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    const auto& rope = j["rope_parameters"];
-    if (!rope.is_object() || (rope.contains("rope_type") && rope["rope_type"] != "default"))
-      fail("{}: rope_parameters = {}: only plain RoPE (rope_type \"default\") is supported", origin, rope.dump());
-    c.rope_theta = positive(rope, "rope_theta", c.rope_theta, "rope_parameters.");
+  // RoPE's settings: transformers >= 5 writes one object, {"rope_type": "default", "rope_theta": ...}; published
+  // configs have rope_theta and, when scaled, rope_scaling {"rope_type" (or "type"): "llama3" | "linear", ...}.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const auto& rope = j[key];
+    const std::string where = std::string(key) + ".";
+    if (!rope.is_object()) fail("{}: {} = {} must be an object", origin, key, rope.dump());
+    const auto type_field = rope.contains("rope_type") ? rope["rope_type"] : rope.value("type", nlohmann::json());
+    const std::string type = type_field.is_string() ? type_field.get<std::string>() : "default";
+    c.rope_theta = positive(rope, "rope_theta", c.rope_theta, where);
+    if (type == "default") continue;
+    if (type != "llama3" && type != "linear")
+      fail("{}: {} = {}: RoPE of type '{}' is not supported (default, linear, llama3)", origin, key, rope.dump(), type);
+    c.rope_scaling = type;
+    c.rope_factor = positive(rope, "factor", 1.0, where);
+    if (type == "llama3") {
+      c.rope_low_freq_factor = positive(rope, "low_freq_factor", 1.0, where);
+      c.rope_high_freq_factor = positive(rope, "high_freq_factor", 4.0, where);
+      c.rope_original_context = int64_t(positive(rope, "original_max_position_embeddings", 8192, where));
+    }
   }
   c.norm_eps = positive(j, "rms_norm_eps", 1e-6);
   // The ranges of model.rope_theta and model.norm_eps (config/run_config.cpp): an import that a later load would

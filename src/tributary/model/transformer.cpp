@@ -14,19 +14,37 @@ RMSNormImpl::RMSNormImpl(int64_t width, double eps) : eps_(eps) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
+torch::Tensor rope_frequencies(const ModelConfig& config) {
+  const int64_t D = config.head_dim();
+  auto inv_freq = torch::pow(config.rope_theta, -torch::arange(0, D, 2, torch::kFloat64) / double(D));
+  if (config.rope_scaling == "linear") return inv_freq / config.rope_factor;
+  if (config.rope_scaling != "llama3") return inv_freq;
+  // transformers' _compute_llama3_parameters: wavelengths beyond the original context's low band are stretched by the
+  // factor, those within its high band kept, those between blended linearly in original_context / wavelength.
+  const double factor = config.rope_factor, low = config.rope_low_freq_factor, high = config.rope_high_freq_factor;
+  const double original = double(config.rope_original_context);
+  const auto wavelength = 2 * M_PI / inv_freq;
+  auto scaled = torch::where(wavelength > original / low, inv_freq / factor, inv_freq);
+  const auto smooth = (original / wavelength - low) / (high - low);
+  const auto blended = (1 - smooth) * scaled / factor + smooth * scaled;
+  const auto medium = (wavelength >= original / high).logical_and(wavelength <= original / low);
+  return torch::where(medium, blended, scaled);
+}
+
 AttentionImpl::AttentionImpl(const ModelConfig& config)
     : num_heads_(config.num_heads), num_kv_heads_(config.kv_heads()), head_dim_(config.head_dim()) {
   const int64_t rows = (num_heads_ + 2 * num_kv_heads_) * head_dim_;  // [q | k | v]
-  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(config.width, rows).bias(false)));
-  proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(config.width, config.width).bias(false)));
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(config.width, rows).bias(config.qkv_bias)));
+  proj = register_module("proj",
+                         torch::nn::Linear(torch::nn::LinearOptions(num_heads_ * head_dim_, config.width).bias(false)));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                      const torch::Tensor& rope_sin) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = num_heads_, KV = num_kv_heads_, D = head_dim_;
+  const int64_t B = x.size(0), T = x.size(1), H = num_heads_, KV = num_kv_heads_, D = head_dim_;
   // q comes out pre-scaled by 1/sqrt(D); the attention computes only the causal (lower) triangle.
   auto [q, k, v] = split_heads_rope(qkv->forward(x), H, rope_cos, rope_sin, 1.0 / std::sqrt(double(D)), KV);
-  auto y = grouped_causal_attention(q, k, v, B).view({B, H, T, D}).transpose(1, 2).reshape({B, T, C});
+  auto y = grouped_causal_attention(q, k, v, B).view({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
   return proj->forward(y);
 }
 
@@ -62,6 +80,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ro
 void init_block(BlockImpl& block, double std, double residual_std) {
   torch::NoGradGuard no_grad;
   block.attn->qkv->weight.normal_(0.0, std);
+  if (block.attn->qkv->bias.defined()) block.attn->qkv->bias.zero_();
   block.attn->proj->weight.normal_(0.0, residual_std);
   block.mlp->fc->weight.normal_(0.0, std);
   block.mlp->proj->weight.normal_(0.0, residual_std);
@@ -81,7 +100,7 @@ Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path)
   if (path_.empty()) path_.assign(static_cast<size_t>(config.num_levels), 0);
   if (static_cast<int64_t>(path_.size()) != config.num_levels)
     fail("path has {} entries but model.num_levels is {}", path_.size(), config.num_levels);
-  const int64_t V = config.vocab_size, C = config.width, T = config.context, D = config.head_dim();
+  const int64_t V = config.vocab_size, C = config.width, T = config.context;
 
   tok_embed = register_module("embed_tok", torch::nn::Embedding(V, C));
   if (config.positions == "learned") pos_embed = register_module("embed_pos", torch::nn::Embedding(T, C));
@@ -97,7 +116,7 @@ Transformer::Transformer(const ModelConfig& config, std::vector<int64_t> path)
 
   if (config.positions == "rope") {
     // inv_freq_i = theta^(-2i/D), angles (T, D/2), duplicated to (T, D) for the rotate-half form.
-    auto inv_freq = torch::pow(config.rope_theta, -torch::arange(0, D, 2, torch::kFloat64) / double(D));
+    auto inv_freq = rope_frequencies(config);
     auto angles = torch::outer(torch::arange(T, torch::kFloat64), inv_freq);
     auto full = torch::cat({angles, angles}, -1);
     rope_cos_ = register_buffer("rope_cos", full.cos().to(torch::kFloat32));

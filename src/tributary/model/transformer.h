@@ -25,6 +25,9 @@ class RMSNormImpl : public torch::nn::Module {
   double eps_;
 };
 
+// RoPE's inverse frequencies theta^(-2i/D), i < D/2 (float64), rescaled as model.rope_scaling says.
+torch::Tensor rope_frequencies(const ModelConfig& config);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);

@@ -68,8 +68,8 @@ nlohmann::json write_path_dataset(const fs::path& dir, int64_t p, int64_t row, c
                     {"val", split(val, "val-00000.bin", bpt_val)}};
   meta["unigram"] = {{"train_entropy_bits", entropy}, {"val_cross_entropy_bits", cross}};
   meta["routed"] = {{"path", p}, {"unit_tokens", row}};
-  if (fs::exists(dataset.dir() / "tokenizer.model"))
-    fs::copy_file(dataset.dir() / "tokenizer.model", dir / "tokenizer.model");
+  for (const auto& file : tokenizer_files(dataset.dir(), dataset.tokenizer_kind()))
+    fs::copy_file(file, dir / file.filename());
   write_file_atomic(dir / "dataset.json", meta.dump(2) + "\n");
   return {{"path", p},
           {"train_units", train.docs.size()},

@@ -203,7 +203,10 @@ void init_from(Transformer& model, const std::string& from) {
     try {
       load_parameters(model, init.model);
     } catch (const Error& e) {
-      fail("train.init_from = '{}' does not match this run's model: {}", from, e.what());
+      fail(
+          "train.init_from = '{}' does not match this run's model: {} (train --init-from {} takes the model's shape "
+          "from the checkpoint)",
+          from, e.what(), from);
     }
     return;
   }
@@ -214,12 +217,17 @@ void init_from(Transformer& model, const std::string& from) {
   for (auto& [name, t] : named_parameters_of(model)) {
     const auto it = source.find(level_free_name(name, ours.blocks_per_level()));
     if (it == source.end())
-      fail("train.init_from = '{}' does not match this run's model: it has no tensor for '{}'", from, name);
+      fail(
+          "train.init_from = '{}' does not match this run's model: it has no tensor for '{}' (train --init-from {} "
+          "takes the model's shape from the checkpoint)",
+          from, name, from);
     const torch::Tensor w = to_torch(init.model.at(it->second));
     if (w.sizes() != t.sizes())
-      fail("train.init_from = '{}' does not match this run's model: '{}' has shape {} where '{}' needs {}", from,
-           it->second, fmt::format("{}", fmt::join(w.sizes(), "x")), name,
-           fmt::format("{}", fmt::join(t.sizes(), "x")));
+      fail(
+          "train.init_from = '{}' does not match this run's model: '{}' has shape {} where '{}' needs {} (train "
+          "--init-from {} takes the model's shape from the checkpoint)",
+          from, it->second, fmt::format("{}", fmt::join(w.sizes(), "x")), name,
+          fmt::format("{}", fmt::join(t.sizes(), "x")), from);
     t.copy_(w);
   }
   log::info("train.init_from = '{}': {} levels of blocks there, {} here (blocks matched in model order)", from,
@@ -277,9 +285,10 @@ fs::path save_run(const SaveRequest& r, int64_t step, int64_t tokens, double ela
                           {"loader", {{"epoch", pos.epoch}, {"cursor", pos.cursor}}},
                           {"tokenizer", r.dataset.tokenizer_kind()},
                           {"torch_version", TORCH_VERSION}};
-  const fs::path tok_model = r.dataset.dir() / "tokenizer.model";
+  if (const auto eot = r.dataset.eot_id()) state["eot_id"] = *eot;
   CheckpointContents contents{
-      r.params, optim_state, state, r.config.to_toml(), fs::exists(tok_model) ? tok_model : fs::path(), {}, {}};
+      r.params, optim_state, state, r.config.to_toml(), tokenizer_files(r.dataset.dir(), r.dataset.tokenizer_kind()),
+      {},       {}};
   const fs::path run_dir = r.config.train.run_dir;
   const RankState mine{.params = r.params, .optim_state = optim_state, .position = pos, .aux = r.aux_heads};
   if (r.stage_state && !r.stage_state(run_dir, step, mine, contents)) return {};

@@ -36,18 +36,19 @@ fs::path work() {
 // spaces, emoji, whitespace runs and line ends of both kinds, digits in long runs, contractions in capitals, special
 // tokens inside the text, control characters.
 std::vector<std::string> hard_cases() {
-  return {"Cafe\xcc\x81 vs Caf\xc3\xa9: d\xc3\xa9j\xc3\xa0 vu, na\xc3\xafve \xe2\x80\x94 \xc3\x85ngstr\xc3\xb6m",
-          "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe6\x96\x87\xe7\xab\xa0\xe3\x80\x82 \xec\x95\x88\xeb\x85\x95"
-          "\xed\x95\x98\xec\x84\xb8\xec\x9a\x94 \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xf0\x9f\x98\x80\xf0\x9f"
-          "\x91\x8d\xf0\x9f\x8f\xbd",
-          "tabs\t\tand   spaces    \n\n\n  then\r\nwindows\r\n\r\nlines   ",
-          "1234567890 3.14159 0x7fff 2026-11-28 1,000,000 \xd9\xa1\xd9\xa2\xd9\xa3",
-          "I'M SURE YOU'LL SEE WE'D DONE IT, don't you? 'S 'T",
-          "before<|endoftext|>after <|end_of_text|> <|im_start|>user\nhi<|im_end|> <|begin_of_text|>x",
-          "   leading spaces and trailing   ",
-          "\x01\x02 bell\x07 esc\x1b[0m nbsp\xc2\xa0here zero\xe2\x80\x8bwidth",
-          "=============================================================== ...... !!!!!! ??",
-          ""};
+  return {
+      "Cafe\xcc\x81 vs Caf\xc3\xa9: d\xc3\xa9j\xc3\xa0 vu, na\xc3\xafve \xe2\x80\x94 \xc3\x85ngstr\xc3\xb6m",
+      "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe6\x96\x87\xe7\xab\xa0\xe3\x80\x82 \xec\x95\x88\xeb\x85\x95"
+      "\xed\x95\x98\xec\x84\xb8\xec\x9a\x94 \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xf0\x9f\x98\x80\xf0\x9f"
+      "\x91\x8d\xf0\x9f\x8f\xbd",
+      "tabs\t\tand   spaces    \n\n\n  then\r\nwindows\r\n\r\nlines   ",
+      "1234567890 3.14159 0x7fff 2026-11-28 1,000,000 \xd9\xa1\xd9\xa2\xd9\xa3",
+      "I'M SURE YOU'LL SEE WE'D DONE IT, don't you? 'S 'T",
+      "before<|endoftext|>after <|end_of_text|> <|im_start|>user\nhi<|im_end|> <|begin_of_text|>x",
+      "   leading spaces and trailing   ",
+      "\x01\x02 bell\x07 esc\x1b[0m nbsp\xc2\xa0here zero\xe2\x80\x8bwidth",
+      "=============================================================== ...... !!!!!! ??",
+      ""};
 }
 
 void write_corpus(const fs::path& file, const std::vector<std::string>& docs) {
@@ -160,10 +161,10 @@ TEST(BpeTokenizer, RefusesWhatItCannotReadNamingTheFileAndKey) {
             std::string::npos);
   EXPECT_NE(refused([](auto& j) { j["added_tokens"][0]["lstrip"] = true; }).find("added_tokens[0].lstrip"),
             std::string::npos);
-  EXPECT_NE(refused([](auto& j) { j["normalizer"] = {{"type", "Lowercase"}}; }).find("normalizer"),
-            std::string::npos);
-  EXPECT_NE(refused([](auto& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed"; })
-                .find("pre_tokenizer.pretokenizers[0].pattern"),
+  EXPECT_NE(refused([](auto& j) { j["normalizer"] = {{"type", "Lowercase"}}; }).find("normalizer"), std::string::npos);
+  EXPECT_NE(refused([](auto& j) {
+              j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+            }).find("pre_tokenizer.pretokenizers[0].pattern"),
             std::string::npos);
   EXPECT_NE(refused([](auto& j) { j["model"]["vocab"] = 7; }).find("mutated.json"), std::string::npos);
   const std::string no_eos = refused([](auto& j) { j["added_tokens"] = nlohmann::json::array(); });

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "support/hf_python.h"
 #include "tributary/artifacts/inference.h"
 #include "tributary/core/fs.h"
+#include "tributary/interop/hf_export.h"
 #include "tributary/interop/hf_import.h"
 #include "tributary/model/hf_llama.h"
 #include "tributary/model/tensor_io.h"
@@ -163,6 +165,54 @@ TEST(HfLlama, ALlamaMadeByTransformersImportsWithItsLogits) {
   fs::remove_all(base);
 }
 
+// The next-token loss of `logits` (B, T, V) on `tokens` (B, T): what training and eval compute.
+double next_token_loss(const torch::Tensor& logits, const torch::Tensor& tokens) {
+  const int64_t V = logits.size(2), T = tokens.size(1);
+  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, T - 1).reshape({-1, V}),
+                                              tokens.narrow(1, 1, T - 1).reshape({-1}))
+      .item<double>();
+}
+
+TEST(HfLlama, TodaysLlamaFamiliesMadeByTransformersImportAndExportWithItsLoss) {
+  // Llama 3.1's scaled RoPE with its own head_dim, Qwen 2's q/k/v biases and Mistral, each a random model saved by
+  // transformers itself: imported, our logits and loss are transformers'; exported back, transformers loads our
+  // directory (as the family's own class) and computes the same logits again.
+  const fs::path base = fs::temp_directory_path() / fmt::format("hf_families_{}", ::getpid());
+  fs::remove_all(base);
+  torch::manual_seed(9);
+  auto tokens = torch::randint(257, {2, 32}, torch::kInt64);
+  const std::vector<std::string> variants = {"gqa-untied-llama3", "gqa-tied-qwen2", "gqa-untied-mistral"};
+  test_support::make_transformers_llamas(base, tokens, fmt::format("{}", fmt::join(variants, ",")));
+  std::vector<fs::path> exported;
+  std::vector<torch::Tensor> ours;
+  for (const auto& variant : variants) {
+    const fs::path made = base / variant, run = base / (variant + "-run");
+    import_hf(made, run, "data/default");
+    const LoadedModel imported = load_model(run.string(), torch::kCPU);
+    const ModelConfig& c = imported.model->config();
+    if (variant.ends_with("llama3")) {
+      EXPECT_EQ(c.rope_scaling, "llama3");
+      EXPECT_EQ(c.head_dim(), 16);
+    }
+    EXPECT_EQ(c.qkv_bias, variant.ends_with("qwen2"));
+    torch::NoGradGuard no_grad;
+    ours.push_back(imported.model->forward(tokens));
+    const auto theirs = test_support::read_logits(base / (variant + ".f32"), tokens, 257);
+    EXPECT_GT(theirs.abs().max().item<double>(), 1.0) << variant;
+    EXPECT_TRUE(torch::allclose(ours.back(), theirs, 1e-4, 1e-4))
+        << variant << " max diff " << (ours.back() - theirs).abs().max().item<double>();
+    const double our_loss = next_token_loss(ours.back(), tokens), their_loss = next_token_loss(theirs, tokens);
+    EXPECT_LE(std::abs(our_loss - their_loss), 1e-5) << variant << ": " << our_loss << " against " << their_loss;
+    exported.push_back(base / (variant + "-export"));
+    export_hf(run.string(), exported.back());
+  }
+  const auto again = test_support::transformers_logits(exported, tokens, 257);
+  for (size_t i = 0; i < variants.size(); ++i)
+    EXPECT_TRUE(torch::allclose(again[i], ours[i], 1e-4, 1e-4))
+        << variants[i] << " exported: max diff " << (again[i] - ours[i]).abs().max().item<double>();
+  fs::remove_all(base);
+}
+
 TEST(HfLlama, AModelWithoutALlamaCounterpartIsRefusedNamingTheKey) {
   ModelConfig c = llama_like(true);
   c.mlp = "gelu";
@@ -214,11 +264,34 @@ TEST(HfLlama, ImportRefusesWhatTheModelCannotRepresentNamingTheField) {
             std::string::npos)
       << error(gqa);
   auto other = cfg;
-  other["architectures"] = {"MistralForCausalLM"};
-  EXPECT_NE(error(other).find("only LlamaForCausalLM"), std::string::npos) << error(other);
+  other["architectures"] = {"MistralForCausalLM"};  // model_type still says llama
+  EXPECT_NE(error(other).find("only LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM"), std::string::npos)
+      << error(other);
+  other["model_type"] = "gemma";
+  other["architectures"] = {"GemmaForCausalLM"};
+  EXPECT_NE(error(other).find("GemmaForCausalLM"), std::string::npos) << error(other);
   auto bias = cfg;
-  bias["attention_bias"] = true;
+  bias["attention_bias"] = true;  // Llama's puts one on o_proj too
   EXPECT_NE(error(bias).find("attention_bias = true"), std::string::npos);
+  auto qwen = cfg;
+  qwen["model_type"] = "qwen2";
+  qwen["architectures"] = {"Qwen2ForCausalLM"};
+  EXPECT_TRUE(llama_model_config(qwen.dump(), "hf/config.json").qkv_bias);
+  qwen["use_sliding_window"] = true;
+  EXPECT_NE(error(qwen).find("use_sliding_window = true"), std::string::npos);
+  auto rope = cfg;
+  rope["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_NE(error(rope).find("RoPE of type 'yarn' is not supported"), std::string::npos) << error(rope);
+  rope["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  EXPECT_EQ(llama_model_config(rope.dump(), "hf/config.json").rope_scaling, "linear");
+  rope["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", -8.0}};
+  EXPECT_NE(error(rope).find("'rope_scaling.factor' = -8.0 must be a positive finite number"), std::string::npos)
+      << error(rope);
+  auto mistral = cfg;
+  mistral["model_type"] = "mistral";
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["sliding_window"] = 16;
+  EXPECT_EQ(llama_model_config(mistral.dump(), "hf/config.json").context, 16) << "the context stays in the window";
   auto missing = cfg;
   missing.erase("hidden_size");
   EXPECT_NE(error(missing).find("'hidden_size' must be a positive integer"), std::string::npos);
