@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
       bytes += docs[i].size();
       tokens += ids[i].size();
     }
-    std::printf("{\"seconds\": %.4f, \"documents\": %zu, \"bytes\": %zu, \"tokens\": %zu}\n", seconds, docs.size(), bytes,
-                tokens);
+    std::printf("{\"seconds\": %.4f, \"documents\": %zu, \"bytes\": %zu, \"tokens\": %zu}\n", seconds, docs.size(),
+                bytes, tokens);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
     return 2;

@@ -52,8 +52,10 @@ void add_generate(CLI::App& app) {
     }
     auto loaded = load_model(args->checkpoint, device);
     loaded.model->eval();
-    auto ids = generate(*loaded.model, loaded.tokenizer->encode(args->prompt), loaded.tokenizer->eot_id(),
-                        args->options, device);
+    // A model whose tokenizer begins every document with a special token (Llama 3) sees its prompt begin with it too.
+    auto prompt = loaded.tokenizer->encode(args->prompt);
+    if (const auto bos = loaded.tokenizer->bos_id()) prompt.insert(prompt.begin(), *bos);
+    auto ids = generate(*loaded.model, prompt, loaded.tokenizer->eot_id(), args->options, device);
     std::printf("%s%s\n", args->prompt.c_str(), loaded.tokenizer->decode(ids).c_str());
   });
 }

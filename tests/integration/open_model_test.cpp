@@ -79,8 +79,9 @@ TEST(OpenModels, ThreeFamiliesGoImportDataBuildDilocoExportAndBackToTransformers
   struct Family {
     std::string variant, tokenizer, kind;
   };
-  const std::vector<Family> families = {
-      {"gqa-untied-llama3", "llama3", "bpe"}, {"gqa-tied-qwen2", "qwen2", "bpe"}, {"mha-untied", "sp", "sentencepiece"}};
+  const std::vector<Family> families = {{"gqa-untied-llama3", "llama3", "bpe"},
+                                        {"gqa-tied-qwen2", "qwen2", "bpe"},
+                                        {"mha-untied", "sp", "sentencepiece"}};
   std::vector<std::string> variants, tokenizer_dirs;
   for (const auto& f : families) {
     variants.push_back(f.variant);
@@ -95,7 +96,8 @@ TEST(OpenModels, ThreeFamiliesGoImportDataBuildDilocoExportAndBackToTransformers
   std::vector<std::string> our_ids;
   for (const auto& f : families) {
     SCOPED_TRACE(f.variant);
-    const fs::path base = w / (f.tokenizer + "-base"), data = w / (f.tokenizer + "-data"), run = w / (f.tokenizer + "-run");
+    const fs::path base = w / (f.tokenizer + "-base"), data = w / (f.tokenizer + "-data"),
+                   run = w / (f.tokenizer + "-run");
     auto [rc_i, out_i] = sh(fmt::format("{} import {} --out {}", cli, (w / "hf" / f.variant).string(), base.string()));
     ASSERT_EQ(rc_i, 0) << out_i;
     // The model's tokenizer, taken from the imported checkpoint's run directory.
@@ -114,7 +116,8 @@ TEST(OpenModels, ThreeFamiliesGoImportDataBuildDilocoExportAndBackToTransformers
     EXPECT_NE(out_t.find("--init-from"), std::string::npos) << out_t;
     EXPECT_NE(out_t.find("2 replicas, DiLoCo"), std::string::npos) << out_t;
     exported.push_back(w / (f.tokenizer + "-export"));
-    auto [rc_e, out_e] = sh(fmt::format("{} export {} --out {} --format hf", cli, run.string(), exported.back().string()));
+    auto [rc_e, out_e] =
+        sh(fmt::format("{} export {} --out {} --format hf", cli, run.string(), exported.back().string()));
     ASSERT_EQ(rc_e, 0) << out_e;
     tokens.push_back(windows(data, 2, 32));
     const LoadedModel trained = load_model(run.string(), torch::kCPU);

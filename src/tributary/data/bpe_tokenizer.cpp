@@ -92,6 +92,7 @@ struct BpeTokenizer::Impl {
   std::vector<PreStep> pre;
 
   int32_t eot = -1;
+  std::optional<int32_t> bos;
   int64_t size = 0;
 
   mutable std::mutex cache_mutex;
@@ -284,6 +285,29 @@ struct BpeTokenizer::Impl {
         file.string());
   }
 
+  // A TemplateProcessing (alone or in a Sequence) whose single-sequence template begins with a special token.
+  void read_post_processor(const Json& j, const std::string& key) {
+    if (j.is_null()) return;
+    const std::string type = j.value("type", "");
+    if (type == "Sequence") {
+      const auto& steps = j.at("processors");
+      for (size_t i = 0; i < steps.size(); ++i) read_post_processor(steps[i], fmt::format("{}.processors[{}]", key, i));
+      return;
+    }
+    if (type != "TemplateProcessing") return;  // ByteLevel's offsets and the like change no id
+    const auto& single = j.at("single");
+    if (!single.is_array() || single.empty() || !single[0].contains("SpecialToken")) return;
+    const std::string name = single[0]["SpecialToken"].at("id").get<std::string>();
+    const auto& specials = j.value("special_tokens", Json::object());
+    if (specials.contains(name) && specials[name].contains("ids") && !specials[name]["ids"].empty()) {
+      bos = specials[name]["ids"][0].get<int32_t>();
+    } else if (const auto it = added_ids.find(name); it != added_ids.end()) {
+      bos = it->second;
+    } else {
+      bad(key + ".single[0]", fmt::format("'{}' is no token of this tokenizer", name));
+    }
+  }
+
   // `text` normalized (as it is when normalization fails: not UTF-8).
   std::string normalize(std::string_view text) const {
     if (normalize_options == 0 || text.empty()) return std::string(text);
@@ -451,6 +475,7 @@ BpeTokenizer::BpeTokenizer(const fs::path& tokenizer_json, std::optional<int32_t
     m.read_pre_tokenizer(j.value("pre_tokenizer", Json()), "pre_tokenizer");
     m.read_model(j.at("model"));
     m.read_added(j.value("added_tokens", Json::array()));
+    m.read_post_processor(j.value("post_processor", Json()), "post_processor");
     const Json decoder = j.value("decoder", Json());
     if (!decoder.is_null() && decoder.value("type", "") != "ByteLevel")
       m.bad("decoder", fmt::format("'{}' is not supported (ByteLevel)", decoder.value("type", "")));
@@ -462,6 +487,8 @@ BpeTokenizer::BpeTokenizer(const fs::path& tokenizer_json, std::optional<int32_t
   m.special.resize(m.bytes_of.size());
   m.choose_eot(eot_id);
   if (m.eot < 0 || m.eot >= m.size) fail("{}: end-of-document id {} is not one of its ids", m.file.string(), m.eot);
+  if (m.bos && (*m.bos < 0 || *m.bos >= m.size))
+    fail("{}: post_processor's first token has id {}, not one of its ids", m.file.string(), *m.bos);
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -492,6 +519,7 @@ std::string BpeTokenizer::token_text(int32_t id) const {
 
 int64_t BpeTokenizer::vocab_size() const { return impl_->size; }
 int32_t BpeTokenizer::eot_id() const { return impl_->eot; }
+std::optional<int32_t> BpeTokenizer::bos_id() const { return impl_->bos; }
 
 std::optional<int32_t> BpeTokenizer::id_of(const std::string& token) const {
   if (const auto it = impl_->added_ids.find(token); it != impl_->added_ids.end()) return it->second;

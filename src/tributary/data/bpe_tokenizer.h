@@ -8,10 +8,12 @@
 //      alone or in a Sequence;
 //   4. BPE on each piece's bytes: the pair of lowest merge rank first, leftmost among equals; with "ignore_merges" a
 //      piece that is a whole vocabulary entry is taken as it is (Llama 3).
-// The post-processor (a BOS template) is not applied: a dataset ends every document with the end-of-document token
-// instead. Anything else (another model type, a Metaspace pre-tokenizer, lstrip/rstrip added tokens, byte fallback) is
-// refused naming the key, so a tokenizer is either read exactly or not at all. Bytes that are not UTF-8 are not
-// normalized and are matched by the regex as single characters (`tokenizers` itself accepts only valid text).
+// The post-processor is not applied by encode (as add_special_tokens=False): a template that begins with a special
+// token (Llama 3's <|begin_of_text|> $A) gives bos_id(), which `data build` puts before every document and `generate`
+// before the prompt; every document ends with the end-of-document token. Anything else (another model type, a Metaspace
+// pre-tokenizer, lstrip/rstrip added tokens, byte fallback) is refused naming the key, so a tokenizer is either read
+// exactly or not at all. Bytes that are not UTF-8 are not normalized and are matched by the regex as single characters
+// (`tokenizers` itself accepts only valid text).
 #pragma once
 
 #include <memory>
@@ -35,6 +37,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override;  // one past the largest id of the vocabulary and the added tokens
   int32_t eot_id() const override;
+  std::optional<int32_t> bos_id() const override;
   std::string kind() const override { return "bpe"; }
 
   // The id of a vocabulary entry or added token given as its text, or nullopt.

@@ -303,6 +303,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const Corpus& corpus, const std::vecto
   tok_json["kind"] = tokenizer->kind();
   tok_json["vocab_size"] = tokenizer->vocab_size();
   tok_json["eot_id"] = tokenizer->eot_id();
+  if (const auto bos = tokenizer->bos_id()) tok_json["bos_id"] = *bos;
   return tokenizer;
 }
 
@@ -349,6 +350,7 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
     const auto& doc = corpus.docs[i];
     int s = is_val[i] ? 1 : 0;
     std::vector<int32_t> ids = tokenizer->encode(doc.text);
+    if (const auto bos = tokenizer->bos_id()) ids.insert(ids.begin(), *bos);
     ids.push_back(tokenizer->eot_id());
     Shard& shard = current[s];
     shard.docs.push_back({shard.tokens.size(), static_cast<uint32_t>(ids.size()), doc.domain});

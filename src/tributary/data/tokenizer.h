@@ -22,7 +22,10 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
-  virtual int32_t eot_id() const = 0;    // appended after every document
+  virtual int32_t eot_id() const = 0;  // appended after every document
+  // Put before every document, where the model's own tokenizer says so (a tokenizer.json whose template begins with a
+  // special token: Llama 3's <|begin_of_text|>); none otherwise.
+  virtual std::optional<int32_t> bos_id() const { return std::nullopt; }
   virtual std::string kind() const = 0;  // "byte" | "sentencepiece" | "bpe"
 };
 

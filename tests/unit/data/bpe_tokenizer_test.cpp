@@ -16,6 +16,7 @@
 #include "tributary/core/error.h"
 #include "tributary/data/bpe_tokenizer.h"
 #include "tributary/data/corpus.h"
+#include "tributary/data/dataset.h"
 
 using namespace tributary;
 using tributary::test_support::run_shell;
@@ -103,6 +104,12 @@ TEST(BpeTokenizer, EqualsTheTokenizersLibraryOnRealTextForThreeFamilies) {
     const std::string eos = family == "llama3" ? "<|end_of_text|>" : "<|endoftext|>";
     EXPECT_EQ(ours.eot_id(), *ours.id_of(eos));
     EXPECT_EQ(ours.decode(ours.encode("one two" + eos + " three")), "one two three");
+    // Llama 3's template begins with <|begin_of_text|>: a dataset puts it before every document.
+    if (family == "llama3") {
+      EXPECT_EQ(ours.bos_id(), ours.id_of("<|begin_of_text|>"));
+    } else {
+      EXPECT_FALSE(ours.bos_id().has_value());
+    }
     if (family != "qwen2") {  // NFC changes the text it normalizes
       for (const auto& h : hard_cases()) {
         if (h.find("<|") == std::string::npos) {
@@ -172,4 +179,53 @@ TEST(BpeTokenizer, RefusesWhatItCannotReadNamingTheFileAndKey) {
   const fs::path not_json = work() / "small" / "llama3" / "broken.json";
   write_file(not_json, "{\"model\": ");
   EXPECT_NE(test_support::error_of([&] { BpeTokenizer{not_json}; }).find("broken.json"), std::string::npos);
+}
+
+// `data build --tokenizer PATH`: a model's tokenizer.json (its end of document from tokenizer_config.json, its
+// template's first token before every document) or a SentencePiece .model is copied into the dataset, which
+// load_tokenizer then reads; what is not a tokenizer is refused naming the path.
+TEST(BpeTokenizer, ADatasetIsBuiltWithAModelsOwnTokenizerFile) {
+  const fs::path jsonl = work() / "ds.jsonl";
+  std::vector<std::string> docs;
+  for (int i = 0; i < 60; ++i)
+    docs.push_back(fmt::format("document {} says: the quick brown fox, again and again.", i));
+  write_corpus(jsonl, docs);
+  peer(fmt::format("train --corpus {} --out {} --vocab 300 --families llama3", jsonl.string(),
+                   (work() / "ds").string()));
+  Corpus corpus;
+  for (const auto& d : docs) corpus.docs.push_back({d, corpus.domain_id("fox")});
+  const fs::path out = work() / "ds_built";
+  build_dataset(corpus, out,
+                {.tokenizer = (work() / "ds" / "llama3" / "tokenizer.json").string(), .val_permille = 200});
+  EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+  EXPECT_TRUE(fs::exists(out / "tokenizer_config.json"));
+  const Dataset ds = Dataset::open(out);
+  EXPECT_EQ(ds.tokenizer_kind(), "bpe");
+  const auto tok = load_tokenizer(out);
+  const BpeTokenizer reference(work() / "ds" / "llama3" / "tokenizer.json");
+  EXPECT_EQ(tok->eot_id(), *reference.id_of("<|end_of_text|>"));
+  const auto shards = ds.load_shards("train");
+  ASSERT_FALSE(shards.empty());
+  const auto& first = shards.front().docs.front();
+  EXPECT_EQ(shards.front().tokens[first.first_token], uint32_t(*reference.id_of("<|begin_of_text|>")));
+  EXPECT_EQ(shards.front().tokens[first.first_token + first.num_tokens - 1], uint32_t(tok->eot_id()));
+  // Another dataset's directory: the same tokenizer, taken from it.
+  build_dataset(corpus, work() / "ds_again", {.tokenizer = out.string(), .val_permille = 200});
+  EXPECT_EQ(load_tokenizer(work() / "ds_again")->encode("the quick brown fox"), tok->encode("the quick brown fox"));
+  // A SentencePiece .model file.
+  build_dataset(corpus, work() / "ds_sp",
+                {.tokenizer = "sentencepiece", .sentencepiece = {.vocab_size = 320}, .val_permille = 200});
+  build_dataset(corpus, work() / "ds_sp_model",
+                {.tokenizer = (work() / "ds_sp" / "tokenizer.model").string(), .val_permille = 200});
+  EXPECT_EQ(Dataset::open(work() / "ds_sp_model").tokenizer_kind(), "sentencepiece");
+  EXPECT_EQ(load_tokenizer(work() / "ds_sp_model")->encode("the quick brown fox"),
+            load_tokenizer(work() / "ds_sp")->encode("the quick brown fox"));
+  const auto refused = [&](const std::string& tokenizer) {
+    return test_support::error_of([&] { build_dataset(corpus, work() / "ds_refused", {.tokenizer = tokenizer}); });
+  };
+  EXPECT_NE(refused((work() / "missing.json").string()).find("neither byte, sentencepiece nor an existing"),
+            std::string::npos);
+  EXPECT_NE(refused(jsonl.string()).find("a Hugging Face tokenizer.json (.json) or a SentencePiece .model"),
+            std::string::npos);
+  EXPECT_NE(refused(work().string()).find("holds no tokenizer.model, tokenizer.json"), std::string::npos);
 }
