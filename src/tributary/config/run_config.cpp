@@ -126,8 +126,9 @@ void bind_parallel(ConfigSchema& s, ParallelConfig& parallel) {
         "placement.json from `tributary plan --out` (a pipeline's: which rank runs which stage) or from `tributary "
         "plan --sites --out` (the islands of a replica run); '' = rank order");
   s.add("parallel.activation_compression", parallel.activation_compression,
-        "pipeline: activations and their gradients on the wire (int8: one scale per token)",
-        {"fp32", "fp16", "bf16", "int8"});
+        "pipeline: activations and their gradients on the wire (int8: one scale per token; hadamard4 / hadamard2: 4 or "
+        "2 bits per value after a tile-wise Hadamard rotation, one scale per 64 values)",
+        {"fp32", "fp16", "bf16", "int8", "hadamard4", "hadamard2"});
   s.add("parallel.islands", parallel.islands,
         "islands of ranks on a fast link (data parallel inside, DiLoCo across): '' = none, '2' equal islands, sizes "
         "'4,4,2', or 'machines' (one per launch machine)");

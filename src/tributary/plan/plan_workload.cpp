@@ -13,6 +13,8 @@ double bytes_of(const std::string& codec) {
   if (codec == "int8") return 1;
   if (codec == "fp4") return 0.5;
   if (codec == "terngrad") return 0.25;
+  if (codec == "hadamard4") return 0.5 + 4.0 / 64;  // parallel/pipeline/wire.h: a scale per 64 values
+  if (codec == "hadamard2") return 0.25 + 4.0 / 64;
   return 0;
 }
 

@@ -191,13 +191,17 @@ TEST(Pipeline, BadLayoutsAreRefusedNamingTheKey) {
 }
 
 TEST(Pipeline, CompressedActivationsStayCloseAndSendFewerBytes) {
-  // fp16 / bf16 / int8 on the wire: the gradients move by the rounding only (relative error well under the size of
-  // one step's update), and the bytes sent are what the wire format says: 2 or C + 4 bytes per token instead of 4 C.
+  // fp16 / bf16 / int8 / 4 and 2 bits on the wire: the gradients move by the rounding only (relative error well under
+  // the size of one step's update; the 2-bit format's is large, as its error is), and the bytes sent are what the wire
+  // format says: 2, C + 4, C / 2 + C / 16 or C / 4 + C / 16 bytes per token instead of 4 C.
   torch::set_num_threads(1);
   const Reference ref = reference(1);
   const int64_t tokens_per_mb = kBatch / 2 * tiny().context, C = tiny().width;
-  for (auto [wire, tol] :
-       std::vector<std::pair<Wire, double>>{{Wire::Fp16, 2e-3}, {Wire::Bf16, 2e-2}, {Wire::Int8, 2e-2}}) {
+  for (auto [wire, tol] : std::vector<std::pair<Wire, double>>{{Wire::Fp16, 2e-3},
+                                                               {Wire::Bf16, 2e-2},
+                                                               {Wire::Int8, 2e-2},
+                                                               {Wire::Hadamard4, 0.1},
+                                                               {Wire::Hadamard2, 0.4}}) {
     SCOPED_TRACE(testing::Message() << "wire " << int(wire));
     std::mutex mu;
     run_pipeline(

@@ -1,6 +1,8 @@
 #include "tributary/parallel/pipeline/wire.h"
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,6 +30,66 @@ torch::Tensor from_bytes(const torch::Tensor& bytes, int64_t offset, torch::Scal
   return out;
 }
 
+int64_t padded_cols(int64_t cols) { return (cols + kHadamardTile - 1) / kHadamardTile * kHadamardTile; }
+int bits_of(Wire wire) { return wire == Wire::Hadamard4 ? 4 : 2; }
+
+// The rotation: diag(signs) x H / sqrt(tile), orthonormal, so that its transpose undoes it. The signs are a fixed
+// pseudo-random pattern (the same on every rank: nothing is sent for it).
+const torch::Tensor& rotation() {
+  static const torch::Tensor r = [] {
+    const int64_t n = kHadamardTile;
+    auto h = torch::ones({1, 1}, torch::kFloat64);
+    while (h.size(0) < n) h = torch::cat({torch::cat({h, h}, 1), torch::cat({h, -h}, 1)}, 0);  // Sylvester
+    auto signs = torch::empty({n, 1}, torch::kFloat64);
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      signs[i][0] = (state >> 63) ? -1.0 : 1.0;
+    }
+    return (signs * h / std::sqrt(double(n))).to(torch::kFloat32).contiguous();
+  }();
+  return r;
+}
+
+// x (rows, cols) -> rotated tiles (rows x tiles, kHadamardTile).
+torch::Tensor rotate(const torch::Tensor& rows) {
+  const int64_t cols = rows.size(1), padded = padded_cols(cols);
+  auto x = padded == cols ? rows : torch::constant_pad_nd(rows, {0, padded - cols});
+  return x.reshape({-1, kHadamardTile}).matmul(rotation());
+}
+
+torch::Tensor hadamard_encode(const torch::Tensor& rows, Wire wire) {
+  const auto tiles = rotate(rows);
+  const int bits = bits_of(wire);
+  torch::Tensor scale, q;
+  if (bits == 4) {
+    scale = tiles.abs().amax(1, /*keepdim=*/true).div_(7.0).clamp_min_(1e-30);
+    q = tiles.div(scale).round_().clamp_(-7, 7).add_(8);  // 1..15
+  } else {
+    // No level is 0: an all-zero tile keeps a scale of 0 so that it decodes to zeros.
+    scale = tiles.square().mean(1, /*keepdim=*/true).sqrt_().mul_(0.9957);
+    q = tiles.div(scale.clamp_min(1e-30)).floor_().add_(2).clamp_(0, 3);  // levels (q - 1.5) x scale
+  }
+  auto codes = q.to(torch::kUInt8).reshape({-1, 8 / bits});  // 8 / bits codes per byte, lowest bits first
+  auto packed = torch::zeros({codes.size(0)}, torch::kUInt8);
+  for (int64_t i = 0; i < codes.size(1); ++i) packed.bitwise_or_(codes.select(1, i).bitwise_left_shift(bits * i));
+  return torch::cat({packed, as_bytes(scale)});
+}
+
+torch::Tensor hadamard_decode(const torch::Tensor& buffer, Wire wire, int64_t rows, int64_t cols) {
+  const int bits = bits_of(wire);
+  const int64_t values = rows * padded_cols(cols), tiles = values / kHadamardTile, packed = values * bits / 8;
+  auto bytes = buffer.narrow(0, 0, packed).to(torch::kInt64);
+  std::vector<torch::Tensor> parts;
+  for (int64_t i = 0; i < 8 / bits; ++i)
+    parts.push_back(bytes.bitwise_right_shift(bits * i).bitwise_and((1 << bits) - 1));
+  auto q = torch::stack(parts, 1).reshape({tiles, kHadamardTile}).to(torch::kFloat32);
+  auto scale = from_bytes(buffer, packed, torch::kFloat32, {tiles, 1});
+  auto level = bits == 4 ? q.sub_(8) : q.sub_(1.5);
+  auto x = level.mul_(scale).matmul(rotation().t()).reshape({rows, -1});
+  return x.size(1) == cols ? x : x.narrow(1, 0, cols);
+}
+
 }  // namespace
 
 Wire parse_wire(const std::string& text, const std::string& key) {
@@ -35,7 +97,9 @@ Wire parse_wire(const std::string& text, const std::string& key) {
   if (text == "fp16") return Wire::Fp16;
   if (text == "bf16") return Wire::Bf16;
   if (text == "int8") return Wire::Int8;
-  fail("{} = '{}': choose fp32, fp16, bf16 or int8", key, text);
+  if (text == "hadamard4") return Wire::Hadamard4;
+  if (text == "hadamard2") return Wire::Hadamard2;
+  fail("{} = '{}': choose fp32, fp16, bf16, int8, hadamard4 or hadamard2", key, text);
 }
 
 int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols) {
@@ -47,6 +111,11 @@ int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols) {
       return rows * cols * 2;
     case Wire::Int8:
       return rows * cols + rows * 4;
+    case Wire::Hadamard4:
+    case Wire::Hadamard2: {
+      const int64_t values = rows * padded_cols(cols);
+      return values * bits_of(wire) / 8 + values / kHadamardTile * 4;
+    }
   }
   return 0;
 }
@@ -67,6 +136,9 @@ torch::Tensor wire_encode(const torch::Tensor& x, Wire wire) {
       auto q = rows.div(scale).round_().clamp_(-127, 127).to(torch::kInt8);
       return torch::cat({as_bytes(q), as_bytes(scale)});
     }
+    case Wire::Hadamard4:
+    case Wire::Hadamard2:
+      return hadamard_encode(cpu.reshape({-1, cpu.size(-1)}), wire);
   }
   return cpu;
 }
@@ -91,6 +163,9 @@ torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArra
       auto scale = from_bytes(buffer, rows * cols, torch::kFloat32, {rows, 1});
       return q.to(torch::kFloat32).mul_(scale).reshape(shape);
     }
+    case Wire::Hadamard4:
+    case Wire::Hadamard2:
+      return hadamard_decode(buffer, wire, rows, cols).reshape(shape);
   }
   return buffer;
 }

@@ -1,7 +1,15 @@
 // What a pipeline message carries on the wire (parallel.activation_compression): activations and activation
-// gradients as fp32 (exact), fp16 or bf16 (cast), or int8 with one fp32 scale per token row (absmax / 127, the
-// 8-bit activation compression SWARM and DT-FM's successors use): C + 4 bytes per token instead of 4 C. The receiver
-// decodes to fp32 before its blocks run; the loss of precision is the only change (no error feedback).
+// gradients as fp32 (exact), fp16 or bf16 (cast), int8 with one fp32 scale per token row (absmax / 127, the 8-bit
+// activation compression SWARM and DT-FM's successors use): C + 4 bytes per token instead of 4 C; or at 4 or 2 bits
+// after a tile-wise Hadamard rotation (hadamard4, hadamard2; the idea of TAH-Quant, without its adaptive bit widths):
+// each token row is cut into tiles of kHadamardTile values (the last padded with zeros), each tile is multiplied by a
+// fixed random sign pattern and the orthonormal Hadamard matrix — which spreads an outlier channel's energy over the
+// whole tile, so that few levels suffice — and quantized with one fp32 scale per tile: 4 bits symmetric (absmax / 7,
+// levels -7..7), or 2 bits on four levels (-1.5, -0.5, 0.5, 1.5) x 0.9957 x the tile's RMS (the uniform quantizer of
+// least squared error for Gaussian values, which rotated tiles resemble). C / 2 + 4 C / 64 bytes per token (hadamard4,
+// 7.1x fewer than fp32) or C / 4 + 4 C / 64 (hadamard2, 12.8x). The receiver decodes to fp32 (the inverse rotation)
+// before its blocks run; the loss of precision is the only change (no error feedback, no cache: every message is
+// encoded alone).
 #pragma once
 
 #include <torch/torch.h>
@@ -14,7 +22,9 @@
 
 namespace tributary::pipeline {
 
-enum class Wire { Fp32, Fp16, Bf16, Int8 };
+enum class Wire { Fp32, Fp16, Bf16, Int8, Hadamard4, Hadamard2 };
+
+inline constexpr int64_t kHadamardTile = 64;  // values per rotated tile (a power of two)
 
 Wire parse_wire(const std::string& text, const std::string& key);  // an Error naming `key` for anything else
 
