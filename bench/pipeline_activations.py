@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Activations on the wire across slow links (issue 63, measurement 1): a 4-stage pipeline x 2 replicas (8 processes,
-data parallel per stage) with every link emulated at --wan (default 100 Mbit/s, 50 ms), trained for --steps with each
+DiLoCo per stage: H = 10, int8 pseudo-gradients, so that the stages' replica exchange is not what a step waits for)
+with every link emulated at --wan (default 100 Mbit/s, 50 ms), trained for --steps with each
 parallel.activation_compression of --codecs from the same start and data; per codec the seconds per training step
 (train_s / steps: the loop's time without evaluations) and the final validation loss, medians and spread over
 --repeats, and the ratios against fp32.
 
   python3 bench/pipeline_activations.py --build build [--steps 300] [--repeats 3] [--codecs fp32,int8,hadamard4,hadamard2]
 
-The model: 8 blocks of width 256 over 4 stages, context 128, 8 sequences per step in one micro-batch: one activation
-message is 8 x 128 x 256 fp32 = 1 MB, 84 ms at 100 Mbit/s (a quarter of it with int8, an eighth with hadamard4)."""
+The model: 4 blocks of width 128, one per stage, context 256, 16 sequences per step in one micro-batch: one
+activation message is 16 x 256 x 128 fp32 = 2 MB, 168 ms at 100 Mbit/s (a quarter of it with int8, a seventh with
+hadamard4); a step sends 3 activations forward and 3 gradients back, one after the other."""
 import argparse
 import json
 import os
@@ -22,8 +24,9 @@ import time
 def run(args, codec, rep, work):
     run_dir = os.path.join(work, f"{codec}-{rep}")
     cmd = [os.path.join(args.build, "tributary"), "launch", "--nproc", "8", "--master-port", "0", "--", "train",
-           "--overwrite", "--set", "model.num_layers=8", "--set", "model.num_levels=4", "--set", "model.width=256",
-           "--set", "model.context=128", "--set", "train.batch_size=8", "--set", f"train.steps={args.steps}",
+           "--overwrite", "--set", "model.num_layers=4", "--set", "model.num_levels=4", "--set", "model.width=128",
+           "--set", "model.context=256", "--set", "train.batch_size=16", "--set", "dist.algorithm=diloco",
+           "--set", "dist.inner_steps=10", "--set", "dist.compression=int8", "--set", "dist.warmup_ddp_steps=0", "--set", f"train.steps={args.steps}",
            "--set", "optim.warmup_steps=20", "--set", "optim.lr=2e-3", "--set", "train.eval_batches=16",
            "--set", f"train.eval_every={args.steps}", "--set", "train.log_every=50", "--set", "train.threads=1",
            "--set", "train.checkpoint_every=0", "--set", f"data.dir={args.data}", "--set", f"train.run_dir={run_dir}",

@@ -1,9 +1,14 @@
 #include "tributary/perf/flops.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
+#include "tributary/core/fs.h"
 #include "tributary/core/log.h"
 #include "tributary/perf/platform.h"
 
@@ -61,6 +66,62 @@ double measure_matmul_sustained(const torch::Device& device, double seconds, int
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   } while (elapsed < seconds);
   return probe.flops() * double(products) / elapsed;
+}
+
+namespace {
+
+fs::path peak_cache_file() {
+  if (const char* file = std::getenv("TRIBUTARY_PEAK_CACHE"); file && *file) return file;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "tributary/matmul-peak.json";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return fs::path(home) / ".cache/tributary/matmul-peak.json";
+  return {};
+}
+
+std::string processor_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "cpu";
+}
+
+}  // namespace
+
+std::string peak_key(const torch::Device& device, torch::ScalarType dtype, int64_t threads, int workers) {
+  return fmt::format("{}|{}|{} threads|{} workers", device.is_cuda() ? device.str() : processor_name(),
+                     c10::toString(dtype), threads, workers);
+}
+
+KnownPeak best_known_peak(double measured, const std::string& key) {
+  KnownPeak peak{.flops = measured, .measured = measured, .file = peak_cache_file().string()};
+  if (peak.file.empty()) return peak;
+  nlohmann::json kept = nlohmann::json::object();
+  std::error_code ec;
+  if (fs::is_regular_file(peak.file, ec) && fs::file_size(peak.file, ec) < (1 << 20)) {
+    std::ifstream in(peak.file);
+    kept = nlohmann::json::parse(in, nullptr, false);
+    if (!kept.is_object()) kept = nlohmann::json::object();  // unreadable: replaced below
+  }
+  if (kept.contains(key) && kept[key].is_number() && kept[key].get<double>() > measured &&
+      std::isfinite(kept[key].get<double>()))
+    peak.flops = kept[key].get<double>();
+  if (peak.flops > measured) return peak;
+  kept[key] = measured;
+  try {
+    fs::create_directories(fs::path(peak.file).parent_path());
+    write_file_atomic(peak.file, kept.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    log::warn("the matmul peak is not kept for later runs ({}): {}", peak.file, e.what());
+    peak.file.clear();
+  }
+  return peak;
+}
+
+std::string describe_peak(const KnownPeak& peak) {
+  if (peak.from_file())
+    return fmt::format("{:.1f} GFLOP/s, the best this machine gave (kept in {}; {:.1f} measured now, under load)",
+                       peak.flops / 1e9, peak.file, peak.measured / 1e9);
+  return fmt::format("{:.1f} GFLOP/s, measured now", peak.flops / 1e9);
 }
 
 double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters) {

@@ -22,6 +22,23 @@ double measure_matmul_peak(const torch::Device& device, int64_t n = 0, int repea
 // the contention training will have.
 double measure_matmul_sustained(const torch::Device& device, double seconds, int64_t n = 0);
 
+// The peak MFU divides by, kept per machine. A measurement on a busy machine (other runs, a test suite) comes out low —
+// 10-27 GFLOP/s where an idle core gives 176 — and an MFU against it above 100%. The best rate measured for `key`
+// (peak_key: the processor, the dtype, the threads and the workers sharing the machine) is kept in a small JSON file:
+// $TRIBUTARY_PEAK_CACHE, else $XDG_CACHE_HOME/tributary/matmul-peak.json, else ~/.cache/tributary/matmul-peak.json.
+// Returns the larger of `measured` and the kept value, and keeps it; a file that cannot be read is replaced, one that
+// cannot be written is skipped (a warning): the run never fails for it.
+struct KnownPeak {
+  double flops = 0;
+  double measured = 0;  // this run's own measurement
+  std::string file;     // where the best is kept ("" when it could not be)
+  bool from_file() const { return flops > measured; }
+};
+KnownPeak best_known_peak(double measured, const std::string& key);
+std::string peak_key(const torch::Device& device, torch::ScalarType dtype, int64_t threads, int workers);
+// The start-up line's words for `peak`: its value and which measurement it is.
+std::string describe_peak(const KnownPeak& peak);
+
 // Training FLOPs per token (forward + backward): 6 * matmul parameters + 6 * layers * heads * head_dim * context
 // (the attention score and value matmuls over a causal context; see shared/reference/ecosystem.md, PaLM appendix B).
 double training_flops_per_token(const ModelConfig& config, int64_t num_matmul_parameters);

@@ -96,7 +96,12 @@ Section overview_section(const RunFiles& run) {
     if (has("tokens")) row("tokens", short_number(number(s, "tokens")));
     row("wall clock", fixed(number(s, "elapsed_s"), 1) + " s");
     if (has("tokens_per_s")) row("tokens/s (all workers)", short_number(number(s, "tokens_per_s")));
-    if (has("mfu")) row("MFU", fixed(100 * number(s, "mfu"), 1) + " % of the measured peak");
+    if (has("mfu"))
+      row("MFU", fixed(100 * std::min(1.0, number(s, "mfu")), 1) + " % of a matmul peak of " +
+                     (has("peak_flops") ? fixed(number(s, "peak_flops") / 1e9, 1) + " GFLOP/s per worker" : "?") +
+                     (s.contains("peak_source") && s["peak_source"].is_string()
+                          ? " (" + s["peak_source"].get<std::string>() + ")"
+                          : std::string()));
     row("validation loss", has("val_loss") ? fixed(number(s, "val_loss"), 4) : "not evaluated");
     if (has("val_loss") && has("val_bpb"))
       row("bits per byte", fixed(number(s, "val_bpb"), 3) + " (unigram " + fixed(number(s, "unigram_bpb"), 3) + ")");

@@ -106,7 +106,16 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
   // A result that comes after the last step (local stages report late) has an empty interval.
   const double interval_tps = interval_seconds_ > 0 ? double(interval_tokens_) / interval_seconds_ : 0.0;
   const double tps = last_round_tokens_per_s_ > 0 ? last_round_tokens_per_s_ : interval_tps;
-  const double mfu = tps * setup_.flops_per_token / (setup_.peak_flops * launched_world_);
+  // Above 1 only when the peak came out low (measured under load, with no better one kept): said once, shown as 100%.
+  const double raw_mfu = tps * setup_.flops_per_token / (setup_.peak_flops * launched_world_);
+  if (raw_mfu > 1 && !mfu_capped_said_ && setup_.lead) {
+    log::warn(
+        "MFU came out above 100% of the matmul peak ({:.1f} GFLOP/s per worker): the peak was measured while other "
+        "work loaded this machine; MFU is shown as at most 100% (an idle run keeps a better peak for later runs)",
+        setup_.peak_flops / 1e9);
+    mfu_capped_said_ = true;
+  }
+  const double mfu = std::min(raw_mfu, 1.0);
   const double eta =
       interval_steps_ > 0 ? double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_) : 0.0;
   const double loss_avg = interval_losses_ > 0 ? interval_loss_ / double(interval_losses_) : result.loss;
@@ -132,7 +141,7 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
     worker_->write(nlohmann::json{
         {"step", step},
         {"tokens_per_s", own},
-        {"mfu", own * setup_.flops_per_token / share},
+        {"mfu", std::min(1.0, own * setup_.flops_per_token / share)},
         {"loss_avg", loss_avg},
         {"elapsed_s",
          elapsed}}.dump());
@@ -183,6 +192,7 @@ void RunReport::write_summary(const TrainSummary& s, const std::string& algorith
                       {"tokens_per_s", s.tokens_per_s},
                       {"mfu", s.mfu},
                       {"peak_flops", s.peak_flops},
+                      {"peak_source", s.peak_source},
                       {"elapsed_s", s.elapsed_s},
                       {"num_parameters", s.num_parameters},
                       {"checkpoint", s.checkpoint.string()},

@@ -77,6 +77,7 @@ class RunReport {
   // peak is that of the workers the run was launched with (`launched_world_`): workers that die leave their share of
   // a shared machine to the others, so the survivors' figure is measured against the hardware the run holds.
   double round_seconds_ = 0, round_comm_s_ = 0, interval_seconds_ = 0, interval_loss_ = 0;
+  bool mfu_capped_said_ = false;  // the warning that MFU came out above 100% is said once
   double round_tokens_ = 0, last_round_tokens_per_s_ = 0;
   int launched_world_ = 1;
   double train_s_ = 0;  // seconds in training steps this invocation (no evaluation, no checkpoints)

@@ -21,7 +21,8 @@ struct TrainSummary {
   double val_loss_early = 0;  // DiPaCo: every path's early-stopped parameters (val_loss: the last round's)
   bool evaluated = false;     // false: no evaluation ran (e.g. --stop-after-step); summary.json then has null val_*
   double unigram_bpb = 0;     // the unigram baseline on the same validation split
-  double tokens_per_s = 0, mfu = 0, peak_flops = 0;
+  double tokens_per_s = 0, mfu = 0, peak_flops = 0;  // mfu: at most 1 (a peak measured low under load)
+  std::string peak_source;                           // which measurement peak_flops is (perf/flops.h)
   double elapsed_s = 0;
   int64_t num_parameters = 0;
   bool stopped_early = false;

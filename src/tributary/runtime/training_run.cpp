@@ -190,6 +190,7 @@ std::optional<PendingHeal> TrainingRun::start_sync() {
        .device = device_,
        .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); }});
   summary_.peak_flops = started.peak_flops;
+  summary_.peak_source = started.peak_words;
   if (ckpt_ && rounds() && !joining) load_codec_state();
   return std::move(started.pending);
 }
@@ -221,9 +222,10 @@ void TrainingRun::describe(int64_t threads) const {
                                    ? fmt::format("{} tokens per step", thousands(double(mine)))
                                    : fmt::format("{} tokens per step per replica ({} per step in all)",
                                                  thousands(double(mine)), thousands(double(tokens_per_step_)));
-  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {}; {} threads; matmul peak {:.1f} GFLOP/s",
-            config_.data.dir, thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
-            data_.dataset->tokenizer_kind(), per_step, threads, summary_.peak_flops / 1e9);
+  log::info("data: '{}' ({} train tokens, {} val tokens, tokenizer {}); {}; {} threads", config_.data.dir,
+            thousands(double(data_.num_train_tokens)), thousands(double(data_.val_tokens->size())),
+            data_.dataset->tokenizer_kind(), per_step, threads);
+  log::info("MFU is against a matmul peak of {:.1f} GFLOP/s ({})", summary_.peak_flops / 1e9, summary_.peak_source);
   if (!share_.line.empty()) log::info("{}", share_.line);
   const auto& l = config_.local;
   if (parts_.aux_heads)
@@ -448,7 +450,8 @@ TrainSummary TrainingRun::finish(bool stopped_early) {
   // run whose world shrank and grew again would count every step at the final size), against the launched
   // workers' peak (docs/architecture.md, "MFU").
   summary_.tokens_per_s = double(progress_.tokens - tokens_at_start_) / train_seconds_;
-  summary_.mfu = summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size);
+  summary_.mfu =
+      std::min(1.0, summary_.tokens_per_s * flops_per_token_ / (summary_.peak_flops * options_.dist.world_size));
   report_->write_summary(summary_, layout_.name(), config_.dist.compression);
   return summary_;
 }

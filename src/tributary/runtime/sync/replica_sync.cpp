@@ -40,7 +40,10 @@ void lower_training_priority(int64_t nice, int rank) {
 }  // namespace
 
 ReplicaSync::ReplicaSync(const Session& session)
-    : config_(session.config()), launched_rank_(session.env().rank), launched_(session.env().world_size) {
+    : config_(session.config()),
+      launched_rank_(session.env().rank),
+      launched_(session.env().world_size),
+      local_workers_(session.env().local_world_size) {
   const RunConfig& config = session.config();
   const DistEnv& env = session.env();
   comm::Store store = session.store();
@@ -167,7 +170,9 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
 }
 
 Started ReplicaSync::start(const StartState& s) {
-  Started started{.peak_flops = shared_matmul_peak(s.device)};
+  std::string words;
+  Started started{.peak_flops = shared_matmul_peak(s.device, words)};
+  started.peak_words = std::move(words);
   if (s.joining) {  // its data is re-sharded over the members when it becomes one (MembershipFollower)
     started.pending = join_run(*admission_, s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
     return started;
@@ -235,20 +240,29 @@ ReplicaSync::~ReplicaSync() {
 // came out ~2x low (the chaos run's MFU read 111-123%); measured by rank 0 alone on every core and divided by the
 // local workers, it assumed they share it evenly. A joiner takes the run's value from the store: measuring while the
 // members train would be as wrong.
-double ReplicaSync::shared_matmul_peak(const torch::Device& device) {
+// Each rank's measurement is kept per machine as a single process's is (perf/flops.h best_known_peak, keyed by the
+// workers sharing the machine): one taken while other work loaded the machine yields to the best seen.
+double ReplicaSync::shared_matmul_peak(const torch::Device& device, std::string& words) {
   const std::string key = "run/peak_flops";
-  if (membership_ && membership_->members().empty() && store_->check({key})) return std::stod(store_->get(key));
+  if (membership_ && membership_->members().empty() && store_->check({key})) {
+    words = "the run's, as its members measured it";
+    return std::stod(store_->get(key));
+  }
   thread_->run<int>([&] {
     group_->barrier();  // every rank idle before all of them measure
     return 0;
   });
-  auto peak = torch::full({1}, measure_matmul_sustained(device, 1.0), torch::kFloat64);
+  const KnownPeak mine = best_known_peak(measure_matmul_sustained(device, 1.0),
+                                         peak_key(device, torch::kFloat32, torch::get_num_threads(), local_workers_));
+  auto peak = torch::full({1}, mine.flops, torch::kFloat64);
   thread_->run<int>([&] {
     std::vector<torch::Tensor> t = {peak};
     group_->all_reduce_sum(t);
     return 0;
   });
   const double per_worker = peak.item<double>() / std::max<int64_t>(1, group_->size());
+  words = mine.from_file() ? fmt::format("per worker, the mean of the workers' best (this one's kept in {})", mine.file)
+                           : std::string("per worker, measured by all workers at once");
   if (store_ && rank() == 0 && !membership_->members().empty()) {  // the run's rank 0, not a joiner's group of one
     store_->set(key, fmt::format("{:.17g}", per_worker));
     store_->set(kRunStartedKey, "1");  // every member got here: launch may restart the dead from now on

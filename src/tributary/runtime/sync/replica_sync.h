@@ -108,8 +108,9 @@ class ReplicaSync : public Sync {
 
  private:
   // The sgemm peak one replica can count on under the run's conditions: every rank measures at the same time with
-  // its own threads (the contention of training), and the mean over ranks is every rank's figure. Collective.
-  double shared_matmul_peak(const torch::Device& device);
+  // its own threads (the contention of training), and the mean over ranks is every rank's figure; `words` says which
+  // measurement it is. Collective.
+  double shared_matmul_peak(const torch::Device& device, std::string& words);
   // Small collectives for the checkpoint protocol (in the communication thread's FIFO); fault tolerant, they give up
   // at a member's death (a NetworkError) instead of at the collective deadline.
   CheckpointPeers checkpoint_peers();
@@ -135,6 +136,7 @@ class ReplicaSync : public Sync {
   std::unique_ptr<ReplicaRounds> rounds_;
   std::unique_ptr<Admission> admission_;
   int launched_rank_ = 0, launched_ = 1;  // the launched ranks (a fault-tolerant run's members may be fewer)
+  int local_workers_ = 1;                 // the launched workers sharing this machine (the peak's key)
   // The whole run's replicas with identities (runtime/rendezvous.h): this rank's, and the published keys the robust
   // exchange checks signatures with, pinned per membership epoch (communication thread).
   std::shared_ptr<const comm::Identity> identity_;

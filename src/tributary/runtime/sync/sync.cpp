@@ -8,7 +8,11 @@
 
 namespace tributary {
 
-Started Sync::start(const StartState& state) { return {.peak_flops = measure_matmul_peak(state.device)}; }
+Started Sync::start(const StartState& state) {
+  const KnownPeak peak = best_known_peak(measure_matmul_peak(state.device),
+                                         peak_key(state.device, torch::kFloat32, torch::get_num_threads(), 1));
+  return {.peak_flops = peak.flops, .peak_words = describe_peak(peak)};
+}
 
 std::unique_ptr<Sync> make_sync(const Session* session, const Layout& layout) {
   switch (layout.kind()) {

@@ -86,7 +86,8 @@ struct StartState {
 // What the start decided: the sgemm peak one rank can count on, and a joiner's pending heal (it trains on and becomes
 // a member at the next round), if any.
 struct Started {
-  double peak_flops = 0;
+  double peak_flops = 0;   // per worker: what MFU divides by
+  std::string peak_words;  // which measurement it is, for the start-up line (perf/flops.h describe_peak)
   std::optional<PendingHeal> pending;
 };
 
