@@ -217,7 +217,8 @@ void propose_islands(const Args& a) {
   }
   if (equal)
     std::printf(
-        "  or one launcher per site: launch --nproc %d --nnodes %zu --node-rank R --master-addr SITE0 -- "
+        "  or one launcher per site (R = 0 on SITE0, 1, ...; the same port and secret file on every site): launch "
+        "--nproc %d --nnodes %zu --node-rank R --master-addr SITE0 --master-port 29500 --secret-file run.secret -- "
         "train ... --set parallel.islands=machines\n",
         sites.front().devices, sites.size());
   else

@@ -228,7 +228,11 @@ using namespace store_server_detail;
 class StoreServer::Loop {
  public:
   Loop(int port, std::optional<RunKey> run_key, StoreServerLimits limits)
-      : limits_(limits), run_key_(run_key), listen_fd_(listen_on(port)) {
+      : limits_(limits), unproven_limits_(limits), run_key_(run_key), listen_fd_(listen_on(port)) {
+    // Before its proof a connection's every key and value is small (the entry's), and so is its request count.
+    unproven_limits_.max_key_bytes = std::min(limits.max_key_bytes, limits.max_unproven_bytes);
+    unproven_limits_.max_value_bytes = std::min(limits.max_value_bytes, limits.max_unproven_bytes);
+    unproven_limits_.max_keys_per_request = std::min<uint64_t>(limits.max_keys_per_request, 4);
     sockaddr_storage a{};
     socklen_t len = sizeof(a);
     ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -321,6 +325,8 @@ class StoreServer::Loop {
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return close_client(fd);
     if (n < 0) return;
     if (held_ + uint64_t(n) > limits_.max_held_bytes) return close_bad(fd, "the store holds its limit of bytes");
+    if (run_key_ && !c.proved && c.in.size() + size_t(n) > limits_.max_unproven_bytes)
+      return close_bad(fd, "a connection sent more than the entry's requests before proving the run's key");
     c.in.append(chunk.data(), size_t(n));
     held_ += uint64_t(n);
     handle_requests(fd);
@@ -333,7 +339,7 @@ class StoreServer::Loop {
       return close_bad(fd, "the first request was not c10d's VALIDATE");
     size_t used = 0;
     while (c.unsent() < kAnswersHighWater) {
-      Reader reader(c.in, used, limits_);
+      Reader reader(c.in, used, run_key_ && !c.proved ? unproven_limits_ : limits_);
       Request q;
       if (!reader.parse(q)) {
         if (reader.bad()) return close_bad(fd, "a request broke the protocol or a limit");
@@ -617,7 +623,8 @@ class StoreServer::Loop {
   }
 
   StoreServerLimits limits_;
-  std::optional<RunKey> run_key_;  // entry needs its proof (entry_request); none: everyone is served
+  StoreServerLimits unproven_limits_;  // what a connection may send before it proved the run's key
+  std::optional<RunKey> run_key_;      // entry needs its proof (entry_request); none: everyone is served
   int listen_fd_;
   int port_ = 0;
   int stop_pipe_[2] = {-1, -1};

@@ -32,6 +32,10 @@ struct StoreServerLimits {
   uint64_t max_value_bytes = uint64_t(1) << 31;  // 2 GiB: path-local DiPaCo moves whole modules through the store
   uint64_t max_keys_per_request = 64 * 1024;
   uint64_t max_held_bytes = uint64_t(32) << 30;  // every value and every client's unread request together
+  // With the run's key, what a connection may send before it has proved the key: the entry's requests (VALIDATE, the
+  // challenge, the proof) are a few hundred bytes, so a stranger's value of gigabytes is refused at its length field,
+  // before any of it is read or held.
+  uint64_t max_unproven_bytes = 64 * 1024;
 };
 
 // What the server has refused so far (for tests and the host's log).

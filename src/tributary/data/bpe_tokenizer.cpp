@@ -79,7 +79,18 @@ struct BpeTokenizer::Impl {
     std::string content;
     int32_t id;
   };
-  std::vector<Added> added_raw, added_normalized;  // longest first
+  // Added tokens, longest first, indexed by their first byte: a text is searched for them at every position (Llama 3
+  // has 256, all beginning with '<').
+  struct AddedSet {
+    std::vector<Added> tokens;
+    std::array<std::vector<size_t>, 256> by_first;
+    void index() {
+      std::stable_sort(tokens.begin(), tokens.end(),
+                       [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+      for (size_t i = 0; i < tokens.size(); ++i) by_first[uint8_t(tokens[i].content[0])].push_back(i);
+    }
+  };
+  AddedSet added_raw, added_normalized;
   std::unordered_map<std::string, int32_t> added_ids;
 
   int normalize_options = 0;  // utf8proc options, 0 for none
@@ -246,11 +257,10 @@ struct BpeTokenizer::Impl {
         special[size_t(id)] = true;
       }
       added_ids[added.content] = added.id;
-      (t.value("normalized", false) && normalize_options != 0 ? added_normalized : added_raw).push_back(added);
+      (t.value("normalized", false) && normalize_options != 0 ? added_normalized : added_raw).tokens.push_back(added);
     }
-    for (auto* v : {&added_raw, &added_normalized})
-      std::stable_sort(v->begin(), v->end(),
-                       [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+    added_raw.index();
+    added_normalized.index();
   }
 
   void choose_eot(std::optional<int32_t> given) {
@@ -322,14 +332,13 @@ struct BpeTokenizer::Impl {
 
   // Cuts `text` at the added tokens of `tokens` (leftmost, longest): `plain` for the text between, `token` for each.
   template <typename Plain>
-  void cut_added(std::string_view text, const std::vector<Added>& tokens, Plain&& plain,
-                 std::vector<int32_t>& ids) const {
+  void cut_added(std::string_view text, const AddedSet& added, Plain&& plain, std::vector<int32_t>& ids) const {
     size_t start = 0;
-    for (size_t at = 0; at < text.size() && !tokens.empty();) {
+    for (size_t at = 0; at < text.size() && !added.tokens.empty();) {
       const Added* found = nullptr;
-      for (const auto& t : tokens)
-        if (text.compare(at, t.content.size(), t.content) == 0) {
-          found = &t;
+      for (const size_t i : added.by_first[uint8_t(text[at])])
+        if (text.compare(at, added.tokens[i].content.size(), added.tokens[i].content) == 0) {
+          found = &added.tokens[i];
           break;
         }
       if (!found) {

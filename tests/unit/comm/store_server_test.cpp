@@ -284,3 +284,32 @@ TEST(StoreServer, WithTheRunsKeyOnlyUnprovedConnectionsCountAgainstTheCapAndThey
   EXPECT_GE(server.counts().closed_silent, 4);
   EXPECT_EQ(workers.back().get("w0"), "here") << "the run's own connections were kept";
 }
+
+// Issue 66, item 12: a connection that has not proved the run's key announced a 1.9 GiB value and streamed it, and the
+// server held it until the deadline (RSS 169 -> 1,165 MB). Before its proof a connection may send only the entry's
+// few hundred bytes: a value of more is refused at its length field, nothing of it held, and the run goes on.
+TEST(StoreServer, AnUnprovedConnectionCannotMakeTheServerHoldALargeValue) {
+  const auto key = comm::random_run_key();
+  comm::StoreServer server(0, key);
+  const int64_t before = rss_mb();
+  std::string b = validate();
+  b.push_back('\1');  // SET
+  put<uint64_t>(b, 1);
+  b.push_back('k');
+  put<uint64_t>(b, uint64_t(1900) << 20);
+  const int fd = raw_connection(server.port());
+  const timeval send_deadline{.tv_sec = 2, .tv_usec = 0};  // a server that stops reading must not hang the test
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_deadline, sizeof(send_deadline));
+  ASSERT_EQ(::send(fd, b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size()));
+  const std::string megabyte(1 << 20, 'x');
+  for (int i = 0; i < 64; ++i)  // the value's first 64 MB, as fast as loopback takes them
+    if (::send(fd, megabyte.data(), megabyte.size(), MSG_NOSIGNAL) < 0) break;
+  EXPECT_TRUE(closed_by_server(fd, 1s)) << "the stranger's value was read instead of refused";
+  ::close(fd);
+  EXPECT_LT(rss_mb() - before, 32) << "the server held the stranger's bytes";
+  EXPECT_GE(server.counts().closed_bad + server.counts().strangers, 1);
+  const SecretInEnvironment secret(key);
+  auto member = client_of(server);
+  member.set("after", "fine");
+  EXPECT_EQ(member.get("after"), "fine");
+}
