@@ -9,6 +9,7 @@ Each variant ATTENTION-EMBEDDINGS[-FAMILY] (attention mha or gqa: 4 query heads 
 untied embeddings; the family, llama by default:
   llama3   Llama 3.1's RoPE scaling (rope_type llama3, factor 8, original context 16 of 32) and head_dim 16 where
            hidden_size / heads is 8;
+  linear   RoPE scaled linearly (rope_type linear, factor 4);
   qwen2    Qwen2ForCausalLM: biases on q, k and v;
   mistral  MistralForCausalLM with a sliding window as long as the context)
 becomes the model directory DIR/VARIANT and its logits DIR/VARIANT.f32 (rows, length, 257) as raw little-endian
@@ -57,13 +58,13 @@ def main():
     for variant, tokenizer in zip(variants, tokenizers):
         attention, embeddings, family = (variant.split("-") + ["llama"])[:3]
         if attention not in ("mha", "gqa") or embeddings not in ("tied", "untied") or family not in FAMILIES:
-            ap.error(f"variant '{variant}': expected (mha|gqa)-(tied|untied)[-(llama|llama3|qwen2|mistral)]")
+            ap.error(f"variant '{variant}': expected (mha|gqa)-(tied|untied)[-(llama|llama3|linear|qwen2|mistral)]")
         made[variant] = make(os.path.join(args.out, variant), 2 if attention == "gqa" else 4, embeddings == "untied",
                              tokens, family, args.vocab, tokenizer)
     print(json.dumps(made))
 
 
-FAMILIES = ("llama", "llama3", "qwen2", "mistral")
+FAMILIES = ("llama", "llama3", "linear", "qwen2", "mistral")
 
 
 def make(out, kv_heads, untied, tokens, family="llama", vocab=257, tokenizer=""):
@@ -81,6 +82,8 @@ def make(out, kv_heads, untied, tokens, family="llama", vocab=257, tokenizer="")
             rope = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
                     "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
             extra = {"head_dim": 16}
+        elif family == "linear":
+            rope = {"rope_type": "linear", "rope_theta": 500.0, "factor": 4.0}
         model = LlamaForCausalLM(LlamaConfig(rope_parameters=rope, attention_bias=False, mlp_bias=False, **extra,
                                              **shape)).eval()
     with torch.no_grad():

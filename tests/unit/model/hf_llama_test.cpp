@@ -174,14 +174,15 @@ double next_token_loss(const torch::Tensor& logits, const torch::Tensor& tokens)
 }
 
 TEST(HfLlama, TodaysLlamaFamiliesMadeByTransformersImportAndExportWithItsLoss) {
-  // Llama 3.1's scaled RoPE with its own head_dim, Qwen 2's q/k/v biases and Mistral, each a random model saved by
-  // transformers itself: imported, our logits and loss are transformers'; exported back, transformers loads our
-  // directory (as the family's own class) and computes the same logits again.
+  // Llama 3.1's scaled RoPE with its own head_dim, Qwen 2's q/k/v biases, Mistral and linear RoPE scaling, each a
+  // random model saved by transformers itself: imported, our logits and loss are transformers'; exported back,
+  // transformers loads our directory (as the family's own class) and computes the same logits again.
   const fs::path base = fs::temp_directory_path() / fmt::format("hf_families_{}", ::getpid());
   fs::remove_all(base);
   torch::manual_seed(9);
   auto tokens = torch::randint(257, {16, 32}, torch::kInt64);  // 16 windows
-  const std::vector<std::string> variants = {"gqa-untied-llama3", "gqa-tied-qwen2", "gqa-untied-mistral"};
+  const std::vector<std::string> variants = {"gqa-untied-llama3", "gqa-tied-qwen2", "gqa-untied-mistral",
+                                             "mha-tied-linear"};
   test_support::make_transformers_llamas(base, tokens, fmt::format("{}", fmt::join(variants, ",")));
   std::vector<fs::path> exported;
   std::vector<torch::Tensor> ours;
@@ -193,6 +194,9 @@ TEST(HfLlama, TodaysLlamaFamiliesMadeByTransformersImportAndExportWithItsLoss) {
     if (variant.ends_with("llama3")) {
       EXPECT_EQ(c.rope_scaling, "llama3");
       EXPECT_EQ(c.head_dim(), 16);
+    }
+    if (variant.ends_with("linear")) {
+      EXPECT_EQ(c.rope_scaling, "linear");
     }
     EXPECT_EQ(c.qkv_bias, variant.ends_with("qwen2"));
     torch::NoGradGuard no_grad;
