@@ -49,13 +49,6 @@ torch::Tensor windows(const fs::path& dataset, int64_t rows, int64_t length) {
   return torch::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + rows * length)).view({rows, length});
 }
 
-double next_token_loss(const torch::Tensor& logits, const torch::Tensor& tokens) {
-  const int64_t V = logits.size(2), T = tokens.size(1);
-  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, T - 1).reshape({-1, V}),
-                                              tokens.narrow(1, 1, T - 1).reshape({-1}))
-      .item<double>();
-}
-
 }  // namespace
 
 TEST(OpenModels, ThreeFamiliesGoImportDataBuildDilocoExportAndBackToTransformers) {
@@ -141,7 +134,8 @@ TEST(OpenModels, ThreeFamiliesGoImportDataBuildDilocoExportAndBackToTransformers
   // transformers computes each exported model's logits from the exported directory alone.
   for (size_t i = 0; i < families.size(); ++i) {
     const auto theirs = test_support::transformers_logits(exported[i], tokens[i], 400);
-    const double a = next_token_loss(ours[i], tokens[i]), b = next_token_loss(theirs, tokens[i]);
+    const double a = test_support::next_token_loss(ours[i], tokens[i]),
+                 b = test_support::next_token_loss(theirs, tokens[i]);
     EXPECT_LE(std::abs(a - b), 1e-5) << families[i].variant << ": ours " << a << ", transformers' " << b;
     EXPECT_TRUE(torch::allclose(ours[i], theirs, 1e-4, 1e-4)) << families[i].variant;
   }

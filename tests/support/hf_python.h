@@ -17,6 +17,15 @@
 
 namespace tributary::test_support {
 
+// The next-token loss of `logits` (B, T, V) on `tokens` (B, T), as training and eval compute it: what ours and
+// transformers' logits are compared by.
+inline double next_token_loss(const torch::Tensor& logits, const torch::Tensor& tokens) {
+  const int64_t V = logits.size(2), T = tokens.size(1);
+  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, T - 1).reshape({-1, V}),
+                                              tokens.narrow(1, 1, T - 1).reshape({-1}))
+      .item<double>();
+}
+
 // tokens (B, T) int64 as the scripts' --tokens: rows separated by ';', ids by ','.
 inline std::string token_rows(const torch::Tensor& tokens) {
   std::string rows;

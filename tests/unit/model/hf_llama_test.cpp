@@ -165,14 +165,6 @@ TEST(HfLlama, ALlamaMadeByTransformersImportsWithItsLogits) {
   fs::remove_all(base);
 }
 
-// The next-token loss of `logits` (B, T, V) on `tokens` (B, T): what training and eval compute.
-double next_token_loss(const torch::Tensor& logits, const torch::Tensor& tokens) {
-  const int64_t V = logits.size(2), T = tokens.size(1);
-  return torch::nn::functional::cross_entropy(logits.narrow(1, 0, T - 1).reshape({-1, V}),
-                                              tokens.narrow(1, 1, T - 1).reshape({-1}))
-      .item<double>();
-}
-
 TEST(HfLlama, TodaysLlamaFamiliesMadeByTransformersImportAndExportWithItsLoss) {
   // Llama 3.1's scaled RoPE with its own head_dim, Qwen 2's q/k/v biases, Mistral and linear RoPE scaling, each a
   // random model saved by transformers itself: imported, our logits and loss are transformers'; exported back,
@@ -205,7 +197,8 @@ TEST(HfLlama, TodaysLlamaFamiliesMadeByTransformersImportAndExportWithItsLoss) {
     EXPECT_GT(theirs.abs().max().item<double>(), 1.0) << variant;
     EXPECT_TRUE(torch::allclose(ours.back(), theirs, 1e-4, 1e-4))
         << variant << " max diff " << (ours.back() - theirs).abs().max().item<double>();
-    const double our_loss = next_token_loss(ours.back(), tokens), their_loss = next_token_loss(theirs, tokens);
+    const double our_loss = test_support::next_token_loss(ours.back(), tokens),
+                 their_loss = test_support::next_token_loss(theirs, tokens);
     EXPECT_LE(std::abs(our_loss - their_loss), 1e-5) << variant << ": " << our_loss << " against " << their_loss;
     std::printf("%s: loss %.7f, transformers' %.7f, |difference| %.2e\n", variant.c_str(), our_loss, their_loss,
                 std::abs(our_loss - their_loss));
