@@ -73,6 +73,15 @@ TEST(Wire, HadamardFormatsSendFourOrTwoBitsWithinTheirErrorBounds) {
     const auto zeros = torch::zeros({2, 64});
     EXPECT_TRUE(torch::equal(wire_decode(wire_encode(zeros, wire), wire, {2, 64}), zeros));
   }
+  // With a seed the rounding is stochastic: each message is off by more than to-the-nearest, but not on average
+  // (unbiased: the mean of many messages' values closes in on the sent one), and one seed rounds the same way twice.
+  const auto y = torch::randn({8, 256});
+  auto mean = torch::zeros_like(y);
+  for (uint64_t seed = 1; seed <= 64; ++seed)
+    mean += wire_decode(wire_encode(y, Wire::Hadamard4, seed), Wire::Hadamard4, {8, 256}) / 64;
+  const auto nearest = wire_decode(wire_encode(y, Wire::Hadamard4), Wire::Hadamard4, {8, 256});
+  EXPECT_LT((mean - y).norm().item<double>(), 0.5 * (nearest - y).norm().item<double>());
+  EXPECT_TRUE(torch::equal(wire_encode(y, Wire::Hadamard4, 7), wire_encode(y, Wire::Hadamard4, 7)));
   // Against int8 with one scale per row: 1.8x fewer bytes for the 4-bit format (7.1x fewer than fp32).
   EXPECT_LT(wire_bytes(Wire::Hadamard4, 64, 256) * 1.7, wire_bytes(Wire::Int8, 64, 256));
 }

@@ -13,6 +13,11 @@ namespace {
 
 constexpr int kActivation = 0, kGradient = 1;
 
+// The stochastic rounding's draw of one message (wire.h): its kind, sender, step and micro-batch.
+uint64_t message_seed(int kind, int64_t stage, int64_t step, int64_t mb) {
+  return (uint64_t(kind) << 62) ^ (uint64_t(stage) << 48) ^ (uint64_t(step) << 16) ^ uint64_t(mb);
+}
+
 // dist.slow_workers inside the schedule: (factor - 1) x the computation that just ran.
 void slow_down(double factor, Clock::time_point start) {
   if (factor > 1) std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1) * seconds_since(start)));
@@ -107,9 +112,9 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendGrad: {
-      send_buffers_.push_back(
-          seal_message(wire_encode(inputs_[mb].grad(), p_.wire), p_.groups.mac,
-                       stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage, p_.stage - 1)));
+      send_buffers_.push_back(seal_message(
+          wire_encode(inputs_[mb].grad(), p_.wire, message_seed(kGradient, p_.stage, step, a.mb)), p_.groups.mac,
+          stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage, p_.stage - 1)));
       stats_.gradient_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1),
                                             stage_message_tag(kGradient, step, a.mb),

@@ -58,17 +58,24 @@ torch::Tensor rotate(const torch::Tensor& rows) {
   return x.reshape({-1, kHadamardTile}).matmul(rotation());
 }
 
-torch::Tensor hadamard_encode(const torch::Tensor& rows, Wire wire) {
+torch::Tensor hadamard_encode(const torch::Tensor& rows, Wire wire, std::optional<uint64_t> seed) {
   const auto tiles = rotate(rows);
   const int bits = bits_of(wire);
+  // Stochastic rounding (with a seed): v rounds down or up with the probabilities that make its expectation v, so the
+  // rounding adds noise but no bias; the draw is the message's, the same in every run. Without: to the nearest level.
+  torch::Tensor draw = torch::full({1}, 0.5f);
+  if (seed) {
+    auto gen = at::detail::createCPUGenerator(*seed);
+    draw = at::rand(tiles.sizes(), gen, torch::kFloat32);
+  }
   torch::Tensor scale, q;
   if (bits == 4) {
     scale = tiles.abs().amax(1, /*keepdim=*/true).div_(7.0).clamp_min_(1e-30);
-    q = tiles.div(scale).round_().clamp_(-7, 7).add_(8);  // 1..15
+    q = tiles.div(scale).add_(draw).floor_().clamp_(-7, 7).add_(8);  // 1..15
   } else {
     // No level is 0: an all-zero tile keeps a scale of 0 so that it decodes to zeros.
     scale = tiles.square().mean(1, /*keepdim=*/true).sqrt_().mul_(0.9957);
-    q = tiles.div(scale.clamp_min(1e-30)).floor_().add_(2).clamp_(0, 3);  // levels (q - 1.5) x scale
+    q = tiles.div(scale.clamp_min(1e-30)).add_(1.5).add_(draw).floor_().clamp_(0, 3);  // levels (q - 1.5) x scale
   }
   auto codes = q.to(torch::kUInt8).reshape({-1, 8 / bits});  // 8 / bits codes per byte, lowest bits first
   auto packed = torch::zeros({codes.size(0)}, torch::kUInt8);
@@ -120,7 +127,7 @@ int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols) {
   return 0;
 }
 
-torch::Tensor wire_encode(const torch::Tensor& x, Wire wire) {
+torch::Tensor wire_encode(const torch::Tensor& x, Wire wire, std::optional<uint64_t> seed) {
   torch::NoGradGuard no_grad;
   auto cpu = x.detach().to(torch::kCPU, torch::kFloat32).contiguous();
   switch (wire) {
@@ -138,7 +145,7 @@ torch::Tensor wire_encode(const torch::Tensor& x, Wire wire) {
     }
     case Wire::Hadamard4:
     case Wire::Hadamard2:
-      return hadamard_encode(cpu.reshape({-1, cpu.size(-1)}), wire);
+      return hadamard_encode(cpu.reshape({-1, cpu.size(-1)}), wire, seed);
   }
   return cpu;
 }

@@ -6,15 +6,16 @@
 // fixed random sign pattern and the orthonormal Hadamard matrix — which spreads an outlier channel's energy over the
 // whole tile, so that few levels suffice — and quantized with one fp32 scale per tile: 4 bits symmetric (absmax / 7,
 // levels -7..7), or 2 bits on four levels (-1.5, -0.5, 0.5, 1.5) x 0.9957 x the tile's RMS (the uniform quantizer of
-// least squared error for Gaussian values, which rotated tiles resemble). C / 2 + 4 C / 64 bytes per token (hadamard4,
-// 7.1x fewer than fp32) or C / 4 + 4 C / 64 (hadamard2, 12.8x). The receiver decodes to fp32 (the inverse rotation)
-// before its blocks run; the loss of precision is the only change (no error feedback, no cache: every message is
-// encoded alone).
+// least squared error for Gaussian values, which rotated tiles resemble). C / 2 + 4
+// C / 64 bytes per token (hadamard4, 7.1x fewer than fp32) or C / 4 + 4 C / 64 (hadamard2, 12.8x). The receiver decodes
+// to fp32 (the inverse rotation) before its blocks run; the loss of precision is the only change (no error feedback, no
+// cache: every message is encoded alone).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tributary/comm/group.h"
@@ -31,8 +32,11 @@ Wire parse_wire(const std::string& text, const std::string& key);  // an Error n
 // Bytes of one message of `rows` token rows of width `cols`.
 int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols);
 
-// A contiguous CPU tensor to send: fp32 as is (float), otherwise wire_bytes(...) bytes (uint8).
-torch::Tensor wire_encode(const torch::Tensor& x, Wire wire);
+// A contiguous CPU tensor to send: fp32 as is (float), otherwise wire_bytes(...) bytes (uint8). `seed`: the Hadamard
+// formats round stochastically, drawing from it (each message its own: the same in every run); without one, to the
+// nearest level. The pipeline rounds gradients stochastically (unbiased) and activations to the nearest (stochastic
+// activations measured worse: docs/benchmarks.md §43).
+torch::Tensor wire_encode(const torch::Tensor& x, Wire wire, std::optional<uint64_t> seed = std::nullopt);
 // A receive buffer for a message of `shape` (rows = all but the last dimension).
 torch::Tensor wire_buffer(Wire wire, torch::IntArrayRef shape);
 // The fp32 tensor of `shape` a received buffer holds.
