@@ -24,20 +24,24 @@ using Json = nlohmann::json;
 // GPT-2's pre-tokenizer pattern: what ByteLevel splits by when its use_regex is true.
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// GPT-2's bytes_to_unicode: the printable code point that stands for each byte in a byte-level vocabulary.
-std::array<uint32_t, 256> byte_code_points() {
-  std::array<uint32_t, 256> cp{};
-  std::array<bool, 256> printable{};
-  for (int b = '!'; b <= '~'; ++b) printable[b] = true;
-  for (int b = 0xA1; b <= 0xAC; ++b) printable[b] = true;
-  for (int b = 0xAE; b <= 0xFF; ++b) printable[b] = true;
-  uint32_t next = 256;
-  for (int b = 0; b < 256; ++b) cp[b] = printable[b] ? uint32_t(b) : next++;
-  return cp;
+// GPT-2's bytes_to_unicode, inverted: the byte each printable code point of a byte-level vocabulary stands for
+// (printable bytes stand for themselves, the others for 256, 257, ... in byte order). Built once.
+const std::unordered_map<uint32_t, uint8_t>& byte_of_code_point() {
+  static const std::unordered_map<uint32_t, uint8_t> table = [] {
+    std::unordered_map<uint32_t, uint8_t> t;
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      t[printable ? uint32_t(b) : next++] = uint8_t(b);
+    }
+    return t;
+  }();
+  return table;
 }
 
 // The raw bytes a byte-level vocabulary entry stands for, or nullopt if one of its characters stands for no byte.
-std::optional<std::string> entry_bytes(const std::string& entry, const std::unordered_map<uint32_t, uint8_t>& byte_of) {
+std::optional<std::string> entry_bytes(const std::string& entry) {
+  const auto& byte_of = byte_of_code_point();
   std::string out;
   const auto* s = reinterpret_cast<const utf8proc_uint8_t*>(entry.data());
   for (utf8proc_ssize_t at = 0; at < utf8proc_ssize_t(entry.size());) {
@@ -191,16 +195,13 @@ struct BpeTokenizer::Impl {
       if (m.contains(key) && !m[key].is_null()) bad(std::string("model.") + key, "must be null for byte-level BPE");
     if (m.value("byte_fallback", false)) bad("model.byte_fallback", "byte fallback is not supported (byte-level BPE)");
     ignore_merges = m.value("ignore_merges", false);
-    const auto cp = byte_code_points();
-    std::unordered_map<uint32_t, uint8_t> byte_of;
-    for (int b = 0; b < 256; ++b) byte_of[cp[b]] = uint8_t(b);
     byte_id.fill(-1);
     for (const auto& [entry, id_json] : m.at("vocab").items()) {
       const int64_t id = id_json.get<int64_t>();
       if (id < 0 || id >= (int64_t{1} << 24)) bad("model.vocab", fmt::format("'{}' has id {}", entry, id));
       if (int64_t(bytes_of.size()) <= id) bytes_of.resize(size_t(id) + 1);
       // An entry that stands for no bytes (not byte-level) decodes as its own text and is never produced by BPE.
-      const auto raw = entry_bytes(entry, byte_of);
+      const auto raw = entry_bytes(entry);
       bytes_of[size_t(id)] = raw ? *raw : entry;
       if (!raw) continue;
       vocab[*raw] = int32_t(id);
@@ -222,7 +223,7 @@ struct BpeTokenizer::Impl {
         left = merge[0].get<std::string>();
         right = merge[1].get<std::string>();
       }
-      const auto l = entry_bytes(left, byte_of), r = entry_bytes(right, byte_of);
+      const auto l = entry_bytes(left), r = entry_bytes(right);
       const auto find = [&](const std::optional<std::string>& raw) -> int32_t {
         if (!raw) return -1;
         const auto it = vocab.find(*raw);
@@ -235,7 +236,7 @@ struct BpeTokenizer::Impl {
       merges.emplace(pair_key(li, ri), Merge{int32_t(rank), mi});  // the first (lowest) rank of a pair wins
     }
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
-      const auto raw = entry_bytes(m["unk_token"].get<std::string>(), byte_of);
+      const auto raw = entry_bytes(m["unk_token"].get<std::string>());
       if (raw && vocab.count(*raw)) unk = vocab.at(*raw);
     }
   }
@@ -532,10 +533,7 @@ std::optional<int32_t> BpeTokenizer::bos_id() const { return impl_->bos; }
 
 std::optional<int32_t> BpeTokenizer::id_of(const std::string& token) const {
   if (const auto it = impl_->added_ids.find(token); it != impl_->added_ids.end()) return it->second;
-  const auto cp = byte_code_points();
-  std::unordered_map<uint32_t, uint8_t> byte_of;
-  for (int b = 0; b < 256; ++b) byte_of[cp[b]] = uint8_t(b);
-  const auto raw = entry_bytes(token, byte_of);
+  const auto raw = entry_bytes(token);
   if (!raw) return std::nullopt;
   const auto it = impl_->vocab.find(*raw);
   return it == impl_->vocab.end() ? std::nullopt : std::optional<int32_t>(it->second);
