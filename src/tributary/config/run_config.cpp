@@ -433,10 +433,17 @@ void validate_dist(const RunConfig& c) {
           "dist.fault_tolerant = true needs dist.overlap_steps ({}) < dist.inner_steps / dist.fragments ({}): a "
           "fault-tolerant round may change the members, so one must land before the next starts",
           c.dist.overlap_steps, c.dist.inner_steps / c.dist.fragments);
-    if (c.parallel.pipeline_stages > 1 || !c.dipaco.modules.empty())
+    if (!c.dipaco.modules.empty())
       fail(
-          "dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel); DiPaCo has its own "
-          "(dipaco.on_failure) and pipeline stages have none yet");
+          "dist.fault_tolerant = true covers replicas of the whole model (DiLoCo, data parallel) and pipelines; "
+          "DiPaCo has its own (dipaco.on_failure)");
+    if (c.parallel.pipeline_stages > 1 && c.parallel.islands.empty())
+      fail(
+          "dist.fault_tolerant = true with parallel.pipeline_stages = {}: a pipeline is the fault domain (a stage "
+          "lost takes its pipeline out, which starts again as a whole and rejoins), so each machine runs one whole "
+          "pipeline: set parallel.islands = 'machines', launch --nproc {} per machine with --restart-island "
+          "--max-restarts N, and dist.algorithm = diloco",
+          c.parallel.pipeline_stages, c.parallel.pipeline_stages);
     if (c.dist.heartbeat_timeout_s >= c.dist.collective_timeout_s)
       fail(
           "dist.heartbeat_timeout_s ({}) must be shorter than dist.collective_timeout_s ({}): a dead worker is found "

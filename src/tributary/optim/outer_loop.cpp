@@ -141,6 +141,17 @@ bool OuterLoop::after_step(int64_t step, double lr, NamedTensors& params) {
   return landed;
 }
 
+bool OuterLoop::due(int64_t step, double lr, bool last) const {
+  RoundLength length = length_;  // as after_step leaves it once it has seen this step's learning rate
+  length.observe_lr(lr);
+  for (const auto& u : units_) {
+    if (u.in_flight() && (last || step >= u.apply_step)) return true;
+    if (!u.in_flight() && (step - u.last_sync >= length.of_round(u.last_sync - start_) || (last && step > u.last_sync)))
+      return true;
+  }
+  return false;
+}
+
 bool OuterLoop::finish(int64_t step, NamedTensors& params) {
   bool landed = false;
   for (size_t f = 0; f < units_.size(); ++f) {

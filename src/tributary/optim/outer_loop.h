@@ -79,6 +79,8 @@ class OuterLoop {
 
   bool after_step(int64_t step, double lr, NamedTensors& params);  // true if an outer step landed
   bool finish(int64_t step, NamedTensors& params);  // lands what is in flight and syncs pending inner steps
+  // Whether after_step(step, lr, ...) — and with `last`, finish(step, ...) — would send or land a unit.
+  bool due(int64_t step, double lr, bool last) const;
 
   bool quiescent() const;  // nothing in flight
   int64_t outer_steps() const;

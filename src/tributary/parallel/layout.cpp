@@ -157,6 +157,15 @@ void Layout::place_pipeline_islands(const LayoutSpec& spec, const std::vector<in
   if (!spec.island_steps.empty())
     fail("parallel.island_steps = '{}' with pipelines in the islands is not supported: every pipeline keeps the pace",
          spec.island_steps);
+  if (spec.fault_tolerant) {
+    check_fault_tolerant_islands(spec, islands);
+    if (islands.front() != p)
+      fail(
+          "parallel.islands = '{}' with parallel.pipeline_stages = {} and dist.fault_tolerant = true: a fault-tolerant "
+          "pipeline is one machine's workers (the machine's launch starts it again as a whole), so launch --nproc {} "
+          "per machine (islands of {} hold {} pipelines)",
+          spec.islands, p, p, islands.front(), islands.front() / p);
+  }
   islands_ = IslandShape(islands, std::vector<int64_t>(islands.size(), 1), spec.rank);
   pipelines_per_island_ = islands.front() / p;
 }

@@ -67,7 +67,9 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
   config.check_resumable_from(RunConfig::from_toml(ckpt.config_toml, saved_file), ckpt.dir.string(), saved_file);
   const int saved_world = ckpt.state.value("world_size", 1);
   if (saved_world == world_size) return;
-  if (config.parallel.pipeline_stages > 1)
+  // A fault-tolerant pipelines' checkpoint is its leads' (each the whole model and every stage's moments): every
+  // stage takes its part of lead 0's.
+  if (config.parallel.pipeline_stages > 1 && !config.dist.fault_tolerant)
     fail(
         "cannot resume from '{}': it holds the state of {} worker(s) and this run has {}; a pipeline run resumes "
         "with the same number of workers (launch --nproc {})",
@@ -164,7 +166,13 @@ HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const 
 
 std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
                                     RunProgress& progress, int64_t total_steps) {
-  const auto meta = admission.join(trained, heal_state(trained, optimizer, loader, progress));
+  return join_run(admission, trained, heal_state(trained, optimizer, loader, progress), optimizer, loader, progress,
+                  total_steps);
+}
+
+std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& params, HealState state, AdamW& optimizer,
+                                    BatchLoader& loader, RunProgress& progress, int64_t total_steps) {
+  const auto meta = admission.join(params, std::move(state));
   if (meta.value("finished", false)) {
     progress.step = total_steps;
     return std::nullopt;

@@ -63,6 +63,10 @@ struct PendingHeal {
 // then the PendingHeal) and takes the lead's state; when the run ended first, progress.step = total_steps.
 std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,
                                     RunProgress& progress, int64_t total_steps);
+// The same for a member whose state is more than one rank's (a pipeline's, runtime/sync/pipeline_state.h): `state`
+// (the names and shapes the lead sends) is received in place, its first tensors being `params`.
+std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& params, HealState state, AdamW& optimizer,
+                                    BatchLoader& loader, RunProgress& progress, int64_t total_steps);
 
 struct SaveRequest {
   const RunConfig& config;

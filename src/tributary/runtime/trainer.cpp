@@ -10,8 +10,10 @@ namespace tributary {
 
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   const Layout layout = run_layout(config, options.dist);
-  // launch --restart-island starts an island's workers again as joiners: only fault-tolerant islands can take them.
-  if (options.dist.island_life >= 0 && !(layout.kind() == RunKind::kIslands && config.dist.fault_tolerant))
+  // launch --restart-island starts an island's workers again as joiners: only fault-tolerant islands (of ranks, or
+  // one pipeline each) can take them.
+  const bool islands = layout.kind() == RunKind::kIslands || layout.pipelines_per_island() > 0;
+  if (options.dist.island_life >= 0 && !(islands && config.dist.fault_tolerant))
     fail(
         "launch --restart-island starts a machine's island again when one of its workers dies, which only "
         "fault-tolerant islands can take back: set parallel.islands = machines and dist.fault_tolerant = true, or "

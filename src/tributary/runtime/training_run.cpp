@@ -21,10 +21,11 @@
 namespace tributary::detail {
 namespace {
 
-// Who this process is among a fault-tolerant run's members: its rank, or, with islands, its island when it is the
-// island's rank 0 (the island's other ranks never lead).
+// Who this process is among a fault-tolerant run's members: its rank, or, with islands (of ranks, or one pipeline
+// each), its island when it is the island's rank 0 (the island's other ranks never lead).
 int member_id(const Layout& layout, const RunConfig& config, int rank) {
-  if (layout.kind() != RunKind::kIslands || !config.dist.fault_tolerant) return rank;
+  const bool islands = layout.kind() == RunKind::kIslands || layout.pipelines_per_island() > 0;
+  if (!islands || !config.dist.fault_tolerant) return rank;
   return layout.islands().rank_in_island() == 0 ? int(layout.islands().island()) : -1;
 }
 
@@ -180,6 +181,7 @@ std::optional<PendingHeal> TrainingRun::start_sync() {
   // Per-replica peak: all ranks measure at once, each with its own threads (a joiner takes the run's figure).
   Started started = sync_->start(
       {.trained = parts_.trained,
+       .params = &parts_.params,
        .optimizer = *parts_.optimizer,
        .loader = *data_.loader,
        .progress = progress_,
@@ -411,9 +413,9 @@ void TrainingRun::between_units(const UnitDone& unit) {
   auto state = [&] {
     return heal_state(parts_.trained, *parts_.optimizer, *data_.loader, {unit.step, progress_.tokens, unit.elapsed_s});
   };
-  // ZeRO-1 in a fault-tolerant island: the AdamW state a heal sends is gathered by the island's ranks together.
-  std::optional<HealState> gathered;
-  if (sync_->heal_made_together(heals.any())) gathered = state();
+  // ZeRO-1 in a fault-tolerant island, a fault-tolerant pipeline: the member's ranks make the state a heal sends
+  // together.
+  const std::optional<HealState> gathered = sync_->heal_made_together(heals.any(), state);
   if (members_) members_->carry_out(unit.step, heals, [&] { return gathered ? *gathered : state(); });
   tokens_per_step_ = sync_->follow_lead(*data_.loader, tokens_per_step());
 }

@@ -61,7 +61,9 @@ class IslandSync : public Sync {
   // all-gather of the shards. Landed on every rank of every island alike.
   AfterStep after_step(int64_t step, double lr, NamedTensors& params, bool last) override;
   // Fault tolerant: ZeRO-1's AdamW state a heal sends is gathered by the island's ranks together.
-  bool heal_made_together(bool heals) override { return shard_optimizer_ && rank_zero_says(heals); }
+  std::optional<HealState> heal_made_together(bool heals, const std::function<HealState()>& own) override {
+    return shard_optimizer_ && rank_zero_says(heals) ? std::optional(own()) : std::nullopt;
+  }
   // Fault tolerant, every unit and after start(): the island's other ranks read the windows their rank 0's shard of
   // the members implies (rank 0's loader rank + their island rank, its world and position) and take its tokens per
   // step (returned; rank 0's own on rank 0). Collective in the island.

@@ -4,12 +4,18 @@
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/launch/launcher.h"
+#include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/run_state.h"
 
 namespace tributary {
 
 PipelineSync::PipelineSync(const Session& session, const Layout& layout)
-    : blocks_per_level_(session.config().model.blocks_per_level()), launched_rank_(session.env().rank) {
+    : blocks_per_level_(session.config().model.blocks_per_level()),
+      launched_rank_(session.env().rank),
+      launched_world_(session.env().world_size),
+      tied_embeddings_(session.config().model.tie_embeddings),
+      fault_tolerant_(session.config().dist.fault_tolerant) {
   const RunConfig& config = session.config();
   const DistEnv& env = session.env();
   const auto& par = config.parallel;
@@ -34,17 +40,30 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
   log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), place_.replica(),
             layout_.begin(stage()), layout_.end(stage()) - 1);
   if (session.links() && env.rank == 0) log::info("pipelines on {}", session.links()->describe());
-  auto options_among = [&](const std::vector<int>& members) { return session.group_options(members); };
+  if (fault_tolerant_ && env.island_life < 0)
+    fail(
+        "dist.fault_tolerant = true with pipelines: start every machine's pipeline with `tributary launch "
+        "--restart-island --max-restarts N` (a pipeline that loses a stage starts again as a whole)");
+  TRIB_CHECK(!fault_tolerant_ || layout.pipelines_per_island() == 1, "a fault-tolerant pipeline is one machine's");
+  // Fault tolerant, the stages wait for their lead (at its next step, or for what it tells them) while it is in a
+  // round of the quorum, which may wait a whole collective deadline for a peer pipeline and then a heartbeat
+  // deadline: they give up on it only after that. A stage lost inside the pipeline is its launch's to notice.
+  const auto following = std::chrono::milliseconds(
+      int64_t((2 * config.dist.collective_timeout_s + config.dist.heartbeat_timeout_s) * 1000));
+  auto options_among = [&](const std::vector<int>& members) {
+    comm::GroupOptions options = session.group_options(members);
+    if (fault_tolerant_) options.collective_timeout = following;
+    return options;
+  };
+  const std::string life = env.island_life > 0 ? fmt::format(".life{}", env.island_life) : "";
   const std::vector<int> pipe_members = layout.pipeline_ranks(), data_members = layout.stage_replica_ranks();
   comm::Store store = session.store();
   const std::optional<comm::RunKey> key = comm::invocation_key(store);  // this invocation's MACs
-  if (key) {
-    mac_.emplace(*key);
-    store_ = store;
-  }
+  if (key) mac_.emplace(*key);
+  store_ = store;
   // Each group has its own store prefix; every member creates it with its rank within the group.
   pipe_ = std::make_unique<comm::Group>(store, int(stage()), int(p), options_among(pipe_members),
-                                        fmt::format("pipe.{}", place_.replica()));
+                                        fmt::format("pipe.{}{}", place_.replica(), life));
   const int64_t d = layout.pipelines_per_island();
   if (d > 1) {  // several pipelines per island: a stage's replicas in the island average every step
     data_ = std::make_unique<comm::Group>(store, int(layout.pipeline_in_island()), int(d),
@@ -57,7 +76,20 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
   // DiLoCo per stage across the pipelines, or across the islands through each island's first pipeline. The exchange
   // pads with the modelled time itself.
   const std::vector<int> across = d > 1 ? layout.lead_stage_ranks() : data_members;
-  if (diloco && layout.pipeline_in_island() == 0)
+  if (fault_tolerant_ && stage() == 0) {
+    const std::vector<int> leads = layout.lead_stage_ranks();
+    across_ = std::make_unique<ReplicaSync>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
+                                                                .heartbeat_store = session.reconnect(kIslandsScope),
+                                                                .id = int(layout.islands().island()),
+                                                                .size = int(layout.islands().count()),
+                                                                .joining = env.joining,
+                                                                .link = session.links_among(leads),
+                                                                .noun = "pipeline"});
+    if (env.rank == 0 && !env.joining)
+      log::info(
+          "fault-tolerant pipelines: the quorum's members are the pipelines, each spoken for by its stage 0, which "
+          "exchanges the whole model");
+  } else if (diloco && !fault_tolerant_ && layout.pipeline_in_island() == 0)
     stage_replicas_ =
         std::make_unique<ReplicaSync>(config, ReplicaGroup{.store = store,
                                                            .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
@@ -67,7 +99,7 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
-                                         fmt::format("tie.{}", place_.replica()));
+                                         fmt::format("tie.{}{}", place_.replica(), life));
   if (key) {
     if (tie_) tie_sealed_ = std::make_unique<comm::Exchange>(*tie_, comm::ExchangeOptions{.mac_key = key});
     if (data_) data_sealed_ = std::make_unique<comm::Exchange>(*data_, comm::ExchangeOptions{.mac_key = key});
@@ -77,14 +109,37 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
     report_ =
         std::make_unique<comm::LaggedReduce>(store, int(stage()), int(p), options,
                                              fmt::format("report.{}", place_.replica()), int(config.local.queue_steps));
+  if (env.joining) return;  // a pipeline started again: its lead speaks for it; nothing is collective over the run
   world_ = std::make_unique<comm::Group>(store, env.rank, env.world_size, options, "world");
-  stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
+  if (!fault_tolerant_)  // fault tolerant, the stop travels with the quorum's rounds
+    stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, options);
 }
 
 PipelineSync::~PipelineSync() = default;
 
 Started PipelineSync::start(const StartState& s) {
   Started started = Sync::start(s);
+  if (fault_tolerant_) {
+    TRIB_CHECK(s.params, "a fault-tolerant pipeline starts with the whole model's parameters");
+    params_ = *s.params;
+    state_ =
+        std::make_unique<PipelineState>(params_, s.optimizer, layout_, stage(), blocks_per_level_, tied_embeddings_,
+                                        [this](std::vector<torch::Tensor>& t, int root) { broadcast_sealed(t, root); });
+    if (s.joining) {
+      started.pending = join(s);
+      return started;
+    }
+    if (across_) {
+      const ReplicaResume resume = s.ckpt ? replica_resume(*s.ckpt) : ReplicaResume{};
+      if (s.ckpt && !resume.outer)
+        fail("the checkpoint at step {} has no DiLoCo outer state ({}): resume from an earlier one", s.progress.step,
+             kOuterFile);
+      across_->rounds().start(params_, s.progress.step, resume.outer ? &*resume.outer : nullptr, resume.progress);
+    }
+    world_->barrier();  // every rank got here: a worker that dies from now on is restarted by its launch
+    if (launched_rank_ == 0) store_->set(kRunStartedKey, "1");
+    return started;
+  }
   if (!stage_replicas_) return started;
   if (!s.ckpt) {
     stage_replicas_->rounds().start(s.trained);
@@ -98,10 +153,115 @@ Started PipelineSync::start(const StartState& s) {
 void PipelineSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
   consolidate(params);
   if (aux_params && !aux_params->empty()) consolidate_aux_heads(*aux_params);
+  if (!fault_tolerant_) return;
+  state_->gather_moments();
+  if (across_) moments_ = state_->moments();
+}
+
+std::optional<PendingHeal> PipelineSync::join(const StartState& s) {
+  std::optional<PendingHeal> pending;
+  if (across_) {  // the lead heals the pipeline's whole state from a peer pipeline's lead
+    HealState heal = heal_state(s.trained, s.optimizer, s.loader, s.progress);
+    heal.tensors = state_->tensors();
+    heal.num_params = state_->num_params();
+    pending =
+        join_run(*across_->admission(), params_, std::move(heal), s.optimizer, s.loader, s.progress, s.total_steps);
+  }
+  // What the lead healed, to its stages: the step, tokens, elapsed time and optimizer steps, then the parameters and
+  // every stage's moments.
+  auto meta = torch::tensor({s.progress.step, s.progress.tokens, s.optimizer.num_steps()}, torch::kInt64);
+  auto elapsed = torch::full({1}, s.progress.elapsed_before, torch::kFloat64);
+  std::vector<torch::Tensor> told = {meta, elapsed};
+  broadcast_sealed(told, 0);
+  s.progress.step = told[0][0].item<int64_t>();
+  s.progress.tokens = told[0][1].item<int64_t>();
+  s.optimizer.set_num_steps(told[0][2].item<int64_t>());
+  s.progress.elapsed_before = told[1].item<double>();
+  state_->from_lead();
+  // Each stage's sum of the moments its own optimizer now holds.
+  std::vector<double> took;
+  for (const auto& sums : gather_stages({state_->moment_sums()[size_t(stage())]})) took.push_back(sums.at(0));
+  if (across_ && s.progress.step < s.total_steps)
+    log::info("pipeline {}: its {} stages took the parameters and AdamW moments healed (moment sums {:.6e})",
+              place_.islands().island(), layout_.stages(), fmt::join(took, ", "));
+  return pending;
+}
+
+int64_t PipelineSync::lead_says(int64_t mine) {
+  std::vector<torch::Tensor> said = {torch::tensor({mine}, torch::kInt64)};
+  pipe_->broadcast(said, 0);
+  return said[0][0].item<int64_t>();
+}
+
+AfterStep PipelineSync::member_after_step(int64_t step, double lr, bool last) {
+  // The lead's whole model is made current only for a round: each stage broadcasts its own parameters.
+  const bool due = lead_says(across_ && across_->rounds().round_due(step, lr, last)) != 0;
+  if (due) consolidate(params_);
+  AfterStep after{.quiescent = quiescent_};
+  if (across_) after = across_->rounds().step_ended(step, lr, params_, last);
+  if (!due) return {.landed = false, .quiescent = quiescent_};
+  std::vector<torch::Tensor> flags = {torch::tensor({int64_t(after.landed), int64_t(after.quiescent)}, torch::kInt64)};
+  pipe_->broadcast(flags, 0);
+  const bool landed = flags[0][0].item<int64_t>() != 0;
+  quiescent_ = flags[0][1].item<int64_t>() != 0;
+  if (landed) {  // the round's result, to every stage
+    std::vector<torch::Tensor> whole;
+    for (auto& [name, t] : params_) whole.push_back(t.detach().to(torch::kCPU).contiguous());
+    broadcast_sealed(whole, 0);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < whole.size(); ++i)
+      if (!whole[i].is_same(params_[i].second)) params_[i].second.copy_(whole[i]);
+  }
+  return {.landed = landed, .quiescent = quiescent_};
+}
+
+std::optional<HealState> PipelineSync::heal_made_together(bool heals, const std::function<HealState()>& own) {
+  if (!fault_tolerant_ || lead_says(heals) == 0) return std::nullopt;
+  consolidate(params_);
+  state_->gather_moments();
+  if (!across_) return std::nullopt;
+  log::info("pipeline {}: a heal's state made by its {} stages (moment sums {:.6e})", place_.islands().island(),
+            layout_.stages(), fmt::join(state_->moment_sums(), ", "));
+  HealState heal = own();
+  heal.tensors = state_->tensors();
+  heal.num_params = state_->num_params();
+  return heal;
+}
+
+int64_t PipelineSync::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
+  if (!fault_tolerant_) return tokens_per_step;
+  const LoaderPosition at = loader.position();
+  std::vector<torch::Tensor> lead = {torch::tensor(
+      {loader.rank(), loader.world_size(), int64_t(at.epoch), int64_t(at.cursor), tokens_per_step}, torch::kInt64)};
+  pipe_->broadcast(lead, 0);
+  if (stage() == 0) return tokens_per_step;
+  const auto v = lead[0];
+  const int64_t rank = v[0].item<int64_t>(), world = v[1].item<int64_t>();
+  if (loader.rank() != rank || loader.world_size() != world) loader.reshard(rank, world);
+  loader.set_position({uint64_t(v[2].item<int64_t>()), uint64_t(v[3].item<int64_t>())});
+  return v[4].item<int64_t>();
+}
+
+bool PipelineSync::stop_agreed(bool local_stop) {
+  if (!fault_tolerant_) return stop_vote_->step(local_stop);
+  // Any stage's wish is its pipeline's: the lead votes with it in the quorum's rounds and tells the pipeline.
+  std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
+  pipe_->all_reduce_sum(wish);
+  return lead_says(across_ && across_->stop_agreed(wish[0][0].item<int64_t>() > 0)) != 0;
 }
 
 bool PipelineSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& rank_state,
                                    CheckpointContents& contents) {
+  if (fault_tolerant_) {
+    // The leads' checkpoint, as the whole model's fault-tolerant replicas take it (the living ones): the whole model
+    // and every stage's moments (before_read gathered them), with the lead's own random state.
+    if (!across_) return false;
+    NamedTensors optim = moments_;
+    for (const auto& entry : rank_state.optim_state)
+      if (entry.first == "rng.cpu") optim.push_back(entry);
+    const RankState lead{.params = rank_state.params, .optim_state = optim, .position = rank_state.position};
+    return across_->checkpoint_part(run_dir, step, lead, contents);
+  }
   ReplicaSync* replicas = stage_replicas_.get();
   const NamedTensors outer = replicas ? replicas->rounds().outer_state() : NamedTensors{};
   const NamedTensors codec = replicas ? replicas->codec_state() : NamedTensors{};
@@ -116,6 +276,7 @@ bool PipelineSync::checkpoint_part(const fs::path& run_dir, int64_t step, const 
 }
 
 AfterStep PipelineSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
+  if (fault_tolerant_) return member_after_step(step, lr, last);
   bool landed = false;
   quiescent_ = true;
   if (stage_replicas_) {

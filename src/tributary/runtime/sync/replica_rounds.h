@@ -32,7 +32,7 @@ struct AfterStep {
   bool over = false;  // the run's work is done before its last step (asynchronous rounds: the merges took its tokens)
 };
 
-// Size: the loop's fourteen questions and the five a heal asks (enter, adopt_progress, check_identical,
+// Size: the loop's fifteen questions and the five a heal asks (enter, adopt_progress, check_identical,
 // diloco_phase, step_now), which are about the same state: the phase (data parallel, warm-up, DiLoCo) and the outer
 // loop's units.
 class ReplicaRounds {
@@ -62,6 +62,13 @@ class ReplicaRounds {
   // After each step: DiLoCo's outer steps due, and with `last` (the run's last step) those of units with pending inner
   // steps.
   AfterStep step_ended(int64_t step, double lr, NamedTensors& params, bool last);
+  // Whether step_ended(step, lr, ..., last) would read the parameters: an outer step sent or landed, or DiLoCo
+  // starting after the warm-up (a pipeline's lead makes its copy of the whole model current for it).
+  bool round_due(int64_t step, double lr, bool last) const {
+    if (ddp_) return false;
+    if (in_warmup_) return step >= config_.dist.warmup_ddp_steps;
+    return outer_->due(step, lr, last);
+  }
   int64_t outer_steps() const { return outer_ ? outer_->outer_steps() : 0; }
   int64_t inner_steps_now() const { return outer_ ? outer_->inner_steps_now() : config_.dist.inner_steps; }
   // This rank's traffic since the last call; comm_s is the time the training thread was blocked on communication.

@@ -72,6 +72,7 @@ struct RunPeers {
 // What the start takes over: the state a resume restored (ckpt) or that a joiner heals into.
 struct StartState {
   NamedTensors& trained;
+  NamedTensors* params = nullptr;  // every parameter of the model (a pipeline stage trains its own part: trained)
   AdamW& optimizer;
   BatchLoader& loader;
   RunProgress& progress;
@@ -111,11 +112,15 @@ class Sync {
 
   // The round after each step: the outer steps due (`last`: and those pending). True on every rank alike.
   virtual AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) { return {}; }
-  // Between rounds, fault tolerant: a member of several ranks (an island) makes a heal's state together when its lead
-  // heals (`heals`: the lead's answer; with ZeRO-1 the AdamW state is sharded over them), and its ranks read the data
-  // shard and tokens per step their lead has (returned; `tokens_per_step` where a member is one rank). Collective
-  // inside the member.
-  virtual bool heal_made_together(bool heals) { return false; }
+  // Between rounds, fault tolerant: a member of several ranks makes the state a heal sends together when its lead
+  // heals (`heals`: the lead's answer; an island with ZeRO-1 gathers its AdamW shards, a pipeline every stage's
+  // parameters and moments), and its ranks read the data shard and tokens per step their lead has (returned;
+  // `tokens_per_step` where a member is one rank). Collective inside the member. heal_made_together returns the state
+  // on the lead when made together (`own`: this rank's heal_state(), which it may use), nullopt otherwise (the lead
+  // makes its own).
+  virtual std::optional<HealState> heal_made_together(bool heals, const std::function<HealState()>& own) {
+    return std::nullopt;
+  }
   virtual int64_t follow_lead(BatchLoader& loader, int64_t tokens_per_step) { return tokens_per_step; }
 
   // Before the whole model is read (evaluation, checkpoint): this rank's copy made whole and current.
