@@ -115,6 +115,26 @@ TEST_F(Distributed, AStageLostTakesItsPipelineOutAndItRejoinsFromAPeerPipeline) 
       << "the pipelines' models are one after the last outer step";
 }
 
+TEST_F(Distributed, APipelineRestartedMidRoundIsHealedAndCountsInThatRound) {
+  // H = 20 and every worker slowed 10x, so the round outlasts the pipeline's restart: rank 3 (pipeline 1's stage 1)
+  // dies at step 2, pipeline 1 starts again and asks to join; pipeline 0's lead heals it mid-round (both of pipeline
+  // 0's stages make the state) and the healed pipeline's pseudo-gradient counts in round x0 already.
+  auto [rc, out] = two_pipelines("ftp_midround",
+                                 kFaultTolerant +
+                                     " --set train.steps=20 --set dist.inner_steps=20 --set dist.heartbeat_timeout_s=5 "
+                                     "--set dist.slow_workers=0:10,1:10,2:10,3:10",
+                                 kRestartPipeline, "TRIBUTARY_FAIL_RANK=3 TRIBUTARY_FAIL_STEP=2");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("pipeline 1 healed from the lead at step"), std::string::npos) << out;
+  EXPECT_NE(out.find("pipeline 1 joined at step 20 (round x0)"), std::string::npos) << out;
+  const std::string sent = sums_after(out, "pipeline 0: a heal's state made by its 2 stages");
+  ASSERT_FALSE(sent.empty()) << out;
+  EXPECT_EQ(sums_after(out, "pipeline 1: its 2 stages took"), sent) << out;
+  const fs::path ckpt = checkpoint("ftp_midround", 20);
+  ASSERT_TRUE(fs::exists(ckpt / "rank-1.model.safetensors")) << out;
+  EXPECT_TRUE(read_file(ckpt / "model.safetensors") == read_file(ckpt / "rank-1.model.safetensors"));
+}
+
 TEST_F(Distributed, AFaultTolerantPipelinesCheckpointHoldsEveryStageAndResumes) {
   // The leads' checkpoint holds the whole model and every stage's AdamW moments; a resume hands each stage its part
   // and goes on to the end.
@@ -143,9 +163,9 @@ TEST_F(Distributed, AFaultTolerantPipelinesCheckpointHoldsEveryStageAndResumes) 
 
 TEST_F(Distributed, FaultTolerantPipelinesThatCannotRestartAsAWholeAreRefusedBeforeTraining) {
   // Without islands a pipeline's machine is unknown: refused with the settings to use.
-  auto [rc, out] = sh(fmt::format(
-      "{} launch --nproc 2 --master-port 0 --{}", TRIBUTARY_CLI,
-      tiny("ftp_bad", "--set train.steps=4 --set parallel.pipeline_stages=2 " + kFaultTolerant)));
+  auto [rc, out] =
+      sh(fmt::format("{} launch --nproc 2 --master-port 0 --{}", TRIBUTARY_CLI,
+                     tiny("ftp_bad", "--set train.steps=4 --set parallel.pipeline_stages=2 " + kFaultTolerant)));
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("each machine runs one whole pipeline"), std::string::npos) << out;
   // One pipeline per machine, but launched without --restart-island.

@@ -4,8 +4,8 @@
 
 namespace tributary {
 
-PipelineState::PipelineState(NamedTensors& params, AdamW& optimizer, const pipeline::StageLayout& layout,
-                             int64_t stage, int64_t blocks_per_level, bool tied_embeddings, Broadcast broadcast)
+PipelineState::PipelineState(NamedTensors& params, AdamW& optimizer, const pipeline::StageLayout& layout, int64_t stage,
+                             int64_t blocks_per_level, bool tied_embeddings, Broadcast broadcast)
     : broadcast_(std::move(broadcast)), tensors_(params), num_params_(params.size()) {
   for (int64_t s = 0; s < layout.stages(); ++s) {
     const size_t first = tensors_.size();
@@ -14,7 +14,8 @@ PipelineState::PipelineState(NamedTensors& params, AdamW& optimizer, const pipel
     } else {
       // The order AdamW::state() has on stage s: per parameter, its first then its second moment.
       for (const auto& [name, p] : pipeline::stage_params(params, layout, s, blocks_per_level, tied_embeddings))
-        for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) tensors_.emplace_back(name + suffix, torch::zeros_like(p));
+        for (const char* suffix : {".exp_avg", ".exp_avg_sq"})
+          tensors_.emplace_back(name + suffix, torch::zeros_like(p));
     }
     stage_range_.emplace_back(first, tensors_.size());
   }
