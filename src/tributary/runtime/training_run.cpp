@@ -123,6 +123,9 @@ void TrainingRun::start_training() {
   blocked_s_ = peers.blocked_s;
   if (step_.take_stage_stats) stages_.emplace(std::move(step_.take_stage_stats));
   parts_.model->train();
+  // The start's own traffic (a resume's or a heal's state, the replica checks) counts in the run's totals, not in the
+  // first log line's share of time in communication, which divides by the steps' time alone.
+  if (ReplicaRounds* r = rounds()) count_traffic(r->take_stats());
   run_start_ = Clock::now();
   tokens_at_start_ = progress_.tokens;
 }
