@@ -52,6 +52,12 @@ std::string traffic_line(const TrainSummary& s) {
     return fmt::format("{} pipeline(s) of {} stages: rank 0 sent {:.2f} MB (activations, their gradients{}); {}",
                        pipelines, stages, s.bytes_sent / 1e6, across, blocked);
   }
+  if (s.kind == RunKind::kIslands && s.sync == SyncKind::kAsyncDiloco)
+    return fmt::format(
+        "{} islands ({} ranks), asynchronous DiLoCo across: rank 0 posted {:.2f} MB of updates and fetched {:.2f} MB "
+        "of global versions over the slow link, and sent {:.2f} MB of gradients inside its island; it ended at "
+        "version {}",
+        s.islands, s.world_size, s.bytes_sent / 1e6, s.bytes_recv / 1e6, s.bytes_inside / 1e6, s.outer_steps);
   if (s.kind == RunKind::kIslands)
     return fmt::format(
         "{} islands ({} ranks), DiLoCo across: rank 0 sent {:.2f} MB of its outer shard in {} outer steps over the "

@@ -83,3 +83,31 @@ TEST_F(Distributed, AsyncDilocoTakesARestartedReplicaBackFromTheNewestVersion) {
   EXPECT_GT(merged_after, 0) << "the restarted replica's updates were merged again";
   EXPECT_TRUE(merges.back()["done"].get<bool>());
 }
+
+TEST_F(Distributed, AsyncIslandsTrainDataParallelInsideAndNeverWaitForEachOtherAcross) {
+  // Two islands of two ranks; island 1's ranks are 3x slower. Inside an island the ranks average their gradients
+  // every step (and are checked identical after every adoption); across, each island's rank 0 posts its round and
+  // adopts the newest version without waiting: the fast island takes more steps than train.steps while the slow one
+  // lags, and the run ends when the merges took in the run's tokens.
+  auto [rc, out] = sh(std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --" +
+                      tiny("async_islands",
+                           "--set dist.algorithm=async_diloco --set parallel.islands=2 --set train.steps=60 "
+                           "--set train.batch_size=4 --set dist.inner_steps=5 --set dist.heartbeat_timeout_s=5 "
+                           "--set dist.store_timeout_s=30 --set dist.slow_workers=2:3,3:3"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("2 islands: data parallel inside"), std::string::npos) << out;
+  const auto merges = merges_of("async_islands");
+  ASSERT_GT(merges.size(), 4u) << out;
+  expect_consecutive(merges);
+  std::set<int> posters;
+  for (const auto& j : merges)
+    for (const auto& u : j["merged"]) posters.insert(u["replica"].get<int>());
+  EXPECT_EQ(posters, (std::set<int>{0, 1})) << "both islands' updates are merged";
+  EXPECT_TRUE(merges.back()["done"].get<bool>());
+  EXPECT_GE(merges.back()["tokens"].get<int64_t>(), 60 * 4 * 4 * 64) << "the run ends by its tokens";
+  const auto summary = nlohmann::json::parse(read_file(work() / "async_islands" / "summary.json"));
+  EXPECT_EQ(summary["algorithm"], "islands+async_diloco");
+  EXPECT_GT(summary["steps"].get<int64_t>(), 60) << "the fast island (the lead's) did not wait for the slow one";
+  EXPECT_GT(summary["bytes_inside_island"].get<double>(), 0) << "data parallel inside the island";
+  EXPECT_LT(summary["val_bpb"].get<double>(), summary["unigram_bpb"].get<double>());
+}

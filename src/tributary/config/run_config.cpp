@@ -386,12 +386,18 @@ void validate_model(const RunConfig& c) {
 
 // Asynchronous DiLoCo runs replicas of the whole model that never meet in a collective: what needs one is refused.
 void validate_async(const RunConfig& c) {
-  const std::string why = "dist.algorithm = async_diloco: replicas of the whole model post their updates alone";
-  if (c.parallel.pipeline_stages > 1 || !c.parallel.islands.empty() || !c.dipaco.modules.empty() || c.local.chunks > 0)
+  const std::string why =
+      "dist.algorithm = async_diloco: replicas of the whole model (or islands of them) post their updates alone";
+  if (c.parallel.pipeline_stages > 1 || !c.dipaco.modules.empty() || c.local.chunks > 0)
     fail(
-        "{}; pipeline stages, islands, local parallelism and DiPaCo are not asynchronous yet: use dist.algorithm = "
-        "diloco with them",
+        "{}; pipeline stages, local parallelism and DiPaCo are not asynchronous yet: use dist.algorithm = diloco with "
+        "them",
         why);
+  if (!c.parallel.island_steps.empty())
+    fail(
+        "dist.algorithm = async_diloco with parallel.island_steps = '{}': asynchronous islands need no pace (a faster "
+        "island posts more rounds); drop parallel.island_steps",
+        c.parallel.island_steps);
   if (c.dist.fault_tolerant)
     fail(
         "{}, so a death needs no agreement: drop dist.fault_tolerant (launch --max-restarts still restarts a dead "

@@ -84,9 +84,10 @@ void Layout::place_islands(const LayoutSpec& spec) {
                                                 : nullptr;
     if (other)
       fail("parallel.islands with {} is not supported yet: islands run data parallel inside and DiLoCo across", other);
-    if (!spec.diloco)
+    if (!spec.diloco && !spec.async)
       fail(
-          "parallel.islands needs dist.algorithm = diloco (DiLoCo across the islands); with dist.algorithm = ddp "
+          "parallel.islands needs dist.algorithm = diloco or async_diloco (DiLoCo across the islands); with "
+          "dist.algorithm = ddp "
           "every rank would average every step across the slow link the islands avoid");
     if (islands.size() == 1)
       fail("parallel.islands = '{}' makes one island of all {} ranks: give two or more", spec.islands, spec.world_size);
@@ -209,7 +210,7 @@ Layout Layout::resolve(const LayoutSpec& spec) {
   if (l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands ||
       (l.kind_ == RunKind::kPipelines && l.replicas_ > 1))
     l.sync_ = spec.diloco ? SyncKind::kDiloco : SyncKind::kDataParallel;
-  if (l.kind_ == RunKind::kReplicas && spec.async) l.sync_ = SyncKind::kAsyncDiloco;
+  if ((l.kind_ == RunKind::kReplicas || l.kind_ == RunKind::kIslands) && spec.async) l.sync_ = SyncKind::kAsyncDiloco;
   if (l.sync_ == SyncKind::kDiloco) l.warmup_ddp_steps_ = spec.warmup_ddp_steps;
 
   l.rank_at_.assign(size_t(l.replicas_), std::vector<int>(size_t(l.stages_), 0));
@@ -281,7 +282,7 @@ std::string Layout::name() const {
     case RunKind::kDipaco:
       return "dipaco";
     case RunKind::kIslands:
-      return "islands";
+      return sync_ == SyncKind::kAsyncDiloco ? "islands+async_diloco" : "islands";
   }
   return "?";
 }
@@ -310,12 +311,14 @@ std::string Layout::describe() const {
       return fmt::format("layout: DiPaCo, {} worker(s) claiming path tasks", world_size_);
     case RunKind::kIslands:
       return fmt::format(
-          "layout: {} islands of {} ranks, data parallel inside, DiLoCo across, {}{}; rank {} is rank {} of island {}",
+          "layout: {} islands of {} ranks, data parallel inside, {}{}; rank {} is rank {} of island {}",
           islands_.count(), fmt::join(islands_.sizes(), "/"),
-          islands_.leads_exchange()
-              ? std::string("fault tolerant: the islands are the quorum's members, their ranks 0 exchange the whole "
-                            "model")
-              : fmt::format("the outer exchange sharded {} way(s)", islands_.outer_shards()),
+          sync_ == SyncKind::kAsyncDiloco
+              ? std::string("asynchronous DiLoCo across (each island's rank 0 posts and adopts without waiting)")
+          : islands_.leads_exchange()
+              ? std::string("DiLoCo across, fault tolerant: the islands are the quorum's members, their ranks 0 "
+                            "exchange the whole model")
+              : fmt::format("DiLoCo across, the outer exchange sharded {} way(s)", islands_.outer_shards()),
           islands_.batches_per_tick() != world_size_
               ? fmt::format(", time-paced: {} optimizer steps per tick", fmt::join(islands_.all_steps(), "/"))
               : "",

@@ -145,8 +145,12 @@ TEST(Config, AsynchronousDilocoRefusesWhatNeedsACollectiveNamingTheKey) {
   auto load = [](std::vector<std::string> o) { return error_of([&] { RunConfig::load("", o); }); };
   EXPECT_EQ(load({"dist.algorithm=async_diloco", "dist.compression=int8", "dist.min_quorum=3", "dist.grace_s=0.5"}),
             "");
-  auto msg = load({"dist.algorithm=async_diloco", "parallel.islands=2"});
-  EXPECT_NE(msg.find("islands, local parallelism and DiPaCo are not asynchronous yet"), std::string::npos) << msg;
+  EXPECT_EQ(load({"dist.algorithm=async_diloco", "parallel.islands=2"}), "") << "islands asynchronous to each other";
+  auto msg = load({"dist.algorithm=async_diloco", "parallel.pipeline_stages=2"});
+  EXPECT_NE(msg.find("pipeline stages, local parallelism and DiPaCo are not asynchronous yet"), std::string::npos)
+      << msg;
+  msg = load({"dist.algorithm=async_diloco", "parallel.islands=2", "parallel.island_steps=2,1"});
+  EXPECT_NE(msg.find("asynchronous islands need no pace"), std::string::npos) << msg;
   msg = load({"dist.algorithm=async_diloco", "dist.fault_tolerant=true"});
   EXPECT_NE(msg.find("drop dist.fault_tolerant"), std::string::npos) << msg;
   msg = load({"dist.algorithm=async_diloco", "dist.compression=sparseloco"});

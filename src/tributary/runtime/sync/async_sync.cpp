@@ -13,14 +13,21 @@
 namespace tributary {
 
 AsyncSync::AsyncSync(const Session& session)
+    : AsyncSync(session, {.id = session.env().rank,
+                          .count = session.env().world_size,
+                          .lead = session.env().lead(),
+                          .links = session.links()}) {}
+
+AsyncSync::AsyncSync(const Session& session, AsyncMember member)
     : session_(session),
-      rank_(session.env().rank),
-      replicas_(session.env().world_size),
-      lead_(session.env().lead()),
+      rank_(member.id),
+      replicas_(member.count),
+      links_(member.links),
+      lead_(member.lead),
       inner_steps_(session.config().dist.inner_steps),
-      board_(session.reconnect(), session.config().dist.compression, session.links(), session.env().rank) {
+      board_(session.reconnect(), session.config().dist.compression, member.links, member.id) {
   const RunConfig& c = session.config();
-  tokens_per_step_ = c.train.batch_size * c.train.grad_accum * c.model.context;
+  tokens_per_step_ = member.ranks * c.train.batch_size * c.train.grad_accum * c.model.context;
   rules_ = {.replicas = replicas_,
             .min_quorum = c.dist.min_quorum > 0 ? c.dist.min_quorum : (replicas_ + 1) / 2,
             .grace_s = c.dist.grace_s,
@@ -66,14 +73,19 @@ Started AsyncSync::start(const StartState& state) {
         "a new run with train.init_from = '{}' to continue from its model",
         state.ckpt->dir.string());
   Started started = Sync::start(state);
-  for (const auto& [name, t] : state.trained) {
+  enter(state.trained);
+  return started;
+}
+
+void AsyncSync::enter(NamedTensors& trained) {
+  for (const auto& [name, t] : trained) {
     anchor_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
     global_.emplace_back(name, anchor_.back().second.clone());  // version 1: every replica initialised alike
     names_.push_back(name);
   }
   merger_ = std::make_unique<AsyncMerger>(
-      UpdateBoard(session_.reconnect(), session_.config().dist.compression, session_.links(), rank_),
-      session_.reconnect(), rank_, rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); });
+      UpdateBoard(session_.reconnect(), session_.config().dist.compression, links_, rank_), session_.reconnect(), rank_,
+      rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); });
   merger_->run();
   // Every rank met the others at the session's rendezvous: launch may restart the dead from now on.
   thread_.run<int>([this] {
@@ -84,9 +96,8 @@ Started AsyncSync::start(const StartState& state) {
   // the model every replica initialised alike.
   if (auto newest = thread_.run<std::optional<Fetched>>([this] { return fetch_newest(1, {}); })) {
     log::info("replica {} joins the asynchronous run at version {}", rank_, newest->version);
-    adopt(std::move(*newest), state.trained);
+    adopt(std::move(*newest), trained);
   }
-  return started;
 }
 
 std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t have, const NamedTensors& have_params) {

@@ -32,13 +32,28 @@
 
 namespace tributary {
 
+// Who posts: a replica of the whole model is its launch rank; an island is one member spoken for by its rank 0
+// (runtime/sync/island_sync.h), whose step trains its ranks' batches.
+struct AsyncMember {
+  int id = 0, count = 1;
+  int64_t ranks = 1;                     // the ranks one step of the member trains on
+  bool lead = false;                     // the run's lead: it reads and writes the global model
+  std::optional<comm::LinkModel> links;  // the emulated links among the members, by id; none without dist.wan
+};
+
 class AsyncSync : public Sync {
  public:
+  // The whole model's replicas: every launch rank is a member.
   explicit AsyncSync(const Session& session);
+  AsyncSync(const Session& session, AsyncMember member);
   ~AsyncSync() override;
 
   Share share() const override;
-  Started start(const StartState& state) override;
+  Started start(const StartState& state) override;  // the peak, then enter()
+  // Starts posting and merging from `trained` (version 1: every member initialised alike), or from the newest version
+  // when one exists (a restarted member adopts it). A sync that composes this one (islands) calls it instead of
+  // start().
+  void enter(NamedTensors& trained);
   AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
   void before_read(NamedTensors& params, NamedTensors* aux_params) override;
   bool checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
@@ -73,7 +88,8 @@ class AsyncSync : public Sync {
   void write_merge(const nlohmann::json& merge);
 
   const Session& session_;
-  int rank_, replicas_;
+  int rank_, replicas_;  // this member's id and the members' number
+  std::optional<comm::LinkModel> links_;
   bool lead_;
   int64_t inner_steps_, tokens_per_step_;
   MergeRules rules_;

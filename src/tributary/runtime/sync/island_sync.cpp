@@ -50,7 +50,8 @@ IslandSync::IslandSync(const Session& session, const Layout& layout)
       layout_(layout),
       shard_optimizer_(session.config().parallel.shard_optimizer),
       fault_tolerant_(session.config().dist.fault_tolerant),
-      store_(session.store()) {
+      store_(session.store()),
+      async_islands_(layout.sync() == SyncKind::kAsyncDiloco) {
   const RunConfig& config = session.config();
   const DistEnv& env = session.env();
   TRIB_CHECK(layout.kind() == RunKind::kIslands, "islands of a {} run", layout.name());
@@ -75,7 +76,16 @@ IslandSync::IslandSync(const Session& session, const Layout& layout)
                                                          .link = std::nullopt,
                                                          .prefix = fmt::format("island-dp.{}{}", island, life),
                                                          .part = false});
-  if (layout.islands().outer_shard() >= 0) {
+  if (async_islands_) {
+    std::vector<int> leads;
+    for (int64_t i = 0; i < layout.islands().count(); ++i) leads.push_back(int(layout.islands().begin(i)));
+    if (layout.islands().rank_in_island() == 0)
+      async_ = std::make_unique<AsyncSync>(session, AsyncMember{.id = int(island),
+                                                                .count = int(layout.islands().count()),
+                                                                .ranks = size,
+                                                                .lead = env.lead(),
+                                                                .links = session.links_among(leads)});
+  } else if (layout.islands().outer_shard() >= 0) {
     const std::vector<int> peers = layout.islands().outer_shard_ranks();
     auto link = session.links_among(peers);
     if (fault_tolerant_)
@@ -97,7 +107,7 @@ IslandSync::IslandSync(const Session& session, const Layout& layout)
   weigh_updates();
   if (env.joining) return;  // an island started again: its rank 0 speaks for it; nothing is collective over the run
   world_ = std::make_unique<comm::Group>(store_, env.rank, env.world_size, options, "world");  // start-up, checkpoints
-  if (!fault_tolerant_)  // fault tolerant, the stop travels with the quorum's rounds
+  if (!fault_tolerant_ && !async_islands_)  // fault tolerant, the stop travels with the quorum's rounds
     stop_vote_ = std::make_unique<comm::LaggedVote>(store_, env.rank, env.world_size, options);
 }
 
@@ -105,6 +115,16 @@ IslandSync::~IslandSync() = default;
 
 Share IslandSync::share() const {
   const IslandShape& shape = layout_.islands();
+  if (async_islands_)
+    return {.data = {env_.rank, env_.world_size},
+            .batches_per_step = shape.batches_per_tick(),
+            .replicas_of = " (islands)",
+            .line = !async_
+                        ? ""
+                        : fmt::format("{} islands: data parallel inside{}; across, {}", shape.count(),
+                                      shard_optimizer_ ? ", AdamW moments sharded (ZeRO-1)" : "", async_->share().line),
+            // a fast island may take the run's steps several times over while a slow one lags
+            .max_steps = 8 * config_.train.steps};
   return {.data = {env_.rank, env_.world_size},
           .batches_per_step = shape.batches_per_tick(),
           .steps_per_tick = shape.steps_per_tick(),
@@ -160,6 +180,19 @@ Started IslandSync::start(const StartState& s) {
     started.pending = join(s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
     return started;
   }
+  if (async_islands_) {
+    if (s.ckpt)
+      fail(
+          "dist.algorithm = async_diloco cannot resume a checkpoint yet (its islands stop at different steps): start "
+          "a new run with train.init_from = '{}' to continue from its model",
+          s.ckpt->dir.string());
+    start_island(s.trained, s.optimizer, 0, nullptr, nlohmann::json::array());
+    if (async_) async_->enter(s.trained);  // a restarted island's rank 0 adopts the newest version
+    std::vector<torch::Tensor> whole;
+    for (auto& [name, t] : s.trained) whole.push_back(t.detach());
+    from_lead(whole);
+    return started;
+  }
   const ReplicaResume resume = s.ckpt ? replica_resume(*s.ckpt) : ReplicaResume{};
   if (s.ckpt && !resume.outer)
     fail("the checkpoint at step {} has no DiLoCo outer state ({}): resume from an earlier one", s.progress.step,
@@ -172,6 +205,7 @@ void IslandSync::summarize(TrainSummary& summary) {
   summary.bytes_inside = inside_ ? inside_->rounds().take_stats().bytes_sent : 0;
   summary.world_size = env_.world_size;
   summary.islands = layout_.islands().count();
+  if (async_) async_->summarize(summary);
 }
 
 // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient counts
@@ -297,7 +331,34 @@ int64_t IslandSync::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
   return v[4].item<int64_t>();
 }
 
+AfterStep IslandSync::async_after_step(int64_t step, double lr, NamedTensors& params, bool last) {
+  AfterStep after = async_ ? async_->after_step(step, lr, params, last) : AfterStep{};
+  if (island_->size() > 1) {  // the island's other ranks learn from its rank 0 what it adopted, and whether it is over
+    std::vector<torch::Tensor> flags = {torch::tensor({int64_t(after.landed), int64_t(after.over)}, torch::kInt64)};
+    island_->broadcast(flags, 0);
+    after.landed = flags[0][0].item<int64_t>() != 0;
+    after.over = flags[0][1].item<int64_t>() != 0;
+    if (after.landed) {
+      std::vector<torch::Tensor> whole;
+      for (auto& [name, t] : params) whole.push_back(t.detach());
+      from_lead(whole);
+      inside_->rounds().check_identical(params, fmt::format("after adopting a global version at step {}", step));
+    }
+  }
+  after.quiescent = true;
+  return after;
+}
+
+void IslandSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
+  if (!async_islands_) return;
+  if (async_) async_->before_read(params, aux_params);
+  std::vector<torch::Tensor> whole;
+  for (auto& [name, t] : params) whole.push_back(t.detach());
+  from_lead(whole);
+}
+
 AfterStep IslandSync::after_step(int64_t step, double lr, NamedTensors& params, bool last) {
+  if (async_islands_) return async_after_step(step, lr, params, last);
   bool landed = false;
   if (across_) {
     const AfterStep after = across_->rounds().step_ended(step, lr, outer_params_, last);
@@ -345,6 +406,11 @@ NamedTensors IslandSync::whole_outer_state(const NamedTensors& params) {
 }
 
 bool IslandSync::stop_agreed(bool local_stop) {
+  if (async_islands_) {  // an island stops on its own, as an asynchronous replica does: any of its ranks' wish
+    std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
+    if (island_->size() > 1) island_->all_reduce_sum(wish);
+    return wish[0][0].item<int64_t>() > 0;
+  }
   if (!fault_tolerant_) return stop_vote_->step(local_stop);
   // Any rank's wish is its island's: rank 0 votes with it in the quorum's rounds, and tells the island the decision.
   std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
@@ -357,6 +423,7 @@ bool IslandSync::stop_agreed(bool local_stop) {
 
 bool IslandSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
                                  CheckpointContents& contents) {
+  if (async_islands_) return env_.lead();  // the lead's copy is the global model (before_read); nobody else writes one
   if (fault_tolerant_) {
     // The island leads' checkpoint, as the whole model's fault-tolerant replicas take it (the living ones). A lead's
     // loader reads one of n x members shards; as one of the members' shards it is n times further on.

@@ -19,6 +19,13 @@
 // the stop, the data shard). A rank lost inside an island takes the island out: the others' collectives fail, launch
 // starts the island again as its next life (groups island.<i>.life<L>), its rank 0 rejoins the quorum, heals from a
 // peer island's rank 0 and hands the state to the island's other ranks.
+//
+// Asynchronous (dist.algorithm = async_diloco, Decoupled DiLoCo's learners as sites): an island's inner data-parallel
+// group stays synchronous, the islands are asynchronous to each other. Each island's rank 0 is one member of
+// asynchronous DiLoCo (runtime/sync/async_sync.h: it posts its island's pseudo-gradient every H steps without waiting,
+// adopts each newer global version at once, and holds a merger candidate); when it adopts one it hands the model to
+// its island (one broadcast). An island stops on its own (its ranks' wishes), as an asynchronous replica does, and the
+// run's lead writes the global model.
 #pragma once
 
 #include <memory>
@@ -33,6 +40,7 @@
 #include "tributary/parallel/layout.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_state.h"
+#include "tributary/runtime/sync/async_sync.h"
 #include "tributary/runtime/sync/replica_sync.h"
 #include "tributary/runtime/sync/sync.h"
 
@@ -58,8 +66,11 @@ class IslandSync : public Sync {
   // Data parallel inside the island: the dense step averages its gradients through it (none for an island of one).
   StepPeers step_peers() override { return {.rounds = inside_ ? &inside_->rounds() : nullptr}; }
   // The outer steps due for this rank's shard (`last`: and the pending ones), then, when one landed, the island's
-  // all-gather of the shards. Landed on every rank of every island alike.
+  // all-gather of the shards. Landed on every rank of every island alike. Asynchronous: the island's rank 0's round
+  // and adoption, the adopted model handed to the island.
   AfterStep after_step(int64_t step, double lr, NamedTensors& params, bool last) override;
+  // Asynchronous: the lead reads the newest global version (async_sync.h), handed to its island.
+  void before_read(NamedTensors& params, NamedTensors* aux_params) override;
   // Fault tolerant: ZeRO-1's AdamW state a heal sends is gathered by the island's ranks together.
   std::optional<HealState> heal_made_together(bool heals, const std::function<HealState()>& own) override {
     return shard_optimizer_ && rank_zero_says(heals) ? std::optional(own()) : std::nullopt;
@@ -89,6 +100,7 @@ class IslandSync : public Sync {
   std::optional<PendingHeal> join(NamedTensors& params, AdamW& optimizer, BatchLoader& loader, RunProgress& progress,
                                   int64_t total_steps);
   bool stop_agreed(bool local_stop);
+  AfterStep async_after_step(int64_t step, double lr, NamedTensors& params, bool last);
   bool rank_zero_says(bool mine);  // fault tolerant: rank 0's `mine`, on every rank of the island; `mine` elsewhere
   std::vector<double> all_seconds(double mine);  // every rank's measured step seconds, in rank order
   NamedTensors whole_outer_state(const NamedTensors& params);
@@ -106,8 +118,10 @@ class IslandSync : public Sync {
   std::unique_ptr<comm::Group> island_, world_;
   std::unique_ptr<comm::LaggedVote> stop_vote_;
   std::unique_ptr<ReplicaSync> inside_, across_;
-  NamedTensors params_;        // every parameter (whole), for the island's all-gather after an outer step
-  NamedTensors outer_params_;  // this rank's outer shard: views of the parameters' rows
+  bool async_islands_;                // dist.algorithm = async_diloco: the islands asynchronous to each other
+  std::unique_ptr<AsyncSync> async_;  // then, on each island's rank 0: its member of asynchronous DiLoCo
+  NamedTensors params_;               // every parameter (whole), for the island's all-gather after an outer step
+  NamedTensors outer_params_;         // this rank's outer shard: views of the parameters' rows
   bool quiescent_ = true;
 };
 
