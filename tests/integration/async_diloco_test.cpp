@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -110,4 +112,29 @@ TEST_F(Distributed, AsyncIslandsTrainDataParallelInsideAndNeverWaitForEachOtherA
   EXPECT_GT(summary["steps"].get<int64_t>(), 60) << "the fast island (the lead's) did not wait for the slow one";
   EXPECT_GT(summary["bytes_inside_island"].get<double>(), 0) << "data parallel inside the island";
   EXPECT_LT(summary["val_bpb"].get<double>(), summary["unigram_bpb"].get<double>());
+}
+
+TEST_F(Distributed, TimePacedAsyncRoundsGiveAFastReplicaMoreStepsPerRoundAndASlowOneFewer) {
+  // dist.round_seconds: every replica posts after the same time of training, so replica 2 (4x slower) posts as often
+  // as the others with fewer steps per round, and each update counts the tokens it trained on.
+  auto [rc, out] =
+      sh(std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --" +
+         tiny("async_paced",
+              "--set dist.algorithm=async_diloco --set train.steps=120 --set train.batch_size=4 "
+              "--set dist.round_seconds=0.3 --set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 "
+              "--set dist.slow_workers=2:4"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("post every 0.3 s of training (time-paced rounds)"), std::string::npos) << out;
+  std::map<int, std::vector<int64_t>> tokens;  // per replica, its updates' tokens
+  for (const auto& j : merges_of("async_paced"))
+    for (const auto& u : j["merged"]) tokens[u["replica"].get<int>()].push_back(u["tokens"].get<int64_t>());
+  auto median = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? int64_t{0} : v[v.size() / 2];
+  };
+  ASSERT_EQ(tokens.size(), 3u) << out;
+  const int64_t fast = median(tokens[0]), slow = median(tokens[2]);
+  EXPECT_GT(fast, 2 * slow) << "a round of the fast replica holds more steps than one of the slow replica (" << fast
+                            << " vs " << slow << " tokens)";
+  EXPECT_GE(tokens[2].size() * 2, tokens[0].size()) << "the slow replica posts about as often";
 }

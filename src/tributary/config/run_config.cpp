@@ -87,6 +87,10 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
         0);
   s.add("dist.grace_s", dist.grace_s, "async_diloco: how long a merge that has its quorum waits for stragglers (s)",
         0.0, 3600.0);
+  s.add("dist.round_seconds", dist.round_seconds,
+        "async_diloco: > 0 paces rounds by time: each replica posts after this many seconds of training (at least one "
+        "step), so a fast replica's round holds more steps and a slow one's fewer; 0: every dist.inner_steps steps",
+        0.0, 86400.0);
   s.add("dist.max_staleness", dist.max_staleness,
         "async_diloco: an update trained from a version more than this many merges old is refused", 0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
@@ -416,6 +420,11 @@ void validate_async(const RunConfig& c) {
 }
 
 void validate_dist(const RunConfig& c) {
+  if (c.dist.round_seconds > 0 && !c.dist.async_diloco())
+    fail(
+        "dist.round_seconds = {} paces asynchronous rounds by time; with dist.algorithm = '{}' every replica's round "
+        "is dist.inner_steps steps: set dist.algorithm = async_diloco, or drop dist.round_seconds",
+        c.dist.round_seconds, c.dist.algorithm);
   // -1 is "from the run"; any other negative value is a mistake, not a request for auto.
   for (const auto& [key, v] : {std::pair<const char*, double>{"dist.outer_lr", c.dist.outer_lr},
                                {"dist.outer_momentum", c.dist.outer_momentum}})

@@ -25,6 +25,7 @@ AsyncSync::AsyncSync(const Session& session, AsyncMember member)
       links_(member.links),
       lead_(member.lead),
       inner_steps_(session.config().dist.inner_steps),
+      round_seconds_(session.config().dist.round_seconds),
       board_(session.reconnect(), session.config().dist.compression, member.links, member.id) {
   const RunConfig& c = session.config();
   tokens_per_step_ = member.ranks * c.train.batch_size * c.train.grad_accum * c.model.context;
@@ -57,11 +58,14 @@ Share AsyncSync::share() const {
   return {.data = {rank_, replicas_},
           .batches_per_step = replicas_,
           .line = fmt::format(
-              "asynchronous DiLoCo: {} replicas post every {} steps without waiting; a merge closes at {} of them + "
+              "asynchronous DiLoCo: {} replicas post every {} without waiting; a merge closes at {} of them + "
               "{} s of grace (at once when all are in), a round's update weighted 1 / replicas / (1 + staleness), "
               "older than {} merges refused; outer lr {}, momentum {}; compression {}",
-              replicas_, inner_steps_, rules_.min_quorum, rules_.grace_s, rules_.max_staleness, rules_.outer.lr,
-              rules_.outer.momentum, session_.config().dist.compression),
+              replicas_,
+              round_seconds_ > 0 ? fmt::format("{} s of training (time-paced rounds)", round_seconds_)
+                                 : fmt::format("{} steps", inner_steps_),
+              rules_.min_quorum, rules_.grace_s, rules_.max_staleness, rules_.outer.lr, rules_.outer.momentum,
+              session_.config().dist.compression),
           // a fast replica may take the run's steps several times over while a slow one lags
           .max_steps = 8 * session_.config().train.steps};
 }
@@ -98,6 +102,7 @@ void AsyncSync::enter(NamedTensors& trained) {
     log::info("replica {} joins the asynchronous run at version {}", rank_, newest->version);
     adopt(std::move(*newest), trained);
   }
+  round_start_ = std::chrono::steady_clock::now();  // a time-paced round counts from the first step
 }
 
 std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t have, const NamedTensors& have_params) {
@@ -192,11 +197,16 @@ void AsyncSync::collect_posts(bool all) {
 }
 
 AfterStep AsyncSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
-  const bool round_end = ++inner_ == inner_steps_;
+  ++inner_;
+  const auto now = std::chrono::steady_clock::now();
+  const bool round_end = round_seconds_ > 0
+                             ? std::chrono::duration<double>(now - round_start_).count() >= round_seconds_
+                             : inner_ == inner_steps_;
   if (round_end) {
-    inner_ = 0;
     collect_posts(false);
-    post(trained, inner_steps_);
+    post(trained, inner_);
+    inner_ = 0;
+    round_start_ = now;
   }
   poll_fetch();
   const bool adopted = staged_.has_value();
@@ -211,6 +221,7 @@ void AsyncSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
   if (inner_ > 0 && !over_) {  // the round so far is posted, not lost
     post(params, inner_);
     inner_ = 0;
+    round_start_ = std::chrono::steady_clock::now();
   }
   if (fetch_) {
     if (auto fetched = fetch_->get(); fetched && fetched->version > base_) staged_ = std::move(fetched);

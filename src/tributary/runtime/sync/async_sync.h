@@ -1,5 +1,7 @@
 // A replica of asynchronous DiLoCo (dist.algorithm = async_diloco; Decoupled DiLoCo, Asynchronous Local-SGD): it never
 // waits for another replica. Every dist.inner_steps steps it ends a round on its own:
+//            (dist.round_seconds > 0: every round_seconds of training instead, time-paced: a fast replica's round
+//            holds more steps, a slow one's fewer, and the update counts the tokens it trained on)
 //   post     its pseudo-gradient since its anchor (anchor - theta: the parameters it last adopted or posted from)
 //            goes to the update board (optim/update_board.h) on the communication thread, with the version it
 //            trained from and its tokens; training goes on at once;
@@ -20,6 +22,7 @@
 // process that got it; the others go on) and no collective checkpoint (the lead writes the global model).
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <future>
 #include <memory>
@@ -92,6 +95,7 @@ class AsyncSync : public Sync {
   std::optional<comm::LinkModel> links_;
   bool lead_;
   int64_t inner_steps_, tokens_per_step_;
+  double round_seconds_;  // dist.round_seconds: > 0, rounds paced by time
   MergeRules rules_;
   comm::CommThread thread_;  // posts and fetches, off the training thread
   UpdateBoard board_;        // used on thread_ only
@@ -101,6 +105,7 @@ class AsyncSync : public Sync {
   std::vector<std::string> names_;  // the trained parameters, in order: versions are read in it
   int64_t base_ = 1;                // the version the replica's parameters descend from
   int64_t inner_ = 0;               // steps in the current round
+  std::chrono::steady_clock::time_point round_start_ = std::chrono::steady_clock::now();
   std::deque<Posted> posts_;
   std::optional<std::future<std::optional<Fetched>>> fetch_;
   std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
