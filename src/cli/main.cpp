@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/help_format.h"
+#include "tributary/comm/store.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/cpu_allocator.h"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   // handles, not SIGPIPE: a survivor of a kill died with status 141 that way in a test run. Python, which the
   // PyTorch peers run in, ignores SIGPIPE for the same reason.
   std::signal(SIGPIPE, SIG_IGN);
+  tributary::comm::quiet_c10d_warnings();
   CLI::App app{"Tributary: training language models across poorly connected, unlike machines"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();                   // every option's help shows its default

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -228,4 +229,30 @@ TEST_F(Distributed, AStrangerWithoutTheSecretCannotReadTheRunOrChangeIt) {
   const auto a = test_support::flat_params(work() / "stranger_ref", 40);
   const auto b = test_support::flat_params(work() / "stranger_run", 40);
   EXPECT_TRUE(torch::equal(a, b)) << "the stranger changed the model";
+}
+
+TEST_F(Distributed, AMachineWithAnotherSecretGetsOneClearLineAndTheHostSaysItRefusedIt) {
+  // Two launches of one worker each, the second with another secret file. The second machine's console says, in a
+  // few lines and without c10d's stack frames, that the run's store refused its secret; the first machine's (which
+  // hosts the store) says it refused a client for a wrong proof, and its rank gives up at the rendezvous deadline
+  // naming the secret as a cause.
+  write_file(work() / "secret_a", "thirty-two bytes of the run secret!");
+  write_file(work() / "secret_b", "thirty-two bytes of another secret!");
+  const int port = free_tcp_port();
+  auto node = [&](int n, const std::string& secret) {
+    return fmt::format("{} launch --nnodes 2 --node-rank {} --nproc 1 --master-port {} --secret-file {} --{} > {} 2>&1",
+                       TRIBUTARY_CLI, n, port, (work() / secret).string(),
+                       tiny("wrong_secret", "--set train.steps=4 --set dist.store_timeout_s=6"),
+                       (work() / fmt::format("wrong_secret.{}.log", n)).string());
+  };
+  sh("bash -c '" + node(0, "secret_a") + " & n0=$!; sleep 1; " + node(1, "secret_b") + "; wait $n0'");
+  const std::string host = read_file(work() / "wrong_secret.0.log");
+  const std::string other = read_file(work() / "wrong_secret.1.log");
+  EXPECT_NE(other.find("the run's store refused this process's run secret"), std::string::npos) << other;
+  EXPECT_EQ(other.find("frame #"), std::string::npos) << "no stack frames: " << other;
+  EXPECT_LT(std::count(other.begin(), other.end(), '\n'), 12) << other;
+  EXPECT_NE(host.find("the run's store refused a client"), std::string::npos) << host;
+  EXPECT_NE(host.find("a wrong proof of the run's secret"), std::string::npos) << host;
+  EXPECT_NE(host.find("give every machine the same --secret-file"), std::string::npos) << host;
+  EXPECT_FALSE(fs::exists(work() / "wrong_secret" / "checkpoints"));
 }

@@ -1,5 +1,7 @@
 #include "tributary/comm/store.h"
 
+#include <c10/util/Logging.h>
+
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -74,6 +76,10 @@ Store Store::connect(const std::string& master_addr, int master_port, int rank, 
   Store store(connect_store(master_addr, master_port, rank, world_size, server_exists, prefix, timeout), rank);
   store.local_address_ = local_address_towards(master_addr, master_port, rank);
   return store;
+}
+
+void quiet_c10d_warnings() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = c10::GLOG_ERROR;
 }
 
 void raise_open_file_limit() {

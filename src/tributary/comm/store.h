@@ -75,4 +75,10 @@ void raise_open_file_limit();
 // An exception's message for a NetworkError: LibTorch's (c10::Error) without the C++ backtrace its what() carries.
 std::string error_text(const std::exception& e);
 
+// c10d logs each failed store read as a warning with C++ stack frames (a store that refused this process's secret,
+// a peer that is gone), often dozens of times for one cause, burying the one line our own error gives. Turns its
+// warnings off for this process unless TORCH_CPP_LOG_LEVEL asks for them (its errors still print). Called once, at
+// the start of the command line tool.
+void quiet_c10d_warnings();
+
 }  // namespace tributary::comm
