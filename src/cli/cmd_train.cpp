@@ -166,7 +166,14 @@ void add_train(CLI::App& app) {
                          .faults = fault_plan_from_environment()};
     if (!args->adversary.empty()) parse_adversary(args->adversary, options.faults);
     TrainSummary s = train(config, options);
-    if (!s.lead) return;  // rank 0, or the worker that took over from it (fault tolerance)
+    if (!s.lead) {  // rank 0, or the worker that took over from it (fault tolerance), tells the run's outcome
+      if (options.dist.distributed() && options.dist.local_rank == 0 && s.kind != RunKind::kDipaco)
+        log::info(
+            "done on this machine: rank {} took {} steps in {:.0f} s{}; the run's evaluation, summary.json and "
+            "checkpoints are the lead's (rank 0's machine, its run directory)",
+            options.dist.rank, s.steps, s.elapsed_s, s.stopped_early ? " (stopped early)" : "");
+      return;
+    }
     if (s.kind == RunKind::kDipaco) {
       log::info(
           "done: DiPaCo {} rounds in {:.0f} s | routed val loss {:.4f} (ppl {:.3f}) | early-stopped {:.4f} | "

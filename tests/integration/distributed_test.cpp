@@ -435,3 +435,22 @@ TEST_F(Distributed, AFrozenStageEndsThePipelineWithinTheDeadlineNamingTheMessage
   EXPECT_NE(out.find("rank 1 (pid"), std::string::npos) << out;
   EXPECT_LT(took, 40) << out;
 }
+
+TEST_F(Distributed, EveryMachineShowsItsOwnProgressAndHowItsPartEnded) {
+  // Two launches of two workers: the second machine's console shows its first worker's step lines and a last line
+  // saying where the run's outcome is, not only its start-up lines.
+  const int port = free_tcp_port();
+  auto node = [&](int n) {
+    return fmt::format(
+        "{} launch --nnodes 2 --node-rank {} --nproc 2 --master-port {} --{}", TRIBUTARY_CLI, n, port,
+        tiny("machine_console", "--set train.steps=10 --set train.batch_size=4 --set dist.inner_steps=5"));
+  };
+  auto [rc, out] =
+      sh("bash -c '" + node(0) + " > /dev/null 2>&1 & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[rank 2] this machine: step     5/10"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 2] this machine: step    10/10"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[rank 3] this machine"), std::string::npos) << "one worker per machine speaks: " << out;
+  EXPECT_NE(out.find("done on this machine: rank 2 took 10 steps"), std::string::npos) << out;
+  EXPECT_EQ(out.find("run directory:"), std::string::npos) << "the run's own lines are the lead's: " << out;
+}

@@ -156,6 +156,10 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
     log::info("step {:>5}/{} | loss_avg {:.4f}{} | lr {:.2e} | grad {:.2f} | {} tok/s | MFU {:.1f}%{} | ETA {}", step,
               setup_.total_steps, loss_avg, chunks, lr, result.grad_norm, thousands(tps), 100 * mfu, comm_share,
               format_duration(eta));
+  else if (setup_.machine_console)
+    log::info("this machine: step {:>5}/{} | loss_avg {:.4f} | {} tok/s on this worker{} | ETA {}", step,
+              setup_.total_steps, loss_avg, thousands(interval_tps / std::max(setup_.world_size, 1)), comm_share,
+              format_duration(eta));
   interval_seconds_ = 0;
   interval_tokens_ = 0;
   interval_loss_ = 0;

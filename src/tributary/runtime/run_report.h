@@ -24,7 +24,10 @@ fs::path worker_lines_file(const fs::path& run_dir, int rank);
 
 struct ReportSetup {
   fs::path run_dir;
-  bool lead = true;          // rank 0 writes metrics and prints
+  bool lead = true;  // rank 0 writes metrics and prints
+  // A machine's first worker that does not lead prints its own step lines (marked as its own), so that every
+  // machine's console shows its progress; the run's lines and files stay the lead's.
+  bool machine_console = false;
   int64_t resume_step = -1;  // >= 0: metrics.jsonl keeps only lines up to this step
   int64_t total_steps = 0;
   int64_t log_every = 1;

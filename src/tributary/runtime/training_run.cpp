@@ -98,6 +98,7 @@ void TrainingRun::start_report(double bytes_per_token) {
   report_ =
       std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir,
                                               .lead = lead_.is(),
+                                              .machine_console = env.distributed() && env.local_rank == 0,
                                               .resume_step = ckpt_ ? progress_.step : -1,
                                               .total_steps = tc_.steps,
                                               .log_every = tc_.log_every,
