@@ -52,6 +52,16 @@ TEST_F(Distributed, MachinesWithoutASharedRunDirectoryEachKeepTheirOwnAndResumeB
   EXPECT_TRUE(fs::exists(lead / "workers" / "rank1.jsonl")) << "rank 0 keeps every worker's lines";
   EXPECT_EQ(read_file(lead / "workers" / "rank1.jsonl"),
             read_file(work() / "host1" / "run" / "workers" / "rank1.jsonl"));
+  // Machine 1's own directory: eval reads its replica, report says where the run's report is (issue 66, item 3).
+  const fs::path other = work() / "host1" / "run";
+  auto [rc_eval, out_eval] =
+      sh(fmt::format("{} eval {} --data {} --batches 2", cli, other.string(), test_support::data().string()));
+  EXPECT_EQ(rc_eval, 0) << out_eval;
+  EXPECT_NE(out_eval.find("keeps the replica(s) of rank(s) 1 (ranks/rank-R)"), std::string::npos) << out_eval;
+  auto [rc_report, out_report] = sh(fmt::format("{} report {}", cli, other.string()));
+  EXPECT_EQ(rc_report, 2) << out_report;
+  EXPECT_NE(out_report.find("is another machine's part of a run"), std::string::npos) << out_report;
+  EXPECT_NE(out_report.find("run `tributary report` there"), std::string::npos) << out_report;
   // Machine 1 lost its newest checkpoint (killed while it wrote it): both resume from the newest one they both hold.
   fs::remove_all(own / "checkpoints" / "step-00000020");
   auto [rc2, out2] = both("--resume");

@@ -111,6 +111,26 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return all.back().second;
 }
 
+namespace {
+
+// Another machine's part of a run without a shared filesystem (runtime/replica_checkpoint.h, own_run_dir): its
+// ranks' replicas under ranks/rank-R, lowest rank first, each with a complete checkpoint.
+std::vector<std::pair<int, fs::path>> own_replicas(const fs::path& run_dir) {
+  std::vector<std::pair<int, fs::path>> out;
+  if (!fs::is_directory(run_dir / "ranks")) return out;
+  for (const auto& e : fs::directory_iterator(run_dir / "ranks")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank-", 0) != 0 || name.size() > 14 ||
+        !std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; }) || name.size() == 5)
+      continue;
+    if (auto latest = latest_checkpoint(e.path())) out.emplace_back(std::stoi(name.substr(5)), *latest);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const fs::path& path) {
   fs::path dir = path;
   if (!fs::exists(dir / kManifest)) {
@@ -118,6 +138,15 @@ LoadedCheckpoint load_checkpoint(const fs::path& path) {
       auto latest = latest_checkpoint(dir);
       if (!latest) fail("run directory '{}' has no complete checkpoint (no step-*/manifest.json)", dir.string());
       dir = *latest;
+    } else if (const auto own = own_replicas(dir); !own.empty()) {
+      std::vector<int> ranks;
+      for (const auto& [rank, latest] : own) ranks.push_back(rank);
+      log::info(
+          "'{}' is this machine's part of a run: it keeps the replica(s) of rank(s) {} (ranks/rank-R); reading rank "
+          "{}'s newest checkpoint '{}' (the run's model, summary.json and report are in the lead's run directory, "
+          "on rank 0's machine)",
+          dir.string(), fmt::join(ranks, ", "), own.front().first, own.front().second.string());
+      dir = own.front().second;
     } else if (fs::is_directory(dir) && step_of(dir)) {
       fail("'{}' is an incomplete checkpoint (no manifest.json: the writer stopped mid-write); use an earlier one",
            dir.string());

@@ -114,6 +114,13 @@ std::vector<std::pair<double, double>> xy(const Lines& lines, const std::string&
 RunFiles read_run_files(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail("'{}' is not a directory: give a run directory (train.run_dir)", dir.string());
   const fs::path metrics = dir / "metrics.jsonl";
+  if (!fs::exists(metrics) && fs::is_directory(dir / "ranks"))
+    fail(
+        "'{}' is another machine's part of a run: it keeps its ranks' replica checkpoints (ranks/rank-R) and their "
+        "lines (workers/), while the run's metrics.jsonl, summary.json and every worker's lines are in the lead's "
+        "run directory on rank 0's machine (its train.run_dir): run `tributary report` there, or copy that directory "
+        "here; `tributary eval {}` evaluates this machine's replica",
+        dir.string(), dir.string());
   if (!fs::exists(metrics))
     fail(
         "'{}' is not a run directory: it has no metrics.jsonl (`tributary train` writes one into train.run_dir "
