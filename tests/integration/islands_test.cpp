@@ -74,6 +74,15 @@ TEST_F(Distributed, IslandsWithAnOuterStepEveryStepTrackDataParallelOverEveryRan
   EXPECT_EQ(s["algorithm"], "islands");
   EXPECT_EQ(s["bytes_sent"], w["bytes_sent"]);
   EXPECT_GT(s["bytes_inside_island"].get<double>(), 0);
+  EXPECT_EQ(s["island_ranks"], nlohmann::json::parse("[[0, 1], [2, 3]]"));
+  // The report says which ranks form which island, how they exchange, and both kinds of traffic (issue 66, item 4).
+  auto [rc4, out4] = sh(std::string(TRIBUTARY_CLI) + " report " + (work() / "isl_h1").string());
+  ASSERT_EQ(rc4, 0) << out4;
+  const std::string html = read_file(work() / "isl_h1" / "report.html");
+  EXPECT_NE(html.find("island 0: ranks 0, 1; island 1: ranks 2, 3"), std::string::npos);
+  EXPECT_NE(html.find("DiLoCo, sharded 2 ways"), std::string::npos);
+  EXPECT_NE(html.find("bytes sent inside its island (lead worker)"), std::string::npos);
+  EXPECT_NE(html.find("bytes sent across the islands (lead worker)"), std::string::npos);
   EXPECT_TRUE(torch::equal(flat_params(work() / "isl_h1", 12, "optim.safetensors"),
                            flat_params(work() / "isl_h1", 12, "rank-1.optim.safetensors")));
   EXPECT_TRUE(torch::equal(flat_params(work() / "isl_h1", 12, "optim.safetensors"),

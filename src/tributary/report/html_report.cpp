@@ -105,10 +105,26 @@ Section overview_section(const RunFiles& run) {
     row("validation loss", has("val_loss") ? fixed(number(s, "val_loss"), 4) : "not evaluated");
     if (has("val_loss") && has("val_bpb"))
       row("bits per byte", fixed(number(s, "val_bpb"), 3) + " (unigram " + fixed(number(s, "unigram_bpb"), 3) + ")");
-    row("bytes sent (lead worker)",
+    row(has("islands") ? "bytes sent across the islands (lead worker)" : "bytes sent (lead worker)",
         short_number(number(s, "bytes_sent")) + "B" +
             (s.contains("compression") ? " (" + s.value("compression", std::string()) + ")" : std::string()));
     if (has("outer_steps")) row("outer steps", fmt::format("{}", s.value("outer_steps", 0)));
+    if (has("islands")) {  // which ranks form which island, and both kinds of traffic
+      std::vector<std::string> islands;
+      if (s.contains("island_ranks") && s["island_ranks"].is_array())
+        for (size_t i = 0; i < s["island_ranks"].size(); ++i) {
+          std::vector<std::string> members;
+          for (const auto& r : s["island_ranks"][i])
+            if (r.is_number_integer()) members.push_back(fmt::format("{}", r.get<int64_t>()));
+          islands.push_back(fmt::format("island {}: ranks {}", i, fmt::join(members, ", ")));
+        }
+      row("islands", fmt::format("{}{}{}", s.value("islands", 0), islands.empty() ? "" : " (",
+                                 islands.empty() ? "" : fmt::format("{})", fmt::join(islands, "; "))));
+      if (s.contains("islands_across") && s["islands_across"].is_string())
+        row("across the islands", s["islands_across"].get<std::string>());
+      if (has("bytes_inside_island"))
+        row("bytes sent inside its island (lead worker)", short_number(number(s, "bytes_inside_island")) + "B");
+    }
   }
   std::string notes;
   for (const auto& n : run.notes) notes += "<p class=\"note\">" + html_escape(n) + "</p>";

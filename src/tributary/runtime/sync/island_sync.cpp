@@ -205,6 +205,19 @@ void IslandSync::summarize(TrainSummary& summary) {
   summary.bytes_inside = inside_ ? inside_->rounds().take_stats().bytes_sent : 0;
   summary.world_size = env_.world_size;
   summary.islands = layout_.islands().count();
+  // Which ranks form which island, and how the islands exchange (the report's islands table).
+  const IslandShape& shape = layout_.islands();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int64_t i = 0; i < shape.count(); ++i) {
+    nlohmann::json members = nlohmann::json::array();
+    for (int64_t r = 0; r < shape.size(i); ++r) members.push_back(shape.begin(i) + r);
+    ranks.push_back(members);
+  }
+  summary.details["island_ranks"] = ranks;
+  summary.details["islands_across"] = async_islands_ ? "asynchronous DiLoCo, each island's rank 0"
+                                      : shape.leads_exchange()
+                                          ? "DiLoCo, each island's rank 0 (fault tolerant)"
+                                          : fmt::format("DiLoCo, sharded {} ways", shape.outer_shards());
   if (async_) async_->summarize(summary);
 }
 
