@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -280,11 +281,16 @@ class StoreServer::Loop {
       }
       flush_all();
       close_silent();
+      trim_unproved_order();
     }
   }
 
+  // At most this many new connections per turn of the loop, so that a flood of connects cannot delay the answers to
+  // the run's own clients (their heartbeats included) by more than one bounded turn.
+  static constexpr int kAcceptsPerTurn = 256;
+
   void accept_all() {
-    for (;;) {
+    for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
       sockaddr_storage a{};
       socklen_t len = sizeof(a);
       const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -298,7 +304,10 @@ class StoreServer::Loop {
       }
       std::string address = peer_address(a);
       int& from = per_address_[address];
-      if (int(clients_.size()) >= limits_.max_connections || from >= limits_.max_per_address) {
+      // Full: a connection that has not proved the run's key yet makes room, oldest first, so that strangers from many
+      // addresses cannot hold every connection while a worker of the run is turned away.
+      const bool full = int(clients_.size()) >= limits_.max_connections && !close_oldest_unproved();
+      if (full || from >= limits_.max_per_address) {
         ::close(fd);
         if (from == 0) per_address_.erase(address);
         refused_ += 1;
@@ -308,7 +317,39 @@ class StoreServer::Loop {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       from += 1;
-      clients_.emplace(fd, Client{.address = std::move(address), .since = Clock::now()});
+      const auto now = Clock::now();
+      clients_.emplace(fd, Client{.address = std::move(address), .since = now});
+      unproved_order_.emplace_back(fd, now);
+    }
+  }
+
+  // The oldest connection that has not proved the run's key (introduced itself, without a key), closed. False: every
+  // connection has.
+  bool close_oldest_unproved() {
+    while (!unproved_order_.empty()) {
+      const auto [fd, since] = unproved_order_.front();
+      unproved_order_.pop_front();
+      const auto it = clients_.find(fd);
+      if (it == clients_.end() || it->second.since != since || it->second.proved) continue;  // gone, or proved
+      refused_ += 1;
+      warn_refusal(
+          fmt::format("the store is full ({} connections): the oldest unproved one, from {}, was closed to "
+                      "make room",
+                      clients_.size(), it->second.address));
+      close_client(fd);
+      return true;
+    }
+    return false;
+  }
+
+  // The order's front is kept to connections still unproved: an entry stays at most until its connection proved the
+  // key or was closed at its deadline (introduce_within) and the entries before it went.
+  void trim_unproved_order() {
+    while (!unproved_order_.empty()) {
+      const auto [fd, since] = unproved_order_.front();
+      const auto it = clients_.find(fd);
+      if (it != clients_.end() && it->second.since == since && !it->second.proved) return;
+      unproved_order_.pop_front();
     }
   }
 
@@ -628,7 +669,8 @@ class StoreServer::Loop {
   int listen_fd_;
   int port_ = 0;
   int stop_pipe_[2] = {-1, -1};
-  std::map<int, Client> clients_;  // by socket
+  std::map<int, Client> clients_;                                 // by socket
+  std::deque<std::pair<int, Clock::time_point>> unproved_order_;  // accepted connections, oldest first (socket, since)
   std::unordered_map<std::string, int> per_address_;
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::vector<int>> waiters_;  // key -> sockets waiting for it

@@ -25,8 +25,10 @@ namespace tributary::comm {
 using RunKey = std::array<uint8_t, 32>;  // as comm/sealed_store.h: the server itself needs no LibTorch
 
 struct StoreServerLimits {
-  int max_connections = 4096;  // all clients together
-  int max_per_address = 512;   // from one peer address, not counting those that proved the run's key
+  // All clients together. When full, the oldest connection that has not proved the run's key (without a key: not yet
+  // introduced itself) is closed to make room, so strangers from many addresses cannot turn the run's workers away.
+  int max_connections = 4096;
+  int max_per_address = 512;  // from one peer address, not counting those that proved the run's key
   std::chrono::milliseconds introduce_within{5000};  // VALIDATE (and the proof, with a key) by then, or closed
   uint64_t max_key_bytes = 64 * 1024;
   uint64_t max_value_bytes = uint64_t(1) << 31;  // 2 GiB: path-local DiPaCo moves whole modules through the store

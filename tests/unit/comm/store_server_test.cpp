@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -38,6 +40,23 @@ int raw_connection(int port) {
                       .sin_addr = {htonl(INADDR_LOOPBACK)},
                       .sin_zero = {}};
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A connection from `source` (another loopback address, 127.0.0.2 ...: a stranger on several machines).
+int raw_connection_from(int port, const std::string& source) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in local{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {}, .sin_zero = {}};
+  ::inet_pton(AF_INET, source.c_str(), &local.sin_addr);
+  sockaddr_in address{.sin_family = AF_INET,
+                      .sin_port = htons(static_cast<uint16_t>(port)),
+                      .sin_addr = {htonl(INADDR_LOOPBACK)},
+                      .sin_zero = {}};
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     ::close(fd);
     return -1;
   }
@@ -312,4 +331,32 @@ TEST(StoreServer, AnUnprovedConnectionCannotMakeTheServerHoldALargeValue) {
   auto member = client_of(server);
   member.set("after", "fine");
   EXPECT_EQ(member.get("after"), "fine");
+}
+
+// Issue 66, item 11: from several source addresses a stranger held every connection of the store, and a worker holding
+// the run's secret could not connect. Full, the store closes its oldest unproved connection to admit a new one: the
+// worker connects, proves the key and is served, while the flood keeps only the newest of its connections.
+TEST(StoreServer, AFloodFromManyAddressesCannotTurnAWorkerOfTheRunAway) {
+  const auto key = comm::random_run_key();
+  comm::StoreServer server(0, key, {.max_connections = 32, .max_per_address = 8, .introduce_within = 20s});
+  std::vector<int> flood;
+  for (int a = 2; a < 6; ++a)
+    for (int i = 0; i < 8; ++i) {
+      const int fd = raw_connection_from(server.port(), fmt::format("127.0.0.{}", a));
+      ASSERT_GE(fd, 0) << "127.0.0." << a;
+      const std::string hello = validate();
+      ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+      flood.push_back(fd);
+    }
+  std::this_thread::sleep_for(200ms);  // every flood connection accepted: the store is full
+  {
+    const SecretInEnvironment secret(key);
+    comm::Store worker = client_of(server);  // before: refused ("the store is full"), its connect timed out
+    worker.set("w", "here");
+    EXPECT_EQ(worker.get("w"), "here");
+  }
+  EXPECT_TRUE(closed_by_server(flood.front(), 1s)) << "the oldest unproved connection made room";
+  EXPECT_FALSE(closed_by_server(flood.back(), 200ms)) << "the newest stays (until its deadline)";
+  for (const int fd : flood) ::close(fd);
+  EXPECT_GE(server.counts().refused_connections, 1);
 }
