@@ -440,3 +440,29 @@ TEST_F(CliHardening, EvalRefusesFlagsThatDoNotApplyToItsCheckpoint) {
   expect_user_error("eval run --prefix 8 --batches 3", "eval --batches: does not apply with --prefix");
   EXPECT_EQ(cli("eval run --prefix 8 --units 5").first, 0);
 }
+
+// Issue 66, item 15: `train /dev/zero` ran out of memory (exit 3, std::bad_alloc), and train.run_dir = "/" was
+// accepted and, as root, wrote the run's files into the filesystem's root.
+TEST_F(CliHardening, AConfigThatIsNoFileAndARunDirectoryThatIsNoRunsAreRefused) {
+  const std::string data = test_support::test_data_dir((work_dir() / "data").string());
+  const std::string tiny =
+      " --set model.num_layers=1 --set model.width=32 --set model.num_heads=2 --set model.context=32 "
+      "--set train.batch_size=2 --set train.steps=2 --set train.threads=1 --set train.eval_every=0 "
+      "--set optim.warmup_steps=1 --set data.dir=" +
+      data;
+  expect_user_error("train /dev/zero", "config file '/dev/zero' is not a regular file");
+  expect_user_error("train no-such.toml", "config file 'no-such.toml' does not exist");
+  const bool root_was_clean = !fs::exists("/summary.json") && !fs::exists("/metrics.jsonl");
+  expect_user_error("train" + tiny + " --set train.run_dir=/", "train.run_dir = '/' is a filesystem root");
+  if (root_was_clean)
+    for (const char* leftover : {"/summary.json", "/metrics.jsonl", "/config.toml"}) {
+      EXPECT_FALSE(fs::exists(leftover)) << leftover << " written into the filesystem's root";
+      fs::remove(leftover);  // the run wrote there: leave the machine as it was
+    }
+  fs::create_directories(work_dir() / "papers");
+  write_file(work_dir() / "papers" / "notes.txt", "mine");
+  expect_user_error("train" + tiny + " --set train.run_dir=papers", "holds files no run wrote (notes.txt)");
+  EXPECT_FALSE(fs::exists(work_dir() / "papers" / "config.toml"));
+  auto [rc, out] = cli("train --overwrite" + tiny + " --set train.run_dir=run");  // a run's own directory: fine
+  EXPECT_EQ(rc, 0) << out;
+}

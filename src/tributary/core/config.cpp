@@ -92,7 +92,16 @@ std::string quote(const std::string& s) {
 
 }  // namespace
 
-void ConfigSchema::merge_toml_file(const std::string& path) { merge_toml(read_file(path), path); }
+void ConfigSchema::merge_toml_file(const std::string& path) {
+  // A config is a small text file: not a device (/dev/zero would be read until memory ran out) nor a pipe.
+  constexpr uintmax_t kMaxConfigBytes = 16 << 20;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("config file '{}' does not exist", path);
+  if (!fs::is_regular_file(path, ec)) fail("config file '{}' is not a regular file: give a TOML file", path);
+  if (fs::file_size(path, ec) > kMaxConfigBytes)
+    fail("config file '{}' is larger than {} MiB: is it a TOML config?", path, kMaxConfigBytes >> 20);
+  merge_toml(read_file(path), path);
+}
 
 void ConfigSchema::merge_toml(std::string_view text, const std::string& origin) {
   toml::table table;

@@ -1,6 +1,7 @@
 #include "tributary/runtime/run_state.h"
 
 #include <cmath>
+#include <set>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -103,6 +104,45 @@ fs::path resume_source(const fs::path& run_dir, const fs::path& own_dir, const T
 
 }  // namespace
 
+namespace {
+
+// What a run writes into its directory (any of them there: it is a run directory, from this run or an earlier one).
+bool is_run_entry(const std::string& name) {
+  static const std::set<std::string> kRun = {"config.toml",  "metrics.jsonl", "summary.json", "checkpoints",
+                                             "tb",           "workers",       "ranks",        "report.html",
+                                             "merges.jsonl", "modules",       "best",         "dipaco.json"};
+  return kRun.count(name) > 0 || name.rfind("metrics-rank", 0) == 0 || name.rfind(".tributary", 0) == 0;
+}
+
+// A run writes metrics.jsonl, summary.json, config.toml and checkpoints/ into its directory and --overwrite clears
+// them: a filesystem root, or a directory of other files that no run wrote, is refused before anything is written.
+void check_run_dir(const fs::path& run_dir) {
+  std::error_code ec;
+  const fs::path absolute = fs::weakly_canonical(fs::absolute(run_dir), ec);
+  if (!ec && absolute == absolute.root_path())
+    fail(
+        "train.run_dir = '{}' is a filesystem root: a run writes metrics.jsonl, summary.json, config.toml and "
+        "checkpoints/ into its directory; give it one of its own, e.g. --set train.run_dir=runs/NAME",
+        run_dir.string());
+  if (!fs::is_directory(run_dir, ec)) return;
+  std::vector<std::string> others;
+  bool run = false;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_run_entry(name))
+      run = true;
+    else if (others.size() < 5)
+      others.push_back(name);
+  }
+  if (!run && !others.empty())
+    fail(
+        "train.run_dir = '{}' holds files no run wrote ({}{}): a run writes its files among them; give an empty or "
+        "new directory, e.g. --set train.run_dir=runs/NAME",
+        run_dir.string(), fmt::join(others, ", "), others.size() == 5 ? ", ..." : "");
+}
+
+}  // namespace
+
 std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOptions& options, const Dataset& dataset) {
   if (config.model.vocab_size == 0) config.model.vocab_size = dataset.vocab_size();
   if (config.model.vocab_size < dataset.vocab_size())
@@ -118,6 +158,7 @@ std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOption
     return ckpt;
   }
   const fs::path own_dir = own_run_dir(run_dir, options.dist.rank);  // where a rank apart from rank 0's keeps its own
+  check_run_dir(run_dir);
   if (options.resume) {
     ckpt = load_checkpoint(resume_source(run_dir, own_dir, options));
     check_resumable(*ckpt, config, options.dist.world_size, lead);
