@@ -130,6 +130,13 @@ TEST_F(Distributed, APipelineRestartedMidRoundIsHealedAndCountsInThatRound) {
   const std::string sent = sums_after(out, "pipeline 0: a heal's state made by its 2 stages");
   ASSERT_FALSE(sent.empty()) << out;
   EXPECT_EQ(sums_after(out, "pipeline 1: its 2 stages took"), sent) << out;
+  // The death changed no round's members; the heal's event line is what the report lists it by (issue 66, item 21).
+  const std::string metrics = read_file(work() / "ftp_midround" / "metrics.jsonl");
+  EXPECT_NE(metrics.find(R"("event":"heal","healed":[1])"), std::string::npos) << metrics;
+  auto [rc_report, out_report] = sh(std::string(TRIBUTARY_CLI) + " report " + (work() / "ftp_midround").string());
+  ASSERT_EQ(rc_report, 0) << out_report;
+  EXPECT_NE(read_file(work() / "ftp_midround" / "report.html").find("pipeline [1] restarted and healed mid-round"),
+            std::string::npos);
   const fs::path ckpt = checkpoint("ftp_midround", 20);
   ASSERT_TRUE(fs::exists(ckpt / "rank-1.model.safetensors")) << out;
   EXPECT_TRUE(read_file(ckpt / "model.safetensors") == read_file(ckpt / "rank-1.model.safetensors"));

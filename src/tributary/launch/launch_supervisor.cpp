@@ -135,7 +135,7 @@ class Supervisor {
   // A worker killed before start-up: true when the whole run starts again instead (Supervised::start_again).
   bool start_run_again(const Worker& w, int code);
   void follow_start_again();
-  void blame(int rank, int code);
+  void blame(int rank, int code, const std::string& how = "");  // how: how_it_ended's words
   void settle_network_failure();
   void stop_all(int sig) {
     for (auto& w : workers_) {
@@ -184,10 +184,11 @@ std::string Supervisor::stopped_ranks() const {
   return fmt::format("{}", fmt::join(out, ", "));
 }
 
-void Supervisor::blame(int rank, int code) {
+void Supervisor::blame(int rank, int code, const std::string& how) {
   failed_rank_ = rank;
   result_ = code;
-  log::error("launch: rank {} exited with status {}; stopping the other workers", rank, code);
+  log::error("launch: rank {} {}; stopping the other workers", rank,
+             how.empty() ? fmt::format("exited with status {}", code) : how);
   begin_stop();
 }
 
@@ -202,15 +203,15 @@ bool Supervisor::restart(const Worker& w, int code, bool started) {
   if (!others && !o_.restart_island) return false;
   if (!started) {
     log::warn(
-        "launch: rank {} (pid {}) exited with status {} before the run got through start-up; a restart would "
-        "fail the same way, so it is not restarted",
-        w.rank, w.pid, code);
+        "launch: rank {} (pid {}) {} before the run got through start-up; a restart would fail the same way, so it "
+        "is not restarted",
+        w.rank, w.pid, how_it_ended(w.status));
     return false;
   }
   if (o_.restart_island) return restart_island(w, code);
   restarts_ += 1;
-  log::warn("launch: rank {} (pid {}) exited with status {}; restarting it to rejoin the run ({} of --max-restarts {})",
-            w.rank, w.pid, code, restarts_, o_.max_restarts);
+  log::warn("launch: rank {} (pid {}) {}; restarting it to rejoin the run ({} of --max-restarts {})", w.rank, w.pid,
+            how_it_ended(w.status), restarts_, o_.max_restarts);
   pending_restarts_.push_back(w.rank - o_.node_rank * o_.nproc);
   return true;
 }
@@ -223,9 +224,8 @@ bool Supervisor::restart_island(const Worker& w, int code) {  // check_launch: -
   island_life_ += 1;
   island_restarting_ = true;
   log::warn(
-      "launch: rank {} (pid {}) exited with status {}; starting this machine's island again as its life {} ({} of "
-      "--max-restarts {})",
-      w.rank, w.pid, code, island_life_, restarts_, o_.max_restarts);
+      "launch: rank {} (pid {}) {}; starting this machine's island again as its life {} ({} of --max-restarts {})",
+      w.rank, w.pid, how_it_ended(w.status), island_life_, restarts_, o_.max_restarts);
   for (auto& other : workers_) {
     if (!other.running || other.pid == w.pid) continue;
     other.discarded = true;
@@ -296,7 +296,7 @@ void Supervisor::on_failure(const Worker& w, int code) {
         "launch: rank {} found no live member to heal from: every worker that held the run's state is gone, "
         "so restarting cannot help. Resume from the last checkpoint (train --resume)",
         w.rank);
-    return blame(w.rank, code);
+    return blame(w.rank, code, how_it_ended(w.status));
   }
   // Restarts and tolerated deaths both need a run that got through start-up (a formed group, the task queue): a
   // death before it would leave the survivors waiting for it at the rendezvous until dist.store_timeout_s.
@@ -305,24 +305,25 @@ void Supervisor::on_failure(const Worker& w, int code) {
   if (restart(w, code, started)) return;
   if (tolerated_ < o_.max_failures && !started) {
     log::error(
-        "launch: rank {} (pid {}) exited with status {} before the run got through start-up: --max-failures "
-        "covers deaths after it, so the run stops now; start it again (nothing was trained)",
-        w.rank, w.pid, code);
-    return blame(w.rank, code);
+        "launch: rank {} (pid {}) {} before the run got through start-up: --max-failures covers deaths after it, "
+        "so the run stops now; start it again (nothing was trained){}",
+        w.rank, w.pid, how_it_ended(w.status),
+        o_.max_restarts == 0 ? "; with --max-restarts N a worker that dies after start-up is started again and rejoins"
+                             : "");
+    return blame(w.rank, code, how_it_ended(w.status));
   }
   if (tolerated_ < o_.max_failures) {
     tolerated_ += 1;
-    log::warn(
-        "launch: rank {} (pid {}) exited with status {}; tolerated ({} of --max-failures {}), the others "
-        "carry on",
-        w.rank, w.pid, code, tolerated_, o_.max_failures);
+    log::warn("launch: rank {} (pid {}) {}; tolerated ({} of --max-failures {}), the others carry on{}", w.rank, w.pid,
+              how_it_ended(w.status), tolerated_, o_.max_failures,
+              o_.max_restarts == 0 ? " (without --max-restarts it is not started again)" : "");
   } else if (code == kNetworkErrorStatus) {
     if (!network_failure_) network_failure_ = NetworkFailure{w.rank, code, Clock::now() + kBlameWindow};
   } else {
     if (network_failure_)
       log::warn("launch: rank {}'s network error followed from rank {}'s failure", network_failure_->rank, w.rank);
     network_failure_.reset();
-    blame(w.rank, code);
+    blame(w.rank, code, how_it_ended(w.status));
   }
 }
 

@@ -162,7 +162,12 @@ Section faults_section(const RunFiles& run) {
     const std::string detail = what == "membership"
                                    ? fmt::format("{} -> {} workers", number(e, "members_before"), number(e, "members"))
                                : what == "lead" ? fmt::format("worker {} leads from here on", number(e, "lead_worker"))
-                                                : e.dump();
+                               : what == "heal" && e.contains("healed")
+                                   ? fmt::format(
+                                         "{} {} restarted and healed mid-round from the lead (it joins at the "
+                                         "next round)",
+                                         e.value("noun", std::string("worker")), e["healed"].dump())
+                                   : e.dump();
     rows.push_back({fmt::format("{}", int64_t(number(e, "step"))), what, detail});
   }
   double rejected = 0;

@@ -156,8 +156,10 @@ bool Admission::heal_wanted() {
          !channel_.reducer.stop_decided() && membership_.asked();
 }
 
-void Admission::offer_heal(const HealState& state) {
+std::vector<int> Admission::offer_heal(const HealState& state) {
+  std::vector<int> offered;
   for (const comm::JoinRequest& request : membership_.offerable()) {
+    offered.push_back(request.id);
     const std::string prefix = fmt::format("ft/heal-{}-{}", request.id, request.number);
     nlohmann::json meta = state.meta;
     meta["outer"] = sync_.progress();
@@ -185,6 +187,7 @@ void Admission::offer_heal(const HealState& state) {
           return 0;
         });
   }
+  return offered;
 }
 
 bool Admission::start_round(const std::string& round) {

@@ -64,8 +64,8 @@ class Admission {
   // offer_heal() then sends it `state` (the lead's live parameters and AdamW state: the joiner forks the lead's
   // trajectory with its own data) and the outer state over a group of two, on the communication thread.
   bool heal_wanted();
-  void offer_heal(const HealState& state);
-  bool pending() const { return pending_; }  // a joiner healed mid-round, not a member yet
+  std::vector<int> offer_heal(const HealState& state);  // the ids of the workers it healed
+  bool pending() const { return pending_; }             // a joiner healed mid-round, not a member yet
   // Before a checkpoint (every member at the same step, nothing in flight): the members agree who is alive, as at the
   // end of a round (`round`: a name no other round has); when a member died since the last round the group re-forms
   // without it first, so that the checkpoint's collectives run over the living. True when the members changed.

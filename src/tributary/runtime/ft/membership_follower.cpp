@@ -62,7 +62,12 @@ void MembershipFollower::carry_out(int64_t step, const Heals& heals, const std::
     admission_.admit(state());
     after_round(step);
   }
-  if (heals.offer) admission_.offer_heal(state());
+  if (!heals.offer) return;
+  // A death whose replacement is healed within the same round changes no round's members: the lead's event line is
+  // what the report lists it by.
+  const std::vector<int> healed = admission_.offer_heal(state());
+  if (lead_.is() && !healed.empty())
+    report_.write({{"step", step}, {"event", "heal"}, {"healed", healed}, {"noun", admission_.noun()}});
 }
 
 void MembershipFollower::reshard_data() {
