@@ -35,6 +35,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -42,6 +43,39 @@ from netns import TwoMachines
 from procs import children, rank_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This run's own directory (a fixed one let two chaos runs, or a user's files, collide): made in main().
+WORK = None
+LAUNCHES = []  # every launch started, stopped on any exit of this script (its workers die with it)
+
+
+def stop_launches():
+    """Every launch still running gets SIGTERM, then SIGKILL (their workers die with them: launch's parent-death
+    signal); each runs in a session of its own, so a Ctrl-C here does not reach them by itself."""
+    running = [p for p in LAUNCHES if p.poll() is None]
+    for p in running:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 15
+    for p in running:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def progress(run, label, every=10):
+    """A line every `every` seconds (a log shows the run is alive, not only a terminal)."""
+    def loop():
+        while all(p.poll() is None for p in run.procs):
+            time.sleep(every)
+            if all(p.poll() is None for p in run.procs):
+                print(f"chaos: {label} run at {run.now():.0f} s, step {run.last_step()}", file=sys.stderr, flush=True)
+    threading.Thread(target=loop, daemon=True).start()
 
 
 def Machines():
@@ -75,6 +109,7 @@ class Run:
         # thread (and every line after it) with a UnicodeDecodeError.
         self.procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                        errors="replace", cwd=ROOT, start_new_session=True) for c in cmds]
+        LAUNCHES.extend(self.procs)
         self.proc = self.procs[-1]  # node 0's launch: the run's outcome
         self.readers = [threading.Thread(target=self._read, args=(p,), daemon=True) for p in self.procs]
         for r in self.readers:
@@ -241,7 +276,8 @@ def main():
     tag = ("" if args.algorithm == "diloco" else "_" + args.algorithm) + ("_2m" if args.machines == 2 else "")
     machines = Machines() if args.machines == 2 else None
     try:
-        chaos = Run(cli, f"/tmp/tributary_chaos/faults{tag}", args, [], machines)
+        chaos = Run(cli, os.path.join(WORK, f"faults{tag}"), args, [], machines)
+        progress(chaos, "faults")
         inject(chaos, args, rng)
         chaos.wait()
     finally:
@@ -251,15 +287,16 @@ def main():
                        "summary": summary_of(chaos.run_dir, chaos.lines, args.inner_steps,
                                                      chaos.started_at),
                        "faults": analyse(chaos, args)}
-    with open(f"/tmp/tributary_chaos/faults{tag}.log", "w") as log:
+    with open(os.path.join(WORK, f"faults{tag}.log"), "w") as log:
         log.writelines(f"{t:9.2f} {line}\n" for t, line in chaos.lines)
     try:
         if args.clean_too:
-            clean = Run(cli, f"/tmp/tributary_chaos/clean{tag}", args, [], machines)
+            clean = Run(cli, os.path.join(WORK, f"clean{tag}"), args, [], machines)
+            progress(clean, "clean")
             clean.wait()
             report["clean"] = {"exit": clean.proc.returncode, "wall_s": round(clean.now(), 1),
                                "summary": summary_of(clean.run_dir, since=clean.started_at)}
-            with open(f"/tmp/tributary_chaos/clean{tag}.log", "w") as log:
+            with open(os.path.join(WORK, f"clean{tag}.log"), "w") as log:
                 log.writelines(f"{t:9.2f} {line}\n" for t, line in clean.lines)
     finally:
         if machines:
@@ -273,7 +310,7 @@ def main():
             log_name = ("faults" if name == "chaos" else "clean") + tag
             print(f"THE {name.upper()} RUN FAILED: launch exit {r['exit']}, "
                   f"{'no summary.json of its own' if r['summary'] is None else 'a summary'}; "
-                  f"its log: /tmp/tributary_chaos/{log_name}.log", file=sys.stderr)
+                  f"its log: {os.path.join(WORK, log_name)}.log", file=sys.stderr)
     if args.out:
         open(args.out, "w").write(text)
     print(text)
@@ -288,5 +325,11 @@ def main():
 
 
 if __name__ == "__main__":
-    os.makedirs("/tmp/tributary_chaos", exist_ok=True)
-    sys.exit(main())
+    WORK = tempfile.mkdtemp(prefix="tributary_chaos_")
+    print(f"chaos: runs and logs in {WORK}", file=sys.stderr, flush=True)
+    # SIGTERM as Ctrl-C: either way the finally below stops the launches.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        sys.exit(main())
+    finally:
+        stop_launches()

@@ -97,6 +97,7 @@ void ConfigSchema::merge_toml_file(const std::string& path) {
   constexpr uintmax_t kMaxConfigBytes = 16 << 20;
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("config file '{}' does not exist", path);
+  if (fs::is_directory(path, ec)) fail("config file '{}' is a directory: give a TOML file", path);
   if (!fs::is_regular_file(path, ec)) fail("config file '{}' is not a regular file: give a TOML file", path);
   if (fs::file_size(path, ec) > kMaxConfigBytes)
     fail("config file '{}' is larger than {} MiB: is it a TOML config?", path, kMaxConfigBytes >> 20);

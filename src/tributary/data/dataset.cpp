@@ -57,11 +57,20 @@ void fail_not_a_dataset(const fs::path& dir) {
   const std::string where =
       dir.is_relative() ? fmt::format(" (relative to the working directory '{}')", fs::current_path(ec).string())
                         : std::string();
-  if (fs::is_directory(dir, ec))
+  if (fs::is_directory(dir, ec)) {
+    // A directory of text: the dataset is built beside it (data build refuses an --out that holds its input).
+    const bool has_files = fs::directory_iterator(dir, ec) != fs::directory_iterator();
+    const std::string built = dir.filename().empty() ? dir.parent_path().string() + "-data" : dir.string() + "-data";
+    if (has_files)
+      fail(
+          "'{}'{} is not a Tributary dataset: it has no dataset.json. If it holds your texts, build a dataset from "
+          "them into a new directory, `tributary data build {} --out {}`, and train with --set data.dir={}",
+          dir.string(), where, dir.string(), built, built);
     fail(
         "'{}'{} is not a Tributary dataset: it has no dataset.json. Build one there with `tributary data "
         "build-default --out {}` (the built-in corpus) or `tributary data build TEXTS --out {}`",
         dir.string(), where, dir.string(), dir.string());
+  }
   // A misspelt name: the datasets beside it, the closest first.
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   std::vector<std::pair<size_t, std::string>> near;
@@ -311,9 +320,9 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
   flush(1);
   if (infos[0].num_tokens == 0 || infos[1].num_tokens == 0)
     fail(
-        "the corpus has {} documents: too few to give both a training and a validation split (val_permille = {}); "
+        "the corpus has {} document{}: too few to give both a training and a validation split (val_permille = {}); "
         "add documents or raise the validation share",
-        corpus.docs.size(), options.val_permille);
+        corpus.docs.size(), corpus.docs.size() == 1 ? "" : "s", options.val_permille);
 
   // The split is by document hash, so a domain of few documents may get none: its loss would go unmeasured silently.
   std::vector<int64_t> val_docs(corpus.domains.size(), 0), all_docs(corpus.domains.size(), 0);

@@ -306,8 +306,10 @@ void Supervisor::on_failure(const Worker& w, int code) {
   if (tolerated_ < o_.max_failures && !started) {
     log::error(
         "launch: rank {} (pid {}) {} before the run got through start-up: --max-failures covers deaths after it, "
-        "so the run stops now; start it again (nothing was trained){}",
+        "so the run stops now; {}{}",
         w.rank, w.pid, how_it_ended(w.status),
+        // An error in the input or config (a finished run resumed, a bad key) is the worker's own line above.
+        code == 2 ? "its error above says what to change" : "start it again (this start trained nothing)",
         o_.max_restarts == 0 ? "; with --max-restarts N a worker that dies after start-up is started again and rejoins"
                              : "");
     return blame(w.rank, code, how_it_ended(w.status));

@@ -111,7 +111,9 @@ bool is_run_entry(const std::string& name) {
   static const std::set<std::string> kRun = {"config.toml",  "metrics.jsonl", "summary.json", "checkpoints",
                                              "tb",           "workers",       "ranks",        "report.html",
                                              "merges.jsonl", "modules",       "best",         "dipaco.json"};
-  return kRun.count(name) > 0 || name.rfind("metrics-rank", 0) == 0 || name.rfind(".tributary", 0) == 0;
+  // Also a file being written (write_file_atomic's NAME.tmp-PID: rank 0's config.toml while another rank looks).
+  return kRun.count(name) > 0 || name.rfind("metrics-rank", 0) == 0 || name.rfind(".tributary", 0) == 0 ||
+         name.find(".tmp") != std::string::npos;
 }
 
 // A run writes metrics.jsonl, summary.json, config.toml and checkpoints/ into its directory and --overwrite clears
@@ -279,8 +281,8 @@ void init_from(Transformer& model, const std::string& from) {
           fmt::format("{}", fmt::join(t.sizes(), "x")), from);
     t.copy_(w);
   }
-  log::info("train.init_from = '{}': {} levels of blocks there, {} here (blocks matched in model order)", from,
-            saved.model.num_levels, ours.num_levels);
+  log::info("train.init_from = '{}': blocks in {} level{} there, {} here (blocks matched in model order)", from,
+            saved.model.num_levels, saved.model.num_levels == 1 ? "" : "s", ours.num_levels);
 }
 
 RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank,
