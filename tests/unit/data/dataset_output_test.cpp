@@ -150,6 +150,14 @@ TEST(DatasetOutput, AMisspeltDatasetIsNamedWithTheOneBesideItNotBuiltThere) {
   fs::create_directories(parent / "empty");
   msg = error_of([&] { Dataset::open(parent / "empty"); });
   EXPECT_NE(msg.find("it has no dataset.json"), std::string::npos) << msg;
+  // a directory of texts: the dataset goes into a new directory (data build refuses an --out holding its input)
+  fs::create_directories(parent / "texts");
+  write_file(parent / "texts" / "a.txt", "a text");
+  msg = error_of([&] { Dataset::open(parent / "texts"); });
+  EXPECT_NE(msg.find("--out " + (parent / "texts-data").string() +
+                     "`, and train with --set data.dir=" + (parent / "texts-data").string()),
+            std::string::npos)
+      << msg;
   msg = error_of([&] { Dataset::open("no-such-relative-dataset"); });
   EXPECT_NE(msg.find("relative to the working directory '" + fs::current_path().string() + "'"), std::string::npos)
       << msg;
