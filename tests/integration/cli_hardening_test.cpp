@@ -466,3 +466,16 @@ TEST_F(CliHardening, AConfigThatIsNoFileAndARunDirectoryThatIsNoRunsAreRefused) 
   auto [rc, out] = cli("train --overwrite" + tiny + " --set train.run_dir=run");  // a run's own directory: fine
   EXPECT_EQ(rc, 0) << out;
 }
+
+// Issue 66, item 17: the ETA counted to train.steps when --stop-after-step ends the invocation sooner.
+TEST_F(CliHardening, TheEtaCountsToTheStepTheInvocationStopsAt) {
+  const std::string data = test_support::test_data_dir((work_dir() / "data").string());
+  auto [rc, out] = cli(
+      "train --overwrite --set model.num_layers=1 --set model.width=32 --set model.num_heads=2 --set model.context=32 "
+      "--set train.batch_size=2 --set train.steps=1000000 --set train.threads=1 --set train.eval_every=0 "
+      "--set train.log_every=2 --set optim.warmup_steps=1 --set train.run_dir=eta --set data.dir=" +
+      data + " --stop-after-step 4");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("step     2/1000000"), std::string::npos) << out;
+  EXPECT_NE(out.find("| ETA 0m00s"), std::string::npos) << "two steps left, not 999,998: " << out;
+}

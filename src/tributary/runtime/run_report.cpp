@@ -117,7 +117,10 @@ void RunReport::log_step(int64_t step, int64_t tokens_seen, const StepResult& re
   }
   const double mfu = std::min(raw_mfu, 1.0);
   const double eta =
-      interval_steps_ > 0 ? double(setup_.total_steps - step) * interval_seconds_ / double(interval_steps_) : 0.0;
+      interval_steps_ > 0
+          ? double(std::max<int64_t>(0, (setup_.stops_at > 0 ? setup_.stops_at : setup_.total_steps) - step)) *
+                interval_seconds_ / double(interval_steps_)
+          : 0.0;
   const double loss_avg = interval_losses_ > 0 ? interval_loss_ / double(interval_losses_) : result.loss;
   const auto& chunk_losses = result.chunk_losses;
   nlohmann::json line = {{"step", step},

@@ -30,6 +30,7 @@ struct ReportSetup {
   bool machine_console = false;
   int64_t resume_step = -1;  // >= 0: metrics.jsonl keeps only lines up to this step
   int64_t total_steps = 0;
+  int64_t stops_at = 0;  // the step --stop-after-step ends this invocation at (the ETA's), 0: total_steps
   int64_t log_every = 1;
   int world_size = 1;
   bool distributed = false;  // more than one process: every worker writes workers/rank{rank}.jsonl

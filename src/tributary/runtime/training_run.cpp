@@ -95,24 +95,25 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
 // The run's metrics, console lines and summary (the lead writes them; every rank counts its own traffic).
 void TrainingRun::start_report(double bytes_per_token) {
   const DistEnv& env = options_.dist;
-  report_ =
-      std::make_unique<RunReport>(ReportSetup{.run_dir = tc_.run_dir,
-                                              .lead = lead_.is(),
-                                              .machine_console = env.distributed() && env.local_rank == 0,
-                                              .resume_step = ckpt_ ? progress_.step : -1,
-                                              .total_steps = tc_.steps,
-                                              .log_every = tc_.log_every,
-                                              .world_size = env.world_size,
-                                              .distributed = layout_.distributed(),
-                                              .exchanges = rounds() != nullptr,
-                                              .rank = env.rank,
-                                              // a restarted worker keeps the lines of its first life
-                                              .worker_resume_step = ckpt_         ? progress_.step
-                                                                    : env.joining ? std::numeric_limits<int64_t>::max()
-                                                                                  : -1,
-                                              .flops_per_token = flops_per_token_,
-                                              .peak_flops = summary_.peak_flops,
-                                              .bytes_per_token = bytes_per_token});
+  report_ = std::make_unique<RunReport>(
+      ReportSetup{.run_dir = tc_.run_dir,
+                  .lead = lead_.is(),
+                  .machine_console = env.distributed() && env.local_rank == 0,
+                  .resume_step = ckpt_ ? progress_.step : -1,
+                  .total_steps = tc_.steps,
+                  .stops_at = options_.stop_after_step > 0 ? std::min(options_.stop_after_step, tc_.steps) : 0,
+                  .log_every = tc_.log_every,
+                  .world_size = env.world_size,
+                  .distributed = layout_.distributed(),
+                  .exchanges = rounds() != nullptr,
+                  .rank = env.rank,
+                  // a restarted worker keeps the lines of its first life
+                  .worker_resume_step = ckpt_         ? progress_.step
+                                        : env.joining ? std::numeric_limits<int64_t>::max()
+                                                      : -1,
+                  .flops_per_token = flops_per_token_,
+                  .peak_flops = summary_.peak_flops,
+                  .bytes_per_token = bytes_per_token});
 }
 
 // The step behind the seam, then the clocks: from here on the loop's units are timed.
