@@ -327,7 +327,9 @@ def main():
 if __name__ == "__main__":
     WORK = tempfile.mkdtemp(prefix="tributary_chaos_")
     print(f"chaos: runs and logs in {WORK}", file=sys.stderr, flush=True)
-    # SIGTERM as Ctrl-C: either way the finally below stops the launches.
+    # SIGINT (even where a shell started this in the background with it ignored) and SIGTERM as Ctrl-C: either way the
+    # finally below stops the launches.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         sys.exit(main())
