@@ -20,16 +20,25 @@ std::string progress_text(const std::string& label, int64_t done, int64_t total,
   return text;
 }
 
-Progress::Progress(std::string label, int64_t total, std::string unit)
+Progress::Progress(std::string label, int64_t total, std::string unit, double log_every_s)
     : label_(std::move(label)),
       unit_(std::move(unit)),
       total_(std::max<int64_t>(total, 0)),
-      shown_(::isatty(STDERR_FILENO) == 1) {}
+      shown_(::isatty(STDERR_FILENO) == 1),
+      log_every_s_(log_every_s) {}
 
 void Progress::advance(int64_t n) {
   done_ += n;
-  if (!shown_ || ended_) return;
+  if (ended_) return;
   const auto now = Clock::now();
+  if (!shown_) {  // a log: a line every 10 s
+    if (seconds_since(last_) < log_every_s_) return;
+    last_ = now;
+    logged_ = true;
+    std::fprintf(stderr, "%s\n", progress_text(label_, done_, total_, unit_, seconds_since(start_)).c_str());
+    std::fflush(stderr);
+    return;
+  }
   if (seconds_since(last_) < 0.5 && done_ < total_) return;
   last_ = now;
   std::fprintf(stderr, "\r%s\033[K", progress_text(label_, done_, total_, unit_, seconds_since(start_)).c_str());
@@ -39,8 +48,9 @@ void Progress::advance(int64_t n) {
 void Progress::done() {
   if (ended_) return;
   ended_ = true;
-  if (!shown_) return;
-  std::fprintf(stderr, "\r%s\033[K\n", progress_text(label_, done_, total_, unit_, seconds_since(start_)).c_str());
+  if (!shown_ && !logged_) return;
+  std::fprintf(stderr, shown_ ? "\r%s\033[K\n" : "%s\n",
+               progress_text(label_, done_, total_, unit_, seconds_since(start_)).c_str());
   std::fflush(stderr);
 }
 
