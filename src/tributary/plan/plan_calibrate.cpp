@@ -5,6 +5,7 @@
 
 #include "tributary/artifacts/inference.h"
 #include "tributary/core/error.h"
+#include "tributary/core/progress.h"
 #include "tributary/data/dataset.h"
 #include "tributary/model/transformer.h"
 #include "tributary/perf/flops.h"
@@ -36,7 +37,8 @@ Calibration calibrate_speed(const RunConfig& config, int repeats) {
   };
   step();  // warm-up: allocations, first-touch
   std::vector<double> rates;
-  for (int r = 0; r < repeats; ++r) {
+  Progress progress("plan --calibrate", repeats, "steps");  // a large model's steps take seconds each
+  for (int r = 0; r < repeats; ++r, progress.advance()) {
     const auto start = std::chrono::steady_clock::now();
     step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

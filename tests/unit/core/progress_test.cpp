@@ -1,4 +1,4 @@
-// The progress line of long work (core/progress.h): what it says, and that it says nothing off a terminal.
+// The progress line of long work (core/progress.h): what it says, and what it writes off a terminal (a log).
 #include <gtest/gtest.h>
 
 #include <chrono>
