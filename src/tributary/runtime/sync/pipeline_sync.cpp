@@ -29,22 +29,10 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
       layout.replicas(), layout.stages(), par.stage_layers.empty() ? std::string("a balanced split") : par.stage_layers,
       par.schedule, par.schedule == "1f1b" ? fmt::format(" (warm-up margin {})", par.warmup_margin) : "",
       par.micro_batches, config.train.batch_size / par.micro_batches, par.activation_compression);
-  const bool diloco = layout.sync() == SyncKind::kDiloco;
-  if (diloco)
-    for (int64_t s = 0; s < p; ++s)  // a stage's fragments are its blocks strided: each needs one
-      if (layout_.end(s) - layout_.begin(s) < config.dist.fragments)
-        fail(
-            "dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
-            "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
-            config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
+  check_shape(session, layout);
   log::info("rank {} runs stage {} of pipeline {} (blocks {}..{})", env.rank, stage(), place_.replica(),
             layout_.begin(stage()), layout_.end(stage()) - 1);
   if (session.links() && env.rank == 0) log::info("pipelines on {}", session.links()->describe());
-  if (fault_tolerant_ && env.island_life < 0)
-    fail(
-        "dist.fault_tolerant = true with pipelines: start every machine's pipeline with `tributary launch "
-        "--restart-island --max-restarts N` (a pipeline that loses a stage starts again as a whole)");
-  TRIB_CHECK(!fault_tolerant_ || layout.pipelines_per_island() == 1, "a fault-tolerant pipeline is one machine's");
   // Fault tolerant, the stages wait for their lead (at its next step, or for what it tells them) while it is in a
   // round of the quorum, which may wait a whole collective deadline for a peer pipeline and then a heartbeat
   // deadline: they give up on it only after that. A stage lost inside the pipeline is its launch's to notice.
@@ -73,29 +61,7 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
     data_ = std::make_unique<comm::Group>(store, int(place_.replica()), int(place_.replicas()),
                                           options_among(data_members), fmt::format("data.{}", stage()));
   }
-  // DiLoCo per stage across the pipelines, or across the islands through each island's first pipeline. The exchange
-  // pads with the modelled time itself.
-  const std::vector<int> across = d > 1 ? layout.lead_stage_ranks() : data_members;
-  if (fault_tolerant_ && stage() == 0) {
-    const std::vector<int> leads = layout.lead_stage_ranks();
-    across_ = std::make_unique<ReplicaSync>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
-                                                                .heartbeat_store = session.reconnect(kIslandsScope),
-                                                                .id = int(layout.islands().island()),
-                                                                .size = int(layout.islands().count()),
-                                                                .joining = env.joining,
-                                                                .link = session.links_among(leads),
-                                                                .noun = "pipeline"});
-    if (env.rank == 0 && !env.joining)
-      log::info(
-          "fault-tolerant pipelines: the quorum's members are the pipelines, each spoken for by its stage 0, which "
-          "exchanges the whole model");
-  } else if (diloco && !fault_tolerant_ && layout.pipeline_in_island() == 0)
-    stage_replicas_ =
-        std::make_unique<ReplicaSync>(config, ReplicaGroup{.store = store,
-                                                           .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
-                                                           .size = int(across.size()),
-                                                           .link = session.links_among(across),
-                                                           .prefix = fmt::format("diloco.{}", stage())});
+  form_replicas(session, layout);
   if (config.model.tie_embeddings && (stage() == 0 || stage() == p - 1))
     tie_ = std::make_unique<comm::Group>(store, stage() == 0 ? 0 : 1, 2,
                                          options_among({pipe_members.front(), pipe_members.back()}),
@@ -116,6 +82,53 @@ PipelineSync::PipelineSync(const Session& session, const Layout& layout)
 }
 
 PipelineSync::~PipelineSync() = default;
+
+void PipelineSync::check_shape(const Session& session, const Layout& layout) const {
+  const RunConfig& config = session.config();
+  if (layout.sync() == SyncKind::kDiloco)
+    for (int64_t s = 0; s < layout.stages(); ++s)  // a stage's fragments are its blocks strided: each needs one
+      if (layout_.end(s) - layout_.begin(s) < config.dist.fragments)
+        fail(
+            "dist.fragments = {} but pipeline stage {} owns {} block(s): DiLoCo per stage splits each stage's blocks "
+            "into the fragments; use at most {} fragments or give every stage more blocks (parallel.stage_layers)",
+            config.dist.fragments, s, layout_.end(s) - layout_.begin(s), layout_.end(s) - layout_.begin(s));
+  if (fault_tolerant_ && session.env().island_life < 0)
+    fail(
+        "dist.fault_tolerant = true with pipelines: start every machine's pipeline with `tributary launch "
+        "--restart-island --max-restarts N` (a pipeline that loses a stage starts again as a whole)");
+  TRIB_CHECK(!fault_tolerant_ || layout.pipelines_per_island() == 1, "a fault-tolerant pipeline is one machine's");
+}
+
+// DiLoCo per stage across the pipelines, or across the islands through each island's first pipeline (the exchange
+// pads with the modelled time itself); fault tolerant, the pipelines' leads' replicas of the whole model instead.
+void PipelineSync::form_replicas(const Session& session, const Layout& layout) {
+  const RunConfig& config = session.config();
+  const DistEnv& env = session.env();
+  if (fault_tolerant_) {
+    if (stage() != 0) return;
+    across_ = std::make_unique<ReplicaSync>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
+                                                                .heartbeat_store = session.reconnect(kIslandsScope),
+                                                                .id = int(layout.islands().island()),
+                                                                .size = int(layout.islands().count()),
+                                                                .joining = env.joining,
+                                                                .link = session.links_among(layout.lead_stage_ranks()),
+                                                                .noun = "pipeline"});
+    if (env.rank == 0 && !env.joining)
+      log::info(
+          "fault-tolerant pipelines: the quorum's members are the pipelines, each spoken for by its stage 0, which "
+          "exchanges the whole model");
+    return;
+  }
+  if (layout.sync() != SyncKind::kDiloco || layout.pipeline_in_island() != 0) return;
+  const int64_t d = layout.pipelines_per_island();
+  const std::vector<int> across = d > 1 ? layout.lead_stage_ranks() : layout.stage_replica_ranks();
+  stage_replicas_ =
+      std::make_unique<ReplicaSync>(config, ReplicaGroup{.store = session.store(),
+                                                         .rank = int(d > 1 ? place_.replica() / d : place_.replica()),
+                                                         .size = int(across.size()),
+                                                         .link = session.links_among(across),
+                                                         .prefix = fmt::format("diloco.{}", stage())});
+}
 
 Started PipelineSync::start(const StartState& s) {
   Started started = Sync::start(s);

@@ -111,6 +111,10 @@ class PipelineSync : public Sync {
   // `root`'s tensors to the whole pipeline; with the run's secret their tag goes through the sealed store and every
   // receiver checks it (NetworkError naming the stage otherwise).
   void broadcast_sealed(std::vector<torch::Tensor>& buffers, int root);
+  // Refuses a shape the pipelines cannot run (fewer blocks than fragments in a stage, fault tolerance without its
+  // launch), naming the key.
+  void check_shape(const Session& session, const Layout& layout) const;
+  void form_replicas(const Session& session, const Layout& layout);  // stage_replicas_, or across_ (fault tolerant)
   // Fault tolerant: a pipeline started again joins the run (its lead is healed), and its stages take their parts.
   std::optional<PendingHeal> join(const StartState& state);
   AfterStep member_after_step(int64_t step, double lr, bool last);
