@@ -17,6 +17,7 @@
 using namespace tributary;
 
 using test_support::Distributed;
+using test_support::membership_events;
 using test_support::sh;
 using test_support::tiny;
 using test_support::work;
@@ -43,18 +44,6 @@ const std::string kFaultTolerant = "--set dist.fault_tolerant=true";
 const std::string kRestartIsland = "--max-restarts 1 --restart-island";
 
 fs::path final_checkpoint(const std::string& run) { return work() / run / "checkpoints" / "step-00000024"; }
-
-// Each membership event's (members before, members after), in order.
-std::vector<std::pair<int, int>> membership_events(const std::string& run) {
-  std::vector<std::pair<int, int>> out;
-  std::istringstream in(read_file(work() / run / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.value("event", "") == "membership")
-      out.emplace_back(j.at("members_before").get<int>(), j.at("members").get<int>());
-  }
-  return out;
-}
 
 }  // namespace
 

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,18 @@ inline path data() {
 }
 
 inline std::pair<int, std::string> sh(const std::string& cmd) { return run_shell(cmd); }
+
+// A fault-tolerant run's membership events in its metrics.jsonl, in order: (members before, members after).
+inline std::vector<std::pair<int, int>> membership_events(const std::string& run) {
+  std::vector<std::pair<int, int>> out;
+  std::istringstream in(tributary::read_file(work() / run / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") == "membership")
+      out.emplace_back(j.at("members_before").get<int>(), j.at("members").get<int>());
+  }
+  return out;
+}
 
 // ` train ...` of a 2-block width-64 model on the test data into work()/run, then `extra`.
 inline std::string tiny(const std::string& run, const std::string& extra) {

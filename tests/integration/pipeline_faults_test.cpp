@@ -18,6 +18,7 @@
 using namespace tributary;
 
 using test_support::Distributed;
+using test_support::membership_events;
 using test_support::sh;
 using test_support::tiny;
 using test_support::work;
@@ -48,17 +49,6 @@ const std::string kRestartPipeline = "--max-restarts 1 --restart-island";
 
 fs::path checkpoint(const std::string& run, int step = 24) {
   return work() / run / "checkpoints" / fmt::format("step-{:08d}", step);
-}
-
-std::vector<std::pair<int, int>> membership_events(const std::string& run) {
-  std::vector<std::pair<int, int>> out;
-  std::istringstream in(read_file(work() / run / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.value("event", "") == "membership")
-      out.emplace_back(j.at("members_before").get<int>(), j.at("members").get<int>());
-  }
-  return out;
 }
 
 // The per-stage moment sums a log line ends with ("(moment sums a, b)"), after `marker`.
