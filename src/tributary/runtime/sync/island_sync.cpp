@@ -12,6 +12,7 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/parallel/row_shards.h"
 #include "tributary/runtime/rendezvous.h"
+#include "tributary/runtime/sync/lead_following.h"
 
 namespace tributary {
 namespace {
@@ -323,25 +324,11 @@ std::optional<PendingHeal> IslandSync::join(NamedTensors& params, AdamW& optimiz
   return pending;
 }
 
-bool IslandSync::rank_zero_says(bool mine) {
-  if (!fault_tolerant_ || island_->size() == 1) return mine;
-  std::vector<torch::Tensor> said = {torch::tensor({int64_t(mine)})};
-  island_->broadcast(said, 0);
-  return said[0][0].item<int64_t>() != 0;
-}
+bool IslandSync::rank_zero_says(bool mine) { return fault_tolerant_ ? lead_says(*island_, mine) != 0 : mine; }
 
 int64_t IslandSync::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
-  if (!fault_tolerant_ || island_->size() == 1) return tokens_per_step;
-  const LoaderPosition at = loader.position();
-  std::vector<torch::Tensor> lead = {torch::tensor(
-      {loader.rank(), loader.world_size(), int64_t(at.epoch), int64_t(at.cursor), tokens_per_step}, torch::kInt64)};
-  island_->broadcast(lead, 0);
-  if (island_->rank() == 0) return tokens_per_step;
-  const auto v = lead[0];
-  const int64_t rank = v[0].item<int64_t>() + island_->rank(), world = v[1].item<int64_t>();
-  if (loader.rank() != rank || loader.world_size() != world) loader.reshard(rank, world);
-  loader.set_position({uint64_t(v[2].item<int64_t>()), uint64_t(v[3].item<int64_t>())});
-  return v[4].item<int64_t>();
+  if (!fault_tolerant_) return tokens_per_step;
+  return follow_lead_loader(*island_, loader, tokens_per_step, island_->rank());
 }
 
 AfterStep IslandSync::async_after_step(int64_t step, double lr, NamedTensors& params, bool last) {
@@ -419,19 +406,11 @@ NamedTensors IslandSync::whole_outer_state(const NamedTensors& params) {
 }
 
 bool IslandSync::stop_agreed(bool local_stop) {
-  if (async_islands_) {  // an island stops on its own, as an asynchronous replica does: any of its ranks' wish
-    std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
-    if (island_->size() > 1) island_->all_reduce_sum(wish);
-    return wish[0][0].item<int64_t>() > 0;
-  }
+  // An asynchronous island stops on its own, as an asynchronous replica does: any of its ranks' wish.
+  if (async_islands_) return member_stop(*island_, local_stop, nullptr);
   if (!fault_tolerant_) return stop_vote_->step(local_stop);
   // Any rank's wish is its island's: rank 0 votes with it in the quorum's rounds, and tells the island the decision.
-  std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
-  if (island_->size() > 1) island_->all_reduce_sum(wish);
-  std::vector<torch::Tensor> stop = {
-      torch::tensor({int64_t(across_ && across_->stop_agreed(wish[0][0].item<int64_t>() > 0))})};
-  if (island_->size() > 1) island_->broadcast(stop, 0);
-  return stop[0][0].item<int64_t>() != 0;
+  return member_stop(*island_, local_stop, [this](bool wish) { return across_ && across_->stop_agreed(wish); });
 }
 
 bool IslandSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,

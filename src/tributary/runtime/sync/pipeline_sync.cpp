@@ -7,6 +7,7 @@
 #include "tributary/launch/launcher.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/run_state.h"
+#include "tributary/runtime/sync/lead_following.h"
 
 namespace tributary {
 
@@ -200,15 +201,9 @@ std::optional<PendingHeal> PipelineSync::join(const StartState& s) {
   return pending;
 }
 
-int64_t PipelineSync::lead_says(int64_t mine) {
-  std::vector<torch::Tensor> said = {torch::tensor({mine}, torch::kInt64)};
-  pipe_->broadcast(said, 0);
-  return said[0][0].item<int64_t>();
-}
-
 AfterStep PipelineSync::member_after_step(int64_t step, double lr, bool last) {
   // The lead's whole model is made current only for a round: each stage broadcasts its own parameters.
-  const bool due = lead_says(across_ && across_->rounds().round_due(step, lr, last)) != 0;
+  const bool due = lead_says(*pipe_, across_ && across_->rounds().round_due(step, lr, last)) != 0;
   if (due) consolidate(params_);
   AfterStep after{.quiescent = quiescent_};
   if (across_) after = across_->rounds().step_ended(step, lr, params_, last);
@@ -229,7 +224,7 @@ AfterStep PipelineSync::member_after_step(int64_t step, double lr, bool last) {
 }
 
 std::optional<HealState> PipelineSync::heal_made_together(bool heals, const std::function<HealState()>& own) {
-  if (!fault_tolerant_ || lead_says(heals) == 0) return std::nullopt;
+  if (!fault_tolerant_ || lead_says(*pipe_, heals) == 0) return std::nullopt;
   consolidate(params_);
   state_->gather_moments();
   if (!across_) return std::nullopt;
@@ -242,25 +237,13 @@ std::optional<HealState> PipelineSync::heal_made_together(bool heals, const std:
 }
 
 int64_t PipelineSync::follow_lead(BatchLoader& loader, int64_t tokens_per_step) {
-  if (!fault_tolerant_) return tokens_per_step;
-  const LoaderPosition at = loader.position();
-  std::vector<torch::Tensor> lead = {torch::tensor(
-      {loader.rank(), loader.world_size(), int64_t(at.epoch), int64_t(at.cursor), tokens_per_step}, torch::kInt64)};
-  pipe_->broadcast(lead, 0);
-  if (stage() == 0) return tokens_per_step;
-  const auto v = lead[0];
-  const int64_t rank = v[0].item<int64_t>(), world = v[1].item<int64_t>();
-  if (loader.rank() != rank || loader.world_size() != world) loader.reshard(rank, world);
-  loader.set_position({uint64_t(v[2].item<int64_t>()), uint64_t(v[3].item<int64_t>())});
-  return v[4].item<int64_t>();
+  return fault_tolerant_ ? follow_lead_loader(*pipe_, loader, tokens_per_step, 0) : tokens_per_step;
 }
 
 bool PipelineSync::stop_agreed(bool local_stop) {
   if (!fault_tolerant_) return stop_vote_->step(local_stop);
   // Any stage's wish is its pipeline's: the lead votes with it in the quorum's rounds and tells the pipeline.
-  std::vector<torch::Tensor> wish = {torch::tensor({int64_t(local_stop)})};
-  pipe_->all_reduce_sum(wish);
-  return lead_says(across_ && across_->stop_agreed(wish[0][0].item<int64_t>() > 0)) != 0;
+  return member_stop(*pipe_, local_stop, [this](bool wish) { return across_ && across_->stop_agreed(wish); });
 }
 
 bool PipelineSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& rank_state,

@@ -119,7 +119,6 @@ class PipelineSync : public Sync {
   std::optional<PendingHeal> join(const StartState& state);
   AfterStep member_after_step(int64_t step, double lr, bool last);
   bool stop_agreed(bool local_stop);
-  int64_t lead_says(int64_t mine);  // the lead's `mine`, on every rank of the pipeline
 
   pipeline::StageLayout layout_;
   pipeline::ScheduleSpec schedule_;
