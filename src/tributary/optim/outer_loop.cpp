@@ -126,11 +126,11 @@ bool OuterLoop::after_step(int64_t step, double lr, NamedTensors& params) {
   bool landed = false;
   for (size_t f = 0; f < units_.size(); ++f) {
     auto& u = units_[f];
-    if (u.in_flight() && step >= u.apply_step) {
+    if (lands_at(u, step)) {
       land(f, params);
       landed = true;
     }
-    if (!u.in_flight() && step - u.last_sync >= length_.of_round(u.last_sync - start_)) {
+    if (sends_at(u, step, length_)) {
       send(u, step, params, options_.overlap_steps);
       if (!u.merge) {
         land(f, params);
@@ -145,11 +145,16 @@ bool OuterLoop::due(int64_t step, double lr, bool last) const {
   RoundLength length = length_;  // as after_step leaves it once it has seen this step's learning rate
   length.observe_lr(lr);
   for (const auto& u : units_) {
-    if (u.in_flight() && (last || step >= u.apply_step)) return true;
-    if (!u.in_flight() && (step - u.last_sync >= length.of_round(u.last_sync - start_) || (last && step > u.last_sync)))
-      return true;
+    if (lands_at(u, step) || sends_at(u, step, length)) return true;
+    if (last && (u.in_flight() || step > u.last_sync)) return true;  // finish()
   }
   return false;
+}
+
+bool OuterLoop::lands_at(const SyncUnit& u, int64_t step) const { return u.in_flight() && step >= u.apply_step; }
+
+bool OuterLoop::sends_at(const SyncUnit& u, int64_t step, const RoundLength& length) const {
+  return !u.in_flight() && step - u.last_sync >= length.of_round(u.last_sync - start_);
 }
 
 bool OuterLoop::finish(int64_t step, NamedTensors& params) {

@@ -95,6 +95,9 @@ class OuterLoop {
   NamedTensors subset(const NamedTensors& params, const SyncUnit& u) const;
   void send(SyncUnit& u, int64_t step, NamedTensors& params, int64_t overlap_steps);
   void land(size_t index, NamedTensors& params);
+  // after_step's two questions about a unit, which due() asks too: its update in flight lands now; it sends now.
+  bool lands_at(const SyncUnit& u, int64_t step) const;
+  bool sends_at(const SyncUnit& u, int64_t step, const RoundLength& length) const;
   const NamedTensors& owner_step(size_t unit, const std::vector<torch::Tensor>& sum, double weight, int64_t count);
 
   OuterLoopOptions options_;
