@@ -105,9 +105,11 @@ void AsyncMerger::take_over() {
                            {"merged", nlohmann::json::array()},
                            {"late", nlohmann::json::array()},
                            {"done", false}};
+    meta["tokens_at"] = nlohmann::json::object({{"1", 0}});
     if (!board_.publish(1, self_, outer_->global(), outer_->state(), {}, meta)) return;  // another merger did
     version_ = 1;
     tokens_ = 0;
+    tokens_at_ = {{1, 0}};
   } else {
     const CommittedVersion c = *board_.commit_of(v);
     NamedTensors both = board_.fetch_params(c, names_);
@@ -118,6 +120,10 @@ void AsyncMerger::take_over() {
     version_ = v;
     tokens_ = c.meta.at("tokens").get<int64_t>();
     for (const auto& [r, n] : c.meta.at("consumed").items()) consumed_[std::stoi(r)] = n.get<int64_t>();
+    tokens_at_.clear();
+    const nlohmann::json history = c.meta.value("tokens_at", nlohmann::json::object());
+    for (const auto& [ver, n] : history.items()) tokens_at_[std::stoll(ver)] = n.get<int64_t>();
+    tokens_at_[v] = tokens_;
     if (c.meta.value("done", false)) done_ = true;
     if (term_ > 0) {
       std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -226,14 +232,22 @@ std::vector<torch::Tensor> AsyncMerger::robust_merge() {
   return out;
 }
 
+double AsyncMerger::lag_since(int64_t version) const {
+  const auto it = tokens_at_.find(version);
+  if (it == tokens_at_.end()) return double(version_ - version);
+  return double(tokens_ - it->second) / (double(rules_.round_tokens) * double(rules_.replicas));
+}
+
 void AsyncMerger::merge() {
   const NamedTensors& model = outer_->global();
-  // A fresh update of a whole round counts 1 / replicas, as in synchronous DiLoCo's average, whichever merge it
-  // lands in: two merges of two updates move the model as far as one of four.
+  // A round's update counts 1 / replicas, as in synchronous DiLoCo's average, whichever merge it lands in (two
+  // merges of two updates move the model as far as one of four), less only when more than a round was merged since
+  // it started.
   const double full = double(rules_.round_tokens) * double(rules_.replicas);
   for (auto& p : pending_) {
     p.staleness = version_ - p.update.base_version;
-    p.weight = double(p.update.tokens) / double(1 + p.staleness) / full;
+    p.lag = lag_since(p.update.base_version);
+    p.weight = double(p.update.tokens) / std::max(1.0, p.lag) / full;
   }
   std::vector<torch::Tensor> average;
   if (robust_) {
@@ -251,6 +265,7 @@ void AsyncMerger::merge() {
     merged.push_back({{"replica", p.update.replica},
                       {"number", p.update.number},
                       {"staleness", p.staleness},
+                      {"lag", p.lag},
                       {"weight", p.weight},
                       {"tokens", p.update.tokens}});
     in.insert(p.update.replica);
@@ -274,9 +289,12 @@ void AsyncMerger::merge() {
   nlohmann::json consumed = nlohmann::json::object();
   for (const auto& [r, n] : consumed_) consumed[std::to_string(r)] = n;
   const bool finished = rules_.token_budget > 0 && tokens_ + tokens >= rules_.token_budget;
-  nlohmann::json meta = {{"term", term_},        {"tokens", tokens_ + tokens},
-                         {"consumed", consumed}, {"merged", merged},
-                         {"late", late},         {"done", finished}};
+  // The recent versions' tokens travel with the commit: a successor weighs the updates in flight as this one would.
+  nlohmann::json tokens_at = nlohmann::json::object({{std::to_string(next), tokens_ + tokens}});
+  for (auto it = tokens_at_.lower_bound(next - rules_.max_staleness - 1); it != tokens_at_.end(); ++it)
+    tokens_at[std::to_string(it->first)] = it->second;
+  nlohmann::json meta = {{"term", term_}, {"tokens", tokens_ + tokens}, {"consumed", consumed},  {"merged", merged},
+                         {"late", late},  {"done", finished},           {"tokens_at", tokens_at}};
   if (!board_.publish(next, self_, outer_->global(), outer_->state(), step, meta)) {
     log::warn("replica {}: version {} was committed by another merger first; this one stands down", self_, next);
     loaded_ = false;  // reloads from the newest commit if it still holds the term
@@ -284,6 +302,8 @@ void AsyncMerger::merge() {
   }
   version_ = next;
   tokens_ += tokens;
+  tokens_at_[next] = tokens_;
+  tokens_at_.erase(tokens_at_.begin(), tokens_at_.lower_bound(next - rules_.max_staleness - 1));
   for (const auto& p : pending_) board_.forget(p.update.replica, p.update.number);
   if (const auto old = board_.commit_of(next - 3)) board_.forget_version(*old);
   pending_.clear();

@@ -198,13 +198,13 @@ Section faults_section(const RunFiles& run) {
   return {"faults", "Faults and joins", html};
 }
 
-// Asynchronous DiLoCo: per replica, its updates merged, their mean staleness and weight and the merges it was late
+// Asynchronous DiLoCo: per replica, its updates merged, their mean staleness, lag and weight and the merges it was late
 // for; the tokens merged over time (goodput); the last merges, who was in and who was late.
 Section merges_section(const RunFiles& run) {
   if (run.merges.empty()) return {"merges", "Asynchronous merges", "", false};
   struct Replica {
     int64_t updates = 0, late = 0;
-    double staleness = 0, weight = 0;
+    double staleness = 0, lag = 0, weight = 0;
   };
   std::map<int, Replica> replicas;
   Series tokens{"tokens merged", {}, run.merges.size() < 60};
@@ -217,6 +217,7 @@ Section merges_section(const RunFiles& run) {
         Replica& r = replicas[int(number(u, "replica"))];
         r.updates += 1;
         r.staleness += number(u, "staleness");
+        r.lag += number(u, "lag");
         r.weight += number(u, "weight");
         in.push_back(fmt::format("{} (s {}, w {:.2f})", int(number(u, "replica")), int(number(u, "staleness")),
                                  number(u, "weight")));
@@ -237,6 +238,7 @@ Section merges_section(const RunFiles& run) {
   for (const auto& [rank, r] : replicas)
     rows.push_back({fmt::format("replica {}", rank), fmt::format("{}", r.updates),
                     r.updates ? fixed(r.staleness / double(r.updates), 2) : "-",
+                    r.updates ? fixed(r.lag / double(r.updates), 2) : "-",
                     r.updates ? fixed(r.weight / double(r.updates), 2) : "-", fmt::format("{}", r.late)});
   if (last.size() > 20) last.erase(last.begin(), last.end() - 20);
   const double span = tokens.points.back().first;
@@ -247,7 +249,9 @@ Section merges_section(const RunFiles& run) {
                : std::string();
   return {"merges", "Asynchronous merges",
           goodput +
-              table({"replica", "updates merged", "mean staleness", "mean weight", "merges it was late for"}, rows) +
+              table({"replica", "updates merged", "mean staleness (merges)", "mean lag (rounds)", "mean weight",
+                     "merges it was late for"},
+                    rows) +
               line_chart({tokens}, {"Tokens merged", "seconds since the first merge", "tokens"}) +
               table({"version", "merger", "in (staleness, weight)", "late", "tokens merged"}, last)};
 }

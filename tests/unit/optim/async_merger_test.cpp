@@ -1,7 +1,7 @@
 // Asynchronous DiLoCo's merger on an in-memory store: a merge closes at its quorum after the grace window and names
-// the late replica; updates are weighted by tokens / (1 + staleness); stale, malformed, non-finite and unknown-version
-// updates are refused and change nothing; a silent merger's term is taken over from the last commit, momentum
-// included; a merger that comes back after its successor committed loses its commit.
+// the late replica; updates are weighted by tokens / max(1, rounds merged since their start); stale, malformed,
+// non-finite and unknown-version updates are refused and change nothing; a silent merger's term is taken over from the
+// last commit, momentum included; a merger that comes back after its successor committed loses its commit.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -47,7 +47,7 @@ float value_of(const NamedTensors& t, const std::string& name) {
 
 }  // namespace
 
-TEST(AsyncMerger, AMergeClosesAtItsQuorumAfterTheGraceWindowAndWeighsStaleUpdatesLess) {
+TEST(AsyncMerger, AMergeClosesAtItsQuorumAfterTheGraceWindowAndWeighsUpdatesOlderThanARoundLess) {
   auto store = comm::Store::in_memory();
   std::vector<nlohmann::json> merges;
   AsyncMerger merger(UpdateBoard(store, "fp32", std::nullopt, 2), store, 2, rules(3), model(),
@@ -68,19 +68,36 @@ TEST(AsyncMerger, AMergeClosesAtItsQuorumAfterTheGraceWindowAndWeighsStaleUpdate
   EXPECT_NEAR(value_of(version(store, 2), "w"), -0.4f / 3, 1e-6)
       << "a fresh round's update counts 1 / replicas (outer lr 1), however many are in the merge";
 
-  // A stale update (trained from version 1, the merger is at 2) counts half as much as a fresh one; every live
-  // replica in: the merge closes at once. Half a round's tokens count half.
+  // Replica 2's round trained alongside the two just merged (from version 1, the merger at 2: two thirds of a round
+  // of the run merged since): not discounted. Every live replica in: the merge closes at once. Half a round's tokens
+  // count half.
+  const auto weights = [&](size_t m, const char* field = "weight") {
+    std::map<int, double> w;
+    for (const auto& u : merges.at(m)["merged"]) w[u["replica"].get<int>()] = u[field].get<double>();
+    return w;
+  };
   post(store, 2, 0.3f, 1);
   post(store, 0, 0.6f, 2);
   post(store, 1, 0.6f, 2, 50);
   ASSERT_TRUE(merger.poll());
   ASSERT_EQ(merges.size(), 2u);
-  std::map<int, double> weight;
-  for (const auto& u : merges[1]["merged"]) weight[u["replica"].get<int>()] = u["weight"].get<double>();
-  EXPECT_NEAR(weight[2], 1.0 / 6, 1e-9) << merges[1].dump();  // 100 / (100 x 3 x 2)
+  auto weight = weights(1);
+  EXPECT_NEAR(weight[2], 1.0 / 3, 1e-9) << merges[1].dump();  // 100 / (100 x 3), lag 200 / 300
   EXPECT_NEAR(weight[0], 1.0 / 3, 1e-9);
   EXPECT_NEAR(weight[1], 1.0 / 6, 1e-9);  // 50 / (100 x 3)
-  EXPECT_NEAR(value_of(version(store, 3), "b"), -0.4f / 3 - (0.3f / 6 + 0.6f / 3 + 0.6f / 6), 1e-6);
+  EXPECT_NEAR(value_of(version(store, 3), "b"), -0.4f / 3 - (0.3f / 3 + 0.6f / 3 + 0.6f / 6), 1e-6);
+
+  // An update that started before one and a half rounds of the run were merged (450 tokens since version 1, a
+  // round of the run is 300) counts 1 / 1.5 of a fresh one.
+  post(store, 2, 0.3f, 1);
+  post(store, 0, 0.6f, 3);
+  post(store, 1, 0.6f, 3);
+  ASSERT_TRUE(merger.poll());
+  ASSERT_EQ(merges.size(), 3u);
+  weight = weights(2);
+  EXPECT_NEAR(weight[2], 1.0 / 3 / 1.5, 1e-9) << merges[2].dump();
+  EXPECT_NEAR(weights(2, "lag")[2], 1.5, 1e-9);
+  EXPECT_NEAR(weight[0], 1.0 / 3, 1e-9);
 }
 
 TEST(AsyncMerger, StaleMalformedAndNonFiniteUpdatesAreRefusedAndChangeNothing) {

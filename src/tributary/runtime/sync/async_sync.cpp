@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/launch/launcher.h"
@@ -59,7 +60,8 @@ Share AsyncSync::share() const {
           .batches_per_step = replicas_,
           .line = fmt::format(
               "asynchronous DiLoCo: {} replicas post every {} without waiting; a merge closes at {} of them + "
-              "{} s of grace (at once when all are in), a round's update weighted 1 / replicas / (1 + staleness), "
+              "{} s of grace (at once when all are in), a round's update weighted 1 / replicas / max(1, rounds merged "
+              "since its start), "
               "older than {} merges refused; outer lr {}, momentum {}; compression {}",
               replicas_,
               round_seconds_ > 0 ? fmt::format("{} s of training (time-paced rounds)", round_seconds_)
@@ -102,7 +104,13 @@ void AsyncSync::enter(NamedTensors& trained) {
     log::info("replica {} joins the asynchronous run at version {}", rank_, newest->version);
     adopt(std::move(*newest), trained);
   }
-  round_start_ = std::chrono::steady_clock::now();  // a time-paced round counts from the first step
+  if (round_seconds_ > 0) {  // the members' rounds end together, so that their updates meet in one merge
+    epoch_ = thread_.run<double>([this] {
+      return std::stod(
+          board_.store().set_once(std::string(UpdateBoard::kPrefix) + "epoch", fmt::format("{:.3f}", wall_seconds())));
+    });
+    round_end_s_ = next_boundary(epoch_, wall_seconds(), round_seconds_);
+  }
 }
 
 std::optional<AsyncSync::Fetched> AsyncSync::fetch_newest(int64_t have, const NamedTensors& have_params) {
@@ -160,6 +168,8 @@ void AsyncSync::adopt(Fetched fetched, NamedTensors& trained, bool with_own) {
     if (!it->number && it->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
       it->number = it->sent.get();
     if (it->number && *it->number < fetched.merged_mine) {  // in this version: its delta is not needed any more
+      overlap_steps_ += steps_ - it->at_step;
+      overlapped_ += 1;
       it = posts_.erase(it);
       continue;
     }
@@ -181,7 +191,7 @@ void AsyncSync::post(NamedTensors& trained, int64_t steps) {
     delta.emplace_back(trained[i].first, anchor_[i].second - now);
     anchor_[i].second.copy_(now);
   }
-  Posted posted{.delta = delta};
+  Posted posted{.delta = delta, .at_step = steps_};
   posted.sent =
       thread_.enqueue<int64_t>([this, delta = std::move(delta), base = base_, tokens = steps * tokens_per_step_] {
         return board_.post(delta, base, tokens, board_.merger_now());
@@ -198,15 +208,13 @@ void AsyncSync::collect_posts(bool all) {
 
 AfterStep AsyncSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
   ++inner_;
-  const auto now = std::chrono::steady_clock::now();
-  const bool round_end = round_seconds_ > 0
-                             ? std::chrono::duration<double>(now - round_start_).count() >= round_seconds_
-                             : inner_ == inner_steps_;
+  ++steps_;
+  const bool round_end = round_seconds_ > 0 ? wall_seconds() >= round_end_s_ : inner_ == inner_steps_;
   if (round_end) {
     collect_posts(false);
     post(trained, inner_);
     inner_ = 0;
-    round_start_ = now;
+    if (round_seconds_ > 0) round_end_s_ = next_boundary(epoch_, wall_seconds(), round_seconds_);
   }
   poll_fetch();
   const bool adopted = staged_.has_value();
@@ -221,7 +229,6 @@ void AsyncSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
   if (inner_ > 0 && !over_) {  // the round so far is posted, not lost
     post(params, inner_);
     inner_ = 0;
-    round_start_ = std::chrono::steady_clock::now();
   }
   if (fetch_) {
     if (auto fetched = fetch_->get(); fetched && fetched->version > base_) staged_ = std::move(fetched);
@@ -241,8 +248,8 @@ void AsyncSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
 void AsyncSync::write_merge(const nlohmann::json& merge) {
   std::vector<std::string> in;
   for (const auto& u : merge.at("merged"))
-    in.push_back(fmt::format("{} (staleness {}, weight {:.2f})", u.at("replica").get<int>(),
-                             u.at("staleness").get<int64_t>(), u.at("weight").get<double>()));
+    in.push_back(fmt::format("{} (staleness {}, lag {:.2f} rounds, weight {:.2f})", u.at("replica").get<int>(),
+                             u.at("staleness").get<int64_t>(), u.value("lag", 0.0), u.at("weight").get<double>()));
   log::info("merge {} by replica {}: {}{}; {} tokens merged{}", merge.at("version").get<int64_t>(), rank_,
             fmt::join(in, ", "),
             merge.at("late").empty()
@@ -251,6 +258,7 @@ void AsyncSync::write_merge(const nlohmann::json& merge) {
             merge.at("tokens").get<int64_t>(), merge.at("done").get<bool>() ? " (the run's tokens: done)" : "");
   nlohmann::json line = merge;
   line.erase("consumed");
+  line.erase("tokens_at");
   line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   // The run's first merge starts the file (a run directory reused with --overwrite); a successor appends.
   const bool first = merge.at("version").get<int64_t>() == 2;
@@ -261,14 +269,17 @@ void AsyncSync::write_merge(const nlohmann::json& merge) {
 void AsyncSync::summarize(TrainSummary& summary) {
   const MergerStats s = merger_ ? merger_->stats() : MergerStats{};
   summary.outer_steps = base_;
-  summary.details["async"] = {{"rounds", rounds_},
-                              {"adopted", adopted_},
-                              {"version", base_},
-                              {"merges_by_this_replica", s.merges},
-                              {"refused_by_this_replica", s.refused},
-                              {"takeovers", s.takeovers},
-                              {"bytes_posted", board_.bytes_posted()},
-                              {"bytes_fetched", board_.bytes_fetched()}};
+  summary.details["async"] = {
+      {"rounds", rounds_},
+      {"steps_per_round", rounds_ ? double(steps_) / double(rounds_) : 0.0},
+      {"steps_from_post_to_merged_version", overlapped_ ? double(overlap_steps_) / double(overlapped_) : 0.0},
+      {"adopted", adopted_},
+      {"version", base_},
+      {"merges_by_this_replica", s.merges},
+      {"refused_by_this_replica", s.refused},
+      {"takeovers", s.takeovers},
+      {"bytes_posted", board_.bytes_posted()},
+      {"bytes_fetched", board_.bytes_fetched()}};
   summary.bytes_sent += board_.bytes_posted();
   summary.bytes_recv += board_.bytes_fetched();
 }

@@ -1,7 +1,9 @@
 // A replica of asynchronous DiLoCo (dist.algorithm = async_diloco; Decoupled DiLoCo, Asynchronous Local-SGD): it never
 // waits for another replica. Every dist.inner_steps steps it ends a round on its own:
 //            (dist.round_seconds > 0: every round_seconds of training instead, time-paced: a fast replica's round
-//            holds more steps, a slow one's fewer, and the update counts the tokens it trained on)
+//            holds more steps, a slow one's fewer, and the update counts the tokens it trained on; every member's
+//            rounds end at the same wall-clock boundaries, counted from the run's first second, so that their updates
+//            meet in one merge instead of drifting into two half-round apart)
 //   post     its pseudo-gradient since its anchor (anchor - theta: the parameters it last adopted or posted from)
 //            goes to the update board (optim/update_board.h) on the communication thread, with the version it
 //            trained from and its tokens; training goes on at once;
@@ -77,6 +79,7 @@ class AsyncSync : public Sync {
     std::future<int64_t> sent;  // its number, once posted
     std::optional<int64_t> number;
     NamedTensors delta;
+    int64_t at_step = 0;  // the replica's steps when it was posted
   };
   void post(NamedTensors& trained, int64_t steps);
   // The newest version when it is newer than `have` (none otherwise); on the communication thread. From `have`'s
@@ -105,12 +108,16 @@ class AsyncSync : public Sync {
   std::vector<std::string> names_;  // the trained parameters, in order: versions are read in it
   int64_t base_ = 1;                // the version the replica's parameters descend from
   int64_t inner_ = 0;               // steps in the current round
-  std::chrono::steady_clock::time_point round_start_ = std::chrono::steady_clock::now();
+  double epoch_ = 0;  // time-paced: the run's first wall-clock second; every round ends at epoch_ + k x round_seconds_
+  double round_end_s_ = 0;  // the wall-clock second this round ends at (time-paced)
   std::deque<Posted> posts_;
   std::optional<std::future<std::optional<Fetched>>> fetch_;
   std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
   bool over_ = false;
-  int64_t rounds_ = 0, adopted_ = 0;
+  int64_t rounds_ = 0, adopted_ = 0, steps_ = 0;
+  // Its overlap: the steps trained from its own model between posting an update and adopting the version that merged
+  // it, summed over the updates merged (what costs quality against synchronous DiLoCo, docs/benchmarks.md §46).
+  int64_t overlap_steps_ = 0, overlapped_ = 0;
 };
 
 }  // namespace tributary
