@@ -89,6 +89,8 @@ def run(args, name, algorithm, sets, killer=None, launch_extra=()):
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     m = merges(run_dir)
     return {"name": name, "evals": evals(run_dir), "val_loss": summary["val_loss"], "wall_s": wall, "kills": kills,
+            # the lead's steps trained from its own model between posting an update and adopting its merge
+            "overlap_steps": summary.get("async", {}).get("steps_from_post_to_merged_version"),
             "merged_tokens": m[-1]["tokens"] if m else None, "merges": len(m),
             "mergers": sorted({x["merger"] for x in m}), "train_s": evals(run_dir)[-1][1]}
 
@@ -201,7 +203,39 @@ def main():
         results.append(row)
     if args.out:
         json.dump(results, open(args.out, "w"), indent=1)
+    summarize(results)
     print(f"work directory: {args.work}")
+
+
+def summarize(results):
+    """Median [min-max] of each measured number over the repeats."""
+    def pick(path):
+        out = []
+        for row in results:
+            v = row
+            for k in path:
+                v = v.get(k) if isinstance(v, dict) else None
+            if isinstance(v, (int, float)):
+                out.append(v)
+        return out
+
+    def ratio(row):
+        e = row.get("equal") or {}
+        return 100 * (e["async"]["val_loss"] / e["sync"]["val_loss"] - 1) if e.get("sync") else None
+
+    lines = [("slow: speed-up to sync's final loss (x)", pick(["slow", "speedup"])),
+             ("slow: sync's time to its final loss (s)", pick(["slow", "sync_s"])),
+             ("slow: async's time to it (s)", pick(["slow", "async_s"])),
+             ("equal: async vs sync val loss (%)", [x for x in map(ratio, results) if x is not None]),
+             ("equal: async steps from post to merged version", pick(["equal", "async", "overlap_steps"])),
+             ("kill: goodput vs fault-free (%)", [100 * x for x in pick(["kill", "goodput_ratio"])]),
+             ("kill: loss vs fault-free (%)", [100 * x for x in pick(["kill", "loss_vs_fault_free"])]),
+             ("merger: largest rise between evaluations (%)", [100 * x for x in pick(["merger", "largest_rise"])]),
+             ("merger: loss vs fault-free (%)", [100 * x for x in pick(["merger", "loss_vs_fault_free"])])]
+    for name, xs in lines:
+        if xs:
+            print(f"{name}: median {statistics.median(xs):.3f} [{min(xs):.3f} - {max(xs):.3f}] over {len(xs)}",
+                  flush=True)
 
 
 if __name__ == "__main__":

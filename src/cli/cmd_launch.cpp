@@ -118,6 +118,7 @@ void add_launch(CLI::App& app) {
                                [&](comm::Store& store) { comm::Membership::report_lost(store, o->node_rank); });
         else if (go_on)
           reporter->use(addr, port, attempt, [&](comm::Store& store) { comm::Membership::report_lost(store, rank); });
+      } catch (const SecretRefused&) {  // the worker's own line said it: this machine holds another secret
       } catch (const std::exception& e) {
         log::warn(
             "launch: could not report rank {}'s exit to the run's store ({}); its peers find out by their "
@@ -130,6 +131,8 @@ void add_launch(CLI::App& app) {
         bool started = false;
         reporter->use(addr, port, attempt, [&](comm::Store& store) { started = store.check({kRunStartedKey}); });
         return started;
+      } catch (const SecretRefused&) {  // the worker's own line says it; nothing of the run is this machine's
+        return true;
       } catch (const std::exception& e) {
         log::warn("launch: could not read the run's store ({}); taking the run as started", e.what());
         return true;

@@ -251,6 +251,11 @@ TEST_F(Distributed, AMachineWithAnotherSecretGetsOneClearLineAndTheHostSaysItRef
   EXPECT_NE(other.find("the run's store refused this process's run secret"), std::string::npos) << other;
   EXPECT_EQ(other.find("frame #"), std::string::npos) << "no stack frames: " << other;
   EXPECT_LT(std::count(other.begin(), other.end(), '\n'), 12) << other;
+  size_t said = 0;
+  for (size_t at = other.find("refused this process's run secret"); at != std::string::npos;
+       at = other.find("refused this process's run secret", at + 1))
+    said += 1;
+  EXPECT_EQ(said, 1u) << "the refusal is said once, by the worker; its launch does not repeat it: " << other;
   EXPECT_NE(host.find("the run's store refused a client"), std::string::npos) << host;
   EXPECT_NE(host.find("a wrong proof of the run's secret"), std::string::npos) << host;
   EXPECT_NE(host.find("give every machine the same --secret-file"), std::string::npos) << host;

@@ -283,7 +283,7 @@ bool prove_run_key(c10d::Store& raw, const RunKey& key) {
   try {
     raw.check({kStoreChallengeKey});  // a round trip: a server that refused the proof has closed the connection
   } catch (const std::exception&) {
-    throw Error(
+    throw SecretRefused(
         "the run's store refused this process's run secret: it was started with another one (TRIBUTARY_RUN_SECRET "
         "or TRIBUTARY_SECRET_FILE must give the run's own secret, the same file on every machine)");
   }

@@ -24,6 +24,13 @@ class NetworkError : public Error {
   explicit NetworkError(const std::string& message) : Error(message) {}
 };
 
+// The run's store refused this process's proof of the run's secret: the machine was started with another secret (or
+// none). Nothing this process does can help; its one line says what to change.
+class SecretRefused : public Error {
+ public:
+  explicit SecretRefused(const std::string& message) : Error(message) {}
+};
+
 // A fault-tolerant run has no member left: every process that held its state is gone, so a restarted worker has
 // nobody to heal from. Restarting cannot help (launch stops instead); the run continues only from a checkpoint.
 class RunLost : public Error {

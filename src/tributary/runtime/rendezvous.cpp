@@ -54,8 +54,12 @@ void wait_for_ranks(comm::Store& store, const std::string& prefix, int world_siz
                             ? "; a rank with another run secret (or none) is not seen either: give every machine "
                               "the same --secret-file"
                             : ""));
-      log::info("rank {}: waiting for rank(s) {} of {} at the rendezvous ({:.0f} s of {:.0f} s)", rank,
-                fmt::join(missing, ", "), world_size, waited, timeout.count() / 1000.0);
+      log::info("rank {}: waiting for rank(s) {} of {} at the rendezvous ({:.0f} s of {:.0f} s){}", rank,
+                fmt::join(missing, ", "), world_size, waited, timeout.count() / 1000.0,
+                comm::run_key_from_environment()
+                    ? "; a machine started with another --secret-file is refused by the run's store, whose host "
+                      "logs 'the run's store refused a client at ADDRESS: a wrong proof of the run's secret'"
+                    : "");
       next_report += 30;
     }
     std::this_thread::sleep_for(milliseconds(50));
