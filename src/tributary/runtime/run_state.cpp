@@ -87,8 +87,8 @@ void check_resumable(const LoadedCheckpoint& ckpt, const RunConfig& config, int 
         saved_world, world_size, world_size);
 }
 
-// What a rank resumes from: its run directory's latest checkpoint (or --resume-from's), unless it keeps its own
-// directory (replica_checkpoint.h) with a newer one (or, for --resume-from, one of the same step).
+// What a rank resumes from: its run directory's latest checkpoint (or the one --resume DIR names), unless it keeps its
+// own directory (replica_checkpoint.h) with a newer one (or, for --resume DIR, one of the same step).
 fs::path resume_source(const fs::path& run_dir, const fs::path& own_dir, const TrainOptions& options) {
   const fs::path shared = options.resume_from.empty() ? run_dir : fs::path(options.resume_from);
   if (options.dist.rank == 0) return shared;
@@ -296,7 +296,7 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
     fail(
         "cannot resume '{}' with {} workers: it holds rank {}'s replica of a run of {} kept on its own machine, and a "
         "resume with another number of workers starts every worker from rank 0's. Copy rank 0's checkpoint to this "
-        "machine and pass --resume-from, or resume with {} workers",
+        "machine and pass its directory to --resume (train --resume DIR), or resume with {} workers",
         ckpt.dir.string(), world_size, replica_rank, saved_world, saved_world);
   if (rank != 0 && !elastic && replica_rank != rank) {
     ckpt.model = ckpt.tensors(replica_model_file(rank));

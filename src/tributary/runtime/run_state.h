@@ -24,7 +24,7 @@ namespace tributary {
 std::optional<LoadedCheckpoint> prepare_run(RunConfig& config, const TrainOptions& options, const Dataset& dataset);
 
 // The steps a rank can resume from (oldest first): every complete checkpoint of the directory `ckpt` was found in, or
-// `ckpt`'s step alone when --resume-from named it. Empty without a checkpoint.
+// `ckpt`'s step alone when --resume DIR named it. Empty without a checkpoint.
 std::vector<int64_t> resumable_steps(const std::optional<LoadedCheckpoint>& ckpt, const TrainOptions& options);
 // Replaces `ckpt` by the checkpoint of `step` beside it (the newest step every rank holds), when it is another.
 void resume_at(LoadedCheckpoint& ckpt, int64_t step);
