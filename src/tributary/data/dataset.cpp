@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tributary/core/counted.h"
 #include "tributary/core/error.h"
 #include "tributary/core/hash.h"
 #include "tributary/core/log.h"
@@ -320,9 +321,9 @@ void write_dataset(const Corpus& corpus, const fs::path& out_dir, const fs::path
   flush(1);
   if (infos[0].num_tokens == 0 || infos[1].num_tokens == 0)
     fail(
-        "the corpus has {} document{}: too few to give both a training and a validation split (val_permille = {}); "
+        "the corpus has {}: too few to give both a training and a validation split (val_permille = {}); "
         "add documents or raise the validation share",
-        corpus.docs.size(), corpus.docs.size() == 1 ? "" : "s", options.val_permille);
+        counted(int64_t(corpus.docs.size()), "document"), options.val_permille);
 
   // The split is by document hash, so a domain of few documents may get none: its loss would go unmeasured silently.
   std::vector<int64_t> val_docs(corpus.domains.size(), 0), all_docs(corpus.domains.size(), 0);

@@ -105,11 +105,10 @@ void AsyncMerger::take_over() {
                            {"merged", nlohmann::json::array()},
                            {"late", nlohmann::json::array()},
                            {"done", false}};
-    meta["tokens_at"] = nlohmann::json::object({{"1", 0}});
+    tokens_at_ = {{1, 0}};
+    meta["tokens_at"] = tokens_at_json();
     if (!board_.publish(1, self_, outer_->global(), outer_->state(), {}, meta)) return;  // another merger did
     version_ = 1;
-    tokens_ = 0;
-    tokens_at_ = {{1, 0}};
   } else {
     const CommittedVersion c = *board_.commit_of(v);
     NamedTensors both = board_.fetch_params(c, names_);
@@ -118,18 +117,17 @@ void AsyncMerger::take_over() {
     outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
     outer_->load_state(safetensors::File::parse(tensors_to_safetensors(both), fmt::format("version {}", v)), v - 1);
     version_ = v;
-    tokens_ = c.meta.at("tokens").get<int64_t>();
     for (const auto& [r, n] : c.meta.at("consumed").items()) consumed_[std::stoi(r)] = n.get<int64_t>();
     tokens_at_.clear();
     const nlohmann::json history = c.meta.value("tokens_at", nlohmann::json::object());
     for (const auto& [ver, n] : history.items()) tokens_at_[std::stoll(ver)] = n.get<int64_t>();
-    tokens_at_[v] = tokens_;
+    tokens_at_[v] = c.meta.at("tokens").get<int64_t>();
     if (c.meta.value("done", false)) done_ = true;
     if (term_ > 0) {
       std::lock_guard<std::mutex> lock(stats_mutex_);
       stats_.takeovers += 1;
     }
-    log::info("replica {} merges from version {} ({} tokens merged so far)", self_, v, tokens_);
+    log::info("replica {} merges from version {} ({} tokens merged so far)", self_, v, merged_tokens());
   }
   loaded_ = true;
 }
@@ -233,9 +231,17 @@ std::vector<torch::Tensor> AsyncMerger::robust_merge() {
 }
 
 double AsyncMerger::lag_since(int64_t version) const {
+  // Every version an update may train from (max_staleness merges back, refusal()) is in the committed history.
   const auto it = tokens_at_.find(version);
-  if (it == tokens_at_.end()) return double(version_ - version);
-  return double(tokens_ - it->second) / (double(rules_.round_tokens) * double(rules_.replicas));
+  TRIB_CHECK(it != tokens_at_.end(), "version {} is not in the merger's token history (at version {})", version,
+             version_);
+  return double(merged_tokens() - it->second) / (double(rules_.round_tokens) * double(rules_.replicas));
+}
+
+nlohmann::json AsyncMerger::tokens_at_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [v, n] : tokens_at_) out[std::to_string(v)] = n;
+  return out;
 }
 
 void AsyncMerger::merge() {
@@ -288,22 +294,20 @@ void AsyncMerger::merge() {
   const int64_t next = version_ + 1;
   nlohmann::json consumed = nlohmann::json::object();
   for (const auto& [r, n] : consumed_) consumed[std::to_string(r)] = n;
-  const bool finished = rules_.token_budget > 0 && tokens_ + tokens >= rules_.token_budget;
+  const int64_t total = merged_tokens() + tokens;
+  const bool finished = rules_.token_budget > 0 && total >= rules_.token_budget;
   // The recent versions' tokens travel with the commit: a successor weighs the updates in flight as this one would.
-  nlohmann::json tokens_at = nlohmann::json::object({{std::to_string(next), tokens_ + tokens}});
-  for (auto it = tokens_at_.lower_bound(next - rules_.max_staleness - 1); it != tokens_at_.end(); ++it)
-    tokens_at[std::to_string(it->first)] = it->second;
-  nlohmann::json meta = {{"term", term_}, {"tokens", tokens_ + tokens}, {"consumed", consumed},  {"merged", merged},
-                         {"late", late},  {"done", finished},           {"tokens_at", tokens_at}};
+  // (A commit lost to another merger reloads everything, this history included: take_over.)
+  tokens_at_[next] = total;
+  tokens_at_.erase(tokens_at_.begin(), tokens_at_.lower_bound(next - rules_.max_staleness - 1));
+  nlohmann::json meta = {{"term", term_}, {"tokens", total},  {"consumed", consumed},         {"merged", merged},
+                         {"late", late},  {"done", finished}, {"tokens_at", tokens_at_json()}};
   if (!board_.publish(next, self_, outer_->global(), outer_->state(), step, meta)) {
     log::warn("replica {}: version {} was committed by another merger first; this one stands down", self_, next);
     loaded_ = false;  // reloads from the newest commit if it still holds the term
     return;
   }
   version_ = next;
-  tokens_ += tokens;
-  tokens_at_[next] = tokens_;
-  tokens_at_.erase(tokens_at_.begin(), tokens_at_.lower_bound(next - rules_.max_staleness - 1));
   for (const auto& p : pending_) board_.forget(p.update.replica, p.update.number);
   if (const auto old = board_.commit_of(next - 3)) board_.forget_version(*old);
   pending_.clear();

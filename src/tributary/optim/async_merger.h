@@ -113,9 +113,11 @@ class AsyncMerger {
   std::atomic<bool> merging_{false}, done_{false}, stop_{false};
   bool loaded_ = false;  // the merger's state is the last commit's
   std::unique_ptr<OuterOptimizer> outer_;
-  int64_t version_ = 0, tokens_ = 0;
+  int64_t version_ = 0;
   std::map<int64_t, int64_t> tokens_at_;  // the tokens merged by each recent version (committed in its meta)
-  std::map<int, int64_t> consumed_;       // per replica: the next post to read
+  int64_t merged_tokens() const { return tokens_at_.at(version_); }
+  nlohmann::json tokens_at_json() const;
+  std::map<int, int64_t> consumed_;  // per replica: the next post to read
   std::vector<Pending> pending_;
   std::unique_ptr<RobustAggregate> robust_;  // rules_.aggregate when robust; its history restarts with a takeover
   std::optional<std::chrono::steady_clock::time_point> quorum_since_;

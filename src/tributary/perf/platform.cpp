@@ -12,6 +12,8 @@
 
 #include <sstream>
 
+#include "tributary/core/counted.h"
+
 namespace tributary {
 namespace {
 
@@ -38,7 +40,7 @@ std::string cuda_line() {
   for (int i = 0; i < int(count); ++i)
     names += fmt::format("{}{}", i ? ", " : ": ", at::cuda::getDeviceProperties(i)->name);
 #endif
-  return fmt::format("{} device{}{}", count, count == 1 ? "" : "s", names);
+  return counted(int64_t(count), "device") + names;
 }
 
 }  // namespace

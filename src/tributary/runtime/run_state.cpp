@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "tributary/core/counted.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/param_name.h"
@@ -281,8 +282,8 @@ void init_from(Transformer& model, const std::string& from) {
           fmt::format("{}", fmt::join(t.sizes(), "x")), from);
     t.copy_(w);
   }
-  log::info("train.init_from = '{}': blocks in {} level{} there, {} here (blocks matched in model order)", from,
-            saved.model.num_levels, saved.model.num_levels == 1 ? "" : "s", ours.num_levels);
+  log::info("train.init_from = '{}': blocks in {} there, {} here (blocks matched in model order)", from,
+            counted(saved.model.num_levels, "level"), ours.num_levels);
 }
 
 RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer, BatchLoader& loader, int rank,

@@ -9,6 +9,7 @@
 
 #include "tributary/artifacts/inference.h"
 #include "tributary/config/run_layout.h"
+#include "tributary/core/counted.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/model/eval.h"
@@ -220,10 +221,9 @@ void TrainingRun::load_codec_state() {
 void TrainingRun::describe(int64_t threads) const {
   if (!lead_.is()) return;
   const auto& m = config_.model;
-  log::info("model: {} parameters ({} in matmuls), {} level{} x {} block{}, width {}, context {}, vocab {}",
+  log::info("model: {} parameters ({} in matmuls), {} x {}, width {}, context {}, vocab {}",
             thousands(double(summary_.num_parameters)), thousands(double(parts_.model->num_matmul_parameters())),
-            m.num_levels, m.num_levels == 1 ? "" : "s", m.blocks_per_level(), m.blocks_per_level() == 1 ? "" : "s",
-            m.width, m.context, m.vocab_size);
+            counted(m.num_levels, "level"), counted(m.blocks_per_level(), "block"), m.width, m.context, m.vocab_size);
   // One replica's (a pipeline's, a rank's) tokens per step, and every replica's together as `done:` counts them.
   const int64_t mine = tokens_per_step_ / share_.data.world;
   const std::string per_step = mine == tokens_per_step_
