@@ -211,8 +211,8 @@ TEST(Exchange, TopKErrorFeedbackSendsEverythingEventually) {
 }
 
 TEST(SparseChunks, RoundTripAndExactWireSizeForOddShapesAndRemainders) {
-  // 10,000 values in chunks of 4,096: two full chunks (12-bit indices) and a remainder of 1,808 (11 bits); 64 kept
-  // per chunk at 2 bits; a chunk shorter than k keeps all of its values.
+  // 10,000 values in chunks of 4,096: two full chunks (buckets of 64) and a remainder of 1,808 (buckets of 16); 64
+  // kept per chunk at 2 bits; a chunk shorter than k keeps all of its values.
   for (const auto& [numel, chunk, k, bits] : std::vector<std::tuple<int64_t, int64_t, int64_t, int>>{
            {10000, 4096, 64, 2}, {37, 16, 5, 3}, {5, 16, 8, 4}, {1, 1, 1, 2}, {4096, 4096, 4096, 8}}) {
     comm::SparseChunks codec({.chunk = chunk, .k = k, .bits = bits});
@@ -220,9 +220,11 @@ TEST(SparseChunks, RoundTripAndExactWireSizeForOddShapesAndRemainders) {
     int64_t payload_bits = 0;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t len = std::min(chunk, numel - c * chunk);
-      int index_bits = 1;
-      while ((int64_t{1} << index_bits) < len) ++index_bits;
-      payload_bits += std::min(k, len) * (index_bits + bits);
+      const int64_t kept = std::min(k, len);
+      int offset_bits = 0;  // buckets of the largest power of two <= len / kept values, a unary count each
+      while ((int64_t{2} << offset_bits) <= len / kept) ++offset_bits;
+      const int64_t buckets = (len + (int64_t{1} << offset_bits) - 1) >> offset_bits;
+      payload_bits += kept + buckets + kept * (offset_bits + bits);
     }
     EXPECT_EQ(codec.payload_bytes(numel), 8 * chunks + (payload_bits + 7) / 8) << numel;
     auto gen = at::detail::createCPUGenerator(5);
@@ -249,6 +251,13 @@ TEST(SparseChunks, RoundTripAndExactWireSizeForOddShapesAndRemainders) {
   }
   EXPECT_THROW(comm::SparseChunks({.chunk = 16, .k = 17}), Error);
   EXPECT_THROW(comm::SparseChunks({.chunk = 16, .k = 4, .bits = 1}), Error);
+  // A payload whose bucket counts do not add up to k is refused, not read past its end.
+  comm::SparseChunks codec({.chunk = 4096, .k = 64, .bits = 2});
+  auto out = torch::zeros({10000});
+  for (const int fill : {0x00, 0xff}) {
+    auto bad = torch::full({codec.payload_bytes(10000)}, fill, torch::kUInt8);
+    EXPECT_THROW(codec.decode_add(bad, out), Error) << fill;
+  }
 }
 
 TEST(Exchange, SparseLoCoErrorFeedbackCarriesTheResidualAndReplicasStayBitIdentical) {
