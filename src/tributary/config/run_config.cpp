@@ -131,8 +131,13 @@ void bind_parallel(ConfigSchema& s, ParallelConfig& parallel) {
         "plan --sites --out` (the islands of a replica run); '' = rank order");
   s.add("parallel.activation_compression", parallel.activation_compression,
         "pipeline: activations and their gradients on the wire (int8: one scale per token; hadamard4 / hadamard2: 4 or "
-        "2 bits per value after a tile-wise Hadamard rotation, one scale per 64 values)",
-        {"fp32", "fp16", "bf16", "int8", "hadamard4", "hadamard2"});
+        "2 bits per value after a tile-wise Hadamard rotation, one scale per 64 values; aq4 / aq2: AQ-SGD, an example "
+        "seen before sends its activation's change at 4 or 2 bits, gradients as hadamard4)",
+        {"fp32", "fp16", "bf16", "int8", "hadamard4", "hadamard2", "aq4", "aq2"});
+  s.add("parallel.activation_cache_mb", parallel.activation_cache_mb,
+        "aq4 / aq2: the most each stage boundary's cache of activations may hold (MB, in memory; examples beyond it "
+        "travel as int8)",
+        1.0, 1048576.0);
   s.add("parallel.islands", parallel.islands,
         "islands of ranks on a fast link (data parallel inside, DiLoCo across): '' = none, '2' equal islands, sizes "
         "'4,4,2', or 'machines' (one per launch machine)");

@@ -113,7 +113,9 @@ struct ParallelConfig {
   int64_t warmup_margin = 0;       // 1F1B: extra warm-up forwards per stage distance (tolerates link latency)
   std::string stage_layers;        // "" (balanced) | blocks per stage, e.g. "3,5"
   std::string placement;           // "" (Megatron's order) | placement.json from `tributary plan --out`
-  std::string activation_compression = "fp32";  // fp32 | fp16 | bf16 | int8 (parallel/pipeline/wire.h)
+  // fp32 | fp16 | bf16 | int8 | hadamard4 | hadamard2 | aq4 | aq2 (parallel/pipeline/wire.h)
+  std::string activation_compression = "fp32";
+  double activation_cache_mb = 1024;  // aq4 / aq2: per stage boundary (parallel/pipeline/activation_deltas.h)
   // Islands (runtime/sync/island_sync.h): ranks joined by a fast link, data parallel inside, DiLoCo across. "" (every
   // rank an island of one) | "N" equal islands | sizes "4,4,2" | "machines" (one per launch machine).
   std::string islands;

@@ -15,6 +15,9 @@ double bytes_of(const std::string& codec) {
   if (codec == "terngrad") return 0.25;
   if (codec == "hadamard4") return 0.5 + 4.0 / 64;  // parallel/pipeline/wire.h: a scale per 64 values
   if (codec == "hadamard2") return 0.25 + 4.0 / 64;
+  // AQ-SGD: a revisited example's delta (its first visit travels as int8; the planner plans the steady state)
+  if (codec == "aq4") return 0.5 + 4.0 / 64;
+  if (codec == "aq2") return 0.25 + 4.0 / 64;
   return 0;
 }
 

@@ -19,6 +19,11 @@ BuiltStep make_train_step(const StepInputs& in) {
   };
   BuiltStep out;
   if (in.heads && in.pipelines) {
+    if (pipeline::is_delta(wire()))
+      fail(
+          "parallel.activation_compression = '{}' keeps a cache per pipeline boundary, which local parallelism's "
+          "stages do not have: use int8, hadamard4 or hadamard2 with local.chunks",
+          c.parallel.activation_compression);
     auto step = std::make_unique<local::LocalStage>(local::LocalStageParts{.model = in.model,
                                                                            .heads = *in.heads,
                                                                            .params = in.trained,
@@ -54,7 +59,8 @@ BuiltStep make_train_step(const StepInputs& in) {
   } else {
     auto step = std::make_unique<pipeline::PipelineStep>(pipeline::PipelineStepParts{
         in.model, in.trained, in.optimizer, in.loader, in.pipelines->groups(), in.pipelines->schedule(),
-        in.pipelines->layout(), in.pipelines->stage(), in.device, c.optim.grad_clip, wire(), in.slowdown});
+        in.pipelines->layout(), in.pipelines->stage(), in.device, c.optim.grad_clip, wire(),
+        int64_t(c.parallel.activation_cache_mb * 1024 * 1024), in.slowdown});
     out.slows_itself = true;
     out.take_stage_stats = [s = step.get()] { return s->take_stats(); };
     out.step = std::move(step);

@@ -225,6 +225,46 @@ TEST(Pipeline, CompressedActivationsStayCloseAndSendFewerBytes) {
   }
 }
 
+TEST(Pipeline, AqSgdSendsRevisitedExamplesAsChangesAndTheLastStageGetsNearlyExactActivations) {
+  // aq4 over three epochs of the test data with the parameters held still (forward_backward only): from the second
+  // visit of an example on, its activation travels as its change at 4 bits against what both stages cached, so it
+  // arrives ever closer: the last stage's gradients match the single-process model's far closer than int8 on every
+  // visit does (the bytes: activation_deltas_test.cpp; this model's 32 channels pad to one 64-value tile).
+  torch::set_num_threads(1);
+  constexpr int64_t kSteps = 40;
+  std::map<std::string, torch::Tensor> want;  // the single-process gradients of the last step's batch
+  {
+    torch::manual_seed(kSeed);
+    Transformer model(tiny());
+    auto data = loader();
+    auto batch = torch::empty({kBatch, tiny().context + 1}, torch::kInt64);
+    for (int64_t s = 0; s < kSteps; ++s) data.next(batch.data_ptr<int64_t>());
+    Transformer::loss(model.forward(batch.narrow(1, 0, tiny().context)), batch.narrow(1, 1, tiny().context)).backward();
+    for (auto& [n, t] : named_parameters_of(model)) want[n] = t.grad().clone();
+  }
+  std::mutex mu;
+  std::map<Wire, double> error;  // the last stage's gradients against the single-process model's
+  for (Wire wire : {Wire::Int8, Wire::Aq4}) {
+    run_pipeline(
+        {ScheduleKind::GPipe, 2, 2, 0},
+        [&](int64_t stage, PipelineStep& step, NamedTensors& params) {
+          for (int64_t s = 0; s < kSteps; ++s) step.forward_backward(s);
+          if (stage == 0) return;
+          double diff = 0, norm = 0;
+          for (auto& [n, t] : params) {
+            if (n == kTiedEmbedding) continue;  // summed with stage 0's copy, whose gradient took 4-bit gradients
+            diff += (t.grad() - want.at(n)).pow(2).sum().item<double>();
+            norm += want.at(n).pow(2).sum().item<double>();
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          error[wire] = std::sqrt(diff / norm);
+        },
+        "", wire);
+  }
+  EXPECT_LT(error.at(Wire::Aq4), 5e-4);
+  EXPECT_LT(error.at(Wire::Aq4) * 20, error.at(Wire::Int8)) << "int8 on every visit is far coarser";
+}
+
 TEST(Pipeline, SealedStageMessagesCarryTheSameValuesAndAStrangersAreRefused) {
   // With the run's key every activation and activation gradient carries a MAC (wire.h), and the tied embedding's
   // gradient is summed on the sealed ring: the stages compute what they compute without it, bit for bit, and 32 bytes

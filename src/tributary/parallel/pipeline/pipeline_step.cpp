@@ -40,6 +40,18 @@ PipelineStep::PipelineStep(PipelineStepParts parts)
   if (m > 0xFFFF) fail("parallel.micro_batches = {} is more than 65535", m);
   TRIB_CHECK(p_.groups.pipe && p_.groups.pipe->size() == p_.schedule.stages && p_.groups.pipe->rank() == p_.stage);
   micro_ = B / m;
+  if (is_delta(p_.wire)) {
+    if (!first_) arriving_.emplace(delta_wire(p_.wire), p_.activation_cache_bytes);
+    if (!last_) leaving_.emplace(delta_wire(p_.wire), p_.activation_cache_bytes);
+  }
+}
+
+std::vector<uint64_t> PipelineStep::example_keys(int64_t mb) const {
+  const int64_t n = batch_.size(1);
+  const int64_t* ids = batch_.data_ptr<int64_t>() + mb * micro_ * n;
+  std::vector<uint64_t> keys;
+  for (int64_t r = 0; r < micro_; ++r) keys.push_back(example_key(ids + r * n, n));
+  return keys;
 }
 
 void PipelineStep::execute(const Action& a, int64_t step) {
@@ -53,15 +65,17 @@ void PipelineStep::execute(const Action& a, int64_t step) {
   };
   switch (a.op) {
     case Op::RecvAct: {
-      auto buffer = message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
+      const auto keys = arriving_ ? example_keys(a.mb) : std::vector<uint64_t>{};
+      auto buffer = arriving_ ? byte_message_buffer(arriving_->message_bytes(keys, T, C), p_.groups.mac)
+                              : message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
       const std::string what = fmt::format("stage {}: activation of micro-batch {} at step {} from stage {}", p_.stage,
                                            a.mb, step + 1, p_.stage - 1);
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage - 1), stage_message_tag(kActivation, step, a.mb), what));
-      inputs_[mb] =
-          open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
-                       stage_message_place(*p_.groups.pipe, kActivation, step, a.mb, p_.stage - 1, p_.stage), what)
-              .to(p_.device)
-              .requires_grad_(true);
+      const auto place = stage_message_place(*p_.groups.pipe, kActivation, step, a.mb, p_.stage - 1, p_.stage);
+      inputs_[mb] = (arriving_ ? arriving_->decode(open_bytes(buffer, p_.groups.mac, place, what), keys, T, C)
+                               : open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac, place, what))
+                        .to(p_.device)
+                        .requires_grad_(true);
       return;
     }
     case Op::Forward: {
@@ -80,9 +94,9 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::SendAct: {
-      send_buffers_.push_back(
-          seal_message(wire_encode(outputs_[mb], p_.wire), p_.groups.mac,
-                       stage_message_place(*p_.groups.pipe, kActivation, step, a.mb, p_.stage, p_.stage + 1)));
+      send_buffers_.push_back(seal_message(
+          leaving_ ? leaving_->encode(outputs_[mb], example_keys(a.mb)) : wire_encode(outputs_[mb], p_.wire),
+          p_.groups.mac, stage_message_place(*p_.groups.pipe, kActivation, step, a.mb, p_.stage, p_.stage + 1)));
       stats_.activation_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage + 1),
                                             stage_message_tag(kActivation, step, a.mb),
@@ -91,12 +105,12 @@ void PipelineStep::execute(const Action& a, int64_t step) {
       return;
     }
     case Op::RecvGrad: {
-      auto buffer = message_buffer(p_.wire, {micro_, T, C}, p_.groups.mac);
+      auto buffer = message_buffer(gradient_wire(p_.wire), {micro_, T, C}, p_.groups.mac);
       const std::string what = fmt::format("stage {}: gradient of micro-batch {} at step {} from stage {}", p_.stage,
                                            a.mb, step + 1, p_.stage + 1);
       wait_counted(p_.groups.pipe->recv(buffer, int(p_.stage + 1), stage_message_tag(kGradient, step, a.mb), what));
       out_grads_[mb] =
-          open_message(buffer, p_.wire, {micro_, T, C}, p_.groups.mac,
+          open_message(buffer, gradient_wire(p_.wire), {micro_, T, C}, p_.groups.mac,
                        stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage + 1, p_.stage), what)
               .to(p_.device);
       return;
@@ -113,8 +127,8 @@ void PipelineStep::execute(const Action& a, int64_t step) {
     }
     case Op::SendGrad: {
       send_buffers_.push_back(seal_message(
-          wire_encode(inputs_[mb].grad(), p_.wire, message_seed(kGradient, p_.stage, step, a.mb)), p_.groups.mac,
-          stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage, p_.stage - 1)));
+          wire_encode(inputs_[mb].grad(), gradient_wire(p_.wire), message_seed(kGradient, p_.stage, step, a.mb)),
+          p_.groups.mac, stage_message_place(*p_.groups.pipe, kGradient, step, a.mb, p_.stage, p_.stage - 1)));
       stats_.gradient_bytes += send_buffers_.back().numel() * int64_t(send_buffers_.back().element_size());
       sends_.push_back(p_.groups.pipe->send(send_buffers_.back(), int(p_.stage - 1),
                                             stage_message_tag(kGradient, step, a.mb),
@@ -170,6 +184,10 @@ StepResult PipelineStep::run(int64_t step, double lr) {
   return {.loss = loss, .grad_norm = norm};
 }
 
-PipelineStats PipelineStep::take_stats() { return std::exchange(stats_, {}); }
+PipelineStats PipelineStep::take_stats() {
+  stats_.activation_cache_bytes =
+      (arriving_ ? arriving_->cached_bytes() : 0) + (leaving_ ? leaving_->cached_bytes() : 0);
+  return std::exchange(stats_, {});
+}
 
 }  // namespace tributary::pipeline

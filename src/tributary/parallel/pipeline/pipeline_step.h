@@ -13,11 +13,14 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "tributary/comm/exchange.h"
 #include "tributary/comm/group.h"
 #include "tributary/data/loader.h"
 #include "tributary/model/transformer.h"
 #include "tributary/optim/adamw.h"
+#include "tributary/parallel/pipeline/activation_deltas.h"
 #include "tributary/parallel/pipeline/schedule.h"
 #include "tributary/parallel/pipeline/stage.h"
 #include "tributary/parallel/pipeline/wire.h"
@@ -55,6 +58,8 @@ struct PipelineStepParts {
   torch::Device device = torch::kCPU;
   double grad_clip = 0;
   Wire wire = Wire::Fp32;  // activations and activation gradients on the wire
+  // aq4 / aq2: the most each boundary's cache of activations may hold (parallel.activation_cache_mb)
+  int64_t activation_cache_bytes = int64_t{1} << 30;
   // dist.slow_workers: this stage's device is this many times slower; every forward and backward sleeps (factor - 1)
   // x its own compute time right after it, so the neighbours see a slow stage where a slow device would be.
   double slowdown = 1;
@@ -64,6 +69,7 @@ struct PipelineStats {
   int64_t activation_bytes = 0, gradient_bytes = 0;  // sent by this stage, as on the wire
   int64_t data_parallel_bytes = 0;  // the stage's gradient all-reduce, as a ring sends it: 2 (n-1)/n x the gradients
   double compute_s = 0, blocked_s = 0;  // forward/backward vs waiting for messages
+  int64_t activation_cache_bytes = 0;   // aq4 / aq2: what this stage's caches hold now (activation_deltas.h)
 };
 
 class PipelineStep : public TrainStep {
@@ -88,6 +94,9 @@ class PipelineStep : public TrainStep {
   std::vector<comm::PendingCollective> sends_;
   double loss_sum_ = 0;
   PipelineStats stats_;
+  // aq4 / aq2: the caches of the boundary to the previous stage (what arrives) and to the next (what leaves)
+  std::optional<ActivationDeltas> arriving_, leaving_;
+  std::vector<uint64_t> example_keys(int64_t mb) const;  // the micro-batch's rows
 };
 
 }  // namespace tributary::pipeline

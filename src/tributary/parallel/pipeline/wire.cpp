@@ -106,7 +106,9 @@ Wire parse_wire(const std::string& text, const std::string& key) {
   if (text == "int8") return Wire::Int8;
   if (text == "hadamard4") return Wire::Hadamard4;
   if (text == "hadamard2") return Wire::Hadamard2;
-  fail("{} = '{}': choose fp32, fp16, bf16, int8, hadamard4 or hadamard2", key, text);
+  if (text == "aq4") return Wire::Aq4;
+  if (text == "aq2") return Wire::Aq2;
+  fail("{} = '{}': choose fp32, fp16, bf16, int8, hadamard4, hadamard2, aq4 or aq2", key, text);
 }
 
 int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols) {
@@ -123,7 +125,11 @@ int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols) {
       const int64_t values = rows * padded_cols(cols);
       return values * bits_of(wire) / 8 + values / kHadamardTile * 4;
     }
+    case Wire::Aq4:
+    case Wire::Aq2:
+      break;
   }
+  TRIB_CHECK(false, "(a delta format's size depends on its cache: activation_deltas.h)");
   return 0;
 }
 
@@ -146,7 +152,11 @@ torch::Tensor wire_encode(const torch::Tensor& x, Wire wire, std::optional<uint6
     case Wire::Hadamard4:
     case Wire::Hadamard2:
       return hadamard_encode(cpu.reshape({-1, cpu.size(-1)}), wire, seed);
+    case Wire::Aq4:
+    case Wire::Aq2:
+      break;
   }
+  TRIB_CHECK(false, "(a delta format encodes against its cache: activation_deltas.h)");
   return cpu;
 }
 
@@ -173,6 +183,9 @@ torch::Tensor wire_decode(const torch::Tensor& buffer, Wire wire, torch::IntArra
     case Wire::Hadamard4:
     case Wire::Hadamard2:
       return hadamard_decode(buffer, wire, rows, cols).reshape(shape);
+    case Wire::Aq4:
+    case Wire::Aq2:
+      break;  // wire_bytes refused it above
   }
   return buffer;
 }
@@ -200,6 +213,15 @@ torch::Tensor open_message(const torch::Tensor& received, Wire wire, torch::IntA
   if (!mac) return wire_decode(received, wire, shape);
   const auto bytes = mac->open(received, place, what);  // a view of `received`: decoded where it arrived
   return wire_decode(wire == Wire::Fp32 ? bytes.view(torch::kFloat32).view(shape) : bytes, wire, shape);
+}
+
+torch::Tensor byte_message_buffer(int64_t bytes, const comm::WireMac* mac) {
+  return torch::empty({bytes + (mac ? comm::WireMac::kBytes : 0)}, torch::kUInt8);
+}
+
+torch::Tensor open_bytes(const torch::Tensor& received, const comm::WireMac* mac, const std::string& place,
+                         const std::string& what) {
+  return mac ? mac->open(received, place, what) : received;
 }
 
 }  // namespace tributary::pipeline

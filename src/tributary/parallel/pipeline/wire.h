@@ -10,6 +10,9 @@
 // C / 64 bytes per token (hadamard4, 7.1x fewer than fp32) or C / 4 + 4 C / 64 (hadamard2, 12.8x). The receiver decodes
 // to fp32 (the inverse rotation) before its blocks run; the loss of precision is the only change (no error feedback, no
 // cache: every message is encoded alone).
+// aq4 and aq2 are AQ-SGD's (Wang et al., NeurIPS 2022) for runs that revisit examples: an activation travels as its
+// change since the example last crossed the same boundary, at 4 or 2 bits (the Hadamard formats), against a cache
+// both neighbours keep (activation_deltas.h); activation gradients travel as hadamard4.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,13 +26,19 @@
 
 namespace tributary::pipeline {
 
-enum class Wire { Fp32, Fp16, Bf16, Int8, Hadamard4, Hadamard2 };
+enum class Wire { Fp32, Fp16, Bf16, Int8, Hadamard4, Hadamard2, Aq4, Aq2 };
+
+// AQ-SGD's formats: activations as deltas against a cache (activation_deltas.h), which wire_bytes / wire_encode do
+// not handle; delta_wire() is what a delta travels as, gradient_wire() what the activation gradients travel as.
+inline bool is_delta(Wire wire) { return wire == Wire::Aq4 || wire == Wire::Aq2; }
+inline Wire delta_wire(Wire wire) { return wire == Wire::Aq2 ? Wire::Hadamard2 : Wire::Hadamard4; }
+inline Wire gradient_wire(Wire wire) { return is_delta(wire) ? Wire::Hadamard4 : wire; }
 
 inline constexpr int64_t kHadamardTile = 64;  // values per rotated tile (a power of two)
 
 Wire parse_wire(const std::string& text, const std::string& key);  // an Error naming `key` for anything else
 
-// Bytes of one message of `rows` token rows of width `cols`.
+// Bytes of one message of `rows` token rows of width `cols` (not for the delta formats).
 int64_t wire_bytes(Wire wire, int64_t rows, int64_t cols);
 
 // A contiguous CPU tensor to send: fp32 as is (float), otherwise wire_bytes(...) bytes (uint8). `seed`: the Hadamard
@@ -54,5 +63,10 @@ std::string stage_message_place(const comm::Group& pipe, int kind, int64_t step,
 torch::Tensor message_buffer(Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac);
 torch::Tensor open_message(const torch::Tensor& received, Wire wire, torch::IntArrayRef shape, const comm::WireMac* mac,
                            const std::string& place, const std::string& what);
+// The same for a message whose size and decoding its receiver works out itself (the delta formats): a buffer of
+// `bytes` (+ the MAC), and the received bytes once the MAC is checked.
+torch::Tensor byte_message_buffer(int64_t bytes, const comm::WireMac* mac);
+torch::Tensor open_bytes(const torch::Tensor& received, const comm::WireMac* mac, const std::string& place,
+                         const std::string& what);
 
 }  // namespace tributary::pipeline
