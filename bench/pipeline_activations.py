@@ -8,6 +8,9 @@ parallel.activation_compression of --codecs from the same start and data; per co
 
   python3 bench/pipeline_activations.py --build build [--steps 300] [--repeats 3] [--codecs fp32,int8,hadamard4,hadamard2]
 
+AQ-SGD (aq4, aq2) pays off when examples come back: a fine-tune of several epochs from a checkpoint of the same model
+(--init-from, --data a small dataset, --lr, --warmup), e.g. docs/benchmarks.md §47.
+
 The model: 4 blocks of width 128, one per stage, context 256, 16 sequences per step in one micro-batch: one
 activation message is 16 x 256 x 128 fp32 = 2 MB, 168 ms at 100 Mbit/s (a quarter of it with int8, a seventh with
 hadamard4); a step sends 3 activations forward and 3 gradients back, one after the other."""
@@ -27,11 +30,13 @@ def run(args, codec, rep, work):
            "--overwrite", "--set", "model.num_layers=4", "--set", "model.num_levels=4", "--set", "model.width=128",
            "--set", "model.context=256", "--set", "train.batch_size=16", "--set", "dist.algorithm=diloco",
            "--set", "dist.inner_steps=10", "--set", "dist.compression=int8", "--set", "dist.warmup_ddp_steps=0", "--set", f"train.steps={args.steps}",
-           "--set", "optim.warmup_steps=20", "--set", "optim.lr=2e-3", "--set", "train.eval_batches=16",
+           "--set", f"optim.warmup_steps={args.warmup}", "--set", f"optim.lr={args.lr}", "--set", "train.eval_batches=16",
            "--set", f"train.eval_every={args.steps}", "--set", "train.log_every=50", "--set", "train.threads=1",
            "--set", "train.checkpoint_every=0", "--set", f"data.dir={args.data}", "--set", f"train.run_dir={run_dir}",
            "--set", "parallel.pipeline_stages=4", "--set", "parallel.micro_batches=1", "--set", f"dist.wan={args.wan}",
            "--set", f"parallel.activation_compression={codec}", "--set", "train.seed=1234"]
+    if args.init_from:
+        cmd += ["--set", f"train.init_from={args.init_from}"]
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -52,6 +57,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--wan", default="100Mbit,50ms")
     ap.add_argument("--codecs", default="fp32,int8,hadamard4,hadamard2")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--init-from", default="", help="a checkpoint of the same model to fine-tune (AQ-SGD's setting)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="trib_pipeline_activations_")
     results = {c: [] for c in args.codecs.split(",")}
