@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "support/error_of.h"
+#include "test_paths.h"
+
+#include <filesystem>
 
 #include "tributary/config/outer_auto.h"
 #include "tributary/config/run_config.h"
@@ -15,6 +18,17 @@ using test_support::error_of;
 }  // namespace
 
 TEST(Config, DefaultsValidate) { EXPECT_NO_THROW(RunConfig().validate()); }
+
+TEST(Config, EveryShippedConfigLoadsAndValidates) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(TRIBUTARY_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() != ".toml") continue;
+    SCOPED_TRACE(e.path().string());
+    EXPECT_NO_THROW(RunConfig::load(e.path().string(), {}).validate());
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
 
 TEST(Config, TomlAndOverridesApplyWithPrecedence) {
   RunConfig c;
