@@ -223,6 +223,13 @@ TEST(Config, AutoOuterSettingsFollowTheRunsLength) {
                 "(300 steps, H = 10: 30 outer steps): 0 data-parallel warm-up steps, plain averaging (outer lr 1"),
             std::string::npos)
       << shipped.dist.auto_note;
+  EXPECT_EQ(shipped.dist.auto_note.find("SparseLoCo"), std::string::npos);
+  const RunConfig sparse =
+      RunConfig::load("", {"dist.algorithm=diloco", "dist.compression=sparseloco", "dist.outer_lr=-1",
+                           "dist.outer_momentum=-1", "train.steps=600", "dist.inner_steps=10"});
+  EXPECT_NE(sparse.dist.auto_note.find("SparseLoCo from scratch does better with --set dist.outer_lr=3"),
+            std::string::npos)
+      << sparse.dist.auto_note;
   const RunConfig few = load(50, 300);  // 6 outer steps: a data-parallel warm-up of a third first
   EXPECT_EQ(few.dist.warmup_ddp_steps, 100);
   EXPECT_EQ(count_rounds(few.dist, 300), 4);
