@@ -25,8 +25,7 @@ AsyncSync::AsyncSync(const Session& session, AsyncMember member)
       replicas_(member.count),
       links_(member.links),
       lead_(member.lead),
-      inner_steps_(session.config().dist.inner_steps),
-      round_seconds_(session.config().dist.round_seconds),
+      pace_(session.config().dist.inner_steps, session.config().dist.round_seconds),
       board_(session.reconnect(), session.config().dist.compression, member.links, member.id) {
   const RunConfig& c = session.config();
   tokens_per_step_ = member.ranks * c.train.batch_size * c.train.grad_accum * c.model.context;
@@ -63,11 +62,8 @@ Share AsyncSync::share() const {
               "{} s of grace (at once when all are in), a round's update weighted 1 / replicas / max(1, rounds merged "
               "since its start), "
               "older than {} merges refused; outer lr {}, momentum {}; compression {}",
-              replicas_,
-              round_seconds_ > 0 ? fmt::format("{} s of training (time-paced rounds)", round_seconds_)
-                                 : fmt::format("{} steps", inner_steps_),
-              rules_.min_quorum, rules_.grace_s, rules_.max_staleness, rules_.outer.lr, rules_.outer.momentum,
-              session_.config().dist.compression),
+              replicas_, pace_.describe(), rules_.min_quorum, rules_.grace_s, rules_.max_staleness, rules_.outer.lr,
+              rules_.outer.momentum, session_.config().dist.compression),
           // a fast replica may take the run's steps several times over while a slow one lags
           .max_steps = 8 * session_.config().train.steps};
 }
@@ -104,12 +100,12 @@ void AsyncSync::enter(NamedTensors& trained) {
     log::info("replica {} joins the asynchronous run at version {}", rank_, newest->version);
     adopt(std::move(*newest), trained);
   }
-  if (round_seconds_ > 0) {  // the members' rounds end together, so that their updates meet in one merge
-    epoch_ = thread_.run<double>([this] {
+  if (pace_.time_paced()) {  // the members' rounds end together, so that their updates meet in one merge
+    const double epoch = thread_.run<double>([this] {
       return std::stod(
           board_.store().set_once(std::string(UpdateBoard::kPrefix) + "epoch", fmt::format("{:.3f}", wall_seconds())));
     });
-    round_end_s_ = next_boundary(epoch_, wall_seconds(), round_seconds_);
+    pace_.start(epoch, wall_seconds());
   }
 }
 
@@ -207,14 +203,11 @@ void AsyncSync::collect_posts(bool all) {
 }
 
 AfterStep AsyncSync::after_step(int64_t step, double lr, NamedTensors& trained, bool last) {
-  ++inner_;
   ++steps_;
-  const bool round_end = round_seconds_ > 0 ? wall_seconds() >= round_end_s_ : inner_ == inner_steps_;
+  const bool round_end = pace_.step(wall_seconds());
   if (round_end) {
     collect_posts(false);
-    post(trained, inner_);
-    inner_ = 0;
-    if (round_seconds_ > 0) round_end_s_ = next_boundary(epoch_, wall_seconds(), round_seconds_);
+    post(trained, pace_.take());
   }
   poll_fetch();
   const bool adopted = staged_.has_value();
@@ -226,10 +219,7 @@ AfterStep AsyncSync::after_step(int64_t step, double lr, NamedTensors& trained, 
 // round's end); at the run's end, the bare last version.
 void AsyncSync::before_read(NamedTensors& params, NamedTensors* aux_params) {
   if (!lead_) return;
-  if (inner_ > 0 && !over_) {  // the round so far is posted, not lost
-    post(params, inner_);
-    inner_ = 0;
-  }
+  if (pace_.steps() > 0 && !over_) post(params, pace_.take());  // the round so far is posted, not lost
   if (fetch_) {
     if (auto fetched = fetch_->get(); fetched && fetched->version > base_) staged_ = std::move(fetched);
     fetch_.reset();

@@ -33,6 +33,7 @@
 #include "tributary/comm/comm_thread.h"
 #include "tributary/optim/async_merger.h"
 #include "tributary/optim/update_board.h"
+#include "tributary/runtime/sync/round_pace.h"
 #include "tributary/runtime/sync/sync.h"
 
 namespace tributary {
@@ -97,8 +98,8 @@ class AsyncSync : public Sync {
   int rank_, replicas_;  // this member's id and the members' number
   std::optional<comm::LinkModel> links_;
   bool lead_;
-  int64_t inner_steps_, tokens_per_step_;
-  double round_seconds_;  // dist.round_seconds: > 0, rounds paced by time
+  int64_t tokens_per_step_;
+  RoundPace pace_;  // when a round ends (by steps or by time)
   MergeRules rules_;
   comm::CommThread thread_;  // posts and fetches, off the training thread
   UpdateBoard board_;        // used on thread_ only
@@ -107,9 +108,6 @@ class AsyncSync : public Sync {
   NamedTensors global_;             // fp32, CPU: version base_ exactly (the next version's step applies to it)
   std::vector<std::string> names_;  // the trained parameters, in order: versions are read in it
   int64_t base_ = 1;                // the version the replica's parameters descend from
-  int64_t inner_ = 0;               // steps in the current round
-  double epoch_ = 0;  // time-paced: the run's first wall-clock second; every round ends at epoch_ + k x round_seconds_
-  double round_end_s_ = 0;  // the wall-clock second this round ends at (time-paced)
   std::deque<Posted> posts_;
   std::optional<std::future<std::optional<Fetched>>> fetch_;
   std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
