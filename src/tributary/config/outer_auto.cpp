@@ -41,8 +41,8 @@ std::string resolve_outer_auto(DistConfig& dist, int64_t steps, bool islands) {
                          ? std::string("plain averaging (outer lr 1, momentum 0)")
                          : fmt::format("outer lr {:.3g}, momentum {:.3g}", dist.outer_lr, dist.outer_momentum));
   // SparseLoCo's average carries about 1/N of what each replica sent: from scratch, plain averaging loses 9% where
-  // outer lr 3 is +0.7% (median of three seeds; docs/benchmarks.md §48); after pre-training plain averaging was measured
-  // fine (§13.2), and this rule cannot tell the two apart, so it says so instead of choosing.
+  // outer lr 3 is +0.7% (median of three seeds; docs/benchmarks.md §48); after pre-training plain averaging was
+  // measured fine (§13.2), and this rule cannot tell the two apart, so it says so instead of choosing.
   const bool sparse_hint = auto_lr && dist.compression == "sparseloco" && dist.outer_lr == 1.0;
   return fmt::format("DiLoCo settings from the run ({} steps, H = {}: {} outer steps{}): {}{}", steps, h, rounds,
                      dist.warmup_ddp_steps > 0 ? " after the warm-up" : "", fmt::join(chosen, ", "),
