@@ -1,6 +1,7 @@
 #include "tributary/comm/sparse_chunks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -8,12 +9,6 @@
 
 namespace tributary::comm {
 namespace {
-
-int log2_floor(int64_t v) {  // v >= 1
-  int b = 0;
-  while ((int64_t{1} << (b + 1)) <= v) ++b;
-  return b;
-}
 
 // Encoder and decoder both call this, so a replica decodes exactly the value the sender subtracted from its error
 // feedback.
@@ -71,7 +66,7 @@ struct Chunk {
 
 Chunk chunk_at(const SparseChunkOptions& o, int64_t numel, int64_t c) {
   const int64_t begin = c * o.chunk, length = std::min(o.chunk, numel - begin), kept = std::min(o.k, length);
-  const int offset_bits = log2_floor(length / kept);
+  const int offset_bits = std::bit_width(uint64_t(length / kept)) - 1;  // floor(log2), length >= kept
   return {begin, length, kept, (length + (int64_t{1} << offset_bits) - 1) >> offset_bits, offset_bits};
 }
 

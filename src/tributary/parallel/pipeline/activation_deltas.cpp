@@ -52,6 +52,21 @@ int64_t ActivationDeltas::message_bytes(const std::vector<uint64_t>& keys, int64
   return bytes;
 }
 
+torch::Tensor ActivationDeltas::absorb(Kind kind, uint64_t key, const torch::Tensor& bytes, int64_t tokens,
+                                       int64_t width) {
+  if (kind == Kind::delta) {
+    ++delta_rows_;
+    return cache_.at(key).add_(wire_decode(bytes, delta_, {tokens, width}));
+  }
+  ++fresh_rows_;
+  auto row = wire_decode(bytes, Wire::Int8, {tokens, width});
+  if (kind == Kind::fresh_cached) {
+    cache_[key] = row.clone();
+    cached_bytes_ += tokens * width * 4;
+  }
+  return row;
+}
+
 torch::Tensor ActivationDeltas::encode(const torch::Tensor& x, const std::vector<uint64_t>& keys) {
   torch::NoGradGuard no_grad;
   auto cpu = x.detach().to(torch::kCPU, torch::kFloat32).contiguous();
@@ -60,54 +75,29 @@ torch::Tensor ActivationDeltas::encode(const torch::Tensor& x, const std::vector
   const auto kinds = plan(keys, tokens * width * 4);
   std::vector<torch::Tensor> parts;
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto row = cpu[int64_t(i)];
-    if (kinds[i] == Kind::delta) {
-      auto& cached = cache_.at(keys[i]);
-      parts.push_back(wire_encode(row - cached, delta_));
-      cached.add_(wire_decode(parts.back(), delta_, {tokens, width}));  // what the receiver adds
-      ++delta_rows_;
-    } else {
-      parts.push_back(wire_encode(row, Wire::Int8));
-      if (kinds[i] == Kind::fresh_cached) {
-        cache_[keys[i]] = wire_decode(parts.back(), Wire::Int8, {tokens, width}).clone();
-        cached_bytes_ += tokens * width * 4;
-      }
-      ++fresh_rows_;
-    }
+    const auto row = cpu[int64_t(i)];
+    parts.push_back(kinds[i] == Kind::delta ? wire_encode(row - cache_.at(keys[i]), delta_)
+                                            : wire_encode(row, Wire::Int8));
+    absorb(kinds[i], keys[i], parts.back(), tokens, width);  // the sender caches what the receiver will
   }
   return torch::cat(parts);
 }
 
 torch::Tensor ActivationDeltas::decode(const torch::Tensor& message, const std::vector<uint64_t>& keys, int64_t tokens,
                                        int64_t width) {
-  const auto kinds = plan(keys, tokens * width * 4);
-  int64_t expected = 0;
-  for (const Kind kind : kinds) expected += row_message_bytes(kind, tokens, width);
+  const int64_t expected = message_bytes(keys, tokens, width);
   if (message.numel() != expected)
     fail(
         "an activation message of {} bytes where its {} examples need {}: the neighbouring stage's cache "
         "(parallel.activation_cache_mb) or format differs from this one's",
         message.numel(), keys.size(), expected);
+  const auto kinds = plan(keys, tokens * width * 4);
   auto out = torch::empty({int64_t(keys.size()), tokens, width}, torch::kFloat32);
   int64_t offset = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const int64_t n = row_message_bytes(kinds[i], tokens, width);
-    const auto bytes = message.narrow(0, offset, n).contiguous();
+    out[int64_t(i)].copy_(absorb(kinds[i], keys[i], message.narrow(0, offset, n).contiguous(), tokens, width));
     offset += n;
-    if (kinds[i] == Kind::delta) {
-      auto& cached = cache_.at(keys[i]);
-      cached.add_(wire_decode(bytes, delta_, {tokens, width}));
-      out[int64_t(i)].copy_(cached);
-      ++delta_rows_;
-    } else {
-      auto row = wire_decode(bytes, Wire::Int8, {tokens, width});
-      out[int64_t(i)].copy_(row);
-      if (kinds[i] == Kind::fresh_cached) {
-        cache_[keys[i]] = row.clone();
-        cached_bytes_ += tokens * width * 4;
-      }
-      ++fresh_rows_;
-    }
   }
   return out;
 }

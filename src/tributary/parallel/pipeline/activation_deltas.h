@@ -46,6 +46,9 @@ class ActivationDeltas {
   // in one message: the second is a delta against the first).
   std::vector<Kind> plan(const std::vector<uint64_t>& keys, int64_t row_bytes) const;
   int64_t row_message_bytes(Kind kind, int64_t tokens, int64_t width) const;
+  // One row's bytes as the receiver reads them: the activation they decode to, cached as the plan says. The sender
+  // calls it on what it sends, so both caches come from the same arithmetic on the same bytes.
+  torch::Tensor absorb(Kind kind, uint64_t key, const torch::Tensor& bytes, int64_t tokens, int64_t width);
 
   Wire delta_;
   int64_t capacity_bytes_;
