@@ -116,15 +116,22 @@ TEST_F(Distributed, AsyncIslandsTrainDataParallelInsideAndNeverWaitForEachOtherA
 
 TEST_F(Distributed, TimePacedAsyncRoundsGiveAFastReplicaMoreStepsPerRoundAndASlowOneFewer) {
   // dist.round_seconds: every replica posts after the same time of training, so replica 2 (4x slower) posts as often
-  // as the others with fewer steps per round, and each update counts the tokens it trained on.
-  auto [rc, out] =
-      sh(std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --" +
-         tiny("async_paced",
-              "--set dist.algorithm=async_diloco --set train.steps=120 --set train.batch_size=4 "
-              "--set dist.round_seconds=0.3 --set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 "
-              "--set dist.slow_workers=2:4"));
+  // as the others with fewer steps per round, and each update counts the tokens it trained on. -1: the round's
+  // length is measured at start-up, dist.inner_steps steps of the median replica (a fast one: 2 of the 3).
+  auto [rc, out] = sh(std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --" +
+                      tiny("async_paced",
+                           "--set dist.algorithm=async_diloco --set train.steps=120 --set train.batch_size=4 "
+                           "--set dist.round_seconds=-1 --set dist.inner_steps=20 --set dist.heartbeat_timeout_s=5 "
+                           "--set dist.store_timeout_s=30 --set dist.slow_workers=2:4"));
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("post every 0.3 s of training (time-paced rounds)"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(R"(a step takes ([0-9.]+), ([0-9.]+), ([0-9.]+) s on the replicas; a round lasts ([0-9.]+) s)")))
+      << out;
+  std::vector<double> steps = {std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
+  std::sort(steps.begin(), steps.end());
+  EXPECT_NEAR(std::stod(m[4]), 20 * steps[1], 0.002) << "twenty steps of the median replica\n" << out;
   std::map<int, std::vector<int64_t>> tokens;  // per replica, its updates' tokens
   for (const auto& j : merges_of("async_paced"))
     for (const auto& u : j["merged"]) tokens[u["replica"].get<int>()].push_back(u["tokens"].get<int64_t>());

@@ -89,8 +89,9 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
         0.0, 3600.0);
   s.add("dist.round_seconds", dist.round_seconds,
         "async_diloco: > 0 paces rounds by time: each replica posts after this many seconds of training (at least one "
-        "step), so a fast replica's round holds more steps and a slow one's fewer; 0: every dist.inner_steps steps",
-        0.0, 86400.0);
+        "step), so a fast replica's round holds more steps and a slow one's fewer; -1: the same, a round lasting "
+        "dist.inner_steps steps of the median replica (timed at start-up); 0: every dist.inner_steps steps",
+        -1.0, 86400.0);
   s.add("dist.max_staleness", dist.max_staleness,
         "async_diloco: an update trained from a version more than this many merges old is refused", 0);
   s.add("dist.reject_norm_factor", dist.reject_norm_factor,
@@ -425,7 +426,12 @@ void validate_async(const RunConfig& c) {
 }
 
 void validate_dist(const RunConfig& c) {
-  if (c.dist.round_seconds > 0 && !c.dist.async_diloco())
+  if (c.dist.round_seconds < 0 && c.dist.round_seconds != -1)
+    fail(
+        "dist.round_seconds = {}: give a round's seconds, 0 (rounds of dist.inner_steps steps) or -1 (the length "
+        "measured at start-up)",
+        c.dist.round_seconds);
+  if (c.dist.round_seconds != 0 && !c.dist.async_diloco())
     fail(
         "dist.round_seconds = {} paces asynchronous rounds by time; with dist.algorithm = '{}' every replica's round "
         "is dist.inner_steps steps: set dist.algorithm = async_diloco, or drop dist.round_seconds",

@@ -94,7 +94,8 @@ struct DistConfig {
   int64_t min_quorum = 0;     // a merge closes once this many replicas' updates arrived; 0: half, rounded up
   double grace_s = 0.25;      // then waits this long for stragglers (every second of it is drift: §40)
   int64_t max_staleness = 4;  // updates trained from a version more than this many merges old are refused
-  double round_seconds = 0;   // > 0: a round ends after this much time (time-paced), not after inner_steps steps
+  double round_seconds = 0;   // > 0: a round ends after this much time (time-paced), not after inner_steps steps;
+                              // -1: time-paced, inner_steps steps of the median replica timed at start-up
 
   bool diloco() const;  // algorithm read: DiLoCo (true) or data parallel; the one place that compares the string
   bool async_diloco() const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -75,8 +76,43 @@ Started AsyncSync::start(const StartState& state) {
         "a new run with train.init_from = '{}' to continue from its model",
         state.ckpt->dir.string());
   Started started = Sync::start(state);
+  measure_pace(state.step_seconds);
   enter(state.trained);
   return started;
+}
+
+// dist.round_seconds = -1: every member times one of its steps now (dist.slow_workers' factor included), and the round
+// lasts dist.inner_steps steps of the median member, agreed once on the store; a member that starts later (restarted)
+// takes the agreed length.
+void AsyncSync::measure_pace(const std::function<double()>& step_seconds) {
+  const RunConfig& c = session_.config();
+  if (c.dist.round_seconds >= 0) return;
+  const std::string agreed = std::string(UpdateBoard::kPrefix) + "round_seconds";
+  const auto member_key = [](int id) { return fmt::format("{}step_seconds/{}", UpdateBoard::kPrefix, id); };
+  const bool known = thread_.run<bool>([&] { return board_.store().check({agreed}); });
+  const double mine = known ? 0.0 : step_seconds();
+  std::vector<double> seconds;
+  const double round_s = thread_.run<double>([&] {
+    comm::Store& store = board_.store();
+    if (!known) {
+      store.set(member_key(rank_), fmt::format("{:.6f}", mine));
+      std::vector<std::string> keys;
+      for (int id = 0; id < replicas_; ++id) keys.push_back(member_key(id));
+      store.wait(keys, std::chrono::milliseconds(int64_t(c.dist.store_timeout_s * 1000)),
+                 "dist.round_seconds = -1: every replica's step time");
+      for (const auto& key : keys) seconds.push_back(std::stod(store.get(key)));
+      std::vector<double> sorted = seconds;
+      std::nth_element(sorted.begin(), sorted.begin() + ptrdiff_t(sorted.size() / 2), sorted.end());
+      store.set_once(agreed, fmt::format("{:.3f}", double(c.dist.inner_steps) * sorted[sorted.size() / 2]));
+    }
+    return std::stod(store.get(agreed));
+  });
+  pace_ = RoundPace(c.dist.inner_steps, round_s);
+  if (lead_ && !seconds.empty())
+    log::info(
+        "dist.round_seconds = -1: a step takes {} s on the replicas; a round lasts {:.3f} s, {} steps of the median "
+        "replica (set dist.round_seconds = {:.3f} to replay this pace)",
+        fmt::format("{:.4f}", fmt::join(seconds, ", ")), round_s, c.dist.inner_steps, round_s);
 }
 
 void AsyncSync::enter(NamedTensors& trained) {

@@ -3,7 +3,8 @@
 //            (dist.round_seconds > 0: every round_seconds of training instead, time-paced: a fast replica's round
 //            holds more steps, a slow one's fewer, and the update counts the tokens it trained on; every member's
 //            rounds end at the same wall-clock boundaries, counted from the run's first second, so that their updates
-//            meet in one merge instead of drifting into two half-round apart)
+//            meet in one merge instead of drifting into two half-round apart; -1: time-paced, the round lasting
+//            dist.inner_steps steps of the median member, timed at start-up)
 //   post     its pseudo-gradient since its anchor (anchor - theta: the parameters it last adopted or posted from)
 //            goes to the update board (optim/update_board.h) on the communication thread, with the version it
 //            trained from and its tokens; training goes on at once;
@@ -56,6 +57,9 @@ class AsyncSync : public Sync {
 
   Share share() const override;
   Started start(const StartState& state) override;  // the peak, then enter()
+  // dist.round_seconds = -1: the round's length from every member's `step_seconds` (StartState::step_seconds), agreed
+  // on the store; nothing otherwise. start() calls it; a sync that composes this one calls it before enter().
+  void measure_pace(const std::function<double()>& step_seconds);
   // Starts posting and merging from `trained` (version 1: every member initialised alike), or from the newest version
   // when one exists (a restarted member adopts it). A sync that composes this one (islands) calls it instead of
   // start().

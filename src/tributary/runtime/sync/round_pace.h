@@ -37,6 +37,8 @@ class RoundPace {
   int64_t steps() const { return steps_; }             // in the round so far
   int64_t take() { return std::exchange(steps_, 0); }  // the round's steps, as its update is posted
   std::string describe() const {                       // for the start-up line
+    if (round_seconds_ < 0)  // dist.round_seconds = -1, before the members agreed on the length
+      return fmt::format("{} steps' time of the median replica (time-paced rounds, timed at start-up)", inner_steps_);
     return time_paced() ? fmt::format("{} s of training (time-paced rounds)", round_seconds_)
                         : fmt::format("{} steps", inner_steps_);
   }
