@@ -138,6 +138,15 @@ void add_launch(CLI::App& app) {
         return true;
       }
     };
+    o->run_fixed = [reporter](const std::string& addr, int port, int attempt) {
+      try {
+        bool fixed = false;
+        reporter->use(addr, port, attempt, [&](comm::Store& store) { fixed = store.check({kRunFixedKey}); });
+        return fixed;
+      } catch (const std::exception&) {  // run_started's answer stands
+        return false;
+      }
+    };
     o->rejoin = [o, reporter](const std::string& addr, int port, int attempt) {
       try {
         int returns = 0;

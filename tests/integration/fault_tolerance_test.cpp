@@ -180,6 +180,17 @@ TEST_F(Distributed, AWorkerThatFailsAtStartUpIsNotRestarted) {
   EXPECT_EQ(out.find("restarting it to rejoin"), std::string::npos) << out;
 }
 
+TEST_F(Distributed, AWorkerKilledAfterStartUpOfARunWithoutFaultToleranceStopsItInsteadOfStartingItOver) {
+  // Without dist.fault_tolerant nobody set run/started, so launch (--max-restarts) took a death at step 6 for one
+  // before start-up: it said "nothing was trained" and started the run again from step 0, throwing away its steps.
+  auto [rc, out] = ft_run("TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=6", "ft_fixed_killed",
+                          "--set dist.fault_tolerant=false", "--max-restarts 1");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("after the run got through start-up; the run is not fault tolerant"), std::string::npos) << out;
+  EXPECT_NE(out.find("set dist.fault_tolerant = true"), std::string::npos) << out;
+  EXPECT_EQ(out.find("nothing was trained"), std::string::npos) << out;
+}
+
 namespace {
 
 // The pid of the worker of launch rank `rank` whose command line names `marker` (its run directory), or 0.

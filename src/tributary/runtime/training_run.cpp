@@ -12,6 +12,7 @@
 #include "tributary/core/counted.h"
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
+#include "tributary/launch/launcher.h"
 #include "tributary/model/eval.h"
 #include "tributary/perf/flops.h"
 #include "tributary/runtime/replica_checkpoint.h"
@@ -199,6 +200,13 @@ std::optional<PendingHeal> TrainingRun::start_sync() {
        .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); }});
   summary_.peak_flops = started.peak_flops;
   summary_.peak_source = started.peak_words;
+  // A run that cannot outlive a worker says on the store that it got through start-up (a fault-tolerant sync says
+  // so itself): without it launch takes a later death for one before start-up and starts the run again from
+  // nothing, throwing away what it trained.
+  if (session_ && session_->env().rank == 0 && !joining && !config_.dist.fault_tolerant) {
+    comm::Store store = session_->reconnect();
+    if (!store.check({kRunStartedKey})) store.set(kRunFixedKey, "1");
+  }
   if (ckpt_ && rounds() && !joining) load_codec_state();
   return std::move(started.pending);
 }
