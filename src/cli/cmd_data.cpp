@@ -3,8 +3,10 @@
 #include "cli/commands.h"
 #include "tributary/artifacts/checkpoint.h"
 #include "tributary/core/error.h"
+#include "tributary/core/fs.h"
 #include "tributary/core/log.h"
 #include "tributary/data/dataset.h"
+#include "tributary/data/loader.h"
 
 namespace tributary::cli {
 namespace {
@@ -101,6 +103,49 @@ void add_data(CLI::App& app) {
     }
     std::printf("  unigram: train entropy %.4f bits/token, val cross-entropy %.4f bits/token\n",
                 ds.unigram_train_entropy_bits(), ds.unigram_val_bits_per_token());
+  });
+
+  // The exact windows a replica of a run reads, for a peer trained outside Tributary on the same data order
+  // (bench/torchft_peer.py): the trainer's own loader with the run's seed, batch, context, rank and world.
+  struct BatchesArgs {
+    std::string dir, split = "train", out;
+    LoaderOptions loader;
+    int64_t count = 0;
+  };
+  auto ba = std::make_shared<BatchesArgs>();
+  auto* batches = data->add_subcommand(
+      "batches", "write the token windows a replica reads (int32, [count, batch, context + 1], row-major) to a file");
+  batches->add_option("dir", ba->dir, "dataset directory")->required();
+  batches->add_option("--split", ba->split, "train (shuffled by --seed, as a run reads it) or val (in stream order)")
+      ->check(CLI::IsMember({"train", "val"}));
+  batches->add_option("--batch-size", ba->loader.batch_size, "train.batch_size")->check(CLI::Range(1, 1 << 16));
+  batches->add_option("--context", ba->loader.context, "model.context")->check(CLI::Range(1, 1 << 20));
+  batches->add_option("--seed", ba->loader.seed, "train.seed");
+  batches->add_option("--rank", ba->loader.rank, "the replica's rank")->check(CLI::NonNegativeNumber);
+  batches->add_option("--world", ba->loader.world_size, "the run's replicas")->check(CLI::Range(1, 1 << 16));
+  batches->add_option("--count", ba->count, "batches to write")->required()->check(CLI::Range(1, 1 << 24));
+  batches->add_option("--out", ba->out, "output file")->required();
+  batches->callback([ba]() {
+    if (ba->loader.rank >= ba->loader.world_size)
+      fail("data batches: --rank {} is not below --world {}", ba->loader.rank, ba->loader.world_size);
+    Dataset ds = Dataset::open(ba->dir);
+    ba->loader.shuffle = ba->split == "train";
+    BatchLoader loader(std::make_shared<const std::vector<uint32_t>>(ds.load_tokens(ba->split)), ba->loader,
+                       fmt::format("'{}' {}", ba->dir, ba->split));
+    const int64_t per_batch = loader.batch_size() * (loader.context() + 1);
+    std::vector<int64_t> window(per_batch);
+    std::string bytes;
+    bytes.reserve(size_t(ba->count * per_batch) * sizeof(int32_t));
+    for (int64_t b = 0; b < ba->count; ++b) {
+      loader.next(window.data());
+      for (const int64_t id : window) {
+        const auto v = static_cast<int32_t>(id);
+        bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+      }
+    }
+    write_file_atomic(ba->out, bytes);
+    log::info("wrote {} batches of {} x {} tokens ({} of {} replicas, {} split) to '{}'", ba->count,
+              loader.batch_size(), loader.context() + 1, ba->loader.rank, ba->loader.world_size, ba->split, ba->out);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -407,6 +408,39 @@ TEST_F(Training, ARunWhoseOutputPipeClosesTrainsOnInsteadOfDyingOfSigpipe) {
   EXPECT_EQ(rc, 0) << out;
   ASSERT_TRUE(fs::exists(dir / "summary.json"));
   EXPECT_EQ(nlohmann::json::parse(read_file(dir / "summary.json"))["steps"].get<int>(), 40);
+}
+
+TEST_F(Training, DataBatchesWritesTheWindowsEachReplicaReads) {
+  // The windows a peer outside Tributary trains on (bench/torchft_peer.py): 2 replicas x batch 2 read the windows one
+  // process with batch 4 reads, rank-strided; each window is context + 1 ids of the dataset's vocabulary.
+  const fs::path dir = work_dir() / "batches";
+  fs::create_directories(dir);
+  const auto dump = [&](int rank, int world, int batch) {
+    const fs::path out = dir / fmt::format("r{}-of-{}.bin", rank, world);
+    auto [rc, text] =
+        run_cli(fmt::format("data batches {} --batch-size {} --context 16 --seed 7 --rank {} --world {} "
+                            "--count 3 --out {}",
+                            data_dir().string(), batch, rank, world, out.string()));
+    EXPECT_EQ(rc, 0) << text;
+    const std::string bytes = read_file(out);
+    std::vector<int32_t> ids(bytes.size() / sizeof(int32_t));
+    std::memcpy(ids.data(), bytes.data(), ids.size() * sizeof(int32_t));
+    EXPECT_EQ(ids.size(), size_t(3 * batch * 17));
+    return ids;
+  };
+  const auto whole = dump(0, 1, 4), first = dump(0, 2, 2), second = dump(1, 2, 2);
+  const int64_t vocab = Dataset::open(data_dir()).vocab_size();
+  for (const int32_t id : whole) ASSERT_TRUE(id >= 0 && id < vocab) << id;
+  for (int b = 0; b < 3; ++b)
+    for (int w = 0; w < 4; ++w) {
+      const auto& half = w % 2 == 0 ? first : second;
+      const auto from = whole.begin() + (b * 4 + w) * 17, theirs = half.begin() + (b * 2 + w / 2) * 17;
+      EXPECT_TRUE(std::equal(from, from + 17, theirs)) << "batch " << b << ", window " << w;
+    }
+  auto [rc, out] = run_cli(fmt::format("data batches {} --rank 2 --world 2 --count 1 --out {}", data_dir().string(),
+                                       (dir / "x.bin").string()));
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--rank 2 is not below --world 2"), std::string::npos) << out;
 }
 
 TEST_F(Training, CliRejectsBadConfigAndGenerates) {
