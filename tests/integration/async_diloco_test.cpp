@@ -14,6 +14,7 @@
 
 #include "launch_support.h"
 #include "test_paths.h"
+#include "tributary/artifacts/checkpoint.h"
 #include "tributary/core/fs.h"
 
 using namespace tributary;
@@ -144,4 +145,43 @@ TEST_F(Distributed, TimePacedAsyncRoundsGiveAFastReplicaMoreStepsPerRoundAndASlo
   EXPECT_GT(fast, 2 * slow) << "a round of the fast replica holds more steps than one of the slow replica (" << fast
                             << " vs " << slow << " tokens)";
   EXPECT_GE(tokens[2].size() * 2, tokens[0].size()) << "the slow replica posts about as often";
+}
+
+TEST_F(Distributed, AsyncDilocoResumesFromTheLeadsCheckpointAndEndsAtTheSameTokenBudget) {
+  // --stop-after-step 20: every replica stops at its 20th step and the lead writes its checkpoint (the global model,
+  // the version's outer momenta, the tokens merged). --resume: every replica starts from it, and the merges go on
+  // from those tokens to the budget of train.steps x replicas, appending to merges.jsonl.
+  const std::string cli = std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --";
+  const std::string sets =
+      "--set dist.algorithm=async_diloco --set train.steps=60 --set train.batch_size=4 --set dist.inner_steps=5 "
+      "--set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 --set dist.outer_lr=0.7 "
+      "--set dist.outer_momentum=0.9";
+  auto [rc, out] = sh(cli + tiny("async_resume", sets) + " --stop-after-step 20");
+  ASSERT_EQ(rc, 0) << out;
+  const auto steps = checkpoint_steps(work() / "async_resume");
+  ASSERT_FALSE(steps.empty()) << out;
+  const fs::path ckpt = checkpoint_dir(work() / "async_resume", steps.back());
+  const auto state = nlohmann::json::parse(read_file(ckpt / "state.json"));
+  ASSERT_TRUE(state.contains("async")) << state.dump();
+  const int64_t kept = state["async"]["tokens"].get<int64_t>();
+  EXPECT_GT(kept, 0) << state.dump();
+  EXPECT_TRUE(fs::exists(ckpt / "async_outer.safetensors"));
+  const size_t merges_before = merges_of("async_resume").size();
+
+  std::tie(rc, out) = sh(cli + tiny("async_resume", sets) + " --resume");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("resuming asynchronous DiLoCo from"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("{} tokens merged): every replica starts from the lead's", kept)), std::string::npos)
+      << out;
+  const auto merges = merges_of("async_resume");
+  ASSERT_GT(merges.size(), merges_before) << "the resumed run's merges are appended";
+  const auto& first_resumed = merges[merges_before];
+  EXPECT_EQ(first_resumed["version"].get<int64_t>(), 2) << "a new board, from version 1";
+  EXPECT_GT(first_resumed["tokens"].get<int64_t>(), kept) << "merged on top of the tokens the checkpoint kept";
+  EXPECT_TRUE(merges.back()["done"].get<bool>());
+  const int64_t budget = 60 * 3 * 4 * 64;  // train.steps x replicas x (batch x context)
+  EXPECT_GE(merges.back()["tokens"].get<int64_t>(), budget);
+  EXPECT_LT(merges.back()["tokens"].get<int64_t>(), budget + 3 * 5 * 4 * 64 * 2) << "not a second budget";
+  const auto summary = nlohmann::json::parse(read_file(work() / "async_resume" / "summary.json"));
+  EXPECT_LT(summary["val_bpb"].get<double>(), summary["unigram_bpb"].get<double>());
 }

@@ -20,12 +20,14 @@ std::string shape_text(const torch::Tensor& t) { return fmt::format("[{}]", fmt:
 }  // namespace
 
 AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, MergeRules rules,
-                         const NamedTensors& initial, std::function<void(const nlohmann::json&)> on_merge)
+                         const NamedTensors& initial, std::function<void(const nlohmann::json&)> on_merge,
+                         MergeStart start)
     : board_(std::move(board)),
       heartbeat_(std::move(heartbeat), UpdateBoard::kPrefix, self),
       liveness_(board_.store(), UpdateBoard::kPrefix, self, rules.dead_after_s),
       self_(self),
       rules_(rules),
+      start_(std::move(start)),
       on_merge_(std::move(on_merge)) {
   for (const auto& [name, t] : initial) {
     initial_.emplace_back(name, t.detach().to(torch::kCPU, torch::kFloat32).clone());
@@ -99,13 +101,18 @@ void AsyncMerger::take_over() {
   consumed_.clear();
   if (v == 0) {
     outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
+    if (!start_.momenta.empty()) {  // a resumed run: the momenta its checkpoint kept
+      NamedTensors both = initial_;
+      both.insert(both.end(), start_.momenta.begin(), start_.momenta.end());
+      outer_->load_state(safetensors::File::parse(tensors_to_safetensors(both), "the resumed outer state"), 0);
+    }
     nlohmann::json meta = {{"term", term_},
-                           {"tokens", 0},
+                           {"tokens", start_.tokens},
                            {"consumed", nlohmann::json::object()},
                            {"merged", nlohmann::json::array()},
                            {"late", nlohmann::json::array()},
                            {"done", false}};
-    tokens_at_ = {{1, 0}};
+    tokens_at_ = {{1, start_.tokens}};
     meta["tokens_at"] = tokens_at_json();
     if (!board_.publish(1, self_, outer_->global(), outer_->state(), {}, meta)) return;  // another merger did
     version_ = 1;

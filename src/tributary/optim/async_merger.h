@@ -61,6 +61,13 @@ struct MergeRules {
   AggregateOptions aggregate;
 };
 
+// Where version 1 of a resumed run stands (AsyncSync::start from a checkpoint): the tokens the run had merged, and the
+// outer momenta of the version its checkpoint holds. A fresh run: none of either.
+struct MergeStart {
+  int64_t tokens = 0;
+  NamedTensors momenta;  // "<param>.outer_momentum"; empty: zero
+};
+
 struct MergerStats {
   int64_t merges = 0, refused = 0, takeovers = 0;
 };
@@ -69,9 +76,10 @@ class AsyncMerger {
  public:
   // `board`: a store connection of the merger's own; `heartbeat`: another, for this process's heartbeat (started
   // now). `initial`: the model every replica starts from (version 1, when no version exists yet). `on_merge`: the
-  // committed meta of each merge this candidate made (the caller logs it and writes merges.jsonl).
+  // committed meta of each merge this candidate made (the caller logs it and writes merges.jsonl). `start`: version
+  // 1's tokens and momenta when the run resumed.
   AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, MergeRules rules, const NamedTensors& initial,
-              std::function<void(const nlohmann::json&)> on_merge = {});
+              std::function<void(const nlohmann::json&)> on_merge = {}, MergeStart start = {});
   ~AsyncMerger();
 
   // One pass: the term, the posts since the last pass, a merge when one is due. True when it merged. The thread
@@ -105,6 +113,7 @@ class AsyncMerger {
   int self_;
   MergeRules rules_;
   NamedTensors initial_;
+  MergeStart start_;
   std::vector<std::string> names_;  // the model's parameters, in order: posts and versions are read in it
   std::function<void(const nlohmann::json&)> on_merge_;
   const std::chrono::steady_clock::time_point born_ = std::chrono::steady_clock::now();

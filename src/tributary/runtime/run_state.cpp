@@ -291,7 +291,9 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
   // Rank 0's replica is model/optim; the others' are rank-R.* (multi-process checkpoints, see checkpoint.h).
   check_resume_state(ckpt);
   const int saved_world = ckpt.state.value("world_size", 1);
-  const bool elastic = saved_world != world_size;                // check_resumable allowed it: everyone takes rank 0's
+  // check_resumable allowed another world: everyone takes rank 0's; so does every replica of asynchronous DiLoCo,
+  // whose checkpoints are the lead's alone (runtime/sync/async_sync.h).
+  const bool elastic = saved_world != world_size || ckpt.state.contains("async");
   const int replica_rank = ckpt.state.value("replica_rank", 0);  // whose replica model/optim are (own_run_dir)
   if (elastic && replica_rank != 0)
     fail(

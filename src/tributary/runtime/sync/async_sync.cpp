@@ -11,6 +11,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/launch/launcher.h"
+#include "tributary/model/tensor_io.h"
 
 namespace tributary {
 
@@ -70,15 +71,62 @@ Share AsyncSync::share() const {
 }
 
 Started AsyncSync::start(const StartState& state) {
-  if (state.ckpt)
-    fail(
-        "dist.algorithm = async_diloco cannot resume a checkpoint yet (its replicas stop at different steps): start "
-        "a new run with train.init_from = '{}' to continue from its model",
-        state.ckpt->dir.string());
+  if (state.ckpt) resume_from(*state.ckpt);
   Started started = Sync::start(state);
   measure_pace(state.step_seconds);
   enter(state.trained);
   return started;
+}
+
+// Every replica restored the lead's model, AdamW state, step and data position (run_state.h restore: an asynchronous
+// checkpoint is the lead's alone); the merges go on from what it kept of the outer state.
+void AsyncSync::resume_from(const LoadedCheckpoint& ckpt) {
+  const std::string state_file = (ckpt.dir / "state.json").string();
+  const nlohmann::json& saved = ckpt.state.value("async", nlohmann::json());
+  if (!saved.is_object() || !saved.contains("tokens") || !saved["tokens"].is_number_integer() ||
+      saved["tokens"].get<int64_t>() < 0)
+    fail(
+        "cannot resume '{}' as asynchronous DiLoCo: its '{}' has no \"async\" block with the tokens merged (a "
+        "checkpoint of another algorithm): start a new run from its weights with --set train.init_from={}",
+        ckpt.dir.string(), state_file, ckpt.dir.string());
+  resumed_.tokens = saved["tokens"].get<int64_t>();
+  if (ckpt.has(kAsyncOuterFile)) {
+    const safetensors::File momenta = ckpt.tensors(kAsyncOuterFile);
+    for (const auto& [name, view] : momenta.tensors()) resumed_.momenta.emplace_back(name, to_torch(view));
+  }
+  resuming_ = true;
+  if (lead_)
+    log::info(
+        "resuming asynchronous DiLoCo from '{}' (version {} of the run before, {} tokens merged): every replica starts "
+        "from the lead's model, AdamW state and data position",
+        ckpt.dir.string(), saved.value("version", int64_t{0}), resumed_.tokens);
+}
+
+bool AsyncSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
+                                CheckpointContents& contents) {
+  if (!lead_) return false;
+  struct Outer {
+    int64_t tokens = 0;
+    NamedTensors momenta;
+  };
+  const Outer outer = thread_.run<Outer>([this] {
+    // The version the lead's model is (before_read adopted it); a version the merger dropped meanwhile is read from
+    // the newest commit's history, with the newest momenta.
+    auto commit = board_.commit_of(base_);
+    const bool own = commit.has_value();
+    if (!commit) commit = board_.commit_of(board_.latest());
+    if (!commit) return Outer{};
+    const nlohmann::json history = commit->meta.value("tokens_at", nlohmann::json::object());
+    const std::string key = std::to_string(base_);
+    return Outer{.tokens = own                     ? commit->meta.at("tokens").get<int64_t>()
+                           : history.contains(key) ? history.at(key).get<int64_t>()
+                                                   : commit->meta.at("tokens").get<int64_t>(),
+                 .momenta = board_.fetch_momenta(*commit)};
+  });
+  contents.state["world_size"] = replicas_;
+  contents.state["async"] = {{"version", base_}, {"tokens", outer.tokens}};
+  if (!outer.momenta.empty()) contents.extra_tensors.emplace_back(kAsyncOuterFile, outer.momenta);
+  return true;
 }
 
 // dist.round_seconds = -1: every member times one of its steps now (dist.slow_workers' factor included), and the round
@@ -123,7 +171,7 @@ void AsyncSync::enter(NamedTensors& trained) {
   }
   merger_ = std::make_unique<AsyncMerger>(
       UpdateBoard(session_.reconnect(), session_.config().dist.compression, links_, rank_), session_.reconnect(), rank_,
-      rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); });
+      rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); }, resumed_);
   merger_->run();
   // Every rank met the others at the session's rendezvous: launch may restart the dead from now on.
   thread_.run<int>([this] {
@@ -286,8 +334,9 @@ void AsyncSync::write_merge(const nlohmann::json& merge) {
   line.erase("consumed");
   line.erase("tokens_at");
   line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  // The run's first merge starts the file (a run directory reused with --overwrite); a successor appends.
-  const bool first = merge.at("version").get<int64_t>() == 2;
+  // The run's first merge starts the file (a run directory reused with --overwrite); a successor, or a resumed run,
+  // appends.
+  const bool first = merge.at("version").get<int64_t>() == 2 && !resuming_;
   std::ofstream(fs::path(session_.config().train.run_dir) / "merges.jsonl", first ? std::ios::trunc : std::ios::app)
       << line.dump() << "\n";
 }

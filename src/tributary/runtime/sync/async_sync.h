@@ -22,7 +22,10 @@
 // run ends when the merges have taken in train.steps x replicas steps' tokens (AfterStep::over), so the wall time
 // follows the fast replicas, not the slowest. Before an evaluation or the final checkpoint the lead adopts the newest
 // version, so what it reads is the global model. No step is taken in lockstep: no stop vote (a signal stops the
-// process that got it; the others go on) and no collective checkpoint (the lead writes the global model).
+// process that got it; the others go on) and no collective checkpoint (the lead writes the global model). A resume
+// (--resume) starts every replica from the lead's checkpoint — its model, AdamW state, step and data position — as
+// version 1 of a new board, whose merges go on from the momenta and the merged tokens the checkpoint kept: the run
+// ends at the same token budget, and what the other replicas trained since their last merge is lost.
 #pragma once
 
 #include <chrono>
@@ -48,6 +51,9 @@ struct AsyncMember {
   std::optional<comm::LinkModel> links;  // the emulated links among the members, by id; none without dist.wan
 };
 
+// A checkpoint's outer momenta of asynchronous DiLoCo ("<param>.outer_momentum"), written by the lead.
+inline constexpr const char* kAsyncOuterFile = "async_outer.safetensors";
+
 class AsyncSync : public Sync {
  public:
   // The whole model's replicas: every launch rank is a member.
@@ -66,10 +72,10 @@ class AsyncSync : public Sync {
   void enter(NamedTensors& trained);
   AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
   void before_read(NamedTensors& params, NamedTensors* aux_params) override;
+  // The lead's copy is the global model (before_read), with what a resume needs beside it: the version's outer
+  // momenta (kAsyncOuterFile) and the tokens merged into it (state.json's "async"). Nobody else writes one.
   bool checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
-                       CheckpointContents& contents) override {
-    return lead_;  // the lead's copy is the global model (before_read); nobody else writes one
-  }
+                       CheckpointContents& contents) override;
   void summarize(TrainSummary& summary) override;
 
  private:
@@ -86,6 +92,7 @@ class AsyncSync : public Sync {
     NamedTensors delta;
     int64_t at_step = 0;  // the replica's steps when it was posted
   };
+  void resume_from(const LoadedCheckpoint& ckpt);  // what the lead's checkpoint kept of the merges
   void post(NamedTensors& trained, int64_t steps);
   // The newest version when it is newer than `have` (none otherwise); on the communication thread. From `have`'s
   // parameters (exact) by the versions' steps when they are at hand, otherwise the whole version.
@@ -116,6 +123,8 @@ class AsyncSync : public Sync {
   std::optional<std::future<std::optional<Fetched>>> fetch_;
   std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
   bool over_ = false;
+  MergeStart resumed_;  // a resumed run's version 1 (start()): its merged tokens and momenta
+  bool resuming_ = false;
   int64_t rounds_ = 0, adopted_ = 0, steps_ = 0;
   // Its overlap: the steps trained from its own model between posting an update and adopting the version that merged
   // it, summed over the updates merged (what costs quality against synchronous DiLoCo, docs/benchmarks.md §46).
