@@ -17,8 +17,11 @@ cores / replicas intra-op threads per process, as our launch gives its workers. 
 Per side: final validation loss, wall seconds, CPU seconds per step (user + system of every process, getrusage of
 the children), bytes per replica (ours: measured, summary.json; torchft: its ring all-reduce of the fp32 model,
 2 (N - 1) / N models per round, computed). With --kill-at S: replica 1 is SIGKILLed S seconds into the run and
-started again at once; the heal time is from the kill to the restarted replica training from a peer's state (ours:
-launch's "worker 1 healed from the lead" line; torchft: the restarted replica's first step, whose quorum heals it).
+started again at once. Two times from the kill: `heal_s`, to the restarted replica training from the run's current
+state (ours: launch's "worker 1 healed from the lead" line; torchft: its first step after a quorum healed it from a
+peer — the steps it trains before that, from the start model, are lost), and `back_s`, to the end of the first round
+it contributes to (ours: the line saying the healed worker joined at that round; torchft: its first commit after the
+heal).
 
 Needs torchft in the project's .venv: installed there (pip install torchft==0.2.0) on first use, with a line saying
 so. Results: one JSON line per (repeat, side) in --out, then a table of medians and ranges.
@@ -155,8 +158,11 @@ def worker(a):
                 torch.nn.utils.clip_grad_norm_(model.parameters(), r["grad_clip"])
             before = manager.current_step()
             inner.step()  # DiLoCo's hook: every inner_steps steps, the outer round (quorum, all-reduce, commit)
-            state["step"] = state.pop("healed", step) + 1  # healed in this step's quorum: the peers' count
-            line = {"step": step + 1, "loss": loss.item(), "t": time.time(), "outer": manager.current_step()}
+            healed = state.pop("healed", None)  # healed in this step's quorum: the peers' count
+            state["step"] = (step if healed is None else healed) + 1
+            line = {"step": state["step"], "loss": loss.item(), "t": time.time(), "outer": manager.current_step()}
+            if healed is not None:
+                line["healed"] = True
             if manager.current_step() != before:
                 line["participants"] = manager.num_participants()
             log.write(json.dumps(line) + "\n")
@@ -218,8 +224,7 @@ def ours(a, work, start, recipe, rep):
     result = {"side": "tributary", "wall_s": wall, "cpu_s_per_step": cpu / a.steps / a.replicas,
               "bytes_per_replica": summary["bytes_sent"], "final": final}
     if killed_at:
-        healed = [t for t, l in lines if t > killed_at and re.search(r"worker 1 (healed from the lead|joined) at step", l)]
-        result["heal_s"] = healed[0] - killed_at if healed else None
+        result.update(our_heal(lines, killed_at))
     return result
 
 
@@ -302,17 +307,39 @@ def torchft_side(a, work, start, batches, recipe, rep):
               "bytes_per_replica": int(rounds * 4 * n_params * 2 * (a.replicas - 1) / a.replicas),
               "final": os.path.join(final, f"replica{finished[0]}"), "replicas_finished": len(finished)}
     if killed_at:
-        result["heal_s"] = torchft_heal(logs[1], killed_at)
+        result.update(torchft_heal(logs[1], killed_at))
     return result
 
 
+def our_heal(lines, killed_at):
+    """heal_s and back_s of our rank 1 from the launch's (time, line) pairs."""
+    out = {"heal_s": None, "back_s": None}
+    for t, line in lines:
+        if t <= killed_at:
+            continue
+        if out["heal_s"] is None and re.search(r"worker 1 (healed from the lead|joined) at step", line):
+            out["heal_s"] = t - killed_at
+        elif out["heal_s"] is not None and re.search(r"joined at step \d+ .*go on as epoch", line):
+            out["back_s"] = t - killed_at
+            break
+    return out
+
+
 def torchft_heal(log, killed_at):
-    """The restarted replica's first step: its first inner step holds the quorum that heals it from a peer."""
+    """heal_s and back_s of torchft's restarted replica 1 from its step lines: healed where its step count jumps to its
+    peers' (its quorum loaded their state), back at its first commit after that."""
+    out = {"heal_s": None, "back_s": None}
+    prev = None
     for line in open(log):
         row = json.loads(line)
-        if row["t"] > killed_at:
-            return row["t"] - killed_at
-    return None
+        if row["t"] > killed_at and prev is not None and prev["t"] > killed_at:
+            if out["heal_s"] is None and (row.get("healed") or row["step"] != prev["step"] + 1):
+                out["heal_s"] = row["t"] - killed_at
+            elif out["heal_s"] is not None and "participants" in row:
+                out["back_s"] = row["t"] - killed_at
+                break
+        prev = row
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------- main
@@ -422,7 +449,7 @@ def table(rows):
         return (statistics.median(v), min(v), max(v)) if v else None
 
     print(f"{'':24}{'tributary':>28}{'torchft':>28}")
-    for key in ("val_loss", "wall_s", "cpu_s_per_step", "bytes_per_replica", "heal_s"):  # bytes in MB
+    for key in ("val_loss", "wall_s", "cpu_s_per_step", "bytes_per_replica", "heal_s", "back_s"):  # bytes in MB
         cells = []
         for side in ("tributary", "torchft"):
             m = med(side, key)
