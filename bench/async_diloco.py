@@ -18,7 +18,8 @@ out). Measures; asserts nothing. The testbed's 4 processes share 2 cores: a repl
 to the others, which flatters the asynchronous run's fast replicas against separate machines (said in the record).
 
 Usage: python3 bench/async_diloco.py --build build [--steps 200] [--eval-every 20] [--repeats 1] [--seed 1234]
-       [--only slow,equal,kill,merger] [--wan 100Mbit,100ms] [--async-set dist.round_seconds=6] [--kill-every 60] [--out async.json]
+       [--only slow,equal,kill,merger] [--wan 100Mbit,100ms] [--set dist.inner_steps=30]
+       [--async-set dist.round_seconds=6] [--kill-every 60] [--out async.json]
 """
 import argparse
 import json
@@ -64,6 +65,7 @@ def worker_pids(launch_pid):
 
 def run(args, name, algorithm, sets, killer=None, launch_extra=()):
     run_dir = os.path.join(args.work, name)
+    sets = sets + args.set
     if algorithm == "async_diloco":
         sets = sets + args.async_set
     sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", f"train.seed={args.seed_now}",
@@ -140,6 +142,8 @@ def main():
     ap.add_argument("--wan", default="100Mbit,100ms")
     ap.add_argument("--kill-every", type=float, default=60)
     ap.add_argument("--slow-async-steps", type=int, default=0, help="slow: the asynchronous run's train.steps")
+    ap.add_argument("--set", action="append", default=[], help="a config key=value for both runs (e.g. "
+                    "dist.inner_steps=30); after the scenario's own")
     ap.add_argument("--async-set", action="append", default=[],
                     help="KEY=VALUE for the asynchronous runs only, e.g. dist.round_seconds=6 (time-paced rounds)")
     ap.add_argument("--out", default="")
