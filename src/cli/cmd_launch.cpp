@@ -128,23 +128,18 @@ void add_launch(CLI::App& app) {
     };
     o->run_started = [reporter](const std::string& addr, int port, int attempt) {
       try {
-        bool started = false;
-        reporter->use(addr, port, attempt, [&](comm::Store& store) { started = store.check({kRunStartedKey}); });
-        return started;
+        RunStart start = RunStart::not_yet;
+        reporter->use(addr, port, attempt, [&](comm::Store& store) {
+          start = store.check({kRunStartedKey}) ? RunStart::heals
+                  : store.check({kRunFixedKey}) ? RunStart::fixed
+                                                : RunStart::not_yet;
+        });
+        return start;
       } catch (const SecretRefused&) {  // the worker's own line says it; nothing of the run is this machine's
-        return true;
+        return RunStart::heals;
       } catch (const std::exception& e) {
         log::warn("launch: could not read the run's store ({}); taking the run as started", e.what());
-        return true;
-      }
-    };
-    o->run_fixed = [reporter](const std::string& addr, int port, int attempt) {
-      try {
-        bool fixed = false;
-        reporter->use(addr, port, attempt, [&](comm::Store& store) { fixed = store.check({kRunFixedKey}); });
-        return fixed;
-      } catch (const std::exception&) {  // run_started's answer stands
-        return false;
+        return RunStart::heals;
       }
     };
     o->rejoin = [o, reporter](const std::string& addr, int port, int attempt) {

@@ -269,7 +269,7 @@ void Supervisor::follow_start_again() {
   next_again_poll_ = Clock::now() + kAgainPoll;
   if (!o_.start_again(o_.master_addr, o_.master_port, o_.attempt, /*ask=*/false)) {
     // Nobody asks once the run got through start-up: the polls end there.
-    run_started_ = o_.run_started && o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
+    run_started_ = o_.run_started && o_.run_started(o_.master_addr, o_.master_port, o_.attempt) == RunStart::heals;
     return;
   }
   if (restarts_ >= o_.max_restarts) {
@@ -300,9 +300,9 @@ void Supervisor::on_failure(const Worker& w, int code) {
   }
   // Restarts and tolerated deaths both need a run that got through start-up (a formed group, the task queue): a
   // death before it would leave the survivors waiting for it at the rendezvous until dist.store_timeout_s.
-  const bool started = run_started_ || !o_.run_started || o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
-  if (!started && (o_.max_restarts > 0 || o_.max_failures > 0) && o_.run_fixed &&
-      o_.run_fixed(o_.master_addr, o_.master_port, o_.attempt)) {
+  const RunStart start =
+      run_started_ || !o_.run_started ? RunStart::heals : o_.run_started(o_.master_addr, o_.master_port, o_.attempt);
+  if (start == RunStart::fixed && (o_.max_restarts > 0 || o_.max_failures > 0)) {
     log::error(
         "launch: rank {} (pid {}) {} after the run got through start-up; the run is not fault tolerant, so the others "
         "cannot go on without it, and starting it again would lose what it trained: resume from its last checkpoint "
@@ -310,6 +310,7 @@ void Supervisor::on_failure(const Worker& w, int code) {
         w.rank, w.pid, how_it_ended(w.status));
     return blame(w.rank, code, how_it_ended(w.status));
   }
+  const bool started = start == RunStart::heals;
   if (!started && start_run_again(w, code)) return;
   if (restart(w, code, started)) return;
   if (tolerated_ < o_.max_failures && !started) {

@@ -14,6 +14,14 @@
 
 namespace tributary {
 
+// Set on the run's store by a fault-tolerant run's rank 0 once every worker built its model and data.
+inline constexpr const char* kRunStartedKey = "run/started";
+// Set by the rank 0 of a run that cannot outlive a worker (no dist.fault_tolerant) once it got through start-up.
+inline constexpr const char* kRunFixedKey = "run/started_fixed";
+// How far a run got, as its store says: not through start-up yet; through it and fault tolerant (kRunStartedKey: a
+// dead worker may be restarted to heal); through it without fault tolerance (kRunFixedKey).
+enum class RunStart { not_yet, heals, fixed };
+
 struct LaunchOptions {
   int nproc = 1;
   int nnodes = 1;
@@ -44,12 +52,10 @@ struct LaunchOptions {
   // `attempt`: the run's (below), whose keys it is.
   std::function<void(const std::string& addr, int port, int attempt, int rank, const std::string& how, bool go_on)>
       report_exit;
-  // Whether the run got through start-up (kRunStartedKey is on its store): a worker that dies before that (a bad
-  // config, a missing dataset) would die again, so launch restarts nothing then. Given by the CLI; must not throw.
-  std::function<bool(const std::string& addr, int port, int attempt)> run_started;
-  // Whether a run without fault tolerance got through start-up (kRunFixedKey is on its store): a death then stops
-  // the run, and starting it again would throw away what it trained. Given by the CLI; must not throw.
-  std::function<bool(const std::string& addr, int port, int attempt)> run_fixed;
+  // How far the run on the store got (RunStart): a worker that dies before start-up (a bad config, a missing dataset)
+  // would die again, so launch restarts nothing then; after it, a death in a run without fault tolerance stops the
+  // run, where starting it again would throw away what it trained. Given by the CLI; must not throw.
+  std::function<RunStart(const std::string& addr, int port, int attempt)> run_started;
   // A machine started again while its run goes on (its launch was killed, or the machine rebooted): 0 when the run on
   // the store has not got through start-up (or the store does not answer yet: a first start), otherwise this
   // machine's count of such returns (1, 2, ...), kept on the store. Its workers then join the running run as joiners
@@ -66,11 +72,6 @@ struct LaunchOptions {
   // launches when it returned to a running run, so that its groups' names are new.
   int first_island_life = 0;
 };
-
-// Set on the run's store by a fault-tolerant run's rank 0 once every worker built its model and data.
-inline constexpr const char* kRunStartedKey = "run/started";
-// Set by the rank 0 of a run that cannot outlive a worker (no dist.fault_tolerant) once it got through start-up.
-inline constexpr const char* kRunFixedKey = "run/started_fixed";
 
 // Runs to completion; returns the exit status launch should exit with.
 int launch(const LaunchOptions& options);

@@ -89,17 +89,16 @@ void AsyncSync::resume_from(const LoadedCheckpoint& ckpt) {
         "cannot resume '{}' as asynchronous DiLoCo: its '{}' has no \"async\" block with the tokens merged (a "
         "checkpoint of another algorithm): start a new run from its weights with --set train.init_from={}",
         ckpt.dir.string(), state_file, ckpt.dir.string());
-  resumed_.tokens = saved["tokens"].get<int64_t>();
+  resumed_ = MergeStart{.tokens = saved["tokens"].get<int64_t>()};
   if (ckpt.has(kAsyncOuterFile)) {
     const safetensors::File momenta = ckpt.tensors(kAsyncOuterFile);
-    for (const auto& [name, view] : momenta.tensors()) resumed_.momenta.emplace_back(name, to_torch(view));
+    for (const auto& [name, view] : momenta.tensors()) resumed_->momenta.emplace_back(name, to_torch(view));
   }
-  resuming_ = true;
   if (lead_)
     log::info(
         "resuming asynchronous DiLoCo from '{}' (version {} of the run before, {} tokens merged): every replica starts "
         "from the lead's model, AdamW state and data position",
-        ckpt.dir.string(), saved.value("version", int64_t{0}), resumed_.tokens);
+        ckpt.dir.string(), saved.value("version", int64_t{0}), resumed_->tokens);
 }
 
 bool AsyncSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
@@ -110,18 +109,15 @@ bool AsyncSync::checkpoint_part(const fs::path& run_dir, int64_t step, const Ran
     NamedTensors momenta;
   };
   const Outer outer = thread_.run<Outer>([this] {
-    // The version the lead's model is (before_read adopted it); a version the merger dropped meanwhile is read from
-    // the newest commit's history, with the newest momenta.
-    auto commit = board_.commit_of(base_);
-    const bool own = commit.has_value();
-    if (!commit) commit = board_.commit_of(board_.latest());
-    if (!commit) return Outer{};
-    const nlohmann::json history = commit->meta.value("tokens_at", nlohmann::json::object());
-    const std::string key = std::to_string(base_);
-    return Outer{.tokens = own                     ? commit->meta.at("tokens").get<int64_t>()
-                           : history.contains(key) ? history.at(key).get<int64_t>()
-                                                   : commit->meta.at("tokens").get<int64_t>(),
-                 .momenta = board_.fetch_momenta(*commit)};
+    // The version the lead's model is (before_read adopted it).
+    if (const auto commit = board_.commit_of(base_))
+      return Outer{commit->meta.at("tokens").get<int64_t>(), board_.fetch_momenta(*commit)};
+    // Dropped by the merger meanwhile: the newest commit's history has its tokens, and its momenta are the newest.
+    const auto newest = board_.commit_of(board_.latest());
+    if (!newest) return Outer{};
+    const nlohmann::json history = newest->meta.value("tokens_at", nlohmann::json::object());
+    return Outer{history.value(std::to_string(base_), newest->meta.at("tokens").get<int64_t>()),
+                 board_.fetch_momenta(*newest)};
   });
   contents.state["world_size"] = replicas_;
   contents.state["async"] = {{"version", base_}, {"tokens", outer.tokens}};
@@ -171,7 +167,7 @@ void AsyncSync::enter(NamedTensors& trained) {
   }
   merger_ = std::make_unique<AsyncMerger>(
       UpdateBoard(session_.reconnect(), session_.config().dist.compression, links_, rank_), session_.reconnect(), rank_,
-      rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); }, resumed_);
+      rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); }, resumed_.value_or(MergeStart{}));
   merger_->run();
   // Every rank met the others at the session's rendezvous: launch may restart the dead from now on.
   thread_.run<int>([this] {
@@ -336,7 +332,7 @@ void AsyncSync::write_merge(const nlohmann::json& merge) {
   line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   // The run's first merge starts the file (a run directory reused with --overwrite); a successor, or a resumed run,
   // appends.
-  const bool first = merge.at("version").get<int64_t>() == 2 && !resuming_;
+  const bool first = merge.at("version").get<int64_t>() == 2 && !resumed_;
   std::ofstream(fs::path(session_.config().train.run_dir) / "merges.jsonl", first ? std::ios::trunc : std::ios::app)
       << line.dump() << "\n";
 }

@@ -123,8 +123,7 @@ class AsyncSync : public Sync {
   std::optional<std::future<std::optional<Fetched>>> fetch_;
   std::optional<Fetched> staged_;  // the newest version fetched, adopted at the next step's end
   bool over_ = false;
-  MergeStart resumed_;  // a resumed run's version 1 (start()): its merged tokens and momenta
-  bool resuming_ = false;
+  std::optional<MergeStart> resumed_;  // a resumed run's version 1 (resume_from): its merged tokens and momenta
   int64_t rounds_ = 0, adopted_ = 0, steps_ = 0;
   // Its overlap: the steps trained from its own model between posting an update and adopting the version that merged
   // it, summed over the updates merged (what costs quality against synchronous DiLoCo, docs/benchmarks.md §46).

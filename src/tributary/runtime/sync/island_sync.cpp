@@ -190,8 +190,8 @@ Started IslandSync::start(const StartState& s) {
     start_island(s.trained, s.optimizer, 0, nullptr, nlohmann::json::array());
     if (async_) {
       async_->measure_pace(s.step_seconds);  // dist.round_seconds = -1: the island's rank 0 times a step
-      async_->enter(s.trained);
-    }  // a restarted island's rank 0 adopts the newest version
+      async_->enter(s.trained);              // a restarted island's rank 0 adopts the newest version
+    }
     std::vector<torch::Tensor> whole;
     for (auto& [name, t] : s.trained) whole.push_back(t.detach());
     from_lead(whole);
