@@ -1,5 +1,6 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/sealed_store.h"
+#include "tributary/comm/store.h"
 #include "tributary/comm/store_deadline.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -388,6 +389,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, in
     // The client's first ping waits for the host's answer without a deadline (a frozen host held it for good).
     const StoreDeadline deadline(fmt::format("rank {}: connect to the store at {}:{}", rank, master_addr, master_port),
                                  timeout + std::chrono::seconds(10));
+    const QuietC10dErrors quiet;  // a failed connect is said once, below
     store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
     if (const auto key = run_key_from_environment()) prove_run_key(*store, *key);  // before anything else is asked
   } catch (const Error&) {

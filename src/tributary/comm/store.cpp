@@ -82,6 +82,27 @@ void quiet_c10d_warnings() {
   if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = c10::GLOG_ERROR;
 }
 
+namespace {
+std::mutex quiet_mutex;
+int quiet_holders = 0;
+int32_t level_before_quiet = 0;
+}  // namespace
+
+QuietC10dErrors::QuietC10dErrors() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") != nullptr) return;
+  std::lock_guard<std::mutex> lock(quiet_mutex);
+  if (quiet_holders++ == 0) {
+    level_before_quiet = FLAGS_caffe2_log_level;
+    FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+  }
+}
+
+QuietC10dErrors::~QuietC10dErrors() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") != nullptr) return;
+  std::lock_guard<std::mutex> lock(quiet_mutex);
+  if (--quiet_holders == 0) FLAGS_caffe2_log_level = level_before_quiet;
+}
+
 void raise_open_file_limit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
@@ -99,6 +120,7 @@ Store Store::host(int port, std::chrono::milliseconds timeout) {
   opts.waitWorkers = false;
   opts.timeout = timeout;
   try {
+    const QuietC10dErrors quiet;  // a failed connect is said once, below
     c10::intrusive_ptr<c10d::Store> client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
     if (key) {  // launch's own values, sealed as the workers' are
       prove_run_key(*client, *key);

@@ -81,4 +81,15 @@ std::string error_text(const std::exception& e);
 // the start of the command line tool.
 void quiet_c10d_warnings();
 
+// While one lives, c10d logs nothing below FATAL (unless TORCH_CPP_LOG_LEVEL asks): a store client's connect logs its
+// failure as an ERROR with C++ stack frames before it throws, and every caller turns that exception into one line of
+// its own (a store whose host has gone, a secret refused). Nests and may be held by several threads at once.
+class QuietC10dErrors {
+ public:
+  QuietC10dErrors();
+  ~QuietC10dErrors();
+  QuietC10dErrors(const QuietC10dErrors&) = delete;
+  QuietC10dErrors& operator=(const QuietC10dErrors&) = delete;
+};
+
 }  // namespace tributary::comm
