@@ -7,7 +7,7 @@ participant's last update), poison (trained on windows shuffled token by token).
   defended    --defence's keys (default: trimmed_mean, norm test x10, evicted after 3 exchanges below cosine 0.2)
 against the 4 honest replicas alone (same per-replica batch: the honest replicas' data shards differ from the 5-replica
 runs'). Reported per run: the final validation loss and its gap to the honest 4; the exchange at which the adversary
-was first refused and when it was evicted (metrics.jsonl's scores: -1 = refused); any honest replica refused or
+was first refused and when it was evicted (rank 0's log lines); any honest replica refused or
 evicted (false evictions); and the communication seconds per exchange of the honest 5 with the mean on the ring
 against the defended rule (the robust exchange's cost). Runs are deterministic (no fault tolerance): a repeat gives
 the same losses, so one run per cell. Measures; asserts nothing.
@@ -48,21 +48,26 @@ def run(build, work, name, nproc, steps, sets, adversary=None):
     exchanges = [l for l in lines if "outer_step" in l]
     first_refused = evicted = None
     honest_refused = 0
-    for i, l in enumerate(exchanges, 1):
-        scores = l.get("scores", {})
-        for pid, score in scores.items():
-            if pid == "4" and adversary and score == -1 and first_refused is None:
-                first_refused = i
-            if (pid != "4" or not adversary) and score == -1:
-                honest_refused += 1
     log = p.stdout + p.stderr
+    for line in log.splitlines():  # rank 0 names every refusal: "rank R's update refused in exchange N (...)"
+        if "'s update refused in exchange" not in line:
+            continue
+        rank = line.split("'s update refused")[0].split()[-1]
+        at = int(line.split("refused in exchange")[1].split()[0])
+        if adversary and rank == "4":
+            first_refused = at if first_refused is None else min(first_refused, at)
+        else:
+            honest_refused += 1
     for line in log.splitlines():
         if "evicted in exchange" in line and evicted is None:
             evicted = int(line.split("evicted in exchange")[1].split(":")[0])
     honest_evictions = sum(1 for line in log.splitlines()
                            if "evicted in exchange" in line and (not adversary or "rank 4 " not in line))
     comm = [l["comm_s"] for l in exchanges]
+    lowest_honest = min((v for l in exchanges for pid, v in l.get("scores", {}).items()
+                         if pid != "4" or not adversary), default=None)
     rec = {"name": name, "val_loss": summary["val_loss"], "wall_s": wall, "first_refused": first_refused,
+           "lowest_honest_score": lowest_honest,
            "evicted": evicted, "honest_refused": honest_refused, "honest_evictions": honest_evictions,
            "exchanges": len(exchanges), "comm_s_median": statistics.median(comm) if comm else None,
            "bytes_sent": summary.get("bytes_sent")}
@@ -77,26 +82,31 @@ def main():
     ap.add_argument("--only", default=",".join(KINDS))
     ap.add_argument("--defence", default=",".join(DEFENCE))
     ap.add_argument("--out", default="adversaries.json")
+    ap.add_argument("--defended-only", action="store_true", help="skip the undefended runs and the honest 4")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     defence = a.defence.split(",")
     work = tempfile.mkdtemp(prefix="adversaries-")
     out = {"steps": a.steps, "defence": defence, "runs": []}
     # The cost pair first, on a quiet machine: the honest five, ring mean against the defended rule.
-    out["runs"].append(run(build, work, "honest5_mean", 5, a.steps, []))
+    if not a.defended_only:
+        out["runs"].append(run(build, work, "honest5_mean", 5, a.steps, []))
     out["runs"].append(run(build, work, "honest5_defended", 5, a.steps, defence))
-    out["runs"].append(run(build, work, "honest4", 4, a.steps, []))
-    for kind in a.only.split(","):
-        out["runs"].append(run(build, work, f"{kind}_undefended", 5, a.steps, [], f"4:{kind}"))
+    if not a.defended_only:
+        out["runs"].append(run(build, work, "honest4", 4, a.steps, []))
+    for kind in [k for k in a.only.split(",") if k]:
+        if not a.defended_only:
+            out["runs"].append(run(build, work, f"{kind}_undefended", 5, a.steps, [], f"4:{kind}"))
         out["runs"].append(run(build, work, f"{kind}_defended", 5, a.steps, defence, f"4:{kind}"))
         json.dump(out, open(a.out, "w"), indent=1)
     json.dump(out, open(a.out, "w"), indent=1)
-    base = next(r for r in out["runs"] if r["name"] == "honest4")["val_loss"]
-    print(f"\nhonest 4 alone: val loss {base:.4f}")
+    base = next((r for r in out["runs"] if r["name"] == "honest4"), out["runs"][0])["val_loss"]
+    print(f"\nbaseline ({'honest 4 alone' if not a.defended_only else 'honest 5 defended'}): val loss {base:.4f}")
     for r in out["runs"]:
         print(f"{r['name']:24s} val {r['val_loss']:.4f} ({100 * (r['val_loss'] / base - 1):+.1f}%) "
               f"refused@{r['first_refused']} evicted@{r['evicted']} honest refused {r['honest_refused']} "
-              f"honest evicted {r['honest_evictions']} comm/exchange {r['comm_s_median']:.3f}s wall {r['wall_s']:.0f}s")
+              f"honest evicted {r['honest_evictions']} lowest honest score {r['lowest_honest_score']} "
+              f"comm/exchange {r['comm_s_median']:.3f}s wall {r['wall_s']:.0f}s")
 
 
 if __name__ == "__main__":

@@ -430,6 +430,42 @@ TEST_F(Distributed, ALyingReplicaIsOutvotedScoredAndEvicted) {
   EXPECT_NE(out2.find("--adversary '1:lies': 'lies' is not a kind"), std::string::npos) << out2;
 }
 
+// dist.score = "loss" (Covenant's Gauntlet): every update is judged by three other replicas by the loss it alone brings
+// on a probe batch none of its senders could choose. From the initial model the negated update barely raises that
+// loss (its rating falls to ~0.45); from then on it does, so its rating falls below dist.min_score: refused from
+// exchange 2, evicted at 3, the reason naming the rating; the honest keep ratings near 1 and the model ends where the
+// honest run's does.
+TEST_F(Distributed, ALiarIsRatedByTheLossItsUpdateBringsAndEvicted) {
+  const std::string args =
+      "--set dist.fault_tolerant=false --set dist.aggregate=median --set dist.score=loss --set dist.evict_after=2 "
+      "--set dist.min_score=0.2";
+  auto [rc, out] = ft_run("", "loss_scored", args + " --adversary 1:sign_flip");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1's update refused in exchange 2 (3 of 4 accepted, dist.aggregate = median): a loss "
+                     "rating of"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 1 evicted in exchange 3"), std::string::npos) << out;
+  EXPECT_EQ(summary_of("loss_scored")["rejected"].get<int>(), 3) << "exchanges 2 to 4 refuse it";
+  std::istringstream in(read_file(work() / "loss_scored" / "metrics.jsonl"));
+  int exchanges = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("scores")) continue;
+    ++exchanges;
+    for (const char* honest : {"0", "2", "3"}) EXPECT_GT(j["scores"][honest].get<double>(), 0.5) << line;
+    if (exchanges >= 2) {
+      EXPECT_EQ(j["scores"]["1"].get<double>(), -1) << line;
+    }
+  }
+  EXPECT_EQ(exchanges, 4);
+  auto [rc0, out0] = ft_run("", "loss_scored_clean", args);
+  ASSERT_EQ(rc0, 0) << out0;
+  EXPECT_EQ(out0.find("refused"), std::string::npos) << "no honest update is refused\n" << out0;
+  const double clean = summary_of("loss_scored_clean")["val_loss"].get<double>();
+  EXPECT_NEAR(summary_of("loss_scored")["val_loss"].get<double>(), clean, 0.03 * clean);
+}
+
 // Identities (comm/identity.h): with launch --secret-file F each rank has its own key pair F.identity-<rank>, made on
 // first start; `tributary identity` prints its public key. An admission list with ranks 0-2's keys admits them and
 // the robust exchange's updates are signed and checked (the run completes, nothing refused); without rank 3's key

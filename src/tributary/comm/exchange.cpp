@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "tributary/core/error.h"
@@ -329,11 +330,37 @@ std::vector<torch::Tensor> Exchange::gather(const torch::Tensor& flat) {
   const int n = group_.size();
   const int64_t numel = flat.numel();
   if (n == 1) return {flat.to(torch::kFloat32).contiguous()};
-  const auto start = Clock::now();
   const int64_t encoded = int64_t(codec_->encoded_bytes(numel));
+  auto body = torch::empty({encoded}, torch::kUInt8);
+  codec_->encode(flat.to(torch::kFloat32).contiguous(), body.data_ptr<uint8_t>());
+  auto gathered = gather_signed(body, "update");
+  for (auto& g : gathered)
+    if (g.defined()) g = codec_->decode(g.data_ptr<uint8_t>(), numel);
+  return gathered;
+}
+
+std::vector<torch::Tensor> Exchange::gather_values(const torch::Tensor& values) {
+  const auto mine = values.to(torch::kFloat64).contiguous();
+  if (group_.size() == 1) return {mine};
+  auto body = torch::empty({mine.numel() * int64_t(sizeof(double))}, torch::kUInt8);
+  std::memcpy(body.data_ptr<uint8_t>(), mine.data_ptr<double>(), size_t(body.numel()));
+  auto gathered = gather_signed(body, "message");
+  for (auto& g : gathered)
+    if (g.defined()) {
+      auto out = torch::empty({mine.numel()}, torch::kFloat64);
+      std::memcpy(out.data_ptr<double>(), g.data_ptr<uint8_t>(), size_t(body.numel()));
+      g = out;
+    }
+  return gathered;
+}
+
+std::vector<torch::Tensor> Exchange::gather_signed(const torch::Tensor& body, const char* what) {
+  const int n = group_.size();
+  const auto start = Clock::now();
+  const int64_t encoded = body.numel();
   const int64_t signed_bytes = options_.identity ? int64_t(Identity::kSignatureBytes) : 0;
   auto payload = torch::empty({encoded + signed_bytes}, torch::kUInt8);
-  codec_->encode(flat.to(torch::kFloat32).contiguous(), payload.data_ptr<uint8_t>());
+  std::memcpy(payload.data_ptr<uint8_t>(), body.data_ptr<uint8_t>(), size_t(encoded));
   const int tag = tag_;  // gather_payloads' message number: the signature is bound to it and to the sender
   if (options_.identity) {
     const auto signature =
@@ -341,7 +368,7 @@ std::vector<torch::Tensor> Exchange::gather(const torch::Tensor& flat) {
     std::copy(signature.begin(), signature.end(), payload.data_ptr<uint8_t>() + encoded);
   }
   auto gathered = gather_payloads(payload);
-  std::vector<torch::Tensor> values;
+  std::vector<torch::Tensor> bodies;
   for (int r = 0; r < n; ++r) {
     const auto p = gathered[size_t(r)].contiguous();
     TRIB_CHECK(p.numel() == payload.numel(), "(an all-gathered payload has the gather's length)");
@@ -350,18 +377,18 @@ std::vector<torch::Tensor> Exchange::gather(const torch::Tensor& flat) {
       const std::string key = options_.public_key_of(r);
       if (!Identity::verify(key, place(tag, r, -1), bytes, size_t(encoded), bytes + encoded)) {
         log::warn(
-            "the update from rank {} of {} is not signed by that participant's identity ({}): it is left out (a "
+            "the {} from rank {} of {} is not signed by that participant's identity ({}): it is left out (a "
             "holder of the run's secret speaking as another, or a message replayed from another exchange)",
-            r, group_.prefix(), key.empty() ? "it published none" : "public key " + key.substr(0, 16) + "...");
-        values.emplace_back();
+            what, r, group_.prefix(), key.empty() ? "it published none" : "public key " + key.substr(0, 16) + "...");
+        bodies.emplace_back();
         continue;
       }
     }
-    values.push_back(codec_->decode(bytes, numel));
+    bodies.push_back(p.narrow(0, 0, encoded));
   }
   const double bytes = double(payload.numel() + (mac_ ? WireMac::kBytes : 0));
   account((n - 1) * bytes, (n - 1) * bytes, link_ ? link_->ring_allgather_s(bytes) : 0.0, start);
-  return values;
+  return bodies;
 }
 
 std::vector<torch::Tensor> Exchange::gather_payloads(const torch::Tensor& payload) {

@@ -95,6 +95,10 @@ class Exchange {
   // (N-1) encoded payloads sent and received. Only a stateless codec (not topk, powersgd or sparseloco). With
   // identities, each payload carries its sender's signature: one that fails comes back undefined.
   std::vector<torch::Tensor> gather(const torch::Tensor& flat);
+  // Every rank's `values` (a few numbers, the same count on every rank: a robust round's loss scores) as fp64, not
+  // encoded by the codec, sealed and signed as gather()'s payloads: [rank] -> values, undefined where a signature
+  // fails.
+  std::vector<torch::Tensor> gather_values(const torch::Tensor& values);
 
   // After the group re-formed with other members (fault tolerance): the ring tags restart (ranks may have left a
   // failed round at different steps) and the emulated links are the new members' (`link`, when emulating).
@@ -134,6 +138,9 @@ class Exchange {
   // the message received.
   torch::Tensor hop(const torch::Tensor& out, int64_t in_bytes, double& sent, double& largest);
   std::vector<torch::Tensor> gather_payloads(const torch::Tensor& payload);  // all-gather, sealed and opened
+  // `body` (uint8) signed with this rank's identity (when it has one), all-gathered: every rank's body, undefined
+  // where the signature is not its rank's (logged, naming the rank and `what` it was).
+  std::vector<torch::Tensor> gather_signed(const torch::Tensor& body, const char* what);
   std::string place(int tag, int from, int to) const;  // a message's place, which its MAC is bound to
   void account(double bytes_sent, double bytes_recv, double modelled_s, std::chrono::steady_clock::time_point start);
   // How a bucket is averaged, decided once from the options.

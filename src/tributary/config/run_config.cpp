@@ -113,8 +113,18 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
         "a file of the participants' public keys (one per line, `tributary identity` prints one): only they may join; "
         "\"\" = anyone holding the run's secret");
   s.add("dist.min_score", dist.min_score,
-        "robust aggregation: the lowest cosine of an update with the round's aggregate that counts as agreeing", -1.0,
-        1.0);
+        "robust aggregation: the lowest score that counts: an update's cosine with the round's aggregate, or with "
+        "dist.score = 'loss' its participant's rating (1 = as good as the round's median update)",
+        -1.0, 1.0);
+  s.add("dist.score", dist.score,
+        "robust aggregation: what an update scores: agreement (its cosine with the round's aggregate) or loss (the "
+        "loss it alone brings on a probe batch its sender could not choose, rated over rounds)",
+        {"agreement", "loss"});
+  s.add("dist.probe_windows", dist.probe_windows,
+        "dist.score = 'loss': windows of model.context in each round's probe batch", 1, 4096);
+  s.add("dist.probe_evaluators", dist.probe_evaluators,
+        "dist.score = 'loss': how many other replicas evaluate each update (the median of their measurements counts)",
+        1, 1024);
 }
 
 // [parallel]: how the ranks divide the model and the machines (pipelines, islands).
@@ -305,6 +315,10 @@ void RunConfig::bind() {
   s.add("model.norm_eps", model.norm_eps, "RMSNorm epsilon", 0.0, 1.0);
   s.add("model.init_std", model.init_std, "std of the normal initialisation", 0.0, 10.0);
   s.add("data.dir", data.dir, "token dataset directory (tributary data build / build-default)");
+  s.add("data.shards", data.shards,
+        "how the replicas divide the training split: windows (each its share of every window) or domains (replica r "
+        "reads only the documents of domain r mod D: unlike shards)",
+        {"windows", "domains"});
   s.add("optim.lr", optim.lr, "peak AdamW learning rate", 0.0, 10.0);
   s.add("optim.min_lr_ratio", optim.min_lr_ratio, "final lr as a fraction of the peak (cosine)", 0.0, 1.0);
   s.add("optim.warmup_steps", optim.warmup_steps, "linear warm-up steps", 0);
@@ -487,6 +501,23 @@ void validate_dist(const RunConfig& c) {
         "restarted worker, which would judge the updates otherwise than the others; keep dist.aggregate and the norm "
         "test, with dist.evict_after = 0",
         c.dist.evict_after);
+  if (c.data.shards == "domains" && c.dist.fault_tolerant)
+    fail(
+        "data.shards = 'domains' with dist.fault_tolerant = true: a re-formed run would deal the domains out anew; "
+        "use data.shards = 'windows' with fault tolerance");
+  if (c.dist.score == "loss") {
+    if (!c.dist.diloco() || !c.dist.judges_updates())
+      fail(
+          "dist.score = 'loss' judges DiLoCo's updates in a robust exchange: set dist.algorithm = 'diloco' and "
+          "dist.aggregate (trimmed_mean, median, centered_clip) or dist.reject_norm_factor (it is '{}', '{}', {})",
+          c.dist.algorithm, c.dist.aggregate, c.dist.reject_norm_factor);
+    if (c.dist.fragments != 1 || c.dist.overlap_steps != 0 || c.parallel.pipeline_stages != 1 ||
+        !c.parallel.islands.empty())
+      fail(
+          "dist.score = 'loss' probes the whole model's update while training waits for the round: it needs "
+          "dist.fragments = 1, dist.overlap_steps = 0, one pipeline stage and no islands (they are {}, {}, {}, '{}')",
+          c.dist.fragments, c.dist.overlap_steps, c.parallel.pipeline_stages, c.parallel.islands);
+  }
   if (c.dist.evict_after > 0 && !c.dist.judges_updates())
     fail(
         "dist.evict_after = {} scores each update as received, which the mean on the ring never sees: set "

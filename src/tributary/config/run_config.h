@@ -13,6 +13,9 @@ namespace tributary {
 
 struct DataConfig {
   std::string dir = "data/default";  // a directory written by `tributary data build*`
+  // How the replicas divide the training split: "windows" (each reads its share of the windows of the whole split)
+  // or "domains" (replica r reads only the documents of domain r mod D: unlike shards, non-IID data).
+  std::string shards = "windows";
 };
 
 struct OptimConfig {
@@ -88,7 +91,13 @@ struct DistConfig {
   double clip_radius = 0;      // centered_clip's tau; 0: the median distance of the updates to their median
   int64_t evict_after = 0;     // a participant refused or scoring below min_score this many exchanges in a row is
                                // evicted (its updates refused from then on); 0: never
-  double min_score = 0;        // the lowest cosine with the round's aggregate that counts as agreeing
+  double min_score = 0;        // the lowest score that counts (a cosine with the aggregate, or a loss rating)
+  // What an update scores (optim/robust_aggregate.h): "agreement" (its cosine with the round's aggregate) or "loss"
+  // (Covenant's Gauntlet: the loss it alone brings on a probe batch its sender could not choose, rated over rounds;
+  // runtime/sync/loss_probe.h).
+  std::string score = "agreement";
+  int64_t probe_windows = 2;     // loss scores: windows of the model's context in each round's probe batch
+  int64_t probe_evaluators = 3;  // loss scores: other replicas that evaluate each update (their median counts)
   std::string admission;  // a file of the public keys admitted (comm/identity.h); "" = open to the secret's holders
   // Asynchronous DiLoCo (runtime/sync/async_sync.h, optim/async_merger.h).
   int64_t min_quorum = 0;     // a merge closes once this many replicas' updates arrived; 0: half, rounded up

@@ -163,6 +163,20 @@ std::vector<Shard> Dataset::load_shards(const std::string& split_name) const {
   return shards;
 }
 
+std::vector<uint32_t> Dataset::load_domain_tokens(const std::string& split_name, uint32_t domain) const {
+  std::vector<uint32_t> tokens;
+  for (const Shard& shard : load_shards(split_name))
+    for (const ShardDoc& doc : shard.docs)
+      if (doc.domain == domain) {
+        const auto first = shard.tokens.begin() + int64_t(doc.first_token);
+        tokens.insert(tokens.end(), first, first + doc.num_tokens);
+      }
+  if (tokens.empty())
+    fail("'{}' has no {} document of domain {} ('{}')", dir_.string(), split_name, domain,
+         domain < domains_.size() ? domains_[domain] : std::string("none"));
+  return tokens;
+}
+
 std::vector<uint32_t> Dataset::load_tokens(const std::string& split_name) const {
   std::vector<uint32_t> tokens;
   for (const auto& name : split(split_name).shards) {

@@ -62,6 +62,9 @@ class Dataset {
   std::vector<uint32_t> load_tokens(const std::string& split_name) const;
   // The split's shards with their document tables (routing needs the documents).
   std::vector<Shard> load_shards(const std::string& split_name) const;
+  // The documents of `domain` (an index into domains()) in the split, concatenated: unlike shards (data.shards =
+  // "domains"). Error naming the dataset when the domain has no document there.
+  std::vector<uint32_t> load_domain_tokens(const std::string& split_name, uint32_t domain) const;
 
  private:
   void validate(const fs::path& meta) const;

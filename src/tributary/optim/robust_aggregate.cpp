@@ -122,24 +122,56 @@ void RobustAggregate::score_and_evict(const std::vector<torch::Tensor>& updates,
   for (size_t i = 0; i < updates.size(); ++i) {
     const bool refused = next_refusal < out.refused.size() && out.refused[next_refusal].participant == int(i);
     if (refused) ++next_refusal;
-    const double denominator = out.norms[i] * value_norm;
-    const double score = refused ? -1.0 : denominator > 0 ? dot_of(updates[i], out.value) / denominator : 0.0;
+    double score = -1;
+    if (refused) {  // -1 under either score: what the report and the benchmarks count as refused
+    } else if (options_.loss_scores) {
+      const auto rating = ratings_.find(ids[i]);
+      score = rating == ratings_.end() ? 1.0 : rating->second;
+    } else {
+      const double denominator = out.norms[i] * value_norm;
+      score = denominator > 0 ? dot_of(updates[i], out.value) / denominator : 0.0;
+    }
     out.scores.push_back(score);
     if (options_.evict_after <= 0 || evicted_.count(ids[i])) continue;
     int& strikes = strikes_[ids[i]];
     strikes = refused || score < options_.min_score ? strikes + 1 : 0;
     if (strikes < options_.evict_after) continue;
-    evicted_[ids[i]] = fmt::format(
-        "evicted at exchange {}: refused or agreeing less than {} (cosine with the aggregate) in {} exchanges in a "
-        "row, the last {}",
-        round_ + 1, options_.min_score, strikes,
-        refused ? out.refused[next_refusal - 1].reason : fmt::format("at cosine {:.3f}", score));
+    const char* measure = options_.loss_scores ? "rated by the loss it brings on a probe batch"
+                                               : "agreeing less than that (cosine with the aggregate)";
+    evicted_[ids[i]] =
+        fmt::format("evicted at exchange {}: refused or scoring below {} ({}) in {} exchanges in a row, the last {}",
+                    round_ + 1, options_.min_score, measure, strikes,
+                    refused ? out.refused[next_refusal - 1].reason : fmt::format("at {:.3f}", score));
     out.evicted.push_back(ids[i]);
   }
 }
 
-Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids) {
+std::vector<std::string> RobustAggregate::rate(const std::vector<double>& improvements, const std::vector<int>& ids) {
+  std::vector<double> measured;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (std::isfinite(improvements[i]) && !evicted_.count(ids[i])) measured.push_back(improvements[i]);
+  std::sort(measured.begin(), measured.end());
+  // The upper median: of two updates, an honest one that lowers the loss is the yardstick of one that raises it.
+  const double median = measured.empty() ? 0 : measured[measured.size() / 2];
+  std::vector<std::string> why(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (evicted_.count(ids[i])) continue;
+    const auto rating = ratings_.try_emplace(ids[i], 1.0).first;
+    if (median > 0 && std::isfinite(improvements[i]))  // otherwise the round's batch says nothing of anyone
+      rating->second = 0.5 * rating->second + 0.5 * std::clamp(improvements[i] / median, -1.0, 2.0);
+    if (rating->second < options_.min_score)
+      why[i] = fmt::format(
+          "a loss rating of {:.2f} below dist.min_score = {} (on this exchange's probe batch it lowered the loss by "
+          "{:+.4g}, the round's median {:+.4g})",
+          rating->second, options_.min_score, improvements[i], median);
+  }
+  return why;
+}
+
+Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids,
+                                    const std::vector<double>* improvements) {
   TRIB_CHECK(!updates.empty() && updates.size() == ids.size(), "(one id per update)");
+  TRIB_CHECK(!improvements || improvements->size() == ids.size(), "(one improvement per update)");
   int64_t numel = -1;
   for (const auto& u : updates)
     if (u.defined()) numel = u.numel();
@@ -162,6 +194,8 @@ Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, c
     auto gen = at::detail::createCPUGenerator(uint64_t(numel) * 7919 + 17);
     sample_index = at::randperm(numel, gen, torch::kInt64).narrow(0, 0, std::min(kSample, numel));
   }
+  const std::vector<std::string> low_rated =
+      options_.loss_scores && improvements ? rate(*improvements, ids) : std::vector<std::string>(ids.size());
   std::vector<torch::Tensor> accepted;
   std::vector<Fingerprint> now;
   for (size_t i = 0; i < updates.size(); ++i) {
@@ -188,6 +222,7 @@ Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, c
       if (why.empty()) why = seen_before(f.sample, numel, norm);
       now.push_back(std::move(f));
     }
+    if (why.empty()) why = low_rated[i];
     if (why.empty())
       accepted.push_back(updates[i]);
     else

@@ -19,6 +19,11 @@
 //                       clip_radius, or the median of ||x_i - median|| when 0
 //   3. Scores: every update's cosine with the aggregate (how far it agreed with the round; a refused update scores
 //      -1). A participant refused or scoring below `min_score` in `evict_after` exchanges in a row is evicted.
+// With loss scores (dist.score = "loss", Covenant's Gauntlet: `improvements` given to combine(), each update's
+// lowering of the loss on a probe batch its sender could not choose, agreed by its evaluators), the score is a rating
+// instead: each exchange an update scores its improvement / the round's median improvement (clipped to [-1, 2]; no
+// score when the median does not improve), and its participant's rating (1 at first) moves halfway to it. A rating
+// below `min_score` refuses the update before the rule (step 1), and `evict_after` such exchanges in a row evict.
 // Every participant decodes the same bytes and runs the same arithmetic (norms summed in a fixed order, whatever the
 // thread count), so every participant applies the same aggregate and refuses the same updates.
 #pragma once
@@ -36,13 +41,14 @@ namespace tributary {
 struct AggregateOptions {
   std::string rule = "mean";  // mean | trimmed_mean | median | centered_clip
   double trim_fraction = 0.2;
-  double norm_factor = 0;   // dist.reject_norm_factor; 0: no norm test
-  double clip_radius = 0;   // centered_clip's tau; 0: the median distance to the coordinate-wise median
-  int clip_iterations = 3;  // centered_clip's L
-  int memory = 4;           // exchanges of earlier updates a replay or copy is compared with; 0: none
-  int64_t chunk = 1 << 20;  // coordinates sorted at once (bounds the memory of the rules)
-  int evict_after = 0;      // exchanges in a row refused or below min_score that evict a participant; 0: never
-  double min_score = 0;     // the lowest cosine with the aggregate that counts as agreeing
+  double norm_factor = 0;    // dist.reject_norm_factor; 0: no norm test
+  double clip_radius = 0;    // centered_clip's tau; 0: the median distance to the coordinate-wise median
+  int clip_iterations = 3;   // centered_clip's L
+  int memory = 4;            // exchanges of earlier updates a replay or copy is compared with; 0: none
+  int64_t chunk = 1 << 20;   // coordinates sorted at once (bounds the memory of the rules)
+  int evict_after = 0;       // exchanges in a row refused or below min_score that evict a participant; 0: never
+  double min_score = 0;      // the lowest score that counts: a cosine with the aggregate, or a loss rating
+  bool loss_scores = false;  // scores are ratings of the loss improvements handed to combine(), not cosines
 
   // Anything but the plain mean without a norm test needs the updates themselves (DistConfig::judges_updates).
   bool judges_updates() const { return rule != "mean" || norm_factor > 0; }
@@ -58,7 +64,7 @@ struct Aggregated {
   torch::Tensor value;           // fp32, the updates' length (zeros when every update was refused)
   std::vector<double> norms;     // every update's, as received
   std::vector<Refusal> refused;  // in participant order
-  std::vector<double> scores;    // every update's cosine with the aggregate; -1 when refused
+  std::vector<double> scores;    // every update's cosine with the aggregate, or its loss rating; -1 when refused
   std::vector<int> evicted;      // the participants (ids) this exchange evicted
   int64_t accepted = 0;
 };
@@ -71,13 +77,17 @@ class RobustAggregate {
   // updates[i]: participant i's update, fp32, one dimension, all of one length; undefined when its signature failed
   // (comm::Exchange::gather), and then refused. `ids[i]`: the participant's name in the reasons (a member id, a
   // rank). Remembers the accepted updates' fingerprints for the next rounds.
-  Aggregated combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids);
+  // With loss_scores: `improvements[i]`, how much update i alone lowered the loss on the round's probe batch (NaN:
+  // not measured); none: the round is not rated (a warm-up's gradients). Ignored without loss_scores.
+  Aggregated combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids,
+                     const std::vector<double>* improvements = nullptr);
   const AggregateOptions& options() const { return options_; }
   // Forgets the earlier exchanges' fingerprints and strikes (not the evictions): a fault-tolerant group does this on
   // every member when its membership changes, so that a joiner, which starts with none, judges as they do.
   void forget_history() {
     seen_.clear();
     strikes_.clear();
+    ratings_.clear();
   }
 
   // The rules alone over n >= 1 accepted updates (tests; combine's second half).
@@ -95,10 +105,13 @@ class RobustAggregate {
   };
   std::string seen_before(const torch::Tensor& sample, int64_t numel, double norm) const;
   void score_and_evict(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids, Aggregated& out);
+  // Loss scores: moves every measured participant's rating; the reason to refuse each update for its rating ("": none).
+  std::vector<std::string> rate(const std::vector<double>& improvements, const std::vector<int>& ids);
 
   AggregateOptions options_;
   std::map<int, int> strikes_;                     // by id: exchanges in a row refused or below min_score
   std::map<int, std::string> evicted_;             // by id: why
+  std::map<int, double> ratings_;                  // by id, with loss scores: 1 at first
   std::map<int64_t, torch::Tensor> sample_index_;  // by length: fixed coordinates, seeded by the length
   std::deque<Fingerprint> seen_;
   int64_t round_ = 0;

@@ -261,7 +261,8 @@ Section merges_section(const RunFiles& run) {
 namespace tributary::report {
 
 // Robust aggregation (dist.aggregate): every participant's score per exchange (its update's cosine with the round's
-// aggregate; -1 when refused), as metrics.jsonl's exchange lines carry them.
+// aggregate, or with dist.score = "loss" its loss rating; -1 when refused), as metrics.jsonl's exchange lines carry
+// them.
 Section scores_section(const RunFiles& run) {
   std::map<std::string, Series> by_participant;
   struct Tally {
@@ -296,10 +297,11 @@ Section scores_section(const RunFiles& run) {
     series.push_back(std::move(s));
   }
   return {"scores", "Participants' scores",
-          "<p>Each update's cosine with the round's robust aggregate (dist.aggregate); -1: refused that exchange "
-          "(a check, or evicted).</p>" +
+          "<p>Each update's cosine with the round's robust aggregate (dist.aggregate), or with dist.score = loss its "
+          "participant's rating by the loss its updates bring on probe batches (1: as much as the round's median "
+          "update); -1: refused that exchange (a check, a low rating, or evicted).</p>" +
               table({"participant", "exchanges", "refused", "mean score when accepted", "lowest"}, rows) +
-              line_chart(series, {"Scores per exchange", "outer step", "cosine with the aggregate"})};
+              line_chart(series, {"Scores per exchange", "outer step", "score"})};
 }
 
 }  // namespace tributary::report

@@ -156,12 +156,27 @@ void TrainingRun::build_model_and_data() {
   const auto& o = config_.optim;
   parts_.optimizer = std::make_unique<AdamW>(
       parts_.trained, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
-  auto train_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train"));
-  data_.num_train_tokens = train_tokens->size();
+  auto split_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train"));
+  if (config_.dist.score == "loss" && sync_->replicas())  // the probe draws from the whole split, whatever the shards
+    sync_->replicas()->install_loss_probe(config_.model, device_, split_tokens);
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
-  // process with batch N*b would.
-  const DataShard shard = sync_->share().data;
+  // process with batch N*b would; with data.shards = "domains", its share of its domain's.
+  DataShard shard = sync_->share().data;
+  auto train_tokens = split_tokens;
+  std::string split_name = fmt::format("'{}' train", config_.data.dir);
+  if (config_.data.shards == "domains") {
+    const auto& domains = data_.dataset->domains();
+    const int64_t count = std::max<int64_t>(1, int64_t(domains.size()));
+    const int64_t domain = shard.rank % count;
+    train_tokens =
+        std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_domain_tokens("train", uint32_t(domain)));
+    split_name = fmt::format("'{}' train, domain {}", config_.data.dir, domain);
+    log::info("replica {} of {} reads only domain {} ('{}', data.shards = domains): {} tokens", shard.rank, shard.world,
+              domain, domain < int64_t(domains.size()) ? domains[size_t(domain)] : "", train_tokens->size());
+    shard = {.rank = int(shard.rank / count), .world = int((shard.world - 1 - domain) / count + 1)};
+  }
+  data_.num_train_tokens = train_tokens->size();
   data_.loader = std::make_unique<BatchLoader>(train_tokens,
                                                LoaderOptions{.batch_size = tc_.batch_size,
                                                              .context = config_.model.context,
@@ -169,7 +184,7 @@ void TrainingRun::build_model_and_data() {
                                                              .rank = shard.rank,
                                                              .world_size = shard.world,
                                                              .poisoned = faults_.adversary() == "poison"},
-                                               fmt::format("'{}' train", config_.data.dir));
+                                               split_name);
   // fail now, not at the first evaluation, if val is too small
   BatchLoader(data_.val_tokens, {.batch_size = tc_.batch_size, .context = config_.model.context, .shuffle = false},
               fmt::format("'{}' val", config_.data.dir));

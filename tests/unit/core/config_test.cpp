@@ -189,6 +189,14 @@ TEST(Config, RobustAggregationRefusesWhatNeverSendsAWholeUpdate) {
   EXPECT_NE(msg.find("the mean on the ring never sees"), std::string::npos) << msg;
   msg = load({"dist.aggregate=mode"});
   EXPECT_NE(msg.find("dist.aggregate"), std::string::npos) << msg;
+  // Loss scores probe the whole model's update while training waits for the round.
+  EXPECT_EQ(load({"dist.aggregate=median", "dist.score=loss", "dist.evict_after=3"}), "");
+  msg = load({"dist.score=loss"});
+  EXPECT_NE(msg.find("dist.score = 'loss' judges DiLoCo's updates in a robust exchange"), std::string::npos) << msg;
+  msg = load({"dist.score=loss", "dist.aggregate=median", "dist.fragments=2"});
+  EXPECT_NE(msg.find("it needs dist.fragments = 1, dist.overlap_steps = 0"), std::string::npos) << msg;
+  msg = load({"data.shards=domains", "dist.fault_tolerant=true"});
+  EXPECT_NE(msg.find("data.shards = 'domains' with dist.fault_tolerant = true"), std::string::npos) << msg;
 }
 
 TEST(Config, SlowWorkersAreParsedOrRefusedNamingTheEntry) {

@@ -38,6 +38,24 @@ TEST(Dataset, BuildsFromTextDirectoryWithDomains) {
   std::reverse(corpus.docs.begin(), corpus.docs.end());
   build_dataset(corpus, out2, {.val_permille = 200});
   EXPECT_EQ(Dataset::open(out2).split("val").num_docs, ds.split("val").num_docs);
+  // One domain's documents (data.shards = "domains"): its text only, every document closed, all of them.
+  for (uint32_t d = 0; d < 2; ++d) {
+    const auto tokens = ds.load_domain_tokens("train", d);
+    std::string text;
+    for (uint32_t t : tokens)
+      if (t < 256) text.push_back(char(t));
+    const std::string other = ds.domains()[1 - d];
+    EXPECT_EQ(text.find(other), std::string::npos) << ds.domains()[d] << " holds " << other;
+    EXPECT_NE(text.find(ds.domains()[d] + " document number"), std::string::npos);
+    EXPECT_EQ(tokens.back(), 256u);
+  }
+  EXPECT_EQ(ds.load_domain_tokens("train", 0).size() + ds.load_domain_tokens("train", 1).size(), train.size());
+  try {
+    ds.load_domain_tokens("train", 7);
+    ADD_FAILURE() << "a domain without documents";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no train document of domain 7"), std::string::npos) << e.what();
+  }
   fs::remove_all(src);
   fs::remove_all(out);
   fs::remove_all(out2);

@@ -99,6 +99,53 @@ TEST(RobustAggregate, ChecksRefuseWhatTheyNameAndTheRuleTakesTheRest) {
   EXPECT_TRUE(torch::allclose(b.value, (fresh[0] + fresh[1]) / 2, 1e-6, 1e-6));
 }
 
+// Loss scores (dist.score = "loss"): each round moves a participant's rating halfway to its improvement / the round's
+// (upper) median improvement; a rating below min_score refuses the update before the rule, and evict_after such
+// rounds in a row evict. A round whose median does not improve rates nobody.
+TEST(RobustAggregate, LossRatingsRefuseAndEvictAnUpdateThatDoesNotLowerTheLoss) {
+  AggregateOptions o = rule("median");
+  o.loss_scores = true;
+  o.min_score = 0.2;
+  o.evict_after = 2;
+  RobustAggregate agg(o);
+  auto g = at::detail::createCPUGenerator(11);
+  auto round = [&] {
+    std::vector<torch::Tensor> xs;
+    for (int i = 0; i < 4; ++i) xs.push_back(at::randn({64}, g));
+    return xs;
+  };
+  const std::vector<int> ids = {0, 1, 2, 3};
+  std::vector<double> none = {-0.1, -0.2, -0.3, -0.4};  // nobody lowered the loss: no information
+  Aggregated a = agg.combine(round(), ids, &none);
+  EXPECT_EQ(a.scores, (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_TRUE(a.refused.empty());
+
+  std::vector<double> first = {1.0, 1.2, 0.8, -0.5};  // median (upper) 1.0
+  a = agg.combine(round(), ids, &first);
+  EXPECT_TRUE(a.refused.empty()) << a.refused[0].reason;
+  ASSERT_EQ(a.scores.size(), 4u);
+  EXPECT_DOUBLE_EQ(a.scores[1], 1.1);
+  EXPECT_DOUBLE_EQ(a.scores[3], 0.25);  // halfway from 1 to -0.5
+
+  std::vector<double> second = {1.0, 1.0, 1.0, -1.0};
+  const auto xs = round();
+  a = agg.combine(xs, ids, &second);
+  ASSERT_EQ(a.refused.size(), 1u);
+  EXPECT_EQ(a.refused[0].participant, 3);
+  EXPECT_NE(a.refused[0].reason.find("a loss rating of -0.38 below dist.min_score = 0.2"), std::string::npos)
+      << a.refused[0].reason;
+  EXPECT_TRUE(torch::allclose(a.value, RobustAggregate::apply_rule({xs[0], xs[1], xs[2]}, o))) << "the rule without it";
+  EXPECT_TRUE(a.evicted.empty());
+
+  a = agg.combine(round(), ids, &second);
+  EXPECT_EQ(a.evicted, std::vector<int>{3});
+  a = agg.combine(round(), ids, &first);  // from now on refused whatever it brings
+  ASSERT_EQ(a.refused.size(), 1u);
+  EXPECT_NE(a.refused[0].reason.find("rated by the loss it brings on a probe batch"), std::string::npos)
+      << a.refused[0].reason;
+  for (int i = 0; i < 3; ++i) EXPECT_GE(a.scores[size_t(i)], 0.85) << i;
+}
+
 TEST(RobustAggregate, NormsAreTheSameWhateverTheThreads) {
   auto x = at::randn({300001}, at::detail::createCPUGenerator(3));
   const int before = at::get_num_threads();

@@ -80,6 +80,9 @@ class ReplicaRounds {
   // offsets, the warm-up, QSR's H — follows from the config and the step).
   NamedTensors outer_state() const { return outer_ ? outer_->outer_state() : NamedTensors{}; }
   nlohmann::json progress() const { return outer_ ? outer_->progress() : nlohmann::json::array(); }
+  // DiLoCo's global parameters (the round's start model), empty before the outer loop starts (data parallel, the
+  // warm-up).
+  NamedTensors outer_globals() const { return outer_ && !in_warmup_ ? outer_->globals() : NamedTensors{}; }
 
   // The phase at `step` (data parallel, the warm-up, or DiLoCo), set up without checks: start() uses it, and the
   // admission's heal, whose joiner then receives the outer state in outer_state()'s tensors and adopts the units'

@@ -19,6 +19,7 @@
 #include "tributary/perf/flops.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/run_state.h"
+#include "tributary/runtime/sync/loss_probe.h"
 
 namespace tributary {
 namespace {
@@ -104,6 +105,14 @@ void ReplicaSync::install_adversary(const std::string& kind) {
   reducer_->set_adversary(std::make_unique<Adversary>(kind, uint64_t(config_.train.seed) + uint64_t(launched_rank_)));
 }
 
+void ReplicaSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
+                                     std::shared_ptr<const std::vector<uint32_t>> tokens) {
+  const auto& d = config_.dist;
+  reducer_->set_probe(std::make_unique<LossProbe>(model, device, std::move(tokens), d.probe_windows,
+                                                  [this] { return rounds_->outer_globals(); }),
+                      int(d.probe_evaluators), uint64_t(config_.train.seed));
+}
+
 void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
                         const std::string& prefix, std::optional<comm::LinkModel> world_link, bool part) {
   const auto& d = config_.dist;
@@ -142,7 +151,8 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
                        .norm_factor = d.reject_norm_factor,
                        .clip_radius = d.clip_radius,
                        .evict_after = int(d.evict_after),
-                       .min_score = d.min_score},
+                       .min_score = d.min_score,
+                       .loss_scores = d.score == "loss"},
       std::move(world_link),
       [](const std::vector<int>& dropped, const comm::Membership& now) {  // on the communication thread
         if (now.rank() == 0)
