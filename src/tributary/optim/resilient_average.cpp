@@ -121,7 +121,7 @@ std::vector<double> ResilientAverage::probe_improvements(const std::vector<torch
   }
   auto mine = torch::full({n}, NAN, torch::kFloat64);
   if (!whose.empty()) {
-    const auto losses = probe_->losses(asked, seed);
+    const auto losses = probe_->losses(asked, 1.0 / n, seed);  // each at its weight in the mean
     for (size_t j = 0; j < whose.size(); ++j) mine[whose[j]].fill_(losses[0] - losses[j + 1]);
   }
   const auto all = exchange_.gather_values(mine);

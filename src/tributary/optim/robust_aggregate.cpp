@@ -158,7 +158,7 @@ std::vector<std::string> RobustAggregate::rate(const std::vector<double>& improv
     if (evicted_.count(ids[i])) continue;
     const auto rating = ratings_.try_emplace(ids[i], 1.0).first;
     if (median > 0 && std::isfinite(improvements[i]))  // otherwise the round's batch says nothing of anyone
-      rating->second = 0.5 * rating->second + 0.5 * std::clamp(improvements[i] / median, -1.0, 2.0);
+      rating->second = 0.75 * rating->second + 0.25 * std::clamp(improvements[i] / median, -1.0, 2.0);
     if (rating->second < options_.min_score)
       why[i] = fmt::format(
           "a loss rating of {:.2f} below dist.min_score = {} (on this exchange's probe batch it lowered the loss by "

@@ -22,7 +22,8 @@
 // With loss scores (dist.score = "loss", Covenant's Gauntlet: `improvements` given to combine(), each update's
 // lowering of the loss on a probe batch its sender could not choose, agreed by its evaluators), the score is a rating
 // instead: each exchange an update scores its improvement / the round's median improvement (clipped to [-1, 2]; no
-// score when the median does not improve), and its participant's rating (1 at first) moves halfway to it. A rating
+// score when the median does not improve), and its participant's rating (1 at first) moves a quarter of the way to
+// it (one noisy round of an honest update does not refuse it: two at -1 in a row do). A rating
 // below `min_score` refuses the update before the rule (step 1), and `evict_after` such exchanges in a row evict.
 // Every participant decodes the same bytes and runs the same arithmetic (norms summed in a fixed order, whatever the
 // thread count), so every participant applies the same aggregate and refuses the same updates.

@@ -42,7 +42,7 @@ torch::Tensor LossProbe::windows_of(uint64_t seed) const {
   return units;
 }
 
-std::vector<double> LossProbe::losses(const std::vector<const torch::Tensor*>& updates, uint64_t seed) {
+std::vector<double> LossProbe::losses(const std::vector<const torch::Tensor*>& updates, double step, uint64_t seed) {
   torch::NoGradGuard no_grad;
   const NamedTensors globals = globals_();
   const torch::Tensor units = windows_of(seed);
@@ -53,7 +53,7 @@ std::vector<double> LossProbe::losses(const std::vector<const torch::Tensor*>& u
       const int64_t n = global.numel();
       if (const auto p = params_.find(name); p != params_.end()) {
         p->second.copy_(global);
-        if (update) p->second.sub_(update->narrow(0, offset, n).view(global.sizes()).to(p->second.device()));
+        if (update) p->second.sub_(update->narrow(0, offset, n).view(global.sizes()).to(p->second.device()), step);
       }
       offset += n;
     }

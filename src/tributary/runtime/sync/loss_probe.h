@@ -31,7 +31,7 @@ class LossProbe : public UpdateProbe {
             int64_t windows, std::function<NamedTensors()> globals);
 
   bool applies(int64_t numel) const override;
-  std::vector<double> losses(const std::vector<const torch::Tensor*>& updates, uint64_t seed) override;
+  std::vector<double> losses(const std::vector<const torch::Tensor*>& updates, double step, uint64_t seed) override;
 
  private:
   torch::Tensor windows_of(uint64_t seed) const;  // (windows, context + 1) int64 token ids
