@@ -157,8 +157,16 @@ void TrainingRun::build_model_and_data() {
   parts_.optimizer = std::make_unique<AdamW>(
       parts_.trained, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
   auto split_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train"));
-  if (config_.dist.score == "loss" && sync_->replicas())  // the probe draws from the whole split, whatever the shards
-    sync_->replicas()->install_loss_probe(config_.model, device_, split_tokens);
+  if (config_.dist.score == "loss" && sync_->replicas()) {  // the whole split, or every domain alike
+    std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata = {split_tokens};
+    if (config_.data.shards == "domains" && !data_.dataset->domains().empty()) {
+      strata.clear();
+      for (size_t d = 0; d < data_.dataset->domains().size(); ++d)
+        strata.push_back(
+            std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_domain_tokens("train", uint32_t(d))));
+    }
+    sync_->replicas()->install_loss_probe(config_.model, device_, std::move(strata));
+  }
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would; with data.shards = "domains", its share of its domain's.

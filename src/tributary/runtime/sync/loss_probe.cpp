@@ -1,22 +1,27 @@
 #include "tributary/runtime/sync/loss_probe.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "tributary/core/error.h"
 #include "tributary/model/eval.h"
 
 namespace tributary {
 
 LossProbe::LossProbe(const ModelConfig& model, const torch::Device& device,
-                     std::shared_ptr<const std::vector<uint32_t>> tokens, int64_t windows,
+                     std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata, int64_t windows,
                      std::function<NamedTensors()> globals)
     : device_(device),
-      tokens_(std::move(tokens)),
-      windows_(windows),
+      strata_(std::move(strata)),
+      windows_(std::max<int64_t>(windows, int64_t(strata_.size()))),
       context_(model.context),
       globals_(std::move(globals)),
       model_(std::make_shared<Transformer>(model)) {
-  if (int64_t(tokens_->size()) < context_ + 2)
-    fail("dist.score = 'loss': the training split holds {} tokens, fewer than one window of model.context = {}",
-         tokens_->size(), context_);
+  for (size_t s = 0; s < strata_.size(); ++s)
+    if (int64_t(strata_[s]->size()) < context_ + 2)
+      fail("dist.score = 'loss': the training split{} holds {} tokens, fewer than one window of model.context = {}",
+           strata_.size() > 1 ? fmt::format("'s domain {}", s) : "", strata_[s]->size(), context_);
   model_->to(device_);
   model_->eval();
   for (auto& [name, t] : named_parameters_of(*model_)) params_.emplace(name, t);
@@ -31,12 +36,12 @@ bool LossProbe::applies(int64_t numel) const {
 
 torch::Tensor LossProbe::windows_of(uint64_t seed) const {
   auto generator = at::detail::createCPUGenerator(seed);
-  const int64_t last_start = int64_t(tokens_->size()) - (context_ + 1);
-  const auto starts = torch::randint(last_start + 1, {windows_}, generator, torch::kInt64);
   auto units = torch::empty({windows_, context_ + 1}, torch::kInt64);
   auto* out = units.data_ptr<int64_t>();
   for (int64_t w = 0; w < windows_; ++w) {
-    const auto* from = tokens_->data() + starts[w].item<int64_t>();
+    const auto& tokens = *strata_[size_t(w) % strata_.size()];
+    const int64_t last_start = int64_t(tokens.size()) - (context_ + 1);
+    const auto* from = tokens.data() + torch::randint(last_start + 1, {1}, generator, torch::kInt64).item<int64_t>();
     for (int64_t t = 0; t <= context_; ++t) *out++ = int64_t(from[t]);
   }
   return units;

@@ -27,8 +27,12 @@ class LossProbe : public UpdateProbe {
   // `globals`: the round's start model (the outer loop's global parameters, in the order its pseudo-gradient is
   // flattened), read on the communication thread while the training thread waits for the round; empty outside
   // DiLoCo's phase. Parameters it names that the model lacks (auxiliary heads) are skipped.
-  LossProbe(const ModelConfig& model, const torch::Device& device, std::shared_ptr<const std::vector<uint32_t>> tokens,
-            int64_t windows, std::function<NamedTensors()> globals);
+  // `strata`: the token streams the windows are drawn from, one after another (the whole training split; with
+  // data.shards = "domains" one stream per domain, so that every domain's replicas are judged on a batch that holds
+  // their kind of text as much as any other's: max(windows, strata) windows then).
+  LossProbe(const ModelConfig& model, const torch::Device& device,
+            std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata, int64_t windows,
+            std::function<NamedTensors()> globals);
 
   bool applies(int64_t numel) const override;
   std::vector<double> losses(const std::vector<const torch::Tensor*>& updates, double step, uint64_t seed) override;
@@ -37,7 +41,7 @@ class LossProbe : public UpdateProbe {
   torch::Tensor windows_of(uint64_t seed) const;  // (windows, context + 1) int64 token ids
 
   torch::Device device_;
-  std::shared_ptr<const std::vector<uint32_t>> tokens_;
+  std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata_;
   int64_t windows_;
   int64_t context_;
   std::function<NamedTensors()> globals_;

@@ -106,9 +106,9 @@ void ReplicaSync::install_adversary(const std::string& kind) {
 }
 
 void ReplicaSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                                     std::shared_ptr<const std::vector<uint32_t>> tokens) {
+                                     std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
   const auto& d = config_.dist;
-  reducer_->set_probe(std::make_unique<LossProbe>(model, device, std::move(tokens), d.probe_windows,
+  reducer_->set_probe(std::make_unique<LossProbe>(model, device, std::move(strata), d.probe_windows,
                                                   [this] { return rounds_->outer_globals(); }),
                       int(d.probe_evaluators), uint64_t(config_.train.seed));
 }

@@ -106,9 +106,9 @@ class ReplicaSync : public Sync {
   // Tests and benchmarks (runtime/ft/faults.h): this rank lies in every round (optim/adversary.h's kinds).
   void install_adversary(const std::string& kind);
   // dist.score = "loss": the robust exchange rates every update by the loss it brings on a probe batch drawn from
-  // the training split's `tokens` (runtime/sync/loss_probe.h). Before the first round.
+  // the training split's `strata` (runtime/sync/loss_probe.h). Before the first round.
   void install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                          std::shared_ptr<const std::vector<uint32_t>> tokens);
+                          std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata);
 
  private:
   // The sgemm peak one replica can count on under the run's conditions: every rank measures at the same time with
