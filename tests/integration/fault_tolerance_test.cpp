@@ -293,7 +293,7 @@ TEST_F(Distributed, AMachineStartedAgainAfterItsLaunchWasKilledJoinsTheRunItLeft
       "{} launch --nnodes 2 --node-rank 1 --nproc 2 --master-port {} --max-failures 2 --max-restarts 2 --grace 2 --{}",
       TRIBUTARY_CLI, port,
       tiny("mn_return",
-           "--set train.steps=300 --set train.batch_size=4 --set dist.inner_steps=4 "
+           "--set train.steps=120 --set train.batch_size=4 --set dist.inner_steps=4 "
            "--set dist.fault_tolerant=true --set dist.heartbeat_timeout_s=2 --set dist.collective_timeout_s=30 "
            "--set dist.store_timeout_s=30 --set dist.slow_workers=0:10,1:10,2:10,3:10"));
   std::string node0 = node1;
@@ -314,7 +314,7 @@ TEST_F(Distributed, AMachineStartedAgainAfterItsLaunchWasKilledJoinsTheRunItLeft
   for (int rank : {2, 3})
     EXPECT_TRUE(std::regex_search(out, std::regex(fmt::format(R"(worker {} joined at step \d+)", rank)))) << out;
   const auto s = summary_of("mn_return");
-  EXPECT_EQ(s["steps"].get<int>(), 300);
+  EXPECT_EQ(s["steps"].get<int>(), 120);
   EXPECT_EQ(s["world_size"].get<int>(), 4) << "the returned machine's workers train to the end";
 }
 
