@@ -72,7 +72,7 @@ TEST(Identity, AnUpdateSignedByAnotherThanItsRanksIdentityIsLeftOut) {
   for (int r = 0; r < 3; ++r) ids.push_back(std::make_shared<const comm::Identity>(comm::Identity::generate()));
   const auto published_for_2 = comm::Identity::generate().public_hex();
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::vector<torch::Tensor>> got(3);
+  std::vector<std::vector<torch::Tensor>> got(3), values(3);
   test_support::run_threads(3, [&](int r) {
     comm::Group group(store, r, 3);
     comm::Exchange exchange(
@@ -80,7 +80,17 @@ TEST(Identity, AnUpdateSignedByAnotherThanItsRanksIdentityIsLeftOut) {
                                        return peer == 2 ? published_for_2 : ids[size_t(peer)]->public_hex();
                                      }});
     got[size_t(r)] = exchange.gather(torch::full({100}, float(r + 1)));
+    // A loss scorer's evaluations: fp64, not through the int8 codec, signed the same way.
+    values[size_t(r)] = exchange.gather_values(torch::tensor({r + 0.1, 1.0 / 3.0}, torch::kFloat64));
   });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(values[size_t(r)].size(), 3u);
+    for (int from = 0; from < 2; ++from)
+      EXPECT_TRUE(
+          torch::equal(values[size_t(r)][size_t(from)], torch::tensor({from + 0.1, 1.0 / 3.0}, torch::kFloat64)))
+          << "rank " << r << " got rank " << from << "'s values changed: " << values[size_t(r)][size_t(from)];
+    EXPECT_FALSE(values[size_t(r)][2].defined()) << "rank " << r << " took rank 2's forged values";
+  }
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(got[size_t(r)].size(), 3u);
     EXPECT_TRUE(got[size_t(r)][0].defined() && got[size_t(r)][1].defined());
