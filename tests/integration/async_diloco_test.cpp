@@ -150,12 +150,13 @@ TEST_F(Distributed, TimePacedAsyncRoundsGiveAFastReplicaMoreStepsPerRoundAndASlo
 TEST_F(Distributed, AsyncDilocoResumesFromTheLeadsCheckpointAndEndsAtTheSameTokenBudget) {
   // --stop-after-step 20: every replica stops at its 20th step and the lead writes its checkpoint (the global model,
   // the version's outer momenta, the tokens merged). --resume: every replica starts from it, and the merges go on
-  // from those tokens to the budget of train.steps x replicas, appending to merges.jsonl.
+  // from those tokens to the budget of train.steps x replicas, appending to merges.jsonl. Every replica runs 3x slower:
+  // 20 steps at full speed (0.3 s) could end before a replica that started late had posted, and no merge was kept.
   const std::string cli = std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --";
   const std::string sets =
       "--set dist.algorithm=async_diloco --set train.steps=60 --set train.batch_size=4 --set dist.inner_steps=5 "
       "--set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 --set dist.outer_lr=0.7 "
-      "--set dist.outer_momentum=0.9";
+      "--set dist.outer_momentum=0.9 --set dist.slow_workers=0:3,1:3,2:3";
   auto [rc, out] = sh(cli + tiny("async_resume", sets) + " --stop-after-step 20");
   ASSERT_EQ(rc, 0) << out;
   const auto steps = checkpoint_steps(work() / "async_resume");

@@ -163,28 +163,34 @@ std::vector<Shard> Dataset::load_shards(const std::string& split_name) const {
   return shards;
 }
 
-std::vector<uint32_t> Dataset::load_domain_tokens(const std::string& split_name, uint32_t domain) const {
-  std::vector<uint32_t> tokens;
-  for (const Shard& shard : load_shards(split_name))
-    for (const ShardDoc& doc : shard.docs)
-      if (doc.domain == domain) {
-        const auto first = shard.tokens.begin() + int64_t(doc.first_token);
-        tokens.insert(tokens.end(), first, first + doc.num_tokens);
-      }
-  if (tokens.empty())
-    fail("'{}' has no {} document of domain {} ('{}')", dir_.string(), split_name, domain,
-         domain < domains_.size() ? domains_[domain] : std::string("none"));
-  return tokens;
+std::vector<std::vector<uint32_t>> Dataset::load_domains(const std::string& split_name) const {
+  std::vector<std::vector<uint32_t>> out(domains_.size());
+  for (const auto& name : split(split_name).shards) {
+    const Shard shard = read_shard(name);
+    for (const ShardDoc& doc : shard.docs) {
+      if (doc.domain >= out.size())
+        fail("'{}' has a document of domain {} but '{}' lists {} domains; rebuild the dataset", (dir_ / name).string(),
+             doc.domain, (dir_ / "dataset.json").string(), out.size());
+      const auto first = shard.tokens.begin() + int64_t(doc.first_token);
+      out[doc.domain].insert(out[doc.domain].end(), first, first + doc.num_tokens);
+    }
+  }
+  return out;
+}
+
+Shard Dataset::read_shard(const std::string& name) const {
+  Shard shard = Shard::read(dir_ / name);
+  for (uint32_t t : shard.tokens)
+    if (t >= vocab_size_)
+      fail("'{}' holds token id {} but the tokenizer has only {} ids; rebuild the dataset", (dir_ / name).string(), t,
+           vocab_size_);
+  return shard;
 }
 
 std::vector<uint32_t> Dataset::load_tokens(const std::string& split_name) const {
   std::vector<uint32_t> tokens;
   for (const auto& name : split(split_name).shards) {
-    Shard shard = Shard::read(dir_ / name);
-    for (uint32_t t : shard.tokens)
-      if (t >= vocab_size_)
-        fail("'{}' holds token id {} but the tokenizer has only {} ids; rebuild the dataset", (dir_ / name).string(), t,
-             vocab_size_);
+    const Shard shard = read_shard(name);
     tokens.insert(tokens.end(), shard.tokens.begin(), shard.tokens.end());
   }
   // The shards carry checksums of their own; dataset.json's counts are checked against them here.

@@ -62,12 +62,13 @@ class Dataset {
   std::vector<uint32_t> load_tokens(const std::string& split_name) const;
   // The split's shards with their document tables (routing needs the documents).
   std::vector<Shard> load_shards(const std::string& split_name) const;
-  // The documents of `domain` (an index into domains()) in the split, concatenated: unlike shards (data.shards =
-  // "domains"). Error naming the dataset when the domain has no document there.
-  std::vector<uint32_t> load_domain_tokens(const std::string& split_name, uint32_t domain) const;
+  // The split's documents by domain, each domain's concatenated ([d]: domain d of domains(), empty when it has no
+  // document there), read and checked as load_tokens: unlike shards (data.shards = "domains").
+  std::vector<std::vector<uint32_t>> load_domains(const std::string& split_name) const;
 
  private:
   void validate(const fs::path& meta) const;
+  Shard read_shard(const std::string& name) const;  // checksum-verified, every id below the vocabulary
   fs::path dir_;
   std::string tokenizer_kind_;
   int64_t vocab_size_ = 0;

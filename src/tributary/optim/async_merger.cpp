@@ -101,11 +101,7 @@ void AsyncMerger::take_over() {
   consumed_.clear();
   if (v == 0) {
     outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
-    if (!start_.momenta.empty()) {  // a resumed run: the momenta its checkpoint kept
-      NamedTensors both = initial_;
-      both.insert(both.end(), start_.momenta.begin(), start_.momenta.end());
-      outer_->load_state(safetensors::File::parse(tensors_to_safetensors(both), "the resumed outer state"), 0);
-    }
+    if (!start_.momenta.empty()) outer_->load_momenta(start_.momenta, "the resumed checkpoint's outer momenta");
     nlohmann::json meta = {{"term", term_},
                            {"tokens", start_.tokens},
                            {"consumed", nlohmann::json::object()},

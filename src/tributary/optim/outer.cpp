@@ -1,5 +1,7 @@
 #include "tributary/optim/outer.h"
 
+#include <map>
+
 #include <torch/cuda.h>
 
 #include "tributary/core/error.h"
@@ -73,20 +75,37 @@ NamedTensors OuterOptimizer::state() const {
   return out;
 }
 
+namespace {
+void put(torch::Tensor& target, const torch::Tensor& src, const std::string& origin, const std::string& key) {
+  if (src.sizes() != target.sizes())
+    fail("'{}': outer tensor '{}' has the wrong shape: the checkpoint's model config differs", origin, key);
+  target.copy_(src);
+}
+}  // namespace
+
 void OuterOptimizer::load_state(const safetensors::File& file, int64_t num_steps) {
   wait_for_device();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < global_.size(); ++i) {
     const std::string& name = global_[i].first;
-    for (auto [key, target] :
-         {std::pair{name, &global_[i].second}, std::pair{name + ".outer_momentum", &momentum_[i]}}) {
-      auto src = to_torch(file.at(key));
-      if (src.sizes() != target->sizes())
-        fail("'{}': outer tensor '{}' has the wrong shape: the checkpoint's model config differs", file.origin(), key);
-      target->copy_(src);
-    }
+    put(global_[i].second, to_torch(file.at(name)), file.origin(), name);
+    put(momentum_[i], to_torch(file.at(name + ".outer_momentum")), file.origin(), name + ".outer_momentum");
   }
   num_steps_ = num_steps;
+}
+
+void OuterOptimizer::load_momenta(const NamedTensors& momenta, const std::string& origin) {
+  wait_for_device();
+  torch::NoGradGuard no_grad;
+  std::map<std::string, const torch::Tensor*> by_name;
+  for (const auto& [name, t] : momenta) by_name[name] = &t;
+  for (size_t i = 0; i < global_.size(); ++i) {
+    const std::string key = global_[i].first + ".outer_momentum";
+    const auto found = by_name.find(key);
+    if (found == by_name.end())
+      fail("'{}' has no outer tensor '{}': the checkpoint's model config differs", origin, key);
+    put(momentum_[i], *found->second, origin, key);
+  }
 }
 
 }  // namespace tributary

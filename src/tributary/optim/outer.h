@@ -39,6 +39,9 @@ class OuterOptimizer {
   void set_num_steps(int64_t n) { num_steps_ = n; }  // a joining replica (its state arrived in place)
   // Resume: global parameters ("<param>") and momenta ("<param>.outer_momentum") from a checkpoint's file.
   void load_state(const safetensors::File& file, int64_t num_steps);
+  // Resume of asynchronous DiLoCo's merger: only the momenta ("<param>.outer_momentum"; the globals are the model it
+  // was built from). Error naming `origin` for a missing or misshapen one.
+  void load_momenta(const NamedTensors& momenta, const std::string& origin);
 
  private:
   // The device's queued work that reads the host state (the last step's copies up) is finished before it changes.

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
@@ -65,8 +64,8 @@ void ResilientAverage::robust_average(std::vector<torch::Tensor>& tensors, int s
   if (adversary_) adversary_->saw(gathered[size_t(group_.rank() + 1) % gathered.size()], stream);
   const int64_t exchange = std::stoll(round.substr(1)) + 1;
   std::vector<double> improvements;
-  const bool probing = probe_ && probe_->applies(gathered[size_t(group_.rank())].numel());
-  if (probing) improvements = probe_improvements(gathered, exchange);
+  const bool probing = jury_ && jury_->applies(gathered[size_t(group_.rank())].numel());
+  if (probing) improvements = jury_->improvements(exchange_, group_.rank(), gathered, exchange);
   const Aggregated a = aggregate_->combine(gathered, ids, probing ? &improvements : nullptr);
   round_rejected_ = int64_t(a.refused.size());
   const std::string noun = membership_ ? membership_->noun() : "rank";
@@ -95,51 +94,6 @@ void ResilientAverage::robust_average(std::vector<torch::Tensor>& tensors, int s
     t.copy_(a.value.narrow(0, offset, n).view(t.sizes()));
     offset += n;
   }
-}
-
-std::vector<double> ResilientAverage::probe_improvements(const std::vector<torch::Tensor>& gathered, int64_t exchange) {
-  const int n = int(gathered.size());
-  const int me = group_.rank();
-  const int evaluators = std::min(n - 1, probe_evaluators_);
-  // The batch depends on every update of the round: its sender cannot have trained for it.
-  uint64_t seed = probe_seed_ * 0x9E3779B97F4A7C15ULL + uint64_t(exchange);
-  std::vector<bool> usable(size_t(n), false);
-  for (int i = 0; i < n; ++i) {
-    const double norm = gathered[size_t(i)].defined() ? RobustAggregate::norm_of(gathered[size_t(i)]) : NAN;
-    usable[size_t(i)] = std::isfinite(norm);
-    uint64_t bits = 0;
-    if (usable[size_t(i)]) std::memcpy(&bits, &norm, sizeof(bits));
-    seed = (seed ^ bits) * 0x100000001B3ULL + uint64_t(i);
-  }
-  std::vector<const torch::Tensor*> asked = {nullptr};
-  std::vector<int> whose;
-  for (int k = 1; k <= evaluators; ++k) {  // this rank judges the k ranks before it
-    const int i = (me - k + n) % n;
-    if (!usable[size_t(i)]) continue;
-    asked.push_back(&gathered[size_t(i)]);
-    whose.push_back(i);
-  }
-  auto mine = torch::full({n}, NAN, torch::kFloat64);
-  if (!whose.empty()) {
-    const auto losses = probe_->losses(asked, 1.0 / n, seed);  // each at its weight in the mean
-    for (size_t j = 0; j < whose.size(); ++j) mine[whose[j]].fill_(losses[0] - losses[j + 1]);
-  }
-  const auto all = exchange_.gather_values(mine);
-  std::vector<double> improvements(size_t(n), NAN);
-  for (int i = 0; i < n; ++i) {
-    std::vector<double> said;
-    for (int k = 1; k <= evaluators; ++k) {
-      const auto& from = all[size_t((i + k) % n)];
-      if (!from.defined()) continue;
-      const double v = from[i].item<double>();
-      if (std::isfinite(v)) said.push_back(v);
-    }
-    if (said.empty()) continue;
-    std::sort(said.begin(), said.end());
-    const size_t m = said.size();
-    improvements[size_t(i)] = m % 2 ? said[m / 2] : 0.5 * (said[m / 2 - 1] + said[m / 2]);
-  }
-  return improvements;
 }
 
 std::vector<torch::Tensor> ResilientAverage::wait(std::future<std::vector<torch::Tensor>> pending) {

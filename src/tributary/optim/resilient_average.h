@@ -32,9 +32,9 @@
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/membership.h"
 #include "tributary/optim/adversary.h"
+#include "tributary/optim/probe_jury.h"
 #include "tributary/optim/reducer.h"
 #include "tributary/optim/robust_aggregate.h"
-#include "tributary/optim/update_probe.h"
 
 namespace tributary {
 
@@ -58,16 +58,9 @@ class ResilientAverage : public Reducer {
   // Tests and benchmarks: this rank lies (optim/adversary.h): its update is rewritten before every round, and it is
   // shown what the round let it see of the others.
   void set_adversary(std::unique_ptr<Adversary> adversary) { adversary_ = std::move(adversary); }
-  // Loss scores (dist.score = "loss", optim/update_probe.h): each update is judged by `evaluators` other ranks (the
-  // next ones in the group, never its sender), each scoring it on the same probe batch, drawn from `seed` and the
-  // round's updates (so no sender knows it when it sends); every rank all-gathers the evaluations and takes each
-  // update's median, so all hand the rule the same improvements and one lying evaluator of three moves none. Set
-  // before the first round.
-  void set_probe(std::unique_ptr<UpdateProbe> probe, int evaluators, uint64_t seed) {
-    probe_ = std::move(probe);
-    probe_evaluators_ = evaluators;
-    probe_seed_ = seed;
-  }
+  // Loss scores (dist.score = "loss"): every robust round's updates are measured by the jury (optim/probe_jury.h)
+  // before the rule. Set before the first round.
+  void set_jury(std::unique_ptr<ProbeJury> jury) { jury_ = std::move(jury); }
   // Every average is checked against what the ranks sent (comm/average_check.h: a change of the traffic in flight
   // fails the round on every rank, which then applies nothing of it). Set before the first round.
   void check_averages(std::unique_ptr<comm::AverageCheck> check) { check_ = std::move(check); }
@@ -108,8 +101,6 @@ class ResilientAverage : public Reducer {
   void guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
   // Every update all-gathered and judged by the rule (aggregate_).
   void robust_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
-  // Every update's improvement of the probe's loss (NaN: not measured), agreed by its evaluators (set_probe).
-  std::vector<double> probe_improvements(const std::vector<torch::Tensor>& gathered, int64_t exchange);
   // The exchange's average, times `rescale`, checked when check_ is set.
   void checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale, const std::string& round);
 
@@ -123,9 +114,7 @@ class ResilientAverage : public Reducer {
   Reformed reformed_;
   double weight_ = 1;
   std::unique_ptr<Adversary> adversary_;
-  std::unique_ptr<UpdateProbe> probe_;
-  int probe_evaluators_ = 3;
-  uint64_t probe_seed_ = 0;
+  std::unique_ptr<ProbeJury> jury_;  // loss scores; null: agreement scores
   std::function<void(std::vector<torch::Tensor>&)> wire_tamper_;
   std::unique_ptr<comm::AverageCheck> check_;
   int64_t checked_rounds_ = 0;  // names the checks of a run without fault tolerance (rounds_ names the others)

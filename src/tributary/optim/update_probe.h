@@ -1,11 +1,10 @@
 // Covenant's Gauntlet on the receiving side (dist.score = "loss"): what one update alone does to the loss of the
 // round's start model, on a batch its sender could not choose. The update is applied at its weight in the round's
-// mean (1/n of it): the whole pseudo-gradient of one replica overshoots — its 10 inner steps fit its own batches, and
-// on other windows the replica's own model was often no better than the start model (measured: half the honest
-// updates "raised" the loss at step 1, none at 1/n; docs/benchmarks.md §51). The runtime implements it, since it holds
-// a model and the data (runtime/sync/loss_probe.h); the robust exchange (optim/resilient_average.h) calls it on the
-// communication thread while the training thread waits for the round, and agrees the scores with the other evaluators
-// there.
+// mean (1/n of it): one replica's whole pseudo-gradient overshoots — its inner steps fit its own batches, and honest
+// updates applied whole "raised" the probe's loss in 5 of 12 measurements, at 1/n in 1 (docs/benchmarks.md §51). The
+// runtime implements it, since it holds a model and the data (runtime/sync/loss_probe.h); the jury
+// (optim/probe_jury.h) calls it on the communication thread inside the robust exchange, while the training thread
+// waits for the round.
 #pragma once
 
 #include <torch/torch.h>

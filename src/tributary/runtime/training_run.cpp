@@ -156,32 +156,29 @@ void TrainingRun::build_model_and_data() {
   const auto& o = config_.optim;
   parts_.optimizer = std::make_unique<AdamW>(
       parts_.trained, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
-  auto split_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train"));
-  if (config_.dist.score == "loss" && sync_->replicas()) {  // the whole split, or every domain alike
-    std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata = {split_tokens};
-    if (config_.data.shards == "domains" && !data_.dataset->domains().empty()) {
-      strata.clear();
-      for (size_t d = 0; d < data_.dataset->domains().size(); ++d)
-        strata.push_back(
-            std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_domain_tokens("train", uint32_t(d))));
-    }
-    sync_->replicas()->install_loss_probe(config_.model, device_, std::move(strata));
+  // The training split as one stream, or with data.shards = "domains" one per domain.
+  std::vector<std::shared_ptr<const std::vector<uint32_t>>> streams;
+  if (config_.data.shards == "domains" && !data_.dataset->domains().empty()) {
+    for (auto& tokens : data_.dataset->load_domains("train"))
+      streams.push_back(std::make_shared<const std::vector<uint32_t>>(std::move(tokens)));
+  } else {
+    streams.push_back(std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train")));
   }
+  if (config_.dist.score == "loss" && sync_->replicas())  // the whole split, or every domain alike
+    sync_->replicas()->install_loss_probe(config_.model, device_, streams);
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would; with data.shards = "domains", its share of its domain's.
   DataShard shard = sync_->share().data;
-  auto train_tokens = split_tokens;
+  auto train_tokens = streams.front();
   std::string split_name = fmt::format("'{}' train", config_.data.dir);
-  if (config_.data.shards == "domains") {
-    const auto& domains = data_.dataset->domains();
-    const int64_t count = std::max<int64_t>(1, int64_t(domains.size()));
+  if (streams.size() > 1) {
+    const int64_t count = int64_t(streams.size());
     const int64_t domain = shard.rank % count;
-    train_tokens =
-        std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_domain_tokens("train", uint32_t(domain)));
+    train_tokens = streams[size_t(domain)];
     split_name = fmt::format("'{}' train, domain {}", config_.data.dir, domain);
     log::info("replica {} of {} reads only domain {} ('{}', data.shards = domains): {} tokens", shard.rank, shard.world,
-              domain, domain < int64_t(domains.size()) ? domains[size_t(domain)] : "", train_tokens->size());
+              domain, data_.dataset->domains()[size_t(domain)], train_tokens->size());
     shard = {.rank = int(shard.rank / count), .world = int((shard.world - 1 - domain) / count + 1)};
   }
   data_.num_train_tokens = train_tokens->size();

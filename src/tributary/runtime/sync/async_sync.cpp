@@ -104,20 +104,17 @@ void AsyncSync::resume_from(const LoadedCheckpoint& ckpt) {
 bool AsyncSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
                                 CheckpointContents& contents) {
   if (!lead_) return false;
-  struct Outer {
-    int64_t tokens = 0;
-    NamedTensors momenta;
-  };
-  const Outer outer = thread_.run<Outer>([this] {
+  // What a resume of this checkpoint starts its merges from (resume_from).
+  const MergeStart outer = thread_.run<MergeStart>([this] {
     // The version the lead's model is (before_read adopted it).
     if (const auto commit = board_.commit_of(base_))
-      return Outer{commit->meta.at("tokens").get<int64_t>(), board_.fetch_momenta(*commit)};
+      return MergeStart{commit->meta.at("tokens").get<int64_t>(), board_.fetch_momenta(*commit)};
     // Dropped by the merger meanwhile: the newest commit's history has its tokens, and its momenta are the newest.
     const auto newest = board_.commit_of(board_.latest());
-    if (!newest) return Outer{};
+    if (!newest) return MergeStart{};
     const nlohmann::json history = newest->meta.value("tokens_at", nlohmann::json::object());
-    return Outer{history.value(std::to_string(base_), newest->meta.at("tokens").get<int64_t>()),
-                 board_.fetch_momenta(*newest)};
+    return MergeStart{history.value(std::to_string(base_), newest->meta.at("tokens").get<int64_t>()),
+                      board_.fetch_momenta(*newest)};
   });
   contents.state["world_size"] = replicas_;
   contents.state["async"] = {{"version", base_}, {"tokens", outer.tokens}};

@@ -108,9 +108,10 @@ void ReplicaSync::install_adversary(const std::string& kind) {
 void ReplicaSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
                                      std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
   const auto& d = config_.dist;
-  reducer_->set_probe(std::make_unique<LossProbe>(model, device, std::move(strata), d.probe_windows,
-                                                  [this] { return rounds_->outer_globals(); }),
-                      int(d.probe_evaluators), uint64_t(config_.train.seed));
+  auto probe = std::make_unique<LossProbe>(model, device, std::move(strata), d.probe_windows,
+                                           [this] { return rounds_->outer_globals(); });
+  reducer_->set_jury(
+      std::make_unique<ProbeJury>(std::move(probe), int(d.probe_evaluators), uint64_t(config_.train.seed)));
 }
 
 void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
