@@ -1,7 +1,8 @@
 """Peers that may lie (issue 62, docs/benchmarks.md): 5 replicas of the shipped DiLoCo config (configs/diloco.toml:
 H = 10, int8 updates, plain averaging) on the built-in corpus, one `tributary launch --nproc 5` on this machine, one
 of them (rank 4) an adversary (`train --adversary 4:KIND`, optim/adversary.h): sign_flip, scaled (x100), noise
-(Gaussian of the update's norm), zeros (a free rider), replay (its own update of two exchanges before), copy (another
+(Gaussian of the update's norm), zeros (a free rider), replay (again what it sent two exchanges before), stale
+(its own honest update of two exchanges before, never sent), copy (another
 participant's last update), poison (trained on windows shuffled token by token). Each kind runs twice:
   undefended  dist.aggregate = mean on the ring, no norm test, no scorer (today's default)
   defended    --defence's keys (default: trimmed_mean, norm test x10, evicted after 3 exchanges below cosine 0.2)
@@ -23,7 +24,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KINDS = ["sign_flip", "scaled", "noise", "zeros", "replay", "copy", "poison"]
+KINDS = ["sign_flip", "scaled", "noise", "zeros", "replay", "stale", "copy", "poison"]
 DEFENCE = ["dist.aggregate=trimmed_mean", "dist.reject_norm_factor=10", "dist.evict_after=3", "dist.min_score=0.2"]
 
 

@@ -10,9 +10,20 @@
 
 namespace tributary {
 
+namespace {
+
+bool same_shapes(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].sizes() != b[i].sizes()) return false;
+  return true;
+}
+
+}  // namespace
+
 const std::vector<std::string>& Adversary::kinds() {
   static const std::vector<std::string> k = {"nan",   "scaled", "scale100", "sign_flip", "noise",
-                                             "zeros", "replay", "copy",     "poison"};
+                                             "zeros", "replay", "stale",    "copy",      "poison"};
   return k;
 }
 
@@ -38,17 +49,26 @@ void Adversary::corrupt(std::vector<torch::Tensor>& update, int stream) {
       const double gn = g.to(torch::kFloat64).norm().item<double>();
       t.copy_(gn > 0 ? g * (norm / gn) : g);
     }
-  } else if (kind_ == "replay") {
+  } else if (kind_ == "replay" || kind_ == "stale") {
+    // replay sends again what it sent two exchanges before; stale sends its honest update of two exchanges before,
+    // which nobody has seen (a delayed update, not a repeated one).
     auto& mine = own_[stream];
+    if (!mine.empty() && !same_shapes(mine.front(), update)) mine.clear();  // another exchange on this stream
     std::vector<torch::Tensor> honest;
-    for (const auto& t : update) honest.push_back(t.clone());
+    if (kind_ == "stale")
+      for (const auto& t : update) honest.push_back(t.clone());
     if (mine.size() >= 2)
       for (size_t i = 0; i < update.size(); ++i) update[i].copy_(mine.front()[i]);
+    if (kind_ == "replay")
+      for (const auto& t : update) honest.push_back(t.clone());
     mine.push_back(std::move(honest));
     while (mine.size() > 2) mine.pop_front();
   } else if (kind_ == "copy") {
     const auto it = seen_.find(stream);
-    if (it == seen_.end()) return;  // nothing seen yet: the first exchange goes out honest
+    int64_t numel = 0;
+    for (const auto& t : update) numel += t.numel();
+    // Nothing seen yet, or only another exchange's (a warm-up's gradients): this one goes out honest.
+    if (it == seen_.end() || it->second.numel() != numel) return;
     int64_t offset = 0;
     for (auto& t : update) {
       t.copy_(it->second.narrow(0, offset, t.numel()).view(t.sizes()));

@@ -4,7 +4,8 @@
 // so everything downstream — the ring or the robust rule, the logs, the metrics — sees what a lying peer would send.
 //   nan        one value NaN (and the rest x100)        scaled     x100 (scale100 is its older name)
 //   sign_flip  the update negated                        noise      Gaussian noise of the update's norm
-//   zeros      nothing (a free rider)                    replay     its own update of two exchanges before
+//   zeros      nothing (a free rider)                    replay     again what it sent two exchanges before
+//   stale      its own honest update of two exchanges before, never sent (a delayed update: new values, old model)
 //   copy       another participant's update of the last exchange (what the robust rule gathered; on the ring,
 //              the average it received)
 //   poison     an honest update of poisoned data: the replica's windows are shuffled token by token (data/loader.h)
@@ -34,7 +35,7 @@ class Adversary {
 
  private:
   std::string kind_;
-  std::map<int, std::deque<std::vector<torch::Tensor>>> own_;  // replay: its honest updates, newest last
+  std::map<int, std::deque<std::vector<torch::Tensor>>> own_;  // replay, stale: the last two, newest last
   std::map<int, torch::Tensor> seen_;                          // copy
   at::Generator gen_;
 };

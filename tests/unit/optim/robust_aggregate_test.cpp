@@ -150,6 +150,32 @@ TEST(RobustAggregate, LossRatingsRefuseAndEvictAnUpdateThatDoesNotLowerTheLoss) 
   for (int i = 0; i < 3; ++i) EXPECT_GE(a.scores[size_t(i)], 0.9) << i;
 }
 
+// The replay sends again what it sent two exchanges before (so it cycles through its first two); the stale one sends
+// its honest update of two exchanges before, which nobody has seen. An exchange of other shapes on the same stream
+// (a warm-up's gradients, then DiLoCo's pseudo-gradients) starts their memory afresh instead of failing.
+TEST(Adversary, AReplayRepeatsWhatItSentAndAStaleOneSendsItsOldHonestUpdate) {
+  auto sent = [](Adversary& a, std::vector<torch::Tensor> u) {
+    a.corrupt(u, 0);
+    return u.front()[0].item<float>();
+  };
+  Adversary replay("replay", 1), stale("stale", 1);
+  std::vector<float> replayed, delayed;
+  for (float x : {1.f, 2.f, 3.f, 4.f, 5.f}) {
+    replayed.push_back(sent(replay, {vec({x, x})}));
+    delayed.push_back(sent(stale, {vec({x, x})}));
+  }
+  EXPECT_EQ(replayed, (std::vector<float>{1, 2, 1, 2, 1}));
+  EXPECT_EQ(delayed, (std::vector<float>{1, 2, 1, 2, 3}));
+  EXPECT_EQ(sent(replay, {vec({7}), vec({8})}), 7.f);  // new shapes: honest twice, then the replay again
+  EXPECT_EQ(sent(replay, {vec({9}), vec({8})}), 9.f);
+  EXPECT_EQ(sent(replay, {vec({6}), vec({8})}), 7.f);
+  Adversary copy("copy", 1);
+  copy.saw(vec({4, 4, 4}), 0);
+  EXPECT_EQ(sent(copy, {vec({1, 1})}), 1.f);  // what it saw is not this exchange's length: honest
+  copy.saw(vec({4, 5}), 0);
+  EXPECT_EQ(sent(copy, {vec({1, 1})}), 4.f);
+}
+
 TEST(RobustAggregate, NormsAreTheSameWhateverTheThreads) {
   auto x = at::randn({300001}, at::detail::createCPUGenerator(3));
   const int before = at::get_num_threads();
