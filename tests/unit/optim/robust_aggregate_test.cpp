@@ -63,6 +63,29 @@ TEST(RobustAggregate, EachRuleAgainstAKnownVector) {
   EXPECT_TRUE(torch::allclose(RobustAggregate::apply_rule(xs, clip), mean, 1e-5, 1e-5));
 }
 
+// The rules sort a few participants' values with a network of min/max and many with torch's sort: both give every
+// coordinate's sorted values, so the same bits as sorting the stacked updates and summing the kept rows.
+TEST(RobustAggregate, TheRulesSortFewAndManyUpdatesAlike) {
+  for (int n : {2, 3, 4, 5, 7, 12, 13, 20}) {
+    std::vector<torch::Tensor> xs;
+    for (int i = 0; i < n; ++i) xs.push_back(at::randn({30001}, at::detail::createCPUGenerator(uint64_t(900 + i))));
+    xs[0][5] = 1e30;  // an outlier and ties
+    xs[n - 1][7] = xs[0][7];
+    AggregateOptions trimmed = rule("trimmed_mean"), median = rule("median");
+    trimmed.chunk = median.chunk = 10000;
+    const auto sorted = std::get<0>(torch::stack(xs).sort(0));
+    int64_t trim = int64_t(std::floor(0.2 * n));
+    if (2 * trim >= n) trim = (n - 1) / 2;
+    const auto kept = sorted.narrow(0, trim, n - 2 * trim);
+    auto expected = kept[0].clone();
+    for (int64_t k = 1; k < kept.size(0); ++k) expected.add_(kept[k]);
+    expected.div_(double(n - 2 * trim));
+    EXPECT_TRUE(torch::equal(RobustAggregate::apply_rule(xs, trimmed), expected)) << n;
+    const auto middle = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) * 0.5;
+    EXPECT_TRUE(torch::equal(RobustAggregate::apply_rule(xs, median), middle)) << n;
+  }
+}
+
 TEST(RobustAggregate, ChecksRefuseWhatTheyNameAndTheRuleTakesTheRest) {
   AggregateOptions o;
   o.rule = "mean";
