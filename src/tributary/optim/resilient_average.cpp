@@ -57,8 +57,8 @@ void ResilientAverage::robust_average(std::vector<torch::Tensor>& tensors, int s
   const auto gathered = exchange_.gather(torch::cat(parts));
   std::vector<int> ids;
   for (int r = 0; r < int(gathered.size()); ++r) ids.push_back(membership_ ? membership_->members()[r] : r);
-  if (membership_ && membership_->epoch() != aggregate_epoch_) {  // a joiner remembers nothing: nor do the others
-    aggregate_->forget_history();
+  if (membership_ && membership_->epoch() != aggregate_epoch_) {  // a joiner has no fingerprints: nor do the others
+    aggregate_->forget_fingerprints();
     aggregate_epoch_ = membership_->epoch();
   }
   if (adversary_) adversary_->saw(gathered[size_t(group_.rank() + 1) % gathered.size()], stream);
@@ -141,6 +141,9 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
   }
   std::vector<torch::Tensor> original;
   for (const auto& t : tensors) original.push_back(t.clone());
+  // A discarded round may have been judged by some members and not by others (their gather failed): the redo starts
+  // every member from the same verdicts.
+  const std::optional<RobustAggregate::Verdicts> judged_before = verdicts();
   for (;;) {
     bool ok = formed;
     group_.set_abandon([this, &round] { return membership_->should_abandon(round); });
@@ -161,7 +164,14 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     }
     formed = follow_the_survivors(round, decision);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
+    if (judged_before) aggregate_->adopt(*judged_before);
   }
+}
+
+void ResilientAverage::adopt_verdicts(RobustAggregate::Verdicts v) {
+  TRIB_CHECK(aggregate_, "(verdicts travel only between members judging by a robust rule)");
+  aggregate_->adopt(std::move(v));
+  if (membership_) aggregate_epoch_ = membership_->epoch();
 }
 
 // Forming a group can fail like a collective (a member died meanwhile): that attempt of the round failed.

@@ -85,6 +85,12 @@ class ResilientAverage : public Reducer {
   bool stop_decided() const { return stop_decided_; }   // as of the last collected round (training thread)
   int64_t reformations() const { return reformations_; }
   int64_t take_rejected() { return rejected_.exchange(0); }
+  // Under a robust rule, fault tolerant: what a joiner needs to judge the updates as the members do
+  // (RobustAggregate::Verdicts), read by the lead while no round is in flight; nullopt on the ring.
+  std::optional<RobustAggregate::Verdicts> verdicts() const {
+    return aggregate_ ? std::optional(aggregate_->verdicts()) : std::nullopt;
+  }
+  void adopt_verdicts(RobustAggregate::Verdicts v);  // a joiner, before its first round
   // Under a robust rule: every participant's score in the last exchange (id -> cosine with the aggregate, -1 when
   // refused; optim/robust_aggregate.h), then cleared; empty otherwise.
   std::map<int, double> take_scores() {

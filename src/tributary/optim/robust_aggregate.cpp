@@ -148,28 +148,39 @@ void RobustAggregate::score_and_evict(const std::vector<torch::Tensor>& updates,
   for (size_t i = 0; i < updates.size(); ++i) {
     const bool refused = next_refusal < out.refused.size() && out.refused[next_refusal].participant == int(i);
     if (refused) ++next_refusal;
-    double score = -1;
-    if (refused) {  // -1 under either score: what the report and the benchmarks count as refused
-    } else if (options_.loss_scores) {
-      const auto rating = ratings_.find(ids[i]);
-      score = rating == ratings_.end() ? 1.0 : rating->second;
-    } else {
+    double score = -1, cosine = -1;
+    if (!refused) {  // -1 under either score: what the report and the benchmarks count as refused
       const double denominator = out.norms[i] * value_norm;
-      score = denominator > 0 ? dot_of(updates[i], out.value) / denominator : 0.0;
+      cosine = denominator > 0 ? dot_of(updates[i], out.value) / denominator : 0.0;
+      const auto rating = ratings_.find(ids[i]);
+      score = !options_.loss_scores ? cosine : rating == ratings_.end() ? 1.0 : rating->second;
     }
     out.scores.push_back(score);
     if (options_.evict_after <= 0 || evicted_.count(ids[i])) continue;
     int& strikes = strikes_[ids[i]];
-    strikes = refused || score < options_.min_score ? strikes + 1 : 0;
+    const bool low = refused || score < options_.min_score || cosine < options_.min_score;
+    strikes = low ? strikes + 1 : 0;
     if (strikes < options_.evict_after) continue;
-    const char* measure = options_.loss_scores ? "rated by the loss it brings on a probe batch"
-                                               : "agreeing less than that (cosine with the aggregate)";
+    const char* measure = options_.loss_scores
+                              ? "rated by the loss it brings on a probe batch, or agreeing less than that with the "
+                                "aggregate (cosine)"
+                              : "agreeing less than that (cosine with the aggregate)";
     evicted_[ids[i]] =
         fmt::format("evicted at exchange {}: refused or scoring below {} ({}) in {} exchanges in a row, the last {}",
                     round_ + 1, options_.min_score, measure, strikes,
-                    refused ? out.refused[next_refusal - 1].reason : fmt::format("at {:.3f}", score));
+                    refused          ? out.refused[next_refusal - 1].reason
+                    : score < cosine ? fmt::format("rated {:.3f}", score)
+                                     : fmt::format("at a cosine of {:.3f}", cosine));
     out.evicted.push_back(ids[i]);
   }
+}
+
+// What one exchange says of an update: its improvement against the round's median, clipped to [-1, 2] (one lucky batch
+// does not buy many bad rounds, one unlucky one costs an honest update a quarter of its rating at most). An update
+// that does not help at all (Gaussian noise: a sliver either way) drifts towards 0 slowly; its cosine with the
+// aggregate, which counts towards eviction too (score_and_evict), is what finds it soon.
+double RobustAggregate::target_of(double improvement, double median) {
+  return std::clamp(improvement / median, -1.0, 2.0);
 }
 
 std::vector<std::string> RobustAggregate::rate(const std::vector<double>& improvements, const std::vector<int>& ids) {
@@ -184,7 +195,7 @@ std::vector<std::string> RobustAggregate::rate(const std::vector<double>& improv
     if (evicted_.count(ids[i])) continue;
     const auto rating = ratings_.try_emplace(ids[i], 1.0).first;
     if (median > 0 && std::isfinite(improvements[i]))  // otherwise the round's batch says nothing of anyone
-      rating->second = 0.75 * rating->second + 0.25 * std::clamp(improvements[i] / median, -1.0, 2.0);
+      rating->second = 0.75 * rating->second + 0.25 * target_of(improvements[i], median);
     if (rating->second < options_.min_score)
       why[i] = fmt::format(
           "a loss rating of {:.2f} below dist.min_score = {} (on this exchange's probe batch it lowered the loss by "

@@ -23,8 +23,10 @@
 // lowering of the loss on a probe batch its sender could not choose, agreed by its evaluators), the score is a rating
 // instead: each exchange an update scores its improvement / the round's median improvement (clipped to [-1, 2]; no
 // score when the median does not improve), and its participant's rating (1 at first) moves a quarter of the way to
-// it (one noisy round of an honest update does not refuse it: two at -1 in a row do). A rating
-// below `min_score` refuses the update before the rule (step 1), and `evict_after` such exchanges in a row evict.
+// it (one noisy round of an honest update does not refuse it: two at -1 in a row do). A rating below `min_score`
+// refuses the update before the rule (step 1). An exchange counts towards eviction when the update was refused, or
+// rated below `min_score`, or agreed less than `min_score` with the aggregate (the cosine of step 3: noise lowers the
+// probe's loss by a sliver, and a rating drifting to 0 took 9 exchanges to evict it; its cosine is ~0 at once).
 // Every participant decodes the same bytes and runs the same arithmetic (norms summed in a fixed order, whatever the
 // thread count), so every participant applies the same aggregate and refuses the same updates.
 #pragma once
@@ -83,13 +85,28 @@ class RobustAggregate {
   Aggregated combine(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids,
                      const std::vector<double>* improvements = nullptr);
   const AggregateOptions& options() const { return options_; }
-  // Forgets the earlier exchanges' fingerprints and strikes (not the evictions): a fault-tolerant group does this on
-  // every member when its membership changes, so that a joiner, which starts with none, judges as they do.
-  void forget_history() {
+
+  // What a participant must hold to judge the next exchange as the others do, beside the fingerprints: who is
+  // evicted (and why), the strikes towards it, the loss ratings, and the exchanges judged so far. A fault-tolerant
+  // run's joiner receives them with its heal, and a round redone without the dead starts again from them.
+  struct Verdicts {
+    std::map<int, std::string> evicted;
+    std::map<int, int> strikes;
+    std::map<int, double> ratings;
+    int64_t exchanges = 0;
+  };
+  Verdicts verdicts() const { return {evicted_, strikes_, ratings_, round_}; }
+  // Takes `v` over and forgets the fingerprints (a joiner has none).
+  void adopt(Verdicts v) {
+    evicted_ = std::move(v.evicted);
+    strikes_ = std::move(v.strikes);
+    ratings_ = std::move(v.ratings);
+    round_ = v.exchanges;
     seen_.clear();
-    strikes_.clear();
-    ratings_.clear();
   }
+  // Forgets the earlier exchanges' fingerprints: a fault-tolerant group does this on every member when its
+  // membership changes, so that a joiner, which starts with none, checks replays as they do.
+  void forget_fingerprints() { seen_.clear(); }
 
   // The rules alone over n >= 1 accepted updates (tests; combine's second half).
   static torch::Tensor apply_rule(const std::vector<torch::Tensor>& accepted, const AggregateOptions& options);
@@ -108,6 +125,7 @@ class RobustAggregate {
   void score_and_evict(const std::vector<torch::Tensor>& updates, const std::vector<int>& ids, Aggregated& out);
   // Loss scores: moves every measured participant's rating; the reason to refuse each update for its rating ("": none).
   std::vector<std::string> rate(const std::vector<double>& improvements, const std::vector<int>& ids);
+  static double target_of(double improvement, double median);
 
   AggregateOptions options_;
   std::map<int, int> strikes_;                     // by id: exchanges in a row refused or below min_score

@@ -199,6 +199,35 @@ TEST(Adversary, AReplayRepeatsWhatItSentAndAStaleOneSendsItsOldHonestUpdate) {
   EXPECT_EQ(sent(copy, {vec({1, 1})}), 4.f);
 }
 
+// With loss scores an update that lowers the probe's loss as much as the others (rated 1) but points nowhere near the
+// round's aggregate (Gaussian noise lowers the loss by a sliver either way) strikes by its cosine: evicted at the
+// evict_after-th exchange, the reason naming the cosine.
+TEST(RobustAggregate, WithLossScoresAnUpdateFarFromTheAggregateStrikesByItsCosine) {
+  AggregateOptions o = rule("median");
+  o.loss_scores = true;
+  o.min_score = 0.2;
+  o.evict_after = 2;
+  RobustAggregate agg(o);
+  auto g = at::detail::createCPUGenerator(12);
+  const auto direction = at::randn({4096}, g);
+  const std::vector<int> ids = {0, 1, 2, 3};
+  const std::vector<double> alike = {1.0, 1.0, 1.0, 1.0};
+  Aggregated a;
+  for (int exchange = 0; exchange < 2; ++exchange) {
+    std::vector<torch::Tensor> xs;
+    for (int i = 0; i < 3; ++i) xs.push_back(direction + 0.3 * at::randn({4096}, g));
+    xs.push_back(at::randn({4096}, g) * direction.norm() / 64.0);  // the honest norm, no direction
+    a = agg.combine(xs, ids, &alike);
+    EXPECT_TRUE(a.refused.empty());
+    EXPECT_EQ(a.scores, (std::vector<double>{1, 1, 1, 1})) << "the loss ratings say nothing against it";
+  }
+  ASSERT_EQ(a.evicted, std::vector<int>{3});
+  std::vector<torch::Tensor> xs(4, direction);
+  a = agg.combine(xs, ids, &alike);
+  ASSERT_EQ(a.refused.size(), 1u);
+  EXPECT_NE(a.refused[0].reason.find("the last at a cosine of"), std::string::npos) << a.refused[0].reason;
+}
+
 TEST(RobustAggregate, NormsAreTheSameWhateverTheThreads) {
   auto x = at::randn({300001}, at::detail::createCPUGenerator(3));
   const int before = at::get_num_threads();

@@ -29,6 +29,32 @@ comm::GroupOptions heal_group_options(const RunConfig& config) {
   return options;
 }
 
+// The robust rule's verdicts in a heal's meta (the sealed store): a joiner that did not hold them would accept an
+// evicted participant's update, or rate one afresh, and apply another aggregate than the members.
+nlohmann::json verdicts_json(const ResilientAverage& reducer) {
+  const auto v = reducer.verdicts();
+  if (!v) return nullptr;
+  nlohmann::json out = {{"exchanges", v->exchanges},
+                        {"evicted", nlohmann::json::object()},
+                        {"strikes", nlohmann::json::object()},
+                        {"ratings", nlohmann::json::object()}};
+  for (const auto& [id, why] : v->evicted) out["evicted"][std::to_string(id)] = why;
+  for (const auto& [id, n] : v->strikes) out["strikes"][std::to_string(id)] = n;
+  for (const auto& [id, r] : v->ratings) out["ratings"][std::to_string(id)] = r;
+  return out;
+}
+
+void adopt_verdicts(ResilientAverage& reducer, const nlohmann::json& meta) {
+  const auto& j = meta.value("verdicts", nlohmann::json());
+  if (j.is_null() || !reducer.verdicts()) return;
+  RobustAggregate::Verdicts v;
+  v.exchanges = j.at("exchanges").get<int64_t>();
+  for (const auto& [id, why] : j.at("evicted").items()) v.evicted[std::stoi(id)] = why.get<std::string>();
+  for (const auto& [id, n] : j.at("strikes").items()) v.strikes[std::stoi(id)] = n.get<int>();
+  for (const auto& [id, r] : j.at("ratings").items()) v.ratings[std::stoi(id)] = r.get<double>();
+  reducer.adopt_verdicts(std::move(v));
+}
+
 NamedTensors params_of(const HealState& state, size_t count) {
   return NamedTensors(state.tensors.begin(), state.tensors.begin() + static_cast<std::ptrdiff_t>(count));
 }
@@ -82,6 +108,7 @@ void Admission::admit(const HealState& state) {
     nlohmann::json meta = state.meta;
     meta["outer"] = sync_.progress();
     meta["rounds"] = channel_.reducer.rounds();
+    meta["verdicts"] = verdicts_json(channel_.reducer);
     seal_state(meta, tensors, heal_key(membership_.epoch()));
     store_.set(heal_key(membership_.epoch()), meta.dump());
   }
@@ -136,6 +163,7 @@ nlohmann::json Admission::join(NamedTensors& params, HealState state) {
   check_state(meta, tensors, heal_key(membership_.epoch()));
   sync_.adopt_progress(meta.at("outer"));
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
+  adopt_verdicts(channel_.reducer, meta);
   sync_.check_identical(params, fmt::format("when {} {} joined", membership_.noun(), membership_.id()));
   log::info("{} {} joined at step {} as rank {} of {} (epoch {})", membership_.noun(), membership_.id(),
             meta.value("step", int64_t{0}), rank(), channel_.group.size(), membership_.epoch());
@@ -166,6 +194,7 @@ std::vector<int> Admission::offer_heal(const HealState& state) {
     meta["rounds"] = channel_.reducer.rounds();
     meta["prefix"] = prefix;
     meta["members_world"] = channel_.group.size();
+    meta["verdicts"] = verdicts_json(channel_.reducer);
     std::vector<torch::Tensor> copies;
     for (const auto& t : tensors_of(state.tensors, sync_.outer_state())) copies.push_back(t.detach().clone());
     seal_state(meta, copies, prefix);
@@ -219,6 +248,7 @@ nlohmann::json Admission::join_healed(const std::string& offer, NamedTensors& pa
   check_state(meta, tensors, meta.at("prefix").get<std::string>());
   sync_.adopt_progress(meta.at("outer"));
   channel_.reducer.set_rounds(meta.at("rounds").get<int64_t>());
+  adopt_verdicts(channel_.reducer, meta);
   pending_ = true;
   meta["pending"] = true;
   log::info("{} {} healed from the lead at step {}: it trains on and joins at round x{}", membership_.noun(),
