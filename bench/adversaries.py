@@ -28,8 +28,12 @@ KINDS = ["sign_flip", "scaled", "noise", "zeros", "replay", "stale", "copy", "po
 DEFENCE = ["dist.aggregate=trimmed_mean", "dist.reject_norm_factor=10", "dist.evict_after=3", "dist.min_score=0.2"]
 
 
+SEED = []  # --seed: train.seed=N for every run (the honest 4's and the adversaries' alike)
+
+
 def run(build, work, name, nproc, steps, sets, adversary=None):
     run_dir = os.path.join(work, name)
+    sets = SEED + list(sets)
     cmd = [os.path.join(build, "tributary"), "launch", "--nproc", str(nproc), "--", "train",
            os.path.join(ROOT, "configs", "diloco.toml"), "--overwrite",
            "--set", f"train.steps={steps}", "--set", f"train.run_dir={run_dir}", "--set", "train.eval_every=0",
@@ -65,15 +69,36 @@ def run(build, work, name, nproc, steps, sets, adversary=None):
     honest_evictions = sum(1 for line in log.splitlines()
                            if "evicted in exchange" in line and (not adversary or "rank 4 " not in line))
     comm = [l["comm_s"] for l in exchanges]
+    rounds = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(exchanges, exchanges[1:])]
     lowest_honest = min((v for l in exchanges for pid, v in l.get("scores", {}).items()
                          if pid != "4" or not adversary), default=None)
     rec = {"name": name, "val_loss": summary["val_loss"], "wall_s": wall, "first_refused": first_refused,
            "lowest_honest_score": lowest_honest,
            "evicted": evicted, "honest_refused": honest_refused, "honest_evictions": honest_evictions,
            "exchanges": len(exchanges), "comm_s_median": statistics.median(comm) if comm else None,
+           "round_s_median": statistics.median(rounds) if rounds else None,
            "bytes_sent": summary.get("bytes_sent")}
     print(json.dumps(rec), flush=True)
     return rec
+
+
+def cost(build, work, steps, repeats, defence, out_path):
+    """What the robust exchange and the scorers add to a round: communication seconds per exchange (the median over a
+    run's exchanges) and wall seconds per round, each variant's median over the repeats, against the ring's mean."""
+    variants = {"ring_mean": [], "agreement": defence, "loss": defence + ["dist.score=loss"]}
+    runs = {v: [] for v in variants}
+    for r in range(repeats):
+        for v, sets in variants.items():
+            runs[v].append(run(build, work, f"cost_{v}_{r}", 5, steps, sets))
+            json.dump(runs, open(out_path, "w"), indent=1)
+    ring = statistics.median(x["comm_s_median"] for x in runs["ring_mean"])
+    for v, rs in runs.items():
+        comm = [x["comm_s_median"] for x in rs]
+        rounds = [x["round_s_median"] for x in rs]
+        extra = [100 * (c - ring) / w for c, w in zip(comm, rounds)]
+        print(f"{v:10s} comm/exchange median {statistics.median(comm):.3f}s [{min(comm):.3f}-{max(comm):.3f}] "
+              f"round {statistics.median(rounds):.2f}s; over the ring's {ring:.3f}s: "
+              f"{statistics.median(extra):+.1f}% of a round [{min(extra):+.1f}, {max(extra):+.1f}]")
 
 
 def main():
@@ -84,19 +109,30 @@ def main():
     ap.add_argument("--defence", default=",".join(DEFENCE))
     ap.add_argument("--out", default="adversaries.json")
     ap.add_argument("--defended-only", action="store_true", help="skip the undefended runs and the honest 4")
+    ap.add_argument("--no-undefended", action="store_true",
+                    help="only the honest 4 and the defended adversaries (repeats over seeds)")
+    ap.add_argument("--seed", type=int, default=None, help="train.seed for every run (default: the config's)")
+    ap.add_argument("--cost-repeats", type=int, default=0,
+                    help="only the cost: the honest five N times each with the ring's mean, --defence (agreement "
+                         "scores) and --defence with dist.score=loss, interleaved; medians of the seconds per exchange")
     a = ap.parse_args()
+    if a.seed is not None:
+        SEED.append(f"train.seed={a.seed}")
     build = os.path.abspath(a.build)
     defence = a.defence.split(",")
     work = tempfile.mkdtemp(prefix="adversaries-")
+    if a.cost_repeats:
+        return cost(build, work, a.steps, a.cost_repeats, defence, a.out)
     out = {"steps": a.steps, "defence": defence, "runs": []}
     # The cost pair first, on a quiet machine: the honest five, ring mean against the defended rule.
-    if not a.defended_only:
+    if not a.defended_only and not a.no_undefended:
         out["runs"].append(run(build, work, "honest5_mean", 5, a.steps, []))
-    out["runs"].append(run(build, work, "honest5_defended", 5, a.steps, defence))
+    if not a.no_undefended:
+        out["runs"].append(run(build, work, "honest5_defended", 5, a.steps, defence))
     if not a.defended_only:
         out["runs"].append(run(build, work, "honest4", 4, a.steps, []))
     for kind in [k for k in a.only.split(",") if k]:
-        if not a.defended_only:
+        if not a.defended_only and not a.no_undefended:
             out["runs"].append(run(build, work, f"{kind}_undefended", 5, a.steps, [], f"4:{kind}"))
         out["runs"].append(run(build, work, f"{kind}_defended", 5, a.steps, defence, f"4:{kind}"))
         json.dump(out, open(a.out, "w"), indent=1)
