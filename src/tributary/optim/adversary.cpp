@@ -54,14 +54,14 @@ void Adversary::corrupt(std::vector<torch::Tensor>& update, int stream) {
     // which nobody has seen (a delayed update, not a repeated one).
     auto& mine = own_[stream];
     if (!mine.empty() && !same_shapes(mine.front(), update)) mine.clear();  // another exchange on this stream
-    std::vector<torch::Tensor> honest;
+    std::vector<torch::Tensor> kept;  // stale: the honest update before it is replaced; replay: what it sends
     if (kind_ == "stale")
-      for (const auto& t : update) honest.push_back(t.clone());
+      for (const auto& t : update) kept.push_back(t.clone());
     if (mine.size() >= 2)
       for (size_t i = 0; i < update.size(); ++i) update[i].copy_(mine.front()[i]);
     if (kind_ == "replay")
-      for (const auto& t : update) honest.push_back(t.clone());
-    mine.push_back(std::move(honest));
+      for (const auto& t : update) kept.push_back(t.clone());
+    mine.push_back(std::move(kept));
     while (mine.size() > 2) mine.pop_front();
   } else if (kind_ == "copy") {
     const auto it = seen_.find(stream);

@@ -24,6 +24,15 @@ AggregateOptions rule(const std::string& name) {
   return o;
 }
 
+// The median with loss scores: refused below a rating of 0.2, evicted after 2 exchanges in a row.
+AggregateOptions loss_scored() {
+  AggregateOptions o = rule("median");
+  o.loss_scores = true;
+  o.min_score = 0.2;
+  o.evict_after = 2;
+  return o;
+}
+
 // Five participants, coordinate by coordinate: one outlier each column (100 in the first, -50 in the third).
 std::vector<torch::Tensor> five() {
   return {vec({1, 2, 3}), vec({2, 4, 6}), vec({3, 6, 9}), vec({4, 8, 12}), vec({100, 10, -50})};
@@ -126,10 +135,7 @@ TEST(RobustAggregate, ChecksRefuseWhatTheyNameAndTheRuleTakesTheRest) {
 // the round's (upper) median improvement; a rating below min_score refuses the update before the rule, and
 // evict_after such rounds in a row evict. A round whose median does not improve rates nobody.
 TEST(RobustAggregate, LossRatingsRefuseAndEvictAnUpdateThatDoesNotLowerTheLoss) {
-  AggregateOptions o = rule("median");
-  o.loss_scores = true;
-  o.min_score = 0.2;
-  o.evict_after = 2;
+  const AggregateOptions o = loss_scored();
   RobustAggregate agg(o);
   auto g = at::detail::createCPUGenerator(11);
   auto round = [&] {
@@ -203,10 +209,7 @@ TEST(Adversary, AReplayRepeatsWhatItSentAndAStaleOneSendsItsOldHonestUpdate) {
 // round's aggregate (Gaussian noise lowers the loss by a sliver either way) strikes by its cosine: evicted at the
 // evict_after-th exchange, the reason naming the cosine.
 TEST(RobustAggregate, WithLossScoresAnUpdateFarFromTheAggregateStrikesByItsCosine) {
-  AggregateOptions o = rule("median");
-  o.loss_scores = true;
-  o.min_score = 0.2;
-  o.evict_after = 2;
+  const AggregateOptions o = loss_scored();
   RobustAggregate agg(o);
   auto g = at::detail::createCPUGenerator(12);
   const auto direction = at::randn({4096}, g);
