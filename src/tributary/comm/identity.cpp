@@ -33,10 +33,11 @@ std::string hex(const uint8_t* data, size_t n) {
   return out;
 }
 
-std::optional<std::array<uint8_t, 32>> unhex32(const std::string& s) {
-  if (s.size() != 64) return std::nullopt;
-  std::array<uint8_t, 32> out{};
-  for (size_t i = 0; i < 32; ++i) {
+template <size_t N>
+std::optional<std::array<uint8_t, N>> unhex(const std::string& s) {
+  if (s.size() != 2 * N) return std::nullopt;
+  std::array<uint8_t, N> out{};
+  for (size_t i = 0; i < N; ++i) {
     int v = 0;
     for (char c : {s[2 * i], s[2 * i + 1]}) {
       const int d = c >= '0' && c <= '9'   ? c - '0'
@@ -131,7 +132,7 @@ Identity::Signature Identity::sign(const std::string& place, const uint8_t* data
 
 bool Identity::verify(const std::string& public_hex, const std::string& place, const uint8_t* data, size_t size,
                       const uint8_t* signature) {
-  const auto raw = unhex32(public_hex);
+  const auto raw = unhex<32>(public_hex);
   if (!raw) return false;
   EVP_PKEY* pkey = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, raw->data(), raw->size());
   if (!pkey) return false;
@@ -142,6 +143,18 @@ bool Identity::verify(const std::string& public_hex, const std::string& place, c
   EVP_MD_CTX_free(ctx);
   EVP_PKEY_free(pkey);
   return ok;
+}
+
+std::string Identity::sign_text(const std::string& place, const std::string& text) const {
+  const Signature signature = sign(place, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  return hex(signature.data(), signature.size());
+}
+
+bool Identity::verify_text(const std::string& public_hex, const std::string& place, const std::string& text,
+                           const std::string& signature_hex) {
+  const auto signature = unhex<kSignatureBytes>(signature_hex);
+  return signature &&
+         verify(public_hex, place, reinterpret_cast<const uint8_t*>(text.data()), text.size(), signature->data());
 }
 
 std::vector<std::string> read_admission_list(const fs::path& path) {
@@ -156,7 +169,7 @@ std::vector<std::string> read_admission_list(const fs::path& path) {
     const auto first = line.find_first_not_of(" \t\r"), last = line.find_last_not_of(" \t\r");
     if (first == std::string::npos) continue;
     line = line.substr(first, last - first + 1);
-    if (!unhex32(line))
+    if (!unhex<32>(line))
       fail(
           "dist.admission = '{}', line {}: '{}' is not a public key (64 hex digits, as `tributary identity` "
           "prints)",

@@ -37,6 +37,10 @@ class Identity {
   // Whether `signature` is `public_hex`'s over (place, data); false for a malformed key.
   static bool verify(const std::string& public_hex, const std::string& place, const uint8_t* data, size_t size,
                      const uint8_t* signature);
+  // The same for text (a store value): the signature as 128 hex digits.
+  std::string sign_text(const std::string& place, const std::string& text) const;
+  static bool verify_text(const std::string& public_hex, const std::string& place, const std::string& text,
+                          const std::string& signature_hex);
 
  private:
   struct Key;

@@ -13,9 +13,10 @@
 
 namespace tributary::comm {
 Membership::Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining,
-                       std::chrono::milliseconds round_timeout, std::string noun)
+                       std::chrono::milliseconds round_timeout, std::string noun, std::shared_ptr<MessageSigner> signer)
     : store_(std::move(store)),
       heartbeat_store_(std::move(heartbeat_store)),
+      signer_(std::move(signer)),
       liveness_(store_, kPrefix, id, dead_after_s),
       id_(id),
       noun_(std::move(noun)),
@@ -33,30 +34,89 @@ Membership::~Membership() {
   watcher_.join();
 }
 
-// Workers whose launch reported their death (launch --max-failures/--max-restarts add to "lost/<id>" and to
-// "lost" when a worker exits with an error or a signal) since their current incarnation started ("incarnation/<id>":
-// the count a restarted worker found when it began). One store read per call unless the total moved.
-namespace {
-
-// Whether worker `id`'s launch reported a death of its current incarnation (deaths counted past the count that
-// incarnation started with).
-bool death_reported(Store& store, int id) {
-  const int64_t deaths = store.add(Membership::kPrefix + "lost/" + std::to_string(id), 0);
-  if (deaths == 0) return false;
-  const std::string inc_key = Membership::kPrefix + "incarnation/" + std::to_string(id);
-  return deaths > (store.check({inc_key}) ? std::stoll(store.get(inc_key)) : 0);
+std::string Membership::signed_value(const std::string& key, const std::string& value) const {
+  return signer_ ? signer_->sign(key, value) : value;
 }
 
-// Whether a restarted incarnation of worker `id` asked to join after its last reported death ("joining/<id>" holds
-// the deaths it found when it asked).
-bool successor_asked(Store& store, int id) {
-  const std::string key = Membership::kPrefix + "joining/" + std::to_string(id);
-  if (!store.check({key})) return false;
-  return std::stoll(store.get(key)) >= store.add(Membership::kPrefix + "lost/" + std::to_string(id), 0);
+std::optional<std::string> Membership::read(Store& store, const std::string& key, const std::vector<int>& authors,
+                                            bool fresh) {
+  if (!store.check({key})) return std::nullopt;
+  std::string text = store.get(key);
+  if (!signer_) return text;
+  auto opened = signer_->open(key, text, authors, fresh);
+  if (!opened) return std::nullopt;
+  return std::move(opened->value);
+}
+
+std::optional<std::string> Membership::agreed(const std::string& key, const std::vector<int>& authors,
+                                              const std::function<bool(const std::string&, int)>& accept,
+                                              std::string* open_slot) {
+  constexpr int kSlots = 16;  // a forger that keeps writing first ends the agreement here, named
+  for (int slot = 0; slot < kSlots; ++slot) {
+    const std::string at = slot == 0 ? key : fmt::format("{}/{}", key, slot);
+    if (!store_.check({at})) {
+      if (open_slot) *open_slot = at;
+      return std::nullopt;
+    }
+    const std::string text = store_.get(at);
+    if (!signer_) return text;
+    auto opened = signer_->open(at, text, authors);
+    if (opened && (!accept || accept(opened->value, opened->author))) return std::move(opened->value);
+  }
+  fail(
+      "{} {}: {} values at '{}' in a row were written in others' names: a participant holding the run's secret "
+      "keeps forging them; this {} stops",
+      noun_, id_, kSlots, key, noun_);
+}
+
+std::string Membership::propose(const std::string& key, const std::string& value, const std::vector<int>& authors,
+                                const std::function<bool(const std::string&, int)>& accept) {
+  for (;;) {  // ours, unless another member's value lands first in the open slot
+    std::string slot;
+    if (auto agreement = agreed(key, authors, accept, &slot)) return std::move(*agreement);
+    store_.set_once(slot, signed_value(slot, value));
+  }
+}
+
+namespace {
+
+// A list of members is written by one of them.
+bool written_by_one_listed(const std::string& value, int author) {
+  const auto members = nlohmann::json::parse(value).get<std::vector<int>>();
+  return std::find(members.begin(), members.end(), author) != members.end();
 }
 
 }  // namespace
 
+std::optional<std::vector<int>> Membership::read_members(int epoch) {
+  const auto agreement = agreed(fmt::format("{}e{}/members", kPrefix, epoch), {}, written_by_one_listed);
+  if (!agreement) return std::nullopt;
+  return nlohmann::json::parse(*agreement).get<std::vector<int>>();
+}
+
+std::vector<int> Membership::propose_members(int epoch, const std::vector<int>& members) {
+  return nlohmann::json::parse(propose(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(members).dump(), {},
+                                       written_by_one_listed))
+      .get<std::vector<int>>();
+}
+
+// Workers whose launch reported their death (launch --max-failures/--max-restarts add to "lost/<id>" and to
+// "lost" when a worker exits with an error or a signal) since their current incarnation started ("incarnation/<id>":
+// the count a restarted worker found when it began, written by the members that admitted it).
+bool Membership::death_reported(Store& store, int id) {
+  const int64_t deaths = store.add(kPrefix + "lost/" + std::to_string(id), 0);
+  if (deaths == 0) return false;
+  const auto incarnation = read(store, kPrefix + "incarnation/" + std::to_string(id), {});
+  return deaths > (incarnation ? std::stoll(*incarnation) : 0);
+}
+
+// "joining/<id>" holds the deaths the restarted incarnation found when it asked; only that incarnation writes it.
+bool Membership::successor_asked(Store& store, int id) {
+  const auto joining = read(store, kPrefix + "joining/" + std::to_string(id), {id}, /*fresh=*/true);
+  return joining && std::stoll(*joining) >= store.add(kPrefix + "lost/" + std::to_string(id), 0);
+}
+
+// One store read per call unless the total of reported deaths moved.
 std::vector<int> Membership::reported_lost(Store& store, const std::vector<int>& members, uint64_t generation) {
   const int64_t total = store.add(kPrefix + "lost", 0);
   // A new membership may hold a new incarnation under an old id (same list): read the counts again.
@@ -179,10 +239,16 @@ void Membership::enter(int epoch, std::vector<int> members, const std::vector<in
       if (std::find(members_.begin(), members_.end(), m) == members_.end() ||
           std::find(joiners.begin(), joiners.end(), m) != joiners.end())
         stale_.erase(std::remove(stale_.begin(), stale_.end(), m), stale_.end());
+    if (signer_)
+      for (int m : members)
+        if (std::find(members_.begin(), members_.end(), m) == members_.end() ||
+            std::find(joiners.begin(), joiners.end(), m) != joiners.end())
+          signer_->forget(m);  // a new incarnation may have a new identity
     members_ = std::move(members);
     generation_ += 1;
   }
-  store_.set(kPrefix + "epoch", std::to_string(epoch));  // every member writes the same
+  const std::string epoch_key = kPrefix + "epoch";
+  store_.set(epoch_key, signed_value(epoch_key, std::to_string(epoch)));  // every member writes the same
 }
 
 // Workers whose join requests outnumber their admissions, ascending.
@@ -191,8 +257,9 @@ std::vector<int> Membership::waiting_joiners() {
   for (int w = 0; w < world_size_; ++w) {
     if (std::find(members_.begin(), members_.end(), w) != members_.end()) continue;
     const int64_t asked = store_.add(kPrefix + "join/" + std::to_string(w), 0);
-    if (asked > 0 && !store_.check({fmt::format("{}admitted/{}/{}", kPrefix, w, asked)}) &&
-        !store_.check({fmt::format("{}offer/{}/{}", kPrefix, w, asked)}))
+    if (asked > 0 && !present(fmt::format("{}admitted/{}/{}", kPrefix, w, asked), members_) &&
+        !present(fmt::format("{}offer/{}/{}", kPrefix, w, asked), members_) &&
+        present(kPrefix + "joining/" + std::to_string(w), {w}, /*fresh=*/true))
       out.push_back(w);
   }
   return out;
@@ -209,12 +276,12 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
   // Its old self must be out first: a heartbeat on its id would keep the dead incarnation a member.
   auto current_members = [&] {
     std::vector<int> all;
-    if (!store_.check({kPrefix + "epoch"})) {  // epoch 0: everyone
+    const auto epoch = read(store_, kPrefix + "epoch", {});
+    if (!epoch) {  // epoch 0: everyone
       for (int m = 0; m < world_size_; ++m) all.push_back(m);
       return all;
     }
-    const int epoch = std::stoi(store_.get(kPrefix + "epoch"));
-    return nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>();
+    return read_members(std::stoi(*epoch)).value_or(all);  // refused: nobody to wait for or heal from yet
   };
   // Or its launch reported the death: the members drop it at their next round whatever its heartbeat says, so this
   // one may ask now and be admitted right after that round (the incarnation count moves only at the admission).
@@ -223,22 +290,24 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
   const std::string finished = kPrefix + "finished";
   for (auto m = current_members(); std::find(m.begin(), m.end(), id_) != m.end() && !predecessor_reported();
        m = current_members()) {
-    if (store_.check({finished})) return {};
+    if (present(finished, {})) return {};
     check_deadline("its previous incarnation was not dropped from the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
   // This incarnation's deaths so far: a death its launch reports later is this one's (reported_lost); the members
   // make it the incarnation's count when they admit it.
-  store_.set(kPrefix + "joining/" + std::to_string(id_), std::to_string(store_.add(lost_key, 0)));
+  const std::string joining = kPrefix + "joining/" + std::to_string(id_);
+  store_.set(joining, signed_value(joining, std::to_string(store_.add(lost_key, 0))));
   const int64_t request = store_.add(kPrefix + "join/" + std::to_string(id_), 1);
   store_.add(kPrefix + "join", 1);  // last: the lead's watcher looks when this count moves
   heartbeat_ = std::make_unique<Heartbeat>(heartbeat_store_, kPrefix, id_);
   const std::string admitted = fmt::format("{}admitted/{}/{}", kPrefix, id_, request);
   const std::string offered = fmt::format("{}offer/{}/{}", kPrefix, id_, request);
+  std::optional<std::string> epoch;
   for (;;) {
-    if (store_.check({admitted})) break;
-    if (store_.check({offered})) return {JoinResult::kOffered, store_.get(offered)};
-    if (store_.check({finished})) return {};
+    if ((epoch = read(store_, admitted, {}))) break;
+    if (auto offer = read(store_, offered, {})) return {JoinResult::kOffered, std::move(*offer)};
+    if (present(finished, {})) return {};
     if (const auto members = current_members(); none_alive(members))
       throw RunLost(fmt::format(
           "{} {}: no member of the run is left to heal from (epoch {}'s members {} are all dead or reported "
@@ -249,8 +318,9 @@ JoinResult Membership::join(std::chrono::milliseconds timeout) {
     check_deadline("it was not admitted to the group");
     std::this_thread::sleep_for(kPoll * 5);
   }
-  const int epoch = std::stoi(store_.get(admitted));
-  enter(epoch, nlohmann::json::parse(store_.get(fmt::format("{}e{}/members", kPrefix, epoch))).get<std::vector<int>>());
+  const auto members = read_members(std::stoi(*epoch));
+  if (!members) fail("{} {}: admitted at epoch {}, whose members no member wrote; it stops here", noun_, id_, *epoch);
+  enter(std::stoi(*epoch), *members);
   return {JoinResult::kAdmitted, ""};
 }
 
@@ -282,19 +352,23 @@ bool Membership::member_dead() {
 }
 
 RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wish) {
-  store_.set(key(round, "vote/" + std::to_string(id_)), fmt::format("{}{}", ok ? 1 : 0, stop_wish ? 1 : 0));
+  const std::string my_vote = key(round, "vote/" + std::to_string(id_));
+  store_.set(my_vote, signed_value(my_vote, fmt::format("{}{}", ok ? 1 : 0, stop_wish ? 1 : 0)));
   if (!ok) store_.add(key(round, "failures"), 1);
   const std::string decision_key = key(round, "decision");
   const auto start = std::chrono::steady_clock::now();
+  std::string decided;
   for (;;) {
     const bool overdue = std::chrono::steady_clock::now() - start > round_timeout_;
-    if (store_.check({decision_key})) break;  // another member decided already
+    if (auto agreement = agreed(decision_key, members_)) {  // another member decided already
+      decided = std::move(*agreement);
+      break;
+    }
     RoundDecision d{.commit = true};
     bool waiting = false;
     for (int m : members_) {
-      const std::string vote_key = key(round, "vote/" + std::to_string(m));
-      if (store_.check({vote_key})) {
-        const std::string v = store_.get(vote_key);
+      if (const auto vote = read(store_, key(round, "vote/" + std::to_string(m)), {m}); vote && vote->size() == 2) {
+        const std::string& v = *vote;
         if (v[0] != '1') d.failed.push_back(m);
         d.stop |= v[1] == '1';
       } else if (known_dead(m) || liveness_.dead(m) || overdue) {
@@ -306,17 +380,19 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
     if (!waiting) {
       d.commit = d.silent.empty() && d.failed.empty();
       if (d.commit) d.joiners = waiting_joiners();
-      store_.set_once(decision_key, nlohmann::json{{"commit", d.commit},
-                                                   {"stop", d.stop},
-                                                   {"silent", d.silent},
-                                                   {"failed", d.failed},
-                                                   {"joiners", d.joiners}}
-                                        .dump());
+      decided = propose(decision_key,
+                        nlohmann::json{{"commit", d.commit},
+                                       {"stop", d.stop},
+                                       {"silent", d.silent},
+                                       {"failed", d.failed},
+                                       {"joiners", d.joiners}}
+                            .dump(),
+                        members_);
       break;
     }
     std::this_thread::sleep_for(kPoll);
   }
-  const auto j = nlohmann::json::parse(store_.get(decision_key));
+  const auto j = nlohmann::json::parse(decided);
   return {.commit = j.at("commit").get<bool>(),
           .stop = j.at("stop").get<bool>(),
           .silent = j.at("silent").get<std::vector<int>>(),
@@ -344,26 +420,27 @@ RoundDecision Membership::should_commit(const std::string& round, bool ok, bool 
 std::vector<int> Membership::reform() {
   const int next = epoch_ + 1;
   const std::string base = fmt::format("{}e{}/", kPrefix, next);
-  store_.set(base + "join/" + std::to_string(id_), "1");
-  const std::string members_key = base + "members";
+  const std::string registered = base + "join/" + std::to_string(id_);
+  store_.set(registered, signed_value(registered, "1"));
   const auto start = std::chrono::steady_clock::now();
-  while (!store_.check({members_key})) {
+  std::optional<std::vector<int>> agreement;
+  while (!(agreement = read_members(next))) {
     const bool overdue = std::chrono::steady_clock::now() - start > round_timeout_;
     std::vector<int> joined;
     bool waiting = false;
     for (int m : members_) {
-      if (store_.check({base + "join/" + std::to_string(m)}))
+      if (read(store_, base + "join/" + std::to_string(m), {m}))
         joined.push_back(m);
       else if (!known_dead(m) && !liveness_.dead(m) && !overdue)
         waiting = true;
     }
     if (!waiting) {
-      store_.set_once(members_key, nlohmann::json(joined).dump());
+      agreement = propose_members(next, joined);
       break;
     }
     std::this_thread::sleep_for(kPoll);
   }
-  const auto now = nlohmann::json::parse(store_.get(members_key)).get<std::vector<int>>();
+  const std::vector<int> now = std::move(*agreement);
   if (std::find(now.begin(), now.end(), id_) == now.end())
     fail(
         "{} {} was declared dead by the others (its heartbeat was silent for more than "

@@ -32,17 +32,29 @@
 // its start), incarnation/{id} (that count, set by the members when they admit it), lost-said/{id}/{n} (who logged
 // death n of worker id). A launch's death report is acted on once confirmed: the worker's heartbeat silent a short
 // while, or its restarted incarnation asking to join (a report alone, a store write, never drops a live worker).
+//
+// With identities (comm/signed_messages.h) every value above is signed by its writer, and read only from the member it
+// must come from: a vote, a registration, a readiness or a join marker from the member it names, a decision or a
+// proposal from a member of the epoch. A value written in another's name counts as not written (a warning names the
+// key and the claimed member). A value agreed through set_once (a decision, a proposal, an epoch's members) that a
+// forger wrote first only moves the agreement to the key's next slot ("<key>/1", ...), which every member reads alike.
+// The counters (hb, join, failures, lost) are not signed: moving one can keep a dead member's seat until the round
+// deadline, or fail a round's collective (the round is redone); a death report still needs the member's silence or
+// its successor's signed request. What signatures do not stop: a member saying something false in its own name.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tributary/comm/heartbeat.h"
+#include "tributary/comm/signed_messages.h"
 #include "tributary/comm/store.h"
 
 namespace tributary::comm {
@@ -82,8 +94,10 @@ class Membership {
   // `round_timeout`: a member that is alive but has not voted (or registered) after this long counts as missing, so
   // no wait is unbounded even when a live member is stuck elsewhere.
   // `noun`: what a member is, in the messages ("worker"; "island" when the members are islands).
+  // `signer`: this member's identity, and the others' keys (ids are the signer's participants); null: unsigned.
   Membership(Store store, Store heartbeat_store, int id, int world_size, double dead_after_s, bool joining = false,
-             std::chrono::milliseconds round_timeout = std::chrono::minutes(30), std::string noun = "worker");
+             std::chrono::milliseconds round_timeout = std::chrono::minutes(30), std::string noun = "worker",
+             std::shared_ptr<MessageSigner> signer = nullptr);
 
   int id() const { return id_; }
   const std::string& noun() const { return noun_; }  // what a member is, in messages: "worker" or "island"
@@ -139,8 +153,35 @@ class Membership {
   std::vector<int> waiting_joiners();
   bool none_alive(const std::vector<int>& members);  // a joiner: nobody to heal from (every other member is dead)
   void enter(int epoch, std::vector<int> members, const std::vector<int>& joiners = {});
+  // The store's values as members write and read them: signed by this member, and opened only when one of `authors`
+  // (empty: any participant) signed them (without a signer, as they are).
+  std::string signed_value(const std::string& key, const std::string& value) const;
+  std::optional<std::string> read(Store& store, const std::string& key, const std::vector<int>& authors,
+                                  bool fresh = false);
+  bool present(const std::string& key, const std::vector<int>& authors, bool fresh = false) {
+    return read(store_, key, authors, fresh).has_value();
+  }
+  // An agreement at `key` (Store::set_once: the first value written wins): the first value there that one of `authors`
+  // (empty: any participant) signed and that `accept` (when given) accepts with its author. A value written otherwise
+  // moves the agreement to the key's next slot ("<key>/1", ...), which every reader skips alike. None while the
+  // first slot not skipped is empty (`open_slot`: that slot's key).
+  std::optional<std::string> agreed(const std::string& key, const std::vector<int>& authors,
+                                    const std::function<bool(const std::string&, int)>& accept = nullptr,
+                                    std::string* open_slot = nullptr);
+  // Proposes `value` at `key`'s first open slot: what was agreed (this value, or another member's).
+  std::string propose(const std::string& key, const std::string& value, const std::vector<int>& authors,
+                      const std::function<bool(const std::string&, int)>& accept = nullptr);
+  // Epoch `epoch`'s members, as one of them wrote them (every writer is one of the members it lists).
+  std::optional<std::vector<int>> read_members(int epoch);
+  std::vector<int> propose_members(int epoch, const std::vector<int>& members);
+  // Whether member `id`'s launch reported a death of its current incarnation (deaths counted past the count that
+  // incarnation started with).
+  bool death_reported(Store& store, int id);
+  // Whether a restarted incarnation of member `id` asked to join after its last reported death.
+  bool successor_asked(Store& store, int id);
 
   Store store_, heartbeat_store_;
+  std::shared_ptr<MessageSigner> signer_;
   std::unique_ptr<Heartbeat> heartbeat_;  // started at once, or by join()
   Liveness liveness_;
   int id_;

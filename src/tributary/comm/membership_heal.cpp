@@ -15,9 +15,7 @@ void Membership::admit(const std::vector<int>& joiners) {
   std::vector<int> next = members_;
   next.insert(next.end(), joiners.begin(), joiners.end());
   const int epoch = epoch_ + 1;
-  const auto agreed =
-      nlohmann::json::parse(store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(next).dump()));
-  enter_with_joiners(epoch, agreed.get<std::vector<int>>(), joiners);
+  enter_with_joiners(epoch, propose_members(epoch, next), joiners);
 }
 
 std::vector<JoinRequest> Membership::offerable() {
@@ -25,9 +23,11 @@ std::vector<JoinRequest> Membership::offerable() {
   bool waiting = false;
   for (int w = 0; w < world_size_; ++w) {
     const int64_t asked = store_.add(kPrefix + "join/" + std::to_string(w), 0);
-    if (asked == 0 || store_.check({fmt::format("{}admitted/{}/{}", kPrefix, w, asked)}) ||
-        store_.check({fmt::format("{}offer/{}/{}", kPrefix, w, asked)}))
+    if (asked == 0 || present(fmt::format("{}admitted/{}/{}", kPrefix, w, asked), members_) ||
+        present(fmt::format("{}offer/{}/{}", kPrefix, w, asked), members_))
       continue;
+    // The request counter is anyone's to move; the worker's own signed marker says it asked.
+    if (!present(kPrefix + "joining/" + std::to_string(w), {w}, /*fresh=*/true)) continue;
     const bool member = std::find(members_.begin(), members_.end(), w) != members_.end();
     if (member && !known_dead(w)) {
       waiting = true;  // its old self is still a member: ask again later
@@ -40,18 +40,22 @@ std::vector<JoinRequest> Membership::offerable() {
 }
 
 void Membership::offer(const JoinRequest& request, const std::string& text) {
-  store_.set(fmt::format("{}offer/{}/{}", kPrefix, request.id, request.number), text);
+  const std::string key = fmt::format("{}offer/{}/{}", kPrefix, request.id, request.number);
+  store_.set(key, signed_value(key, text));
 }
 
 // `joiners` (among `members`; a healed one may replace its old self) count their deaths from here, and are admitted.
 void Membership::enter_with_joiners(int epoch, const std::vector<int>& members, const std::vector<int>& joiners) {
   for (int j : joiners) {
-    if (const std::string k = kPrefix + "joining/" + std::to_string(j); store_.check({k}))
-      store_.set(kPrefix + "incarnation/" + std::to_string(j), store_.get(k));
-    store_.set(fmt::format("{}admitted/{}/{}", kPrefix, j, store_.add(kPrefix + "join/" + std::to_string(j), 0)),
-               std::to_string(epoch));
+    if (const auto deaths = read(store_, kPrefix + "joining/" + std::to_string(j), {j}, /*fresh=*/true)) {
+      const std::string incarnation = kPrefix + "incarnation/" + std::to_string(j);
+      store_.set(incarnation, signed_value(incarnation, *deaths));
+    }
+    const std::string admitted =
+        fmt::format("{}admitted/{}/{}", kPrefix, j, store_.add(kPrefix + "join/" + std::to_string(j), 0));
+    store_.set(admitted, signed_value(admitted, std::to_string(epoch)));
   }
-  store_.set_once(fmt::format("{}e{}/members", kPrefix, epoch), nlohmann::json(members).dump());
+  propose_members(epoch, members);
   enter(epoch, members, joiners);
 }
 
@@ -74,19 +78,28 @@ bool Membership::start_round(const std::string& round, const std::vector<int>& h
     next.insert(next.end(), joiners.begin(), joiners.end());
     return nlohmann::json{{"epoch", epoch_ + 1}, {"members", next}, {"joiners", joiners}}.dump();
   };
+  // Every reader (a healed joiner knows no member yet) takes a proposal from one of the members it lists.
+  const auto by_listed = [](const std::string& value, int author) {
+    const auto listed = nlohmann::json::parse(value).at("members").get<std::vector<int>>();
+    return std::find(listed.begin(), listed.end(), author) != listed.end();
+  };
   std::string text;
   const std::string ready = kPrefix + "ready/" + round + "/";
   if (members_.empty()) {  // a healed joiner: it becomes a member here, or never
-    store_.set(ready + std::to_string(id_), "1");
-    while (!store_.check({key})) {
-      if (overdue() || store_.check({kPrefix + "finished"}))
+    const std::string mine = ready + std::to_string(id_);
+    store_.set(mine, signed_value(mine, "1"));
+    for (;;) {
+      if (auto agreement = agreed(key, {}, by_listed)) {
+        text = std::move(*agreement);
+        break;
+      }
+      if (overdue() || present(kPrefix + "finished", {}))
         fail(
             "{} {} was healed by the lead but no member opened round {} (the run ended or the members "
             "stopped); it stops here",
             noun_, id_, round);
       std::this_thread::sleep_for(kPoll);
     }
-    text = store_.get(key);
   } else if (members_.front() == id_) {
     // Only joiners already at this round are proposed: the group is formed at once by everyone in it (a late one
     // would keep the others in the formation, where a death is costlier than in a round). A joiner not ready within
@@ -95,21 +108,25 @@ bool Membership::start_round(const std::string& round, const std::vector<int>& h
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(static_cast<int64_t>(liveness_.dead_after_s() * 1000));
     for (int j : healed) {
-      while (!store_.check({ready + std::to_string(j)}) && std::chrono::steady_clock::now() < deadline)
+      const std::string theirs = ready + std::to_string(j);
+      while (!present(theirs, {j}, /*fresh=*/true) && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(kPoll);
-      if (store_.check({ready + std::to_string(j)})) arrived.push_back(j);
+      if (present(theirs, {j}, /*fresh=*/true)) arrived.push_back(j);
     }
-    text = store_.set_once(key, proposal(arrived));
+    text = propose(key, proposal(arrived), {}, by_listed);
   } else {
     const int lead = members_.front();
-    while (!store_.check({key})) {
+    for (;;) {
+      if (auto agreement = agreed(key, {}, by_listed)) {
+        text = std::move(*agreement);
+        break;
+      }
       if (known_dead(lead) || liveness_.dead(lead) || overdue()) {  // the lead's joiners cannot be admitted
-        store_.set_once(key, proposal({}));
+        text = propose(key, proposal({}), {}, by_listed);
         break;
       }
       std::this_thread::sleep_for(kPoll);
     }
-    text = store_.get(key);
   }
   const auto j = nlohmann::json::parse(text);
   const int epoch = j.at("epoch").get<int>();

@@ -1,6 +1,7 @@
 #include "tributary/runtime/session.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "tributary/runtime/rendezvous.h"
@@ -24,6 +25,17 @@ Session::Session(const RunConfig& config, const DistEnv& env, const std::vector<
       links_(wan_link_model_or_none(config.dist.wan, device_of_rank)) {}
 
 Session::Session(const RunConfig& config, const DistEnv& env) : Session(config, env, every_rank(env.world_size)) {}
+
+std::shared_ptr<comm::MessageSigner> Session::membership_signer() const {
+  if (!identity_) return nullptr;
+  std::vector<std::string> admitted;
+  if (!config_.dist.admission.empty()) admitted = comm::read_admission_list(config_.dist.admission);
+  // The signer pins what it reads; published_key's own pins are not kept between calls.
+  return std::make_shared<comm::MessageSigner>(identity_, env_.rank, [store = store_, admitted](int id) mutable {
+    std::map<int, std::string> pins;
+    return published_key(store, admitted, id, pins);
+  });
+}
 
 comm::Store Session::reconnect(const std::string& scope) const {
   if (!env_.distributed()) return store_;  // one process: its in-memory store is the only one

@@ -14,6 +14,7 @@
 #include "tributary/comm/group.h"
 #include "tributary/comm/identity.h"
 #include "tributary/comm/link_model.h"
+#include "tributary/comm/signed_messages.h"
 #include "tributary/comm/store.h"
 #include "tributary/config/run_config.h"
 #include "tributary/launch/dist_env.h"
@@ -45,6 +46,9 @@ class Session {
   // This participant's identity as published at the rendezvous (runtime/rendezvous.h, publish_identity); null
   // without one.
   const std::shared_ptr<const comm::Identity>& identity() const { return identity_; }
+  // What signs this participant's membership messages (launch ranks as ids) and checks the others' with the keys they
+  // published (dist.admission's list applied); null without an identity.
+  std::shared_ptr<comm::MessageSigner> membership_signer() const;
 
  private:
   RunConfig config_;

@@ -1,5 +1,6 @@
 #include "tributary/runtime/step_factory.h"
 
+#include "tributary/core/error.h"
 #include "tributary/parallel/local/local_stage.h"
 #include "tributary/parallel/local/local_step.h"
 #include "tributary/parallel/pipeline/wire.h"

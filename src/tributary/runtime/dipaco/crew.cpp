@@ -22,9 +22,9 @@ Crew::Crew(const Session& session, std::optional<comm::LinkModel> upload_link)
   store_ = session.store();
   comm::Store heartbeat_store = session.reconnect();
   // A round waits for a slow worker as long as its heartbeat beats (up to dist.collective_timeout_s).
-  membership_ = std::make_unique<comm::Membership>(*store_, heartbeat_store, env.rank, env.world_size,
-                                                   config.dist.heartbeat_timeout_s, env.joining,
-                                                   session.group_options().collective_timeout);
+  membership_ = std::make_unique<comm::Membership>(
+      *store_, heartbeat_store, env.rank, env.world_size, config.dist.heartbeat_timeout_s, env.joining,
+      session.group_options().collective_timeout, "worker", session.membership_signer());
   comm::GroupOptions group_opts = session.group_options();
   group_opts.link = std::move(upload_link);
   // A worker that dies while a group forms (a joiner as the members admit it) ends the wait at its heartbeat

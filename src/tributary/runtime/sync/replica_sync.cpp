@@ -62,7 +62,8 @@ ReplicaSync::ReplicaSync(const Session& session)
                   .id = env.rank,
                   .size = env.world_size,
                   .joining = env.joining,
-                  .link = link});
+                  .link = link,
+                  .signer = session.membership_signer()});
     return;
   }
   stop_vote_ = std::make_unique<comm::LaggedVote>(store, env.rank, env.world_size, session.group_options());
@@ -77,7 +78,7 @@ ReplicaSync::ReplicaSync(const RunConfig& config, MemberGroup members) : config_
 void ReplicaSync::join_members(MemberGroup m) {
   membership_ =
       std::make_unique<comm::Membership>(m.store, m.heartbeat_store, m.id, m.size, config_.dist.heartbeat_timeout_s,
-                                         m.joining, group_options(config_).collective_timeout, m.noun);
+                                         m.joining, group_options(config_).collective_timeout, m.noun, m.signer);
   store_ = m.store;
   if (m.joining) {  // a group of one until the members admit it (join())
     build(m.store, 0, 1, m.link ? std::optional(m.link->subset({m.id})) : std::nullopt,

@@ -47,7 +47,8 @@ struct MemberGroup {
   int id = 0, size = 1;
   bool joining = false;
   std::optional<comm::LinkModel> link;
-  std::string noun = "worker";  // what a member is, in the messages ("island")
+  std::string noun = "worker";                  // what a member is, in the messages ("island")
+  std::shared_ptr<comm::MessageSigner> signer;  // signs the membership's messages (null: unsigned)
 };
 
 // Size: the Sync's answers for the whole model's replicas, and what the syncs that compose it (pipeline_sync.h,
