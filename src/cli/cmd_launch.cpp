@@ -14,6 +14,23 @@
 namespace tributary::cli {
 namespace {
 
+// The workers' identities of a single machine's run without a secret file (comm/identity.h): in a folder only this
+// user reads, for as long as this launch lives, so that a restarted worker signs as the same participant.
+void keep_identities() {
+  if (std::getenv("TRIBUTARY_IDENTITY_DIR") || std::getenv("TRIBUTARY_IDENTITY_FILE")) return;
+  static std::string dir = (fs::temp_directory_path() / "tributary-identities-XXXXXX").string();
+  if (!::mkdtemp(dir.data())) {
+    log::warn("launch: cannot make a folder for the workers' identities in {}: a restarted worker signs as a new one",
+              fs::temp_directory_path().string());
+    return;
+  }
+  ::setenv("TRIBUTARY_IDENTITY_DIR", dir.c_str(), 1);
+  std::atexit([] {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  });
+}
+
 // The key this launch and the workers it starts seal the store's values with (TRIBUTARY_RUN_SECRET, which they
 // inherit; never a command line): --secret-file's, the environment's, or on a single machine a fresh one.
 void choose_run_secret(const std::string& file, int nnodes) {
@@ -26,6 +43,7 @@ void choose_run_secret(const std::string& file, int nnodes) {
     key = from_environment;
   } else if (nnodes == 1) {
     key = comm::random_run_key();
+    keep_identities();
   }
   if (key) {
     ::setenv("TRIBUTARY_RUN_SECRET", comm::run_key_hex(*key).c_str(), 1);

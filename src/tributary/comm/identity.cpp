@@ -113,6 +113,8 @@ Identity Identity::load_or_create(const fs::path& path) {
 
 std::optional<fs::path> Identity::path_from_environment(int rank) {
   if (const char* file = std::getenv("TRIBUTARY_IDENTITY_FILE"); file && *file) return fs::path(file);
+  if (const char* dir = std::getenv("TRIBUTARY_IDENTITY_DIR"); dir && *dir)
+    return fs::path(dir) / ("identity-" + std::to_string(rank));
   if (const char* secret = std::getenv("TRIBUTARY_SECRET_FILE"); secret && *secret)
     return fs::path(std::string(secret) + ".identity-" + std::to_string(rank));
   return std::nullopt;

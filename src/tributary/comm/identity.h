@@ -2,11 +2,13 @@
 // (comm/sealed_store.h) only says that someone of the run did. Every participant holding the secret can seal any
 // value; only the holder of a private key can sign as that participant.
 //
-// The key pair lives in a file of its own (PEM, PKCS#8, mode 0600), made on first use: TRIBUTARY_IDENTITY_FILE, or
-// beside the run's secret file ("<secret file>.identity-<rank>"). Its public key (64 hex digits) is what the run's
-// admission list (dist.admission: a file of public keys, one per line) names, and what a rank publishes at the
-// rendezvous (runtime/rendezvous.h). Signatures are 64 bytes over a message's place (its exchange, tag and sender)
-// and its bytes: one participant cannot speak as another, nor a message be moved to another exchange.
+// The key pair lives in a file of its own (PEM, PKCS#8, mode 0600), made on first use: TRIBUTARY_IDENTITY_FILE,
+// "identity-<rank>" in TRIBUTARY_IDENTITY_DIR (a single machine's launch keeps its workers' there, so a restarted
+// worker is the same participant), or beside the run's secret file ("<secret file>.identity-<rank>"). Its public key
+// (64 hex digits) is what the run's admission list (dist.admission: a file of public keys, one per line) names, and
+// what a rank publishes at the rendezvous (runtime/rendezvous.h). Signatures are 64 bytes over a message's place (its
+// exchange, tag and sender) and its bytes: one participant cannot speak as another, nor a message be moved to another
+// exchange.
 #pragma once
 
 #include <array>
@@ -28,8 +30,8 @@ class Identity {
   // a private Ed25519 key, or readable by others than its owner.
   static Identity load_or_create(const std::filesystem::path& path);
   static Identity generate();  // a key pair in memory (tests)
-  // This process's identity file from its environment (above), for `rank`; none without TRIBUTARY_IDENTITY_FILE or
-  // TRIBUTARY_SECRET_FILE.
+  // This process's identity file from its environment (above), for `rank`; none without TRIBUTARY_IDENTITY_FILE,
+  // TRIBUTARY_IDENTITY_DIR or TRIBUTARY_SECRET_FILE.
   static std::optional<std::filesystem::path> path_from_environment(int rank);
 
   const std::string& public_hex() const { return public_hex_; }  // 64 hex digits

@@ -38,44 +38,25 @@ std::string Membership::signed_value(const std::string& key, const std::string& 
   return signer_ ? signer_->sign(key, value) : value;
 }
 
-std::optional<std::string> Membership::read(Store& store, const std::string& key, const std::vector<int>& authors,
-                                            bool fresh) {
+std::optional<std::string> Membership::read(Store& store, const std::string& key, const std::vector<int>& authors) {
   if (!store.check({key})) return std::nullopt;
   std::string text = store.get(key);
   if (!signer_) return text;
-  auto opened = signer_->open(key, text, authors, fresh);
+  auto opened = signer_->open(key, text, authors);
   if (!opened) return std::nullopt;
   return std::move(opened->value);
 }
 
 std::optional<std::string> Membership::agreed(const std::string& key, const std::vector<int>& authors,
-                                              const std::function<bool(const std::string&, int)>& accept,
-                                              std::string* open_slot) {
-  constexpr int kSlots = 16;  // a forger that keeps writing first ends the agreement here, named
-  for (int slot = 0; slot < kSlots; ++slot) {
-    const std::string at = slot == 0 ? key : fmt::format("{}/{}", key, slot);
-    if (!store_.check({at})) {
-      if (open_slot) *open_slot = at;
-      return std::nullopt;
-    }
-    const std::string text = store_.get(at);
-    if (!signer_) return text;
-    auto opened = signer_->open(at, text, authors);
-    if (opened && (!accept || accept(opened->value, opened->author))) return std::move(opened->value);
-  }
-  fail(
-      "{} {}: {} values at '{}' in a row were written in others' names: a participant holding the run's secret "
-      "keeps forging them; this {} stops",
-      noun_, id_, kSlots, key, noun_);
+                                              const Accept& accept) {
+  auto agreement = agreed_value(store_, signer_.get(), key, authors, accept);
+  if (!agreement) return std::nullopt;
+  return std::move(agreement->value);
 }
 
 std::string Membership::propose(const std::string& key, const std::string& value, const std::vector<int>& authors,
-                                const std::function<bool(const std::string&, int)>& accept) {
-  for (;;) {  // ours, unless another member's value lands first in the open slot
-    std::string slot;
-    if (auto agreement = agreed(key, authors, accept, &slot)) return std::move(*agreement);
-    store_.set_once(slot, signed_value(slot, value));
-  }
+                                const Accept& accept) {
+  return propose_value(store_, signer_.get(), key, value, authors, accept).value;
 }
 
 namespace {
@@ -112,7 +93,7 @@ bool Membership::death_reported(Store& store, int id) {
 
 // "joining/<id>" holds the deaths the restarted incarnation found when it asked; only that incarnation writes it.
 bool Membership::successor_asked(Store& store, int id) {
-  const auto joining = read(store, kPrefix + "joining/" + std::to_string(id), {id}, /*fresh=*/true);
+  const auto joining = read(store, kPrefix + "joining/" + std::to_string(id), {id});
   return joining && std::stoll(*joining) >= store.add(kPrefix + "lost/" + std::to_string(id), 0);
 }
 
@@ -239,11 +220,6 @@ void Membership::enter(int epoch, std::vector<int> members, const std::vector<in
       if (std::find(members_.begin(), members_.end(), m) == members_.end() ||
           std::find(joiners.begin(), joiners.end(), m) != joiners.end())
         stale_.erase(std::remove(stale_.begin(), stale_.end(), m), stale_.end());
-    if (signer_)
-      for (int m : members)
-        if (std::find(members_.begin(), members_.end(), m) == members_.end() ||
-            std::find(joiners.begin(), joiners.end(), m) != joiners.end())
-          signer_->forget(m);  // a new incarnation may have a new identity
     members_ = std::move(members);
     generation_ += 1;
   }
@@ -259,7 +235,7 @@ std::vector<int> Membership::waiting_joiners() {
     const int64_t asked = store_.add(kPrefix + "join/" + std::to_string(w), 0);
     if (asked > 0 && !present(fmt::format("{}admitted/{}/{}", kPrefix, w, asked), members_) &&
         !present(fmt::format("{}offer/{}/{}", kPrefix, w, asked), members_) &&
-        present(kPrefix + "joining/" + std::to_string(w), {w}, /*fresh=*/true))
+        present(kPrefix + "joining/" + std::to_string(w), {w}))
       out.push_back(w);
   }
   return out;

@@ -45,7 +45,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -156,21 +155,16 @@ class Membership {
   // The store's values as members write and read them: signed by this member, and opened only when one of `authors`
   // (empty: any participant) signed them (without a signer, as they are).
   std::string signed_value(const std::string& key, const std::string& value) const;
-  std::optional<std::string> read(Store& store, const std::string& key, const std::vector<int>& authors,
-                                  bool fresh = false);
-  bool present(const std::string& key, const std::vector<int>& authors, bool fresh = false) {
-    return read(store_, key, authors, fresh).has_value();
+  std::optional<std::string> read(Store& store, const std::string& key, const std::vector<int>& authors);
+  bool present(const std::string& key, const std::vector<int>& authors) {
+    return read(store_, key, authors).has_value();
   }
-  // An agreement at `key` (Store::set_once: the first value written wins): the first value there that one of `authors`
-  // (empty: any participant) signed and that `accept` (when given) accepts with its author. A value written otherwise
-  // moves the agreement to the key's next slot ("<key>/1", ...), which every reader skips alike. None while the
-  // first slot not skipped is empty (`open_slot`: that slot's key).
+  // An agreement at `key` among the members' signed values (comm/signed_messages.h, agreed_value), and a proposal
+  // to it: what was agreed, this value or another member's.
   std::optional<std::string> agreed(const std::string& key, const std::vector<int>& authors,
-                                    const std::function<bool(const std::string&, int)>& accept = nullptr,
-                                    std::string* open_slot = nullptr);
-  // Proposes `value` at `key`'s first open slot: what was agreed (this value, or another member's).
+                                    const Accept& accept = nullptr);
   std::string propose(const std::string& key, const std::string& value, const std::vector<int>& authors,
-                      const std::function<bool(const std::string&, int)>& accept = nullptr);
+                      const Accept& accept = nullptr);
   // Epoch `epoch`'s members, as one of them wrote them (every writer is one of the members it lists).
   std::optional<std::vector<int>> read_members(int epoch);
   std::vector<int> propose_members(int epoch, const std::vector<int>& members);

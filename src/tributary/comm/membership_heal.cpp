@@ -27,7 +27,7 @@ std::vector<JoinRequest> Membership::offerable() {
         present(fmt::format("{}offer/{}/{}", kPrefix, w, asked), members_))
       continue;
     // The request counter is anyone's to move; the worker's own signed marker says it asked.
-    if (!present(kPrefix + "joining/" + std::to_string(w), {w}, /*fresh=*/true)) continue;
+    if (!present(kPrefix + "joining/" + std::to_string(w), {w})) continue;
     const bool member = std::find(members_.begin(), members_.end(), w) != members_.end();
     if (member && !known_dead(w)) {
       waiting = true;  // its old self is still a member: ask again later
@@ -47,7 +47,7 @@ void Membership::offer(const JoinRequest& request, const std::string& text) {
 // `joiners` (among `members`; a healed one may replace its old self) count their deaths from here, and are admitted.
 void Membership::enter_with_joiners(int epoch, const std::vector<int>& members, const std::vector<int>& joiners) {
   for (int j : joiners) {
-    if (const auto deaths = read(store_, kPrefix + "joining/" + std::to_string(j), {j}, /*fresh=*/true)) {
+    if (const auto deaths = read(store_, kPrefix + "joining/" + std::to_string(j), {j})) {
       const std::string incarnation = kPrefix + "incarnation/" + std::to_string(j);
       store_.set(incarnation, signed_value(incarnation, *deaths));
     }
@@ -109,9 +109,8 @@ bool Membership::start_round(const std::string& round, const std::vector<int>& h
                           std::chrono::milliseconds(static_cast<int64_t>(liveness_.dead_after_s() * 1000));
     for (int j : healed) {
       const std::string theirs = ready + std::to_string(j);
-      while (!present(theirs, {j}, /*fresh=*/true) && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(kPoll);
-      if (present(theirs, {j}, /*fresh=*/true)) arrived.push_back(j);
+      while (!present(theirs, {j}) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(kPoll);
+      if (present(theirs, {j})) arrived.push_back(j);
     }
     text = propose(key, proposal(arrived), {}, by_listed);
   } else {

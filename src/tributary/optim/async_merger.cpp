@@ -13,8 +13,6 @@
 namespace tributary {
 namespace {
 
-std::string term_key(int64_t t) { return fmt::format("{}merger/{}", UpdateBoard::kPrefix, t); }
-
 std::string shape_text(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
 }  // namespace
@@ -34,7 +32,7 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
     names_.push_back(name);
   }
   if (rules_.aggregate.judges_updates()) robust_ = std::make_unique<RobustAggregate>(rules_.aggregate);
-  if (self_ == rules_.replicas - 1) board_.store().set_once(term_key(0), std::to_string(self_));
+  if (self_ == rules_.replicas - 1) board_.claim_term(0);
 }
 
 AsyncMerger::~AsyncMerger() {
@@ -69,22 +67,21 @@ std::vector<int> AsyncMerger::alive() {
 
 // The newest term and its holder; a stale holder's term is raced for (first proposal written wins).
 bool AsyncMerger::elect() {
-  comm::Store& store = board_.store();
-  while (store.check({term_key(term_ + 1)})) ++term_;
+  while (board_.term_holder(term_ + 1)) ++term_;
   if (term_ < 0) {  // the last rank has not started yet: after a heartbeat deadline anyone may take term 0
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - born_).count();
     if (waited < rules_.dead_after_s) return false;
-    store.set_once(term_key(0), std::to_string(self_));
+    board_.claim_term(0);
     term_ = 0;
   }
-  int holder = std::stoi(store.get(term_key(term_)));
-  if (holder != self_ && liveness_.dead(holder)) {
-    const std::string won = store.set_once(term_key(term_ + 1), std::to_string(self_));
+  int holder = board_.term_holder(term_).value_or(-1);
+  if (holder != self_ && (holder < 0 || liveness_.dead(holder))) {
+    const int before = holder;
+    holder = board_.claim_term(term_ + 1);
     ++term_;
-    holder = std::stoi(won);
     if (holder == self_)
       log::warn("replica {}: the merger (replica {}) fell silent; replica {} merges from now on (term {})", self_,
-                std::stoi(store.get(term_key(term_ - 1))), self_, term_);
+                before, self_, term_);
   }
   const bool mine = holder == self_;
   if (!mine) loaded_ = false;

@@ -19,6 +19,7 @@ std::string commit_key(int64_t v) { return fmt::format("{}commit/{}", P, v); }
 std::string params_key(int64_t v, int merger) { return fmt::format("{}g/{}/{}", P, v, merger); }
 std::string momenta_key(int64_t v, int merger) { return fmt::format("{}m/{}/{}", P, v, merger); }
 std::string step_key(int64_t v, int merger) { return fmt::format("{}s/{}/{}", P, v, merger); }
+std::string term_key(int64_t t) { return fmt::format("{}merger/{}", P, t); }
 
 // int8: one symmetric scale per tensor (absmax / 127), sent beside it as "<name>.scale".
 NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
@@ -81,8 +82,13 @@ bool UpdateBoard::supports(const std::string& codec) {
   return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8";
 }
 
-UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self)
-    : store_(std::move(store)), codec_(std::move(codec)), link_(std::move(link)), self_(self) {
+UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,
+                         std::shared_ptr<comm::MessageSigner> signer)
+    : store_(std::move(store)),
+      codec_(std::move(codec)),
+      link_(std::move(link)),
+      self_(self),
+      signer_(std::move(signer)) {
   if (!supports(codec_))
     fail(
         "dist.compression = '{}' with dist.algorithm = async_diloco: a replica's update travels on its own to the "
@@ -97,22 +103,59 @@ void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) co
   if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
 }
 
+void UpdateBoard::put(const std::string& key, const std::string& bytes) {
+  store_.set(key, signer_ ? signer_->sign(key, bytes) : bytes);
+}
+
+std::optional<std::string> UpdateBoard::take(const std::string& key, int author) {
+  if (!store_.check({key})) return std::nullopt;
+  std::string text = store_.get(key);
+  if (!signer_) return text;
+  auto opened = signer_->open(key, text, {author});
+  if (!opened) return std::nullopt;
+  return std::move(opened->value);
+}
+
 int64_t UpdateBoard::post(const NamedTensors& delta, int64_t base_version, int64_t tokens, int merger) {
   const auto start = Clock::now();
   const int64_t n = store_.add(count_key(self_), 0);
   const std::string bytes = tensors_to_safetensors(
       encode(delta, codec_),
       {{"base", std::to_string(base_version)}, {"tokens", std::to_string(tokens)}, {"replica", std::to_string(self_)}});
-  store_.set(update_key(self_, n), bytes);
+  put(update_key(self_, n), bytes);
   wait_link(self_, merger, bytes.size(), seconds_since(start));
   store_.add(count_key(self_), 1);  // the post is readable once counted
   bytes_posted_ += double(bytes.size());
   return n;
 }
 
+namespace {
+
+// A term is claimed by the replica it names.
+bool claimed_by_itself(const std::string& value, int author) { return value == std::to_string(author); }
+
+}  // namespace
+
+std::optional<int> UpdateBoard::term_holder(int64_t term) {
+  const auto claim = comm::agreed_value(store_, signer_.get(), term_key(term), {}, claimed_by_itself);
+  if (!claim) return std::nullopt;
+  return std::stoi(claim->value);
+}
+
+int UpdateBoard::claim_term(int64_t term) {
+  return std::stoi(
+      comm::propose_value(store_, signer_.get(), term_key(term), std::to_string(self_), {}, claimed_by_itself).value);
+}
+
 int UpdateBoard::merger_now() {
-  while (store_.check({fmt::format("{}merger/{}", P, term_ + 1)})) ++term_;
-  return term_ < 0 ? -1 : std::stoi(store_.get(fmt::format("{}merger/{}", P, term_)));
+  std::optional<int> holder;
+  while (const auto next = term_holder(term_ + 1)) {
+    holder = next;
+    ++term_;
+  }
+  if (term_ < 0) return -1;
+  if (!holder) holder = term_holder(term_);
+  return holder.value_or(-1);
 }
 
 int64_t UpdateBoard::posted(int replica) { return store_.add(count_key(replica), 0); }
@@ -124,8 +167,14 @@ PostedUpdate UpdateBoard::read(int replica, int64_t number, const std::vector<st
     u.error = "its bytes are gone from the store";
     return u;
   }
+  std::optional<std::string> bytes = take(key, replica);
+  if (!bytes) {
+    u.error =
+        fmt::format("it does not carry replica {}'s signature (written in its name by another participant)", replica);
+    return u;
+  }
   try {
-    const auto file = safetensors::File::parse(store_.get(key), key);
+    const auto file = safetensors::File::parse(std::move(*bytes), key);
     const auto& meta = file.metadata();
     auto number_of = [&](const std::string& what) -> int64_t {
       const auto it = meta.find(what);
@@ -150,9 +199,20 @@ void UpdateBoard::forget(int replica, int64_t number) { store_.remove(update_key
 
 int64_t UpdateBoard::latest() { return store_.add(P + "version", 0); }
 
+namespace {
+
+// A version is committed by the merger its commit names.
+bool committed_by_its_merger(const std::string& value, int author) {
+  return author < 0 || nlohmann::json::parse(value).value("merger", -2) == author;
+}
+
+}  // namespace
+
 std::optional<CommittedVersion> UpdateBoard::commit_of(int64_t version) {
-  if (version <= 0 || !store_.check({commit_key(version)})) return std::nullopt;
-  return CommittedVersion{version, nlohmann::json::parse(store_.get(commit_key(version)))};
+  if (version <= 0) return std::nullopt;
+  const auto commit = comm::agreed_value(store_, signer_.get(), commit_key(version), {}, committed_by_its_merger);
+  if (!commit) return std::nullopt;
+  return CommittedVersion{version, nlohmann::json::parse(commit->value)};
 }
 
 NamedTensors UpdateBoard::as_received(const NamedTensors& tensors) const {
@@ -163,12 +223,13 @@ NamedTensors UpdateBoard::as_received(const NamedTensors& tensors) const {
 
 bool UpdateBoard::publish(int64_t version, int merger, const NamedTensors& params, const NamedTensors& momenta,
                           const NamedTensors& step, nlohmann::json meta) {
-  store_.set(params_key(version, merger), tensors_to_safetensors(params));
-  store_.set(momenta_key(version, merger), tensors_to_safetensors(momenta));
-  if (!step.empty()) store_.set(step_key(version, merger), tensors_to_safetensors(encode(step, codec_)));
+  put(params_key(version, merger), tensors_to_safetensors(params));
+  put(momenta_key(version, merger), tensors_to_safetensors(momenta));
+  if (!step.empty()) put(step_key(version, merger), tensors_to_safetensors(encode(step, codec_)));
   meta["merger"] = merger;
   const std::string mine = meta.dump();
-  if (store_.set_once(commit_key(version), mine) != mine) {
+  if (comm::propose_value(store_, signer_.get(), commit_key(version), mine, {}, committed_by_its_merger).value !=
+      mine) {
     store_.remove(params_key(version, merger));
     store_.remove(momenta_key(version, merger));
     store_.remove(step_key(version, merger));
@@ -182,28 +243,30 @@ NamedTensors UpdateBoard::fetch_params(const CommittedVersion& version, const st
   const auto start = Clock::now();
   const int merger = version.meta.at("merger").get<int>();
   const std::string key = params_key(version.version, merger);
-  if (!store_.check({key})) return {};  // three versions behind by now: deleted
-  std::string bytes = store_.get(key);
-  wait_link(merger, self_, bytes.size(), seconds_since(start));
-  bytes_fetched_ += double(bytes.size());
-  return decode(safetensors::File::parse(std::move(bytes), key), names);
+  auto bytes = take(key, merger);
+  if (!bytes) return {};  // three versions behind by now: deleted (or refused)
+  wait_link(merger, self_, bytes->size(), seconds_since(start));
+  bytes_fetched_ += double(bytes->size());
+  return decode(safetensors::File::parse(std::move(*bytes), key), names);
 }
 
 NamedTensors UpdateBoard::fetch_momenta(const CommittedVersion& version) {
-  const std::string key = momenta_key(version.version, version.meta.at("merger").get<int>());
-  if (!store_.check({key})) return {};
-  return decode_all(safetensors::File::parse(store_.get(key), key));
+  const int merger = version.meta.at("merger").get<int>();
+  const std::string key = momenta_key(version.version, merger);
+  auto bytes = take(key, merger);
+  if (!bytes) return {};
+  return decode_all(safetensors::File::parse(std::move(*bytes), key));
 }
 
 NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version, const std::vector<std::string>& names) {
   const auto start = Clock::now();
   const int merger = version.meta.at("merger").get<int>();
   const std::string key = step_key(version.version, merger);
-  if (!store_.check({key})) return {};
-  std::string bytes = store_.get(key);
-  wait_link(merger, self_, bytes.size(), seconds_since(start));
-  bytes_fetched_ += double(bytes.size());
-  return decode(safetensors::File::parse(std::move(bytes), key), names);
+  auto bytes = take(key, merger);
+  if (!bytes) return {};
+  wait_link(merger, self_, bytes->size(), seconds_since(start));
+  bytes_fetched_ += double(bytes->size());
+  return decode(safetensors::File::parse(std::move(*bytes), key), names);
 }
 
 void UpdateBoard::forget_version(const CommittedVersion& version) {

@@ -21,9 +21,15 @@
 // version (the newest committed, a counter), g/{v}/{m}, m/{v}/{m} and s/{v}/{m} (merger m's parameters, momenta and
 // step from v - 1), merger/{t}
 // (who holds merging term t), hb/{r} (heartbeats).
+//
+// With identities (comm/signed_messages.h) a post is signed by its replica (bound to its key: the replica and its
+// number), a version's commit and blobs by the merger its commit names, and a term's claim by its claimant: a post
+// in another replica's name is refused naming the replica, a blob in the merger's name counts as gone, and a forged
+// commit or claim that won its key moves the agreement to the key's next slot.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tributary/comm/link_model.h"
+#include "tributary/comm/signed_messages.h"
 #include "tributary/comm/store.h"
 #include "tributary/model/tensor_io.h"
 
@@ -58,15 +65,19 @@ class UpdateBoard {
   inline static const std::string kPrefix = "async/";
 
   // `codec`: fp32 | fp16 | bf16 | int8 (what updates travel as; Error naming dist.compression otherwise).
-  // `link`: the emulated links between the ranks, if any; `self`: this process's rank.
-  UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self);
+  // `link`: the emulated links between the ranks, if any; `self`: this process's rank. `signer`: signs what this
+  // process writes and checks what it reads (null: unsigned).
+  UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,
+              std::shared_ptr<comm::MessageSigner> signer = nullptr);
   static bool supports(const std::string& codec);
 
   // A replica: posts `delta` (names and shapes of the model's parameters) and returns its number. `merger`: the rank
   // whose link the emulated transfer takes (-1: none known).
   int64_t post(const NamedTensors& delta, int64_t base_version, int64_t tokens, int merger);
-  int64_t posted(int replica);  // how many updates `replica` posted so far
-  int merger_now();             // the rank that holds the newest merging term (-1: none yet)
+  int64_t posted(int replica);                   // how many updates `replica` posted so far
+  int merger_now();                              // the rank that holds the newest merging term (-1: none yet)
+  std::optional<int> term_holder(int64_t term);  // who claimed merging term `term` first (none: nobody yet)
+  int claim_term(int64_t term);                  // claims it for this process: who holds it now
   // Tensors come back in the model's order (`names`: its parameters'); a post with others is refused (error).
   PostedUpdate read(int replica, int64_t number, const std::vector<std::string>& names);
   void forget(int replica, int64_t number);
@@ -94,11 +105,15 @@ class UpdateBoard {
 
  private:
   void wait_link(int from, int to, size_t bytes, double already_s) const;
+  void put(const std::string& key, const std::string& bytes);  // signed
+  // The bytes at `key` when `author` signed them (none: absent, or refused).
+  std::optional<std::string> take(const std::string& key, int author);
 
   comm::Store store_;
   std::string codec_;
   std::optional<comm::LinkModel> link_;
   int self_;
+  std::shared_ptr<comm::MessageSigner> signer_;
   int64_t term_ = -1;  // merger_now()'s newest term seen
   double bytes_posted_ = 0, bytes_fetched_ = 0;
 };

@@ -26,15 +26,20 @@ Session::Session(const RunConfig& config, const DistEnv& env, const std::vector<
 
 Session::Session(const RunConfig& config, const DistEnv& env) : Session(config, env, every_rank(env.world_size)) {}
 
-std::shared_ptr<comm::MessageSigner> Session::membership_signer() const {
+std::shared_ptr<comm::MessageSigner> Session::membership_signer(int self, std::function<int(int)> rank_of) const {
   if (!identity_) return nullptr;
   std::vector<std::string> admitted;
   if (!config_.dist.admission.empty()) admitted = comm::read_admission_list(config_.dist.admission);
-  // The signer pins what it reads; published_key's own pins are not kept between calls.
-  return std::make_shared<comm::MessageSigner>(identity_, env_.rank, [store = store_, admitted](int id) mutable {
-    std::map<int, std::string> pins;
-    return published_key(store, admitted, id, pins);
-  });
+  if (!rank_of) rank_of = [](int id) { return id; };
+  // The signer keeps every key it saw (comm/signed_messages.h); published_key's pins are not kept between calls. Its
+  // reads take a connection of their own: the session's may be held by a long wait of the main thread.
+  return std::make_shared<comm::MessageSigner>(identity_, self < 0 ? env_.rank : self,
+                                               [store = reconnect(), admitted, rank_of](int id) mutable {
+                                                 const int rank = rank_of(id);
+                                                 if (rank < 0) return std::string();  // no such member
+                                                 std::map<int, std::string> pins;
+                                                 return published_key(store, admitted, rank, pins);
+                                               });
 }
 
 comm::Store Session::reconnect(const std::string& scope) const {

@@ -6,6 +6,7 @@
 // in-memory store and no links.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,9 +47,12 @@ class Session {
   // This participant's identity as published at the rendezvous (runtime/rendezvous.h, publish_identity); null
   // without one.
   const std::shared_ptr<const comm::Identity>& identity() const { return identity_; }
-  // What signs this participant's membership messages (launch ranks as ids) and checks the others' with the keys they
-  // published (dist.admission's list applied); null without an identity.
-  std::shared_ptr<comm::MessageSigner> membership_signer() const;
+  // What signs this participant's membership messages and checks the others' with the keys they published
+  // (dist.admission's list applied); null without an identity. The members' ids are launch ranks, or — for a quorum
+  // of islands or pipelines — `self` is this process's member id and `rank_of(id)` the rank that speaks for member id
+  // (-1: no such member).
+  std::shared_ptr<comm::MessageSigner> membership_signer(int self = -1,
+                                                         std::function<int(int)> rank_of = nullptr) const;
 
  private:
   RunConfig config_;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "support/participants.h"
 #include "support/thread_ranks.h"
 #include "tributary/comm/membership.h"
 #include "tributary/comm/signed_messages.h"
@@ -15,19 +16,7 @@ using namespace tributary;
 
 namespace {
 
-// Participants 0..n-1 with identities; each published its key (what runtime/rendezvous.h does).
-struct Participants {
-  explicit Participants(int n) {
-    for (int i = 0; i < n; ++i) identities.push_back(std::make_shared<comm::Identity>(comm::Identity::generate()));
-  }
-  std::shared_ptr<comm::MessageSigner> signer(int id) const { return as(id, id); }
-  // Participant `who` signing with its own key while it claims to be participant `claimed`.
-  std::shared_ptr<comm::MessageSigner> as(int who, int claimed) const {
-    return std::make_shared<comm::MessageSigner>(identities[size_t(who)], claimed,
-                                                 [this](int id) { return identities[size_t(id)]->public_hex(); });
-  }
-  std::vector<std::shared_ptr<comm::Identity>> identities;
-};
+using test_support::Participants;
 
 constexpr double kDeadAfter = 3.0;
 
@@ -92,15 +81,14 @@ TEST(SignedMembership, ADeathReportIsNotConfirmedByASuccessorRequestInTheWorkers
 }
 
 TEST(SignedMembership, AHealedJoinerWithANewIdentityIsAdmittedAndHeardFromThen) {
-  // A round with worker 2 pins its key on the others. Worker 2 dies; its replacement comes with a new identity
+  // A round with worker 2 shows the others its key. Worker 2 dies; its replacement comes with a new identity
   // (published as a joiner does). The lead heals it: its readiness, the lead's proposal and the new epoch's members
-  // are signed, and from the admission on the members check worker 2 with its new key (its vote counts).
+  // are signed, and the members check worker 2 with its new key (its vote counts).
   auto store = comm::Store::in_memory();
   Participants p(3);
   const std::vector<std::shared_ptr<comm::MessageSigner>> signers = {p.signer(0), p.signer(1)};
   test_support::run_threads(2, [&](int id) {
-    comm::Membership m(store, store, id, 3, kDeadAfter, false, std::chrono::minutes(1), "worker",
-                       signers[size_t(id)]);
+    comm::Membership m(store, store, id, 3, kDeadAfter, false, std::chrono::minutes(1), "worker", signers[size_t(id)]);
     const std::string key = "ft/e0/x0/vote/2";  // worker 2's vote, before its death
     if (id == 0) store.set(key, p.signer(2)->sign(key, "10"));
     EXPECT_TRUE(m.should_commit("x0", true, false).commit);

@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "support/participants.h"
 #include "tributary/comm/heartbeat.h"
 #include "tributary/optim/async_merger.h"
 
@@ -210,4 +211,37 @@ TEST(AsyncMerger, ARobustRuleRefusesTheOutlierAndMovesTheModelAsFarAsTheAccepted
   EXPECT_EQ(merger.stats().refused, 1);
   EXPECT_NEAR(value_of(version(store, 2), "w"), -0.2f * 2 / 3, 1e-6);
   EXPECT_FALSE(store.check({"async/up/2/0"})) << "the refused post is not kept";
+}
+
+TEST(AsyncMerger, WithIdentitiesAPostOrACommitInAnothersNameChangesNothing) {
+  // Replicas 0..2 sign what they write; participant 3 holds the run's secret and an identity of its own. It posts an
+  // update in replica 1's name and commits version 3 in the merger's name before the merger does: the post is
+  // refused naming replica 1, and the merger's own version 3 is agreed in the commit's next slot.
+  auto store = comm::Store::in_memory();
+  const test_support::Participants p(4);
+  MergeRules r = rules(3);
+  r.min_quorum = 1;
+  r.grace_s = 0;
+  AsyncMerger merger(UpdateBoard(store, "fp32", std::nullopt, 2, p.signer(2)), store, 2, r, model());
+  merger.poll();  // term 0, version 1
+  UpdateBoard(store, "fp32", std::nullopt, 0, p.signer(0)).post(filled(0.3f), 1, 100, 2);
+  UpdateBoard(store, "fp32", std::nullopt, 1, p.as(3, 1)).post(filled(9.0f), 1, 100, 2);
+  ASSERT_TRUE(merger.poll());
+  EXPECT_EQ(merger.stats().refused, 1) << "the post in replica 1's name";
+  UpdateBoard reader(store, "fp32", std::nullopt, 0, p.signer(0));
+  const auto v2 = reader.commit_of(2);
+  ASSERT_TRUE(v2);
+  EXPECT_NEAR(value_of(reader.fetch_params(*v2, kNames), "w"), -0.3f / 3, 1e-6) << "only replica 0's update";
+
+  const std::string key = "async/commit/3";
+  store.set_once(key, p.as(3, 2)->sign(key, R"({"merger": 2, "term": 0, "tokens": 0, "consumed": {}, "merged": [],
+                                              "late": [], "done": true})"));
+  EXPECT_FALSE(reader.commit_of(3)) << "a commit in the merger's name that it did not sign";
+  UpdateBoard(store, "fp32", std::nullopt, 0, p.signer(0)).post(filled(0.3f), 2, 100, 2);
+  ASSERT_TRUE(merger.poll());
+  const auto v3 = reader.commit_of(3);
+  ASSERT_TRUE(v3);
+  EXPECT_FALSE(v3->meta.value("done", false));
+  EXPECT_TRUE(store.check({key + "/1"})) << "agreed in the next slot";
+  EXPECT_NEAR(value_of(reader.fetch_params(*v3, kNames), "w"), -0.6f / 3, 1e-6);
 }

@@ -19,16 +19,18 @@ AsyncSync::AsyncSync(const Session& session)
     : AsyncSync(session, {.id = session.env().rank,
                           .count = session.env().world_size,
                           .lead = session.env().lead(),
-                          .links = session.links()}) {}
+                          .links = session.links(),
+                          .signer = session.membership_signer()}) {}
 
 AsyncSync::AsyncSync(const Session& session, AsyncMember member)
     : session_(session),
       rank_(member.id),
       replicas_(member.count),
       links_(member.links),
+      signer_(member.signer),
       lead_(member.lead),
       pace_(session.config().dist.inner_steps, session.config().dist.round_seconds),
-      board_(session.reconnect(), session.config().dist.compression, member.links, member.id) {
+      board_(session.reconnect(), session.config().dist.compression, member.links, member.id, member.signer) {
   const RunConfig& c = session.config();
   tokens_per_step_ = member.ranks * c.train.batch_size * c.train.grad_accum * c.model.context;
   rules_ = {.replicas = replicas_,
@@ -163,8 +165,9 @@ void AsyncSync::enter(NamedTensors& trained) {
     names_.push_back(name);
   }
   merger_ = std::make_unique<AsyncMerger>(
-      UpdateBoard(session_.reconnect(), session_.config().dist.compression, links_, rank_), session_.reconnect(), rank_,
-      rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); }, resumed_.value_or(MergeStart{}));
+      UpdateBoard(session_.reconnect(), session_.config().dist.compression, links_, rank_, signer_),
+      session_.reconnect(), rank_, rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); },
+      resumed_.value_or(MergeStart{}));
   merger_->run();
   // Every rank met the others at the session's rendezvous: launch may restart the dead from now on.
   thread_.run<int>([this] {

@@ -46,9 +46,10 @@ namespace tributary {
 // (runtime/sync/island_sync.h), whose step trains its ranks' batches.
 struct AsyncMember {
   int id = 0, count = 1;
-  int64_t ranks = 1;                     // the ranks one step of the member trains on
-  bool lead = false;                     // the run's lead: it reads and writes the global model
-  std::optional<comm::LinkModel> links;  // the emulated links among the members, by id; none without dist.wan
+  int64_t ranks = 1;                            // the ranks one step of the member trains on
+  bool lead = false;                            // the run's lead: it reads and writes the global model
+  std::optional<comm::LinkModel> links;         // the emulated links among the members, by id; none without dist.wan
+  std::shared_ptr<comm::MessageSigner> signer;  // signs the board's posts, versions and terms (null: unsigned)
 };
 
 // A checkpoint's outer momenta of asynchronous DiLoCo ("<param>.outer_momentum"), written by the lead.
@@ -108,6 +109,7 @@ class AsyncSync : public Sync {
   const Session& session_;
   int rank_, replicas_;  // this member's id and the members' number
   std::optional<comm::LinkModel> links_;
+  std::shared_ptr<comm::MessageSigner> signer_;
   bool lead_;
   int64_t tokens_per_step_;
   RoundPace pace_;  // when a round ends (by steps or by time)

@@ -77,26 +77,34 @@ IslandSync::IslandSync(const Session& session, const Layout& layout)
                                                          .link = std::nullopt,
                                                          .prefix = fmt::format("island-dp.{}{}", island, life),
                                                          .part = false});
+  std::vector<int> leads;  // the rank that speaks for each island
+  for (int64_t i = 0; i < layout.islands().count(); ++i) leads.push_back(int(layout.islands().begin(i)));
   if (async_islands_) {
-    std::vector<int> leads;
-    for (int64_t i = 0; i < layout.islands().count(); ++i) leads.push_back(int(layout.islands().begin(i)));
     if (layout.islands().rank_in_island() == 0)
-      async_ = std::make_unique<AsyncSync>(session, AsyncMember{.id = int(island),
-                                                                .count = int(layout.islands().count()),
-                                                                .ranks = size,
-                                                                .lead = env.lead(),
-                                                                .links = session.links_among(leads)});
+      async_ = std::make_unique<AsyncSync>(
+          session, AsyncMember{.id = int(island),
+                               .count = int(layout.islands().count()),
+                               .ranks = size,
+                               .lead = env.lead(),
+                               .links = session.links_among(leads),
+                               .signer = session.membership_signer(int(island), [leads](int i) {
+                                 return i >= 0 && size_t(i) < leads.size() ? leads[size_t(i)] : -1;
+                               })});
   } else if (layout.islands().outer_shard() >= 0) {
     const std::vector<int> peers = layout.islands().outer_shard_ranks();
     auto link = session.links_among(peers);
     if (fault_tolerant_)
-      across_ = std::make_unique<ReplicaSync>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
-                                                                  .heartbeat_store = session.reconnect(kIslandsScope),
-                                                                  .id = int(island),
-                                                                  .size = int(layout.islands().count()),
-                                                                  .joining = env.joining,
-                                                                  .link = std::move(link),
-                                                                  .noun = "island"});
+      across_ = std::make_unique<ReplicaSync>(
+          config, MemberGroup{.store = session.reconnect(kIslandsScope),
+                              .heartbeat_store = session.reconnect(kIslandsScope),
+                              .id = int(island),
+                              .size = int(layout.islands().count()),
+                              .joining = env.joining,
+                              .link = std::move(link),
+                              .noun = "island",
+                              .signer = session.membership_signer(int(island), [leads](int i) {
+                                return i >= 0 && size_t(i) < leads.size() ? leads[size_t(i)] : -1;
+                              })});
     else
       across_ = std::make_unique<ReplicaSync>(
           config, ReplicaGroup{.store = store_,

@@ -107,13 +107,18 @@ void PipelineSync::form_replicas(const Session& session, const Layout& layout) {
   const DistEnv& env = session.env();
   if (fault_tolerant_) {
     if (stage() != 0) return;
-    across_ = std::make_unique<ReplicaSync>(config, MemberGroup{.store = session.reconnect(kIslandsScope),
-                                                                .heartbeat_store = session.reconnect(kIslandsScope),
-                                                                .id = int(layout.islands().island()),
-                                                                .size = int(layout.islands().count()),
-                                                                .joining = env.joining,
-                                                                .link = session.links_among(layout.lead_stage_ranks()),
-                                                                .noun = "pipeline"});
+    across_ = std::make_unique<ReplicaSync>(
+        config, MemberGroup{.store = session.reconnect(kIslandsScope),
+                            .heartbeat_store = session.reconnect(kIslandsScope),
+                            .id = int(layout.islands().island()),
+                            .size = int(layout.islands().count()),
+                            .joining = env.joining,
+                            .link = session.links_among(layout.lead_stage_ranks()),
+                            .noun = "pipeline",
+                            .signer = session.membership_signer(
+                                int(layout.islands().island()), [leads = layout.lead_stage_ranks()](int i) {
+                                  return i >= 0 && size_t(i) < leads.size() ? leads[size_t(i)] : -1;
+                                })});
     if (env.rank == 0 && !env.joining)
       log::info(
           "fault-tolerant pipelines: the quorum's members are the pipelines, each spoken for by its stage 0, which "
