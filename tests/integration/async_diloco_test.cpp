@@ -115,6 +115,37 @@ TEST_F(Distributed, AsyncIslandsTrainDataParallelInsideAndNeverWaitForEachOtherA
   EXPECT_LT(summary["val_bpb"].get<double>(), summary["unigram_bpb"].get<double>());
 }
 
+TEST_F(Distributed, AsyncIslandsResumeFromTheLeadsCheckpoint) {
+  // Two islands of two ranks (ZeRO-1 inside each): the lead's checkpoint holds the global model, its island's whole
+  // AdamW state (gathered from both ranks) and the merged tokens; --resume starts every rank of both islands from it
+  // and the merges go on to the run's token budget.
+  const std::string cli = std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --";
+  const std::string sets =
+      "--set dist.algorithm=async_diloco --set parallel.islands=2 --set train.steps=40 --set train.batch_size=4 "
+      "--set dist.inner_steps=5 --set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 "
+      "--set parallel.shard_optimizer=true --set dist.slow_workers=0:3,1:3,2:3,3:3";
+  auto [rc, out] = sh(cli + tiny("async_islands_resume", sets) + " --stop-after-step 20");
+  ASSERT_EQ(rc, 0) << out;
+  const auto steps = checkpoint_steps(work() / "async_islands_resume");
+  ASSERT_FALSE(steps.empty()) << out;
+  const auto state =
+      nlohmann::json::parse(read_file(checkpoint_dir(work() / "async_islands_resume", steps.back()) / "state.json"));
+  ASSERT_TRUE(state.contains("async")) << state.dump();
+  EXPECT_EQ(state["world_size"], 4) << "the ranks', not the islands'";
+  const int64_t kept = state["async"]["tokens"].get<int64_t>();
+  const size_t merges_before = merges_of("async_islands_resume").size();
+
+  std::tie(rc, out) = sh(cli + tiny("async_islands_resume", sets) + " --resume");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(fmt::format("{} tokens merged): every replica starts from the lead's", kept)), std::string::npos)
+      << out;
+  const auto merges = merges_of("async_islands_resume");
+  ASSERT_GT(merges.size(), merges_before) << "the resumed run's merges are appended";
+  EXPECT_GT(merges[merges_before]["tokens"].get<int64_t>(), kept);
+  EXPECT_TRUE(merges.back()["done"].get<bool>());
+  EXPECT_GE(merges.back()["tokens"].get<int64_t>(), 40 * 4 * 4 * 64) << "the run's budget, over its four ranks";
+}
+
 TEST_F(Distributed, TimePacedAsyncRoundsGiveAFastReplicaMoreStepsPerRoundAndASlowOneFewer) {
   // dist.round_seconds: every replica posts after the same time of training, so replica 2 (4x slower) posts as often
   // as the others with fewer steps per round, and each update counts the tokens it trained on. -1: the round's

@@ -67,6 +67,9 @@ class AsyncSync : public Sync {
   // dist.round_seconds = -1: the round's length from every member's `step_seconds` (StartState::step_seconds), agreed
   // on the store; nothing otherwise. start() calls it; a sync that composes this one calls it before enter().
   void measure_pace(const std::function<double()>& step_seconds);
+  // A resume: the merges go on from what the lead's checkpoint kept of them (an Error naming its state.json when it
+  // is not asynchronous DiLoCo's). start() calls it; a sync that composes this one calls it before enter().
+  void resume_from(const LoadedCheckpoint& ckpt);
   // Starts posting and merging from `trained` (version 1: every member initialised alike), or from the newest version
   // when one exists (a restarted member adopts it). A sync that composes this one (islands) calls it instead of
   // start().
@@ -93,7 +96,6 @@ class AsyncSync : public Sync {
     NamedTensors delta;
     int64_t at_step = 0;  // the replica's steps when it was posted
   };
-  void resume_from(const LoadedCheckpoint& ckpt);  // what the lead's checkpoint kept of the merges
   void post(NamedTensors& trained, int64_t steps);
   // The newest version when it is newer than `have` (none otherwise); on the communication thread. From `have`'s
   // parameters (exact) by the versions' steps when they are at hand, otherwise the whole version.

@@ -190,12 +190,10 @@ Started IslandSync::start(const StartState& s) {
     return started;
   }
   if (async_islands_) {
-    if (s.ckpt)
-      fail(
-          "dist.algorithm = async_diloco cannot resume a checkpoint yet (its islands stop at different steps): start "
-          "a new run with train.init_from = '{}' to continue from its model",
-          s.ckpt->dir.string());
-    start_island(s.trained, s.optimizer, 0, nullptr, nlohmann::json::array());
+    // A resume: every rank restored the lead's model, AdamW state, step and data position (an asynchronous checkpoint
+    // is the lead's alone, runtime/run_state.h), and each island's rank 0 goes on merging from what it kept.
+    if (s.ckpt && async_) async_->resume_from(*s.ckpt);
+    start_island(s.trained, s.optimizer, s.ckpt ? s.progress.step : 0, nullptr, nlohmann::json::array());
     if (async_) {
       async_->measure_pace(s.step_seconds);  // dist.round_seconds = -1: the island's rank 0 times a step
       async_->enter(s.trained);              // a restarted island's rank 0 adopts the newest version
@@ -426,7 +424,13 @@ bool IslandSync::stop_agreed(bool local_stop) {
 
 bool IslandSync::checkpoint_part(const fs::path& run_dir, int64_t step, const RankState& mine,
                                  CheckpointContents& contents) {
-  if (async_islands_) return env_.lead();  // the lead's copy is the global model (before_read); nobody else writes one
+  if (async_islands_) {
+    // The lead's copy is the global model (before_read), and its island gathered the AdamW state with it (ZeRO-1):
+    // the lead alone writes, with what a resume of its merges needs (AsyncSync::checkpoint_part).
+    if (!async_ || !async_->checkpoint_part(run_dir, step, mine, contents)) return false;
+    contents.state["world_size"] = env_.world_size;  // the ranks' (the async block counts islands)
+    return true;
+  }
   if (fault_tolerant_) {
     // The island leads' checkpoint, as the whole model's fault-tolerant replicas take it (the living ones). A lead's
     // loader reads one of n x members shards; as one of the members' shards it is n times further on.
