@@ -43,6 +43,51 @@ std::vector<nlohmann::json> merges_of(const std::string& run) {
   return out;
 }
 
+// `nproc` workers of `sets` stopped at their 20th step (--stop-after-step 20: the lead writes its checkpoint), then
+// --resume'd: what the stopped run's checkpoint kept (its state.json and directory), the merges it wrote, and the
+// resumed run's output. `ok` is false (with the failure reported) when either run failed or no checkpoint was kept.
+struct StopAndResume {
+  bool ok = false;
+  fs::path ckpt;
+  nlohmann::json state;
+  int64_t kept = 0;  // the tokens the checkpoint's merges held
+  size_t merges_before = 0;
+  std::string resumed;  // the resumed run's output
+};
+
+StopAndResume stop_and_resume(const std::string& run, int nproc, const std::string& sets) {
+  StopAndResume r;
+  const std::string cli = fmt::format("{} launch --nproc {} --master-port 0 --", TRIBUTARY_CLI, nproc);
+  auto [rc, out] = sh(cli + tiny(run, sets) + " --stop-after-step 20");
+  if (rc != 0) {
+    ADD_FAILURE() << "the stopped run failed:\n" << out;
+    return r;
+  }
+  const auto steps = checkpoint_steps(work() / run);
+  if (steps.empty()) {
+    ADD_FAILURE() << "no checkpoint kept:\n" << out;
+    return r;
+  }
+  r.ckpt = checkpoint_dir(work() / run, steps.back());
+  r.state = nlohmann::json::parse(read_file(r.ckpt / "state.json"));
+  if (!r.state.contains("async")) {
+    ADD_FAILURE() << "no \"async\" block: " << r.state.dump();
+    return r;
+  }
+  r.kept = r.state["async"]["tokens"].get<int64_t>();
+  r.merges_before = merges_of(run).size();
+  std::tie(rc, r.resumed) = sh(cli + tiny(run, sets) + " --resume");
+  if (rc != 0) {
+    ADD_FAILURE() << "the resumed run failed:\n" << r.resumed;
+    return r;
+  }
+  EXPECT_NE(r.resumed.find(fmt::format("{} tokens merged): every replica starts from the lead's", r.kept)),
+            std::string::npos)
+      << r.resumed;
+  r.ok = true;
+  return r;
+}
+
 // Versions 2, 3, ... each committed once, whoever merged them.
 void expect_consecutive(const std::vector<nlohmann::json>& merges) {
   for (size_t i = 0; i < merges.size(); ++i) EXPECT_EQ(merges[i]["version"].get<int64_t>(), int64_t(i) + 2);
@@ -119,29 +164,16 @@ TEST_F(Distributed, AsyncIslandsResumeFromTheLeadsCheckpoint) {
   // Two islands of two ranks (ZeRO-1 inside each): the lead's checkpoint holds the global model, its island's whole
   // AdamW state (gathered from both ranks) and the merged tokens; --resume starts every rank of both islands from it
   // and the merges go on to the run's token budget.
-  const std::string cli = std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --";
-  const std::string sets =
+  const auto r = stop_and_resume(
+      "async_islands_resume", 4,
       "--set dist.algorithm=async_diloco --set parallel.islands=2 --set train.steps=40 --set train.batch_size=4 "
       "--set dist.inner_steps=5 --set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 "
-      "--set parallel.shard_optimizer=true --set dist.slow_workers=0:3,1:3,2:3,3:3";
-  auto [rc, out] = sh(cli + tiny("async_islands_resume", sets) + " --stop-after-step 20");
-  ASSERT_EQ(rc, 0) << out;
-  const auto steps = checkpoint_steps(work() / "async_islands_resume");
-  ASSERT_FALSE(steps.empty()) << out;
-  const auto state =
-      nlohmann::json::parse(read_file(checkpoint_dir(work() / "async_islands_resume", steps.back()) / "state.json"));
-  ASSERT_TRUE(state.contains("async")) << state.dump();
-  EXPECT_EQ(state["world_size"], 4) << "the ranks', not the islands'";
-  const int64_t kept = state["async"]["tokens"].get<int64_t>();
-  const size_t merges_before = merges_of("async_islands_resume").size();
-
-  std::tie(rc, out) = sh(cli + tiny("async_islands_resume", sets) + " --resume");
-  ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find(fmt::format("{} tokens merged): every replica starts from the lead's", kept)), std::string::npos)
-      << out;
+      "--set parallel.shard_optimizer=true --set dist.slow_workers=0:3,1:3,2:3,3:3");
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.state["world_size"], 4) << "the ranks', not the islands'";
   const auto merges = merges_of("async_islands_resume");
-  ASSERT_GT(merges.size(), merges_before) << "the resumed run's merges are appended";
-  EXPECT_GT(merges[merges_before]["tokens"].get<int64_t>(), kept);
+  ASSERT_GT(merges.size(), r.merges_before) << "the resumed run's merges are appended";
+  EXPECT_GT(merges[r.merges_before]["tokens"].get<int64_t>(), r.kept);
   EXPECT_TRUE(merges.back()["done"].get<bool>());
   EXPECT_GE(merges.back()["tokens"].get<int64_t>(), 40 * 4 * 4 * 64) << "the run's budget, over its four ranks";
 }
@@ -183,29 +215,18 @@ TEST_F(Distributed, AsyncDilocoResumesFromTheLeadsCheckpointAndEndsAtTheSameToke
   // the version's outer momenta, the tokens merged). --resume: every replica starts from it, and the merges go on
   // from those tokens to the budget of train.steps x replicas, appending to merges.jsonl. Every replica runs 3x slower:
   // 20 steps at full speed (0.3 s) could end before a replica that started late had posted, and no merge was kept.
-  const std::string cli = std::string(TRIBUTARY_CLI) + " launch --nproc 3 --master-port 0 --";
-  const std::string sets =
+  const auto r = stop_and_resume(
+      "async_resume", 3,
       "--set dist.algorithm=async_diloco --set train.steps=60 --set train.batch_size=4 --set dist.inner_steps=5 "
       "--set dist.heartbeat_timeout_s=5 --set dist.store_timeout_s=30 --set dist.outer_lr=0.7 "
-      "--set dist.outer_momentum=0.9 --set dist.slow_workers=0:3,1:3,2:3";
-  auto [rc, out] = sh(cli + tiny("async_resume", sets) + " --stop-after-step 20");
-  ASSERT_EQ(rc, 0) << out;
-  const auto steps = checkpoint_steps(work() / "async_resume");
-  ASSERT_FALSE(steps.empty()) << out;
-  const fs::path ckpt = checkpoint_dir(work() / "async_resume", steps.back());
-  const auto state = nlohmann::json::parse(read_file(ckpt / "state.json"));
-  ASSERT_TRUE(state.contains("async")) << state.dump();
-  const int64_t kept = state["async"]["tokens"].get<int64_t>();
-  EXPECT_GT(kept, 0) << state.dump();
-  EXPECT_TRUE(fs::exists(ckpt / "async_outer.safetensors"));
-  const size_t merges_before = merges_of("async_resume").size();
-
-  std::tie(rc, out) = sh(cli + tiny("async_resume", sets) + " --resume");
-  ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("resuming asynchronous DiLoCo from"), std::string::npos) << out;
-  EXPECT_NE(out.find(fmt::format("{} tokens merged): every replica starts from the lead's", kept)), std::string::npos)
-      << out;
+      "--set dist.outer_momentum=0.9 --set dist.slow_workers=0:3,1:3,2:3");
+  ASSERT_TRUE(r.ok);
+  const int64_t kept = r.kept;
+  EXPECT_GT(kept, 0) << r.state.dump();
+  EXPECT_TRUE(fs::exists(r.ckpt / "async_outer.safetensors"));
+  EXPECT_NE(r.resumed.find("resuming asynchronous DiLoCo from"), std::string::npos) << r.resumed;
   const auto merges = merges_of("async_resume");
+  const size_t merges_before = r.merges_before;
   ASSERT_GT(merges.size(), merges_before) << "the resumed run's merges are appended";
   const auto& first_resumed = merges[merges_before];
   EXPECT_EQ(first_resumed["version"].get<int64_t>(), 2) << "a new board, from version 1";
