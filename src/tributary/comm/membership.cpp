@@ -61,10 +61,27 @@ std::string Membership::propose(const std::string& key, const std::string& value
 
 namespace {
 
-// A list of members is written by one of them.
+// A list of members is written by one of them (a value that is no list of ids is skipped like a forged one).
 bool written_by_one_listed(const std::string& value, int author) {
-  const auto members = nlohmann::json::parse(value).get<std::vector<int>>();
-  return std::find(members.begin(), members.end(), author) != members.end();
+  try {
+    const auto members = nlohmann::json::parse(value).get<std::vector<int>>();
+    return author < 0 || std::find(members.begin(), members.end(), author) != members.end();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// A round's decision as decide() writes it.
+bool well_formed_decision(const std::string& value, int) {
+  try {
+    const auto j = nlohmann::json::parse(value);
+    j.at("commit").get<bool>();
+    j.at("stop").get<bool>();
+    for (const char* list : {"silent", "failed", "joiners"}) j.at(list).get<std::vector<int>>();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -336,7 +353,7 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
   std::string decided;
   for (;;) {
     const bool overdue = std::chrono::steady_clock::now() - start > round_timeout_;
-    if (auto agreement = agreed(decision_key, members_)) {  // another member decided already
+    if (auto agreement = agreed(decision_key, members_, well_formed_decision)) {  // another member decided already
       decided = std::move(*agreement);
       break;
     }
@@ -363,7 +380,7 @@ RoundDecision Membership::decide(const std::string& round, bool ok, bool stop_wi
                                        {"failed", d.failed},
                                        {"joiners", d.joiners}}
                             .dump(),
-                        members_);
+                        members_, well_formed_decision);
       break;
     }
     std::this_thread::sleep_for(kPoll);

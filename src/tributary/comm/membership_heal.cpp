@@ -80,8 +80,15 @@ bool Membership::start_round(const std::string& round, const std::vector<int>& h
   };
   // Every reader (a healed joiner knows no member yet) takes a proposal from one of the members it lists.
   const auto by_listed = [](const std::string& value, int author) {
-    const auto listed = nlohmann::json::parse(value).at("members").get<std::vector<int>>();
-    return std::find(listed.begin(), listed.end(), author) != listed.end();
+    try {  // a value that is no proposal is skipped like a forged one
+      const auto j = nlohmann::json::parse(value);
+      j.at("epoch").get<int>();
+      j.at("joiners").get<std::vector<int>>();
+      const auto listed = j.at("members").get<std::vector<int>>();
+      return author < 0 || std::find(listed.begin(), listed.end(), author) != listed.end();
+    } catch (const std::exception&) {
+      return false;
+    }
   };
   std::string text;
   const std::string ready = kPrefix + "ready/" + round + "/";

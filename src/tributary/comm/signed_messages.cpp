@@ -94,14 +94,13 @@ std::optional<MessageSigner::Opened> agreed_value(Store& store, MessageSigner* s
       return std::nullopt;
     }
     std::string text = store.get(at);
-    if (!signer) return MessageSigner::Opened{std::move(text), -1};
-    auto opened = signer->open(at, text, authors);
+    auto opened = signer ? signer->open(at, text, authors) : MessageSigner::Opened{std::move(text), -1};
     if (opened && (!accept || accept(opened->value, opened->author))) return opened;
   }
   fail(
-      "participant {}: {} values at '{}' in a row were written in others' names: a participant holding the run's "
-      "secret keeps forging them; this participant stops",
-      signer->self(), kSlots, key);
+      "{} values at '{}' in a row were malformed or written in others' names: a participant holding the run's secret "
+      "keeps forging them; this participant stops",
+      kSlots, key);
 }
 
 MessageSigner::Opened propose_value(Store& store, MessageSigner* signer, const std::string& key,

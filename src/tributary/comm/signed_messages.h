@@ -61,8 +61,9 @@ class MessageSigner {
 // An agreement on a store key by first writer wins (Store::set_once), among signed values: the first value at `key`
 // that one of `authors` (empty: any participant) signed and that `accept` (when given) accepts with its author. A value
 // written otherwise moves the agreement to the key's next slot ("<key>/1", ...), which every reader skips alike; a
-// forger that keeps writing first ends it after 16 slots, with an Error naming the key. Without a signer (null) the
-// first value, as it is (author -1). None while the first slot not skipped is empty (`open_slot`: its key).
+// forger that keeps writing first ends it after 16 slots, with an Error naming the key. Without a signer (null) every
+// value counts as signed, by author -1 (`accept` still skips a malformed one). None while the first slot not skipped
+// is empty (`open_slot`: its key).
 using Accept = std::function<bool(const std::string& value, int author)>;
 std::optional<MessageSigner::Opened> agreed_value(Store& store, MessageSigner* signer, const std::string& key,
                                                   const std::vector<int>& authors, const Accept& accept = nullptr,

@@ -219,3 +219,19 @@ TEST(Membership, AHealedJoinerRefusesAProposalThatListsOnlyItsDeadPredecessor) {
   }
   EXPECT_TRUE(joiner.members().empty());
 }
+
+TEST(Membership, AMalformedAgreedValueIsSkippedAndTheAgreementMovesToTheNextSlot) {
+  // Bytes that are no decision won the decision key (a holder of the run's secret wrote them first; the values are
+  // sealed, not signed, here): every member skips them alike and decides in the key's next slot, nobody throws.
+  auto store = comm::Store::in_memory();
+  store.set_once("ft/e0/x0/decision", "{not json");
+  store.set_once("ft/e1/members", R"({"members": "none"})");
+  test_support::run_threads(2, [&](int id) {
+    comm::Membership m(store, store, id, 3, /*dead_after_s=*/0.5);
+    const auto d = m.should_commit("x0", true, false);  // member 2 never starts: the round is discarded
+    EXPECT_FALSE(d.commit);
+    EXPECT_EQ(d.dropped, std::vector<int>{2});
+    EXPECT_EQ(m.members(), (std::vector<int>{0, 1})) << "the members agreed in e1/members' next slot";
+  });
+  EXPECT_TRUE(store.check({"ft/e0/x0/decision/1"}) && store.check({"ft/e1/members/1"}));
+}
