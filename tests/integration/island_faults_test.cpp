@@ -24,20 +24,28 @@ using test_support::work;
 
 namespace {
 
-// Two machines of two workers, one island each; `env` before both launches, `launch_extra` on both.
-std::pair<int, std::string> two_islands(const std::string& run, const std::string& extra,
-                                        const std::string& launch_extra, const std::string& env = "") {
+// `count` machines of `nproc` workers on loopback, one island each; `env` before every launch, `launch_extra` on each.
+std::pair<int, std::string> islands_on_machines(const std::string& run, int count, int nproc, const std::string& extra,
+                                                const std::string& launch_extra, const std::string& env = "") {
   const int port = free_tcp_port();
   auto node = [&](int n) {
-    return fmt::format("{} {} launch --nnodes 2 --node-rank {} --nproc 2 --master-port {} --grace 2 {} --{}", env,
-                       TRIBUTARY_CLI, n, port, launch_extra,
+    return fmt::format("{} {} launch --nnodes {} --node-rank {} --nproc {} --master-port {} --grace 2 {} --{}", env,
+                       TRIBUTARY_CLI, count, n, nproc, port, launch_extra,
                        tiny(run,
                             "--set train.steps=24 --set train.batch_size=4 --set dist.inner_steps=4 "
                             "--set parallel.islands=machines --set dist.heartbeat_timeout_s=2 "
                             "--set dist.collective_timeout_s=30 --set dist.store_timeout_s=30 " +
                                 extra));
   };
-  return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+  std::string script;
+  for (int n = 0; n + 1 < count; ++n) script += node(n) + " & pids=\"$pids $!\"; ";
+  return sh("bash -c '" + script + node(count - 1) + "; rc=$?; for p in $pids; do wait $p || rc=1; done; exit $rc'");
+}
+
+// Two machines of two workers, one island each.
+std::pair<int, std::string> two_islands(const std::string& run, const std::string& extra,
+                                        const std::string& launch_extra, const std::string& env = "") {
+  return islands_on_machines(run, 2, 2, extra, launch_extra, env);
 }
 
 const std::string kFaultTolerant = "--set dist.fault_tolerant=true";
@@ -102,6 +110,26 @@ TEST_F(Distributed, AnIslandRestartedMidRoundIsHealedAndCountsInThatRound) {
   const fs::path ckpt = work() / "fti_midround" / "checkpoints" / "step-00000020";
   ASSERT_TRUE(fs::exists(ckpt / "rank-1.model.safetensors")) << out;
   EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-1.model.safetensors"));
+}
+
+TEST_F(Distributed, AnIslandEvictedStaysEvictedAfterAnotherIslandIsHealed) {
+  // Three machines of one rank, one island each. Island 1 flips the sign of its updates: the median of three refuses
+  // it and evicts it at exchange 2. Island 2's rank is killed at step 10; its launch starts it again and the lead heals
+  // it with the rule's verdicts, so it refuses island 1 as the others do: the three islands end with one model.
+  auto [rc, out] =
+      islands_on_machines("fti_evicted", 3, 1,
+                          kFaultTolerant +
+                              " --set train.steps=32 --set dist.slow_workers=0:3,1:3,2:3 "
+                              "--set dist.aggregate=median --set dist.evict_after=2 --set dist.min_score=0 "
+                              "--adversary 1:sign_flip",
+                          kRestartIsland, "TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=10");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("island 1 evicted in exchange 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("island 2 joined at step"), std::string::npos) << out;
+  const fs::path ckpt = work() / "fti_evicted" / "checkpoints" / "step-00000032";
+  ASSERT_TRUE(fs::exists(ckpt / "rank-2.model.safetensors")) << out;
+  EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-2.model.safetensors"))
+      << "the healed island judged island 1 otherwise than the others";
 }
 
 TEST_F(Distributed, AStopAskedOfAnIslandsOtherRankStopsTheRun) {
