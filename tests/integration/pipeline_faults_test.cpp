@@ -25,10 +25,11 @@ using test_support::work;
 
 namespace {
 
-// Two machines of two workers, one pipeline of two stages each; `env` before both launches, `launch_extra` on both.
-std::pair<int, std::string> two_pipelines(const std::string& run, const std::string& extra,
-                                          const std::string& launch_extra, const std::string& env = "",
-                                          const std::string& train = "") {
+// `count` machines of two workers on loopback, one pipeline of two stages each; `env` before every launch,
+// `launch_extra` on each, `train` (when given) instead of train's --overwrite.
+std::pair<int, std::string> pipelines_on_machines(const std::string& run, int count, const std::string& extra,
+                                                  const std::string& launch_extra, const std::string& env = "",
+                                                  const std::string& train = "") {
   const int port = free_tcp_port();
   auto node = [&](int n) {
     std::string command = tiny(run,
@@ -38,10 +39,18 @@ std::pair<int, std::string> two_pipelines(const std::string& run, const std::str
                                "--set dist.store_timeout_s=30 " +
                                    extra);
     if (!train.empty()) command = std::regex_replace(command, std::regex(" train --overwrite"), " train " + train);
-    return fmt::format("{} {} launch --nnodes 2 --node-rank {} --nproc 2 --master-port {} --grace 2 {} --{}", env,
-                       TRIBUTARY_CLI, n, port, launch_extra, command);
+    return fmt::format("{} {} launch --nnodes {} --node-rank {} --nproc 2 --master-port {} --grace 2 {} --{}", env,
+                       TRIBUTARY_CLI, count, n, port, launch_extra, command);
   };
-  return sh("bash -c '" + node(0) + " & n0=$!; " + node(1) + "; rc=$?; wait $n0 || rc=1; exit $rc'");
+  std::string script;
+  for (int n = 0; n + 1 < count; ++n) script += node(n) + " & pids=\"$pids $!\"; ";
+  return sh("bash -c '" + script + node(count - 1) + "; rc=$?; for p in $pids; do wait $p || rc=1; done; exit $rc'");
+}
+
+std::pair<int, std::string> two_pipelines(const std::string& run, const std::string& extra,
+                                          const std::string& launch_extra, const std::string& env = "",
+                                          const std::string& train = "") {
+  return pipelines_on_machines(run, 2, extra, launch_extra, env, train);
 }
 
 const std::string kFaultTolerant = "--set dist.fault_tolerant=true";
@@ -171,4 +180,23 @@ TEST_F(Distributed, FaultTolerantPipelinesThatCannotRestartAsAWholeAreRefusedBef
   EXPECT_NE(out2.find("--restart-island --max-restarts N"), std::string::npos) << out2;
   EXPECT_FALSE(fs::exists(work() / "ftp_bad" / "checkpoints"));
   EXPECT_FALSE(fs::exists(work() / "ftp_bad2" / "checkpoints"));
+}
+
+TEST_F(Distributed, APipelineEvictedStaysEvictedAfterAnotherPipelineIsHealed) {
+  // Three machines, one pipeline of two stages each. Pipeline 1's lead flips the sign of its updates: the median of
+  // three refuses it and evicts it at exchange 2. Pipeline 2's second stage (rank 5) is killed at step 10; the pipeline
+  // starts again and its lead is healed with the rule's verdicts: the three pipelines end with one model.
+  auto [rc, out] = pipelines_on_machines("ftp_evicted", 3,
+                                         kFaultTolerant +
+                                             " --set train.steps=32 --set dist.slow_workers=0:3,1:3,2:3,3:3,4:3,5:3 "
+                                             "--set dist.aggregate=median --set dist.evict_after=2 "
+                                             "--set dist.min_score=0 --adversary 2:sign_flip",
+                                         kRestartPipeline, "TRIBUTARY_FAIL_RANK=5 TRIBUTARY_FAIL_STEP=10");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("pipeline 1 evicted in exchange 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("pipeline 2 joined at step"), std::string::npos) << out;
+  const fs::path ckpt = checkpoint("ftp_evicted", 32);
+  ASSERT_TRUE(fs::exists(ckpt / "rank-2.model.safetensors")) << out;
+  EXPECT_EQ(read_file(ckpt / "model.safetensors"), read_file(ckpt / "rank-2.model.safetensors"))
+      << "the healed pipeline judged pipeline 1 otherwise than the others";
 }

@@ -495,12 +495,6 @@ void validate_dist(const RunConfig& c) {
   if (c.dist.reject_norm_factor > 0 && c.dist.reject_norm_factor < 1)
     fail("dist.reject_norm_factor = {} would reject the median update itself: use 0 (off) or a factor >= 1 (e.g. 10)",
          c.dist.reject_norm_factor);
-  if (c.dist.evict_after > 0 && c.dist.fault_tolerant && c.parallel.pipeline_stages > 1)
-    fail(
-        "dist.evict_after = {} with dist.fault_tolerant = true and pipelines: evictions and ratings travel with the "
-        "heal of a replica or an island, not yet with a pipeline's, whose restarted stages would judge the updates "
-        "otherwise than the others; keep dist.aggregate and the norm test, with dist.evict_after = 0",
-        c.dist.evict_after);
   if (c.data.shards == "domains" && c.dist.fault_tolerant)
     fail(
         "data.shards = 'domains' with dist.fault_tolerant = true: a re-formed run would deal the domains out anew; "
