@@ -113,18 +113,23 @@ TEST_F(Distributed, AnIslandRestartedMidRoundIsHealedAndCountsInThatRound) {
 }
 
 TEST_F(Distributed, AnIslandEvictedStaysEvictedAfterAnotherIslandIsHealed) {
-  // Three machines of one rank, one island each. Island 1 flips the sign of its updates: the median of three refuses
-  // it and evicts it at exchange 2. Island 2's rank is killed at step 10; its launch starts it again and the lead heals
-  // it with the rule's verdicts, so it refuses island 1 as the others do: the three islands end with one model.
+  // Three machines of one rank, one island each. Island 1 flips the sign of its updates: rated by the loss its update
+  // brings on a probe batch (dist.score = loss: the islands' leads exchange the whole model), it is refused and
+  // evicted at exchange 3. Island 2's rank is killed at step 10; its launch starts it again and the lead heals it with
+  // the rule's verdicts and ratings, so it refuses island 1 as the others do: the three islands end with one model.
   auto [rc, out] =
       islands_on_machines("fti_evicted", 3, 1,
                           kFaultTolerant +
                               " --set train.steps=32 --set dist.slow_workers=0:3,1:3,2:3 "
-                              "--set dist.aggregate=median --set dist.evict_after=2 --set dist.min_score=0 "
-                              "--adversary 1:sign_flip",
+                              "--set dist.aggregate=median --set dist.evict_after=3 --set dist.min_score=0.2 "
+                              "--set dist.score=loss --adversary 1:sign_flip",
                           kRestartIsland, "TRIBUTARY_FAIL_RANK=2 TRIBUTARY_FAIL_STEP=10");
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("island 1 evicted in exchange 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("island 1's update refused in exchange 3 (1 of 2 accepted, dist.aggregate = median): a loss "
+                     "rating of"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("island 1 evicted in exchange 3"), std::string::npos) << out;
   EXPECT_NE(out.find("island 2 joined at step"), std::string::npos) << out;
   const fs::path ckpt = work() / "fti_evicted" / "checkpoints" / "step-00000032";
   ASSERT_TRUE(fs::exists(ckpt / "rank-2.model.safetensors")) << out;

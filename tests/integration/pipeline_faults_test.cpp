@@ -183,17 +183,23 @@ TEST_F(Distributed, FaultTolerantPipelinesThatCannotRestartAsAWholeAreRefusedBef
 }
 
 TEST_F(Distributed, APipelineEvictedStaysEvictedAfterAnotherPipelineIsHealed) {
-  // Three machines, one pipeline of two stages each. Pipeline 1's lead flips the sign of its updates: the median of
-  // three refuses it and evicts it at exchange 2. Pipeline 2's second stage (rank 5) is killed at step 10; the pipeline
-  // starts again and its lead is healed with the rule's verdicts: the three pipelines end with one model.
-  auto [rc, out] = pipelines_on_machines("ftp_evicted", 3,
-                                         kFaultTolerant +
-                                             " --set train.steps=32 --set dist.slow_workers=0:3,1:3,2:3,3:3,4:3,5:3 "
-                                             "--set dist.aggregate=median --set dist.evict_after=2 "
-                                             "--set dist.min_score=0 --adversary 2:sign_flip",
-                                         kRestartPipeline, "TRIBUTARY_FAIL_RANK=5 TRIBUTARY_FAIL_STEP=10");
+  // Three machines, one pipeline of two stages each. Pipeline 1's lead flips the sign of its updates: rated by the loss
+  // its update brings on a probe batch (the leads hold the whole model), it is refused and evicted at exchange 3.
+  // Pipeline 2's second stage (rank 5) is killed at step 10; the pipeline starts again and its lead is healed with the
+  // rule's verdicts and ratings: the three pipelines end with one model.
+  auto [rc, out] =
+      pipelines_on_machines("ftp_evicted", 3,
+                            kFaultTolerant +
+                                " --set train.steps=32 --set dist.slow_workers=0:3,1:3,2:3,3:3,4:3,5:3 "
+                                "--set dist.aggregate=median --set dist.evict_after=3 --set dist.min_score=0.2 "
+                                "--set dist.score=loss --adversary 2:sign_flip",
+                            kRestartPipeline, "TRIBUTARY_FAIL_RANK=5 TRIBUTARY_FAIL_STEP=10");
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("pipeline 1 evicted in exchange 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("pipeline 1's update refused in exchange 3 (1 of 2 accepted, dist.aggregate = median): a loss "
+                     "rating of"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("pipeline 1 evicted in exchange 3"), std::string::npos) << out;
   EXPECT_NE(out.find("pipeline 2 joined at step"), std::string::npos) << out;
   const fs::path ckpt = checkpoint("ftp_evicted", 32);
   ASSERT_TRUE(fs::exists(ckpt / "rank-2.model.safetensors")) << out;

@@ -505,12 +505,16 @@ void validate_dist(const RunConfig& c) {
           "dist.score = 'loss' judges DiLoCo's updates in a robust exchange: set dist.algorithm = 'diloco' and "
           "dist.aggregate (trimmed_mean, median, centered_clip) or dist.reject_norm_factor (it is '{}', '{}', {})",
           c.dist.algorithm, c.dist.aggregate, c.dist.reject_norm_factor);
-    if (c.dist.fragments != 1 || c.dist.overlap_steps != 0 || c.parallel.pipeline_stages != 1 ||
-        !c.parallel.islands.empty())
+    // Islands and pipelines exchange the whole model only through their leads, which fault tolerance makes them do.
+    if (c.dist.fragments != 1 || c.dist.overlap_steps != 0 ||
+        ((c.parallel.pipeline_stages != 1 || !c.parallel.islands.empty()) && !c.dist.fault_tolerant))
       fail(
           "dist.score = 'loss' probes the whole model's update while training waits for the round: it needs "
-          "dist.fragments = 1, dist.overlap_steps = 0, one pipeline stage and no islands (they are {}, {}, {}, '{}')",
-          c.dist.fragments, c.dist.overlap_steps, c.parallel.pipeline_stages, c.parallel.islands);
+          "dist.fragments = 1, dist.overlap_steps = 0, and one pipeline stage and no islands unless "
+          "dist.fault_tolerant = true, whose island and pipeline leads exchange the whole model (they are {}, {}, {}, "
+          "'{}', {})",
+          c.dist.fragments, c.dist.overlap_steps, c.parallel.pipeline_stages, c.parallel.islands,
+          c.dist.fault_tolerant);
   }
   if (c.dist.evict_after > 0 && !c.dist.judges_updates())
     fail(

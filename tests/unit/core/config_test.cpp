@@ -201,6 +201,10 @@ TEST(Config, RobustAggregationRefusesWhatNeverSendsAWholeUpdate) {
   EXPECT_NE(msg.find("dist.score = 'loss' judges DiLoCo's updates in a robust exchange"), std::string::npos) << msg;
   msg = load({"dist.score=loss", "dist.aggregate=median", "dist.fragments=2"});
   EXPECT_NE(msg.find("it needs dist.fragments = 1, dist.overlap_steps = 0"), std::string::npos) << msg;
+  msg = load({"dist.score=loss", "dist.aggregate=median", "parallel.islands=2"});
+  EXPECT_NE(msg.find("no islands unless dist.fault_tolerant = true"), std::string::npos) << msg;
+  EXPECT_EQ(load({"dist.score=loss", "dist.aggregate=median", "parallel.islands=2", "dist.fault_tolerant=true"}), "")
+      << "the islands' leads exchange the whole model";
   msg = load({"data.shards=domains", "dist.fault_tolerant=true"});
   EXPECT_NE(msg.find("data.shards = 'domains' with dist.fault_tolerant = true"), std::string::npos) << msg;
 }
