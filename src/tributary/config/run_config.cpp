@@ -500,14 +500,17 @@ void validate_dist(const RunConfig& c) {
         "data.shards = 'domains' with dist.fault_tolerant = true: a re-formed run would deal the domains out anew; "
         "use data.shards = 'windows' with fault tolerance");
   if (c.dist.score == "loss") {
-    if (!c.dist.diloco() || !c.dist.judges_updates())
+    if ((!c.dist.diloco() && !c.dist.async_diloco()) || !c.dist.judges_updates())
       fail(
-          "dist.score = 'loss' judges DiLoCo's updates in a robust exchange: set dist.algorithm = 'diloco' and "
+          "dist.score = 'loss' judges DiLoCo's updates in a robust exchange or merge: set dist.algorithm = 'diloco' "
+          "or 'async_diloco' and "
           "dist.aggregate (trimmed_mean, median, centered_clip) or dist.reject_norm_factor (it is '{}', '{}', {})",
           c.dist.algorithm, c.dist.aggregate, c.dist.reject_norm_factor);
-    // Islands and pipelines exchange the whole model only through their leads, which fault tolerance makes them do.
+    // Islands and pipelines exchange the whole model only through their leads, which fault tolerance makes them do
+    // (asynchronous islands post it whole).
     if (c.dist.fragments != 1 || c.dist.overlap_steps != 0 ||
-        ((c.parallel.pipeline_stages != 1 || !c.parallel.islands.empty()) && !c.dist.fault_tolerant))
+        ((c.parallel.pipeline_stages != 1 || !c.parallel.islands.empty()) && !c.dist.fault_tolerant &&
+         !c.dist.async_diloco()))
       fail(
           "dist.score = 'loss' probes the whole model's update while training waits for the round: it needs "
           "dist.fragments = 1, dist.overlap_steps = 0, and one pipeline stage and no islands unless "

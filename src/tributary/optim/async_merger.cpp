@@ -9,6 +9,7 @@
 #include "tributary/core/error.h"
 #include "tributary/core/log.h"
 #include "tributary/core/safetensors.h"
+#include "tributary/optim/probe_jury.h"
 
 namespace tributary {
 namespace {
@@ -133,7 +134,7 @@ void AsyncMerger::take_over() {
 }
 
 std::string AsyncMerger::refusal(const PostedUpdate& u) const {
-  if (!u.error.empty()) return "its bytes do not parse: " + u.error;
+  if (!u.error.empty()) return u.error;
   if (u.tokens <= 0) return fmt::format("it claims {} tokens", u.tokens);
   if (u.base_version < 1 || u.base_version > version_)
     return fmt::format("it trained from version {}, which no merger published (the newest is {})", u.base_version,
@@ -186,6 +187,13 @@ bool AsyncMerger::due() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - *quorum_since_).count() >= rules_.grace_s;
 }
 
+void AsyncMerger::set_probe(std::unique_ptr<UpdateProbe> probe, uint64_t seed) {
+  probe_ = std::move(probe);
+  probe_seed_ = seed;
+}
+
+NamedTensors AsyncMerger::global() const { return outer_ ? outer_->global() : NamedTensors{}; }
+
 std::vector<torch::Tensor> AsyncMerger::robust_merge() {
   const NamedTensors& model = outer_->global();
   std::vector<torch::Tensor> flats;
@@ -196,7 +204,17 @@ std::vector<torch::Tensor> AsyncMerger::robust_merge() {
     flats.push_back(torch::cat(parts));
     ids.push_back(p.update.replica);
   }
-  const Aggregated a = robust_->combine(flats, ids);
+  // Loss scores: each update alone at a round's weight (1 / replicas) on a batch none of them could know.
+  std::vector<double> improvements;
+  const bool scored = probe_ && rules_.aggregate.loss_scores && !flats.empty() && probe_->applies(flats[0].numel());
+  if (scored) {
+    std::vector<const torch::Tensor*> asked = {nullptr};
+    for (const auto& f : flats) asked.push_back(&f);
+    const auto losses =
+        probe_->losses(asked, 1.0 / double(rules_.replicas), probe_batch_seed(probe_seed_, flats, version_));
+    for (size_t i = 0; i < flats.size(); ++i) improvements.push_back(losses[0] - losses[i + 1]);
+  }
+  const Aggregated a = robust_->combine(flats, ids, scored ? &improvements : nullptr);
   std::vector<bool> refused(pending_.size(), false);
   for (const Refusal& r : a.refused) {
     refused[size_t(r.participant)] = true;

@@ -44,6 +44,7 @@
 #include "tributary/optim/outer.h"
 #include "tributary/optim/robust_aggregate.h"
 #include "tributary/optim/update_board.h"
+#include "tributary/optim/update_probe.h"
 
 namespace tributary {
 
@@ -86,6 +87,11 @@ class AsyncMerger {
   // (run()) calls it every few milliseconds; tests call it directly.
   bool poll();
   void run();  // polls on a thread of its own until the run is done or this is destroyed
+  // dist.score = "loss": each merge's updates are rated by the loss each alone brings on a probe batch drawn from
+  // `seed`, the version and the updates (optim/probe_jury.h), measured by this merger, the merge's only judge. Before
+  // run(); the probe reads the merge's start model through global().
+  void set_probe(std::unique_ptr<UpdateProbe> probe, uint64_t seed);
+  NamedTensors global() const;  // the merger's global model (empty before it loaded one): on the merger's thread
   bool merging() const { return merging_; }
   bool done() const { return done_; }
   MergerStats stats() const;
@@ -128,6 +134,8 @@ class AsyncMerger {
   nlohmann::json tokens_at_json() const;
   std::map<int, int64_t> consumed_;  // per replica: the next post to read
   std::vector<Pending> pending_;
+  std::unique_ptr<UpdateProbe> probe_;  // dist.score = "loss"
+  uint64_t probe_seed_ = 0;
   std::unique_ptr<RobustAggregate> robust_;  // rules_.aggregate when robust; its history restarts with a takeover
   std::optional<std::chrono::steady_clock::time_point> quorum_since_;
   mutable std::mutex stats_mutex_;

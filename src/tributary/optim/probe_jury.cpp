@@ -6,8 +6,8 @@
 
 namespace tributary {
 
-uint64_t ProbeJury::batch_seed(const std::vector<torch::Tensor>& gathered, int64_t exchange) const {
-  uint64_t seed = seed_ * 0x9E3779B97F4A7C15ULL + uint64_t(exchange);
+uint64_t probe_batch_seed(uint64_t run_seed, const std::vector<torch::Tensor>& gathered, int64_t exchange) {
+  uint64_t seed = run_seed * 0x9E3779B97F4A7C15ULL + uint64_t(exchange);
   for (size_t i = 0; i < gathered.size(); ++i) {
     const auto& u = gathered[i];
     if (u.defined() && u.numel() > 0) {  // 1,024 strided values: every rank decoded the same bytes
@@ -35,7 +35,7 @@ std::vector<double> ProbeJury::improvements(comm::Exchange& exchange_group, int 
   }
   auto mine = torch::full({n}, NAN, torch::kFloat64);
   if (!whose.empty()) {  // a non-finite update's loss is NaN: not measured
-    const auto losses = probe_->losses(asked, 1.0 / n, batch_seed(gathered, exchange));
+    const auto losses = probe_->losses(asked, 1.0 / n, probe_batch_seed(seed_, gathered, exchange));
     for (size_t j = 0; j < whose.size(); ++j) mine[whose[j]].fill_(losses[0] - losses[j + 1]);
   }
   const auto all = exchange_group.gather_values(mine);

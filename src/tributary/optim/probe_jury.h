@@ -19,6 +19,10 @@
 
 namespace tributary {
 
+// The probe batch's seed of an exchange: the run's `seed`, the exchange's number and 1,024 strided values of every
+// update, so that no sender knows the batch when it sends.
+uint64_t probe_batch_seed(uint64_t seed, const std::vector<torch::Tensor>& updates, int64_t exchange);
+
 class ProbeJury {
  public:
   ProbeJury(std::unique_ptr<UpdateProbe> probe, int evaluators, uint64_t seed)
@@ -31,8 +35,6 @@ class ProbeJury {
                                    int64_t exchange);
 
  private:
-  uint64_t batch_seed(const std::vector<torch::Tensor>& gathered, int64_t exchange) const;
-
   std::unique_ptr<UpdateProbe> probe_;
   int evaluators_;
   uint64_t seed_;

@@ -193,7 +193,7 @@ PostedUpdate UpdateBoard::read(int replica, int64_t number, const std::vector<st
     u.delta = decode(file, names);
   } catch (const std::exception& e) {  // a malformed post is refused, never thrown at the merger
     u.delta.clear();
-    u.error = e.what();
+    u.error = std::string("its bytes do not parse: ") + e.what();
   }
   return u;
 }

@@ -43,8 +43,8 @@
 
 namespace tributary {
 
-// One posted pseudo-gradient as the merger reads it. `error` is set (and `delta` empty) when its bytes do not parse:
-// the merger refuses it naming the replica.
+// One posted pseudo-gradient as the merger reads it. `error` (why, in words that follow "refused update N of replica
+// R:") is set, and `delta` empty, when its bytes do not parse or its signature fails: the merger refuses it.
 struct PostedUpdate {
   int replica = 0;
   int64_t number = 0;        // the replica's count of its posts, from 0

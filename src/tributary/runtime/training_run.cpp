@@ -164,8 +164,8 @@ void TrainingRun::build_model_and_data() {
   } else {
     streams.push_back(std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train")));
   }
-  if (config_.dist.score == "loss" && sync_->replicas())  // the whole split, or every domain alike
-    sync_->replicas()->install_loss_probe(config_.model, device_, streams);
+  if (config_.dist.score == "loss")  // the whole split, or every domain alike
+    sync_->install_loss_probe(config_.model, device_, streams);
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would; with data.shards = "domains", its share of its domain's.

@@ -205,6 +205,8 @@ TEST(Config, RobustAggregationRefusesWhatNeverSendsAWholeUpdate) {
   EXPECT_NE(msg.find("no islands unless dist.fault_tolerant = true"), std::string::npos) << msg;
   EXPECT_EQ(load({"dist.score=loss", "dist.aggregate=median", "parallel.islands=2", "dist.fault_tolerant=true"}), "")
       << "the islands' leads exchange the whole model";
+  EXPECT_EQ(load({"dist.score=loss", "dist.aggregate=median", "dist.algorithm=async_diloco", "parallel.islands=2"}), "")
+      << "the merger judges whole updates";
   msg = load({"data.shards=domains", "dist.fault_tolerant=true"});
   EXPECT_NE(msg.find("data.shards = 'domains' with dist.fault_tolerant = true"), std::string::npos) << msg;
 }

@@ -245,3 +245,52 @@ TEST(AsyncMerger, WithIdentitiesAPostOrACommitInAnothersNameChangesNothing) {
   EXPECT_TRUE(store.check({key + "/1"})) << "agreed in the next slot";
   EXPECT_NEAR(value_of(reader.fetch_params(*v3, kNames), "w"), -0.6f / 3, 1e-6);
 }
+
+namespace {
+
+// A model whose loss is linear: applying `step` x u lowers it by step x (sum of u's "w" + 10 x sum of its "b"), in
+// the merge's flat order (w's 6 values, then b's 3).
+class LinearProbe : public UpdateProbe {
+ public:
+  bool applies(int64_t numel) const override { return numel == 9; }
+  std::vector<double> losses(const std::vector<const torch::Tensor*>& updates, double step, uint64_t) override {
+    ++calls;
+    std::vector<double> out;
+    for (const torch::Tensor* u : updates)
+      out.push_back(u ? -step * (u->slice(0, 0, 6).sum().item<double>() + 10 * u->slice(0, 6, 9).sum().item<double>())
+                      : 0.0);
+    return out;
+  }
+  int calls = 0;
+};
+
+}  // namespace
+
+TEST(AsyncMerger, WithLossScoresTheMergerRatesEachUpdateByTheLossItBringsAndEvictsALiar) {
+  // Replica 2's updates agree with the others' in direction (cosine ~0.49, above min_score) but raise the probe's
+  // loss: its rating sinks by a quarter of the way to its target each merge, below 0.2 at the third, where it is
+  // refused and evicted. Without the probe, its cosine alone never strikes it.
+  auto store = comm::Store::in_memory();
+  MergeRules r = rules(3);
+  r.min_quorum = 3;
+  r.grace_s = 0;
+  r.aggregate = {.rule = "median", .evict_after = 1, .min_score = 0.2, .loss_scores = true};
+  AsyncMerger merger(UpdateBoard(store, "fp32", std::nullopt, 2), store, 2, r, model());
+  auto probe = std::make_unique<LinearProbe>();
+  LinearProbe* seen = probe.get();
+  merger.set_probe(std::move(probe), 1234);
+  merger.poll();                      // version 1
+  for (int64_t v = 1; v <= 4; ++v) {  // values that differ by replica and merge: no replay, no copy
+    const float x = 0.3f + 0.01f * float(v);
+    post(store, 0, x, v);
+    post(store, 1, x + 0.001f, v);
+    const NamedTensors liar = {{"w", torch::full({2, 3}, x + 0.002f)},
+                               {"b", torch::full({3}, -0.2f - 0.01f * float(v))}};
+    UpdateBoard(store, "fp32", std::nullopt, 2).post(liar, v, 100, -1);
+    ASSERT_TRUE(merger.poll()) << "merge " << v;
+  }
+  EXPECT_EQ(seen->calls, 4) << "one probe pass per merge";
+  EXPECT_EQ(merger.stats().refused, 2) << "merges 3 and 4 refuse replica 2";
+  UpdateBoard reader(store, "fp32", std::nullopt, 0);
+  EXPECT_EQ(reader.commit_of(5)->meta["merged"].size(), 2u) << reader.commit_of(5)->meta.dump();
+}

@@ -233,6 +233,12 @@ void IslandSync::summarize(TrainSummary& summary) {
 
 // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient counts
 // n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
+void IslandSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
+                                    std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
+  if (across_) across_->install_loss_probe(model, device, std::move(strata));  // the leads' whole-model exchange
+  if (async_) async_->install_loss_probe(model, device, std::move(strata));    // this island's merger
+}
+
 void IslandSync::weigh_updates() {
   if (!across_) return;
   const IslandShape& shape = layout_.islands();

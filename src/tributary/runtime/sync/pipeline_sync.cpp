@@ -102,6 +102,11 @@ void PipelineSync::check_shape(const Session& session, const Layout& layout) con
 
 // DiLoCo per stage across the pipelines, or across the islands through each island's first pipeline (the exchange
 // pads with the modelled time itself); fault tolerant, the pipelines' leads' replicas of the whole model instead.
+void PipelineSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
+                                      std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
+  if (ReplicaSync* leads = replicas()) leads->install_loss_probe(model, device, std::move(strata));
+}
+
 void PipelineSync::form_replicas(const Session& session, const Layout& layout) {
   const RunConfig& config = session.config();
   const DistEnv& env = session.env();

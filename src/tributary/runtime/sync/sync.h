@@ -19,6 +19,7 @@
 
 #include "tributary/artifacts/checkpoint.h"
 #include "tributary/data/loader.h"
+#include "tributary/model/config.h"
 #include "tributary/optim/adamw.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/runtime/replica_checkpoint.h"
@@ -107,6 +108,11 @@ class Sync {
   // decides a fault-tolerant run's members: the whole model's, a pipeline stage's across the pipelines, this rank's
   // outer shard's across the islands; null when none.
   virtual ReplicaSync* replicas() { return nullptr; }
+  // dist.score = "loss": whoever judges the updates (a robust exchange's ranks, an asynchronous merger) rates each by
+  // the loss it brings on a probe batch drawn from the training split's `strata` (runtime/sync/loss_probe.h). Before
+  // start(); nothing where no update is judged whole.
+  virtual void install_loss_probe(const ModelConfig& model, const torch::Device& device,
+                                  std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {}
   virtual StepPeers step_peers() { return {}; }
   virtual RunPeers peers() { return {}; }
 
