@@ -35,16 +35,11 @@ Membership::~Membership() {
 }
 
 std::string Membership::signed_value(const std::string& key, const std::string& value) const {
-  return signer_ ? signer_->sign(key, value) : value;
+  return signed_text(signer_.get(), key, value);
 }
 
 std::optional<std::string> Membership::read(Store& store, const std::string& key, const std::vector<int>& authors) {
-  if (!store.check({key})) return std::nullopt;
-  std::string text = store.get(key);
-  if (!signer_) return text;
-  auto opened = signer_->open(key, text, authors);
-  if (!opened) return std::nullopt;
-  return std::move(opened->value);
+  return read_signed(store, signer_.get(), key, authors);
 }
 
 std::optional<std::string> Membership::agreed(const std::string& key, const std::vector<int>& authors,

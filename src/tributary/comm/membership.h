@@ -35,12 +35,13 @@
 //
 // With identities (comm/signed_messages.h) every value above is signed by its writer, and read only from the member it
 // must come from: a vote, a registration, a readiness or a join marker from the member it names, a decision from a
-// member of the epoch, a proposal or an epoch's members from one of the members they list. A value written in another's name counts as not written (a warning names the
-// key and the claimed member). A value agreed through set_once (a decision, a proposal, an epoch's members) that a
-// forger wrote first only moves the agreement to the key's next slot ("<key>/1", ...), which every member reads alike.
-// The counters (hb, join, failures, lost) are not signed: moving one can keep a dead member's seat until the round
-// deadline, or fail a round's collective (the round is redone); a death report still needs the member's silence or
-// its successor's signed request. What signatures do not stop: a member saying something false in its own name.
+// member of the epoch, a proposal or an epoch's members from one of the members they list. A value written in another's
+// name counts as not written (a warning names the key and the claimed member). A value agreed through set_once (a
+// decision, a proposal, an epoch's members) that a forger wrote first only moves the agreement to the key's next slot
+// ("<key>/1", ...), which every member reads alike. The counters (hb, join, failures, lost) are not signed: moving one
+// can keep a dead member's seat until the round deadline, or fail a round's collective (the round is redone); a death
+// report still needs the member's silence or its successor's signed request. What signatures do not stop: a member
+// saying something false in its own name.
 #pragma once
 
 #include <atomic>

@@ -83,6 +83,20 @@ std::optional<MessageSigner::Opened> MessageSigner::open(const std::string& key,
   return std::nullopt;
 }
 
+std::string signed_text(const MessageSigner* signer, const std::string& key, const std::string& value) {
+  return signer ? signer->sign(key, value) : value;
+}
+
+std::optional<std::string> read_signed(Store& store, MessageSigner* signer, const std::string& key,
+                                       const std::vector<int>& authors) {
+  if (!store.check({key})) return std::nullopt;
+  std::string text = store.get(key);
+  if (!signer) return text;
+  auto opened = signer->open(key, text, authors);
+  if (!opened) return std::nullopt;
+  return std::move(opened->value);
+}
+
 std::optional<MessageSigner::Opened> agreed_value(Store& store, MessageSigner* signer, const std::string& key,
                                                   const std::vector<int>& authors, const Accept& accept,
                                                   std::string* open_slot) {
@@ -108,7 +122,7 @@ MessageSigner::Opened propose_value(Store& store, MessageSigner* signer, const s
   for (;;) {  // ours, unless another's value lands first in the open slot
     std::string slot;
     if (auto agreement = agreed_value(store, signer, key, authors, accept, &slot)) return std::move(*agreement);
-    store.set_once(slot, signer ? signer->sign(slot, value) : value);
+    store.set_once(slot, signed_text(signer, slot, value));
   }
 }
 

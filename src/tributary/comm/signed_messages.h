@@ -58,6 +58,13 @@ class MessageSigner {
   std::set<std::string> refused_;                 // keys already warned about
 };
 
+// The value at `key` as `signer` writes it (null: as it is), and what a reader takes of the value there: none when it
+// is absent, or when `signer` (null: anything goes) refuses it — one of `authors` (empty: any participant) must have
+// signed it.
+std::string signed_text(const MessageSigner* signer, const std::string& key, const std::string& value);
+std::optional<std::string> read_signed(Store& store, MessageSigner* signer, const std::string& key,
+                                       const std::vector<int>& authors);
+
 // An agreement on a store key by first writer wins (Store::set_once), among signed values: the first value at `key`
 // that one of `authors` (empty: any participant) signed and that `accept` (when given) accepts with its author. A value
 // written otherwise moves the agreement to the key's next slot ("<key>/1", ...), which every reader skips alike; a

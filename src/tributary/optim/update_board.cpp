@@ -104,16 +104,11 @@ void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) co
 }
 
 void UpdateBoard::put(const std::string& key, const std::string& bytes) {
-  store_.set(key, signer_ ? signer_->sign(key, bytes) : bytes);
+  store_.set(key, comm::signed_text(signer_.get(), key, bytes));
 }
 
 std::optional<std::string> UpdateBoard::take(const std::string& key, int author) {
-  if (!store_.check({key})) return std::nullopt;
-  std::string text = store_.get(key);
-  if (!signer_) return text;
-  auto opened = signer_->open(key, text, {author});
-  if (!opened) return std::nullopt;
-  return std::move(opened->value);
+  return comm::read_signed(store_, signer_.get(), key, {author});
 }
 
 int64_t UpdateBoard::post(const NamedTensors& delta, int64_t base_version, int64_t tokens, int merger) {
@@ -166,14 +161,12 @@ int64_t UpdateBoard::posted(int replica) { return store_.add(count_key(replica),
 PostedUpdate UpdateBoard::read(int replica, int64_t number, const std::vector<std::string>& names) {
   PostedUpdate u{.replica = replica, .number = number};
   const std::string key = update_key(replica, number);
-  if (!store_.check({key})) {
-    u.error = "its bytes are gone from the store";
-    return u;
-  }
   std::optional<std::string> bytes = take(key, replica);
-  if (!bytes) {
-    u.error =
-        fmt::format("it does not carry replica {}'s signature (written in its name by another participant)", replica);
+  if (!bytes) {  // why: asked of the store only for a post not taken
+    u.error = !store_.check({key})
+                  ? std::string("its bytes are gone from the store")
+                  : fmt::format("it does not carry replica {}'s signature (another participant wrote it in its name)",
+                                replica);
     return u;
   }
   try {

@@ -17,6 +17,7 @@
 #include "tributary/perf/flops.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/sync/island_pace.h"
+#include "tributary/runtime/sync/loss_probe.h"
 #include "tributary/runtime/sync/pipeline_sync.h"
 #include "tributary/runtime/sync/replica_sync.h"
 
@@ -156,16 +157,13 @@ void TrainingRun::build_model_and_data() {
   const auto& o = config_.optim;
   parts_.optimizer = std::make_unique<AdamW>(
       parts_.trained, AdamWOptions{.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay});
-  // The training split as one stream, or with data.shards = "domains" one per domain.
-  std::vector<std::shared_ptr<const std::vector<uint32_t>>> streams;
+  auto& streams = data_.train_strata;
   if (config_.data.shards == "domains" && !data_.dataset->domains().empty()) {
     for (auto& tokens : data_.dataset->load_domains("train"))
       streams.push_back(std::make_shared<const std::vector<uint32_t>>(std::move(tokens)));
   } else {
     streams.push_back(std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("train")));
   }
-  if (config_.dist.score == "loss")  // the whole split, or every domain alike
-    sync_->install_loss_probe(config_.model, device_, streams);
   data_.val_tokens = std::make_shared<const std::vector<uint32_t>>(data_.dataset->load_tokens("val"));
   // Each replica reads its own share of the windows (rank-strided), so N replicas x batch b see the windows one
   // process with batch N*b would; with data.shards = "domains", its share of its domain's.
@@ -217,7 +215,11 @@ std::optional<PendingHeal> TrainingRun::start_sync() {
        .joining = joining,
        .lead = lead_.is(),
        .device = device_,
-       .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); }});
+       .step_seconds = [this] { return measure_step_seconds(*parts_.model, config_, device_, slowdown_->factor()); },
+       .loss_probe = config_.dist.score != "loss" ? ProbeMaker() : [this](std::function<NamedTensors()> globals) {
+         return std::unique_ptr<UpdateProbe>(std::make_unique<LossProbe>(
+             config_.model, device_, data_.train_strata, config_.dist.probe_windows, std::move(globals)));
+       }});
   summary_.peak_flops = started.peak_flops;
   summary_.peak_source = started.peak_words;
   // A run that cannot outlive a worker says on the store that it got through start-up (a fault-tolerant sync says

@@ -48,6 +48,9 @@ struct RunData {
   std::unique_ptr<BatchLoader> loader;
   std::shared_ptr<const std::vector<uint32_t>> val_tokens;
   size_t num_train_tokens = 0;
+  // The training split as one stream, or with data.shards = "domains" one per domain (dist.score = "loss" draws its
+  // probe batches from all of them alike).
+  std::vector<std::shared_ptr<const std::vector<uint32_t>>> train_strata;
 };
 
 // One training run of one process: built in order (the seed fixes the initialisation, so nothing may draw random

@@ -12,7 +12,6 @@
 #include "tributary/core/log.h"
 #include "tributary/launch/launcher.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/sync/loss_probe.h"
 
 namespace tributary {
 
@@ -75,6 +74,7 @@ Share AsyncSync::share() const {
 
 Started AsyncSync::start(const StartState& state) {
   if (state.ckpt) resume_from(*state.ckpt);
+  judge_by_loss(state.loss_probe);
   Started started = Sync::start(state);
   measure_pace(state.step_seconds);
   enter(state.trained);
@@ -125,13 +125,6 @@ bool AsyncSync::checkpoint_part(const fs::path& run_dir, int64_t step, const Ran
   return true;
 }
 
-void AsyncSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                                   std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
-  // The merger that enter() starts judges with it: its global model is the merge's start.
-  probe_ = std::make_unique<LossProbe>(model, device, std::move(strata), session_.config().dist.probe_windows,
-                                       [this] { return merger_ ? merger_->global() : NamedTensors{}; });
-}
-
 // dist.round_seconds = -1: every member times one of its steps now (dist.slow_workers' factor included), and the round
 // lasts dist.inner_steps steps of the median member, agreed once on the store; a member that starts later (restarted)
 // takes the agreed length.
@@ -176,8 +169,9 @@ void AsyncSync::enter(NamedTensors& trained) {
       UpdateBoard(session_.reconnect(), session_.config().dist.compression, links_, rank_, signer_),
       session_.reconnect(), rank_, rules_, anchor_, [this](const nlohmann::json& merge) { write_merge(merge); },
       resumed_.value_or(MergeStart{}));
-  if (probe_) {
-    merger_->set_probe(std::move(probe_), uint64_t(session_.config().train.seed));
+  if (loss_probe_) {  // the merge's start is the merger's global model
+    merger_->set_probe(loss_probe_([m = merger_.get()] { return m->global(); }),
+                       uint64_t(session_.config().train.seed));
     if (lead_)
       log::info(
           "dist.score = loss: the merger rates each update by the loss it alone brings on a probe batch of {} windows "

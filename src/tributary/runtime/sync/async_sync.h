@@ -64,9 +64,6 @@ class AsyncSync : public Sync {
 
   Share share() const override;
   Started start(const StartState& state) override;  // the peak, then enter()
-  // dist.score = "loss": the merger this process runs judges each merge's updates (AsyncMerger::set_probe).
-  void install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                          std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) override;
   // dist.round_seconds = -1: the round's length from every member's `step_seconds` (StartState::step_seconds), agreed
   // on the store; nothing otherwise. start() calls it; a sync that composes this one calls it before enter().
   void measure_pace(const std::function<double()>& step_seconds);
@@ -77,6 +74,9 @@ class AsyncSync : public Sync {
   // when one exists (a restarted member adopts it). A sync that composes this one (islands) calls it instead of
   // start().
   void enter(NamedTensors& trained);
+  // dist.score = "loss": the merger enter() starts judges each merge's updates with `probe` (AsyncMerger::set_probe).
+  // start() takes it from its StartState; a sync that composes this one calls it before enter().
+  void judge_by_loss(ProbeMaker probe) { loss_probe_ = std::move(probe); }
   AfterStep after_step(int64_t step, double lr, NamedTensors& trained, bool last) override;
   void before_read(NamedTensors& params, NamedTensors* aux_params) override;
   // The lead's copy is the global model (before_read), with what a resume needs beside it: the version's outer
@@ -115,7 +115,7 @@ class AsyncSync : public Sync {
   int rank_, replicas_;  // this member's id and the members' number
   std::optional<comm::LinkModel> links_;
   std::shared_ptr<comm::MessageSigner> signer_;
-  std::unique_ptr<UpdateProbe> probe_;  // install_loss_probe's, until the merger takes it
+  ProbeMaker loss_probe_;  // judge_by_loss's
   bool lead_;
   int64_t tokens_per_step_;
   RoundPace pace_;  // when a round ends (by steps or by time)

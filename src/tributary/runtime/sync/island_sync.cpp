@@ -184,6 +184,10 @@ void IslandSync::pace(const LoadedCheckpoint* ckpt, const std::function<double()
 
 Started IslandSync::start(const StartState& s) {
   Started started = Sync::start(s);
+  if (s.loss_probe) {  // whoever judges whole updates here: the leads' exchange, or this island's merger
+    if (across_) across_->judge_by_loss(s.loss_probe);
+    if (async_) async_->judge_by_loss(s.loss_probe);
+  }
   pace(s.ckpt, s.step_seconds, s.lead);
   if (s.joining) {
     started.pending = join(s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
@@ -233,12 +237,6 @@ void IslandSync::summarize(TrainSummary& summary) {
 
 // An island of n ranks taking m optimizer steps per tick trained on n x m ranks' batches: its pseudo-gradient counts
 // n x m x K / (sum over the K islands of n x m) times in the average (1 for equal lockstep islands).
-void IslandSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                                    std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
-  if (across_) across_->install_loss_probe(model, device, std::move(strata));  // the leads' whole-model exchange
-  if (async_) async_->install_loss_probe(model, device, std::move(strata));    // this island's merger
-}
-
 void IslandSync::weigh_updates() {
   if (!across_) return;
   const IslandShape& shape = layout_.islands();

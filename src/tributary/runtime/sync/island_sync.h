@@ -63,8 +63,6 @@ class IslandSync : public Sync {
   // DiLoCo across the islands for this rank's outer shard. Null when this rank holds none (an island larger than
   // the smallest one).
   ReplicaSync* replicas() override { return across_.get(); }
-  void install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                          std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) override;
   // Data parallel inside the island: the dense step averages its gradients through it (none for an island of one).
   StepPeers step_peers() override { return {.rounds = inside_ ? &inside_->rounds() : nullptr}; }
   // The outer steps due for this rank's shard (`last`: and the pending ones), then, when one landed, the island's

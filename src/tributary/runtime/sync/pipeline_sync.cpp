@@ -102,11 +102,6 @@ void PipelineSync::check_shape(const Session& session, const Layout& layout) con
 
 // DiLoCo per stage across the pipelines, or across the islands through each island's first pipeline (the exchange
 // pads with the modelled time itself); fault tolerant, the pipelines' leads' replicas of the whole model instead.
-void PipelineSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                                      std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
-  if (ReplicaSync* leads = replicas()) leads->install_loss_probe(model, device, std::move(strata));
-}
-
 void PipelineSync::form_replicas(const Session& session, const Layout& layout) {
   const RunConfig& config = session.config();
   const DistEnv& env = session.env();
@@ -143,6 +138,7 @@ void PipelineSync::form_replicas(const Session& session, const Layout& layout) {
 
 Started PipelineSync::start(const StartState& s) {
   Started started = Sync::start(s);
+  if (s.loss_probe && replicas()) replicas()->judge_by_loss(s.loss_probe);  // the leads' whole-model exchange
   if (fault_tolerant_) {
     TRIB_CHECK(s.params, "a fault-tolerant pipeline starts with the whole model's parameters");
     params_ = *s.params;

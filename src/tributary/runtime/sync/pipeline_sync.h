@@ -60,8 +60,6 @@ class PipelineSync : public Sync {
   // only during dist.warmup_ddp_steps, and is null without a warm-up). Fault tolerant: the pipelines' leads' replicas
   // of the whole model, on the lead. Null otherwise.
   ReplicaSync* replicas() override { return fault_tolerant_ ? across_.get() : stage_replicas_.get(); }
-  void install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                          std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) override;
   StepPeers step_peers() override { return {.pipelines = this}; }
   // DiLoCo per stage: the stage replicas' outer steps due (`last`: and the pending ones). Several pipelines per island
   // (Layout::pipelines_per_island() > 1): the island's first pipeline's stage takes them across the islands, then the

@@ -19,7 +19,6 @@
 #include "tributary/perf/flops.h"
 #include "tributary/runtime/rendezvous.h"
 #include "tributary/runtime/run_state.h"
-#include "tributary/runtime/sync/loss_probe.h"
 
 namespace tributary {
 namespace {
@@ -106,13 +105,9 @@ void ReplicaSync::install_adversary(const std::string& kind) {
   reducer_->set_adversary(std::make_unique<Adversary>(kind, uint64_t(config_.train.seed) + uint64_t(launched_rank_)));
 }
 
-void ReplicaSync::install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                                     std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {
-  const auto& d = config_.dist;
-  auto probe = std::make_unique<LossProbe>(model, device, std::move(strata), d.probe_windows,
-                                           [this] { return rounds_->outer_globals(); });
-  reducer_->set_jury(
-      std::make_unique<ProbeJury>(std::move(probe), int(d.probe_evaluators), uint64_t(config_.train.seed)));
+void ReplicaSync::judge_by_loss(const ProbeMaker& probe) {
+  reducer_->set_jury(std::make_unique<ProbeJury>(probe([this] { return rounds_->outer_globals(); }),
+                                                 int(config_.dist.probe_evaluators), uint64_t(config_.train.seed)));
 }
 
 void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,
@@ -185,6 +180,7 @@ Started ReplicaSync::start(const StartState& s) {
   std::string words;
   Started started{.peak_flops = shared_matmul_peak(s.device, words)};
   started.peak_words = std::move(words);
+  if (s.loss_probe) judge_by_loss(s.loss_probe);
   if (s.joining) {  // its data is re-sharded over the members when it becomes one (MembershipFollower)
     started.pending = join_run(*admission_, s.trained, s.optimizer, s.loader, s.progress, s.total_steps);
     return started;

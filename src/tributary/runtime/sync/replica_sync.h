@@ -106,9 +106,9 @@ class ReplicaSync : public Sync {
   void set_update_weight(double weight) { reducer_->set_weight(weight); }
   // Tests and benchmarks (runtime/ft/faults.h): this rank lies in every round (optim/adversary.h's kinds).
   void install_adversary(const std::string& kind);
-  // dist.score = "loss": the robust exchange's jury (optim/probe_jury.h). Before the first round.
-  void install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                          std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) override;
+  // dist.score = "loss": the robust exchange's jury (optim/probe_jury.h) judges with `probe`. Before the first round
+  // (start() does it for the whole model's replicas; a sync that composes this one does it for its part's).
+  void judge_by_loss(const ProbeMaker& probe);
 
  private:
   // The sgemm peak one replica can count on under the run's conditions: every rank measures at the same time with

@@ -19,8 +19,8 @@
 
 #include "tributary/artifacts/checkpoint.h"
 #include "tributary/data/loader.h"
-#include "tributary/model/config.h"
 #include "tributary/optim/adamw.h"
+#include "tributary/optim/update_probe.h"
 #include "tributary/parallel/layout.h"
 #include "tributary/runtime/replica_checkpoint.h"
 #include "tributary/runtime/run_state.h"
@@ -71,6 +71,9 @@ struct RunPeers {
 };
 
 // What the start takes over: the state a resume restored (ckpt) or that a joiner heals into.
+// A probe of updates (optim/update_probe.h) over the model `globals` returns.
+using ProbeMaker = std::function<std::unique_ptr<UpdateProbe>(std::function<NamedTensors()> globals)>;
+
 struct StartState {
   NamedTensors& trained;
   NamedTensors* params = nullptr;  // every parameter of the model (a pipeline stage trains its own part: trained)
@@ -83,6 +86,9 @@ struct StartState {
   bool lead = false;                       // this rank leads (it logs what the start decided)
   torch::Device device = torch::kCPU;      // where the matmul peak is measured
   std::function<double()> step_seconds;    // one training step's time here, measured now (time-paced islands)
+  // dist.score = "loss": makes the probe whoever judges whole updates (a robust exchange's ranks, an asynchronous
+  // merger) rates each with, reading the judged round's start model through its argument; empty otherwise.
+  ProbeMaker loss_probe;
 };
 
 // What the start decided: the sgemm peak one rank can count on, and a joiner's pending heal (it trains on and becomes
@@ -108,11 +114,6 @@ class Sync {
   // decides a fault-tolerant run's members: the whole model's, a pipeline stage's across the pipelines, this rank's
   // outer shard's across the islands; null when none.
   virtual ReplicaSync* replicas() { return nullptr; }
-  // dist.score = "loss": whoever judges the updates (a robust exchange's ranks, an asynchronous merger) rates each by
-  // the loss it brings on a probe batch drawn from the training split's `strata` (runtime/sync/loss_probe.h). Before
-  // start(); nothing where no update is judged whole.
-  virtual void install_loss_probe(const ModelConfig& model, const torch::Device& device,
-                                  std::vector<std::shared_ptr<const std::vector<uint32_t>>> strata) {}
   virtual StepPeers step_peers() { return {}; }
   virtual RunPeers peers() { return {}; }
 
