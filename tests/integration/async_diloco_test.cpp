@@ -139,7 +139,7 @@ TEST_F(Distributed, AsyncIslandsTrainDataParallelInsideAndNeverWaitForEachOtherA
   // lags, and the run ends when the merges took in the run's tokens.
   auto [rc, out] = sh(std::string(TRIBUTARY_CLI) + " launch --nproc 4 --master-port 0 --" +
                       tiny("async_islands",
-                           "--set dist.algorithm=async_diloco --set parallel.islands=2 --set train.steps=60 "
+                           "--set dist.algorithm=async_diloco --set parallel.islands=2 --set train.steps=120 "
                            "--set train.batch_size=4 --set dist.inner_steps=5 --set dist.heartbeat_timeout_s=5 "
                            "--set dist.store_timeout_s=30 --set dist.slow_workers=2:3,3:3"));
   ASSERT_EQ(rc, 0) << out;
