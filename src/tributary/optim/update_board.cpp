@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "tributary/comm/codec.h"
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/safetensors.h"
@@ -21,7 +22,8 @@ std::string momenta_key(int64_t v, int merger) { return fmt::format("{}m/{}/{}",
 std::string step_key(int64_t v, int merger) { return fmt::format("{}s/{}/{}", P, v, merger); }
 std::string term_key(int64_t t) { return fmt::format("{}merger/{}", P, t); }
 
-// int8: one symmetric scale per tensor (absmax / 127), sent beside it as "<name>.scale".
+// int8: one symmetric scale per tensor (absmax / 127), sent beside it as "<name>.scale". fp4: comm::Codec's bytes
+// (E3M0, a scale per tensor) as a byte tensor, with the tensor's shape beside it as "<name>.shape".
 NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
   NamedTensors wire;
   for (const auto& [name, t] : delta) {
@@ -32,6 +34,12 @@ NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
       wire.emplace_back(name, x.to(torch::kFloat16));
     } else if (codec == "bf16") {
       wire.emplace_back(name, x.to(torch::kBFloat16));
+    } else if (codec == "fp4") {
+      const auto packer = comm::make_codec(codec);
+      torch::Tensor bytes = torch::empty({static_cast<int64_t>(packer->encoded_bytes(x.numel()))}, torch::kUInt8);
+      packer->encode(x.view({-1}), bytes.data_ptr<uint8_t>());
+      wire.emplace_back(name, bytes);
+      wire.emplace_back(name + ".shape", torch::tensor(x.sizes().vec(), torch::kInt64));
     } else {
       const float absmax = x.abs().max().item<float>();
       const float scale = absmax > 0 && std::isfinite(absmax) ? absmax / 127.0f : 1.0f;
@@ -46,9 +54,39 @@ NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
   return wire;
 }
 
-bool is_scale(const std::string& name) { return name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0; }
+bool ends_with(const std::string& name, const std::string& tail) {
+  return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
 
-torch::Tensor decoded(const safetensors::File& file, const std::string& name) {
+// What travels beside a tensor (its int8 scale, its fp4 shape), not a tensor of the model.
+bool is_side(const std::string& name) { return ends_with(name, ".scale") || ends_with(name, ".shape"); }
+
+// A packed tensor's values: its shape must be whole and its bytes exactly what the codec writes for that many values
+// (a blob another participant wrote is refused with an Error, never read past its end).
+torch::Tensor unpacked(const safetensors::File& file, const std::string& name, const std::string& codec) {
+  const torch::Tensor shape = to_torch(file.at(name + ".shape")).to(torch::kInt64).contiguous();
+  const torch::Tensor bytes = to_torch(file.at(name)).contiguous();
+  if (codec != "fp4" || bytes.scalar_type() != torch::kUInt8 || bytes.dim() != 1 || shape.dim() != 1 ||
+      shape.numel() > 8)
+    fail("tensor '{}' is not an fp4 tensor of dist.compression = '{}'", name, codec);
+  std::vector<int64_t> dims;
+  int64_t numel = 1;
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    const int64_t d = shape[i].item<int64_t>();
+    if (d < 0 || d > (int64_t{1} << 40) || (d > 0 && numel > (int64_t{1} << 40) / d))
+      fail("tensor '{}': shape dimension {} is {}", name, i, d);
+    dims.push_back(d);
+    numel *= d;
+  }
+  const auto packer = comm::make_codec(codec);
+  if (static_cast<size_t>(bytes.numel()) != packer->encoded_bytes(numel))
+    fail("tensor '{}': {} bytes for {} fp4 values (expected {})", name, bytes.numel(), numel,
+         packer->encoded_bytes(numel));
+  return packer->decode(bytes.data_ptr<uint8_t>(), numel).view(dims);
+}
+
+torch::Tensor decoded(const safetensors::File& file, const std::string& name, const std::string& codec) {
+  if (file.contains(name + ".shape")) return unpacked(file, name, codec);
   torch::Tensor t = to_torch(file.at(name)).to(torch::kFloat32);
   if (file.contains(name + ".scale")) t.mul_(to_torch(file.at(name + ".scale")).to(torch::kFloat32));
   return t;
@@ -56,30 +94,30 @@ torch::Tensor decoded(const safetensors::File& file, const std::string& name) {
 
 // In the model's order (`names`; safetensors sorts by name), so that callers pair tensors by index; an Error naming
 // what is missing or extra.
-NamedTensors decode(const safetensors::File& file, const std::vector<std::string>& names) {
+NamedTensors decode(const safetensors::File& file, const std::vector<std::string>& names, const std::string& codec) {
   size_t held = 0;
-  for (const auto& [name, view] : file.tensors()) held += !is_scale(name);
+  for (const auto& [name, view] : file.tensors()) held += !is_side(name);
   if (held != names.size()) fail("it holds {} tensors, the model has {}", held, names.size());
   NamedTensors out;
   for (const auto& name : names) {
     if (!file.contains(name)) fail("it has no tensor '{}'", name);
-    out.emplace_back(name, decoded(file, name));
+    out.emplace_back(name, decoded(file, name, codec));
   }
   return out;
 }
 
 // Every tensor, in the file's order (the momenta, which OuterOptimizer::load_state reads by name).
-NamedTensors decode_all(const safetensors::File& file) {
+NamedTensors decode_all(const safetensors::File& file, const std::string& codec) {
   NamedTensors out;
   for (const auto& [name, view] : file.tensors())
-    if (!is_scale(name)) out.emplace_back(name, decoded(file, name));
+    if (!is_side(name)) out.emplace_back(name, decoded(file, name, codec));
   return out;
 }
 
 }  // namespace
 
 bool UpdateBoard::supports(const std::string& codec) {
-  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8";
+  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "fp4";
 }
 
 UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,
@@ -92,8 +130,8 @@ UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<com
   if (!supports(codec_))
     fail(
         "dist.compression = '{}' with dist.algorithm = async_diloco: a replica's update travels on its own to the "
-        "merger, so only fp32, fp16, bf16 or int8 apply (the ring and sparse codecs need every replica in one "
-        "collective)",
+        "merger, so only fp32, fp16, bf16, int8 or fp4 apply (the ring and sparse codecs need every replica in "
+        "one collective)",
         codec_);
 }
 
@@ -183,7 +221,7 @@ PostedUpdate UpdateBoard::read(int replica, int64_t number, const std::vector<st
     u.base_version = number_of("base");
     u.tokens = number_of("tokens");
     if (number_of("replica") != replica) fail("it says it is replica {}'s", number_of("replica"));
-    u.delta = decode(file, names);
+    u.delta = decode(file, names, codec_);
   } catch (const std::exception& e) {  // a malformed post is refused, never thrown at the merger
     u.delta.clear();
     u.error = std::string("its bytes do not parse: ") + e.what();
@@ -219,7 +257,7 @@ std::optional<CommittedVersion> UpdateBoard::commit_of(int64_t version) {
 NamedTensors UpdateBoard::as_received(const NamedTensors& tensors) const {
   std::vector<std::string> names;
   for (const auto& [name, t] : tensors) names.push_back(name);
-  return decode(safetensors::File::parse(tensors_to_safetensors(encode(tensors, codec_)), "a step"), names);
+  return decode(safetensors::File::parse(tensors_to_safetensors(encode(tensors, codec_)), "a step"), names, codec_);
 }
 
 bool UpdateBoard::publish(int64_t version, int merger, const NamedTensors& params, const NamedTensors& momenta,
@@ -248,7 +286,7 @@ NamedTensors UpdateBoard::fetch_params(const CommittedVersion& version, const st
   if (!bytes) return {};  // three versions behind by now: deleted (or refused)
   wait_link(merger, self_, bytes->size(), seconds_since(start));
   bytes_fetched_ += double(bytes->size());
-  return decode(safetensors::File::parse(std::move(*bytes), key), names);
+  return decode(safetensors::File::parse(std::move(*bytes), key), names, codec_);
 }
 
 NamedTensors UpdateBoard::fetch_momenta(const CommittedVersion& version) {
@@ -256,7 +294,7 @@ NamedTensors UpdateBoard::fetch_momenta(const CommittedVersion& version) {
   const std::string key = momenta_key(version.version, merger);
   auto bytes = take(key, merger);
   if (!bytes) return {};
-  return decode_all(safetensors::File::parse(std::move(*bytes), key));
+  return decode_all(safetensors::File::parse(std::move(*bytes), key), codec_);
 }
 
 NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version, const std::vector<std::string>& names) {
@@ -267,7 +305,7 @@ NamedTensors UpdateBoard::fetch_step(const CommittedVersion& version, const std:
   if (!bytes) return {};
   wait_link(merger, self_, bytes->size(), seconds_since(start));
   bytes_fetched_ += double(bytes->size());
-  return decode(safetensors::File::parse(std::move(*bytes), key), names);
+  return decode(safetensors::File::parse(std::move(*bytes), key), names, codec_);
 }
 
 void UpdateBoard::forget_version(const CommittedVersion& version) {

@@ -1,8 +1,8 @@
 // Where asynchronous DiLoCo's replicas and its merger meet (dist.algorithm = async_diloco; runtime/sync/async_sync.h):
 // the run's store (comm::Store, the TCPStore that `tributary launch` hosts, sealed with the run's secret), used as a
 // blackboard so that nobody waits for anybody:
-//   updates   a replica posts each round's pseudo-gradient (encoded with dist.compression: fp32, fp16, bf16 or int8
-//             with one scale per tensor) with what it represents (the global version it started from, its tokens)
+//   updates   a replica posts each round's pseudo-gradient (encoded with dist.compression: fp32, fp16, bf16, int8
+//             with one scale per tensor, or fp4 as comm::Codec packs it) with what it represents (the global version it started from, its tokens)
 //             and goes on training; the merger reads the posts when it likes.
 //   versions  the merger publishes each merged global model (fp32) and its outer state (Nesterov momentum) as version
 //             v, with its step from version v - 1 encoded like the updates, and commits it by writing commit/{v} once
@@ -64,7 +64,7 @@ class UpdateBoard {
  public:
   inline static const std::string kPrefix = "async/";
 
-  // `codec`: fp32 | fp16 | bf16 | int8 (what updates travel as; Error naming dist.compression otherwise).
+  // `codec`: fp32 | fp16 | bf16 | int8 | fp4 (what updates travel as; Error naming dist.compression otherwise).
   // `link`: the emulated links between the ranks, if any; `self`: this process's rank. `signer`: signs what this
   // process writes and checks what it reads (null: unsigned).
   UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,

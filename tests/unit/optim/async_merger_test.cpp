@@ -169,30 +169,50 @@ TEST(AsyncMerger, WhenTheMergerFallsSilentAnotherTakesOverFromTheLastCommitMomen
   EXPECT_FALSE(store.check({"async/g/3/2"})) << "the loser's blob is removed";
 }
 
-TEST(AsyncMerger, AReplicaThatAppliesTheVersionsInt8StepsLandsOnTheMergersBits) {
-  auto store = comm::Store::in_memory();
-  MergeRules r = rules(2);
-  r.min_quorum = 1;
-  r.grace_s = 0;
-  r.outer = {.lr = 0.7, .momentum = 0.9};
-  AsyncMerger merger(UpdateBoard(store, "int8", std::nullopt, 1), store, 1, r, model());
-  merger.poll();
-  UpdateBoard replica(store, "int8", std::nullopt, 0);
-  NamedTensors mine = model();  // version 1, as every replica initialises it
-  for (int64_t v = 2; v <= 4; ++v) {
-    replica.post({{"w", torch::randn({2, 3})}, {"b", torch::randn({3})}}, v - 1, 100, -1);
-    ASSERT_TRUE(merger.poll());
-    const NamedTensors step = replica.fetch_step(*replica.commit_of(v), kNames);
-    ASSERT_EQ(step.size(), 2u);
-    for (auto& [name, t] : mine)
-      for (const auto& [n, s] : step)
-        if (n == name) t = t - s;
-    const NamedTensors whole = replica.fetch_params(*replica.commit_of(v), kNames);
-    for (const auto& [name, t] : whole)
-      for (const auto& [n, x] : mine)
-        if (n == name) {
-          EXPECT_TRUE(torch::equal(t, x)) << "version " << v << ", " << name;
-        }
+TEST(AsyncMerger, AReplicaThatAppliesTheVersionsInt8OrFp4StepsLandsOnTheMergersBits) {
+  for (const std::string codec : {"int8", "fp4"}) {
+    SCOPED_TRACE(codec);
+    auto store = comm::Store::in_memory();
+    MergeRules r = rules(2);
+    r.min_quorum = 1;
+    r.grace_s = 0;
+    r.outer = {.lr = 0.7, .momentum = 0.9};
+    AsyncMerger merger(UpdateBoard(store, codec, std::nullopt, 1), store, 1, r, model());
+    merger.poll();
+    UpdateBoard replica(store, codec, std::nullopt, 0);
+    NamedTensors mine = model();  // version 1, as every replica initialises it
+    for (int64_t v = 2; v <= 4; ++v) {
+      replica.post({{"w", torch::randn({2, 3})}, {"b", torch::randn({3})}}, v - 1, 100, -1);
+      ASSERT_TRUE(merger.poll());
+      const NamedTensors step = replica.fetch_step(*replica.commit_of(v), kNames);
+      ASSERT_EQ(step.size(), 2u);
+      for (auto& [name, t] : mine)
+        for (const auto& [n, s] : step)
+          if (n == name) t = t - s;
+      const NamedTensors whole = replica.fetch_params(*replica.commit_of(v), kNames);
+      for (const auto& [name, t] : whole)
+        for (const auto& [n, x] : mine)
+          if (n == name) {
+            EXPECT_TRUE(torch::equal(t, x)) << "version " << v << ", " << name;
+          }
+    }
+    if (codec != "fp4") continue;
+    // fp4 posts whose shape asks for more values than their bytes hold, or a negative dimension: refused by the
+    // merger, never decoded past their end.
+    const auto bad_post = [&](torch::Tensor shape) {
+      const int64_t n = store.add("async/up/0/count", 0);
+      store.set("async/up/0/" + std::to_string(n),
+                tensors_to_safetensors({{"w", torch::zeros({7}, torch::kUInt8)},
+                                        {"w.shape", shape},
+                                        {"b", torch::zeros({6}, torch::kUInt8)},
+                                        {"b.shape", torch::tensor({int64_t{3}})}},
+                                       {{"base", "4"}, {"tokens", "100"}, {"replica", "0"}}));
+      store.add("async/up/0/count", 1);
+    };
+    bad_post(torch::tensor({int64_t{200}, int64_t{3}}));
+    bad_post(torch::tensor({int64_t{-2}, int64_t{3}}));
+    EXPECT_FALSE(merger.poll());
+    EXPECT_EQ(merger.stats().refused, 2);
   }
 }
 
