@@ -1,6 +1,6 @@
-"""Peers that may lie (issue 62, docs/benchmarks.md): 5 replicas of the shipped DiLoCo config (configs/diloco.toml:
-H = 10, int8 updates, plain averaging) on the built-in corpus, one `tributary launch --nproc 5` on this machine, one
-of them (rank 4) an adversary (`train --adversary 4:KIND`, optim/adversary.h): sign_flip, scaled (x100), noise
+"""Peers that may lie (issue 62, docs/benchmarks.md): 5 replicas of the DiLoCo config (configs/diloco.toml as
+shipped when §41-§53 were measured: H = 10, int8 updates, plain averaging) on the built-in corpus, one
+`tributary launch --nproc 5` on this machine, one of them (rank 4) an adversary (`train --adversary 4:KIND`, optim/adversary.h): sign_flip, scaled (x100), noise
 (Gaussian of the update's norm), zeros (a free rider), replay (again what it sent two exchanges before), stale
 (its own honest update of two exchanges before, never sent), copy (another
 participant's last update), poison (trained on windows shuffled token by token). Each kind runs twice:
@@ -37,7 +37,8 @@ def run(build, work, name, nproc, steps, sets, adversary=None):
     cmd = [os.path.join(build, "tributary"), "launch", "--nproc", str(nproc), "--", "train",
            os.path.join(ROOT, "configs", "diloco.toml"), "--overwrite",
            "--set", f"train.steps={steps}", "--set", f"train.run_dir={run_dir}", "--set", "train.eval_every=0",
-           "--set", f"data.dir={os.path.join(ROOT, 'data', 'default')}"]
+           "--set", f"data.dir={os.path.join(ROOT, 'data', 'default')}", "--set", "dist.inner_steps=10",
+           "--set", "dist.compression=int8"]
     for s in sets:
         cmd += ["--set", s]
     if adversary:

@@ -1,5 +1,6 @@
 """Asynchronous DiLoCo against synchronous DiLoCo (issue 61, docs/benchmarks.md): 4 replicas of the shipped DiLoCo
-config's model (configs/diloco.toml: H = 10, int8 updates, plain averaging for short runs) on the built-in corpus, one
+config's model (configs/diloco.toml, with the settings it shipped when §40 and §46 were measured: H = 10, int8
+updates; plain averaging for short runs) on the built-in corpus, one
 `tributary launch --nproc 4` on this machine, the links between the replicas emulated (dist.wan, default 100 Mbit/s
 and 100 ms). Both runs train the same tokens: synchronous DiLoCo train.steps x 4 replicas x batch; the asynchronous
 run ends when its merges have taken in as many (the fast replicas take more steps, a slow one fewer). Scenarios:
@@ -71,7 +72,8 @@ def run(args, name, algorithm, sets, killer=None, launch_extra=()):
     sets = [f"train.run_dir={run_dir}", f"train.steps={args.steps}", f"train.seed={args.seed_now}",
             f"train.eval_every={args.eval_every}", "train.log_every=25", "train.checkpoint_every=0",
             f"optim.warmup_steps={max(1, args.steps // 10)}", f"dist.algorithm={algorithm}",
-            "dist.warmup_ddp_steps=0", f"dist.wan={args.wan}", "dist.heartbeat_timeout_s=5"] + sets
+            "dist.warmup_ddp_steps=0", f"dist.wan={args.wan}", "dist.heartbeat_timeout_s=5", "dist.inner_steps=10",
+            "dist.compression=int8"] + sets
     cmd = [args.cli, "launch", "--nproc", "4", "--master-port", "0", *launch_extra, "--", "train",
            os.path.join(ROOT, "configs/diloco.toml"), "--overwrite"] + [f"--set={s}" for s in sets]
     log = open(os.path.join(args.work, name + ".log"), "w")
