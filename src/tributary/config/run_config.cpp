@@ -433,9 +433,10 @@ void validate_async(const RunConfig& c) {
         "{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
         "leave them at 0 (fragments 1)",
         why);
+  // What optim/update_board.h can carry alone.
   if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
-        c.dist.compression == "int8"))
-    fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16 or int8", why,
+        c.dist.compression == "int8" || c.dist.compression == "fp4"))
+    fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16, int8 or fp4", why,
          c.dist.compression);
 }
 

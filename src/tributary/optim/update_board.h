@@ -2,8 +2,8 @@
 // the run's store (comm::Store, the TCPStore that `tributary launch` hosts, sealed with the run's secret), used as a
 // blackboard so that nobody waits for anybody:
 //   updates   a replica posts each round's pseudo-gradient (encoded with dist.compression: fp32, fp16, bf16, int8
-//             with one scale per tensor, or fp4 as comm::Codec packs it) with what it represents (the global version it started from, its tokens)
-//             and goes on training; the merger reads the posts when it likes.
+//             with one scale per tensor, or fp4 as comm::Codec packs it) with what it represents (the global version it
+//             started from, its tokens) and goes on training; the merger reads the posts when it likes.
 //   versions  the merger publishes each merged global model (fp32) and its outer state (Nesterov momentum) as version
 //             v, with its step from version v - 1 encoded like the updates, and commits it by writing commit/{v} once
 //             (Store::set_once): of two mergers that both think they lead (one was frozen and came back) one commit

@@ -160,6 +160,7 @@ TEST(Config, AsynchronousDilocoRefusesWhatNeedsACollectiveNamingTheKey) {
   EXPECT_EQ(load({"dist.algorithm=async_diloco", "dist.compression=int8", "dist.min_quorum=3", "dist.grace_s=0.5"}),
             "");
   EXPECT_EQ(load({"dist.algorithm=async_diloco", "parallel.islands=2"}), "") << "islands asynchronous to each other";
+  EXPECT_EQ(load({"dist.algorithm=async_diloco", "dist.compression=fp4"}), "") << "the shipped config's codec";
   auto msg = load({"dist.algorithm=async_diloco", "parallel.pipeline_stages=2"});
   EXPECT_NE(msg.find("pipeline stages, local parallelism and DiPaCo are not asynchronous yet"), std::string::npos)
       << msg;
