@@ -433,7 +433,9 @@ void validate_async(const RunConfig& c) {
         "{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
         "leave them at 0 (fragments 1)",
         why);
-  if (!travels_alone(c.dist.compression))
+  // What optim/update_board.h can carry alone.
+  if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
+        c.dist.compression == "int8" || c.dist.compression == "fp4"))
     fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16, int8 or fp4", why,
          c.dist.compression);
 }
@@ -590,10 +592,6 @@ void validate_pipelines(const RunConfig& c) {
 }
 
 }  // namespace
-
-bool travels_alone(const std::string& codec) {
-  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "fp4";
-}
 
 RunConfig RunConfig::load(const std::string& file, const std::vector<std::string>& overrides) {
   RunConfig config;

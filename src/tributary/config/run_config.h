@@ -216,8 +216,4 @@ struct RunConfig {
   std::unique_ptr<ConfigSchema> schema_;
 };
 
-// dist.compression values a replica's update can travel as on its own (asynchronous DiLoCo's update board): the
-// stateless per-tensor codecs, not the rings' error-feedback ones.
-bool travels_alone(const std::string& codec);
-
 }  // namespace tributary

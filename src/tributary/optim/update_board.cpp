@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "tributary/comm/codec.h"
-#include "tributary/config/run_config.h"
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/safetensors.h"
@@ -117,7 +116,9 @@ NamedTensors decode_all(const safetensors::File& file, const std::string& codec)
 
 }  // namespace
 
-bool UpdateBoard::supports(const std::string& codec) { return travels_alone(codec); }
+bool UpdateBoard::supports(const std::string& codec) {
+  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "fp4";
+}
 
 UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,
                          std::shared_ptr<comm::MessageSigner> signer)
