@@ -8,6 +8,7 @@
 #include "tributary/config/slow_workers.h"
 #include "tributary/core/error.h"
 #include "tributary/core/number_list.h"
+#include "tributary/core/update_codecs.h"
 #include "tributary/sched/sites.h"
 
 namespace tributary {
@@ -63,8 +64,7 @@ void bind_dist(ConfigSchema& s, DistConfig& dist) {
         0, 19);
   s.add("dist.slow_workers", dist.slow_workers,
         "emulated slow machines: 'R:F,...' makes worker R F times slower (a sleep after each step); '' = none");
-  s.add("dist.compression", dist.compression, "what goes on the wire",
-        {"fp32", "fp16", "bf16", "int8", "fp4", "terngrad", "topk", "powersgd", "sparseloco"});
+  s.add("dist.compression", dist.compression, "what goes on the wire", update_codec_names());
   s.add("dist.topk_ratio", dist.topk_ratio, "top-k: fraction of values sent", 1e-6, 1.0);
   s.add("dist.powersgd_rank", dist.powersgd_rank, "PowerSGD: rank of the factors", 1, 1024);
   s.add("dist.sparse_chunk", dist.sparse_chunk, "sparseloco: values per chunk", 1, int64_t{1} << 24);
@@ -229,11 +229,6 @@ void validate_local(const RunConfig& c) {
         "equal",
         l.chunks, c.parallel.pipeline_stages);
   lr_scales(l);
-}
-
-// Codecs that keep what they did not send on the worker, to send it later.
-bool keeps_error_feedback(const std::string& codec) {
-  return codec == "topk" || codec == "powersgd" || codec == "sparseloco";
 }
 
 // DiPaCo's own constraints (dipaco.modules set): routes, which codecs its exchanges can carry, whole rounds.
@@ -433,11 +428,9 @@ void validate_async(const RunConfig& c) {
         "{}: dist.warmup_ddp_steps, overlap_steps, fragments, ramp_steps and qsr_alpha are synchronous DiLoCo's; "
         "leave them at 0 (fragments 1)",
         why);
-  // What optim/update_board.h can carry alone.
-  if (!(c.dist.compression == "fp32" || c.dist.compression == "fp16" || c.dist.compression == "bf16" ||
-        c.dist.compression == "int8" || c.dist.compression == "fp4"))
-    fail("{}: dist.compression = '{}' needs every replica in one collective; use fp32, fp16, bf16, int8 or fp4", why,
-         c.dist.compression);
+  if (!travels_alone(c.dist.compression))
+    fail("{}: dist.compression = '{}' needs every replica in one collective; use {}", why, c.dist.compression,
+         kTravelsAloneList);
 }
 
 void validate_dist(const RunConfig& c) {

@@ -8,6 +8,7 @@
 #include "tributary/core/clock.h"
 #include "tributary/core/error.h"
 #include "tributary/core/safetensors.h"
+#include "tributary/core/update_codecs.h"
 
 namespace tributary {
 namespace {
@@ -116,10 +117,6 @@ NamedTensors decode_all(const safetensors::File& file, const std::string& codec)
 
 }  // namespace
 
-bool UpdateBoard::supports(const std::string& codec) {
-  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "fp4";
-}
-
 UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,
                          std::shared_ptr<comm::MessageSigner> signer)
     : store_(std::move(store)),
@@ -127,12 +124,11 @@ UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<com
       link_(std::move(link)),
       self_(self),
       signer_(std::move(signer)) {
-  if (!supports(codec_))
+  if (!travels_alone(codec_))
     fail(
         "dist.compression = '{}' with dist.algorithm = async_diloco: a replica's update travels on its own to the "
-        "merger, so only fp32, fp16, bf16, int8 or fp4 apply (the ring and sparse codecs need every replica in "
-        "one collective)",
-        codec_);
+        "merger, so only {} apply (the ring and sparse codecs need every replica in one collective)",
+        codec_, kTravelsAloneList);
 }
 
 void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) const {

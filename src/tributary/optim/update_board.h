@@ -64,12 +64,12 @@ class UpdateBoard {
  public:
   inline static const std::string kPrefix = "async/";
 
-  // `codec`: fp32 | fp16 | bf16 | int8 | fp4 (what updates travel as; Error naming dist.compression otherwise).
+  // `codec`: what updates travel as, one that core/update_codecs.h's travels_alone accepts (Error naming
+  // dist.compression otherwise).
   // `link`: the emulated links between the ranks, if any; `self`: this process's rank. `signer`: signs what this
   // process writes and checks what it reads (null: unsigned).
   UpdateBoard(comm::Store store, std::string codec, std::optional<comm::LinkModel> link, int self,
               std::shared_ptr<comm::MessageSigner> signer = nullptr);
-  static bool supports(const std::string& codec);
 
   // A replica: posts `delta` (names and shapes of the model's parameters) and returns its number. `merger`: the rank
   // whose link the emulated transfer takes (-1: none known).
