@@ -18,7 +18,7 @@ ResilientAverage::ResilientAverage(comm::CommThread& thread, comm::Exchange& exc
       exchange_(exchange),
       group_(group),
       membership_(membership),
-      aggregate_(aggregate.judges_updates() ? std::make_unique<RobustAggregate>(std::move(aggregate)) : nullptr),
+      judge_(aggregate.judges_updates() ? std::make_unique<JudgedAverage>(std::move(aggregate)) : nullptr),
       link_(std::move(link)),
       reformed_(std::move(reformed)) {}
 
@@ -40,59 +40,19 @@ void ResilientAverage::checked_average(std::vector<torch::Tensor>& tensors, int 
 }
 
 void ResilientAverage::guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round) {
-  if (aggregate_) return robust_average(tensors, stream, round);
+  if (judge_) {
+    std::vector<int> ids;
+    for (int r = 0; r < group_.size(); ++r) ids.push_back(membership_ ? membership_->members()[r] : r);
+    round_rejected_ = judge_->average(exchange_, group_, tensors, ids, membership_ ? membership_->epoch() : 0,
+                                      membership_ ? membership_->noun() : "rank", std::stoll(round.substr(1)) + 1,
+                                      adversary_.get(), stream);
+    return;
+  }
   checked_average(tensors, stream, 1.0, round);
   if (adversary_) {  // on the ring it sees the average
     std::vector<torch::Tensor> parts;
     for (const auto& t : tensors) parts.push_back(t.detach().reshape({-1}));
     adversary_->saw(torch::cat(parts), stream);
-  }
-}
-
-// Sealed payloads (with the run's key) need no check of the result: every rank decodes what each rank sent.
-void ResilientAverage::robust_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> parts;
-  for (const auto& t : tensors) parts.push_back(t.detach().reshape({-1}).to(torch::kFloat32));
-  const auto gathered = exchange_.gather(torch::cat(parts));
-  std::vector<int> ids;
-  for (int r = 0; r < int(gathered.size()); ++r) ids.push_back(membership_ ? membership_->members()[r] : r);
-  if (membership_ && membership_->epoch() != aggregate_epoch_) {  // a joiner has no fingerprints: nor do the others
-    aggregate_->forget_fingerprints();
-    aggregate_epoch_ = membership_->epoch();
-  }
-  if (adversary_) adversary_->saw(gathered[size_t(group_.rank() + 1) % gathered.size()], stream);
-  const int64_t exchange = std::stoll(round.substr(1)) + 1;
-  std::vector<double> improvements;
-  const bool probing = jury_ && jury_->applies(gathered[size_t(group_.rank())].numel());
-  if (probing) improvements = jury_->improvements(exchange_, group_.rank(), gathered, exchange);
-  const Aggregated a = aggregate_->combine(gathered, ids, probing ? &improvements : nullptr);
-  round_rejected_ = int64_t(a.refused.size());
-  const std::string noun = membership_ ? membership_->noun() : "rank";
-  if (group_.rank() == 0) {
-    for (const Refusal& r : a.refused)
-      log::warn("{} {}'s update refused in exchange {} ({} of {} accepted, dist.aggregate = {}): {}", noun,
-                ids[r.participant], exchange, a.accepted, gathered.size(), aggregate_->options().rule, r.reason);
-    for (int id : a.evicted)
-      log::warn("{} {} evicted in exchange {}: its updates are refused from now on (dist.evict_after = {})", noun, id,
-                exchange, aggregate_->options().evict_after);
-  }
-  for (const Refusal& r : a.refused)  // the participant itself learns why, once
-    if (r.participant == group_.rank() && r.reason.rfind("evicted", 0) == 0 && !told_evicted_) {
-      told_evicted_ = true;
-      log::error("this {} ({} {}) was evicted by the others; its updates no longer count: {}", noun, noun,
-                 ids[r.participant], r.reason);
-    }
-  {
-    std::lock_guard<std::mutex> lock(scores_mutex_);
-    scores_.clear();
-    for (size_t i = 0; i < ids.size(); ++i) scores_[ids[i]] = a.scores[i];
-  }
-  int64_t offset = 0;
-  for (auto& t : tensors) {
-    const int64_t n = t.numel();
-    t.copy_(a.value.narrow(0, offset, n).view(t.sizes()));
-    offset += n;
   }
 }
 
@@ -164,14 +124,13 @@ std::vector<torch::Tensor> ResilientAverage::reduce(std::vector<torch::Tensor> t
     }
     formed = follow_the_survivors(round, decision);
     for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(original[i]);
-    if (judged_before) aggregate_->adopt(*judged_before);
+    if (judged_before) judge_->adopt(*judged_before, membership_->epoch());
   }
 }
 
 void ResilientAverage::adopt_verdicts(RobustAggregate::Verdicts v) {
-  TRIB_CHECK(aggregate_, "(verdicts travel only between members judging by a robust rule)");
-  aggregate_->adopt(std::move(v));
-  if (membership_) aggregate_epoch_ = membership_->epoch();
+  TRIB_CHECK(judge_, "(verdicts travel only between members judging by a robust rule)");
+  judge_->adopt(std::move(v), membership_ ? membership_->epoch() : 0);
 }
 
 // Forming a group can fail like a collective (a member died meanwhile): that attempt of the round failed.

@@ -1,11 +1,9 @@
 // The average of DiLoCo's pseudo-gradients when replicas may die or misbehave: a Reducer (optim/reducer.h) that adds
 // two guards around comm::Exchange::average, on the communication thread.
 //
-// Robust aggregation (dist.aggregate other than "mean", or dist.reject_norm_factor > 0): the updates are all-gathered
-// whole (comm::Exchange::gather) instead of summed on the ring, and every rank judges each one as received and applies
-// the rule (optim/robust_aggregate.h): a refused update is named (participant, round, reason) and left out; the count
-// is in take_rejected() (metrics "rejected"). A participant that keeps being refused is refused from then on
-// (evicted): see evict_after. The mean without a norm test stays on the ring, bit for bit.
+// Robust aggregation (dist.aggregate other than "mean", or dist.reject_norm_factor > 0): every update is gathered
+// whole and judged (optim/judged_average.h); the count of refused updates is in take_rejected() (metrics "rejected").
+// The mean without a norm test stays on the ring, bit for bit.
 //
 // Fault tolerance (a comm::Membership): each reduction is a round, committed only when every member's collective
 // succeeded (Membership::should_commit). A discarded round is redone from the same pseudo-gradients by the survivors
@@ -32,9 +30,8 @@
 #include "tributary/comm/link_model.h"
 #include "tributary/comm/membership.h"
 #include "tributary/optim/adversary.h"
-#include "tributary/optim/probe_jury.h"
+#include "tributary/optim/judged_average.h"
 #include "tributary/optim/reducer.h"
-#include "tributary/optim/robust_aggregate.h"
 
 namespace tributary {
 
@@ -58,9 +55,8 @@ class ResilientAverage : public Reducer {
   // Tests and benchmarks: this rank lies (optim/adversary.h): its update is rewritten before every round, and it is
   // shown what the round let it see of the others.
   void set_adversary(std::unique_ptr<Adversary> adversary) { adversary_ = std::move(adversary); }
-  // Loss scores (dist.score = "loss"): every robust round's updates are measured by the jury (optim/probe_jury.h)
-  // before the rule. Set before the first round.
-  void set_jury(std::unique_ptr<ProbeJury> jury) { jury_ = std::move(jury); }
+  // Under a robust rule: the judge of every round's updates (its jury, scores, verdicts); null on the ring.
+  JudgedAverage* judge() { return judge_.get(); }
   // Every average is checked against what the ranks sent (comm/average_check.h: a change of the traffic in flight
   // fails the round on every rank, which then applies nothing of it). Set before the first round.
   void check_averages(std::unique_ptr<comm::AverageCheck> check) { check_ = std::move(check); }
@@ -85,18 +81,12 @@ class ResilientAverage : public Reducer {
   bool stop_decided() const { return stop_decided_; }   // as of the last collected round (training thread)
   int64_t reformations() const { return reformations_; }
   int64_t take_rejected() { return rejected_.exchange(0); }
-  // Under a robust rule, fault tolerant: what a joiner needs to judge the updates as the members do
-  // (RobustAggregate::Verdicts), read by the lead while no round is in flight; nullopt on the ring.
+  // Under a robust rule, fault tolerant: what a joiner needs to judge the updates as the members do, read by the lead
+  // while no round is in flight (nullopt on the ring), and taken over by the joiner before its first round.
   std::optional<RobustAggregate::Verdicts> verdicts() const {
-    return aggregate_ ? std::optional(aggregate_->verdicts()) : std::nullopt;
+    return judge_ ? std::optional(judge_->verdicts()) : std::nullopt;
   }
-  void adopt_verdicts(RobustAggregate::Verdicts v);  // a joiner, before its first round
-  // Under a robust rule: every participant's score in the last exchange (id -> cosine with the aggregate, -1 when
-  // refused; optim/robust_aggregate.h), then cleared; empty otherwise.
-  std::map<int, double> take_scores() {
-    std::lock_guard<std::mutex> lock(scores_mutex_);
-    return std::exchange(scores_, {});
-  }
+  void adopt_verdicts(RobustAggregate::Verdicts v);
 
  private:
   std::vector<torch::Tensor> reduce(std::vector<torch::Tensor> tensors, int stream);
@@ -105,8 +95,6 @@ class ResilientAverage : public Reducer {
   // could not).
   bool follow_the_survivors(const std::string& round, const comm::RoundDecision& decision);
   void guarded_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
-  // Every update all-gathered and judged by the rule (aggregate_).
-  void robust_average(std::vector<torch::Tensor>& tensors, int stream, const std::string& round);
   // The exchange's average, times `rescale`, checked when check_ is set.
   void checked_average(std::vector<torch::Tensor>& tensors, int stream, double rescale, const std::string& round);
 
@@ -114,13 +102,11 @@ class ResilientAverage : public Reducer {
   comm::Exchange& exchange_;
   comm::Group& group_;
   comm::Membership* membership_;
-  std::unique_ptr<RobustAggregate> aggregate_;  // null: the mean on the ring
-  int aggregate_epoch_ = 0;                     // the membership's epoch aggregate_'s history belongs to
+  std::unique_ptr<JudgedAverage> judge_;  // null: the mean on the ring
   std::optional<comm::LinkModel> link_;
   Reformed reformed_;
   double weight_ = 1;
   std::unique_ptr<Adversary> adversary_;
-  std::unique_ptr<ProbeJury> jury_;  // loss scores; null: agreement scores
   std::function<void(std::vector<torch::Tensor>&)> wire_tamper_;
   std::unique_ptr<comm::AverageCheck> check_;
   int64_t checked_rounds_ = 0;  // names the checks of a run without fault tolerance (rounds_ names the others)
@@ -138,9 +124,6 @@ class ResilientAverage : public Reducer {
   std::atomic<int64_t> reformations_{0};
   std::atomic<bool> stop_wish_{false};
   std::atomic<int64_t> rejected_{0};
-  std::mutex scores_mutex_;
-  std::map<int, double> scores_;  // of the last robust exchange (communication thread -> training thread)
-  bool told_evicted_ = false;     // this rank was told the others evicted it
 };
 
 }  // namespace tributary

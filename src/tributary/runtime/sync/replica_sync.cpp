@@ -106,8 +106,10 @@ void ReplicaSync::install_adversary(const std::string& kind) {
 }
 
 void ReplicaSync::judge_by_loss(const ProbeMaker& probe) {
-  reducer_->set_jury(std::make_unique<ProbeJury>(probe([this] { return rounds_->outer_globals(); }),
-                                                 int(config_.dist.probe_evaluators), uint64_t(config_.train.seed)));
+  TRIB_CHECK(reducer_->judge(), "(loss scores need a robust rule: the configuration's check)");
+  reducer_->judge()->set_jury(std::make_unique<ProbeJury>(probe([this] { return rounds_->outer_globals(); }),
+                                                          int(config_.dist.probe_evaluators),
+                                                          uint64_t(config_.train.seed)));
 }
 
 void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optional<comm::LinkModel> link,

@@ -101,7 +101,10 @@ class ReplicaSync : public Sync {
   // The updates refused since the last call (dist.reject_norm_factor, dist.aggregate, or a fault-tolerant run's
   // guard); -1 when none guards the exchange.
   int64_t take_rejected() { return membership_ || config_.dist.judges_updates() ? reducer_->take_rejected() : -1; }
-  std::map<int, double> take_scores() { return reducer_->take_scores(); }  // ResilientAverage::take_scores
+  // Under a robust rule: every participant's score in the last exchange (JudgedAverage::take_scores); else empty.
+  std::map<int, double> take_scores() {
+    return reducer_->judge() ? reducer_->judge()->take_scores() : std::map<int, double>{};
+  }
   // This rank's updates count `weight` times in the average (ResilientAverage::set_weight).
   void set_update_weight(double weight) { reducer_->set_weight(weight); }
   // Tests and benchmarks (runtime/ft/faults.h): this rank lies in every round (optim/adversary.h's kinds).
