@@ -22,8 +22,7 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
                          const NamedTensors& initial, std::function<void(const nlohmann::json&)> on_merge,
                          MergeStart start)
     : board_(std::move(board)),
-      heartbeat_(std::move(heartbeat), UpdateBoard::kPrefix, self),
-      liveness_(board_.store(), UpdateBoard::kPrefix, self, rules.dead_after_s),
+      term_(board_, std::move(heartbeat), self, rules.replicas, rules.dead_after_s),
       self_(self),
       rules_(rules),
       start_(std::move(start)),
@@ -33,7 +32,6 @@ AsyncMerger::AsyncMerger(UpdateBoard board, comm::Store heartbeat, int self, Mer
     names_.push_back(name);
   }
   if (rules_.aggregate.judges_updates()) robust_ = std::make_unique<RobustAggregate>(rules_.aggregate);
-  if (self_ == rules_.replicas - 1) board_.claim_term(0);
 }
 
 AsyncMerger::~AsyncMerger() {
@@ -59,32 +57,10 @@ MergerStats AsyncMerger::stats() const {
   return stats_;
 }
 
-std::vector<int> AsyncMerger::alive() {
-  std::vector<int> out;
-  for (int r = 0; r < rules_.replicas; ++r)
-    if (r == self_ || !liveness_.dead(r)) out.push_back(r);
-  return out;
-}
-
-// The newest term and its holder; a stale holder's term is raced for (first proposal written wins).
+// The newest term and its holder (MergerTerm); a candidate that lost it reloads from the last commit when it holds
+// one again.
 bool AsyncMerger::elect() {
-  while (board_.term_holder(term_ + 1)) ++term_;
-  if (term_ < 0) {  // the last rank has not started yet: after a heartbeat deadline anyone may take term 0
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - born_).count();
-    if (waited < rules_.dead_after_s) return false;
-    board_.claim_term(0);
-    term_ = 0;
-  }
-  int holder = board_.term_holder(term_).value_or(-1);
-  if (holder != self_ && (holder < 0 || liveness_.dead(holder))) {
-    const int before = holder;
-    holder = board_.claim_term(term_ + 1);
-    ++term_;
-    if (holder == self_)
-      log::warn("replica {}: the merger (replica {}) fell silent; replica {} merges from now on (term {})", self_,
-                before, self_, term_);
-  }
-  const bool mine = holder == self_;
+  const bool mine = term_.held();
   if (!mine) loaded_ = false;
   merging_ = mine;
   return mine;
@@ -100,7 +76,7 @@ void AsyncMerger::take_over() {
   if (v == 0) {
     outer_ = std::make_unique<OuterOptimizer>(initial_, rules_.outer);
     if (!start_.momenta.empty()) outer_->load_momenta(start_.momenta, "the resumed checkpoint's outer momenta");
-    nlohmann::json meta = {{"term", term_},
+    nlohmann::json meta = {{"term", term_.term()},
                            {"tokens", start_.tokens},
                            {"consumed", nlohmann::json::object()},
                            {"merged", nlohmann::json::array()},
@@ -124,7 +100,7 @@ void AsyncMerger::take_over() {
     for (const auto& [ver, n] : history.items()) tokens_at_[std::stoll(ver)] = n.get<int64_t>();
     tokens_at_[v] = c.meta.at("tokens").get<int64_t>();
     if (c.meta.value("done", false)) done_ = true;
-    if (term_ > 0) {
+    if (term_.term() > 0) {
       std::lock_guard<std::mutex> lock(stats_mutex_);
       stats_.takeovers += 1;
     }
@@ -177,7 +153,7 @@ bool AsyncMerger::due() {
   if (pending_.empty()) return false;
   std::set<int> in;
   for (const auto& p : pending_) in.insert(p.update.replica);
-  const std::vector<int> living = alive();
+  const std::vector<int> living = term_.alive();
   bool all_in = true;
   for (int r : living) all_in &= in.count(r) > 0;
   if (all_in) return true;
@@ -296,7 +272,7 @@ void AsyncMerger::merge() {
     tokens += p.update.tokens;
   }
   std::vector<int> late;
-  for (int r : alive())
+  for (int r : term_.alive())
     if (!in.count(r)) late.push_back(r);
   // The version the replicas will read: the previous one minus the step as they decode it (its rounding stays here).
   std::vector<torch::Tensor> before;
@@ -318,8 +294,8 @@ void AsyncMerger::merge() {
   // (A commit lost to another merger reloads everything, this history included: take_over.)
   tokens_at_[next] = total;
   tokens_at_.erase(tokens_at_.begin(), tokens_at_.lower_bound(next - rules_.max_staleness - 1));
-  nlohmann::json meta = {{"term", term_}, {"tokens", total},  {"consumed", consumed},         {"merged", merged},
-                         {"late", late},  {"done", finished}, {"tokens_at", tokens_at_json()}};
+  nlohmann::json meta = {{"term", term_.term()}, {"tokens", total},  {"consumed", consumed},         {"merged", merged},
+                         {"late", late},         {"done", finished}, {"tokens_at", tokens_at_json()}};
   if (!board_.publish(next, self_, outer_->global(), outer_->state(), step, meta)) {
     log::warn("replica {}: version {} was committed by another merger first; this one stands down", self_, next);
     loaded_ = false;  // reloads from the newest commit if it still holds the term

@@ -20,9 +20,8 @@
 //            merger never published, or too stale, is refused with a log line naming the replica and the reason;
 //            nothing of it reaches the model.
 // No single point of failure: every replica process holds a candidate (this class) with its heartbeat. The merging
-// role is a term held by one rank (async/merger/{t}, first proposal written wins, as every decision of the run's
-// fault-tolerance home, comm/membership.h); the last rank takes term 0, so that the lead's evaluations do not delay
-// merges. When the holder's heartbeat goes stale, the candidates race for the next term and the winner takes over
+// role is a term held by one rank (optim/merger_term.h). When the holder's heartbeat goes stale, the candidates race
+// for the next term and the winner takes over
 // from the last committed version's parameters, momenta and consumed posts: at most the merge in flight is lost,
 // its updates are merged by the successor. A merger that was frozen and comes back loses its next commit to the
 // successor's (set_once) and stands down; the model is never half written.
@@ -40,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "tributary/comm/heartbeat.h"
+#include "tributary/optim/merger_term.h"
 #include "tributary/optim/outer.h"
 #include "tributary/optim/robust_aggregate.h"
 #include "tributary/optim/update_board.h"
@@ -111,20 +110,16 @@ class AsyncMerger {
   std::string refusal(const PostedUpdate& u) const;
   bool due();
   void merge();
-  std::vector<int> alive();
 
   UpdateBoard board_;
-  comm::Heartbeat heartbeat_;
-  comm::Liveness liveness_;
+  MergerTerm term_;  // who merges; refers to board_
   int self_;
   MergeRules rules_;
   NamedTensors initial_;
   MergeStart start_;
   std::vector<std::string> names_;  // the model's parameters, in order: posts and versions are read in it
   std::function<void(const nlohmann::json&)> on_merge_;
-  const std::chrono::steady_clock::time_point born_ = std::chrono::steady_clock::now();
 
-  int64_t term_ = -1;  // the newest term seen
   std::atomic<bool> merging_{false}, done_{false}, stop_{false};
   bool loaded_ = false;  // the merger's state is the last commit's
   std::unique_ptr<OuterOptimizer> outer_;
