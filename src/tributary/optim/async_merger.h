@@ -72,6 +72,9 @@ struct MergerStats {
   int64_t merges = 0, refused = 0, takeovers = 0;
 };
 
+// Size: the last committed version's state (version, its tokens and their history, the outer step's momenta, the
+// posts consumed), the merge in progress (pending updates, the quorum's clock), its judge (rule and probe), and its
+// thread.
 class AsyncMerger {
  public:
   // `board`: a store connection of the merger's own; `heartbeat`: another, for this process's heartbeat (started

@@ -35,6 +35,9 @@
 
 namespace tributary {
 
+// Size: the round's collaborators (thread, exchange, group, membership, links), its two guards (the judge and the
+// average check), the tests' hooks (adversary, wire tamper), and the outcomes and counters the communication thread
+// hands the training thread.
 class ResilientAverage : public Reducer {
  public:
   // After a re-formation: the members dropped and the new membership (the caller's accounting and log).

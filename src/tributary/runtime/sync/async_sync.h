@@ -55,6 +55,8 @@ struct AsyncMember {
 // A checkpoint's outer momenta of asynchronous DiLoCo ("<param>.outer_momentum"), written by the lead.
 inline constexpr const char* kAsyncOuterFile = "async_outer.safetensors";
 
+// Size: the member's place (id, links, signer, lead), its rounds' pace and the merge rules it hands its candidate, the
+// version it descends from and the one fetched in the background, its updates in flight, and the overlap it reports.
 class AsyncSync : public Sync {
  public:
   // The whole model's replicas: every launch rank is a member.
