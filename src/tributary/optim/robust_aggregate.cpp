@@ -13,118 +13,10 @@ namespace {
 
 constexpr int64_t kSample = 1024;  // coordinates a fingerprint keeps
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Coordinates [a, a + len) of every update, sorted coordinate by coordinate: row k holds the k-th smallest. A few
-// updates (a round's participants) are sorted by an odd-even transposition network of element-wise min/max — n
-// passes over the rows, no index bookkeeping: 8x faster than torch's sort along the participants at 5 — and many by
-// that sort.
-std::vector<torch::Tensor> sorted_rows(const std::vector<torch::Tensor>& xs, int64_t a, int64_t len) {
-  const size_t n = xs.size();
-  std::vector<torch::Tensor> rows;
-  if (n > 12) {
-    std::vector<torch::Tensor> parts;
-    for (const auto& x : xs) parts.push_back(x.narrow(0, a, len));
-    const auto sorted = std::get<0>(torch::stack(parts).sort(0));
-    for (size_t k = 0; k < n; ++k) rows.push_back(sorted[int64_t(k)]);
-    return rows;
-  }
-  for (const auto& x : xs) rows.push_back(x.narrow(0, a, len).clone());
-  auto low = torch::empty({len}, torch::kFloat32);
-  for (size_t pass = 0; pass < n; ++pass)
-    for (size_t k = pass % 2; k + 1 < n; k += 2) {
-      torch::minimum_out(low, rows[k], rows[k + 1]);
-      torch::maximum_out(rows[k + 1], rows[k], rows[k + 1]);
-      std::swap(rows[k], low);
-    }
-  return rows;
-}
-
-// The coordinate-wise rules, a chunk of coordinates at a time.
-torch::Tensor coordinate_wise(const std::vector<torch::Tensor>& xs, const AggregateOptions& o) {
-  const int64_t n = int64_t(xs.size()), numel = xs.front().numel();
-  auto out = torch::empty({numel}, torch::kFloat32);
-  int64_t trim = o.rule == "trimmed_mean" ? int64_t(std::floor(o.trim_fraction * double(n))) : 0;
-  if (2 * trim >= n) trim = (n - 1) / 2;
-  for (int64_t a = 0; a < numel; a += o.chunk) {
-    const int64_t len = std::min(o.chunk, numel - a);
-    const std::vector<torch::Tensor> sorted = sorted_rows(xs, a, len);
-    torch::Tensor value;
-    if (o.rule == "median") {
-      value = n % 2 ? sorted[size_t(n / 2)] : (sorted[size_t(n / 2 - 1)] + sorted[size_t(n / 2)]) * 0.5;
-    } else {
-      value = sorted[size_t(trim)].clone();
-      for (int64_t k = trim + 1; k < n - trim; ++k) value.add_(sorted[size_t(k)]);
-      value.div_(double(n - 2 * trim));
-    }
-    out.narrow(0, a, len).copy_(value);
-  }
-  return out;
-}
-
-torch::Tensor centered_clip(const std::vector<torch::Tensor>& xs, const AggregateOptions& o) {
-  AggregateOptions median = o;
-  median.rule = "median";
-  auto v = coordinate_wise(xs, median);
-  double tau = o.clip_radius;
-  if (tau <= 0) {
-    std::vector<double> distances;
-    for (const auto& x : xs) distances.push_back(RobustAggregate::norm_of(x - v));
-    tau = median_of(distances);
-  }
-  if (tau <= 0) return v;  // at least half the updates equal the median: it is the answer
-  for (int l = 0; l < o.clip_iterations; ++l) {
-    auto step = torch::zeros_like(v);
-    for (const auto& x : xs) {  // in participant order: the same sum on every rank
-      auto d = x - v;
-      const double dn = RobustAggregate::norm_of(d);
-      step.add_(d, dn > tau ? tau / dn : 1.0);
-    }
-    v.add_(step, 1.0 / double(xs.size()));
-  }
-  return v;
-}
-
 }  // namespace
 
-RobustAggregate::RobustAggregate(AggregateOptions options) : options_(std::move(options)) {
-  const auto& r = options_.rule;
-  TRIB_CHECK(r == "mean" || r == "trimmed_mean" || r == "median" || r == "centered_clip",
-             "(the config checks dist.aggregate)");
-}
-
-double RobustAggregate::norm_of(const torch::Tensor& x) {
-  const auto c = x.to(torch::kFloat32).contiguous();
-  const float* p = c.data_ptr<float>();
-  double s = 0;
-  for (int64_t i = 0, n = c.numel(); i < n; ++i) s += double(p[i]) * double(p[i]);
-  return std::sqrt(s);
-}
-
-double RobustAggregate::dot_of(const torch::Tensor& x, const torch::Tensor& y) {
-  const auto a = x.to(torch::kFloat32).contiguous(), b = y.to(torch::kFloat32).contiguous();
-  const float *p = a.data_ptr<float>(), *q = b.data_ptr<float>();
-  double s = 0;
-  for (int64_t i = 0, n = a.numel(); i < n; ++i) s += double(p[i]) * double(q[i]);
-  return s;
-}
-
-torch::Tensor RobustAggregate::apply_rule(const std::vector<torch::Tensor>& accepted, const AggregateOptions& o) {
-  TRIB_CHECK(!accepted.empty(), "(a rule needs one update at least)");
-  if (accepted.size() == 1) return accepted.front().clone();
-  if (o.rule == "mean") {
-    auto sum = accepted.front().clone();
-    for (size_t i = 1; i < accepted.size(); ++i) sum.add_(accepted[i]);
-    return sum.div_(double(accepted.size()));
-  }
-  if (o.rule == "centered_clip") return centered_clip(accepted, o);
-  return coordinate_wise(accepted, o);
-}
+RobustAggregate::RobustAggregate(AggregateOptions options)
+    : options_(std::move(options)), rule_(make_merge_rule(options_)) {}
 
 std::string RobustAggregate::seen_before(const torch::Tensor& sample, int64_t numel, double norm) const {
   const double own = std::sqrt(sample.pow(2).sum().item<double>());
@@ -266,7 +158,7 @@ Aggregated RobustAggregate::combine(const std::vector<torch::Tensor>& updates, c
       out.refused.push_back({int(i), why});
   }
   out.accepted = int64_t(accepted.size());
-  out.value = accepted.empty() ? torch::zeros({numel}, torch::kFloat32) : apply_rule(accepted, options_);
+  out.value = accepted.empty() ? torch::zeros({numel}, torch::kFloat32) : rule_->merge(accepted);
   score_and_evict(updates, ids, out);
   for (auto& f : now) seen_.push_back(std::move(f));
   ++round_;

@@ -9,14 +9,7 @@
 //      zeros); the same values as an update seen in the last `memory` exchanges (a replay of its own, a copy of
 //      another's: compared on a fixed sample of coordinates, cosine >= 0.9999 and norms within 1%). A participant
 //      already evicted (below) is refused from then on.
-//   2. The rule over the accepted updates, coordinate by coordinate:
-//        mean           the average (the ring's result, computed here)
-//        trimmed_mean   drop the floor(trim_fraction x n) largest and smallest values, average the rest (Yin et al.,
-//                       2018)
-//        median         the median (the mean of the two middle values for an even count)
-//        centered_clip  v = the coordinate-wise median; `clip_iterations` times: v += mean_i of (x_i - v) scaled to
-//                       norm <= tau (Karimireddy et al., 2021; hivemind's Byzantine-tolerant averaging); tau =
-//                       clip_radius, or the median of ||x_i - median|| when 0
+//   2. The rule over the accepted updates (optim/merge_rule.h: mean, trimmed_mean, median, centered_clip).
 //   3. Scores: every update's cosine with the aggregate (how far it agreed with the round; a refused update scores
 //      -1). A participant refused or scoring below `min_score` in `evict_after` exchanges in a row is evicted.
 // With loss scores (dist.score = "loss", Covenant's Gauntlet: `improvements` given to combine(), each update's
@@ -36,8 +29,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "tributary/optim/merge_rule.h"
 
 namespace tributary {
 
@@ -108,12 +104,6 @@ class RobustAggregate {
   // membership changes, so that a joiner, which starts with none, checks replays as they do.
   void forget_fingerprints() { seen_.clear(); }
 
-  // The rules alone over n >= 1 accepted updates (tests; combine's second half).
-  static torch::Tensor apply_rule(const std::vector<torch::Tensor>& accepted, const AggregateOptions& options);
-  // sqrt(sum x^2) in fp64 summed in a fixed order: the same bits whatever the thread count.
-  static double norm_of(const torch::Tensor& x);
-  static double dot_of(const torch::Tensor& x, const torch::Tensor& y);  // the same, of x . y
-
  private:
   struct Fingerprint {
     int id = 0;
@@ -128,6 +118,7 @@ class RobustAggregate {
   static double target_of(double improvement, double median);
 
   AggregateOptions options_;
+  std::unique_ptr<MergeRule> rule_;                // options_.rule
   std::map<int, int> strikes_;                     // by id: exchanges in a row refused or below min_score
   std::map<int, std::string> evicted_;             // by id: why
   std::map<int, double> ratings_;                  // by id, with loss scores: 1 at first
