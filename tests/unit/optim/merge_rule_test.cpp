@@ -14,12 +14,6 @@ namespace {
 
 torch::Tensor vec(std::vector<float> v) { return torch::tensor(v, torch::kFloat32); }
 
-AggregateOptions rule(const std::string& name) {
-  AggregateOptions o;
-  o.rule = name;
-  return o;
-}
-
 torch::Tensor apply_rule(const std::vector<torch::Tensor>& xs, const AggregateOptions& o) {
   return make_merge_rule(o)->merge(xs);
 }
@@ -33,18 +27,18 @@ std::vector<torch::Tensor> five() {
 
 TEST(MergeRule, EachRuleAgainstAKnownVector) {
   const auto xs = five();
-  auto mean = apply_rule(xs, rule("mean"));
+  auto mean = apply_rule(xs, AggregateOptions{.rule = "mean"});
   EXPECT_TRUE(torch::allclose(mean, vec({22, 6, -4}))) << mean;
   // Sorted columns: {1,2,3,4,100}, {2,4,6,8,10}, {-50,3,6,9,12}.
-  auto median = apply_rule(xs, rule("median"));
+  auto median = apply_rule(xs, AggregateOptions{.rule = "median"});
   EXPECT_TRUE(torch::equal(median, vec({3, 6, 6}))) << median;
-  auto trimmed = apply_rule(xs, rule("trimmed_mean"));  // 0.2 x 5: one off each end
+  auto trimmed = apply_rule(xs, AggregateOptions{.rule = "trimmed_mean"});  // 0.2 x 5: one off each end
   EXPECT_TRUE(torch::allclose(trimmed, vec({3, 6, 6}))) << trimmed;
-  auto even = apply_rule({vec({1}), vec({2}), vec({10}), vec({4})}, rule("median"));
+  auto even = apply_rule({vec({1}), vec({2}), vec({10}), vec({4})}, AggregateOptions{.rule = "median"});
   EXPECT_FLOAT_EQ(even[0].item<float>(), 3.0f);  // the two middle values' mean
 
   // Centered clip with tau = 1 from the median m = (3,6,6): the outlier's pull is at most tau / n per iteration.
-  AggregateOptions clip = rule("centered_clip");
+  AggregateOptions clip{.rule = "centered_clip"};
   clip.clip_radius = 1;
   clip.clip_iterations = 1;
   auto v = apply_rule(xs, clip);
@@ -71,7 +65,7 @@ TEST(MergeRule, TheRulesSortFewAndManyUpdatesAlike) {
     for (int i = 0; i < n; ++i) xs.push_back(at::randn({30001}, at::detail::createCPUGenerator(uint64_t(900 + i))));
     xs[0][5] = 1e30;  // an outlier and ties
     xs[n - 1][7] = xs[0][7];
-    AggregateOptions trimmed = rule("trimmed_mean"), median = rule("median");
+    AggregateOptions trimmed{.rule = "trimmed_mean"}, median{.rule = "median"};
     trimmed.chunk = median.chunk = 10000;
     const auto sorted = std::get<0>(torch::stack(xs).sort(0));
     int64_t trim = int64_t(std::floor(0.2 * n));
