@@ -33,7 +33,7 @@ struct DenseStepParts {
 };
 
 // The loss of one (B, T+1) token batch on its device: the forward pass under autocast when `bf16` (fp32 master
-// weights), the cross-entropy in fp32. The dense step's, and what a measured pace times (sync/island_pace.h).
+// weights), the cross-entropy in fp32. The dense step's, and what a measured pace times (runtime/step_seconds.h).
 torch::Tensor next_token_loss(Transformer& model, const torch::Tensor& tokens, bool bf16);
 
 // next micro-batch -> forward (bf16 under autocast when asked) -> fp32 loss -> backward (x grad_accum) -> average

@@ -16,7 +16,7 @@
 #include "tributary/model/eval.h"
 #include "tributary/perf/flops.h"
 #include "tributary/runtime/replica_checkpoint.h"
-#include "tributary/runtime/sync/island_pace.h"
+#include "tributary/runtime/step_seconds.h"
 #include "tributary/runtime/sync/loss_probe.h"
 #include "tributary/runtime/sync/pipeline_sync.h"
 #include "tributary/runtime/sync/replica_sync.h"

@@ -148,7 +148,7 @@ Share IslandSync::share() const {
                                                                 : "each rank's outer shard below")};
 }
 
-// parallel.island_steps = "auto" (runtime/sync/island_pace.h): the pace measured now, or the resumed checkpoint's.
+// parallel.island_steps = "auto" (runtime/step_seconds.h): the pace measured now, or the resumed checkpoint's.
 void IslandSync::pace(const LoadedCheckpoint* ckpt, const std::function<double()>& step_seconds, bool lead) {
   const IslandShape& shape = layout_.islands();
   if (!shape.measured_pace()) return;

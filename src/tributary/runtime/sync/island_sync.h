@@ -54,7 +54,7 @@ class IslandSync : public Sync {
 
   // Every rank reads its own share of the windows (a fault-tolerant island's other ranks follow their rank 0's).
   Share share() const override;
-  // parallel.island_steps = "auto": the islands first agree on the pace (runtime/sync/island_pace.h). Then every island
+  // parallel.island_steps = "auto": the islands first agree on the pace (runtime/step_seconds.h). Then every island
   // agrees on its rank 0's parameters and AdamW state (a resume from another shape included), shards the optimizer
   // (ZeRO-1), and starts the outer loop over this rank's shard (resumed: the rows of the checkpoint's whole outer
   // state). Fault tolerant, an island started again (DistEnv::joining) joins instead: its rank 0 joins the quorum and

@@ -1,4 +1,4 @@
-#include "tributary/runtime/sync/island_pace.h"
+#include "tributary/runtime/step_seconds.h"
 
 #include <algorithm>
 #include <vector>
