@@ -87,7 +87,7 @@ TrainingRun::TrainingRun(const RunConfig& config, const TrainOptions& options)
   start_report(bytes_per_token);
   if (ReplicaSync* synced = sync_->replicas(); synced && synced->admission()) {
     const int64_t n = share_.ranks_per_member;  // each reading its own shard
-    members_ = std::make_unique<MembershipFollower>(*synced, *data_.loader, lead_, *report_,
+    members_ = std::make_unique<MembershipFollower>(*synced->admission(), *data_.loader, lead_, *report_,
                                                     n * tc_.batch_size * tc_.grad_accum * config_.model.context,
                                                     std::move(pending), n);
   }

@@ -62,7 +62,7 @@ NamedTensors params_of(const HealState& state, size_t count) {
 }  // namespace
 
 Admission::Admission(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
-                     ReplicaRounds& sync)
+                     HealableRounds& sync)
     : config_(config), membership_(membership), store_(std::move(store)), channel_(channel), sync_(sync) {
   if (const auto key = comm::invocation_key(store_)) mac_.emplace(*key);
 }

@@ -25,8 +25,8 @@
 #include "tributary/comm/wire_mac.h"
 #include "tributary/config/run_config.h"
 #include "tributary/model/tensor_io.h"
-#include "tributary/runtime/sync/replica_channel.h"
-#include "tributary/runtime/sync/replica_rounds.h"
+#include "tributary/runtime/ft/healable_rounds.h"
+#include "tributary/runtime/ft/replica_channel.h"
 
 namespace tributary {
 
@@ -43,7 +43,7 @@ class Admission {
   // `membership` and the channel are the replicas' (runtime/sync/replica_sync.h), `sync` the one it heals; `store` the
   // run's.
   Admission(const RunConfig& config, comm::Membership& membership, comm::Store store, ReplicaChannel channel,
-            ReplicaRounds& sync);
+            HealableRounds& sync);
 
   // Re-formations so far: rounds that dropped the dead, and admissions.
   int64_t reformations() const { return channel_.reducer.reformations() + admissions_; }
@@ -72,6 +72,8 @@ class Admission {
   bool settle(const std::string& round);
   const std::vector<int>& members() const { return membership_.members(); }  // launch ranks, in the group's order
   const std::string& noun() const { return membership_.noun(); }             // what a member is, in messages
+  int rank() const { return channel_.group.rank(); }                         // this process's place among the members
+  int size() const { return channel_.group.size(); }                         // the members' number
 
  private:
   nlohmann::json join_healed(const std::string& offer, NamedTensors& params, HealState& state);
@@ -80,13 +82,12 @@ class Admission {
   void seal_state(nlohmann::json& meta, const std::vector<torch::Tensor>& tensors, const std::string& place) const;
   void check_state(const nlohmann::json& meta, const std::vector<torch::Tensor>& tensors,
                    const std::string& place) const;
-  int rank() const { return channel_.group.rank(); }
 
   const RunConfig& config_;  // the ReplicaSync's own, which outlives this
   comm::Membership& membership_;
   comm::Store store_;  // the heal's meta
   ReplicaChannel channel_;
-  ReplicaRounds& sync_;
+  HealableRounds& sync_;
   std::vector<int> joiners_;  // admitted after the round that just ended
   std::vector<int> healed_;   // communication thread: healed mid-round, members at the next round
   std::atomic<bool> pending_{false};

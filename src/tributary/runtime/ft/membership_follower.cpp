@@ -6,18 +6,17 @@
 
 namespace tributary {
 
-MembershipFollower::MembershipFollower(ReplicaSync& replicas, BatchLoader& loader, Lead& lead, RunReport& report,
+MembershipFollower::MembershipFollower(Admission& admission, BatchLoader& loader, Lead& lead, RunReport& report,
                                        int64_t tokens_per_replica, std::optional<PendingHeal> pending,
                                        int64_t ranks_per_member)
-    : replicas_(replicas),
-      admission_(*replicas.admission()),
+    : admission_(admission),
       loader_(loader),
       lead_(lead),
       report_(report),
       tokens_per_replica_(tokens_per_replica),
       pending_(std::move(pending)),
       ranks_per_member_(ranks_per_member),
-      tokens_per_step_(tokens_per_replica * (pending_ ? pending_->members_world : replicas.size())) {
+      tokens_per_step_(tokens_per_replica * (pending_ ? pending_->members_world : admission.size())) {
   if (!pending_) reshard_data();  // a joiner admitted at a round boundary reads the members' shard from here on
 }
 
@@ -29,7 +28,7 @@ void MembershipFollower::after_round(int64_t step) {
     pending_.reset();
   }
   const int64_t members_before = loader_.world_size() / ranks_per_member_;
-  tokens_per_step_ = tokens_per_replica_ * replicas_.size();
+  tokens_per_step_ = tokens_per_replica_ * admission_.size();
   reshard_data();
   if (lead_.follow(admission_.members())) {
     report_.take_lead(step);
@@ -37,9 +36,9 @@ void MembershipFollower::after_round(int64_t step) {
               admission_.members().front(), step);
     report_.write({{"step", step}, {"event", "lead"}, {"lead_worker", admission_.members().front()}});
   }
-  if (lead_.is() && replicas_.size() != members_before)  // `tributary report` lists these as faults and joins
+  if (lead_.is() && admission_.size() != members_before)  // `tributary report` lists these as faults and joins
     report_.write(
-        {{"step", step}, {"event", "membership"}, {"members", replicas_.size()}, {"members_before", members_before}});
+        {{"step", step}, {"event", "membership"}, {"members", admission_.size()}, {"members_before", members_before}});
 }
 
 bool MembershipFollower::before_checkpoint(int64_t step, int attempt) {
@@ -71,12 +70,12 @@ void MembershipFollower::carry_out(int64_t step, const Heals& heals, const std::
 }
 
 void MembershipFollower::reshard_data() {
-  const int64_t rank = replicas_.rank() * ranks_per_member_, world = replicas_.size() * ranks_per_member_;
+  const int64_t rank = admission_.rank() * ranks_per_member_, world = admission_.size() * ranks_per_member_;
   if (loader_.rank() == rank && loader_.world_size() == world) return;
   const auto before = loader_.position();
   const int64_t world_before = loader_.world_size();
   loader_.reshard(rank, world);
-  if (replicas_.rank() == 0)
+  if (admission_.rank() == 0)
     log::info("data re-sharded over {} worker(s) (was {}): epoch {} cursor {} -> {}", world, world_before, before.epoch,
               before.cursor, loader_.position().cursor);
 }

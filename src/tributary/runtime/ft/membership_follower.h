@@ -21,18 +21,18 @@
 #include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/run_report.h"
 #include "tributary/runtime/run_state.h"
-#include "tributary/runtime/sync/replica_sync.h"
 
 namespace tributary {
 
 class MembershipFollower {
  public:
-  // The replicas' admission and the run's loader, lead and report, which outlive this. `tokens_per_replica`: one step's
+  // The replicas' admission (its members, their number and this process's place among them) and the run's loader,
+  // lead and report, which outlive this. `tokens_per_replica`: one step's
   // tokens on one replica. `pending`: this worker joined and was healed mid-round (join_run), not a member yet;
   // otherwise its data is re-sharded over the members now (a joiner admitted at a round boundary).
   // `ranks_per_member`: a member is an island of that many ranks (this process its rank 0, runtime/sync/island_sync.h),
   // each reading its own of the members' shards: this one reads shard member x ranks_per_member.
-  MembershipFollower(ReplicaSync& replicas, BatchLoader& loader, Lead& lead, RunReport& report,
+  MembershipFollower(Admission& admission, BatchLoader& loader, Lead& lead, RunReport& report,
                      int64_t tokens_per_replica, std::optional<PendingHeal> pending, int64_t ranks_per_member = 1);
 
   // A step's tokens, all members together (a worker healed mid-round: the members' count until it is one).
@@ -64,7 +64,6 @@ class MembershipFollower {
  private:
   void reshard_data();
 
-  ReplicaSync& replicas_;
   Admission& admission_;
   BatchLoader& loader_;
   Lead& lead_;

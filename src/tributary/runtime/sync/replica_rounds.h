@@ -20,7 +20,8 @@
 #include "tributary/model/tensor_io.h"
 #include "tributary/optim/outer_loop.h"
 #include "tributary/parallel/data_parallel.h"
-#include "tributary/runtime/sync/replica_channel.h"
+#include "tributary/runtime/ft/healable_rounds.h"
+#include "tributary/runtime/ft/replica_channel.h"
 
 namespace tributary {
 
@@ -35,7 +36,7 @@ struct AfterStep {
 // Size: the loop's fifteen questions and the five a heal asks (enter, adopt_progress, check_identical,
 // diloco_phase, step_now), which are about the same state: the phase (data parallel, warm-up, DiLoCo) and the outer
 // loop's units.
-class ReplicaRounds {
+class ReplicaRounds final : public HealableRounds {
  public:
   // What a fault-tolerant run's admission (runtime/ft/admission.h) is told: a round ended (joiners may be waiting),
   // and, in DiLoCo's phase, before each round's collective, which members open it.
@@ -75,11 +76,11 @@ class ReplicaRounds {
   comm::CommStats take_stats();
 
   // Checkpoints (runtime/replica_checkpoint.h) are taken only while no exchange is in flight (overlap defers them).
-  bool quiescent() const { return !outer_ || outer_->quiescent(); }
+  bool quiescent() const override { return !outer_ || outer_->quiescent(); }
   // The outer state every replica holds identically, and per unit its last sync and outer-step count (the rest —
   // offsets, the warm-up, QSR's H — follows from the config and the step).
-  NamedTensors outer_state() const { return outer_ ? outer_->outer_state() : NamedTensors{}; }
-  nlohmann::json progress() const { return outer_ ? outer_->progress() : nlohmann::json::array(); }
+  NamedTensors outer_state() const override { return outer_ ? outer_->outer_state() : NamedTensors{}; }
+  nlohmann::json progress() const override { return outer_ ? outer_->progress() : nlohmann::json::array(); }
   // DiLoCo's global parameters (the round's start model), empty before the outer loop starts (data parallel, the
   // warm-up).
   NamedTensors outer_globals() const { return outer_ && !in_warmup_ ? outer_->globals() : NamedTensors{}; }
@@ -88,13 +89,15 @@ class ReplicaRounds {
   // admission's heal, whose joiner then receives the outer state in outer_state()'s tensors and adopts the units'
   // progress. check_identical: the identity check on what every member holds alike (DiLoCo's global parameters,
   // otherwise `params`).
-  void enter(int64_t step, NamedTensors& params);
-  void adopt_progress(const nlohmann::json& progress) {
+  void enter(int64_t step, NamedTensors& params) override;
+  void adopt_progress(const nlohmann::json& progress) override {
     if (outer_) outer_->adopt_progress(progress);
   }
-  void check_identical(const NamedTensors& params, const std::string& when);
-  bool diloco_phase() const { return outer_ && !in_warmup_; }  // past the warm-up: a joiner may be healed mid-round
-  int64_t step_now() const { return step_now_; }               // the training thread's step, for log lines
+  void check_identical(const NamedTensors& params, const std::string& when) override;
+  bool diloco_phase() const override {
+    return outer_ && !in_warmup_;
+  }                                                        // past the warm-up: a joiner may be healed mid-round
+  int64_t step_now() const override { return step_now_; }  // the training thread's step, for log lines
 
  private:
   bool after_step(int64_t step, double lr, NamedTensors& params);  // diloco: outer steps due; true if one landed

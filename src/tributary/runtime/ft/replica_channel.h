@@ -1,6 +1,6 @@
-// What the replicas' rounds (replica_rounds.h) and their admission (runtime/ft/admission.h) act through. The replicas'
-// sync (replica_sync.h) owns the pieces; these are references to them. Every collective runs on the communication
-// thread, so that all ranks issue them in the same order (its FIFO).
+// What the replicas' rounds (runtime/sync/replica_rounds.h) and their admission (admission.h) act through. The
+// replicas' sync (runtime/sync/replica_sync.h) owns the pieces; these are references to them. Every collective runs on
+// the communication thread, so that all ranks issue them in the same order (its FIFO).
 #pragma once
 
 #include "tributary/comm/comm_thread.h"
