@@ -96,7 +96,7 @@ class ReplicaRounds final : public HealableRounds {
   void check_identical(const NamedTensors& params, const std::string& when) override;
   bool diloco_phase() const override {
     return outer_ && !in_warmup_;
-  }                                                        // past the warm-up: a joiner may be healed mid-round
+  }  // past the warm-up: a joiner may be healed mid-round
   int64_t step_now() const override { return step_now_; }  // the training thread's step, for log lines
 
  private:
