@@ -50,15 +50,6 @@ RunProgress restore(LoadedCheckpoint& ckpt, Transformer& model, AdamW& optimizer
 // missed are not replayed.
 HealState heal_state(const NamedTensors& trained, const AdamW& optimizer, const BatchLoader& loader,
                      const RunProgress& progress);
-// A joiner healed mid-round (Admission::join's "pending"): the members' data position and step when the lead sent its
-// state, and their number, until it becomes a member. Meanwhile it reads the windows at the lead's cursor in the
-// *next* epoch's order (nobody reads them this epoch; they are read again if the run reaches that epoch); once a
-// member, it takes the members' position (that position advanced by the steps since) and re-shards with them.
-struct PendingHeal {
-  LoaderPosition position;
-  int64_t step = 0;
-  int64_t members_world = 1;
-};
 // A restarted worker (DistEnv::joining) instead of ReplicaRounds::start: waits to be admitted (or healed mid-round:
 // then the PendingHeal) and takes the lead's state; when the run ended first, progress.step = total_steps.
 std::optional<PendingHeal> join_run(Admission& admission, NamedTensors& trained, AdamW& optimizer, BatchLoader& loader,

@@ -27,7 +27,8 @@
 #include "tributary/runtime/step_factory.h"
 #include "tributary/runtime/stop.h"
 #include "tributary/runtime/sync/sync.h"
-#include "tributary/runtime/trainer.h"
+#include "tributary/runtime/train_options.h"
+#include "tributary/runtime/train_summary.h"
 
 namespace tributary::detail {
 

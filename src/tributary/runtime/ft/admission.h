@@ -24,6 +24,7 @@
 #include "tributary/comm/store.h"
 #include "tributary/comm/wire_mac.h"
 #include "tributary/config/run_config.h"
+#include "tributary/data/loader.h"
 #include "tributary/model/tensor_io.h"
 #include "tributary/runtime/ft/healable_rounds.h"
 #include "tributary/runtime/ft/replica_channel.h"
@@ -36,6 +37,16 @@ struct HealState {
   NamedTensors tensors;
   nlohmann::json meta;
   size_t num_params = 0;  // the first num_params of `tensors` are the trained parameters
+};
+
+// A joiner healed mid-round (Admission::join's "pending"): the members' data position and step when the lead sent its
+// state, and their number, until it becomes a member. Meanwhile it reads the windows at the lead's cursor in the
+// *next* epoch's order (nobody reads them this epoch; they are read again if the run reaches that epoch); once a
+// member, it takes the members' position (that position advanced by the steps since) and re-shards with them.
+struct PendingHeal {
+  LoaderPosition position;
+  int64_t step = 0;
+  int64_t members_world = 1;
 };
 
 class Admission {

@@ -20,7 +20,6 @@
 #include "tributary/runtime/ft/admission.h"
 #include "tributary/runtime/ft/lead.h"
 #include "tributary/runtime/run_report.h"
-#include "tributary/runtime/run_state.h"
 
 namespace tributary {
 
