@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "tributary/core/error.h"
-#include "tributary/optim/robust_aggregate.h"
 
 namespace tributary {
 namespace {

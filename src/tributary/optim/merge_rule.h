@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace tributary {
+#include "tributary/optim/aggregate_options.h"
 
-struct AggregateOptions;
+namespace tributary {
 
 class MergeRule {
  public:

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "tributary/optim/merge_rule.h"
-#include "tributary/optim/robust_aggregate.h"
 
 using namespace tributary;
 
