@@ -375,35 +375,4 @@ void Group::barrier() {
   run("barrier", [&] { return pg_->barrier(); }, options_.link ? options_.link->allreduce_s(0) : 0.0);
 }
 
-c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
-                                              bool server_exists, const std::string& prefix,
-                                              std::chrono::milliseconds timeout) {
-  if (rank == 0 && !server_exists) host_for_this_process(master_port);
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(master_port);
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    // The client's first ping waits for the host's answer without a deadline (a frozen host held it for good).
-    const StoreDeadline deadline(fmt::format("rank {}: connect to the store at {}:{}", rank, master_addr, master_port),
-                                 timeout + std::chrono::seconds(10));
-    const QuietC10dErrors quiet;  // a failed connect is said once, below
-    store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
-    if (const auto key = run_key_from_environment()) prove_run_key(*store, *key);  // before anything else is asked
-  } catch (const Error&) {
-    throw;  // the store refused this process's secret: prove_run_key says so
-  } catch (const std::exception& e) {
-    throw NetworkError(
-        fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "
-                    "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
-                    rank, master_addr, master_port, timeout.count() / 1000, error_text(e)));
-  }
-  // The run's secret, when it has one: every value this process and its process groups exchange is sealed.
-  if (const auto key = run_key_from_environment()) store = sealed_store(store, *key);
-  if (!prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-  return store;
-}
-
 }  // namespace tributary::comm

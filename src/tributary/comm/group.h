@@ -31,8 +31,6 @@ class ProcessGroupGloo;  // held as itself: a ProcessGroup in LibTorch 1.x, a Ba
 
 namespace tributary::comm {
 
-// Rendezvous: a worker on another continent may start minutes later than rank 0.
-constexpr std::chrono::seconds kDefaultStoreTimeout{600};
 // One collective: an outer round of a 1B model over a 100 Mbit/s link takes minutes.
 constexpr std::chrono::seconds kDefaultCollectiveTimeout{1800};
 
@@ -137,11 +135,5 @@ class Group {
   std::vector<c10::intrusive_ptr<c10d::Work>> aborted_;  // abandoned ring hops, kept with the leaked group
   ExitWatch exits_;  // the exits reported since this group formed (its failures name the rank)
 };
-
-// The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as
-// torchrun already does), everyone connects as a client.
-c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
-                                              bool server_exists, const std::string& prefix,
-                                              std::chrono::milliseconds timeout = kDefaultStoreTimeout);
 
 }  // namespace tributary::comm

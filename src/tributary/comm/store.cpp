@@ -3,6 +3,7 @@
 #include <c10/util/Logging.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -19,7 +20,6 @@
 
 #include <fmt/format.h>
 
-#include "tributary/comm/group.h"
 #include "tributary/comm/sealed_store.h"
 #include "tributary/comm/store_deadline.h"
 #include "tributary/comm/store_server.h"
@@ -212,6 +212,37 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
     throw NetworkError(
         fmt::format("rank {}: {} within {} s: {}", rank_, what, timeout.count() / 1000.0, error_text(e)));
   }
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
+                                              bool server_exists, const std::string& prefix,
+                                              std::chrono::milliseconds timeout) {
+  if (rank == 0 && !server_exists) host_for_this_process(master_port);
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(master_port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    // The client's first ping waits for the host's answer without a deadline (a frozen host held it for good).
+    const StoreDeadline deadline(fmt::format("rank {}: connect to the store at {}:{}", rank, master_addr, master_port),
+                                 timeout + std::chrono::seconds(10));
+    const QuietC10dErrors quiet;  // a failed connect is said once, below
+    store = c10::make_intrusive<c10d::TCPStore>(master_addr, opts);
+    if (const auto key = run_key_from_environment()) prove_run_key(*store, *key);  // before anything else is asked
+  } catch (const Error&) {
+    throw;  // the store refused this process's secret: prove_run_key says so
+  } catch (const std::exception& e) {
+    throw NetworkError(
+        fmt::format("rank {}: cannot reach the rendezvous store at {}:{} within {} s ({}); check "
+                    "MASTER_ADDR/MASTER_PORT and that rank 0 is running",
+                    rank, master_addr, master_port, timeout.count() / 1000, error_text(e)));
+  }
+  // The run's secret, when it has one: every value this process and its process groups exchange is sealed.
+  if (const auto key = run_key_from_environment()) store = sealed_store(store, *key);
+  if (!prefix.empty()) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  return store;
 }
 
 }  // namespace tributary::comm

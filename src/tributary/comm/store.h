@@ -92,4 +92,13 @@ class QuietC10dErrors {
   QuietC10dErrors& operator=(const QuietC10dErrors&) = delete;
 };
 
+// Rendezvous: a worker on another continent may start minutes later than rank 0.
+constexpr std::chrono::seconds kDefaultStoreTimeout{600};
+
+// The store of a real run: rank 0 hosts a TCPStore server on master_addr:master_port (unless an agent such as
+// torchrun already does), everyone connects as a client.
+c10::intrusive_ptr<c10d::Store> connect_store(const std::string& master_addr, int master_port, int rank, int world_size,
+                                              bool server_exists, const std::string& prefix,
+                                              std::chrono::milliseconds timeout = kDefaultStoreTimeout);
+
 }  // namespace tributary::comm
