@@ -60,6 +60,8 @@ struct CommittedVersion {
   nlohmann::json meta;
 };
 
+// Size: one public method per kind of key the board holds — a replica's posts, the merging terms, the versions'
+// commits and blobs — for the writer and the reader of each, plus its byte counts.
 class UpdateBoard {
  public:
   inline static const std::string kPrefix = "async/";
