@@ -20,6 +20,7 @@
 #include "tributary/runtime/sync/loss_probe.h"
 #include "tributary/runtime/sync/pipeline_sync.h"
 #include "tributary/runtime/sync/replica_sync.h"
+#include "tributary/runtime/training_priority.h"
 
 namespace tributary::detail {
 namespace {
@@ -222,6 +223,7 @@ std::optional<PendingHeal> TrainingRun::start_sync() {
        }});
   summary_.peak_flops = started.peak_flops;
   summary_.peak_source = started.peak_words;
+  lower_training_priority(config_.dist.compute_nice, options_.dist.rank);  // every thread of the sync runs first
   // A run that cannot outlive a worker says on the store that it got through start-up (a fault-tolerant sync says
   // so itself): without it launch takes a later death for one before start-up and starts the run again from
   // nothing, throwing away what it trained.

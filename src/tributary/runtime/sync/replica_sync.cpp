@@ -1,14 +1,9 @@
 #include "tributary/runtime/sync/replica_sync.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <fmt/ranges.h>
-#include <cerrno>
+
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <exception>
 
 #include "tributary/comm/average_check.h"
@@ -21,23 +16,6 @@
 #include "tributary/runtime/run_state.h"
 
 namespace tributary {
-namespace {
-
-// Overlapped communication (DDP's buckets during backward, overlapped fragments) needs the communication thread to
-// run while training computes. With more workers than cores every training thread of every worker competes with
-// it; a nicer training thread lets it (and Gloo's threads, started before at the old priority) run as soon as data
-// arrives. Linux nice values are per thread.
-void lower_training_priority(int64_t nice, int rank) {
-  if (nice <= 0) return;
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  errno = 0;
-  const int now = ::getpriority(PRIO_PROCESS, tid);
-  if (errno != 0 || ::setpriority(PRIO_PROCESS, tid, now + static_cast<int>(nice)) != 0)
-    log::warn("rank {}: could not lower the training thread's priority (dist.compute_nice = {}): {}", rank, nice,
-              std::strerror(errno));
-}
-
-}  // namespace
 
 ReplicaSync::ReplicaSync(const Session& session)
     : config_(session.config()),
@@ -175,7 +153,6 @@ void ReplicaSync::build(const comm::Store& store, int rank, int size, std::optio
              .start_round = [this](const std::string& round) { return admission_->start_round(round); }};
   rounds_ = std::make_unique<ReplicaRounds>(config_, channel, part, std::move(hooks));
   if (membership_) admission_ = std::make_unique<Admission>(config_, *membership_, *store_, channel, *rounds_);
-  lower_training_priority(d.compute_nice, rank);
 }
 
 Started ReplicaSync::start(const StartState& s) {
