@@ -258,12 +258,16 @@ TEST_F(Distributed, TheRankThatFailedIsBlamedNotThePeerThatLostItsConnection) {
   // Rank 1 refuses its own input (an Error, status 2); rank 0, waiting in an all-reduce, loses its connection and
   // exits with a NetworkError (status 4) first about half the time. Its message names rank 1: launch reports every
   // exit to the run's store before it stops the others (comm/exit_reports.h). Before, launch blamed whichever it reaped
-  // first (the wrong rank in 15 of 26 tries, issue 12 item 8).
+  // first (the wrong rank in 15 of 26 tries, issue 12 item 8). Rank 1 runs 20x slower (a sleep after each step), so
+  // that rank 0 is in the all-reduce when rank 1 fails: on a loaded machine rank 0 was once still computing its step
+  // when launch stopped it, and said nothing of its own.
   const std::string cli = TRIBUTARY_CLI;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto [rc, out] = sh("TRIBUTARY_FAIL_MODE=error TRIBUTARY_FAIL_RANK=1 TRIBUTARY_FAIL_STEP=3 " + cli +
                         " launch --nproc 2 --grace 2 --" +
-                        tiny("blamed", "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp"));
+                        tiny("blamed",
+                             "--set train.steps=50 --set train.batch_size=4 --set dist.algorithm=ddp "
+                             "--set dist.slow_workers=1:20"));
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("launch: failed because rank 1 failed (status 2)"), std::string::npos) << out;
     EXPECT_NE(out.find("injected failure at step 3"), std::string::npos) << out;
