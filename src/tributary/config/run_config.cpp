@@ -430,7 +430,7 @@ void validate_async(const RunConfig& c) {
         why);
   if (!travels_alone(c.dist.compression))
     fail("{}: dist.compression = '{}' needs every replica in one collective; use {}", why, c.dist.compression,
-         kTravelsAloneList);
+         travels_alone_list());
 }
 
 void validate_dist(const RunConfig& c) {

@@ -3,6 +3,8 @@
 // described once. No LibTorch: the codecs themselves live in comm/codec.h and comm/sparse_chunks.h.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,11 +24,18 @@ inline bool keeps_error_feedback(std::string_view codec) {
 
 // Codecs whose encoding of one replica's update decodes on its own, with no other replica in the same collective and
 // no state on either side: what an update posted to the asynchronous board (optim/update_board.h) can travel as.
+inline constexpr std::array<std::string_view, 5> kTravelsAlone = {"fp32", "fp16", "bf16", "int8", "fp4"};
+
 inline bool travels_alone(std::string_view codec) {
-  return codec == "fp32" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "fp4";
+  return std::find(kTravelsAlone.begin(), kTravelsAlone.end(), codec) != kTravelsAlone.end();
 }
 
-// The codecs travels_alone accepts, for messages.
-inline constexpr std::string_view kTravelsAloneList = "fp32, fp16, bf16, int8 or fp4";
+// kTravelsAlone for messages: "fp32, fp16, bf16, int8 or fp4".
+inline std::string travels_alone_list() {
+  std::string out;
+  for (size_t i = 0; i < kTravelsAlone.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == kTravelsAlone.size() ? " or " : ", ") + std::string(kTravelsAlone[i]);
+  return out;
+}
 
 }  // namespace tributary

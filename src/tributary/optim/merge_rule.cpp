@@ -76,14 +76,16 @@ class CoordinateWise : public MergeRule {
 
 class TrimmedMean : public CoordinateWise {
  public:
-  TrimmedMean(double trim_fraction, int64_t chunk) : CoordinateWise(chunk), trim_fraction_(trim_fraction) {}
+  // `trim_fraction` < 0.5 (dist.trim_fraction's range): something of every coordinate is left to average.
+  TrimmedMean(double trim_fraction, int64_t chunk) : CoordinateWise(chunk), trim_fraction_(trim_fraction) {
+    TRIB_CHECK(trim_fraction >= 0 && trim_fraction < 0.5, "(trim_fraction {})", trim_fraction);
+  }
   std::string name() const override { return "trimmed_mean"; }
 
  protected:
   torch::Tensor of_sorted(const std::vector<torch::Tensor>& sorted) const override {
     const int64_t n = int64_t(sorted.size());
-    int64_t trim = int64_t(std::floor(trim_fraction_ * double(n)));
-    if (2 * trim >= n) trim = (n - 1) / 2;
+    const int64_t trim = int64_t(std::floor(trim_fraction_ * double(n)));
     auto value = sorted[size_t(trim)].clone();
     for (int64_t k = trim + 1; k < n - trim; ++k) value.add_(sorted[size_t(k)]);
     return value.div_(double(n - 2 * trim));
@@ -97,7 +99,6 @@ class Median : public CoordinateWise {
  public:
   using CoordinateWise::CoordinateWise;
   std::string name() const override { return "median"; }
-  using CoordinateWise::merge_many;  // CenteredClip starts from it
 
  protected:
   torch::Tensor of_sorted(const std::vector<torch::Tensor>& sorted) const override {
@@ -114,7 +115,7 @@ class CenteredClip : public MergeRule {
 
  protected:
   torch::Tensor merge_many(const std::vector<torch::Tensor>& xs) const override {
-    auto v = median_.merge_many(xs);
+    auto v = median_.merge(xs);
     double tau = radius_;
     if (tau <= 0) {
       std::vector<double> distances;

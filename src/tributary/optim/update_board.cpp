@@ -23,6 +23,12 @@ std::string momenta_key(int64_t v, int merger) { return fmt::format("{}m/{}/{}",
 std::string step_key(int64_t v, int merger) { return fmt::format("{}s/{}/{}", P, v, merger); }
 std::string term_key(int64_t t) { return fmt::format("{}merger/{}", P, t); }
 
+// fp4's packer (comm/codec.h), stateless: one for every tensor and thread.
+const comm::Codec* fp4() {
+  static const std::unique_ptr<comm::Codec> packer = comm::make_codec("fp4");
+  return packer.get();
+}
+
 // int8: one symmetric scale per tensor (absmax / 127), sent beside it as "<name>.scale". fp4: comm::Codec's bytes
 // (E3M0, a scale per tensor) as a byte tensor, with the tensor's shape beside it as "<name>.shape".
 NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
@@ -36,7 +42,7 @@ NamedTensors encode(const NamedTensors& delta, const std::string& codec) {
     } else if (codec == "bf16") {
       wire.emplace_back(name, x.to(torch::kBFloat16));
     } else if (codec == "fp4") {
-      const auto packer = comm::make_codec(codec);
+      const comm::Codec* packer = fp4();
       torch::Tensor bytes = torch::empty({static_cast<int64_t>(packer->encoded_bytes(x.numel()))}, torch::kUInt8);
       packer->encode(x.view({-1}), bytes.data_ptr<uint8_t>());
       wire.emplace_back(name, bytes);
@@ -79,7 +85,7 @@ torch::Tensor unpacked(const safetensors::File& file, const std::string& name, c
     dims.push_back(d);
     numel *= d;
   }
-  const auto packer = comm::make_codec(codec);
+  const comm::Codec* packer = fp4();
   if (static_cast<size_t>(bytes.numel()) != packer->encoded_bytes(numel))
     fail("tensor '{}': {} bytes for {} fp4 values (expected {})", name, bytes.numel(), numel,
          packer->encoded_bytes(numel));
@@ -128,7 +134,7 @@ UpdateBoard::UpdateBoard(comm::Store store, std::string codec, std::optional<com
     fail(
         "dist.compression = '{}' with dist.algorithm = async_diloco: a replica's update travels on its own to the "
         "merger, so only {} apply (the ring and sparse codecs need every replica in one collective)",
-        codec_, kTravelsAloneList);
+        codec_, travels_alone_list());
 }
 
 void UpdateBoard::wait_link(int from, int to, size_t bytes, double already_s) const {
